@@ -1,0 +1,222 @@
+//! The `build.rs` entry point.
+use crate::check::{check_code_object, check_ptx, Stats};
+use crate::compile::{hash_dir, write_device_crate, write_if_changed, Artifact, CompileJob, Target};
+use crate::error::IoContext;
+use crate::{sysroot, toolchain, BuildError};
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+/// Configures and runs the kernel build of one crate.
+#[derive(Clone, Debug)]
+pub struct KernelBuild {
+    modules: Vec<String>,
+    archs: Vec<String>,
+    ptx: Option<String>,
+}
+
+/// What a build produced.
+#[derive(Clone, Debug)]
+pub struct BuildReport {
+    /// Artifacts per target.
+    pub artifacts: Vec<Artifact>,
+    /// Per kernel and architecture figures.
+    pub stats: Vec<Stats>,
+    /// How `core` was obtained (`rust-src` / `rust-docs`).
+    pub core_origin: &'static str,
+    /// The rustc used.
+    pub rustc: String,
+}
+
+fn env(name: &str) -> Option<String> {
+    println!("cargo:rerun-if-env-changed={name}");
+    std::env::var(name).ok().filter(|v| !v.is_empty())
+}
+
+impl Default for KernelBuild {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl KernelBuild {
+    /// A build with the default architectures ([`crate::DEFAULT_ARCHS`]) and PTX, unless
+    /// overridden by `KERNEL_ARCHS` / `KERNEL_PTX` / `KERNEL_PTX_ARCH`.
+    pub fn new() -> Self {
+        KernelBuild {
+            modules: Vec::new(),
+            archs: crate::DEFAULT_ARCHS.iter().map(|s| s.to_string()).collect(),
+            ptx: Some(crate::DEFAULT_PTX_ARCH.to_string()),
+        }
+    }
+
+    /// Adds the kernel module `src/<name>.rs` (mirrored at `crate::<name>` on the host).
+    pub fn module(mut self, name: &str) -> Self {
+        self.modules.push(name.to_string());
+        self
+    }
+
+    /// Sets the AMD architectures (`KERNEL_ARCHS` still wins).
+    pub fn archs(mut self, archs: &[&str]) -> Self {
+        self.archs = archs.iter().map(|s| s.to_string()).collect();
+        self
+    }
+
+    /// Sets the PTX target, or `None` for no PTX (`KERNEL_PTX=0` wins).
+    pub fn ptx(mut self, sm: Option<&str>) -> Self {
+        self.ptx = sm.map(str::to_string);
+        self
+    }
+
+    /// Runs the build; on error prints the reason and fails the build script.
+    pub fn build(self) {
+        match self.try_build() {
+            Ok(report) => {
+                let built: Vec<_> = report.artifacts.iter().filter(|a| a.compiled).map(|a| a.target.cpu().to_string()).collect();
+                if !built.is_empty() {
+                    println!("cargo:warning=kernels compiled for {} ({}, core from {})", built.join(", "), report.rustc, report.core_origin);
+                }
+            }
+            Err(e) => {
+                eprintln!("\nerror: GPU kernel build failed\n\n{e}\n");
+                eprintln!("(set KERNEL_SKIP_GPU_BUILD=1 to build for the CPU executor only)");
+                std::process::exit(1);
+            }
+        }
+    }
+
+    /// Runs the build.
+    pub fn try_build(self) -> Result<BuildReport, BuildError> {
+        let manifest = PathBuf::from(std::env::var("CARGO_MANIFEST_DIR").expect("run from build.rs"));
+        let out_dir = PathBuf::from(std::env::var("OUT_DIR").expect("run from build.rs"));
+        let crate_name = std::env::var("CARGO_PKG_NAME").unwrap_or_default();
+        println!("cargo:rerun-if-changed=build.rs");
+        let modules: Vec<(String, PathBuf)> =
+            self.modules.iter().map(|m| (m.clone(), manifest.join("src").join(format!("{m}.rs")))).collect();
+        for (_, p) in &modules {
+            println!("cargo:rerun-if-changed={}", p.display());
+        }
+        let kernel_dsl = kernel_dsl_src();
+        println!("cargo:rerun-if-changed={}", kernel_dsl.parent().unwrap().display());
+        let archs: Vec<String> = match env("KERNEL_ARCHS") {
+            Some(list) => list.split(',').map(|s| s.trim().to_string()).filter(|s| !s.is_empty()).collect(),
+            None => self.archs.clone(),
+        };
+        let ptx = match env("KERNEL_PTX").as_deref() {
+            Some("0") | Some("off") | Some("false") => None,
+            _ => env("KERNEL_PTX_ARCH").or(self.ptx.clone()),
+        };
+        let binaries = out_dir.join("kernel_binaries.rs");
+        if env("KERNEL_SKIP_GPU_BUILD").is_some_and(|v| v != "0") {
+            println!("cargo:warning=KERNEL_SKIP_GPU_BUILD is set: no GPU code built for {crate_name}; only the CPU executor can run its kernels");
+            write_if_changed(&binaries, embedded(&crate_name, &[], &[], ptx.as_deref()).as_bytes())?;
+            return Ok(BuildReport { artifacts: vec![], stats: vec![], core_origin: "none", rustc: "none".into() });
+        }
+        for a in &archs {
+            crate::compile::amdgpu_gen(a)?;
+        }
+
+        let started = Instant::now();
+        let rustc = toolchain::find()?;
+        let cache = match env("KERNEL_SYSROOT_CACHE") {
+            Some(p) => PathBuf::from(p),
+            None => out_dir.ancestors().nth(4).unwrap_or(&out_dir).join("kernel-sysroot"),
+        };
+        let core = sysroot::core_source(&rustc, &cache)?;
+        let device = write_device_crate(&modules, &out_dir)?;
+        let dsl_hash = hash_dir(kernel_dsl.parent().unwrap())?;
+
+        let mut targets: Vec<Target> = archs.iter().map(|a| Target::Amdgpu(a.clone())).collect();
+        if let Some(sm) = &ptx {
+            targets.push(Target::Nvptx(sm.clone()));
+        }
+        let results: Vec<Result<Artifact, BuildError>> = std::thread::scope(|s| {
+            let handles: Vec<_> = targets
+                .iter()
+                .map(|t| {
+                    let (rustc, core, cache, device, out_dir, kernel_dsl) = (&rustc, &core, &cache, &device, &out_dir, &kernel_dsl);
+                    s.spawn(move || {
+                        let root = sysroot::ensure(rustc, core, cache, t.triple(), t.cpu())?;
+                        CompileJob {
+                            rustc,
+                            sysroot: &root,
+                            kernel_dsl,
+                            kernel_dsl_hash: dsl_hash,
+                            device,
+                            target: t.clone(),
+                            out_dir,
+                        }
+                        .run()
+                    })
+                })
+                .collect();
+            handles.into_iter().map(|h| h.join().expect("compile thread panicked")).collect()
+        });
+        let artifacts = results.into_iter().collect::<Result<Vec<_>, _>>()?;
+
+        let mut stats = Vec::new();
+        for a in &artifacts {
+            match &a.target {
+                Target::Amdgpu(arch) => {
+                    let bytes = std::fs::read(&a.path).at(&a.path)?;
+                    let meta = crate::metadata::parse_code_object(&bytes)
+                        .map_err(|e| BuildError::Metadata { path: a.path.clone(), message: e.to_string() })?;
+                    stats.extend(check_code_object(&device.abis, &meta, arch)?);
+                }
+                Target::Nvptx(_) => {
+                    let text = std::fs::read_to_string(&a.path).at(&a.path)?;
+                    let module = crate::ptx::parse_ptx(&text)
+                        .map_err(|e| BuildError::Metadata { path: a.path.clone(), message: e.to_string() })?;
+                    check_ptx(&device.abis, &module)?;
+                }
+            }
+        }
+        write_if_changed(&binaries, embedded(&crate_name, &artifacts, &stats, ptx.as_deref()).as_bytes())?;
+        let report_path = out_dir.join("kernel_report.txt");
+        write_if_changed(&report_path, report_text(&stats, started.elapsed().as_secs_f64()).as_bytes())?;
+        Ok(BuildReport { artifacts, stats, core_origin: core.origin, rustc: rustc.version })
+    }
+}
+
+/// `kernel-dsl/src/lib.rs`: from kernel-dsl's build script (`links`), else beside us.
+fn kernel_dsl_src() -> PathBuf {
+    if let Ok(p) = std::env::var("DEP_KERNEL_DSL_SRC") {
+        return PathBuf::from(p);
+    }
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../kernel-dsl/src/lib.rs")
+}
+
+fn embedded(crate_name: &str, artifacts: &[Artifact], stats: &[Stats], ptx_arch: Option<&str>) -> String {
+    let mut objects = String::new();
+    let mut ptx = "None".to_string();
+    for a in artifacts {
+        match &a.target {
+            Target::Amdgpu(arch) => objects.push_str(&format!(
+                "::kernel_dsl::host::CodeObject {{ arch: {arch:?}, bytes: include_bytes!({:?}) }},\n",
+                a.path.display().to_string()
+            )),
+            Target::Nvptx(_) => ptx = format!("Some(include_str!({:?}))", a.path.display().to_string()),
+        }
+    }
+    let mut st = String::new();
+    for s in stats {
+        st.push_str(&format!(
+            "::kernel_dsl::host::KernelStats {{ symbol: {:?}, arch: {:?}, vgpr: {}, agpr: {}, sgpr: {}, lds_bytes: {}, scratch_bytes: {}, vgpr_spills: {}, sgpr_spills: {}, wave_size: {}, kernarg_size: {}, occupancy: {} }},\n",
+            s.symbol, s.arch, s.vgpr, s.agpr, s.sgpr, s.lds_bytes, s.scratch_bytes, s.vgpr_spills, s.sgpr_spills, s.wave_size, s.kernarg_size, s.occupancy
+        ));
+    }
+    format!(
+        "::kernel_dsl::host::EmbeddedKernels {{\n crate_name: {crate_name:?},\n code_objects: &[\n{objects}],\n ptx: {ptx},\n ptx_target: {:?},\n stats: &[\n{st}],\n}}\n",
+        ptx_arch.unwrap_or("")
+    )
+}
+
+fn report_text(stats: &[Stats], secs: f64) -> String {
+    let mut s = format!("kernel build report ({secs:.1} s)\n{:<40} {:<8} {:>5} {:>5} {:>5} {:>6} {:>7} {:>6} {:>4}\n", "symbol", "arch", "vgpr", "agpr", "sgpr", "lds", "scratch", "spills", "occ");
+    for k in stats {
+        s.push_str(&format!(
+            "{:<40} {:<8} {:>5} {:>5} {:>5} {:>6} {:>7} {:>6} {:>4}\n",
+            k.symbol, k.arch, k.vgpr, k.agpr, k.sgpr, k.lds_bytes, k.scratch_bytes, k.vgpr_spills + k.sgpr_spills, k.occupancy
+        ));
+    }
+    s
+}

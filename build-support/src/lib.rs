@@ -1,0 +1,47 @@
+//! Compiles a crate's GPU kernels from its `build.rs`.
+//!
+//! ```no_run
+//! // build.rs
+//! fn main() {
+//!     build_support::KernelBuild::new().module("elementwise").build();
+//! }
+//! ```
+//! and at the crate root: `kernel_dsl::embed_kernels!();`.
+//!
+//! For each listed module file (`src/<name>.rs`), the build
+//! 1. finds a rustc that can build GPU code ([`toolchain`]): `$KERNEL_RUSTC`, rustup's
+//!    nightly, or the current rustc with `RUSTC_BOOTSTRAP=1`;
+//! 2. provides `core` for the GPU targets ([`sysroot`]): from `rust-src` when installed,
+//!    otherwise rebuilt from the source pages of the toolchain's `rust-docs`; cached per
+//!    toolchain and target CPU so later builds reuse it;
+//! 3. expands the kernels for the device (`kernel-dsl-codegen`, the code the proc macro
+//!    uses for the host) and compiles them for every configured AMD architecture (code
+//!    objects) and for PTX ([`compile`]), in parallel, skipping work whose inputs did not
+//!    change;
+//! 4. reads each code object's metadata ([`metadata`]) and PTX entry list ([`ptx`]) and
+//!    **fails the build** when a kernel's argument layout differs from what its launcher
+//!    packs ([`check`]);
+//! 5. writes `$OUT_DIR/kernel_binaries.rs`, which `embed_kernels!()` includes: the code
+//!    objects, the PTX and each kernel's VGPR/SGPR/LDS/scratch/spill figures.
+//!
+//! Environment: `KERNEL_ARCHS` (comma list, default `gfx90a,gfx942,gfx1100,gfx1030`),
+//! `KERNEL_PTX` (`0` to skip PTX), `KERNEL_PTX_ARCH` (default `sm_80`), `KERNEL_RUSTC`,
+//! `KERNEL_SYSROOT_CACHE`, `KERNEL_SKIP_GPU_BUILD=1` (embed nothing; CPU executor only).
+pub mod check;
+pub mod compile;
+pub mod metadata;
+pub mod ptx;
+pub mod sysroot;
+pub mod toolchain;
+
+mod build;
+mod error;
+
+pub use build::{BuildReport, KernelBuild};
+pub use error::BuildError;
+
+/// AMD architectures built when `KERNEL_ARCHS` is not set.
+pub const DEFAULT_ARCHS: &[&str] = &["gfx90a", "gfx942", "gfx1100", "gfx1030"];
+
+/// PTX target when `KERNEL_PTX_ARCH` is not set (Ampere and newer, H100 included).
+pub const DEFAULT_PTX_ARCH: &str = "sm_80";

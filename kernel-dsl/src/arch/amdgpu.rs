@@ -1,0 +1,102 @@
+//! AMDGPU (GCN/CDNA/RDNA) primitives.
+//!
+//! Work-group and grid sizes come from the HSA kernel dispatch packet (`workgroup_size_*`
+//! at byte 4, `grid_size_*` in work-items at byte 12), read with scalar loads.
+use core::arch::amdgpu as a;
+use core::sync::atomic::{compiler_fence, Ordering};
+
+#[allow(improper_ctypes)]
+unsafe extern "unadjusted" {
+    #[link_name = "llvm.amdgcn.s.waitcnt"]
+    fn s_waitcnt(simm16: i32);
+}
+
+macro_rules! id_fns {
+    ($($name:ident => $e:expr;)*) => {$(
+        #[doc = concat!("`", stringify!($name), "` of the current work-item.")]
+        #[inline(always)]
+        pub fn $name() -> u32 { $e }
+    )*};
+}
+
+#[inline(always)]
+fn packet_u16(offset: usize) -> u32 {
+    // SAFETY: the dispatch packet is valid for the whole kernel; offsets are HSA-defined.
+    unsafe { *((core::intrinsics::gpu::amdgpu_dispatch_ptr() as *const u8).add(offset) as *const u16) as u32 }
+}
+
+#[inline(always)]
+fn packet_u32(offset: usize) -> u32 {
+    // SAFETY: as above.
+    unsafe { *((core::intrinsics::gpu::amdgpu_dispatch_ptr() as *const u8).add(offset) as *const u32) }
+}
+
+id_fns! {
+    thread_idx_x => a::workitem_id_x();
+    thread_idx_y => a::workitem_id_y();
+    thread_idx_z => a::workitem_id_z();
+    block_idx_x => a::workgroup_id_x();
+    block_idx_y => a::workgroup_id_y();
+    block_idx_z => a::workgroup_id_z();
+    block_dim_x => packet_u16(4);
+    block_dim_y => packet_u16(6);
+    block_dim_z => packet_u16(8);
+    grid_dim_x => packet_u32(12).div_ceil(packet_u16(4));
+    grid_dim_y => packet_u32(16).div_ceil(packet_u16(6));
+    grid_dim_z => packet_u32(20).div_ceil(packet_u16(8));
+}
+
+/// `s_waitcnt vmcnt(0) lgkmcnt(0)` (expcnt not waited), encoded for the ISA generation
+/// that build-support passes as `--cfg amdgpu_gen="gfxN"`.
+#[inline(always)]
+fn wait_memory() {
+    #[cfg(amdgpu_gen = "gfx11")]
+    const WAIT_VM_LGKM: i32 = 0x0007; // gfx11: expcnt[2:0], lgkmcnt[9:4], vmcnt[15:10]
+    #[cfg(not(amdgpu_gen = "gfx11"))]
+    const WAIT_VM_LGKM: i32 = 0x0070; // gfx9/gfx10: vmcnt[3:0]+[15:14], expcnt[6:4], lgkmcnt[11:8]
+    // SAFETY: s_waitcnt only stalls the wave.
+    unsafe { s_waitcnt(WAIT_VM_LGKM) }
+}
+
+/// Work-group barrier with work-group-scope memory ordering for LDS and global memory.
+#[inline(always)]
+pub fn barrier() {
+    compiler_fence(Ordering::SeqCst);
+    wait_memory();
+    a::s_barrier();
+    compiler_fence(Ordering::SeqCst);
+}
+
+/// Lanes per wave (64 on CDNA, 32 on RDNA).
+#[inline(always)]
+pub fn wave_size() -> u32 {
+    a::wavefrontsize()
+}
+
+/// Lane index inside the wave.
+#[inline(always)]
+pub fn lane_id() -> u32 {
+    let lo = a::mbcnt_lo(!0, 0);
+    if wave_size() == 64 { a::mbcnt_hi(!0, lo) } else { lo }
+}
+
+/// Reads `value` from lane `src` of the wave.
+#[inline(always)]
+pub fn shuffle_u32(value: u32, src: u32) -> u32 {
+    // SAFETY: ds_bpermute reads a lane of the same wave; the index wraps inside the wave.
+    unsafe { a::ds_bpermute((src << 2) as u32, value) }
+}
+
+/// Bit `i` set when lane `i` passes `true`.
+#[inline(always)]
+pub fn ballot(predicate: bool) -> u64 {
+    a::ballot(predicate)
+}
+
+/// Start of the work-group's launch-sized shared memory.
+#[inline(always)]
+pub fn shared_base() -> *mut u8 {
+    core::intrinsics::gpu::gpu_launch_sized_workgroup_mem::<u128>() as *mut u8
+}
+
+pub use super::gpu_math::*;

@@ -1,0 +1,84 @@
+//! NVPTX (CUDA) primitives, used to run the same kernels on NVIDIA GPUs.
+use core::arch::nvptx as n;
+
+#[allow(improper_ctypes)]
+unsafe extern "unadjusted" {
+    #[link_name = "llvm.nvvm.read.ptx.sreg.laneid"]
+    fn sreg_laneid() -> u32;
+    #[link_name = "llvm.nvvm.activemask"]
+    fn activemask() -> u32;
+    #[link_name = "llvm.nvvm.shfl.sync.idx.i32"]
+    fn shfl_idx(mask: u32, value: u32, lane: u32, clamp: u32) -> u32;
+    #[link_name = "llvm.nvvm.vote.ballot.sync"]
+    fn vote_ballot(mask: u32, predicate: bool) -> u32;
+}
+
+macro_rules! id_fns {
+    ($($name:ident => $f:ident;)*) => {$(
+        #[doc = concat!("`", stringify!($name), "` of the current thread.")]
+        #[inline(always)]
+        pub fn $name() -> u32 {
+            // SAFETY: reads a special register.
+            unsafe { n::$f() }
+        }
+    )*};
+}
+
+id_fns! {
+    thread_idx_x => _thread_idx_x;
+    thread_idx_y => _thread_idx_y;
+    thread_idx_z => _thread_idx_z;
+    block_idx_x => _block_idx_x;
+    block_idx_y => _block_idx_y;
+    block_idx_z => _block_idx_z;
+    block_dim_x => _block_dim_x;
+    block_dim_y => _block_dim_y;
+    block_dim_z => _block_dim_z;
+    grid_dim_x => _grid_dim_x;
+    grid_dim_y => _grid_dim_y;
+    grid_dim_z => _grid_dim_z;
+}
+
+/// Block barrier (`bar.sync 0`), which also orders shared and global memory in the block.
+/// `llvm.nvvm.barrier0` is a memory-touching intrinsic, so the compiler does not move
+/// loads or stores across it (NVPTX also rejects single-thread fences).
+#[inline(always)]
+pub fn barrier() {
+    // SAFETY: a barrier has no memory-safety preconditions.
+    unsafe { n::_syncthreads() };
+}
+
+/// Lanes per warp.
+#[inline(always)]
+pub fn wave_size() -> u32 {
+    32
+}
+
+/// Lane index inside the warp.
+#[inline(always)]
+pub fn lane_id() -> u32 {
+    // SAFETY: reads a special register.
+    unsafe { sreg_laneid() }
+}
+
+/// Reads `value` from lane `src` of the warp (among the active lanes).
+#[inline(always)]
+pub fn shuffle_u32(value: u32, src: u32) -> u32 {
+    // SAFETY: the mask names exactly the active lanes, as shfl.sync requires.
+    unsafe { shfl_idx(activemask(), value, src, 0x1f) }
+}
+
+/// Bit `i` set when lane `i` passes `true`.
+#[inline(always)]
+pub fn ballot(predicate: bool) -> u64 {
+    // SAFETY: as above.
+    unsafe { vote_ballot(activemask(), predicate) as u64 }
+}
+
+/// Start of the block's launch-sized shared memory.
+#[inline(always)]
+pub fn shared_base() -> *mut u8 {
+    core::intrinsics::gpu::gpu_launch_sized_workgroup_mem::<u128>() as *mut u8
+}
+
+pub use super::gpu_math::*;

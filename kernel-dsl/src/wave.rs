@@ -1,0 +1,134 @@
+//! Wave (warp) operations: lanes of one wave exchanging registers without shared memory.
+//!
+//! A wave has 64 lanes on CDNA (gfx90a, gfx942), 32 on RDNA (gfx1030, gfx1100) and NVIDIA;
+//! write kernels against [`size`] rather than a constant. Every function here must be
+//! called by all active lanes of the wave together (wave-uniform control flow); the CPU
+//! executor reports divergent calls as errors.
+use crate::arch;
+
+/// Lanes per wave on this device (32 or 64).
+#[inline(always)]
+pub fn size() -> u32 {
+    arch::wave_size()
+}
+
+/// This lane's index inside its wave.
+#[inline(always)]
+pub fn lane_id() -> u32 {
+    arch::lane_id()
+}
+
+/// Index of this wave inside the work-group.
+#[inline(always)]
+pub fn wave_id() -> u32 {
+    crate::index::flat_thread_idx() / arch::wave_size()
+}
+
+/// A value that fits one 32-bit lane register.
+pub trait LaneValue: Copy {
+    /// Reinterprets as bits.
+    fn to_lane(self) -> u32;
+    /// Reinterprets from bits.
+    fn from_lane(bits: u32) -> Self;
+}
+impl LaneValue for u32 {
+    #[inline(always)]
+    fn to_lane(self) -> u32 { self }
+    #[inline(always)]
+    fn from_lane(bits: u32) -> Self { bits }
+}
+impl LaneValue for i32 {
+    #[inline(always)]
+    fn to_lane(self) -> u32 { self as u32 }
+    #[inline(always)]
+    fn from_lane(bits: u32) -> Self { bits as i32 }
+}
+impl LaneValue for f32 {
+    #[inline(always)]
+    fn to_lane(self) -> u32 { self.to_bits() }
+    #[inline(always)]
+    fn from_lane(bits: u32) -> Self { f32::from_bits(bits) }
+}
+
+/// Value of `v` in lane `src` (indices wrap modulo the wave size).
+#[inline(always)]
+#[track_caller]
+pub fn shuffle<T: LaneValue>(v: T, src: u32) -> T {
+    T::from_lane(arch::shuffle_u32(v.to_lane(), src & (arch::wave_size() - 1)))
+}
+
+/// Value of `v` in lane `lane_id() ^ mask` (butterfly exchange).
+#[inline(always)]
+#[track_caller]
+pub fn shuffle_xor<T: LaneValue>(v: T, mask: u32) -> T {
+    shuffle(v, lane_id() ^ mask)
+}
+
+/// Value of `v` in lane 0.
+#[inline(always)]
+#[track_caller]
+pub fn broadcast_first<T: LaneValue>(v: T) -> T {
+    shuffle(v, 0)
+}
+
+/// Bit `i` set when lane `i` passes `true`.
+#[inline(always)]
+#[track_caller]
+pub fn ballot(predicate: bool) -> u64 {
+    arch::ballot(predicate)
+}
+
+/// `true` when every active lane passes `true`.
+#[inline(always)]
+#[track_caller]
+pub fn all(predicate: bool) -> bool {
+    ballot(!predicate) == 0
+}
+
+/// `true` when any active lane passes `true`.
+#[inline(always)]
+#[track_caller]
+pub fn any(predicate: bool) -> bool {
+    ballot(predicate) != 0
+}
+
+/// Butterfly reduction over the wave: every lane gets `op` folded over all lanes' values.
+/// The wave must be full (all lanes active).
+#[inline(always)]
+#[track_caller]
+pub fn reduce<T: LaneValue>(mut v: T, op: impl Fn(T, T) -> T) -> T {
+    let mut offset = arch::wave_size() / 2;
+    while offset > 0 {
+        v = op(v, shuffle_xor(v, offset));
+        offset /= 2;
+    }
+    v
+}
+
+/// Sum over the wave, in every lane.
+#[inline(always)]
+#[track_caller]
+pub fn sum(v: f32) -> f32 {
+    reduce(v, |a, b| a + b)
+}
+
+/// Maximum over the wave (NaN-ignoring, like `f32::max`), in every lane.
+#[inline(always)]
+#[track_caller]
+pub fn max(v: f32) -> f32 {
+    reduce(v, f32::max)
+}
+
+/// Minimum over the wave (NaN-ignoring, like `f32::min`), in every lane.
+#[inline(always)]
+#[track_caller]
+pub fn min(v: f32) -> f32 {
+    reduce(v, f32::min)
+}
+
+/// Integer sum over the wave (wrapping), in every lane.
+#[inline(always)]
+#[track_caller]
+pub fn sum_u32(v: u32) -> u32 {
+    reduce(v, u32::wrapping_add)
+}

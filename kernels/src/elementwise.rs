@@ -1,0 +1,294 @@
+//! Elementwise kernels: unary maps, binary ops with broadcasting, affine, casts, fill and
+//! strided copies, for `f32`, `f16` and `bf16` (half types compute in `f32`).
+//!
+//! Layouts: a kernel reads its inputs either contiguously (pass an empty `layout`) or
+//! through a strided view described by `layout = [dims..., strides...]` (element units,
+//! row-major, the output's shape; a stride of 0 broadcasts). Outputs are contiguous.
+use kernel_dsl::prelude::*;
+
+/// Offset of logical element `i` in a strided view `layout = [dims..., strides...]`;
+/// `i` itself when the layout is empty (contiguous).
+#[device]
+#[inline(always)]
+pub fn strided_offset(i: usize, layout: &[usize]) -> usize {
+    let nd = layout.len() / 2;
+    if nd == 0 {
+        return i;
+    }
+    let (dims, strides) = layout.split_at(nd);
+    let mut rem = i;
+    let mut off = 0;
+    let mut d = nd;
+    while d > 0 {
+        d -= 1;
+        let dim = dims[d];
+        off += (rem % dim) * strides[d];
+        rem /= dim;
+    }
+    off
+}
+
+/// A scalar function applied elementwise (computed in `f32`).
+pub trait UnaryOp: 'static {
+    /// The function.
+    fn apply(x: f32) -> f32;
+}
+
+macro_rules! unary_ops {
+    ($($(#[$doc:meta])* $name:ident => |$x:ident| $body:expr;)*) => {$(
+        $(#[$doc])*
+        pub struct $name;
+        impl UnaryOp for $name {
+            #[inline(always)]
+            fn apply($x: f32) -> f32 { $body }
+        }
+    )*};
+}
+
+/// `sqrt(2/pi)`, used by the tanh form of GELU.
+const SQRT_2_OVER_PI: f32 = 0.797_884_6;
+
+unary_ops! {
+    /// `-x`
+    Neg => |x| -x;
+    /// `e^x`
+    Exp => |x| FloatMath::exp(x);
+    /// `ln x`
+    Log => |x| FloatMath::ln(x);
+    /// `sqrt x`
+    Sqrt => |x| FloatMath::sqrt(x);
+    /// `|x|`
+    Abs => |x| x.abs();
+    /// `x^2`
+    Sqr => |x| x * x;
+    /// `1/x`
+    Recip => |x| 1.0 / x;
+    /// `max(x, 0)` (NaN stays NaN)
+    Relu => |x| if x < 0.0 { 0.0 } else { x };
+    /// GELU, tanh approximation: `0.5x(1 + tanh(sqrt(2/pi)(x + 0.044715x^3)))`
+    Gelu => |x| 0.5 * x * (1.0 + FloatMath::tanh(SQRT_2_OVER_PI * (x + 0.044_715 * x * x * x)));
+    /// GELU, exact: `0.5x(1 + erf(x/sqrt 2))`
+    GeluErf => |x| 0.5 * x * (1.0 + FloatMath::erf(x * core::f32::consts::FRAC_1_SQRT_2));
+    /// SiLU / swish: `x * sigmoid(x)`
+    Silu => |x| x / (1.0 + FloatMath::exp(-x));
+    /// `tanh x`
+    Tanh => |x| FloatMath::tanh(x);
+    /// `1 / (1 + e^-x)`
+    Sigmoid => |x| FloatMath::sigmoid(x);
+    /// `erf x`
+    Erf => |x| FloatMath::erf(x);
+    /// `sin x`
+    Sin => |x| FloatMath::sin(x);
+    /// `cos x`
+    Cos => |x| FloatMath::cos(x);
+    /// Round toward negative infinity.
+    Floor => |x| FloatMath::floor(x);
+    /// Round toward positive infinity.
+    Ceil => |x| FloatMath::ceil(x);
+    /// Round half away from zero.
+    Round => |x| FloatMath::round(x);
+    /// `-1`, `0` or `1` (NaN stays NaN)
+    Sign => |x| if x > 0.0 { 1.0 } else if x < 0.0 { -1.0 } else { x };
+}
+
+/// `out[i] = Op(input[layout(i)])`.
+#[amdgpu_kernel(
+    T = [f32, f16, bf16],
+    Op = [Neg, Exp, Log, Sqrt, Abs, Sqr, Recip, Relu, Gelu, GeluErf, Silu, Tanh, Sigmoid, Erf, Sin, Cos, Floor, Ceil, Round, Sign]
+)]
+pub fn unary<T: Float, Op: UnaryOp>(input: &[T], layout: &[usize], out: &mut [T]) {
+    let n = out.len();
+    let step = global_size_x();
+    let mut i = global_idx_x();
+    if layout.is_empty() {
+        let input = &input[..n];
+        while i < n {
+            out[i] = T::from_f32(Op::apply(input[i].to_f32()));
+            i += step;
+        }
+    } else {
+        while i < n {
+            out[i] = T::from_f32(Op::apply(input[strided_offset(i, layout)].to_f32()));
+            i += step;
+        }
+    }
+}
+
+/// A scalar function with one parameter.
+pub trait UnaryParamOp: 'static {
+    /// The function.
+    fn apply(x: f32, p: f32) -> f32;
+}
+
+/// ELU: `x` for `x >= 0`, else `alpha (e^x - 1)`.
+pub struct Elu;
+impl UnaryParamOp for Elu {
+    #[inline(always)]
+    fn apply(x: f32, alpha: f32) -> f32 {
+        if x >= 0.0 { x } else { alpha * (FloatMath::exp(x) - 1.0) }
+    }
+}
+
+/// `x^p`.
+pub struct Powf;
+impl UnaryParamOp for Powf {
+    #[inline(always)]
+    fn apply(x: f32, p: f32) -> f32 {
+        FloatMath::powf(x, p)
+    }
+}
+
+/// `out[i] = Op(input[layout(i)], param)`.
+#[amdgpu_kernel(T = [f32, f16, bf16], Op = [Elu, Powf])]
+pub fn unary_param<T: Float, Op: UnaryParamOp>(input: &[T], layout: &[usize], out: &mut [T], param: f32) {
+    let n = out.len();
+    let step = global_size_x();
+    let mut i = global_idx_x();
+    while i < n {
+        out[i] = T::from_f32(Op::apply(input[strided_offset(i, layout)].to_f32(), param));
+        i += step;
+    }
+}
+
+/// `out[i] = input[layout(i)] * mul + add`, computed in `f32`.
+#[amdgpu_kernel(T = [f32, f16, bf16])]
+pub fn affine<T: Float>(input: &[T], layout: &[usize], out: &mut [T], mul: f32, add: f32) {
+    let n = out.len();
+    let step = global_size_x();
+    let mut i = global_idx_x();
+    if layout.is_empty() {
+        let input = &input[..n];
+        while i < n {
+            out[i] = T::from_f32(input[i].to_f32().mul_add(mul, add));
+            i += step;
+        }
+    } else {
+        while i < n {
+            out[i] = T::from_f32(input[strided_offset(i, layout)].to_f32().mul_add(mul, add));
+            i += step;
+        }
+    }
+}
+
+/// A binary function (computed in `f32`).
+pub trait BinaryOp: 'static {
+    /// The function.
+    fn apply(a: f32, b: f32) -> f32;
+}
+
+macro_rules! binary_ops {
+    ($($(#[$doc:meta])* $name:ident => |$a:ident, $b:ident| $body:expr;)*) => {$(
+        $(#[$doc])*
+        pub struct $name;
+        impl BinaryOp for $name {
+            #[inline(always)]
+            fn apply($a: f32, $b: f32) -> f32 { $body }
+        }
+    )*};
+}
+
+binary_ops! {
+    /// `a + b`
+    Add => |a, b| a + b;
+    /// `a - b`
+    Sub => |a, b| a - b;
+    /// `a * b`
+    Mul => |a, b| a * b;
+    /// `a / b`
+    Div => |a, b| a / b;
+    /// Smaller of the two; NaN if either is NaN (like `torch.minimum`).
+    Minimum => |a, b| if a != a || b != b { f32::NAN } else if a < b { a } else { b };
+    /// Larger of the two; NaN if either is NaN (like `torch.maximum`).
+    Maximum => |a, b| if a != a || b != b { f32::NAN } else if a > b { a } else { b };
+}
+
+/// `out[i] = Op(lhs[lhs_layout(i)], rhs[rhs_layout(i)])`; broadcasting through zero
+/// strides.
+#[amdgpu_kernel(T = [f32, f16, bf16], Op = [Add, Sub, Mul, Div, Minimum, Maximum])]
+pub fn binary<T: Float, Op: BinaryOp>(lhs: &[T], lhs_layout: &[usize], rhs: &[T], rhs_layout: &[usize], out: &mut [T]) {
+    let n = out.len();
+    let step = global_size_x();
+    let mut i = global_idx_x();
+    if lhs_layout.is_empty() && rhs_layout.is_empty() {
+        let (lhs, rhs) = (&lhs[..n], &rhs[..n]);
+        while i < n {
+            out[i] = T::from_f32(Op::apply(lhs[i].to_f32(), rhs[i].to_f32()));
+            i += step;
+        }
+    } else {
+        while i < n {
+            let a = lhs[strided_offset(i, lhs_layout)].to_f32();
+            let b = rhs[strided_offset(i, rhs_layout)].to_f32();
+            out[i] = T::from_f32(Op::apply(a, b));
+            i += step;
+        }
+    }
+}
+
+/// `out[i] = input[layout(i)] as D` (Rust `as` semantics; half types through `f32`).
+#[amdgpu_kernel(S = [f32, f16, bf16, u8, u32, i64], D = [f32, f16, bf16, u8, u32, i64])]
+pub fn cast<S: Element, D: Element + CastFrom<S>>(input: &[S], layout: &[usize], out: &mut [D]) {
+    let n = out.len();
+    let step = global_size_x();
+    let mut i = global_idx_x();
+    while i < n {
+        out[i] = D::cast_from(input[strided_offset(i, layout)]);
+        i += step;
+    }
+}
+
+/// `out[i] = value`.
+#[amdgpu_kernel(T = [f32, f16, bf16, u8, u32, i64])]
+pub fn fill<T: Element>(out: &mut [T], value: T) {
+    let n = out.len();
+    let step = global_size_x();
+    let mut i = global_idx_x();
+    while i < n {
+        out[i] = value;
+        i += step;
+    }
+}
+
+/// `out[i] = input[layout(i)]`: makes a strided view contiguous.
+#[amdgpu_kernel(T = [f32, f16, bf16, u8, u32, i64])]
+pub fn copy_strided<T: Element>(input: &[T], layout: &[usize], out: &mut [T]) {
+    let n = out.len();
+    let step = global_size_x();
+    let mut i = global_idx_x();
+    while i < n {
+        out[i] = input[strided_offset(i, layout)];
+        i += step;
+    }
+}
+
+/// Work-group size the elementwise launch helpers use.
+#[cfg(not(any(target_arch = "amdgpu", target_arch = "nvptx64")))]
+pub const BLOCK: u32 = 256;
+
+/// Launch shape for `n` elements: one work-item per element, capped at 65536 work-groups
+/// (larger sizes loop inside the kernel, grid-stride).
+#[cfg(not(any(target_arch = "amdgpu", target_arch = "nvptx64")))]
+pub fn launch_config(n: usize) -> kernel_dsl::host::LaunchConfig {
+    let groups = n.div_ceil(BLOCK as usize).clamp(1, 65536) as u32;
+    kernel_dsl::host::LaunchConfig::new(kernel_dsl::Dim3::x(groups), kernel_dsl::Dim3::x(BLOCK))
+}
+
+/// A strided view for [`unary`], [`binary`] and friends: `[dims..., strides...]`, checked
+/// against the buffer it reads.
+#[cfg(not(any(target_arch = "amdgpu", target_arch = "nvptx64")))]
+pub fn strided_layout(dims: &[usize], strides: &[usize], buffer_len: usize) -> Result<Vec<usize>, kernel_dsl::host::LaunchError> {
+    let invalid = |reason: String| kernel_dsl::host::LaunchError::InvalidArgument { kernel: "elementwise", reason };
+    if dims.len() != strides.len() {
+        return Err(invalid(format!("{} dims but {} strides", dims.len(), strides.len())));
+    }
+    let elems: usize = dims.iter().product();
+    if elems > 0 {
+        let last: usize = dims.iter().zip(strides).map(|(d, s)| (d - 1) * s).sum();
+        if last >= buffer_len {
+            return Err(invalid(format!(
+                "view dims {dims:?} strides {strides:?} reaches element {last} of a buffer of {buffer_len}"
+            )));
+        }
+    }
+    Ok(dims.iter().chain(strides).copied().collect())
+}

@@ -1,0 +1,435 @@
+//! Elementwise kernels on the CPU executor (wave 32 and 64) against an independent `f64`
+//! reference, for f32/f16/bf16, odd sizes, strided and broadcast layouts.
+//!
+//! Tolerances: the reference is computed in f64 from the same (already rounded) inputs and
+//! rounded once to the output type, so the only differences are the f32 evaluation inside
+//! the kernel (a few ulp for transcendental functions; the erf approximant is within
+//! 1.2e-7 absolute) plus, for half types, at most one rounding step of the output:
+//! f32: 2e-6 relative + 2e-6 absolute; f16: 2^-10 relative + 2^-14 absolute (one f16 ulp);
+//! bf16: 2^-7 relative + 2^-14 absolute (one bf16 ulp).
+use half::{bf16, f16};
+use kernel_dsl::host::{CpuExecutor, LaunchConfig, LaunchError, WaveSize};
+use kernel_dsl::{CastFrom, Dim3, Element, Float};
+use kernels::elementwise::{self as ew, *};
+
+const SIZES: [usize; 5] = [0, 1, 7, 1023, 65537];
+
+fn executors() -> [CpuExecutor; 2] {
+    [CpuExecutor::new(WaveSize::W32), CpuExecutor::new(WaveSize::W64)]
+}
+
+/// Deterministic inputs in `[lo, hi)` with special values mixed in.
+fn inputs(n: usize, lo: f64, hi: f64, seed: u64, specials: bool) -> Vec<f64> {
+    let mut s = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+    let sp = [0.0, -0.0, f64::INFINITY, f64::NEG_INFINITY, f64::NAN, 1.0, -1.0];
+    (0..n)
+        .map(|i| {
+            s = s.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+            if specials && i % 97 == 3 {
+                return sp[(i / 97) % sp.len()];
+            }
+            lo + (hi - lo) * ((s >> 11) as f64 / (1u64 << 53) as f64)
+        })
+        .collect()
+}
+
+trait TestFloat: Float + kernel_dsl::host::ScalarArg + std::fmt::Debug + PartialEq {
+    const REL: f64;
+    const ABS: f64;
+    fn from_f64(v: f64) -> Self;
+    fn to_f64(self) -> f64 {
+        self.to_f32() as f64
+    }
+}
+impl TestFloat for f32 {
+    const REL: f64 = 2e-6;
+    const ABS: f64 = 2e-6;
+    fn from_f64(v: f64) -> Self {
+        v as f32
+    }
+}
+impl TestFloat for f16 {
+    const REL: f64 = 1.0 / 1024.0;
+    const ABS: f64 = 1.0 / 16384.0;
+    fn from_f64(v: f64) -> Self {
+        f16::from_f64(v)
+    }
+}
+impl TestFloat for bf16 {
+    const REL: f64 = 1.0 / 128.0;
+    const ABS: f64 = 1.0 / 16384.0;
+    fn from_f64(v: f64) -> Self {
+        bf16::from_f64(v)
+    }
+}
+
+fn assert_close<T: TestFloat>(got: &[T], want: &[f64], what: &str) {
+    assert_eq!(got.len(), want.len(), "{what}: length");
+    for (i, (g, w)) in got.iter().zip(want).enumerate() {
+        let w = T::from_f64(*w).to_f64(); // the reference, rounded to T
+        let g = g.to_f64();
+        let ok = if w.is_nan() {
+            g.is_nan()
+        } else if w.is_infinite() {
+            g == w
+        } else {
+            (g - w).abs() <= T::ABS + T::REL * w.abs()
+        };
+        assert!(ok, "{what}: element {i}: got {g:e}, want {w:e}");
+    }
+}
+
+fn reference_unary(name: &str, x: f64) -> f64 {
+    let gelu = |x: f64| 0.5 * x * (1.0 + (0.797_884_560_802_865_4 * (x + 0.044_715 * x * x * x)).tanh());
+    match name {
+        "neg" => -x,
+        "exp" => x.exp(),
+        "log" => x.ln(),
+        "sqrt" => x.sqrt(),
+        "abs" => x.abs(),
+        "sqr" => x * x,
+        "recip" => 1.0 / x,
+        "relu" => {
+            if x < 0.0 {
+                0.0
+            } else {
+                x
+            }
+        }
+        "gelu" => gelu(x),
+        "gelu_erf" => 0.5 * x * (1.0 + libm::erf(x / std::f64::consts::SQRT_2)),
+        "silu" => x / (1.0 + (-x).exp()),
+        "tanh" => x.tanh(),
+        "sigmoid" => 1.0 / (1.0 + (-x).exp()),
+        "erf" => libm::erf(x),
+        "sin" => x.sin(),
+        "cos" => x.cos(),
+        "floor" => x.floor(),
+        "ceil" => x.ceil(),
+        "round" => x.round(),
+        "sign" => {
+            if x > 0.0 {
+                1.0
+            } else if x < 0.0 {
+                -1.0
+            } else {
+                x
+            }
+        }
+        other => panic!("no reference for {other}"),
+    }
+}
+
+/// Input range per op: where the f32 kernel and the f64 reference are comparable with the
+/// tolerances above (e.g. `exp` below overflow, `sin` where f32 argument reduction is exact).
+fn domain(name: &str) -> (f64, f64) {
+    match name {
+        "exp" => (-80.0, 80.0),
+        "log" | "sqrt" => (1e-3, 1e4),
+        "recip" => (0.5, 100.0),
+        "sin" | "cos" => (-10.0, 10.0),
+        "gelu" | "gelu_erf" | "silu" | "sigmoid" | "tanh" | "erf" => (-8.0, 8.0),
+        _ => (-100.0, 100.0),
+    }
+}
+
+fn run_unary<T: TestFloat, Op: UnaryOp>(name: &str) {
+    for exec in executors() {
+        for &n in &SIZES {
+            let (lo, hi) = domain(name);
+            let specials = !matches!(name, "sin" | "cos");
+            let x: Vec<T> = inputs(n, lo, hi, n as u64 + 1, specials).into_iter().map(T::from_f64).collect();
+            let mut y = vec![T::from_f64(12345.0); n];
+            ew::unary::launch::<T, Op>(&exec, ew::launch_config(n), &x, &[], &mut y).unwrap();
+            let want: Vec<f64> = x.iter().map(|v| reference_unary(name, v.to_f64())).collect();
+            assert_close(&y, &want, &format!("{name}<{}> n={n} {:?}", T::NAME, exec.wave_size()));
+        }
+    }
+}
+
+macro_rules! unary_tests {
+    ($($test:ident: $op:ident = $name:literal;)*) => {$(
+        #[test]
+        fn $test() {
+            run_unary::<f32, $op>($name);
+            run_unary::<f16, $op>($name);
+            run_unary::<bf16, $op>($name);
+        }
+    )*};
+}
+
+unary_tests! {
+    unary_neg: Neg = "neg";
+    unary_exp: Exp = "exp";
+    unary_log: Log = "log";
+    unary_sqrt: Sqrt = "sqrt";
+    unary_abs: Abs = "abs";
+    unary_sqr: Sqr = "sqr";
+    unary_recip: Recip = "recip";
+    unary_relu: Relu = "relu";
+    unary_gelu: Gelu = "gelu";
+    unary_gelu_erf: GeluErf = "gelu_erf";
+    unary_silu: Silu = "silu";
+    unary_tanh: Tanh = "tanh";
+    unary_sigmoid: Sigmoid = "sigmoid";
+    unary_erf: Erf = "erf";
+    unary_sin: Sin = "sin";
+    unary_cos: Cos = "cos";
+    unary_floor: Floor = "floor";
+    unary_ceil: Ceil = "ceil";
+    unary_round: Round = "round";
+    unary_sign: Sign = "sign";
+}
+
+#[test]
+fn unary_log_and_sqrt_of_negative_and_zero_match_ieee() {
+    let exec = CpuExecutor::new(WaveSize::W64);
+    let x = vec![-1.0f32, 0.0, -0.0, f32::INFINITY, f32::NAN];
+    let mut y = vec![0.0f32; 5];
+    ew::unary::launch::<f32, Log>(&exec, ew::launch_config(5), &x, &[], &mut y).unwrap();
+    assert!(y[0].is_nan() && y[1] == f32::NEG_INFINITY && y[2] == f32::NEG_INFINITY && y[3] == f32::INFINITY && y[4].is_nan());
+    ew::unary::launch::<f32, Sqrt>(&exec, ew::launch_config(5), &x, &[], &mut y).unwrap();
+    assert!(y[0].is_nan() && y[1] == 0.0 && y[3] == f32::INFINITY && y[4].is_nan());
+}
+
+/// A transposed view: `x` is a row-major `rows x cols` matrix read as its transpose.
+#[test]
+fn unary_reads_strided_views() {
+    let (rows, cols) = (37usize, 29usize);
+    let x: Vec<f32> = inputs(rows * cols, -5.0, 5.0, 9, false).into_iter().map(|v| v as f32).collect();
+    let layout = ew::strided_layout(&[cols, rows], &[1, cols], x.len()).unwrap();
+    for exec in executors() {
+        let mut y = vec![0.0f32; rows * cols];
+        // Few work-groups so every work-item loops (grid-stride path).
+        let cfg = LaunchConfig::new(Dim3::x(3), Dim3::x(64));
+        ew::unary::launch::<f32, Exp>(&exec, cfg, &x, &layout, &mut y).unwrap();
+        let want: Vec<f64> = (0..cols * rows).map(|i| (x[(i % rows) * cols + i / rows] as f64).exp()).collect();
+        assert_close(&y, &want, "exp of transpose");
+    }
+}
+
+#[test]
+fn strided_layout_rejects_views_past_the_buffer() {
+    let err = ew::strided_layout(&[4, 5], &[5, 1], 19).unwrap_err();
+    assert!(matches!(err, LaunchError::InvalidArgument { .. }), "{err}");
+    assert!(err.to_string().contains("reaches element 19"), "{err}");
+    assert!(ew::strided_layout(&[4, 5], &[5, 1], 20).is_ok());
+    assert!(ew::strided_layout(&[2], &[1, 1], 20).is_err());
+}
+
+fn run_binary<T: TestFloat, Op: BinaryOp>(f: fn(f64, f64) -> f64, name: &str) {
+    for exec in executors() {
+        for &n in &SIZES {
+            let a: Vec<T> = inputs(n, -50.0, 50.0, 3 + n as u64, true).into_iter().map(T::from_f64).collect();
+            let b: Vec<T> = inputs(n, 0.5, 50.0, 7 + n as u64, false).into_iter().map(T::from_f64).collect();
+            let mut y = vec![T::ZERO; n];
+            ew::binary::launch::<T, Op>(&exec, ew::launch_config(n), &a, &[], &b, &[], &mut y).unwrap();
+            let want: Vec<f64> = a.iter().zip(&b).map(|(x, z)| f(x.to_f64(), z.to_f64())).collect();
+            assert_close(&y, &want, &format!("{name}<{}> n={n} {:?}", T::NAME, exec.wave_size()));
+        }
+    }
+}
+
+fn nan_min(a: f64, b: f64) -> f64 {
+    if a.is_nan() || b.is_nan() {
+        f64::NAN
+    } else {
+        a.min(b)
+    }
+}
+fn nan_max(a: f64, b: f64) -> f64 {
+    if a.is_nan() || b.is_nan() {
+        f64::NAN
+    } else {
+        a.max(b)
+    }
+}
+
+macro_rules! binary_tests {
+    ($($test:ident: $op:ident = $f:expr;)*) => {$(
+        #[test]
+        fn $test() {
+            run_binary::<f32, $op>($f, stringify!($op));
+            run_binary::<f16, $op>($f, stringify!($op));
+            run_binary::<bf16, $op>($f, stringify!($op));
+        }
+    )*};
+}
+
+binary_tests! {
+    binary_add: Add = |a, b| a + b;
+    binary_sub: Sub = |a, b| a - b;
+    binary_mul: Mul = |a, b| a * b;
+    binary_div: Div = |a, b| a / b;
+    binary_minimum: Minimum = nan_min;
+    binary_maximum: Maximum = nan_max;
+}
+
+/// `(b, t, d) + (1, t, 1)`-style broadcasting: the rhs has zero strides.
+#[test]
+fn binary_broadcasts_through_zero_strides() {
+    let (b, t, d) = (3usize, 5usize, 7usize);
+    let lhs: Vec<bf16> = inputs(b * t * d, -4.0, 4.0, 11, false).into_iter().map(bf16::from_f64).collect();
+    let rhs: Vec<bf16> = inputs(t, -4.0, 4.0, 12, false).into_iter().map(bf16::from_f64).collect();
+    let rhs_layout = ew::strided_layout(&[b, t, d], &[0, 1, 0], rhs.len()).unwrap();
+    for exec in executors() {
+        let mut y = vec![bf16::ZERO; b * t * d];
+        ew::binary::launch::<bf16, Mul>(&exec, ew::launch_config(y.len()), &lhs, &[], &rhs, &rhs_layout, &mut y).unwrap();
+        let want: Vec<f64> = (0..b * t * d).map(|i| lhs[i].to_f64() * rhs[(i / d) % t].to_f64()).collect();
+        assert_close(&y, &want, "broadcast mul");
+    }
+}
+
+#[test]
+fn affine_all_dtypes() {
+    fn run<T: TestFloat>() {
+        for exec in executors() {
+            for &n in &SIZES {
+                let x: Vec<T> = inputs(n, -10.0, 10.0, n as u64, true).into_iter().map(T::from_f64).collect();
+                let mut y = vec![T::ZERO; n];
+                ew::affine::launch::<T>(&exec, ew::launch_config(n), &x, &[], &mut y, 1.5, -0.25).unwrap();
+                // f32 fma then one rounding: the f64 reference is exact for these inputs.
+                let want: Vec<f64> = x.iter().map(|v| v.to_f64() * 1.5 - 0.25).collect();
+                assert_close(&y, &want, &format!("affine<{}> n={n}", T::NAME));
+            }
+        }
+    }
+    run::<f32>();
+    run::<f16>();
+    run::<bf16>();
+}
+
+#[test]
+fn unary_param_elu_and_powf() {
+    let exec = CpuExecutor::new(WaveSize::W32);
+    let x: Vec<f32> = inputs(1023, -5.0, 5.0, 5, false).into_iter().map(|v| v as f32).collect();
+    let mut y = vec![0.0f32; x.len()];
+    ew::unary_param::launch::<f32, Elu>(&exec, ew::launch_config(x.len()), &x, &[], &mut y, 0.7).unwrap();
+    let want: Vec<f64> = x.iter().map(|&v| if v >= 0.0 { v as f64 } else { 0.7f32 as f64 * ((v as f64).exp() - 1.0) }).collect();
+    assert_close(&y, &want, "elu");
+    let pos: Vec<f32> = x.iter().map(|v| v.abs() + 0.01).collect();
+    ew::unary_param::launch::<f32, Powf>(&exec, ew::launch_config(x.len()), &pos, &[], &mut y, 2.5).unwrap();
+    let want: Vec<f64> = pos.iter().map(|&v| (v as f64).powf(2.5)).collect();
+    // powf = exp2(y log2 x): the f32 log2 error is scaled by y*ln(x) (< 3e-6 relative here).
+    for (g, w) in y.iter().zip(&want) {
+        assert!(((*g as f64) - w).abs() <= 1e-5 * w.abs() + 1e-6, "powf: {g} vs {w}");
+    }
+    let neg = [-2.0f32, -2.0, -8.0];
+    let mut out = [0.0f32; 3];
+    for (p, want) in [(3.0f32, -8.0f32), (2.0, 4.0)] {
+        ew::unary_param::launch::<f32, Powf>(&exec, ew::launch_config(1), &neg[..1], &[], &mut out[..1], p).unwrap();
+        assert!((out[0] - want).abs() < 1e-5, "(-2)^{p} = {}", out[0]);
+    }
+    ew::unary_param::launch::<f32, Powf>(&exec, ew::launch_config(1), &neg[2..], &[], &mut out[..1], 0.5).unwrap();
+    assert!(out[0].is_nan(), "(-8)^0.5 must be NaN");
+}
+
+fn cast_case<S, D>(values: &[f64], from: fn(f64) -> S, want: fn(S) -> D)
+where
+    S: Element + std::fmt::Debug,
+    D: Element + CastFrom<S> + std::fmt::Debug + PartialEq,
+{
+    let x: Vec<S> = values.iter().map(|&v| from(v)).collect();
+    for exec in executors() {
+        let mut y = vec![D::ZERO; x.len()];
+        ew::cast::launch::<S, D>(&exec, ew::launch_config(x.len()), &x, &[], &mut y).unwrap();
+        for (i, (s, g)) in x.iter().zip(&y).enumerate() {
+            let w = want(*s);
+            let same = g == &w || (format!("{g:?}").contains("NaN") && format!("{w:?}").contains("NaN"));
+            assert!(same, "cast {} -> {} element {i}: {s:?} gave {g:?}, want {w:?}", S::NAME, D::NAME);
+        }
+    }
+}
+
+#[test]
+fn cast_between_all_types() {
+    let vals: Vec<f64> = [0.0, 1.0, 2.5, -3.75, 255.0, 256.0, 1e6, -1e6, 65504.0, 1e-3]
+        .into_iter()
+        .chain(inputs(1021, -300.0, 300.0, 4, false))
+        .collect();
+    let ints: Vec<f64> = vals.iter().map(|v| v.abs().round()).collect();
+    // Independent expectations: Rust `as` and the `half` crate's conversions.
+    cast_case::<f32, f16>(&vals, |v| v as f32, f16::from_f32);
+    cast_case::<f32, bf16>(&vals, |v| v as f32, bf16::from_f32);
+    cast_case::<f16, f32>(&vals, f16::from_f64, f16::to_f32);
+    cast_case::<bf16, f32>(&vals, bf16::from_f64, bf16::to_f32);
+    cast_case::<f16, bf16>(&vals, f16::from_f64, |v| bf16::from_f32(v.to_f32()));
+    cast_case::<bf16, f16>(&vals, bf16::from_f64, |v| f16::from_f32(v.to_f32()));
+    cast_case::<f32, u8>(&vals, |v| v as f32, |v| v as u8);
+    cast_case::<f32, u32>(&vals, |v| v as f32, |v| v as u32);
+    cast_case::<f32, i64>(&vals, |v| v as f32, |v| v as i64);
+    cast_case::<bf16, i64>(&vals, bf16::from_f64, |v| v.to_f32() as i64);
+    cast_case::<u8, f32>(&ints, |v| v as u8, |v| v as f32);
+    cast_case::<u32, bf16>(&ints, |v| v as u32, |v| bf16::from_f32(v as f32));
+    cast_case::<i64, f16>(&vals, |v| v as i64, |v| f16::from_f32(v as f32));
+    cast_case::<i64, u32>(&vals, |v| v as i64, |v| v as u32);
+    cast_case::<u32, u8>(&ints, |v| v as u32, |v| v as u8);
+    cast_case::<u8, i64>(&ints, |v| v as u8, |v| v as i64);
+    cast_case::<f32, f32>(&vals, |v| v as f32, |v| v);
+}
+
+#[test]
+fn fill_and_copy_strided_all_types() {
+    fn run<T: Element + kernel_dsl::host::ScalarArg + PartialEq + std::fmt::Debug>(v: T, w: T) {
+        for exec in executors() {
+            for &n in &SIZES {
+                let mut y = vec![w; n];
+                ew::fill::launch::<T>(&exec, ew::launch_config(n), &mut y, v).unwrap();
+                assert!(y.iter().all(|x| *x == v), "fill<{}> n={n}", T::NAME);
+            }
+            // Every other element of a 2 x 9 matrix, transposed.
+            let src: Vec<T> = (0..18).map(|i| if i % 2 == 0 { v } else { w }).collect();
+            let layout = ew::strided_layout(&[9, 2], &[1, 9], src.len()).unwrap();
+            let mut y = vec![v; 18];
+            ew::copy_strided::launch::<T>(&exec, ew::launch_config(18), &src, &layout, &mut y).unwrap();
+            for i in 0..18 {
+                assert_eq!(y[i], src[(i % 2) * 9 + i / 2], "copy_strided<{}> element {i}", T::NAME);
+            }
+        }
+    }
+    run::<f32>(1.5, -2.0);
+    run::<f16>(f16::from_f32(1.5), f16::from_f32(-2.0));
+    run::<bf16>(bf16::from_f32(1.5), bf16::from_f32(-2.0));
+    run::<u8>(7, 200);
+    run::<u32>(7, 4_000_000_000);
+    run::<i64>(-7, i64::MAX);
+}
+
+#[test]
+fn generic_launcher_rejects_types_that_were_not_instantiated() {
+    let exec = CpuExecutor::new(WaveSize::W64);
+    let x = vec![1.0f64; 4];
+    let mut y = vec![0.0f64; 4];
+    let err = ew::copy_strided::launch::<f64>(&exec, ew::launch_config(4), &x, &[], &mut y).unwrap_err();
+    match err {
+        LaunchError::NotInstantiated { requested, available, .. } => {
+            assert_eq!(requested, "copy_strided_f64");
+            assert!(available.contains(&"copy_strided_f32"));
+        }
+        other => panic!("unexpected {other}"),
+    }
+    assert!(y.iter().all(|v| *v == 0.0), "a rejected launch writes nothing");
+}
+
+#[test]
+fn short_input_is_reported_as_out_of_bounds_not_memory_corruption() {
+    let exec = CpuExecutor::new(WaveSize::W64);
+    let x = vec![1.0f32; 10];
+    let mut y = vec![0.0f32; 16];
+    let err = ew::unary::launch::<f32, Exp>(&exec, ew::launch_config(16), &x, &[], &mut y).unwrap_err();
+    let msg = err.to_string();
+    assert!(msg.contains("out-of-bounds") || msg.contains("out of bounds"), "{msg}");
+}
+
+#[test]
+fn invalid_launch_configs_are_rejected_before_running() {
+    let exec = CpuExecutor::new(WaveSize::W32);
+    let x = vec![1.0f32; 8];
+    let mut y = vec![0.0f32; 8];
+    for block in [Dim3::x(0), Dim3::x(2048), Dim3::new(64, 32, 1)] {
+        let cfg = LaunchConfig::new(Dim3::x(1), block);
+        let err = ew::unary::launch::<f32, Neg>(&exec, cfg, &x, &[], &mut y).unwrap_err();
+        assert!(matches!(err, LaunchError::InvalidConfig(_)), "{block:?}: {err}");
+    }
+    assert!(y.iter().all(|v| *v == 0.0));
+}

@@ -1,0 +1,141 @@
+//! The DSL's kernel model on the CPU executor, wave 32 and 64: shared memory, barriers,
+//! wave operations, atomics, half scalars, 2-D grids, device helpers.
+use half::f16;
+use kernel_dsl::host::{CpuExecutor, LaunchConfig, LaunchError, WaveSize};
+use kernel_dsl::Dim3;
+use std::sync::atomic::{AtomicU32, Ordering};
+use workspace_tests::dsl_kernels as k;
+
+fn executors() -> [CpuExecutor; 2] {
+    [CpuExecutor::new(WaveSize::W32), CpuExecutor::new(WaveSize::W64)]
+}
+
+#[test]
+fn block_sum_reduces_each_group_through_shared_memory() {
+    for exec in executors() {
+        for n in [1usize, 255, 256, 1000, 4099] {
+            let x: Vec<f32> = (0..n).map(|i| (i % 17) as f32 - 8.0).collect();
+            let groups = n.div_ceil(256);
+            let mut partial = vec![f32::NAN; groups];
+            let cfg = LaunchConfig::new(Dim3::x(groups as u32), Dim3::x(256));
+            k::block_sum::launch(&exec, cfg, &x, &mut partial).unwrap();
+            for g in 0..groups {
+                let want: f32 = x[g * 256..((g + 1) * 256).min(n)].iter().sum();
+                assert_eq!(partial[g], want, "group {g} of n={n} ({:?})", exec.wave_size());
+            }
+        }
+    }
+}
+
+#[test]
+fn wave_sum_follows_the_wave_size() {
+    for exec in executors() {
+        let w = exec.wave_size().lanes() as usize;
+        let n = 512;
+        let x: Vec<f32> = (0..n).map(|i| i as f32).collect();
+        let mut sums = vec![0.0f32; n / w];
+        let mut lanes = vec![99u32; n];
+        let mut size = vec![0u32; n];
+        k::wave_sums::launch(&exec, LaunchConfig::new(Dim3::x(2), Dim3::x(256)), &x, &mut sums, &mut lanes, &mut size).unwrap();
+        for (wi, s) in sums.iter().enumerate() {
+            let want: f32 = x[wi * w..(wi + 1) * w].iter().sum();
+            assert_eq!(*s, want, "wave {wi} with wave size {w}");
+        }
+        assert!(lanes.iter().enumerate().all(|(i, l)| *l as usize == i % w));
+        assert!(size.iter().all(|s| *s as usize == w));
+    }
+}
+
+#[test]
+fn launch_sized_shared_memory_reverses_blocks() {
+    for exec in executors() {
+        let block = 96u32;
+        let data: Vec<u32> = (0..block * 5).collect();
+        let mut out = vec![0u32; data.len()];
+        let cfg = LaunchConfig::new(Dim3::x(5), Dim3::x(block)).with_dynamic_shared(block as usize);
+        k::reverse_blocks::launch(&exec, cfg, &data, &mut out).unwrap();
+        for (i, v) in out.iter().enumerate() {
+            let (g, t) = (i / block as usize, i % block as usize);
+            assert_eq!(*v as usize, g * block as usize + block as usize - 1 - t);
+        }
+    }
+}
+
+#[test]
+fn too_little_dynamic_shared_memory_is_an_out_of_bounds_error() {
+    let exec = CpuExecutor::new(WaveSize::W64);
+    let data: Vec<u32> = (0..64).collect();
+    let mut out = vec![0u32; 64];
+    // The kernel indexes tile[n - 1 - t] with n = 64 but only 32 elements exist.
+    let cfg = LaunchConfig::new(Dim3::x(1), Dim3::x(64)).with_dynamic_shared(32);
+    let err = k::reverse_blocks::launch(&exec, cfg, &data, &mut out).unwrap_err();
+    assert!(matches!(err, LaunchError::Exec { .. }), "{err}");
+    assert!(err.to_string().contains("shared memory index out of bounds"), "{err}");
+}
+
+#[test]
+fn atomics_and_ballot_count_values() {
+    for exec in executors() {
+        let values: Vec<u32> = (0..1000u32).map(|i| (i * 7919) % 1013).collect();
+        let bins: Vec<AtomicU32> = (0..16).map(|_| AtomicU32::new(0)).collect();
+        let odd = [AtomicU32::new(0)];
+        k::histogram::launch(&exec, LaunchConfig::for_elements(values.len(), 128), &values, &bins[..], &odd[..]).unwrap();
+        let mut want = [0u32; 16];
+        for v in &values {
+            want[(*v as usize) % 16] += 1;
+        }
+        for (b, w) in bins.iter().zip(want) {
+            assert_eq!(b.load(Ordering::Relaxed), w);
+        }
+        assert_eq!(odd[0].load(Ordering::Relaxed), values.iter().filter(|v| *v % 2 == 1).count() as u32);
+    }
+}
+
+#[test]
+fn half_precision_scalar_arguments() {
+    let exec = CpuExecutor::new(WaveSize::W32);
+    let a: Vec<f16> = (0..100).map(|i| f16::from_f32(i as f32 * 0.25)).collect();
+    let mut out = vec![f16::ZERO; 100];
+    k::scale_half::launch::<f16>(&exec, LaunchConfig::for_elements(100, 64), &a, &mut out, f16::from_f32(-2.0)).unwrap();
+    for (x, y) in a.iter().zip(&out) {
+        assert_eq!(*y, f16::from_f32(x.to_f32() * -2.0));
+    }
+}
+
+#[test]
+fn two_dimensional_grid_indices() {
+    for exec in executors() {
+        let (w, h) = (50u32, 37u32);
+        let mut out = vec![u32::MAX; (w * h) as usize];
+        let cfg = LaunchConfig::new(Dim3::new(w.div_ceil(16), h.div_ceil(8), 1), Dim3::new(16, 8, 1));
+        k::grid_2d::launch(&exec, cfg, &mut out, w, h).unwrap();
+        for y in 0..h {
+            for x in 0..w {
+                assert_eq!(out[(y * w + x) as usize], x + 1000 * y);
+            }
+        }
+    }
+}
+
+#[test]
+fn device_helpers_are_callable() {
+    let exec = CpuExecutor::new(WaveSize::W64);
+    let x = vec![-1.0f32, 0.25, 7.0];
+    let mut out = vec![0.0f32; 3];
+    k::clamp_kernel::launch(&exec, LaunchConfig::for_elements(3, 64), &x, &mut out).unwrap();
+    assert_eq!(out, vec![0.0, 0.25, 1.0]);
+}
+
+#[test]
+fn launcher_layouts_follow_the_signature() {
+    let inst = &k::block_sum::INSTANCES[0];
+    assert_eq!(inst.symbol, "block_sum");
+    // input (ptr, len), partial (ptr, len); the Shared parameter takes no slot.
+    let slots: Vec<_> = inst.abi.iter().map(|s| (s.name, s.offset, s.size)).collect();
+    assert_eq!(slots, vec![("input", 0, 8), ("input.len", 8, 8), ("partial", 16, 8), ("partial.len", 24, 8)]);
+    let rev = &k::reverse_blocks::INSTANCES[0];
+    assert_eq!(rev.abi.last().unwrap().name, "__shared_dyn_len");
+    let half: Vec<_> = k::scale_half::INSTANCES.iter().map(|i| i.symbol).collect();
+    assert_eq!(half, vec!["scale_half_f16", "scale_half_bf16"]);
+    assert_eq!(k::scale_half::INSTANCES[0].abi[4].size, 2, "an f16 scalar is 2 bytes");
+}
