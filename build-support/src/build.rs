@@ -117,10 +117,7 @@ impl KernelBuild {
 
         let started = Instant::now();
         let rustc = toolchain::find()?;
-        let cache = match env("KERNEL_SYSROOT_CACHE") {
-            Some(p) => PathBuf::from(p),
-            None => out_dir.ancestors().nth(4).unwrap_or(&out_dir).join("kernel-sysroot"),
-        };
+        let cache = cache_dir(&out_dir);
         let core = sysroot::core_source(&rustc, &cache)?;
         let device = write_device_crate(&modules, &out_dir)?;
         let dsl_hash = hash_dir(kernel_dsl.parent().unwrap())?;
@@ -134,6 +131,7 @@ impl KernelBuild {
                 .iter()
                 .map(|t| {
                     let (rustc, core, cache, device, out_dir, kernel_dsl) = (&rustc, &core, &cache, &device, &out_dir, &kernel_dsl);
+                    let artifact_cache = cache.join(rustc.version_key()).join("kernels");
                     s.spawn(move || {
                         let root = sysroot::ensure(rustc, core, cache, t.triple(), t.cpu())?;
                         CompileJob {
@@ -144,6 +142,7 @@ impl KernelBuild {
                             device,
                             target: t.clone(),
                             out_dir,
+                            cache: &artifact_cache,
                         }
                         .run()
                     })
@@ -174,6 +173,22 @@ impl KernelBuild {
         let report_path = out_dir.join("kernel_report.txt");
         write_if_changed(&report_path, report_text(&stats, started.elapsed().as_secs_f64()).as_bytes())?;
         Ok(BuildReport { artifacts, stats, core_origin: core.origin, rustc: rustc.version })
+    }
+}
+
+/// Where sysroots and compiled kernels are cached: `$KERNEL_SYSROOT_CACHE`, else the
+/// user cache folder (shared by every target directory, e.g. trybuild's), else beside the
+/// target directory.
+fn cache_dir(out_dir: &Path) -> PathBuf {
+    if let Some(p) = env("KERNEL_SYSROOT_CACHE") {
+        return PathBuf::from(p);
+    }
+    let user = std::env::var_os("XDG_CACHE_HOME")
+        .map(PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache")));
+    match user {
+        Some(dir) => dir.join("rocm-kernels-rs"),
+        None => out_dir.ancestors().nth(4).unwrap_or(out_dir).join("kernel-sysroot"),
     }
 }
 

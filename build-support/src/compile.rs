@@ -141,6 +141,8 @@ pub struct CompileJob<'a> {
     pub target: Target,
     /// Where artifacts go.
     pub out_dir: &'a Path,
+    /// Cache of artifacts by input hash, shared by every build of the workspace.
+    pub cache: &'a Path,
 }
 
 /// Result of one target compile.
@@ -183,6 +185,13 @@ impl CompileJob<'_> {
         if artifact.is_file() && fs::read_to_string(&stamp).ok().as_deref() == Some(key.as_str()) {
             return Ok(Artifact { target: t.clone(), path: artifact, compiled: false });
         }
+        // Shared cache across profiles and feature sets (each has its own OUT_DIR).
+        let cached = self.cache.join(format!("{}-{:016x}", t.artifact(), fnv1a(key.as_bytes())));
+        if cached.is_file() {
+            fs::copy(&cached, &artifact).at(&artifact)?;
+            fs::write(&stamp, &key).at(&stamp)?;
+            return Ok(Artifact { target: t.clone(), path: artifact, compiled: false });
+        }
         let cfg = self.arch_cfg()?;
         let common = |c: &mut std::process::Command| {
             c.args(["--edition", "2021", "--target", t.triple()])
@@ -216,6 +225,10 @@ impl CompileJob<'_> {
             }
         }
         crate::sysroot::run(c, &format!("kernels for {}", t.cpu()))?;
+        fs::create_dir_all(self.cache).at(self.cache)?;
+        let tmp = cached.with_extension(format!("tmp-{}", std::process::id()));
+        fs::copy(&artifact, &tmp).at(&tmp)?;
+        fs::rename(&tmp, &cached).at(&cached)?;
         fs::write(&stamp, key).at(&stamp)?;
         Ok(Artifact { target: t.clone(), path: artifact, compiled: true })
     }

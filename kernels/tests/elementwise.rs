@@ -1,5 +1,7 @@
-//! Elementwise kernels on the CPU executor (wave 32 and 64) against an independent `f64`
-//! reference, for f32/f16/bf16, odd sizes, strided and broadcast layouts.
+//! Elementwise kernels against an independent `f64` reference, for f32/f16/bf16, odd
+//! sizes, strided and broadcast layouts. Every test runs on the CPU executor with waves of
+//! 32 and 64 lanes, and on each GPU this build can reach (`--features cuda` / `rocm`);
+//! a GPU that is not there is reported as SKIPPED with the reason.
 //!
 //! Tolerances: the reference is computed in f64 from the same (already rounded) inputs and
 //! rounded once to the output type, so the only differences are the f32 evaluation inside
@@ -8,14 +10,23 @@
 //! f32: 2e-6 relative + 2e-6 absolute; f16: 2^-10 relative + 2^-14 absolute (one f16 ulp);
 //! bf16: 2^-7 relative + 2^-14 absolute (one bf16 ulp).
 use half::{bf16, f16};
-use kernel_dsl::host::{CpuExecutor, LaunchConfig, LaunchError, WaveSize};
+use kernel_dsl::host::{Executor, LaunchConfig, LaunchError, WaveSize};
 use kernel_dsl::{CastFrom, Dim3, Element, Float};
 use kernels::elementwise::{self as ew, *};
+use kernels::runtime::Device;
 
 const SIZES: [usize; 5] = [0, 1, 7, 1023, 65537];
 
-fn executors() -> [CpuExecutor; 2] {
-    [CpuExecutor::new(WaveSize::W32), CpuExecutor::new(WaveSize::W64)]
+/// The CPU executor with both wave sizes, plus every GPU this build can open.
+fn executors() -> Vec<Device> {
+    let mut v = vec![Device::cpu(WaveSize::W32), Device::cpu(WaveSize::W64)];
+    for (name, dev) in [("cuda", Device::cuda(0)), ("rocm", Device::rocm(0))] {
+        match dev {
+            Ok(d) => v.push(d),
+            Err(e) => eprintln!("SKIPPED on {name}: {e}"),
+        }
+    }
+    v
 }
 
 /// Deterministic inputs in `[lo, hi)` with special values mixed in.
@@ -139,10 +150,12 @@ fn run_unary<T: TestFloat, Op: UnaryOp>(name: &str) {
             let (lo, hi) = domain(name);
             let specials = !matches!(name, "sin" | "cos");
             let x: Vec<T> = inputs(n, lo, hi, n as u64 + 1, specials).into_iter().map(T::from_f64).collect();
-            let mut y = vec![T::from_f64(12345.0); n];
-            ew::unary::launch::<T, Op>(&exec, ew::launch_config(n), &x, &[], &mut y).unwrap();
+            let dx = exec.upload(&x).unwrap();
+            let mut dy = exec.upload(&vec![T::from_f64(12345.0); n]).unwrap();
+            ew::unary::launch::<T, Op>(&exec, ew::launch_config(n), &dx, &[], &mut dy).unwrap();
+            let y = exec.download(&dy).unwrap();
             let want: Vec<f64> = x.iter().map(|v| reference_unary(name, v.to_f64())).collect();
-            assert_close(&y, &want, &format!("{name}<{}> n={n} {:?}", T::NAME, exec.wave_size()));
+            assert_close(&y, &want, &format!("{name}<{}> n={n} on {}", T::NAME, exec.name()));
         }
     }
 }
@@ -183,13 +196,18 @@ unary_tests! {
 
 #[test]
 fn unary_log_and_sqrt_of_negative_and_zero_match_ieee() {
-    let exec = CpuExecutor::new(WaveSize::W64);
-    let x = vec![-1.0f32, 0.0, -0.0, f32::INFINITY, f32::NAN];
-    let mut y = vec![0.0f32; 5];
-    ew::unary::launch::<f32, Log>(&exec, ew::launch_config(5), &x, &[], &mut y).unwrap();
-    assert!(y[0].is_nan() && y[1] == f32::NEG_INFINITY && y[2] == f32::NEG_INFINITY && y[3] == f32::INFINITY && y[4].is_nan());
-    ew::unary::launch::<f32, Sqrt>(&exec, ew::launch_config(5), &x, &[], &mut y).unwrap();
-    assert!(y[0].is_nan() && y[1] == 0.0 && y[3] == f32::INFINITY && y[4].is_nan());
+    for exec in executors() {
+        let x = exec.upload(&[-1.0f32, 0.0, -0.0, f32::INFINITY, f32::NAN]).unwrap();
+        let mut dy = exec.alloc::<f32>(5).unwrap();
+        ew::unary::launch::<f32, Log>(&exec, ew::launch_config(5), &x, &[], &mut dy).unwrap();
+        let y = exec.download(&dy).unwrap();
+        let name = exec.name();
+        assert!(y[0].is_nan() && y[1] == f32::NEG_INFINITY && y[2] == f32::NEG_INFINITY, "log on {name}: {y:?}");
+        assert!(y[3] == f32::INFINITY && y[4].is_nan(), "log on {name}: {y:?}");
+        ew::unary::launch::<f32, Sqrt>(&exec, ew::launch_config(5), &x, &[], &mut dy).unwrap();
+        let y = exec.download(&dy).unwrap();
+        assert!(y[0].is_nan() && y[1] == 0.0 && y[3] == f32::INFINITY && y[4].is_nan(), "sqrt on {name}: {y:?}");
+    }
 }
 
 /// A transposed view: `x` is a row-major `rows x cols` matrix read as its transpose.
@@ -199,10 +217,12 @@ fn unary_reads_strided_views() {
     let x: Vec<f32> = inputs(rows * cols, -5.0, 5.0, 9, false).into_iter().map(|v| v as f32).collect();
     let layout = ew::strided_layout(&[cols, rows], &[1, cols], x.len()).unwrap();
     for exec in executors() {
-        let mut y = vec![0.0f32; rows * cols];
+        let (dx, dl) = (exec.upload(&x).unwrap(), exec.upload(&layout).unwrap());
+        let mut dy = exec.alloc::<f32>(rows * cols).unwrap();
         // Few work-groups so every work-item loops (grid-stride path).
         let cfg = LaunchConfig::new(Dim3::x(3), Dim3::x(64));
-        ew::unary::launch::<f32, Exp>(&exec, cfg, &x, &layout, &mut y).unwrap();
+        ew::unary::launch::<f32, Exp>(&exec, cfg, &dx, &dl, &mut dy).unwrap();
+        let y = exec.download(&dy).unwrap();
         let want: Vec<f64> = (0..cols * rows).map(|i| (x[(i % rows) * cols + i / rows] as f64).exp()).collect();
         assert_close(&y, &want, "exp of transpose");
     }
@@ -222,10 +242,12 @@ fn run_binary<T: TestFloat, Op: BinaryOp>(f: fn(f64, f64) -> f64, name: &str) {
         for &n in &SIZES {
             let a: Vec<T> = inputs(n, -50.0, 50.0, 3 + n as u64, true).into_iter().map(T::from_f64).collect();
             let b: Vec<T> = inputs(n, 0.5, 50.0, 7 + n as u64, false).into_iter().map(T::from_f64).collect();
-            let mut y = vec![T::ZERO; n];
-            ew::binary::launch::<T, Op>(&exec, ew::launch_config(n), &a, &[], &b, &[], &mut y).unwrap();
+            let (da, db) = (exec.upload(&a).unwrap(), exec.upload(&b).unwrap());
+            let mut dy = exec.alloc::<T>(n).unwrap();
+            ew::binary::launch::<T, Op>(&exec, ew::launch_config(n), &da, &[], &db, &[], &mut dy).unwrap();
+            let y = exec.download(&dy).unwrap();
             let want: Vec<f64> = a.iter().zip(&b).map(|(x, z)| f(x.to_f64(), z.to_f64())).collect();
-            assert_close(&y, &want, &format!("{name}<{}> n={n} {:?}", T::NAME, exec.wave_size()));
+            assert_close(&y, &want, &format!("{name}<{}> n={n} on {}", T::NAME, exec.name()));
         }
     }
 }
@@ -273,8 +295,10 @@ fn binary_broadcasts_through_zero_strides() {
     let rhs: Vec<bf16> = inputs(t, -4.0, 4.0, 12, false).into_iter().map(bf16::from_f64).collect();
     let rhs_layout = ew::strided_layout(&[b, t, d], &[0, 1, 0], rhs.len()).unwrap();
     for exec in executors() {
-        let mut y = vec![bf16::ZERO; b * t * d];
-        ew::binary::launch::<bf16, Mul>(&exec, ew::launch_config(y.len()), &lhs, &[], &rhs, &rhs_layout, &mut y).unwrap();
+        let (dl, dr, drl) = (exec.upload(&lhs).unwrap(), exec.upload(&rhs).unwrap(), exec.upload(&rhs_layout).unwrap());
+        let mut dy = exec.alloc::<bf16>(b * t * d).unwrap();
+        ew::binary::launch::<bf16, Mul>(&exec, ew::launch_config(b * t * d), &dl, &[], &dr, &drl, &mut dy).unwrap();
+        let y = exec.download(&dy).unwrap();
         let want: Vec<f64> = (0..b * t * d).map(|i| lhs[i].to_f64() * rhs[(i / d) % t].to_f64()).collect();
         assert_close(&y, &want, "broadcast mul");
     }
@@ -286,8 +310,10 @@ fn affine_all_dtypes() {
         for exec in executors() {
             for &n in &SIZES {
                 let x: Vec<T> = inputs(n, -10.0, 10.0, n as u64, true).into_iter().map(T::from_f64).collect();
-                let mut y = vec![T::ZERO; n];
-                ew::affine::launch::<T>(&exec, ew::launch_config(n), &x, &[], &mut y, 1.5, -0.25).unwrap();
+                let dx = exec.upload(&x).unwrap();
+                let mut dy = exec.alloc::<T>(n).unwrap();
+                ew::affine::launch::<T>(&exec, ew::launch_config(n), &dx, &[], &mut dy, 1.5, -0.25).unwrap();
+                let y = exec.download(&dy).unwrap();
                 // f32 fma then one rounding: the f64 reference is exact for these inputs.
                 let want: Vec<f64> = x.iter().map(|v| v.to_f64() * 1.5 - 0.25).collect();
                 assert_close(&y, &want, &format!("affine<{}> n={n}", T::NAME));
@@ -301,27 +327,33 @@ fn affine_all_dtypes() {
 
 #[test]
 fn unary_param_elu_and_powf() {
-    let exec = CpuExecutor::new(WaveSize::W32);
+  for exec in executors() {
+    let run = |x: &[f32], op: &str, p: f32| -> Vec<f32> {
+        let dx = exec.upload(x).unwrap();
+        let mut dy = exec.alloc::<f32>(x.len()).unwrap();
+        match op {
+            "elu" => ew::unary_param::launch::<f32, Elu>(&exec, ew::launch_config(x.len()), &dx, &[], &mut dy, p).unwrap(),
+            _ => ew::unary_param::launch::<f32, Powf>(&exec, ew::launch_config(x.len()), &dx, &[], &mut dy, p).unwrap(),
+        }
+        exec.download(&dy).unwrap()
+    };
     let x: Vec<f32> = inputs(1023, -5.0, 5.0, 5, false).into_iter().map(|v| v as f32).collect();
-    let mut y = vec![0.0f32; x.len()];
-    ew::unary_param::launch::<f32, Elu>(&exec, ew::launch_config(x.len()), &x, &[], &mut y, 0.7).unwrap();
+    let y = run(&x, "elu", 0.7);
     let want: Vec<f64> = x.iter().map(|&v| if v >= 0.0 { v as f64 } else { 0.7f32 as f64 * ((v as f64).exp() - 1.0) }).collect();
     assert_close(&y, &want, "elu");
     let pos: Vec<f32> = x.iter().map(|v| v.abs() + 0.01).collect();
-    ew::unary_param::launch::<f32, Powf>(&exec, ew::launch_config(x.len()), &pos, &[], &mut y, 2.5).unwrap();
+    let y = run(&pos, "powf", 2.5);
     let want: Vec<f64> = pos.iter().map(|&v| (v as f64).powf(2.5)).collect();
     // powf = exp2(y log2 x): the f32 log2 error is scaled by y*ln(x) (< 3e-6 relative here).
     for (g, w) in y.iter().zip(&want) {
         assert!(((*g as f64) - w).abs() <= 1e-5 * w.abs() + 1e-6, "powf: {g} vs {w}");
     }
-    let neg = [-2.0f32, -2.0, -8.0];
-    let mut out = [0.0f32; 3];
     for (p, want) in [(3.0f32, -8.0f32), (2.0, 4.0)] {
-        ew::unary_param::launch::<f32, Powf>(&exec, ew::launch_config(1), &neg[..1], &[], &mut out[..1], p).unwrap();
+        let out = run(&[-2.0], "powf", p);
         assert!((out[0] - want).abs() < 1e-5, "(-2)^{p} = {}", out[0]);
     }
-    ew::unary_param::launch::<f32, Powf>(&exec, ew::launch_config(1), &neg[2..], &[], &mut out[..1], 0.5).unwrap();
-    assert!(out[0].is_nan(), "(-8)^0.5 must be NaN");
+    assert!(run(&[-8.0], "powf", 0.5)[0].is_nan(), "(-8)^0.5 must be NaN");
+  }
 }
 
 fn cast_case<S, D>(values: &[f64], from: fn(f64) -> S, want: fn(S) -> D)
@@ -331,8 +363,10 @@ where
 {
     let x: Vec<S> = values.iter().map(|&v| from(v)).collect();
     for exec in executors() {
-        let mut y = vec![D::ZERO; x.len()];
-        ew::cast::launch::<S, D>(&exec, ew::launch_config(x.len()), &x, &[], &mut y).unwrap();
+        let dx = exec.upload(&x).unwrap();
+        let mut dy = exec.alloc::<D>(x.len()).unwrap();
+        ew::cast::launch::<S, D>(&exec, ew::launch_config(x.len()), &dx, &[], &mut dy).unwrap();
+        let y = exec.download(&dy).unwrap();
         for (i, (s, g)) in x.iter().zip(&y).enumerate() {
             let w = want(*s);
             let same = g == &w || (format!("{g:?}").contains("NaN") && format!("{w:?}").contains("NaN"));
@@ -373,15 +407,18 @@ fn fill_and_copy_strided_all_types() {
     fn run<T: Element + kernel_dsl::host::ScalarArg + PartialEq + std::fmt::Debug>(v: T, w: T) {
         for exec in executors() {
             for &n in &SIZES {
-                let mut y = vec![w; n];
-                ew::fill::launch::<T>(&exec, ew::launch_config(n), &mut y, v).unwrap();
-                assert!(y.iter().all(|x| *x == v), "fill<{}> n={n}", T::NAME);
+                let mut dy = exec.upload(&vec![w; n]).unwrap();
+                ew::fill::launch::<T>(&exec, ew::launch_config(n), &mut dy, v).unwrap();
+                let y = exec.download(&dy).unwrap();
+                assert!(y.iter().all(|x| *x == v), "fill<{}> n={n} on {}", T::NAME, exec.name());
             }
             // Every other element of a 2 x 9 matrix, transposed.
             let src: Vec<T> = (0..18).map(|i| if i % 2 == 0 { v } else { w }).collect();
             let layout = ew::strided_layout(&[9, 2], &[1, 9], src.len()).unwrap();
-            let mut y = vec![v; 18];
-            ew::copy_strided::launch::<T>(&exec, ew::launch_config(18), &src, &layout, &mut y).unwrap();
+            let (ds, dl) = (exec.upload(&src).unwrap(), exec.upload(&layout).unwrap());
+            let mut dy = exec.upload(&vec![v; 18]).unwrap();
+            ew::copy_strided::launch::<T>(&exec, ew::launch_config(18), &ds, &dl, &mut dy).unwrap();
+            let y = exec.download(&dy).unwrap();
             for i in 0..18 {
                 assert_eq!(y[i], src[(i % 2) * 9 + i / 2], "copy_strided<{}> element {i}", T::NAME);
             }
@@ -397,7 +434,7 @@ fn fill_and_copy_strided_all_types() {
 
 #[test]
 fn generic_launcher_rejects_types_that_were_not_instantiated() {
-    let exec = CpuExecutor::new(WaveSize::W64);
+    let exec = Device::cpu(WaveSize::W64);
     let x = vec![1.0f64; 4];
     let mut y = vec![0.0f64; 4];
     let err = ew::copy_strided::launch::<f64>(&exec, ew::launch_config(4), &x, &[], &mut y).unwrap_err();
@@ -413,7 +450,7 @@ fn generic_launcher_rejects_types_that_were_not_instantiated() {
 
 #[test]
 fn short_input_is_reported_as_out_of_bounds_not_memory_corruption() {
-    let exec = CpuExecutor::new(WaveSize::W64);
+    let exec = Device::cpu(WaveSize::W64);
     let x = vec![1.0f32; 10];
     let mut y = vec![0.0f32; 16];
     let err = ew::unary::launch::<f32, Exp>(&exec, ew::launch_config(16), &x, &[], &mut y).unwrap_err();
@@ -423,13 +460,25 @@ fn short_input_is_reported_as_out_of_bounds_not_memory_corruption() {
 
 #[test]
 fn invalid_launch_configs_are_rejected_before_running() {
-    let exec = CpuExecutor::new(WaveSize::W32);
-    let x = vec![1.0f32; 8];
-    let mut y = vec![0.0f32; 8];
+  for exec in executors() {
+    let x = exec.upload(&[1.0f32; 8]).unwrap();
+    let mut dy = exec.alloc::<f32>(8).unwrap();
     for block in [Dim3::x(0), Dim3::x(2048), Dim3::new(64, 32, 1)] {
         let cfg = LaunchConfig::new(Dim3::x(1), block);
-        let err = ew::unary::launch::<f32, Neg>(&exec, cfg, &x, &[], &mut y).unwrap_err();
+        let err = ew::unary::launch::<f32, Neg>(&exec, cfg, &x, &[], &mut dy).unwrap_err();
         assert!(matches!(err, LaunchError::InvalidConfig(_)), "{block:?}: {err}");
     }
-    assert!(y.iter().all(|v| *v == 0.0));
+    assert!(exec.download(&dy).unwrap().iter().all(|v| *v == 0.0), "a rejected launch writes nothing");
+  }
+}
+
+/// Buffers of one device passed to another executor are rejected, not dereferenced.
+#[test]
+fn host_buffers_are_rejected_by_gpu_executors() {
+    for exec in executors().into_iter().filter(|d| d.is_gpu()) {
+        let x = vec![1.0f32; 8];
+        let mut dy = exec.alloc::<f32>(8).unwrap();
+        let err = ew::unary::launch::<f32, Neg>(&exec, ew::launch_config(8), &x, &[], &mut dy).unwrap_err();
+        assert!(matches!(err, LaunchError::WrongMemory { .. }), "{err}");
+    }
 }

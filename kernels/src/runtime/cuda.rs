@@ -1,0 +1,312 @@
+//! NVIDIA executor: loads the embedded PTX through the CUDA driver API (`cudarc`, loaded
+//! at run time, so building needs no CUDA install) and launches kernels on one stream.
+use super::MemError;
+use cudarc::driver::{result, sys};
+use kernel_dsl::host::{check_memory, ArgValue, EmbeddedKernels, Executor, Launch, LaunchError, MemLocation};
+use std::collections::HashMap;
+use std::ffi::{c_void, CString};
+use std::sync::{Arc, Mutex};
+
+fn err(call: &'static str, e: result::DriverError) -> LaunchError {
+    LaunchError::Backend { backend: "cuda", call, message: format!("{e:?}") }
+}
+
+/// One CUDA device with its primary context and a stream.
+pub struct CudaDevice {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    ordinal: usize,
+    name: String,
+    capability: (i32, i32),
+    ctx: sys::CUcontext,
+    device: sys::CUdevice,
+    stream: sys::CUstream,
+    modules: Mutex<HashMap<usize, sys::CUmodule>>,
+    functions: Mutex<HashMap<(usize, &'static str), sys::CUfunction>>,
+}
+
+// SAFETY: CUDA handles are usable from any thread once the context is made current,
+// which every entry point does first.
+unsafe impl Send for Inner {}
+unsafe impl Sync for Inner {}
+
+impl Drop for Inner {
+    fn drop(&mut self) {
+        // SAFETY: handles created by `CudaDevice::new`, released once.
+        unsafe {
+            let _ = result::ctx::set_current(self.ctx);
+            let _ = result::stream::synchronize(self.stream);
+            for (_, m) in self.modules.lock().unwrap().drain() {
+                let _ = result::module::unload(m);
+            }
+            let _ = result::stream::destroy(self.stream);
+            let _ = result::primary_ctx::release(self.device);
+        }
+    }
+}
+
+impl CudaDevice {
+    /// Opens device `ordinal`. Without an NVIDIA driver or GPU this is a clear error.
+    pub fn new(ordinal: usize) -> Result<Self, LaunchError> {
+        // SAFETY: only checks whether libcuda can be loaded.
+        if !unsafe { sys::is_culib_present() } {
+            return Err(LaunchError::NoDevice("the CUDA driver library (libcuda.so) is not installed".into()));
+        }
+        result::init().map_err(|e| err("cuInit", e))?;
+        let count = result::device::get_count().map_err(|e| err("cuDeviceGetCount", e))?;
+        if ordinal >= count as usize {
+            return Err(LaunchError::NoDevice(format!("CUDA device {ordinal} requested, {count} present")));
+        }
+        let device = result::device::get(ordinal as i32).map_err(|e| err("cuDeviceGet", e))?;
+        let name = result::device::get_name(device).map_err(|e| err("cuDeviceGetName", e))?;
+        // SAFETY: valid device handle from above.
+        unsafe {
+            let major = result::device::get_attribute(device, sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR)
+                .map_err(|e| err("cuDeviceGetAttribute", e))?;
+            let minor = result::device::get_attribute(device, sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR)
+                .map_err(|e| err("cuDeviceGetAttribute", e))?;
+            let ctx = result::primary_ctx::retain(device).map_err(|e| err("cuDevicePrimaryCtxRetain", e))?;
+            result::ctx::set_current(ctx).map_err(|e| err("cuCtxSetCurrent", e))?;
+            let stream = result::stream::create(result::stream::StreamKind::NonBlocking).map_err(|e| err("cuStreamCreate", e))?;
+            Ok(CudaDevice {
+                inner: Arc::new(Inner {
+                    ordinal,
+                    name,
+                    capability: (major, minor),
+                    ctx,
+                    device,
+                    stream,
+                    modules: Mutex::new(HashMap::new()),
+                    functions: Mutex::new(HashMap::new()),
+                }),
+            })
+        }
+    }
+
+    /// Device name, e.g. `NVIDIA H100 80GB HBM3`.
+    pub fn device_name(&self) -> &str {
+        &self.inner.name
+    }
+
+    /// Compute capability `(major, minor)`.
+    pub fn capability(&self) -> (i32, i32) {
+        self.inner.capability
+    }
+
+    fn bind(&self) -> Result<(), LaunchError> {
+        // SAFETY: the context lives as long as `inner`.
+        unsafe { result::ctx::set_current(self.inner.ctx) }.map_err(|e| err("cuCtxSetCurrent", e))
+    }
+
+    /// Waits for all work queued on the stream.
+    pub fn synchronize(&self) -> Result<(), LaunchError> {
+        self.bind()?;
+        // SAFETY: valid stream.
+        unsafe { result::stream::synchronize(self.inner.stream) }.map_err(|e| err("cuStreamSynchronize", e))
+    }
+
+    /// Copies `data` to a new device buffer.
+    pub fn upload<T: Copy>(&self, data: &[T]) -> Result<CudaBuffer<T>, LaunchError> {
+        let buf = self.alloc::<T>(data.len())?;
+        if !data.is_empty() {
+            // SAFETY: `buf` holds `data.len()` elements.
+            unsafe { result::memcpy_htod_sync(buf.ptr, data) }.map_err(|e| err("cuMemcpyHtoD", e))?;
+        }
+        Ok(buf)
+    }
+
+    /// A new zero-filled device buffer of `len` elements.
+    pub fn alloc<T: Copy>(&self, len: usize) -> Result<CudaBuffer<T>, LaunchError> {
+        self.bind()?;
+        let bytes = (len * std::mem::size_of::<T>()).max(1);
+        // SAFETY: plain allocation, zeroed before use, freed by `CudaBuffer::drop`.
+        let ptr = unsafe { result::malloc_sync(bytes) }.map_err(|e| err("cuMemAlloc", e))?;
+        unsafe { result::memset_d8_sync(ptr, 0, bytes) }.map_err(|e| err("cuMemsetD8", e))?;
+        Ok(CudaBuffer { ptr, len, device: self.inner.clone(), _t: std::marker::PhantomData })
+    }
+
+    /// Copies a device buffer back (waits for queued work first).
+    pub fn download<T: Copy>(&self, buf: &CudaBuffer<T>) -> Result<Vec<T>, LaunchError> {
+        self.synchronize()?;
+        let mut out = Vec::<T>::with_capacity(buf.len);
+        // SAFETY: `out` has room for `len` elements, all written by the copy before set_len.
+        unsafe {
+            if buf.len > 0 {
+                let dst = std::slice::from_raw_parts_mut(out.as_mut_ptr(), buf.len);
+                result::memcpy_dtoh_sync(dst, buf.ptr).map_err(|e| err("cuMemcpyDtoH", e))?;
+            }
+            out.set_len(buf.len);
+        }
+        Ok(out)
+    }
+
+    /// Device-to-device copy of `src` into `dst` (same length), queued on the stream.
+    pub fn copy<T: Copy>(&self, src: &CudaBuffer<T>, dst: &mut CudaBuffer<T>) -> Result<(), LaunchError> {
+        if src.len != dst.len {
+            return Err(MemError::length(src.len, dst.len));
+        }
+        self.bind()?;
+        // SAFETY: both buffers hold `len` elements.
+        unsafe { result::memcpy_dtod_async(dst.ptr, src.ptr, src.len * std::mem::size_of::<T>(), self.inner.stream) }
+            .map_err(|e| err("cuMemcpyDtoDAsync", e))
+    }
+
+    /// Records an event on the stream (for timing).
+    pub fn record_event(&self) -> Result<CudaEvent, LaunchError> {
+        self.bind()?;
+        let ev = result::event::create(sys::CUevent_flags::CU_EVENT_DEFAULT).map_err(|e| err("cuEventCreate", e))?;
+        // SAFETY: fresh event, valid stream.
+        unsafe { result::event::record(ev, self.inner.stream) }.map_err(|e| err("cuEventRecord", e))?;
+        Ok(CudaEvent { ev })
+    }
+
+    fn function(&self, binaries: &'static EmbeddedKernels, symbol: &'static str) -> Result<sys::CUfunction, LaunchError> {
+        let key = (binaries as *const EmbeddedKernels as usize, symbol);
+        if let Some(f) = self.inner.functions.lock().unwrap().get(&key) {
+            return Ok(*f);
+        }
+        let module = {
+            let mut modules = self.inner.modules.lock().unwrap();
+            match modules.get(&key.0) {
+                Some(m) => *m,
+                None => {
+                    let ptx = binaries.ptx.ok_or_else(|| {
+                        LaunchError::NoDevice(format!("{} was built without PTX (KERNEL_PTX=0)", binaries.crate_name))
+                    })?;
+                    let image = CString::new(ptx).expect("PTX has no NUL bytes");
+                    // SAFETY: NUL-terminated PTX text.
+                    let m = unsafe { result::module::load_data(image.as_ptr() as *const c_void) }.map_err(|e| err("cuModuleLoadData", e))?;
+                    modules.insert(key.0, m);
+                    m
+                }
+            }
+        };
+        let name = CString::new(symbol).expect("symbol");
+        // SAFETY: valid module, NUL-terminated name.
+        let f = unsafe { result::module::get_function(module, name) }.map_err(|e| err("cuModuleGetFunction", e))?;
+        self.inner.functions.lock().unwrap().insert(key, f);
+        Ok(f)
+    }
+}
+
+impl Executor for CudaDevice {
+    fn name(&self) -> String {
+        let (ma, mi) = self.inner.capability;
+        format!("cuda:{} ({}, sm_{ma}{mi})", self.inner.ordinal, self.inner.name)
+    }
+
+    fn memory(&self) -> MemLocation {
+        MemLocation::Device { backend: "cuda", ordinal: self.inner.ordinal }
+    }
+
+    fn launch(&self, launch: &Launch<'_>) -> Result<(), LaunchError> {
+        launch.config.validate()?;
+        check_memory(self, launch)?;
+        let c = launch.config;
+        if c.grid.volume() == 0 {
+            return Ok(());
+        }
+        self.bind()?;
+        let f = self.function(launch.binaries, launch.kernel.symbol)?;
+        if launch.shared_bytes > 48 * 1024 {
+            // SAFETY: valid function handle.
+            unsafe {
+                result::function::set_function_attribute(
+                    f,
+                    sys::CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                    launch.shared_bytes as i32,
+                )
+            }
+            .map_err(|e| err("cuFuncSetAttribute", e))?;
+        }
+        // One 8-byte cell per slot; CUDA reads each parameter's size from the cell start.
+        let mut cells: Vec<u64> = Vec::with_capacity(launch.kernel.abi.len());
+        for a in launch.args {
+            match *a {
+                ArgValue::Slice { addr, len, .. } => {
+                    // Empty host slices (`&[]`) are never read: pass a null pointer.
+                    cells.push(if len == 0 { 0 } else { addr });
+                    cells.push(len as u64);
+                }
+                ArgValue::U8(v) => cells.push(v as u64),
+                ArgValue::U16(v) => cells.push(v as u64),
+                ArgValue::U32(v) => cells.push(v as u64),
+                ArgValue::U64(v) => cells.push(v),
+            }
+        }
+        let mut params: Vec<*mut c_void> = cells.iter_mut().map(|c| c as *mut u64 as *mut c_void).collect();
+        // SAFETY: parameters match the entry's layout (checked at build time against the PTX).
+        unsafe {
+            result::launch_kernel(
+                f,
+                (c.grid.x, c.grid.y, c.grid.z),
+                (c.block.x, c.block.y, c.block.z),
+                launch.shared_bytes as u32,
+                self.inner.stream,
+                &mut params,
+            )
+        }
+        .map_err(|e| err("cuLaunchKernel", e))
+    }
+}
+
+/// A device buffer on a CUDA device; freed (stream-ordered) on drop.
+pub struct CudaBuffer<T> {
+    ptr: sys::CUdeviceptr,
+    len: usize,
+    device: Arc<Inner>,
+    _t: std::marker::PhantomData<T>,
+}
+
+impl<T> CudaBuffer<T> {
+    /// Elements.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+    /// `true` when empty.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+    /// The kernel argument for this buffer.
+    pub fn arg(&self) -> ArgValue {
+        ArgValue::Slice { addr: self.ptr, len: self.len, location: MemLocation::Device { backend: "cuda", ordinal: self.device.ordinal } }
+    }
+}
+
+impl<T> Drop for CudaBuffer<T> {
+    fn drop(&mut self) {
+        // SAFETY: allocated by `alloc`; freed after the queued work that may use it.
+        unsafe {
+            let _ = result::ctx::set_current(self.device.ctx);
+            let _ = result::stream::synchronize(self.device.stream);
+            let _ = result::free_sync(self.ptr);
+        }
+    }
+}
+
+/// A recorded CUDA event.
+pub struct CudaEvent {
+    ev: sys::CUevent,
+}
+
+impl CudaEvent {
+    /// Milliseconds from `self` to `end` (waits for `end`).
+    pub fn elapsed_ms(&self, end: &CudaEvent) -> Result<f32, LaunchError> {
+        // SAFETY: both events were recorded.
+        unsafe {
+            result::event::synchronize(end.ev).map_err(|e| err("cuEventSynchronize", e))?;
+            result::event::elapsed(self.ev, end.ev).map_err(|e| err("cuEventElapsedTime", e))
+        }
+    }
+}
+
+impl Drop for CudaEvent {
+    fn drop(&mut self) {
+        // SAFETY: created by `record_event`.
+        unsafe {
+            let _ = result::event::destroy(self.ev);
+        }
+    }
+}

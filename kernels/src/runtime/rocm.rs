@@ -1,0 +1,447 @@
+//! AMD executor: loads the embedded AMDGPU code objects through HIP (`rocm-rs` 0.4.2) and
+//! launches kernels on one stream. Building type-checks without ROCm (`SKIP_BINDGEN=1`);
+//! linking and running need a ROCm install (`libamdhip64`).
+//!
+//! The safe `rocm-rs` wrappers are used where they fit: [`Device`](hip::Device) (device
+//! count, `hipSetDevice`), [`Stream`], [`Module`] (`hipModuleLoadData`, unloaded on drop),
+//! [`Function`] (`hipModuleGetFunction`), [`DeviceMemory`] (`hipMalloc`, `hipMemset`,
+//! host-to-device `hipMemcpy`, `hipFree` on drop) and [`Event`]. The raw FFI is used where
+//! they don't: `hipGetDevicePropertiesR0600` (the wrapper's `DeviceProperties` has no
+//! `gcnArchName`), `hipModuleLaunchKernel` with `extra` (the wrapper only passes
+//! `kernelParams`), device-to-host `hipMemcpy` into uninitialised memory, and
+//! device-to-device `hipMemcpyAsync` on the stream (the wrapper's copy is synchronous).
+use super::MemError;
+use kernel_dsl::host::{check_memory, ArgValue, EmbeddedKernels, Executor, Launch, LaunchError, MemLocation};
+use rocm_rs::hip::{self, bindings, ffi, stream_flags, DeviceMemory, Event, Function, Module, Stream};
+use std::collections::hash_map::Entry;
+use std::collections::HashMap;
+use std::ffi::{c_char, c_void};
+use std::ptr;
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+
+/// `HIP_LAUNCH_PARAM_BUFFER_POINTER` (`((void*)0x01)` in `hip_runtime_api.h`): the next
+/// `extra` entry points at the packed kernel-argument buffer. The HIP headers define the
+/// three markers as pointer-cast macros, which bindgen does not translate, so rocm-rs 0.4.2
+/// has no binding for them.
+const HIP_LAUNCH_PARAM_BUFFER_POINTER: usize = 0x01;
+/// `HIP_LAUNCH_PARAM_BUFFER_SIZE` (`((void*)0x02)`): the next entry points at a `size_t`
+/// holding the buffer's size in bytes.
+const HIP_LAUNCH_PARAM_BUFFER_SIZE: usize = 0x02;
+/// `HIP_LAUNCH_PARAM_END` (`((void*)0x03)`): ends the `extra` array.
+const HIP_LAUNCH_PARAM_END: usize = 0x03;
+
+fn err(call: &'static str, e: hip::Error) -> LaunchError {
+    LaunchError::Backend { backend: "rocm", call, message: e.to_string() }
+}
+
+/// Turns a raw `hipError_t` into a result.
+fn check(call: &'static str, code: ffi::hipError_t) -> Result<(), LaunchError> {
+    if code == ffi::hipError_t_hipSuccess {
+        Ok(())
+    } else {
+        Err(err(call, hip::Error::new(code)))
+    }
+}
+
+/// Locks a cache; a panic elsewhere cannot leave a half-inserted entry, so poison is ignored.
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// A NUL-terminated `char[N]` field of `hipDeviceProp_t`, read without running past its end.
+fn c_chars(raw: &[c_char]) -> String {
+    let bytes: Vec<u8> = raw.iter().take_while(|&&c| c != 0).map(|&c| c as u8).collect();
+    String::from_utf8_lossy(&bytes).into_owned()
+}
+
+/// One HIP device with a stream.
+pub struct RocmDevice {
+    inner: Arc<Inner>,
+}
+
+/// A loaded code object, with the aligned copy of its ELF bytes when one was needed.
+struct LoadedModule {
+    /// Declared first so that it is unloaded (`hipModuleUnload`) before `_image` is freed.
+    module: Module,
+    _image: Option<Vec<u64>>,
+}
+
+struct Inner {
+    ordinal: usize,
+    device: hip::Device,
+    name: String,
+    /// Full `gcnArchName`, e.g. `gfx90a:sramecc+:xnack-`.
+    arch: String,
+    stream: Stream,
+    modules: Mutex<HashMap<usize, LoadedModule>>,
+    functions: Mutex<HashMap<(usize, &'static str), Function>>,
+}
+
+// SAFETY: HIP handles (stream, modules, functions) are process-wide objects and the HIP
+// runtime API is thread-safe. The only per-thread state is the current device, and every
+// entry point calls `hipSetDevice` (`bind`) before using a handle. The caches are behind
+// mutexes; `Function` is a plain handle without drop glue, valid while its module is loaded.
+unsafe impl Send for Inner {}
+// SAFETY: as for `Send`: shared use goes through `&self` methods that bind the device first.
+unsafe impl Sync for Inner {}
+
+impl Drop for Inner {
+    fn drop(&mut self) {
+        // Errors cannot be reported from drop; the handles are released regardless.
+        let _ = self.device.set_current();
+        let _ = self.stream.synchronize();
+        lock(&self.functions).clear();
+        // `Module::drop` calls `hipModuleUnload`; `Stream::drop` (a field) `hipStreamDestroy`.
+        lock(&self.modules).clear();
+    }
+}
+
+// Compile-time check that the public types can be shared across threads.
+const _: fn() = || {
+    fn send_sync<T: Send + Sync>() {}
+    send_sync::<RocmDevice>();
+    send_sync::<RocmBuffer<f32>>();
+    send_sync::<RocmEvent>();
+};
+
+impl RocmDevice {
+    /// Opens device `ordinal`. Without the HIP runtime or an AMD GPU this is a
+    /// [`LaunchError::NoDevice`] with the reason.
+    pub fn new(ordinal: usize) -> Result<Self, LaunchError> {
+        // Both calls report `hipErrorNoDevice` on a machine without an AMD GPU.
+        let no_device = |call: &str, e: hip::Error| {
+            if e.code() == bindings::hipError_t_hipErrorNoDevice {
+                LaunchError::NoDevice(format!("no AMD GPU: {call} reported {e}"))
+            } else {
+                LaunchError::NoDevice(format!("the HIP runtime could not be initialised: {call} failed: {e}"))
+            }
+        };
+        hip::init().map_err(|e| no_device("hipInit", e))?;
+        let count = hip::get_device_count().map_err(|e| no_device("hipGetDeviceCount", e))?;
+        if count <= 0 {
+            return Err(LaunchError::NoDevice(format!("no AMD GPU: hipGetDeviceCount returned {count}")));
+        }
+        let id = i32::try_from(ordinal)
+            .ok()
+            .filter(|&id| id < count)
+            .ok_or_else(|| LaunchError::NoDevice(format!("HIP device {ordinal} requested, {count} present")))?;
+        let device = hip::Device::new(id).map_err(|e| err("hipGetDeviceCount", e))?;
+        device.set_current().map_err(|e| err("hipSetDevice", e))?;
+
+        // SAFETY: `hipDeviceProp_tR0600` is plain C data for which all-zero bytes are valid;
+        // `hipGetDevicePropertiesR0600` fills it for a device id checked above.
+        let mut props: ffi::hipDeviceProp_tR0600 = unsafe { std::mem::zeroed() };
+        // SAFETY: `props` is a live, writable `hipDeviceProp_tR0600`.
+        check("hipGetDeviceProperties", unsafe { ffi::hipGetDevicePropertiesR0600(&mut props, id) })?;
+        let name = c_chars(&props.name);
+        let arch = c_chars(&props.gcnArchName);
+        if arch.is_empty() {
+            return Err(LaunchError::Backend {
+                backend: "rocm",
+                call: "hipGetDeviceProperties",
+                message: format!("device {ordinal} ({name}) reports no gcnArchName"),
+            });
+        }
+
+        // A blocking stream (flags 0): it is ordered with the NULL stream, on which
+        // `hipMemset` and `hipMemcpy` run, so a buffer filled by `alloc`/`upload` is ready
+        // for the kernels queued after it. Created on the current device, set above.
+        let stream = device.get_stream_with_flags(stream_flags::DEFAULT).map_err(|e| err("hipStreamCreateWithFlags", e))?;
+        Ok(RocmDevice {
+            inner: Arc::new(Inner {
+                ordinal,
+                device,
+                name,
+                arch,
+                stream,
+                modules: Mutex::new(HashMap::new()),
+                functions: Mutex::new(HashMap::new()),
+            }),
+        })
+    }
+
+    /// Device name, e.g. `AMD Instinct MI250X`.
+    pub fn device_name(&self) -> &str {
+        &self.inner.name
+    }
+
+    /// The device's `gcnArchName` with its target features, e.g. `gfx90a:sramecc+:xnack-`.
+    pub fn arch(&self) -> &str {
+        &self.inner.arch
+    }
+
+    /// The architecture without target features (`gfx90a`), as code objects are keyed.
+    fn base_arch(&self) -> &str {
+        self.inner.arch.split(':').next().unwrap_or(&self.inner.arch)
+    }
+
+    fn bind(&self) -> Result<(), LaunchError> {
+        self.inner.device.set_current().map_err(|e| err("hipSetDevice", e))
+    }
+
+    fn check_owner<T>(&self, buf: &RocmBuffer<T>, op: &'static str) -> Result<(), LaunchError> {
+        if buf.device.ordinal == self.inner.ordinal {
+            Ok(())
+        } else {
+            Err(LaunchError::InvalidArgument {
+                kernel: op,
+                reason: format!("buffer belongs to HIP device {}, not {}", buf.device.ordinal, self.inner.ordinal),
+            })
+        }
+    }
+
+    /// Waits for all work queued on the stream.
+    pub fn synchronize(&self) -> Result<(), LaunchError> {
+        self.bind()?;
+        self.inner.stream.synchronize().map_err(|e| err("hipStreamSynchronize", e))
+    }
+
+    /// Copies `data` to a new device buffer.
+    pub fn upload<T: Copy>(&self, data: &[T]) -> Result<RocmBuffer<T>, LaunchError> {
+        let mut buf = self.alloc_uninit::<T>(data.len())?;
+        // `hipMemcpy` host-to-device of exactly `data.len()` elements (the buffer's size);
+        // it returns once `data` has been read.
+        buf.mem.copy_from_host(data).map_err(|e| err("hipMemcpy", e))?;
+        Ok(buf)
+    }
+
+    /// A new zero-filled device buffer of `len` elements.
+    pub fn alloc<T: Copy>(&self, len: usize) -> Result<RocmBuffer<T>, LaunchError> {
+        let mut buf = self.alloc_uninit::<T>(len)?;
+        buf.mem.memset(0).map_err(|e| err("hipMemset", e))?;
+        Ok(buf)
+    }
+
+    /// A new device buffer of `len` elements whose contents are not yet written.
+    fn alloc_uninit<T: Copy>(&self, len: usize) -> Result<RocmBuffer<T>, LaunchError> {
+        // `DeviceMemory::new` multiplies without an overflow check.
+        if len.checked_mul(std::mem::size_of::<T>()).is_none() {
+            return Err(LaunchError::InvalidArgument {
+                kernel: "alloc",
+                reason: format!("{len} elements of {} bytes overflow usize", std::mem::size_of::<T>()),
+            });
+        }
+        self.bind()?;
+        // `hipMalloc` on the current device (a null pointer for zero bytes); `hipFree` on drop.
+        let mem = DeviceMemory::<T>::new(len).map_err(|e| err("hipMalloc", e))?;
+        Ok(RocmBuffer { mem, len, device: self.inner.clone() })
+    }
+
+    /// Copies a device buffer back (waits for queued work first).
+    pub fn download<T: Copy>(&self, buf: &RocmBuffer<T>) -> Result<Vec<T>, LaunchError> {
+        self.check_owner(buf, "download")?;
+        self.synchronize()?;
+        let bytes = buf.len * std::mem::size_of::<T>();
+        let mut out = Vec::<T>::with_capacity(buf.len);
+        if bytes > 0 {
+            // SAFETY: `out` has room for `len` elements (`bytes` bytes) and the buffer holds
+            // as many; `hipMemcpy` device-to-host is synchronous, so they are written on return.
+            check("hipMemcpy", unsafe {
+                ffi::hipMemcpy(
+                    out.as_mut_ptr().cast::<c_void>(),
+                    buf.mem.as_ptr().cast_const(),
+                    bytes,
+                    ffi::hipMemcpyKind_hipMemcpyDeviceToHost,
+                )
+            })?;
+        }
+        // SAFETY: all `len` elements were written by the copy above (or `T` has no bytes).
+        unsafe { out.set_len(buf.len) };
+        Ok(out)
+    }
+
+    /// Device-to-device copy of `src` into `dst` (same length), queued on the stream.
+    pub fn copy<T: Copy>(&self, src: &RocmBuffer<T>, dst: &mut RocmBuffer<T>) -> Result<(), LaunchError> {
+        if src.len != dst.len {
+            return Err(MemError::length(src.len, dst.len));
+        }
+        self.check_owner(src, "copy")?;
+        self.check_owner(dst, "copy")?;
+        let bytes = src.len * std::mem::size_of::<T>();
+        if bytes == 0 {
+            return Ok(());
+        }
+        self.bind()?;
+        // SAFETY: both buffers are live device allocations of `bytes` bytes; they stay alive
+        // until the copy has run because `RocmBuffer::drop` synchronises the stream first.
+        check("hipMemcpyAsync", unsafe {
+            ffi::hipMemcpyAsync(
+                dst.mem.as_ptr(),
+                src.mem.as_ptr().cast_const(),
+                bytes,
+                ffi::hipMemcpyKind_hipMemcpyDeviceToDevice,
+                self.inner.stream.as_raw(),
+            )
+        })
+    }
+
+    /// Records an event on the stream (for timing).
+    pub fn record_event(&self) -> Result<RocmEvent, LaunchError> {
+        self.bind()?;
+        // `hipEventCreate` (timing enabled), then `hipEventRecord` on the stream.
+        let ev = Event::new().map_err(|e| err("hipEventCreate", e))?;
+        ev.record(&self.inner.stream).map_err(|e| err("hipEventRecord", e))?;
+        Ok(RocmEvent { ev })
+    }
+
+    /// Loads the code object of `binaries` for this device's architecture
+    /// (`hipModuleLoadData`). The device must be bound.
+    fn load_module(&self, binaries: &'static EmbeddedKernels) -> Result<LoadedModule, LaunchError> {
+        let code = binaries
+            .code_object(&self.inner.arch)
+            .ok_or_else(|| LaunchError::ArchNotBuilt { arch: self.base_arch().to_string(), built: binaries.archs() })?;
+        // ELF readers may read headers in place; `include_bytes!` data has no alignment
+        // guarantee, so hand over 8-byte-aligned storage when needed and keep it as long as
+        // the module.
+        if code.bytes.as_ptr().align_offset(8) == 0 {
+            let module = Module::load_data(code.bytes).map_err(|e| err("hipModuleLoadData", e))?;
+            return Ok(LoadedModule { module, _image: None });
+        }
+        let mut words = vec![0u64; code.bytes.len().div_ceil(8)];
+        // SAFETY: `words` has at least `code.bytes.len()` bytes; the regions are distinct
+        // allocations.
+        unsafe { ptr::copy_nonoverlapping(code.bytes.as_ptr(), words.as_mut_ptr().cast::<u8>(), code.bytes.len()) };
+        // SAFETY: the first `code.bytes.len()` bytes of `words` are initialised (copied above).
+        let image = unsafe { std::slice::from_raw_parts(words.as_ptr().cast::<u8>(), code.bytes.len()) };
+        let module = Module::load_data(image).map_err(|e| err("hipModuleLoadData", e))?;
+        Ok(LoadedModule { module, _image: Some(words) })
+    }
+
+    /// The kernel `symbol` of `binaries` on this device: loads the code object for the
+    /// device's architecture once per `binaries`, looks the symbol up once. The device must
+    /// be bound.
+    fn function(&self, binaries: &'static EmbeddedKernels, symbol: &'static str) -> Result<ffi::hipFunction_t, LaunchError> {
+        let key = (binaries as *const EmbeddedKernels as usize, symbol);
+        if let Some(f) = lock(&self.inner.functions).get(&key) {
+            return Ok(f.as_raw());
+        }
+        let f = {
+            let mut modules = lock(&self.inner.modules);
+            let loaded = match modules.entry(key.0) {
+                Entry::Occupied(o) => o.into_mut(),
+                Entry::Vacant(v) => v.insert(self.load_module(binaries)?),
+            };
+            // `hipModuleGetFunction`; the handle is valid while the module stays loaded,
+            // which is until `Inner` drops.
+            loaded.module.get_function(symbol).map_err(|e| err("hipModuleGetFunction", e))?
+        };
+        let raw = f.as_raw();
+        lock(&self.inner.functions).insert(key, f);
+        Ok(raw)
+    }
+}
+
+impl Executor for RocmDevice {
+    fn name(&self) -> String {
+        format!("rocm:{} ({}, {})", self.inner.ordinal, self.inner.name, self.inner.arch)
+    }
+
+    fn memory(&self) -> MemLocation {
+        MemLocation::Device { backend: "rocm", ordinal: self.inner.ordinal }
+    }
+
+    fn launch(&self, launch: &Launch<'_>) -> Result<(), LaunchError> {
+        launch.config.validate()?;
+        check_memory(self, launch)?;
+        let c = launch.config;
+        if c.grid.volume() == 0 {
+            return Ok(());
+        }
+        let shared_bytes = u32::try_from(launch.shared_bytes).map_err(|_| {
+            LaunchError::InvalidConfig(format!("{} bytes of shared memory exceed u32", launch.shared_bytes))
+        })?;
+        self.bind()?;
+        let f = self.function(launch.binaries, launch.kernel.symbol)?;
+
+        // The kernel-argument segment exactly as the code object's metadata lays it out
+        // (checked at build time), in 8-byte-aligned storage. HIP copies each explicit
+        // parameter from its metadata offset and fills the hidden arguments itself, so the
+        // size handed over ends at the last explicit slot: recent HIP runtimes skip
+        // parameters lying past BUFFER_SIZE and reject a non-zero size for a kernel
+        // without parameters.
+        let packed = launch.kernel.pack(launch.args);
+        let explicit_end = launch.kernel.abi.iter().map(|s| (s.offset + s.size) as usize).max().unwrap_or(0);
+        let mut segment_size: usize = explicit_end.min(packed.len());
+        let mut segment = vec![0u64; segment_size.div_ceil(8).max(1)];
+        // SAFETY: `segment` has at least `segment_size <= packed.len()` bytes; distinct
+        // allocations.
+        unsafe { ptr::copy_nonoverlapping(packed.as_ptr(), segment.as_mut_ptr().cast::<u8>(), segment_size) };
+        let mut extra: [*mut c_void; 5] = [
+            ptr::without_provenance_mut(HIP_LAUNCH_PARAM_BUFFER_POINTER),
+            segment.as_mut_ptr().cast::<c_void>(),
+            ptr::without_provenance_mut(HIP_LAUNCH_PARAM_BUFFER_SIZE),
+            ptr::from_mut(&mut segment_size).cast::<c_void>(),
+            ptr::without_provenance_mut(HIP_LAUNCH_PARAM_END),
+        ];
+        // SAFETY: `f` is a function of a module loaded on this (bound) device; `extra` is the
+        // { BUFFER_POINTER, buf, BUFFER_SIZE, &size, END } array HIP expects, with `buf`
+        // holding `segment_size` bytes laid out as the kernel's metadata requires; HIP copies
+        // the arguments before returning, so the locals may go away afterwards. Slices live
+        // in this device's memory (`check_memory`) and stay alive until the kernel has run
+        // because `RocmBuffer::drop` synchronises the stream.
+        check("hipModuleLaunchKernel", unsafe {
+            ffi::hipModuleLaunchKernel(
+                f,
+                c.grid.x,
+                c.grid.y,
+                c.grid.z,
+                c.block.x,
+                c.block.y,
+                c.block.z,
+                shared_bytes,
+                self.inner.stream.as_raw(),
+                ptr::null_mut(),
+                extra.as_mut_ptr(),
+            )
+        })
+    }
+}
+
+/// A device buffer on a HIP device; freed on drop, after the work queued before it.
+pub struct RocmBuffer<T> {
+    /// `hipMalloc`ed memory; its `Drop` calls `hipFree`.
+    mem: DeviceMemory<T>,
+    len: usize,
+    device: Arc<Inner>,
+}
+
+impl<T> RocmBuffer<T> {
+    /// Elements.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+    /// `true` when empty.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+    /// The kernel argument for this buffer.
+    pub fn arg(&self) -> ArgValue {
+        ArgValue::Slice {
+            addr: self.mem.as_ptr() as usize as u64,
+            len: self.len,
+            location: MemLocation::Device { backend: "rocm", ordinal: self.device.ordinal },
+        }
+    }
+}
+
+impl<T> Drop for RocmBuffer<T> {
+    fn drop(&mut self) {
+        // Work queued on the stream may still use the memory: wait for it, then the
+        // `mem` field's drop frees it (`hipFree`) with the owning device current.
+        let _ = self.device.device.set_current();
+        let _ = self.device.stream.synchronize();
+    }
+}
+
+/// A recorded HIP event.
+pub struct RocmEvent {
+    ev: Event,
+}
+
+impl RocmEvent {
+    /// Milliseconds from `self` to `end` (waits for `end`).
+    pub fn elapsed_ms(&self, end: &RocmEvent) -> Result<f32, LaunchError> {
+        end.ev.synchronize().map_err(|e| err("hipEventSynchronize", e))?;
+        self.ev.elapsed_time(&end.ev).map_err(|e| err("hipEventElapsedTime", e))
+    }
+}

@@ -1,0 +1,60 @@
+#!/usr/bin/env bash
+# Runs the kernel tests (and benchmarks) on an NVIDIA GPU through the embedded PTX.
+#
+#   tests/gpu/nvidia.sh            # machine with Rust and an NVIDIA GPU: build and run
+#   tests/gpu/nvidia.sh bundle     # machine with Rust, no GPU: build binaries into .device-bin/
+#   tests/gpu/nvidia.sh run        # GPU machine without Rust: run what `bundle` built
+#
+# `bundle` + `run` is how the project's H100 checks are made: the GPU machine has CUDA and
+# PyTorch but no Rust toolchain, so x86-64 binaries built here travel there.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+BIN=.device-bin
+
+bundle() {
+    rm -rf "$BIN" && mkdir -p "$BIN"
+    # Test binaries of the crates whose kernels run on a GPU, with the CUDA path enabled.
+    cargo test --release -p kernels --features cuda --no-run --message-format=json 2>/dev/null \
+        | python3 -c '
+import json, sys, shutil
+for line in sys.stdin:
+    m = json.loads(line)
+    if m.get("reason") == "compiler-artifact" and m.get("profile", {}).get("test") and m.get("executable"):
+        name = m["target"]["name"]
+        shutil.copy(m["executable"], sys.argv[1] + "/test-" + name)
+        print("bundled test", name)
+' "$BIN"
+    if [ -d benches/src ] && grep -q '\[\[bin\]\]' benches/Cargo.toml 2>/dev/null; then
+        cargo build --release -p benches --features cuda --bins
+        for b in $(cargo metadata --no-deps --format-version 1 | python3 -c '
+import json, sys
+m = json.load(sys.stdin)
+for p in m["packages"]:
+    if p["name"] == "benches":
+        for t in p["targets"]:
+            if "bin" in t["kind"]: print(t["name"])'); do
+            cp "target/release/$b" "$BIN/bench-$b"
+            echo "bundled bench $b"
+        done
+        cp -r benches/python "$BIN/python" 2>/dev/null || true
+    fi
+    cp tests/gpu/nvidia.sh "$BIN/"
+    du -sh "$BIN"
+}
+
+run() {
+    nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader || true
+    status=0
+    for t in "$BIN"/test-*; do
+        echo "== $t"
+        "$t" --test-threads=1 || status=1
+    done
+    exit $status
+}
+
+case "${1:-all}" in
+    bundle) bundle ;;
+    run) run ;;
+    all) cargo test -p kernels --features cuda -- --test-threads=1 ;;
+    *) echo "usage: $0 [bundle|run]" >&2; exit 2 ;;
+esac
