@@ -165,7 +165,7 @@ impl KernelBuild {
                     let text = std::fs::read_to_string(&a.path).at(&a.path)?;
                     let module = crate::ptx::parse_ptx(&text)
                         .map_err(|e| BuildError::Metadata { path: a.path.clone(), message: e.to_string() })?;
-                    check_ptx(&device.abis, &module)?;
+                    check_ptx(&device.abis, &module, &text)?;
                 }
             }
         }

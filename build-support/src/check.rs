@@ -93,9 +93,14 @@ pub fn check_code_object(abis: &[KernelAbi], meta: &CodeObjectMetadata, arch: &s
     }
 }
 
-/// Checks every launcher layout against the PTX entries (parameter count, sizes, pointers).
-pub fn check_ptx(abis: &[KernelAbi], module: &PtxModule) -> Result<(), BuildError> {
+/// Checks every launcher layout against the PTX entries (parameter count, sizes, pointers),
+/// and that the module calls no function it does not define (the driver's JIT would
+/// reject it at load time).
+pub fn check_ptx(abis: &[KernelAbi], module: &PtxModule, text: &str) -> Result<(), BuildError> {
     let mut problems = Vec::new();
+    for line in text.lines().filter(|l| l.trim_start().starts_with(".extern .func")) {
+        problems.push(format!("PTX calls an undefined function: `{}`", line.trim()));
+    }
     for abi in abis {
         let Some(e) = module.entries.iter().find(|e| e.name == abi.symbol) else {
             problems.push(format!("PTX: entry `{}` is missing", abi.symbol));

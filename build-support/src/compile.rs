@@ -196,7 +196,11 @@ impl CompileJob<'_> {
         let common = |c: &mut std::process::Command| {
             c.args(["--edition", "2021", "--target", t.triple()])
                 .arg(format!("-Ctarget-cpu={}", t.cpu()))
-                .args(["-Copt-level=3", "-Cpanic=abort", "-Cdebuginfo=0", "-Ccodegen-units=1", "-Cembed-bitcode=yes", "-Zmerge-functions=disabled"])
+                .args(["-Copt-level=3", "-Zunstable-options"])
+                .arg(format!("-Cpanic={}", crate::sysroot::PANIC_STRATEGY))
+                // Identical kernels (e.g. `cast_f32_f32` and `copy_strided_f32`) must stay
+                // separate symbols with their own descriptors, not become aliases.
+                .args(["-Cdebuginfo=0", "-Ccodegen-units=1", "-Cembed-bitcode=yes", "-Zmerge-functions=disabled"])
                 .arg("--sysroot")
                 .arg(self.sysroot)
                 .args(&cfg);

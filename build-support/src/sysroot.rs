@@ -14,6 +14,11 @@ use std::path::{Path, PathBuf};
 
 const MARKER: &str = ".complete";
 
+/// Panic strategy of all GPU code: a panic (failed bounds check, division by zero) becomes
+/// a trap at the call site. `core`'s panic entry points are then inlined instead of being
+/// out-of-line functions, which NVPTX's LTO output would otherwise leave undefined.
+pub const PANIC_STRATEGY: &str = "immediate-abort";
+
 /// Where `library/core/src/lib.rs` is, and which source it came from.
 #[derive(Clone, Debug)]
 pub struct CoreSource {
@@ -207,7 +212,7 @@ pub fn stub_included_docs(root: &Path) -> Result<usize, BuildError> {
 /// A sysroot folder holding `core` and `compiler_builtins` for `target`/`cpu`; built on
 /// first use and cached.
 pub fn ensure(rustc: &GpuRustc, core: &CoreSource, cache: &Path, target: &str, cpu: &str) -> Result<PathBuf, BuildError> {
-    let root = cache.join(rustc.version_key()).join(format!("sysroot-{target}-{cpu}"));
+    let root = cache.join(rustc.version_key()).join(format!("sysroot-{target}-{cpu}-{}", PANIC_STRATEGY));
     let lib = root.join("lib/rustlib").join(target).join("lib");
     if root.join(MARKER).is_file() {
         return Ok(root);
@@ -248,7 +253,9 @@ fn build_sysroot(rustc: &GpuRustc, core: &CoreSource, target: &str, cpu: &str, r
     let common = |c: &mut std::process::Command| {
         c.args(["--edition", "2024", "--target", target])
             .arg(format!("-Ctarget-cpu={cpu}"))
-            .args(["-Copt-level=3", "-Cpanic=abort", "-Cembed-bitcode=yes", "-Cdebuginfo=0", "--cap-lints", "allow"]);
+            .args(["-Copt-level=3", "-Zunstable-options"])
+            .arg(format!("-Cpanic={PANIC_STRATEGY}"))
+            .args(["-Cembed-bitcode=yes", "-Cdebuginfo=0", "--cap-lints", "allow"]);
     };
     // Documentation files still missing are reported by rustc as "couldn't read `path`":
     // give them empty stand-ins and try again (rust-docs sources only).

@@ -28,6 +28,100 @@ pub fn strided_offset(i: usize, layout: &[usize]) -> usize {
     off
 }
 
+/// Elements one work-item moves per vector access in the contiguous fast path.
+pub const VEC: usize = 8;
+
+/// `VEC` elements, aligned so that a chunk of 2-byte or larger elements is one or more
+/// 16-byte vector loads (`global_load_dwordx4`, `ld.global.v4.u32`).
+#[repr(C, align(16))]
+#[derive(Clone, Copy)]
+pub struct Chunk<T>(pub [T; VEC]);
+
+/// `true` when both slices start on 16 bytes and their elements are at least 2 bytes, so
+/// [`Chunk`]s tile them exactly.
+#[device]
+#[inline(always)]
+pub fn chunkable<A, B>(a: *const A, b: *const B) -> bool {
+    core::mem::size_of::<A>() >= 2
+        && core::mem::size_of::<B>() >= 2
+        && (a as usize | b as usize) % 16 == 0
+}
+
+/// `out[i] = f(input[i])` over contiguous slices of equal length: 16-byte vector accesses
+/// in a grid-stride loop, then the tail element by element.
+#[device]
+#[inline(always)]
+pub fn map1<A: Copy, B: Copy>(input: &[A], out: &mut [B], f: impl Fn(A) -> B) {
+    let n = out.len();
+    let input = &input[..n];
+    let step = global_size_x();
+    let gid = global_idx_x();
+    let mut done = 0;
+    if chunkable(input.as_ptr(), out.as_ptr()) {
+        let chunks = n / VEC;
+        let mut c = gid;
+        while c < chunks {
+            // SAFETY: c * VEC + VEC <= n for both slices; both start 16-byte aligned and
+            // VEC elements of >= 2 bytes are a multiple of 16 bytes, so every chunk is aligned.
+            let a = unsafe { core::ptr::read(input.as_ptr().add(c * VEC) as *const Chunk<A>) };
+            let mut r = [f(a.0[0]); VEC];
+            let mut k = 1;
+            while k < VEC {
+                r[k] = f(a.0[k]);
+                k += 1;
+            }
+            // SAFETY: as above.
+            unsafe { core::ptr::write(out.as_mut_ptr().add(c * VEC) as *mut Chunk<B>, Chunk(r)) };
+            c += step;
+        }
+        done = chunks * VEC;
+    }
+    let mut i = done + gid;
+    while i < n {
+        out[i] = f(input[i]);
+        i += step;
+    }
+}
+
+/// `out[i] = f(a[i], b[i])` over contiguous slices of equal length (see [`map1`]).
+#[device]
+#[inline(always)]
+pub fn map2<A: Copy, B: Copy>(a: &[A], b: &[A], out: &mut [B], f: impl Fn(A, A) -> B) {
+    let n = out.len();
+    let (a, b) = (&a[..n], &b[..n]);
+    let step = global_size_x();
+    let gid = global_idx_x();
+    let mut done = 0;
+    if chunkable(a.as_ptr(), out.as_ptr()) && chunkable(b.as_ptr(), out.as_ptr()) {
+        let chunks = n / VEC;
+        let mut c = gid;
+        while c < chunks {
+            // SAFETY: as in `map1`, for all three slices.
+            let (x, y) = unsafe {
+                (
+                    core::ptr::read(a.as_ptr().add(c * VEC) as *const Chunk<A>),
+                    core::ptr::read(b.as_ptr().add(c * VEC) as *const Chunk<A>),
+                )
+            };
+            let mut r = [f(x.0[0], y.0[0]); VEC];
+            let mut k = 1;
+            while k < VEC {
+                r[k] = f(x.0[k], y.0[k]);
+                k += 1;
+            }
+            // SAFETY: as above.
+            unsafe { core::ptr::write(out.as_mut_ptr().add(c * VEC) as *mut Chunk<B>, Chunk(r)) };
+            c += step;
+        }
+        done = chunks * VEC;
+    }
+    let mut i = done + gid;
+    while i < n {
+        out[i] = f(a[i], b[i]);
+        i += step;
+    }
+}
+
 /// A scalar function applied elementwise (computed in `f32`).
 pub trait UnaryOp: 'static {
     /// The function.
@@ -97,16 +191,12 @@ unary_ops! {
     Op = [Neg, Exp, Log, Sqrt, Abs, Sqr, Recip, Relu, Gelu, GeluErf, Silu, Tanh, Sigmoid, Erf, Sin, Cos, Floor, Ceil, Round, Sign]
 )]
 pub fn unary<T: Float, Op: UnaryOp>(input: &[T], layout: &[usize], out: &mut [T]) {
-    let n = out.len();
-    let step = global_size_x();
-    let mut i = global_idx_x();
     if layout.is_empty() {
-        let input = &input[..n];
-        while i < n {
-            out[i] = T::from_f32(Op::apply(input[i].to_f32()));
-            i += step;
-        }
+        map1(input, out, |x: T| T::from_f32(Op::apply(x.to_f32())));
     } else {
+        let n = out.len();
+        let step = global_size_x();
+        let mut i = global_idx_x();
         while i < n {
             out[i] = T::from_f32(Op::apply(input[strided_offset(i, layout)].to_f32()));
             i += step;
@@ -141,6 +231,10 @@ impl UnaryParamOp for Powf {
 /// `out[i] = Op(input[layout(i)], param)`.
 #[amdgpu_kernel(T = [f32, f16, bf16], Op = [Elu, Powf])]
 pub fn unary_param<T: Float, Op: UnaryParamOp>(input: &[T], layout: &[usize], out: &mut [T], param: f32) {
+    if layout.is_empty() {
+        map1(input, out, |x: T| T::from_f32(Op::apply(x.to_f32(), param)));
+        return;
+    }
     let n = out.len();
     let step = global_size_x();
     let mut i = global_idx_x();
@@ -153,16 +247,12 @@ pub fn unary_param<T: Float, Op: UnaryParamOp>(input: &[T], layout: &[usize], ou
 /// `out[i] = input[layout(i)] * mul + add`, computed in `f32`.
 #[amdgpu_kernel(T = [f32, f16, bf16])]
 pub fn affine<T: Float>(input: &[T], layout: &[usize], out: &mut [T], mul: f32, add: f32) {
-    let n = out.len();
-    let step = global_size_x();
-    let mut i = global_idx_x();
     if layout.is_empty() {
-        let input = &input[..n];
-        while i < n {
-            out[i] = T::from_f32(input[i].to_f32().mul_add(mul, add));
-            i += step;
-        }
+        map1(input, out, |x: T| T::from_f32(x.to_f32().mul_add(mul, add)));
     } else {
+        let n = out.len();
+        let step = global_size_x();
+        let mut i = global_idx_x();
         while i < n {
             out[i] = T::from_f32(input[strided_offset(i, layout)].to_f32().mul_add(mul, add));
             i += step;
@@ -206,16 +296,12 @@ binary_ops! {
 /// strides.
 #[amdgpu_kernel(T = [f32, f16, bf16], Op = [Add, Sub, Mul, Div, Minimum, Maximum])]
 pub fn binary<T: Float, Op: BinaryOp>(lhs: &[T], lhs_layout: &[usize], rhs: &[T], rhs_layout: &[usize], out: &mut [T]) {
-    let n = out.len();
-    let step = global_size_x();
-    let mut i = global_idx_x();
     if lhs_layout.is_empty() && rhs_layout.is_empty() {
-        let (lhs, rhs) = (&lhs[..n], &rhs[..n]);
-        while i < n {
-            out[i] = T::from_f32(Op::apply(lhs[i].to_f32(), rhs[i].to_f32()));
-            i += step;
-        }
+        map2(lhs, rhs, out, |a: T, b: T| T::from_f32(Op::apply(a.to_f32(), b.to_f32())));
     } else {
+        let n = out.len();
+        let step = global_size_x();
+        let mut i = global_idx_x();
         while i < n {
             let a = lhs[strided_offset(i, lhs_layout)].to_f32();
             let b = rhs[strided_offset(i, rhs_layout)].to_f32();
@@ -228,6 +314,10 @@ pub fn binary<T: Float, Op: BinaryOp>(lhs: &[T], lhs_layout: &[usize], rhs: &[T]
 /// `out[i] = input[layout(i)] as D` (Rust `as` semantics; half types through `f32`).
 #[amdgpu_kernel(S = [f32, f16, bf16, u8, u32, i64], D = [f32, f16, bf16, u8, u32, i64])]
 pub fn cast<S: Element, D: Element + CastFrom<S>>(input: &[S], layout: &[usize], out: &mut [D]) {
+    if layout.is_empty() {
+        map1(input, out, |x: S| D::cast_from(x));
+        return;
+    }
     let n = out.len();
     let step = global_size_x();
     let mut i = global_idx_x();
@@ -265,11 +355,12 @@ pub fn copy_strided<T: Element>(input: &[T], layout: &[usize], out: &mut [T]) {
 #[cfg(not(any(target_arch = "amdgpu", target_arch = "nvptx64")))]
 pub const BLOCK: u32 = 256;
 
-/// Launch shape for `n` elements: one work-item per element, capped at 65536 work-groups
-/// (larger sizes loop inside the kernel, grid-stride).
+/// Launch shape for `n` elements: one work-item per [`VEC`] elements (the contiguous fast
+/// path's chunk), capped at 65536 work-groups; larger sizes and strided views loop inside
+/// the kernel (grid-stride), so any shape is correct.
 #[cfg(not(any(target_arch = "amdgpu", target_arch = "nvptx64")))]
 pub fn launch_config(n: usize) -> kernel_dsl::host::LaunchConfig {
-    let groups = n.div_ceil(BLOCK as usize).clamp(1, 65536) as u32;
+    let groups = n.div_ceil(BLOCK as usize * VEC).clamp(1, 65536) as u32;
     kernel_dsl::host::LaunchConfig::new(kernel_dsl::Dim3::x(groups), kernel_dsl::Dim3::x(BLOCK))
 }
 

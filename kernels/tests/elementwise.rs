@@ -482,3 +482,26 @@ fn host_buffers_are_rejected_by_gpu_executors() {
         assert!(matches!(err, LaunchError::WrongMemory { .. }), "{err}");
     }
 }
+
+/// Slices that do not start on 16 bytes (views at an odd offset) take the element-wise
+/// path instead of the vector path; both give the same results.
+#[test]
+fn unaligned_views_match_aligned_ones() {
+    let x: Vec<f32> = inputs(4099, -3.0, 3.0, 21, false).into_iter().map(|v| v as f32).collect();
+    for wave in [WaveSize::W32, WaveSize::W64] {
+        let exec = kernel_dsl::host::CpuExecutor::new(wave);
+        for offset in 0..4 {
+            let src = &x[offset..];
+            let mut y = vec![0.0f32; src.len() + 1];
+            let out = &mut y[1..];
+            ew::unary::launch::<f32, Silu>(&exec, ew::launch_config(src.len()), src, &[], out).unwrap();
+            let want: Vec<f64> = src.iter().map(|&v| reference_unary("silu", v as f64)).collect();
+            assert_close(out, &want, &format!("silu at offset {offset}"));
+            let mut z = vec![0.0f32; src.len()];
+            ew::binary::launch::<f32, Mul>(&exec, ew::launch_config(src.len()), src, &[], &x[..src.len()], &[], &mut z).unwrap();
+            for i in 0..src.len() {
+                assert_eq!(z[i], src[i] * x[i], "mul at offset {offset}, element {i}");
+            }
+        }
+    }
+}

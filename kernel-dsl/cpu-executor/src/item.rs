@@ -33,8 +33,9 @@ pub struct WaveLanes {
 pub(crate) enum Resume {
     /// Start, or continue after a barrier.
     Run,
-    /// Continue after a completed wave operation, with its result.
-    Wave(WaveLanes),
+    /// Continue after a completed wave operation, with its result (owned by the scheduler,
+    /// valid for the duration of the resume; passed by pointer to spare 528-byte copies).
+    Wave(*const WaveLanes),
 }
 
 /// Why a work-item suspended itself.
@@ -229,7 +230,9 @@ pub fn shared_len() -> usize {
 #[track_caller]
 pub fn wave_exchange(value: u64) -> WaveLanes {
     match suspend("wave_exchange", Suspend::Wave { site: Location::caller(), value }) {
-        Resume::Wave(lanes) => lanes,
+        // SAFETY: the scheduler keeps the result alive while it resumes this work-item,
+        // which is now; it is copied out before the next suspension.
+        Resume::Wave(lanes) => unsafe { *lanes },
         Resume::Run => unreachable!("a wave operation was resumed without a wave result"),
     }
 }

@@ -32,7 +32,10 @@
 //!   Divergent ones are reported as [`ExecError::BarrierDivergence`] /
 //!   [`ExecError::WaveDivergence`] rather than emulated with execution masks.
 //! - Work-items are only switched at barriers and wave operations, never preempted: one that
-//!   spins waiting for another work-item of its own group without a barrier hangs.
+//!   spins waiting for another work-item of its own group without a barrier hangs. For the
+//!   same reason a work-item must not hold a lock (a `Mutex` guard, a `RefCell` borrow)
+//!   across a barrier or wave operation: the other work-items of its group run on the same
+//!   OS thread and would deadlock on it.
 //! - A panic in a work-item becomes an error ([`ExecError::Panic`] or
 //!   [`ExecError::OutOfBounds`]); the process-wide panic hook is left alone, so it still
 //!   prints the panic message. With `panic = "abort"` a panic aborts the process.

@@ -275,7 +275,7 @@ impl<'a> GroupRunner<'a> {
         for slot in range {
             if let State::Wave(..) = self.states[slot] {
                 self.states[slot] = State::Running;
-                self.resume(slot, Resume::Wave(lanes))?;
+                self.resume(slot, Resume::Wave(&lanes))?;
             }
         }
         Ok(())

@@ -24,6 +24,14 @@ pub fn exp(x: f32) -> f32 {
         // Range reduction x = n*ln2 + r keeps the error of ex2.approx near 2 ulp for all x.
         const LN2_HI: f32 = 0.693_145_75;
         const LN2_LO: f32 = 1.428_606_8e-6;
+        // Outside [-104, 89] the result is 0 or +inf (and NaN stays NaN); inside, the
+        // reduction below stays finite.
+        if !(x < 89.0) {
+            return if x != x { x } else { f32::INFINITY };
+        }
+        if x < -104.0 {
+            return 0.0;
+        }
         let n = i::round_ties_even_f32(x * core::f32::consts::LOG2_E);
         let r = i::fmaf32(-n, LN2_LO, i::fmaf32(-n, LN2_HI, x));
         let half = i::truncf32(n * 0.5);

@@ -11,7 +11,8 @@ fn err(call: &'static str, e: result::DriverError) -> LaunchError {
     LaunchError::Backend { backend: "cuda", call, message: format!("{e:?}") }
 }
 
-/// One CUDA device with its primary context and a stream.
+/// One CUDA device with its primary context and a stream. The stream is a blocking one, so
+/// the synchronous copies and memsets (legacy default stream) stay ordered with launches.
 pub struct CudaDevice {
     inner: Arc<Inner>,
 }
@@ -69,7 +70,7 @@ impl CudaDevice {
                 .map_err(|e| err("cuDeviceGetAttribute", e))?;
             let ctx = result::primary_ctx::retain(device).map_err(|e| err("cuDevicePrimaryCtxRetain", e))?;
             result::ctx::set_current(ctx).map_err(|e| err("cuCtxSetCurrent", e))?;
-            let stream = result::stream::create(result::stream::StreamKind::NonBlocking).map_err(|e| err("cuStreamCreate", e))?;
+            let stream = result::stream::create(result::stream::StreamKind::Default).map_err(|e| err("cuStreamCreate", e))?;
             Ok(CudaDevice {
                 inner: Arc::new(Inner {
                     ordinal,
