@@ -210,6 +210,7 @@ impl CompileJob<'_> {
         c.args(["--crate-type", "rlib", "--crate-name", "kernel_dsl"]);
         common(&mut c);
         c.args(["--check-cfg", "cfg(amdgpu_gen, values(\"gfx9\", \"gfx10\", \"gfx11\"))"]);
+        c.args(crate::sysroot::LIBRARY_FLAGS);
         c.arg(self.kernel_dsl).arg("-o").arg(&dsl_rlib);
         crate::sysroot::run(c, &format!("kernel-dsl for {}", t.cpu()))?;
 

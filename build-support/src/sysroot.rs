@@ -19,6 +19,12 @@ const MARKER: &str = ".complete";
 /// out-of-line functions, which NVPTX's LTO output would otherwise leave undefined.
 pub const PANIC_STRATEGY: &str = "immediate-abort";
 
+/// Flags for every GPU compile of a library crate (`core`, `kernel-dsl`): make all its
+/// functions available for instantiation in the kernel crate. NVPTX output is produced
+/// with `--emit=asm`, which does not link upstream bitcode, so a function that stayed in
+/// an upstream crate would be an undefined `.extern .func` in the PTX.
+pub const LIBRARY_FLAGS: &[&str] = &["-Zcross-crate-inline-threshold=always"];
+
 /// Where `library/core/src/lib.rs` is, and which source it came from.
 #[derive(Clone, Debug)]
 pub struct CoreSource {
@@ -212,7 +218,7 @@ pub fn stub_included_docs(root: &Path) -> Result<usize, BuildError> {
 /// A sysroot folder holding `core` and `compiler_builtins` for `target`/`cpu`; built on
 /// first use and cached.
 pub fn ensure(rustc: &GpuRustc, core: &CoreSource, cache: &Path, target: &str, cpu: &str) -> Result<PathBuf, BuildError> {
-    let root = cache.join(rustc.version_key()).join(format!("sysroot-{target}-{cpu}-{}", PANIC_STRATEGY));
+    let root = cache.join(rustc.version_key()).join(format!("sysroot-{target}-{cpu}-{PANIC_STRATEGY}-xci"));
     let lib = root.join("lib/rustlib").join(target).join("lib");
     if root.join(MARKER).is_file() {
         return Ok(root);
@@ -255,6 +261,7 @@ fn build_sysroot(rustc: &GpuRustc, core: &CoreSource, target: &str, cpu: &str, r
             .arg(format!("-Ctarget-cpu={cpu}"))
             .args(["-Copt-level=3", "-Zunstable-options"])
             .arg(format!("-Cpanic={PANIC_STRATEGY}"))
+            .args(LIBRARY_FLAGS)
             .args(["-Cembed-bitcode=yes", "-Cdebuginfo=0", "--cap-lints", "allow"]);
     };
     // Documentation files still missing are reported by rustc as "couldn't read `path`":

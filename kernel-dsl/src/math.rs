@@ -2,7 +2,7 @@
 //!
 //! On the host, methods that `std` already has (`exp`, `ln`, `sqrt` ...) resolve to `std`'s
 //! inherent methods; on GPUs they lower to the hardware instructions (AMDGPU `v_exp_f32`,
-//! `v_sqrt_f32` ...; NVPTX `ex2.approx` with range reduction). Methods `std` lacks (`rsqrt`,
+//! `v_sqrt_f32` ...; NVPTX `ex2.approx` with an error correction). Methods `std` lacks (`rsqrt`,
 //! `erf`, `sigmoid`) share one portable implementation everywhere.
 
 /// Math methods on `f32` available in kernels on every target.
@@ -43,6 +43,9 @@ pub trait FloatMath: Sized {
     fn round(self) -> Self;
     /// Fused `self * a + b`.
     fn mul_add(self, a: Self, b: Self) -> Self;
+    /// `self / d`, allowing the hardware reciprocal approximation on GPUs (about 2 ulp;
+    /// infinities and NaN as in IEEE division). Exact division on the host.
+    fn fast_div(self, d: Self) -> Self;
 }
 
 #[cfg(any(target_arch = "amdgpu", target_arch = "nvptx64"))]
@@ -63,6 +66,7 @@ mod m {
     pub fn trunc(x: f32) -> f32 { f32::trunc(x) }
     pub fn round(x: f32) -> f32 { f32::round(x) }
     pub fn mul_add(a: f32, b: f32, c: f32) -> f32 { f32::mul_add(a, b, c) }
+    pub fn fast_div(a: f32, b: f32) -> f32 { a / b }
 }
 
 impl FloatMath for f32 {
@@ -89,7 +93,7 @@ impl FloatMath for f32 {
     #[inline(always)]
     fn erf(self) -> f32 { erf(self) }
     #[inline(always)]
-    fn sigmoid(self) -> f32 { 1.0 / (1.0 + m::exp(-self)) }
+    fn sigmoid(self) -> f32 { m::fast_div(1.0, 1.0 + m::exp(-self)) }
     #[inline(always)]
     fn powf(self, y: f32) -> f32 { powf(self, y) }
     #[inline(always)]
@@ -102,6 +106,8 @@ impl FloatMath for f32 {
     fn round(self) -> f32 { m::round(self) }
     #[inline(always)]
     fn mul_add(self, a: f32, b: f32) -> f32 { m::mul_add(self, a, b) }
+    #[inline(always)]
+    fn fast_div(self, d: f32) -> f32 { m::fast_div(self, d) }
 }
 
 /// Hyperbolic tangent: odd polynomial near zero, `1 - 2/(e^2x + 1)` elsewhere
@@ -114,7 +120,7 @@ pub fn tanh(x: f32) -> f32 {
         // tanh x = x - x^3/3 + 2x^5/15 - 17x^7/315
         x * (1.0 + x2 * (-1.0 / 3.0 + x2 * (2.0 / 15.0 + x2 * (-17.0 / 315.0))))
     } else {
-        let t = 1.0 - 2.0 / (m::exp(2.0 * a) + 1.0);
+        let t = 1.0 - m::fast_div(2.0, m::exp(2.0 * a) + 1.0);
         if x < 0.0 { -t } else { t }
     }
 }
@@ -133,7 +139,7 @@ pub fn erf(x: f32) -> f32 {
     if a != a {
         return x;
     }
-    let t = 1.0 / (1.0 + 0.5 * a);
+    let t = m::fast_div(1.0, 1.0 + 0.5 * a);
     let poly = -1.265_512_2
         + t * (1.000_023_7
             + t * (0.374_091_96

@@ -164,7 +164,7 @@ unary_ops! {
     /// GELU, exact: `0.5x(1 + erf(x/sqrt 2))`
     GeluErf => |x| 0.5 * x * (1.0 + FloatMath::erf(x * core::f32::consts::FRAC_1_SQRT_2));
     /// SiLU / swish: `x * sigmoid(x)`
-    Silu => |x| x / (1.0 + FloatMath::exp(-x));
+    Silu => |x| FloatMath::fast_div(x, 1.0 + FloatMath::exp(-x));
     /// `tanh x`
     Tanh => |x| FloatMath::tanh(x);
     /// `1 / (1 + e^-x)`

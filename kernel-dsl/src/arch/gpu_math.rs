@@ -10,6 +10,8 @@ unsafe extern "unadjusted" {
     fn sin_approx(x: f32) -> f32;
     #[link_name = "llvm.nvvm.cos.approx.f"]
     fn cos_approx(x: f32) -> f32;
+    #[link_name = "llvm.nvvm.div.approx.f"]
+    fn div_approx(a: f32, b: f32) -> f32;
 }
 
 /// `e^x`.
@@ -21,22 +23,36 @@ pub fn exp(x: f32) -> f32 {
     }
     #[cfg(target_arch = "nvptx64")]
     {
-        // Range reduction x = n*ln2 + r keeps the error of ex2.approx near 2 ulp for all x.
-        const LN2_HI: f32 = 0.693_145_75;
-        const LN2_LO: f32 = 1.428_606_8e-6;
-        // Outside [-104, 89] the result is 0 or +inf (and NaN stays NaN); inside, the
-        // reduction below stays finite.
-        if !(x < 89.0) {
-            return if x != x { x } else { f32::INFINITY };
-        }
-        if x < -104.0 {
-            return 0.0;
-        }
-        let n = i::round_ties_even_f32(x * core::f32::consts::LOG2_E);
-        let r = i::fmaf32(-n, LN2_LO, i::fmaf32(-n, LN2_HI, x));
-        let half = i::truncf32(n * 0.5);
-        // SAFETY: pure arithmetic intrinsics.
-        unsafe { ex2_approx(r * core::f32::consts::LOG2_E) * ex2_approx(half) * ex2_approx(n - half) }
+        // e^x = 2^(x log2 e) = 2^hi * 2^lo with hi = round(x log2 e) in f32 and lo its
+        // rounding error (exact through fma): one ex2.approx (2 ulp) and a first-order
+        // correction, so the error does not grow with |x|. Overflow gives +inf, underflow
+        // 0, NaN stays NaN (ex2.approx does the same).
+        let hi = x * core::f32::consts::LOG2_E;
+        let lo = i::fmaf32(x, core::f32::consts::LOG2_E, -hi) + x * LOG2_E_LO;
+        // SAFETY: pure arithmetic intrinsic.
+        let p = unsafe { ex2_approx(hi) };
+        // For x = ±inf the correction is NaN (inf - inf); p alone is then exact.
+        let c = i::fmaf32(lo, core::f32::consts::LN_2, 1.0);
+        if c != c { p } else { p * c }
+    }
+}
+
+/// `log2(e) - f32(log2(e))`: the part of log2(e) an f32 cannot hold.
+#[cfg(target_arch = "nvptx64")]
+const LOG2_E_LO: f32 = 1.925_963e-8;
+
+/// `a / b` allowing a reciprocal approximation (AMDGPU `v_rcp_f32`, NVPTX `div.approx`,
+/// about 2 ulp); infinities and NaN behave as in IEEE division.
+#[inline(always)]
+pub fn fast_div(a: f32, b: f32) -> f32 {
+    #[cfg(target_arch = "amdgpu")]
+    {
+        i::fdiv_algebraic(a, b)
+    }
+    #[cfg(target_arch = "nvptx64")]
+    {
+        // SAFETY: pure arithmetic intrinsic.
+        unsafe { div_approx(a, b) }
     }
 }
 
