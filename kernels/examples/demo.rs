@@ -3,8 +3,9 @@
 //! the results against a CPU reference.
 //!
 //! `cargo run --release -p kernels --example demo [-- --all]`
-use kernel_dsl::host::{CpuExecutor, Executor, WaveSize};
+use kernel_dsl::host::Executor;
 use kernels::elementwise::{self as ew, Add, GeluErf};
+use kernels::runtime::Device;
 use std::time::Instant;
 
 fn main() {
@@ -21,8 +22,12 @@ fn main() {
         println!("  {:<8} PTX         {:>8} bytes", b.ptx_target, ptx.len());
     }
     let archs = b.archs();
-    let mut symbols: Vec<&str> = b.stats.iter().map(|s| s.symbol).collect();
-    symbols.dedup();
+    let mut symbols: Vec<&str> = Vec::new();
+    for s in b.stats {
+        if !symbols.contains(&s.symbol) {
+            symbols.push(s.symbol);
+        }
+    }
     println!("\n{} kernel symbols x {} architectures; per arch: VGPR/SGPR, LDS bytes, waves per SIMD (256-item groups)", symbols.len(), archs.len());
     print!("{:<28}", "symbol");
     for a in &archs {
@@ -47,14 +52,22 @@ fn main() {
     let scratch: u32 = b.stats.iter().map(|s| s.scratch_bytes).sum();
     println!("total spills: {spills}, total scratch bytes: {scratch}");
 
-    let exec = CpuExecutor::new(WaveSize::W64);
-    println!("\n== running on {} (no AMD or NVIDIA runtime in this build) ==", exec.name());
+    // The best executor this build can reach: an AMD GPU (`rocm` feature), an NVIDIA GPU
+    // (`cuda` feature), else the CPU executor.
+    let exec = Device::best();
+    println!("\n== running on {} ==", exec.name());
+    if !exec.is_gpu() {
+        println!("(no GPU runtime in this build or no GPU present: build with --features rocm or cuda to use one)");
+    }
     let n = 1 << 20;
     let x: Vec<f32> = (0..n).map(|i| ((i % 2001) as f32 - 1000.0) / 250.0).collect();
-    let mut y = vec![0.0f32; n];
+    let dx = exec.upload(&x).expect("upload");
+    let mut dy = exec.alloc::<f32>(n).expect("alloc");
     let t = Instant::now();
-    ew::unary::launch::<f32, GeluErf>(&exec, ew::launch_config(n), &x, &[], &mut y).expect("gelu_erf launch");
+    ew::unary::launch::<f32, GeluErf>(&exec, ew::launch_config(n), &dx, &[], &mut dy).expect("gelu_erf launch");
+    exec.synchronize().expect("synchronize");
     let secs = t.elapsed().as_secs_f64();
+    let y = exec.download(&dy).expect("download");
     let max_err = x
         .iter()
         .zip(&y)
@@ -64,9 +77,12 @@ fn main() {
     assert!(max_err < 1e-5, "gelu_erf result wrong");
 
     let z: Vec<f32> = (0..n).map(|i| i as f32).collect();
+    let dz = exec.upload(&z).expect("upload");
     let t = Instant::now();
-    ew::binary::launch::<f32, Add>(&exec, ew::launch_config(n), &x, &[], &z, &[], &mut y).expect("add launch");
+    ew::binary::launch::<f32, Add>(&exec, ew::launch_config(n), &dx, &[], &dz, &[], &mut dy).expect("add launch");
+    exec.synchronize().expect("synchronize");
     let secs = t.elapsed().as_secs_f64();
+    let y = exec.download(&dy).expect("download");
     let wrong = (0..n).filter(|&i| y[i] != x[i] + z[i]).count();
     println!("add<f32> over {n} elements: {:.1} ms, {wrong} mismatches", secs * 1e3);
     assert_eq!(wrong, 0);
