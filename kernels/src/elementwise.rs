@@ -47,8 +47,32 @@ pub fn chunkable<A, B>(a: *const A, b: *const B) -> bool {
         && (a as usize | b as usize) % 16 == 0
 }
 
-/// `out[i] = f(input[i])` over contiguous slices of equal length: 16-byte vector accesses
-/// in a grid-stride loop, then the tail element by element.
+/// Runs `$body` with `$k` = 0, 1, ... for `$k < $n` (`$n` <= 8), as straight-line code.
+macro_rules! unroll8 {
+    ($k:ident, $n:expr, $body:block) => {
+        unroll8!(@ $k, $n, $body, 0 1 2 3 4 5 6 7)
+    };
+    (@ $k:ident, $n:expr, $body:block, $($i:literal)*) => {
+        $(
+            if $i < $n {
+                let $k: usize = $i;
+                $body
+            }
+        )*
+    };
+}
+
+/// 16 bytes, aligned: one vector access whatever the element type.
+#[repr(C, align(16))]
+#[derive(Clone, Copy)]
+pub struct Bytes16(pub [u8; 16]);
+
+/// `out[i] = f(input[i])` over contiguous slices of equal length, in a grid-stride loop.
+///
+/// Fast path (both slices 16-byte aligned): elements of equal size move as one 16-byte
+/// vector per work-item and iteration, so each load and store instruction of a wave covers
+/// whole contiguous cache lines; a conversion between sizes (casts) moves [`VEC`] elements
+/// per iteration instead. The tail and unaligned slices go element by element.
 #[device]
 #[inline(always)]
 pub fn map1<A: Copy, B: Copy>(input: &[A], out: &mut [B], f: impl Fn(A) -> B) {
@@ -56,8 +80,30 @@ pub fn map1<A: Copy, B: Copy>(input: &[A], out: &mut [B], f: impl Fn(A) -> B) {
     let input = &input[..n];
     let step = global_size_x();
     let gid = global_idx_x();
+    let (sa, sb) = (core::mem::size_of::<A>(), core::mem::size_of::<B>());
     let mut done = 0;
-    if chunkable(input.as_ptr(), out.as_ptr()) {
+    if sa == sb && chunkable(input.as_ptr(), out.as_ptr()) {
+        let lanes = 16 / sa;
+        let blocks = n / lanes;
+        let mut c = gid;
+        while c < blocks {
+            // SAFETY: c * lanes + lanes <= n for both slices; both start 16-byte aligned and
+            // `lanes` elements are exactly 16 bytes, so every block is aligned and in bounds.
+            let v = unsafe { core::ptr::read(input.as_ptr().add(c * lanes) as *const Bytes16) };
+            let mut r = Bytes16([0; 16]);
+            let (src, dst) = (&v as *const Bytes16 as *const A, &mut r as *mut Bytes16 as *mut B);
+            // Written out with constant indices (`lanes` is a constant per instance), so the
+            // block stays in registers instead of a stack array indexed at run time.
+            unroll8!(k, lanes, {
+                // SAFETY: k < lanes elements of 16 bytes each way.
+                unsafe { *dst.add(k) = f(*src.add(k)) };
+            });
+            // SAFETY: as above.
+            unsafe { core::ptr::write(out.as_mut_ptr().add(c * lanes) as *mut Bytes16, r) };
+            c += step;
+        }
+        done = blocks * lanes;
+    } else if chunkable(input.as_ptr(), out.as_ptr()) {
         let chunks = n / VEC;
         let mut c = gid;
         while c < chunks {
@@ -83,37 +129,40 @@ pub fn map1<A: Copy, B: Copy>(input: &[A], out: &mut [B], f: impl Fn(A) -> B) {
     }
 }
 
-/// `out[i] = f(a[i], b[i])` over contiguous slices of equal length (see [`map1`]).
+/// `out[i] = f(a[i], b[i])` over contiguous slices of equal length and element size (see
+/// [`map1`]'s 16-byte path).
 #[device]
 #[inline(always)]
-pub fn map2<A: Copy, B: Copy>(a: &[A], b: &[A], out: &mut [B], f: impl Fn(A, A) -> B) {
+pub fn map2<A: Copy>(a: &[A], b: &[A], out: &mut [A], f: impl Fn(A, A) -> A) {
     let n = out.len();
     let (a, b) = (&a[..n], &b[..n]);
     let step = global_size_x();
     let gid = global_idx_x();
     let mut done = 0;
     if chunkable(a.as_ptr(), out.as_ptr()) && chunkable(b.as_ptr(), out.as_ptr()) {
-        let chunks = n / VEC;
+        let lanes = 16 / core::mem::size_of::<A>();
+        let blocks = n / lanes;
         let mut c = gid;
-        while c < chunks {
+        while c < blocks {
             // SAFETY: as in `map1`, for all three slices.
             let (x, y) = unsafe {
                 (
-                    core::ptr::read(a.as_ptr().add(c * VEC) as *const Chunk<A>),
-                    core::ptr::read(b.as_ptr().add(c * VEC) as *const Chunk<A>),
+                    core::ptr::read(a.as_ptr().add(c * lanes) as *const Bytes16),
+                    core::ptr::read(b.as_ptr().add(c * lanes) as *const Bytes16),
                 )
             };
-            let mut r = [f(x.0[0], y.0[0]); VEC];
-            let mut k = 1;
-            while k < VEC {
-                r[k] = f(x.0[k], y.0[k]);
-                k += 1;
-            }
+            let mut r = Bytes16([0; 16]);
+            let (xs, ys) = (&x as *const Bytes16 as *const A, &y as *const Bytes16 as *const A);
+            let dst = &mut r as *mut Bytes16 as *mut A;
+            unroll8!(k, lanes, {
+                // SAFETY: k < lanes elements of 16 bytes.
+                unsafe { *dst.add(k) = f(*xs.add(k), *ys.add(k)) };
+            });
             // SAFETY: as above.
-            unsafe { core::ptr::write(out.as_mut_ptr().add(c * VEC) as *mut Chunk<B>, Chunk(r)) };
+            unsafe { core::ptr::write(out.as_mut_ptr().add(c * lanes) as *mut Bytes16, r) };
             c += step;
         }
-        done = chunks * VEC;
+        done = blocks * lanes;
     }
     let mut i = done + gid;
     while i < n {

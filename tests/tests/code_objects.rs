@@ -64,6 +64,14 @@ fn check_crate(b: &'static EmbeddedKernels, min_instances: usize) {
     }
     if let Some(text) = b.ptx {
         let module = parse_ptx(text).expect("PTX parses");
+        // No entry keeps a stack frame in local memory (the PTX twin of "no scratch").
+        let mut entry = "";
+        for line in text.lines() {
+            if let Some(rest) = line.strip_prefix(".visible .entry ") {
+                entry = rest.trim_end_matches('(');
+            }
+            assert!(!line.contains("__local_depot"), "{}: PTX entry {entry} uses local memory", b.crate_name);
+        }
         for inst in &insts {
             let e = module.entries.iter().find(|e| e.name == inst.symbol).unwrap_or_else(|| panic!("PTX lacks {}", inst.symbol));
             let sizes: Vec<u32> = e.params.iter().map(|p| p.size).collect();
