@@ -1,4 +1,9 @@
 //! Compiles this crate's kernel modules for every configured GPU target.
 fn main() {
-    build_support::KernelBuild::new().module("elementwise").build();
+    build_support::KernelBuild::new()
+        .module("elementwise")
+        .module("reduce")
+        .module("softmax")
+        .module("norm")
+        .build();
 }

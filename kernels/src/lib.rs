@@ -16,7 +16,10 @@
 //! assert!((y[2] - 2.0f32.exp()).abs() < 1e-6);
 //! ```
 pub mod elementwise;
+pub mod norm;
+pub mod reduce;
 pub mod runtime;
+pub mod softmax;
 
 kernel_dsl::embed_kernels!();
 

@@ -15,86 +15,10 @@ use kernel_dsl::{CastFrom, Dim3, Element, Float};
 use kernels::elementwise::{self as ew, *};
 use kernels::runtime::Device;
 
+mod common;
+use common::*;
+
 const SIZES: [usize; 5] = [0, 1, 7, 1023, 65537];
-
-/// The CPU executor with both wave sizes, plus every GPU this build can open.
-fn executors() -> Vec<Device> {
-    let mut v = vec![Device::cpu(WaveSize::W32), Device::cpu(WaveSize::W64)];
-    static SAID: [std::sync::Once; 2] = [std::sync::Once::new(), std::sync::Once::new()];
-    for (k, (name, dev)) in [("cuda", Device::cuda(0)), ("rocm", Device::rocm(0))].into_iter().enumerate() {
-        match dev {
-            Ok(d) => v.push(d),
-            // Written past the test harness's output capture, once per run, so a GPU run
-            // that did not happen is visible in the log.
-            Err(e) => SAID[k].call_once(|| {
-                use std::io::Write;
-                let _ = writeln!(std::io::stderr().lock(), "SKIPPED on {name}: {e} (the CPU executor ran these tests)");
-            }),
-        }
-    }
-    v
-}
-
-/// Deterministic inputs in `[lo, hi)` with special values mixed in.
-fn inputs(n: usize, lo: f64, hi: f64, seed: u64, specials: bool) -> Vec<f64> {
-    let mut s = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
-    let sp = [0.0, -0.0, f64::INFINITY, f64::NEG_INFINITY, f64::NAN, 1.0, -1.0];
-    (0..n)
-        .map(|i| {
-            s = s.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
-            if specials && i % 97 == 3 {
-                return sp[(i / 97) % sp.len()];
-            }
-            lo + (hi - lo) * ((s >> 11) as f64 / (1u64 << 53) as f64)
-        })
-        .collect()
-}
-
-trait TestFloat: Float + kernel_dsl::host::ScalarArg + std::fmt::Debug + PartialEq {
-    const REL: f64;
-    const ABS: f64;
-    fn from_f64(v: f64) -> Self;
-    fn to_f64(self) -> f64 {
-        self.to_f32() as f64
-    }
-}
-impl TestFloat for f32 {
-    const REL: f64 = 2e-6;
-    const ABS: f64 = 2e-6;
-    fn from_f64(v: f64) -> Self {
-        v as f32
-    }
-}
-impl TestFloat for f16 {
-    const REL: f64 = 1.0 / 1024.0;
-    const ABS: f64 = 1.0 / 16384.0;
-    fn from_f64(v: f64) -> Self {
-        f16::from_f64(v)
-    }
-}
-impl TestFloat for bf16 {
-    const REL: f64 = 1.0 / 128.0;
-    const ABS: f64 = 1.0 / 16384.0;
-    fn from_f64(v: f64) -> Self {
-        bf16::from_f64(v)
-    }
-}
-
-fn assert_close<T: TestFloat>(got: &[T], want: &[f64], what: &str) {
-    assert_eq!(got.len(), want.len(), "{what}: length");
-    for (i, (g, w)) in got.iter().zip(want).enumerate() {
-        let w = T::from_f64(*w).to_f64(); // the reference, rounded to T
-        let g = g.to_f64();
-        let ok = if w.is_nan() {
-            g.is_nan()
-        } else if w.is_infinite() {
-            g == w
-        } else {
-            (g - w).abs() <= T::ABS + T::REL * w.abs()
-        };
-        assert!(ok, "{what}: element {i}: got {g:e}, want {w:e}");
-    }
-}
 
 fn reference_unary(name: &str, x: f64) -> f64 {
     let gelu = |x: f64| 0.5 * x * (1.0 + (0.797_884_560_802_865_4 * (x + 0.044_715 * x * x * x)).tanh());
