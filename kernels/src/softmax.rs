@@ -4,6 +4,27 @@
 use crate::reduce::{block_reduce, MAX_WAVES};
 use kernel_dsl::prelude::*;
 
+/// The row's maximum `m` and `sum_c exp(x[c] - m)`, in every work-item of the group.
+#[device]
+#[inline(always)]
+pub fn row_max_and_exp_sum<T: Float>(x: &[T], partials: &mut Shared<f32, MAX_WAVES>) -> (f32, f32) {
+    let (t, n) = (flat_thread_idx() as usize, flat_block_dim() as usize);
+    let mut m = f32::NEG_INFINITY;
+    let mut i = t;
+    while i < x.len() {
+        m = m.max(x[i].to_f32());
+        i += n;
+    }
+    let m = block_reduce(m, partials, f32::max);
+    let mut s = 0.0f32;
+    let mut i = t;
+    while i < x.len() {
+        s += (x[i].to_f32() - m).exp();
+        i += n;
+    }
+    (m, block_reduce(s, partials, |a, b| a + b))
+}
+
 /// `out[r][c] = exp(x[r][c] - max_r) / sum_c exp(x[r][c] - max_r)`.
 #[amdgpu_kernel(T = [f32, f16, bf16])]
 pub fn softmax<T: Float>(input: &[T], out: &mut [T], cols: u32, mut partials: Shared<f32, MAX_WAVES>) {
@@ -13,22 +34,7 @@ pub fn softmax<T: Float>(input: &[T], out: &mut [T], cols: u32, mut partials: Sh
     let x = &input[start..end];
     let y = &mut out[start..end];
     let (t, n) = (flat_thread_idx() as usize, flat_block_dim() as usize);
-
-    let mut m = f32::NEG_INFINITY;
-    let mut i = t;
-    while i < cols {
-        m = m.max(x[i].to_f32());
-        i += n;
-    }
-    let m = block_reduce(m, &mut partials, f32::max);
-
-    let mut s = 0.0f32;
-    let mut i = t;
-    while i < cols {
-        s += (x[i].to_f32() - m).exp();
-        i += n;
-    }
-    let s = block_reduce(s, &mut partials, |a, b| a + b);
+    let (m, s) = row_max_and_exp_sum(x, &mut partials);
     let inv = 1.0 / s;
     let mut i = t;
     while i < cols {
@@ -46,21 +52,8 @@ pub fn log_softmax<T: Float>(input: &[T], out: &mut [T], cols: u32, mut partials
     let x = &input[start..end];
     let y = &mut out[start..end];
     let (t, n) = (flat_thread_idx() as usize, flat_block_dim() as usize);
-
-    let mut m = f32::NEG_INFINITY;
-    let mut i = t;
-    while i < cols {
-        m = m.max(x[i].to_f32());
-        i += n;
-    }
-    let m = block_reduce(m, &mut partials, f32::max);
-    let mut s = 0.0f32;
-    let mut i = t;
-    while i < cols {
-        s += (x[i].to_f32() - m).exp();
-        i += n;
-    }
-    let lse = m + block_reduce(s, &mut partials, |a, b| a + b).ln();
+    let (m, s) = row_max_and_exp_sum(x, &mut partials);
+    let lse = m + s.ln();
     let mut i = t;
     while i < cols {
         y[i] = T::from_f32(x[i].to_f32() - lse);

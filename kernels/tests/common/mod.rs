@@ -69,22 +69,10 @@ impl TestFloat for bf16 {
     }
 }
 
+/// Compares with the f64 reference rounded once to `T`, within `T`'s one-rounding tolerance.
 pub fn assert_close<T: TestFloat>(got: &[T], want: &[f64], what: &str) {
-    assert_eq!(got.len(), want.len(), "{what}: length");
-    for (i, (g, w)) in got.iter().zip(want).enumerate() {
-        let w = T::from_f64(*w).to_f64(); // the reference, rounded to T
-        let g = g.to_f64();
-        let ok = if w.is_nan() {
-            g.is_nan()
-        } else if w.is_infinite() {
-            g == w
-        } else {
-            (g - w).abs() <= T::ABS + T::REL * w.abs()
-        };
-        assert!(ok, "{what}: element {i}: got {g:e}, want {w:e}");
-    }
+    assert_close_with(got, want, 0.0, 0.0, what)
 }
-
 
 /// As [`assert_close`], with extra tolerance for results of long f32 reductions: `rel` and
 /// `abs` are added to the dtype's own one-rounding tolerance.
