@@ -55,16 +55,13 @@ mod device_half {
         /// Rounds an `f32` to nearest-even (NaN stays NaN), as `half::bf16::from_f32`.
         #[inline(always)]
         pub fn from_f32(v: f32) -> Self {
+            // Round to nearest, ties to even, without branches: adding 0x7fff plus the
+            // kept part's lowest bit carries into bit 16 exactly when rounding goes up.
+            // NaNs stay NaN (quiet bit set), selected rather than branched to.
             let x = v.to_bits();
-            if v != v {
-                return bf16(((x >> 16) as u16) | 0x0040);
-            }
-            let round_bit = 0x0000_8000u32;
-            if (x & round_bit) != 0 && (x & (3 * round_bit - 1)) != 0 {
-                bf16((x >> 16) as u16 + 1)
-            } else {
-                bf16((x >> 16) as u16)
-            }
+            let rounded = (x.wrapping_add(0x7fff + ((x >> 16) & 1)) >> 16) as u16;
+            let nan = ((x >> 16) as u16) | 0x0040;
+            bf16(if v != v { nan } else { rounded })
         }
         /// The raw bits.
         #[inline(always)]

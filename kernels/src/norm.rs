@@ -1,30 +1,107 @@
-//! Row normalisations over the last dimension of a contiguous `rows x cols` tensor, one
-//! work-group per row, f32 accumulation.
+//! Row normalisations over the last dimension of a contiguous `rows x cols` tensor: RMSNorm
+//! and LayerNorm, one work-group per row, f32 accumulation, optional affine weights.
+//!
+//! Rows that fit the register tiles (up to 16384 elements with 1024 work-items) are read
+//! from memory once, and LayerNorm's variance is the two-pass `mean((x - mean)^2)` over
+//! the registers (no cancellation from `E[x^2] - E[x]^2`). Longer rows stream the input
+//! twice: once for the statistics (LayerNorm: sums of `x - x[0]` and its square, shifted
+//! so that a large mean does not cancel), once to write.
 use crate::reduce::{block_reduce, MAX_WAVES};
+use crate::row::{for_each_chunk, load_chunk_scalar, map_chunks, RowTile, CHUNK};
+
+/// The register tile of one work-item: rows up to 16384 elements at 1024 work-items.
+type Tile = RowTile;
+use crate::each_lane;
 use kernel_dsl::prelude::*;
 
-/// RMSNorm: `out = x / sqrt(mean(x^2) + eps) * weight` (`weight` of length `cols`).
+/// `v * scale * w + b` per element of a chunk, where `w` / `b` are the chunk of the weight
+/// and bias rows starting at `e` (an empty weight is 1, an empty bias 0).
+#[device]
+#[inline(always)]
+fn affine_chunk<T: Float>(v: &[f32; CHUNK], shift: f32, scale: f32, weight: &[T], bias: &[T], e: usize) -> [f32; CHUNK] {
+    // An empty slice loads as all padding: weight 1, bias 0.
+    let w = load_chunk_scalar(weight, e, 1.0);
+    let b = load_chunk_scalar(bias, e, 0.0);
+    let mut r = [0.0; CHUNK];
+    each_lane!(j, {
+        r[j] = (v[j] - shift) * scale * w[j] + b[j];
+    });
+    r
+}
+
+/// RMSNorm: `out = x / sqrt(mean(x^2) + eps) * weight`; `weight` has `cols` elements or is
+/// empty (no scaling). Launch with [`launch_config`].
 #[amdgpu_kernel(T = [f32, f16, bf16])]
 pub fn rms_norm<T: Float>(input: &[T], weight: &[T], out: &mut [T], cols: u32, eps: f32, mut partials: Shared<f32, MAX_WAVES>) {
     let cols = cols as usize;
     let row = block_idx_x() as usize;
     let (start, end) = (row * cols, row * cols + cols);
     let x = &input[start..end];
-    let w = &weight[..cols];
+    let w = if weight.is_empty() { weight } else { &weight[..cols] };
     let y = &mut out[start..end];
-    let (t, n) = (flat_thread_idx() as usize, flat_block_dim() as usize);
-    let mut s = 0.0f32;
-    let mut i = t;
-    while i < cols {
-        let v = x[i].to_f32();
-        s += v * v;
-        i += n;
+    let none: &[T] = &[];
+    if Tile::fits(cols) {
+        let tile = Tile::load(x, 0.0);
+        let ss = block_reduce(tile.fold(cols, 0.0, |a, v| a + v * v), &mut partials, |a, b| a + b);
+        let scale = (ss / cols as f32 + eps).rsqrt();
+        tile.store(y, |v, e| affine_chunk(v, 0.0, scale, w, none, e));
+    } else {
+        let mut s = 0.0f32;
+        for_each_chunk(x, 0.0, |v, _| {
+            each_lane!(j, {
+                s += v[j] * v[j];
+            });
+        });
+        let ss = block_reduce(s, &mut partials, |a, b| a + b);
+        let scale = (ss / cols as f32 + eps).rsqrt();
+        map_chunks(x, y, |v, e| affine_chunk(v, 0.0, scale, w, none, e));
     }
-    let ss = block_reduce(s, &mut partials, |a, b| a + b);
-    let scale = (ss / cols as f32 + eps).rsqrt();
-    let mut i = t;
-    while i < cols {
-        y[i] = T::from_f32(x[i].to_f32() * scale * w[i].to_f32());
-        i += n;
+}
+
+/// LayerNorm: `out = (x - mean) / sqrt(var + eps) * weight + bias` with the biased
+/// variance `mean((x - mean)^2)`; `weight` and `bias` have `cols` elements or are empty
+/// (1 and 0). Launch with [`launch_config`].
+#[amdgpu_kernel(T = [f32, f16, bf16])]
+pub fn layer_norm<T: Float>(input: &[T], weight: &[T], bias: &[T], out: &mut [T], cols: u32, eps: f32, mut partials: Shared<f32, MAX_WAVES>) {
+    let cols = cols as usize;
+    let row = block_idx_x() as usize;
+    let (start, end) = (row * cols, row * cols + cols);
+    let x = &input[start..end];
+    let w = if weight.is_empty() { weight } else { &weight[..cols] };
+    let b = if bias.is_empty() { bias } else { &bias[..cols] };
+    let y = &mut out[start..end];
+    let inv_n = 1.0 / cols as f32;
+    if Tile::fits(cols) {
+        let tile = Tile::load(x, 0.0);
+        let mean = block_reduce(tile.fold(cols, 0.0, |a, v| a + v), &mut partials, |a, b| a + b) * inv_n;
+        let var = block_reduce(tile.fold(cols, 0.0, |a, v| a + (v - mean) * (v - mean)), &mut partials, |a, b| a + b) * inv_n;
+        let rstd = (var + eps).rsqrt();
+        tile.store(y, |v, e| affine_chunk(v, mean, rstd, w, b, e));
+    } else {
+        // One streaming pass over values shifted by the row's first element (sum and
+        // sum of squares of x - x[0]: the shift keeps the variance free of cancellation
+        // for rows whose mean is large against their spread).
+        let k0 = x[0].to_f32();
+        let (mut s, mut q) = (0.0f32, 0.0f32);
+        for_each_chunk(x, 0.0, |v, e| {
+            each_lane!(j, {
+                let d = if e + j < cols { v[j] - k0 } else { 0.0 };
+                s += d;
+                q += d * d;
+            });
+        });
+        let s = block_reduce(s, &mut partials, |a, b| a + b) * inv_n;
+        let q = block_reduce(q, &mut partials, |a, b| a + b) * inv_n;
+        let mean = k0 + s;
+        // Clamp rounding below zero, but keep a NaN (from inf inputs) a NaN.
+        let var = q - s * s;
+        let rstd = ((if var < 0.0 { 0.0 } else { var }) + eps).rsqrt();
+        map_chunks(x, y, |v, e| affine_chunk(v, mean, rstd, w, b, e));
     }
+}
+
+/// Launch shape for `rows` rows of `cols` elements (one work-group per row).
+#[cfg(not(any(target_arch = "amdgpu", target_arch = "nvptx64")))]
+pub fn launch_config(rows: usize, cols: usize) -> Result<kernel_dsl::host::LaunchConfig, kernel_dsl::host::LaunchError> {
+    crate::row::launch_config("norm", rows, cols)
 }

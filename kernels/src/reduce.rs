@@ -1,5 +1,21 @@
-//! Work-group reductions shared by the row-wise families (softmax, norms): a butterfly
-//! inside each wave, then one value per wave through shared memory.
+//! Reductions: sum, mean, max, min, argmax and argmin over any set of dimensions, plus the
+//! work-group reductions the row-wise families share (a butterfly inside each wave, then
+//! one value per wave through shared memory).
+//!
+//! Three kernels cover every case; [`plan`] picks one for a shape and a dimension set:
+//! * [`reduce_rows`] / [`argreduce_rows`]: one work-group per output, for reductions over
+//!   the innermost dimensions of a contiguous tensor (16-byte vector loads) or, given a
+//!   layout, over any dimensions of any strided view;
+//! * [`reduce_cols`] / [`argreduce_cols`]: one work-item per output, for reductions over
+//!   outer or middle dimensions of a contiguous tensor (`(outer, r, inner)` reduced over
+//!   `r`), where neighbouring work-items read neighbouring elements.
+//!
+//! f16/bf16 accumulate in f32. Max and min propagate NaN; argmax and argmin return the
+//! index of the first NaN if there is one, else of the first extreme value (ties go to the
+//! lowest index), as PyTorch does.
+use crate::elementwise::strided_offset;
+use crate::row::for_each_chunk;
+use crate::each_lane;
 use kernel_dsl::prelude::*;
 
 /// Most waves a work-group can have (1024 work-items in waves of 32).
@@ -27,4 +43,418 @@ pub fn block_reduce(v: f32, partials: &mut Shared<f32, MAX_WAVES>, op: impl Fn(f
     // Everyone has read the partials before anyone writes the next reduction's.
     barrier();
     r
+}
+
+/// A reduction producing a value: how to start, combine and finish.
+pub trait ReduceOp: 'static {
+    /// Value of an empty reduction before [`ReduceOp::finish`].
+    const INIT: f32;
+    /// Combines two partial results (associative and commutative).
+    fn combine(a: f32, b: f32) -> f32;
+    /// Turns the combined value of `n` elements into the result.
+    fn finish(acc: f32, n: usize) -> f32;
+    /// `true` when reducing no elements has a value (sum: 0, mean: NaN); max and min of
+    /// nothing are errors.
+    const EMPTY_OK: bool;
+}
+
+/// `max(a, b)`, NaN if either is NaN.
+#[inline(always)]
+fn max_nan(a: f32, b: f32) -> f32 {
+    if a > b || a.is_nan() { a } else { b }
+}
+
+/// `min(a, b)`, NaN if either is NaN.
+#[inline(always)]
+fn min_nan(a: f32, b: f32) -> f32 {
+    if a < b || a.is_nan() { a } else { b }
+}
+
+/// Sum of the elements (0 for none).
+pub struct Sum;
+impl ReduceOp for Sum {
+    const INIT: f32 = 0.0;
+    const EMPTY_OK: bool = true;
+    #[inline(always)]
+    fn combine(a: f32, b: f32) -> f32 { a + b }
+    #[inline(always)]
+    fn finish(acc: f32, _n: usize) -> f32 { acc }
+}
+
+/// Arithmetic mean (NaN for no elements).
+pub struct Mean;
+impl ReduceOp for Mean {
+    const INIT: f32 = 0.0;
+    const EMPTY_OK: bool = true;
+    #[inline(always)]
+    fn combine(a: f32, b: f32) -> f32 { a + b }
+    #[inline(always)]
+    fn finish(acc: f32, n: usize) -> f32 { acc / n as f32 }
+}
+
+/// Largest element (NaN if any is NaN).
+pub struct Max;
+impl ReduceOp for Max {
+    const INIT: f32 = f32::NEG_INFINITY;
+    const EMPTY_OK: bool = false;
+    #[inline(always)]
+    fn combine(a: f32, b: f32) -> f32 { max_nan(a, b) }
+    #[inline(always)]
+    fn finish(acc: f32, _n: usize) -> f32 { acc }
+}
+
+/// Smallest element (NaN if any is NaN).
+pub struct Min;
+impl ReduceOp for Min {
+    const INIT: f32 = f32::INFINITY;
+    const EMPTY_OK: bool = false;
+    #[inline(always)]
+    fn combine(a: f32, b: f32) -> f32 { min_nan(a, b) }
+    #[inline(always)]
+    fn finish(acc: f32, _n: usize) -> f32 { acc }
+}
+
+/// A reduction producing the index of the extreme element.
+pub trait ArgOp: 'static {
+    /// Value every element beats or ties.
+    const INIT: f32;
+    /// `true` when `a` is strictly more extreme than `b` (neither is NaN).
+    fn beats(a: f32, b: f32) -> bool;
+}
+
+/// Index of the largest element.
+pub struct ArgMax;
+impl ArgOp for ArgMax {
+    const INIT: f32 = f32::NEG_INFINITY;
+    #[inline(always)]
+    fn beats(a: f32, b: f32) -> bool { a > b }
+}
+
+/// Index of the smallest element.
+pub struct ArgMin;
+impl ArgOp for ArgMin {
+    const INIT: f32 = f32::INFINITY;
+    #[inline(always)]
+    fn beats(a: f32, b: f32) -> bool { a < b }
+}
+
+/// Index that no element has: the starting point of an arg reduction.
+const NO_INDEX: u32 = u32::MAX;
+
+/// Of `(va, ia)` and `(vb, ib)`, the pair an arg reduction keeps: NaN first, then the more
+/// extreme value, then the lower index.
+#[inline(always)]
+fn arg_pick<Op: ArgOp>(va: f32, ia: u32, vb: f32, ib: u32) -> (f32, u32) {
+    let (na, nb) = (va.is_nan(), vb.is_nan());
+    let take_b = if na || nb {
+        nb && (!na || ib < ia)
+    } else {
+        Op::beats(vb, va) || (vb == va && ib < ia)
+    };
+    if take_b { (vb, ib) } else { (va, ia) }
+}
+
+/// [`block_reduce`] for `(value, index)` pairs of an arg reduction.
+#[device]
+#[inline(always)]
+pub fn block_arg_reduce<Op: ArgOp>(v: f32, i: u32, values: &mut Shared<f32, MAX_WAVES>, indices: &mut Shared<u32, MAX_WAVES>) -> (f32, u32) {
+    let (mut v, mut i) = (v, i);
+    let mut offset = wave::size() / 2;
+    while offset > 0 {
+        let (ov, oi) = (wave::shuffle_xor(v, offset), wave::shuffle_xor(i, offset));
+        (v, i) = arg_pick::<Op>(v, i, ov, oi);
+        offset /= 2;
+    }
+    if wave::lane_id() == 0 {
+        values[wave::wave_id() as usize] = v;
+        indices[wave::wave_id() as usize] = i;
+    }
+    barrier();
+    let waves = (flat_block_dim() / wave::size()) as usize;
+    let (mut rv, mut ri) = (values[0], indices[0]);
+    let mut k = 1;
+    while k < waves {
+        (rv, ri) = arg_pick::<Op>(rv, ri, values[k], indices[k]);
+        k += 1;
+    }
+    barrier();
+    (rv, ri)
+}
+
+/// `out[o] = Op over the cols elements of row o`. Row `o` is `input[o*cols .. o*cols+cols]`
+/// when `layout` is empty; otherwise element `c` of row `o` is at
+/// `strided_offset(o*cols + c, layout)` (`layout` = the input's dims and strides permuted
+/// so that the reduced dims come last). One work-group per output ([`row_config`]).
+#[amdgpu_kernel(T = [f32, f16, bf16], Op = [Sum, Mean, Max, Min])]
+pub fn reduce_rows<T: Float, Op: ReduceOp>(input: &[T], layout: &[usize], out: &mut [T], cols: u32, mut partials: Shared<f32, MAX_WAVES>) {
+    let cols = cols as usize;
+    let o = block_idx_x() as usize;
+    let mut acc = Op::INIT;
+    if layout.is_empty() {
+        for_each_chunk(&input[o * cols..o * cols + cols], Op::INIT, |v, _| {
+            each_lane!(j, {
+                acc = Op::combine(acc, v[j]);
+            });
+        });
+    } else {
+        let (mut c, n) = (flat_thread_idx() as usize, flat_block_dim() as usize);
+        while c < cols {
+            acc = Op::combine(acc, input[strided_offset(o * cols + c, layout)].to_f32());
+            c += n;
+        }
+    }
+    let r = block_reduce(acc, &mut partials, Op::combine);
+    if flat_thread_idx() == 0 {
+        out[o] = T::from_f32(Op::finish(r, cols));
+    }
+}
+
+/// Index (`0..cols`) of the extreme element of each row, rows as in [`reduce_rows`].
+#[amdgpu_kernel(T = [f32, f16, bf16], Op = [ArgMax, ArgMin])]
+pub fn argreduce_rows<T: Float, Op: ArgOp>(input: &[T], layout: &[usize], out: &mut [u32], cols: u32, mut values: Shared<f32, MAX_WAVES>, mut indices: Shared<u32, MAX_WAVES>) {
+    let cols = cols as usize;
+    let o = block_idx_x() as usize;
+    let (mut v, mut i) = (Op::INIT, NO_INDEX);
+    if layout.is_empty() {
+        for_each_chunk(&input[o * cols..o * cols + cols], Op::INIT, |x, e| {
+            each_lane!(j, {
+                // Padding is Op::INIT, which never beats a kept value (ties keep the
+                // lower index), so the past-the-end lanes need no branch.
+                (v, i) = arg_pick::<Op>(v, i, x[j], (e + j) as u32);
+            });
+        });
+    } else {
+        let (mut c, n) = (flat_thread_idx() as usize, flat_block_dim() as usize);
+        while c < cols {
+            (v, i) = arg_pick::<Op>(v, i, input[strided_offset(o * cols + c, layout)].to_f32(), c as u32);
+            c += n;
+        }
+    }
+    let (_, r) = block_arg_reduce::<Op>(v, i, &mut values, &mut indices);
+    if flat_thread_idx() == 0 {
+        out[o] = r;
+    }
+}
+
+/// `out[a][b] = Op over k of input[a][k][b]` for a contiguous `(outer, r, inner)` input
+/// and an `(outer, inner)` output: one work-item per output, in a grid-stride loop.
+#[amdgpu_kernel(T = [f32, f16, bf16], Op = [Sum, Mean, Max, Min])]
+pub fn reduce_cols<T: Float, Op: ReduceOp>(input: &[T], out: &mut [T], r: u32, inner: u32) {
+    let (r, inner) = (r as usize, inner as usize);
+    let mut g = global_idx_x();
+    while g < out.len() {
+        let (a, b) = (g / inner, g % inner);
+        let col = &input[a * r * inner + b..];
+        let mut acc = Op::INIT;
+        let mut k = 0;
+        while k < r {
+            acc = Op::combine(acc, col[k * inner].to_f32());
+            k += 1;
+        }
+        out[g] = T::from_f32(Op::finish(acc, r));
+        g += global_size_x();
+    }
+}
+
+/// Index (`0..r`) of the extreme element along `r`, shapes as in [`reduce_cols`].
+#[amdgpu_kernel(T = [f32, f16, bf16], Op = [ArgMax, ArgMin])]
+pub fn argreduce_cols<T: Float, Op: ArgOp>(input: &[T], out: &mut [u32], r: u32, inner: u32) {
+    let (r, inner) = (r as usize, inner as usize);
+    let mut g = global_idx_x();
+    while g < out.len() {
+        let (a, b) = (g / inner, g % inner);
+        let col = &input[a * r * inner + b..];
+        let (mut v, mut i) = (Op::INIT, NO_INDEX);
+        let mut k = 0;
+        while k < r {
+            (v, i) = arg_pick::<Op>(v, i, col[k * inner].to_f32(), k as u32);
+            k += 1;
+        }
+        out[g] = i;
+        g += global_size_x();
+    }
+}
+
+#[cfg(not(any(target_arch = "amdgpu", target_arch = "nvptx64")))]
+pub use host::*;
+
+#[cfg(not(any(target_arch = "amdgpu", target_arch = "nvptx64")))]
+mod host {
+    use super::{ArgOp, ReduceOp};
+    use crate::runtime::{Device, DeviceVec};
+    use kernel_dsl::host::{LaunchConfig, LaunchError};
+    use kernel_dsl::{Dim3, Float};
+
+    /// Checks a planned reduction against its buffers: the input covers the view and the
+    /// output has one element per result.
+    fn check(plan: &ReducePlan, dims: &[usize], strides: &[usize], input: usize, out: usize, empty_ok: bool) -> Result<(), LaunchError> {
+        let bad = |reason: String| LaunchError::InvalidArgument { kernel: "reduce", reason };
+        if plan.outputs() != out {
+            return Err(bad(format!("output has {out} elements, the reduction produces {}", plan.outputs())));
+        }
+        if plan.outputs() > 0 && plan.reduced() == 0 && !empty_ok {
+            return Err(bad("max, min, argmax and argmin of an empty dimension have no value".into()));
+        }
+        if dims.iter().all(|&d| d > 0) {
+            let last: usize = dims.iter().zip(strides).map(|(d, s)| (d - 1) * s).sum();
+            if last >= input {
+                return Err(bad(format!("the view reaches element {last} of a {input}-element input")));
+            }
+        }
+        Ok(())
+    }
+
+    /// Reduces the view `dims`/`strides` of `input` over the dimensions `reduce` into the
+    /// contiguous `out` (the kept dimensions in order) with `Op`
+    /// ([`Sum`](super::Sum), [`Mean`](super::Mean), [`Max`](super::Max), [`Min`](super::Min)).
+    /// Checks every size first; bad input returns an error and launches nothing.
+    pub fn reduce<T: Float, Op: ReduceOp>(
+        dev: &Device,
+        input: &DeviceVec<T>,
+        dims: &[usize],
+        strides: &[usize],
+        reduce: &[usize],
+        out: &mut DeviceVec<T>,
+    ) -> Result<(), LaunchError> {
+        let p = plan(dims, strides, reduce)?;
+        check(&p, dims, strides, input.len(), out.len(), Op::EMPTY_OK)?;
+        if p.outputs() == 0 {
+            return Ok(());
+        }
+        let cfg = p.launch_config();
+        match &p {
+            ReducePlan::Rows { cols, layout, .. } => {
+                let layout = dev.upload(layout)?;
+                super::reduce_rows::launch::<T, Op>(dev, cfg, input, &layout, out, *cols as u32)
+            }
+            ReducePlan::Cols { r, inner, .. } => super::reduce_cols::launch::<T, Op>(dev, cfg, input, out, *r as u32, *inner as u32),
+        }
+    }
+
+    /// As [`reduce`], writing the index (along the reduced dimensions, row-major) of the
+    /// extreme element with `Op` ([`ArgMax`](super::ArgMax), [`ArgMin`](super::ArgMin)).
+    pub fn arg_reduce<T: Float, Op: ArgOp>(
+        dev: &Device,
+        input: &DeviceVec<T>,
+        dims: &[usize],
+        strides: &[usize],
+        reduce: &[usize],
+        out: &mut DeviceVec<u32>,
+    ) -> Result<(), LaunchError> {
+        let p = plan(dims, strides, reduce)?;
+        check(&p, dims, strides, input.len(), out.len(), false)?;
+        if p.outputs() == 0 {
+            return Ok(());
+        }
+        let cfg = p.launch_config();
+        match &p {
+            ReducePlan::Rows { cols, layout, .. } => {
+                let layout = dev.upload(layout)?;
+                super::argreduce_rows::launch::<T, Op>(dev, cfg, input, &layout, out, *cols as u32)
+            }
+            ReducePlan::Cols { r, inner, .. } => super::argreduce_cols::launch::<T, Op>(dev, cfg, input, out, *r as u32, *inner as u32),
+        }
+    }
+
+    /// How to run a reduction of a strided tensor over a set of dimensions.
+    #[derive(Clone, Debug, PartialEq, Eq)]
+    pub enum ReducePlan {
+        /// [`reduce_rows`](super::reduce_rows) with this `layout` (empty: contiguous rows)
+        /// over `rows` outputs of `cols` elements each.
+        Rows { rows: usize, cols: usize, layout: Vec<usize> },
+        /// [`reduce_cols`](super::reduce_cols) over a contiguous `(outer, r, inner)` view.
+        Cols { outer: usize, r: usize, inner: usize },
+    }
+
+    impl ReducePlan {
+        /// Number of output elements.
+        pub fn outputs(&self) -> usize {
+            match self {
+                ReducePlan::Rows { rows, .. } => *rows,
+                ReducePlan::Cols { outer, inner, .. } => outer * inner,
+            }
+        }
+
+        /// Elements folded into each output.
+        pub fn reduced(&self) -> usize {
+            match self {
+                ReducePlan::Rows { cols, .. } => *cols,
+                ReducePlan::Cols { r, .. } => *r,
+            }
+        }
+
+        /// Launch shape of the plan's kernel.
+        pub fn launch_config(&self) -> LaunchConfig {
+            match self {
+                ReducePlan::Rows { rows, cols, .. } => {
+                    LaunchConfig::new(Dim3::x(*rows as u32), Dim3::x(crate::row::row_threads(*cols)))
+                }
+                ReducePlan::Cols { outer, inner, .. } => {
+                    let n = outer * inner;
+                    LaunchConfig::new(Dim3::x(n.div_ceil(256).min(65536) as u32), Dim3::x(256))
+                }
+            }
+        }
+    }
+
+    /// Plans the reduction of the view `dims`/`strides` (element units) over the
+    /// dimensions `reduce` (any order, no repeats). The output is contiguous with the
+    /// kept dimensions in order (reduced ones have size 1, or are dropped: same layout).
+    /// Errors for an out-of-range or repeated dimension, or sizes past the kernels' 32-bit
+    /// counters.
+    pub fn plan(dims: &[usize], strides: &[usize], reduce: &[usize]) -> Result<ReducePlan, LaunchError> {
+        let bad = |reason: String| LaunchError::InvalidArgument { kernel: "reduce", reason };
+        if dims.len() != strides.len() {
+            return Err(bad(format!("{} dims but {} strides", dims.len(), strides.len())));
+        }
+        let mut reduced = vec![false; dims.len()];
+        for &d in reduce {
+            if d >= dims.len() {
+                return Err(bad(format!("dimension {d} out of range for a rank-{} tensor", dims.len())));
+            }
+            if std::mem::replace(&mut reduced[d], true) {
+                return Err(bad(format!("dimension {d} listed twice")));
+            }
+        }
+        let kept = (0..dims.len()).filter(|&d| !reduced[d]);
+        let cut = (0..dims.len()).filter(|&d| reduced[d]);
+        let outputs: usize = kept.clone().map(|d| dims[d]).product();
+        let r: usize = cut.clone().map(|d| dims[d]).product();
+        if u32::try_from(r).is_err() || u32::try_from(outputs).is_err() {
+            return Err(bad(format!("{outputs} outputs of {r} elements exceed the 2^32 the kernels count to")));
+        }
+        let contiguous = {
+            let mut expect = 1;
+            let mut ok = true;
+            for d in (0..dims.len()).rev() {
+                if dims[d] != 1 && strides[d] != expect {
+                    ok = false;
+                }
+                expect *= dims[d];
+            }
+            ok
+        };
+        // The reduced dims, ignoring size-1 ones, as one block [first, last].
+        let real: Vec<usize> = cut.clone().filter(|&d| dims[d] != 1).collect();
+        if contiguous && !real.is_empty() && real.windows(2).all(|w| (w[0] + 1..w[1]).all(|d| dims[d] == 1)) {
+            let (first, last) = (real[0], *real.last().unwrap());
+            let outer: usize = dims[..first].iter().product();
+            let inner: usize = dims[last + 1..].iter().product();
+            // Few outputs with long columns would leave most of the GPU idle with one
+            // work-item each: those go through the work-group-per-output kernel.
+            if inner == 1 {
+                return Ok(ReducePlan::Rows { rows: outer, cols: r, layout: vec![] });
+            }
+            if outer * inner >= 4096 || r <= 64 {
+                return Ok(ReducePlan::Cols { outer, r, inner });
+            }
+        }
+        if contiguous && real.is_empty() {
+            return Ok(ReducePlan::Rows { rows: outputs, cols: r, layout: vec![] });
+        }
+        let order: Vec<usize> = kept.chain(cut).collect();
+        let mut layout: Vec<usize> = order.iter().map(|&d| dims[d]).collect();
+        layout.extend(order.iter().map(|&d| strides[d]));
+        Ok(ReducePlan::Rows { rows: outputs, cols: r, layout })
+    }
 }

@@ -1,31 +1,75 @@
 //! Softmax and log-softmax over the last dimension of a contiguous `rows x cols` tensor:
 //! one work-group per row, numerically stable (the row maximum is subtracted first), f32
 //! accumulation for every element type.
+//!
+//! Rows of up to `16 x work-group size` elements (16384 with 1024 work-items) are read from
+//! memory once: each work-item keeps its share in registers ([`RowTile`]), so `exp` runs
+//! once per element and the row is written straight from registers. Longer rows use the
+//! online softmax: one streaming pass computes the maximum and the exponential sum together
+//! (rescaling the sum when the maximum grows), a second pass writes the result.
 use crate::reduce::{block_reduce, MAX_WAVES};
+use crate::row::{for_each_chunk, map_chunks, RowTile, CHUNK};
+
+/// The register tile of one work-item.
+type Tile = RowTile;
+use crate::{each_lane, each_tile_chunk};
 use kernel_dsl::prelude::*;
 
-/// The row's maximum `m` and `sum_c exp(x[c] - m)`, in every work-item of the group.
+/// Running `(max, sum of exp(x - max))` of a stream of values, for the online softmax.
+#[derive(Clone, Copy)]
+pub struct MaxExpSum {
+    /// Largest value seen.
+    pub max: f32,
+    /// `sum exp(x - max)` over the values seen.
+    pub sum: f32,
+}
+
+impl MaxExpSum {
+    /// Nothing seen yet.
+    pub const EMPTY: MaxExpSum = MaxExpSum { max: f32::NEG_INFINITY, sum: 0.0 };
+
+    /// Merges two partial results.
+    #[inline(always)]
+    pub fn merge(self, o: MaxExpSum) -> MaxExpSum {
+        let max = self.max.max(o.max);
+        // A side that has seen nothing (max = -inf) contributes 0, not exp(-inf - -inf).
+        let scale = |p: MaxExpSum| if p.max == f32::NEG_INFINITY { 0.0 } else { p.sum * (p.max - max).exp() };
+        MaxExpSum { max, sum: scale(self) + scale(o) }
+    }
+
+    /// Adds one chunk of values (padding must be -inf).
+    #[inline(always)]
+    pub fn add_chunk(self, v: &[f32; CHUNK]) -> MaxExpSum {
+        let mut m = v[0];
+        each_lane!(j, {
+            m = m.max(v[j]);
+        });
+        let mut s = 0.0;
+        if m != f32::NEG_INFINITY {
+            each_lane!(j, {
+                s += (v[j] - m).exp();
+            });
+        }
+        self.merge(MaxExpSum { max: m, sum: s })
+    }
+}
+
+/// The row's maximum `m` and `sum_c exp(x[c] - m)`, in every work-item of the group,
+/// streaming the row once (online softmax).
 #[device]
 #[inline(always)]
 pub fn row_max_and_exp_sum<T: Float>(x: &[T], partials: &mut Shared<f32, MAX_WAVES>) -> (f32, f32) {
-    let (t, n) = (flat_thread_idx() as usize, flat_block_dim() as usize);
-    let mut m = f32::NEG_INFINITY;
-    let mut i = t;
-    while i < x.len() {
-        m = m.max(x[i].to_f32());
-        i += n;
-    }
-    let m = block_reduce(m, partials, f32::max);
-    let mut s = 0.0f32;
-    let mut i = t;
-    while i < x.len() {
-        s += (x[i].to_f32() - m).exp();
-        i += n;
-    }
+    let mut acc = MaxExpSum::EMPTY;
+    for_each_chunk(x, f32::NEG_INFINITY, |v, _| acc = acc.add_chunk(v));
+    // NaN inputs: f32::max ignores them, but exp(NaN - m) makes the sum NaN, so the whole
+    // row comes out NaN, as in the reference.
+    let m = block_reduce(acc.max, partials, f32::max);
+    let s = if acc.max == f32::NEG_INFINITY { 0.0 } else { acc.sum * (acc.max - m).exp() };
     (m, block_reduce(s, partials, |a, b| a + b))
 }
 
-/// `out[r][c] = exp(x[r][c] - max_r) / sum_c exp(x[r][c] - max_r)`.
+/// `out[r][c] = exp(x[r][c] - max_r) / sum_c exp(x[r][c] - max_r)`. Launch with
+/// [`launch_config`].
 #[amdgpu_kernel(T = [f32, f16, bf16])]
 pub fn softmax<T: Float>(input: &[T], out: &mut [T], cols: u32, mut partials: Shared<f32, MAX_WAVES>) {
     let cols = cols as usize;
@@ -33,17 +77,27 @@ pub fn softmax<T: Float>(input: &[T], out: &mut [T], cols: u32, mut partials: Sh
     let (start, end) = (row * cols, row * cols + cols);
     let x = &input[start..end];
     let y = &mut out[start..end];
-    let (t, n) = (flat_thread_idx() as usize, flat_block_dim() as usize);
-    let (m, s) = row_max_and_exp_sum(x, &mut partials);
-    let inv = 1.0 / s;
-    let mut i = t;
-    while i < cols {
-        y[i] = T::from_f32((x[i].to_f32() - m).exp() * inv);
-        i += n;
+    if Tile::fits(cols) {
+        let mut tile = Tile::load(x, f32::NEG_INFINITY);
+        let m = block_reduce(tile.fold(cols, f32::NEG_INFINITY, f32::max), &mut partials, f32::max);
+        // exp once per element, kept in the tile; padding becomes exp(-inf) = 0.
+        each_tile_chunk!(k, {
+            each_lane!(j, {
+                tile.v[k][j] = (tile.v[k][j] - m).exp();
+            });
+        });
+        let s = block_reduce(tile.fold(cols, 0.0, |a, b| a + b), &mut partials, |a, b| a + b);
+        let inv = 1.0 / s;
+        tile.store(y, |v, _| v.map(|e| e * inv));
+    } else {
+        let (m, s) = row_max_and_exp_sum(x, &mut partials);
+        let inv = 1.0 / s;
+        map_chunks(x, y, |v, _| v.map(|e| (e - m).exp() * inv));
     }
 }
 
-/// `out[r][c] = x[r][c] - max_r - ln(sum_c exp(x[r][c] - max_r))`.
+/// `out[r][c] = x[r][c] - max_r - ln(sum_c exp(x[r][c] - max_r))`. Launch with
+/// [`launch_config`].
 #[amdgpu_kernel(T = [f32, f16, bf16])]
 pub fn log_softmax<T: Float>(input: &[T], out: &mut [T], cols: u32, mut partials: Shared<f32, MAX_WAVES>) {
     let cols = cols as usize;
@@ -51,22 +105,22 @@ pub fn log_softmax<T: Float>(input: &[T], out: &mut [T], cols: u32, mut partials
     let (start, end) = (row * cols, row * cols + cols);
     let x = &input[start..end];
     let y = &mut out[start..end];
-    let (t, n) = (flat_thread_idx() as usize, flat_block_dim() as usize);
-    let (m, s) = row_max_and_exp_sum(x, &mut partials);
-    let lse = m + s.ln();
-    let mut i = t;
-    while i < cols {
-        y[i] = T::from_f32(x[i].to_f32() - lse);
-        i += n;
+    if Tile::fits(cols) {
+        let tile = Tile::load(x, f32::NEG_INFINITY);
+        let m = block_reduce(tile.fold(cols, f32::NEG_INFINITY, f32::max), &mut partials, f32::max);
+        let s = block_reduce(tile.fold(cols, 0.0, |a, v| a + (v - m).exp()), &mut partials, |a, b| a + b);
+        let lse = m + s.ln();
+        tile.store(y, |v, _| v.map(|e| e - lse));
+    } else {
+        let (m, s) = row_max_and_exp_sum(x, &mut partials);
+        let lse = m + s.ln();
+        map_chunks(x, y, |v, _| v.map(|e| e - lse));
     }
 }
 
-/// Launch shape for `rows` rows: one work-group of 256 work-items per row.
+/// Launch shape for `rows` rows of `cols` elements: one work-group per row, sized so that
+/// rows up to 16384 elements fit the register tiles.
 #[cfg(not(any(target_arch = "amdgpu", target_arch = "nvptx64")))]
-pub fn launch_config(rows: usize) -> Result<kernel_dsl::host::LaunchConfig, kernel_dsl::host::LaunchError> {
-    let rows = u32::try_from(rows).map_err(|_| kernel_dsl::host::LaunchError::InvalidArgument {
-        kernel: "softmax",
-        reason: format!("{rows} rows exceed one work-group per row (2^32)"),
-    })?;
-    Ok(kernel_dsl::host::LaunchConfig::new(kernel_dsl::Dim3::x(rows), kernel_dsl::Dim3::x(256)))
+pub fn launch_config(rows: usize, cols: usize) -> Result<kernel_dsl::host::LaunchConfig, kernel_dsl::host::LaunchError> {
+    crate::row::launch_config("softmax", rows, cols)
 }

@@ -1,4 +1,4 @@
-//! Row-wise kernels (softmax, log-softmax, RMSNorm) against an f64 reference, on the CPU
+//! Row-wise kernels (softmax, log-softmax, RMSNorm, LayerNorm) against an f64 reference, on the CPU
 //! executor with waves of 32 and 64 lanes and on any GPU this build can open.
 //!
 //! Extra tolerance over one output rounding: each work-item accumulates cols/256 terms in
@@ -12,7 +12,10 @@ use kernels::{norm, softmax};
 mod common;
 use common::*;
 
-const SHAPES: [(usize, usize); 6] = [(1, 1), (3, 7), (2, 1023), (2, 4096), (1, 65537), (5, 300)];
+/// Rows of 1 and 7 (partial chunks, unaligned rows), 300 and 4096 (register tiles, one
+/// chunk per work-item), 12000 (two chunks, the second partial for some work-items), and
+/// 20000 and 65537 (longer than a tile: the streaming / online path).
+const SHAPES: [(usize, usize); 8] = [(1, 1), (3, 7), (5, 300), (2, 1023), (3, 4096), (2, 12000), (1, 20000), (1, 65537)];
 
 fn reference_softmax(x: &[f64], cols: usize, log: bool) -> Vec<f64> {
     let mut out = Vec::with_capacity(x.len());
@@ -30,7 +33,7 @@ fn run_softmax<T: TestFloat>(log: bool) {
             let x: Vec<T> = inputs(rows * cols, -20.0, 20.0, cols as u64, false).into_iter().map(T::from_f64).collect();
             let dx = exec.upload(&x).unwrap();
             let mut dy = exec.alloc::<T>(rows * cols).unwrap();
-            let cfg = softmax::launch_config(rows).unwrap();
+            let cfg = softmax::launch_config(rows, cols).unwrap();
             if log {
                 softmax::log_softmax::launch::<T>(&exec, cfg, &dx, &mut dy, cols as u32).unwrap();
             } else {
@@ -61,6 +64,43 @@ fn log_softmax_all_dtypes() {
     run_softmax::<bf16>(true);
 }
 
+/// Masked rows (some -inf, as a causal mask makes), rows with +inf or NaN, on both the
+/// register-tile and the streaming paths: the outputs match the f64 reference, which
+/// computes the same formula (a NaN or +inf makes its row NaN; -inf entries give 0 / -inf).
+#[test]
+fn softmax_special_values_follow_the_reference() {
+    for exec in executors() {
+        for cols in [33, 4096, 40000] {
+            let rows = 4;
+            let mut x: Vec<f32> = inputs(rows * cols, -8.0, 8.0, 3 + cols as u64, false).into_iter().map(|v| v as f32).collect();
+            for c in cols / 2..cols {
+                x[c] = f32::NEG_INFINITY; // row 0: masked second half
+            }
+            x[cols + 5] = f32::INFINITY; // row 1
+            x[2 * cols + cols - 1] = f32::NAN; // row 2
+            // row 3: all masked but one
+            for c in 0..cols - 1 {
+                x[3 * cols + c] = f32::NEG_INFINITY;
+            }
+            let xf: Vec<f64> = x.iter().map(|v| *v as f64).collect();
+            let dx = exec.upload(&x).unwrap();
+            for log in [false, true] {
+                let mut dy = exec.alloc::<f32>(x.len()).unwrap();
+                let cfg = softmax::launch_config(rows, cols).unwrap();
+                if log {
+                    softmax::log_softmax::launch::<f32>(&exec, cfg, &dx, &mut dy, cols as u32).unwrap();
+                } else {
+                    softmax::softmax::launch::<f32>(&exec, cfg, &dx, &mut dy, cols as u32).unwrap();
+                }
+                let y = exec.download(&dy).unwrap();
+                let want = reference_softmax(&xf, cols, log);
+                assert_close_with(&y, &want, 3e-5, 3e-5, &format!("special softmax(log={log}) cols {cols} on {}", exec.name()));
+                assert_eq!(y[3 * cols + cols - 1], if log { 0.0 } else { 1.0 }, "single unmasked element on {}", exec.name());
+            }
+        }
+    }
+}
+
 #[test]
 fn softmax_rows_sum_to_one_and_nan_poisons_only_its_row() {
     for exec in executors() {
@@ -69,7 +109,7 @@ fn softmax_rows_sum_to_one_and_nan_poisons_only_its_row() {
         x[cols + 17] = f32::NAN;
         let dx = exec.upload(&x).unwrap();
         let mut dy = exec.alloc::<f32>(x.len()).unwrap();
-        softmax::softmax::launch::<f32>(&exec, softmax::launch_config(3).unwrap(), &dx, &mut dy, cols as u32).unwrap();
+        softmax::softmax::launch::<f32>(&exec, softmax::launch_config(3, cols).unwrap(), &dx, &mut dy, cols as u32).unwrap();
         let y = exec.download(&dy).unwrap();
         for r in [0, 2] {
             let s: f64 = y[r * cols..(r + 1) * cols].iter().map(|v| *v as f64).sum();
@@ -79,38 +119,102 @@ fn softmax_rows_sum_to_one_and_nan_poisons_only_its_row() {
     }
 }
 
-fn run_rms_norm<T: TestFloat>() {
+/// f64 reference of RMSNorm (`layer = false`) or LayerNorm over rows of `cols`; `w` / `b`
+/// empty mean 1 / 0.
+fn reference_norm(x: &[f64], w: &[f64], b: &[f64], cols: usize, eps: f64, layer: bool) -> Vec<f64> {
+    let mut out = Vec::with_capacity(x.len());
+    for row in x.chunks(cols) {
+        let mean = if layer { row.iter().sum::<f64>() / cols as f64 } else { 0.0 };
+        let var = row.iter().map(|v| (v - mean) * (v - mean)).sum::<f64>() / cols as f64;
+        let scale = 1.0 / (var + eps).sqrt();
+        for (c, v) in row.iter().enumerate() {
+            let g = if w.is_empty() { 1.0 } else { w[c] };
+            let h = if b.is_empty() { 0.0 } else { b[c] };
+            out.push((v - mean) * scale * g + h);
+        }
+    }
+    out
+}
+
+fn run_norm<T: TestFloat>(layer: bool) {
     for exec in executors() {
-        for (rows, cols) in SHAPES {
-            let x: Vec<T> = inputs(rows * cols, -3.0, 3.0, 5 + cols as u64, false).into_iter().map(T::from_f64).collect();
+        for (i, (rows, cols)) in SHAPES.into_iter().enumerate() {
+            // Shifted inputs (mean 2) so LayerNorm's centring matters.
+            let x: Vec<T> = inputs(rows * cols, -1.0, 5.0, 5 + cols as u64, false).into_iter().map(T::from_f64).collect();
             let w: Vec<T> = inputs(cols, 0.5, 1.5, 6, false).into_iter().map(T::from_f64).collect();
-            let (dx, dw) = (exec.upload(&x).unwrap(), exec.upload(&w).unwrap());
+            let b: Vec<T> = inputs(cols, -1.0, 1.0, 7, false).into_iter().map(T::from_f64).collect();
+            // Every other shape runs without the affine parameters.
+            let affine = i % 2 == 0;
+            let (w, b) = if affine { (w, b) } else { (vec![], vec![]) };
+            let (dx, dw, db) = (exec.upload(&x).unwrap(), exec.upload(&w).unwrap(), exec.upload(&b).unwrap());
             let mut dy = exec.alloc::<T>(rows * cols).unwrap();
-            norm::rms_norm::launch::<T>(&exec, softmax::launch_config(rows).unwrap(), &dx, &dw, &mut dy, cols as u32, 1e-5).unwrap();
-            let y = exec.download(&dy).unwrap();
-            let mut want = Vec::new();
-            for row in x.chunks(cols) {
-                let ms: f64 = row.iter().map(|v| v.to_f64() * v.to_f64()).sum::<f64>() / cols as f64;
-                let scale = 1.0 / (ms + 1e-5f32 as f64).sqrt();
-                want.extend(row.iter().zip(&w).map(|(v, g)| v.to_f64() * scale * g.to_f64()));
+            let cfg = norm::launch_config(rows, cols).unwrap();
+            if layer {
+                norm::layer_norm::launch::<T>(&exec, cfg, &dx, &dw, &db, &mut dy, cols as u32, 1e-5).unwrap();
+            } else {
+                norm::rms_norm::launch::<T>(&exec, cfg, &dx, &dw, &mut dy, cols as u32, 1e-5).unwrap();
             }
-            assert_close_with(&y, &want, 3e-5, 1e-6, &format!("rms_norm<{}> {rows}x{cols} on {}", T::NAME, exec.name()));
+            let y = exec.download(&dy).unwrap();
+            let f = |v: &Vec<T>| v.iter().map(|e| e.to_f64()).collect::<Vec<f64>>();
+            let bf = if layer { f(&b) } else { vec![] };
+            let want = reference_norm(&f(&x), &f(&w), &bf, cols, 1e-5f32 as f64, layer);
+            // Outputs are O(1..5): the f32 statistics (relative error ~3e-5, see the top)
+            // carry into an absolute error of that order.
+            assert_close_with(&y, &want, 3e-5, 1e-5, &format!("norm(layer={layer}, affine={affine})<{}> {rows}x{cols} on {}", T::NAME, exec.name()));
         }
     }
 }
 
 #[test]
 fn rms_norm_all_dtypes() {
-    run_rms_norm::<f32>();
-    run_rms_norm::<f16>();
-    run_rms_norm::<bf16>();
+    run_norm::<f32>(false);
+    run_norm::<f16>(false);
+    run_norm::<bf16>(false);
 }
+
+#[test]
+fn layer_norm_all_dtypes() {
+    run_norm::<f32>(true);
+    run_norm::<f16>(true);
+    run_norm::<bf16>(true);
+}
+
+/// A NaN in one row makes that row NaN, an inf gives what the reference gives (RMSNorm:
+/// 0 for the finite entries, NaN for the inf one), and the other rows are untouched, for both norms on the tile and streaming paths.
+#[test]
+fn norms_contain_nan_and_inf_to_their_row() {
+    for exec in executors() {
+        for cols in [100, 40000] {
+            let mut x: Vec<f32> = inputs(3 * cols, -2.0, 2.0, 11, false).into_iter().map(|v| v as f32).collect();
+            x[7] = f32::NAN;
+            x[2 * cols + 3] = f32::INFINITY;
+            let xf: Vec<f64> = x.iter().map(|v| *v as f64).collect();
+            let dx = exec.upload(&x).unwrap();
+            for layer in [false, true] {
+                let mut dy = exec.alloc::<f32>(x.len()).unwrap();
+                let cfg = norm::launch_config(3, cols).unwrap();
+                let none = exec.upload::<f32>(&[]).unwrap();
+                if layer {
+                    norm::layer_norm::launch::<f32>(&exec, cfg, &dx, &none, &none, &mut dy, cols as u32, 1e-6).unwrap();
+                } else {
+                    norm::rms_norm::launch::<f32>(&exec, cfg, &dx, &none, &mut dy, cols as u32, 1e-6).unwrap();
+                }
+                let y = exec.download(&dy).unwrap();
+                let want = reference_norm(&xf, &[], &[], cols, 1e-6f32 as f64, layer);
+                assert!(y[..cols].iter().all(|v| v.is_nan()), "the NaN row is NaN on {}", exec.name());
+                assert!(y[cols..2 * cols].iter().all(|v| v.is_finite()), "the clean row stays finite on {}", exec.name());
+                assert_close_with(&y, &want, 3e-5, 1e-5, &format!("layer={layer}, cols {cols} on {}", exec.name()));
+            }
+        }
+    }
+}
+
 
 #[test]
 fn row_kernels_reject_short_buffers() {
     let exec = kernels::runtime::Device::cpu(kernel_dsl::host::WaveSize::W64);
     let x = exec.upload(&[1.0f32; 10]).unwrap();
     let mut y = exec.alloc::<f32>(12).unwrap();
-    let err = softmax::softmax::launch::<f32>(&exec, softmax::launch_config(2).unwrap(), &x, &mut y, 6).unwrap_err();
+    let err = softmax::softmax::launch::<f32>(&exec, softmax::launch_config(2, 6).unwrap(), &x, &mut y, 6).unwrap_err();
     assert!(err.to_string().contains("out of"), "{err}");
 }

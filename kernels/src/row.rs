@@ -1,0 +1,228 @@
+//! Row access shared by the row-wise families (reductions, softmax, norms): 8-element
+//! chunks moved as 16-byte vectors where the row is aligned, and a register-resident
+//! [`RowTile`] that lets a work-group read a row from memory once and reuse it.
+//!
+//! Work-item `t` of `n` owns chunks `t, t + n, t + 2n, ...` of its row, so one load
+//! instruction of a wave covers whole contiguous cache lines.
+use kernel_dsl::prelude::*;
+
+/// Elements per chunk (one or two 16-byte accesses).
+pub const CHUNK: usize = 8;
+
+// `each_lane!` writes out exactly 8 lanes.
+const _: () = assert!(CHUNK == 8);
+
+/// Runs `$body` with `$j` = 0, 1, ... [`CHUNK`]` - 1` as straight-line code, so a chunk's
+/// values stay in registers (a loop the compiler declines to unroll would index them at
+/// run time, from scratch / local memory).
+#[macro_export]
+macro_rules! each_lane {
+    ($j:ident, $body:block) => {
+        $crate::each_lane!(@ $j, $body, 0 1 2 3 4 5 6 7)
+    };
+    (@ $j:ident, $body:block, $($i:literal)*) => {
+        $({
+            let $j: usize = $i;
+            $body
+        })*
+    };
+}
+
+/// Chunks per work-item in the [`RowTile`]s of softmax and the norms: rows up to 16384
+/// elements at 1024 work-items. (4 chunks, for rows up to 32768, needed more than the
+/// 102 scalar registers gfx90a has, and spilled.)
+pub const TILE_CHUNKS: usize = 2;
+
+/// Largest work-group the row kernels are launched with.
+pub const MAX_ROW_THREADS: usize = 1024;
+
+/// `CHUNK` elements, 16-byte aligned, read and written as whole vectors.
+#[repr(C, align(16))]
+#[derive(Clone, Copy)]
+struct Vector<T>([T; CHUNK]);
+
+/// `true` when chunks of `s` start on 16-byte boundaries (its start is aligned and a chunk
+/// of `T` is a multiple of 16 bytes).
+#[device]
+#[inline(always)]
+fn vectorizable<T>(s: *const T) -> bool {
+    core::mem::size_of::<T>() >= 2 && (s as usize) % 16 == 0
+}
+
+/// The chunk of `s` starting at element `e`, in `f32`; elements past the end read as `pad`.
+#[device]
+#[inline(always)]
+pub fn load_chunk<T: Float>(s: &[T], e: usize, pad: f32) -> [f32; CHUNK] {
+    let mut v = [pad; CHUNK];
+    if e + CHUNK <= s.len() && vectorizable(s.as_ptr()) {
+        // SAFETY: e + CHUNK <= len, and the chunk starts 16-byte aligned (e is a multiple
+        // of CHUNK, the slice start is aligned, CHUNK elements are 16 or 32 bytes).
+        let c = unsafe { core::ptr::read(s.as_ptr().add(e) as *const Vector<T>) };
+        each_lane!(j, {
+            v[j] = c.0[j].to_f32();
+        });
+    } else {
+        v = load_chunk_scalar(s, e, pad);
+    }
+    v
+}
+
+/// [`load_chunk`] element by element, without branches: clamped loads and selects (no
+/// divergent control flow or saved execution masks in unrolled code). For short or
+/// cached data such as norm weights, where vector loads gain little.
+#[device]
+#[inline(always)]
+pub fn load_chunk_scalar<T: Float>(s: &[T], e: usize, pad: f32) -> [f32; CHUNK] {
+    let mut v = [pad; CHUNK];
+    if !s.is_empty() {
+        let last = s.len() - 1;
+        each_lane!(j, {
+            let x = s[(e + j).min(last)].to_f32();
+            v[j] = if e + j <= last { x } else { pad };
+        });
+    }
+    v
+}
+
+/// Writes `v` to the chunk of `s` starting at element `e`, dropping elements past the end.
+#[device]
+#[inline(always)]
+pub fn store_chunk<T: Float>(s: &mut [T], e: usize, v: &[f32; CHUNK]) {
+    if e + CHUNK <= s.len() && vectorizable(s.as_ptr()) {
+        let mut c = Vector([T::ZERO; CHUNK]);
+        each_lane!(j, {
+            c.0[j] = T::from_f32(v[j]);
+        });
+        // SAFETY: as in `load_chunk`.
+        unsafe { core::ptr::write(s.as_mut_ptr().add(e) as *mut Vector<T>, c) };
+    } else {
+        each_lane!(j, {
+            if e + j < s.len() {
+                s[e + j] = T::from_f32(v[j]);
+            }
+        });
+    }
+}
+/// Runs `$body` with `$k` = 0 .. [`TILE_CHUNKS`]` - 1` as straight-line code (see
+/// [`each_lane!`]).
+#[macro_export]
+macro_rules! each_tile_chunk {
+    ($k:ident, $body:block) => {
+        {
+            let $k: usize = 0;
+            $body
+        }
+        {
+            let $k: usize = 1;
+            $body
+        }
+    };
+}
+
+// `each_tile_chunk!` writes out exactly 2 chunks.
+const _: () = assert!(TILE_CHUNKS == 2);
+
+/// This work-item's share of a row, [`TILE_CHUNKS`] chunks held in registers: chunk `k`
+/// starts at element [`RowTile::start`]`(k)`. Only valid when [`RowTile::fits`] holds.
+pub struct RowTile {
+    /// Values in `f32`; positions past the row hold the `pad` given to [`RowTile::load`].
+    pub v: [[f32; CHUNK]; TILE_CHUNKS],
+}
+
+impl RowTile {
+    /// `true` when a row of `cols` elements fits the tiles of the work-group.
+    #[inline(always)]
+    pub fn fits(cols: usize) -> bool {
+        cols <= TILE_CHUNKS * CHUNK * flat_block_dim() as usize
+    }
+
+    /// First element of chunk `k` of this work-item.
+    #[inline(always)]
+    pub fn start(k: usize) -> usize {
+        (k * flat_block_dim() as usize + flat_thread_idx() as usize) * CHUNK
+    }
+
+    /// Loads this work-item's chunks of `row`.
+    #[inline(always)]
+    pub fn load<T: Float>(row: &[T], pad: f32) -> RowTile {
+        let mut v = [[pad; CHUNK]; TILE_CHUNKS];
+        each_tile_chunk!(k, {
+            let e = Self::start(k);
+            if e < row.len() {
+                v[k] = load_chunk(row, e, pad);
+            }
+        });
+        RowTile { v }
+    }
+
+    /// Folds `f` over the values that lie inside a row of `cols` elements.
+    #[inline(always)]
+    pub fn fold(&self, cols: usize, init: f32, f: impl Fn(f32, f32) -> f32) -> f32 {
+        let mut acc = init;
+        each_tile_chunk!(k, {
+            let e = Self::start(k);
+            each_lane!(j, {
+                let next = f(acc, self.v[k][j]);
+                acc = if e + j < cols { next } else { acc };
+            });
+        });
+        acc
+    }
+
+    /// Writes `f(chunk k values)` to each of this work-item's chunks of `out`; `f` gets the
+    /// chunk's values and its first element index.
+    #[inline(always)]
+    pub fn store<T: Float>(&self, out: &mut [T], f: impl Fn(&[f32; CHUNK], usize) -> [f32; CHUNK]) {
+        each_tile_chunk!(k, {
+            let e = Self::start(k);
+            if e < out.len() {
+                store_chunk(out, e, &f(&self.v[k], e));
+            }
+        });
+    }
+}
+
+/// Calls `f(chunk, first element)` for each of this work-item's chunks of `row`, streaming
+/// (for rows longer than a tile).
+#[device]
+#[inline(always)]
+pub fn for_each_chunk<T: Float>(row: &[T], pad: f32, mut f: impl FnMut(&[f32; CHUNK], usize)) {
+    let n = flat_block_dim() as usize;
+    let mut e = flat_thread_idx() as usize * CHUNK;
+    while e < row.len() {
+        f(&load_chunk(row, e, pad), e);
+        e += n * CHUNK;
+    }
+}
+
+/// Writes `f(chunk of row, first element)` over all of `out`, streaming `row` (same length).
+#[device]
+#[inline(always)]
+pub fn map_chunks<T: Float>(row: &[T], out: &mut [T], f: impl Fn(&[f32; CHUNK], usize) -> [f32; CHUNK]) {
+    let n = flat_block_dim() as usize;
+    let mut e = flat_thread_idx() as usize * CHUNK;
+    while e < out.len() {
+        store_chunk(out, e, &f(&load_chunk(row, e, 0.0), e));
+        e += n * CHUNK;
+    }
+}
+
+/// Work-items for a row kernel over rows of `cols` elements: enough for one chunk each,
+/// a multiple of 64 (whole waves of either size), between 64 and [`MAX_ROW_THREADS`].
+#[cfg(not(any(target_arch = "amdgpu", target_arch = "nvptx64")))]
+pub fn row_threads(cols: usize) -> u32 {
+    let chunks = cols.div_ceil(CHUNK);
+    (chunks.div_ceil(64) * 64).clamp(64, MAX_ROW_THREADS) as u32
+}
+
+/// Launch shape for a row kernel: one work-group per row, [`row_threads`] work-items.
+#[cfg(not(any(target_arch = "amdgpu", target_arch = "nvptx64")))]
+pub fn launch_config(kernel: &'static str, rows: usize, cols: usize) -> Result<kernel_dsl::host::LaunchConfig, kernel_dsl::host::LaunchError> {
+    use kernel_dsl::host::{LaunchConfig, LaunchError};
+    let bad = |reason: String| LaunchError::InvalidArgument { kernel, reason };
+    let rows32 = u32::try_from(rows).map_err(|_| bad(format!("{rows} rows exceed one work-group per row (2^32)")))?;
+    if u32::try_from(cols).is_err() {
+        return Err(bad(format!("{cols} columns exceed 2^32")));
+    }
+    Ok(LaunchConfig::new(kernel_dsl::Dim3::x(rows32), kernel_dsl::Dim3::x(row_threads(cols))))
+}
