@@ -9,6 +9,8 @@
 //! Run on an NVIDIA GPU with `tests/gpu/nvidia.sh` (see README).
 pub mod bench_kernels;
 
+use kernels::runtime::{Device, DeviceVec};
+
 kernel_dsl::embed_kernels!();
 
 /// One measurement.
@@ -51,3 +53,58 @@ pub fn median(v: &mut [f64]) -> f64 {
     v.sort_by(|a, b| a.partial_cmp(b).unwrap());
     v[v.len() / 2]
 }
+
+/// Times `f` (one call per iteration) with GPU events; median over repetitions, in us.
+pub fn time(dev: &Device, bytes: usize, mut f: impl FnMut()) -> f64 {
+    let iters = if bytes >= 64 << 20 { 10 } else if bytes >= 1 << 20 { 50 } else { 200 };
+    for _ in 0..3 {
+        f();
+    }
+    let mut reps = Vec::new();
+    for _ in 0..5 {
+        let ms = gpu_ms(dev, || {
+            for _ in 0..iters {
+                f();
+            }
+        });
+        reps.push(ms / iters as f64 * 1e3);
+    }
+    median(&mut reps)
+}
+
+/// Milliseconds the work `body` queued took on the GPU (between two events).
+pub fn gpu_ms(dev: &Device, body: impl FnOnce()) -> f64 {
+    match dev {
+        #[cfg(feature = "cuda")]
+        Device::Cuda(d) => {
+            let a = d.record_event().unwrap();
+            body();
+            let b = d.record_event().unwrap();
+            a.elapsed_ms(&b).unwrap() as f64
+        }
+        #[cfg(feature = "rocm")]
+        Device::Rocm(d) => {
+            let a = d.record_event().unwrap();
+            body();
+            let b = d.record_event().unwrap();
+            a.elapsed_ms(&b).unwrap() as f64
+        }
+        _ => {
+            let t = std::time::Instant::now();
+            body();
+            dev.synchronize().unwrap();
+            t.elapsed().as_secs_f64() * 1e3
+        }
+    }
+}
+
+pub fn copy(dev: &Device, src: &DeviceVec<u8>, dst: &mut DeviceVec<u8>) {
+    match (dev, src, dst) {
+        #[cfg(feature = "cuda")]
+        (Device::Cuda(d), DeviceVec::Cuda(s), DeviceVec::Cuda(t)) => d.copy(s, t).unwrap(),
+        #[cfg(feature = "rocm")]
+        (Device::Rocm(d), DeviceVec::Rocm(s), DeviceVec::Rocm(t)) => d.copy(s, t).unwrap(),
+        _ => panic!("copy needs a GPU"),
+    }
+}
+

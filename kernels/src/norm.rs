@@ -105,3 +105,54 @@ pub fn layer_norm<T: Float>(input: &[T], weight: &[T], bias: &[T], out: &mut [T]
 pub fn launch_config(rows: usize, cols: usize) -> Result<kernel_dsl::host::LaunchConfig, kernel_dsl::host::LaunchError> {
     crate::row::launch_config("norm", rows, cols)
 }
+
+#[cfg(not(any(target_arch = "amdgpu", target_arch = "nvptx64")))]
+mod host {
+    use crate::runtime::{Device, DeviceVec};
+    use kernel_dsl::host::{KernelArgSlice, LaunchError, ScalarArg};
+    use kernel_dsl::Float;
+
+    /// A parameter buffer, or an empty slice (never read) when there is none.
+    fn param<T>(p: Option<&DeviceVec<T>>) -> &dyn KernelArgSlice<T> {
+        match p {
+            Some(p) => p,
+            None => &[] as &[T; 0],
+        }
+    }
+
+    fn check_eps(kernel: &'static str, eps: f32) -> Result<(), LaunchError> {
+        if eps.is_finite() && eps >= 0.0 {
+            Ok(())
+        } else {
+            Err(LaunchError::InvalidArgument { kernel, reason: format!("eps must be finite and >= 0, got {eps}") })
+        }
+    }
+
+    /// RMSNorm of each row of `cols` elements of `x` into `y`, with an optional weight of
+    /// `cols` elements; checks every shape first (bad input: an error, nothing launched).
+    pub fn rms_norm_rows<T: Float + ScalarArg>(dev: &Device, x: &DeviceVec<T>, weight: Option<&DeviceVec<T>>, y: &mut DeviceVec<T>, cols: usize, eps: f32) -> Result<(), LaunchError> {
+        let wl = weight.map_or(0, |w| w.len());
+        if weight.is_some() && wl != cols {
+            return Err(LaunchError::InvalidArgument { kernel: "rms_norm", reason: format!("weight has {wl} elements, rows have {cols}") });
+        }
+        let rows = crate::row::check_rows("rms_norm", x.len(), y.len(), cols)?;
+        check_eps("rms_norm", eps)?;
+        super::rms_norm::launch::<T>(dev, super::launch_config(rows, cols)?, x, param(weight), y, cols as u32, eps)
+    }
+
+    /// LayerNorm of each row, with optional weight and bias; checked as [`rms_norm_rows`].
+    pub fn layer_norm_rows<T: Float + ScalarArg>(dev: &Device, x: &DeviceVec<T>, weight: Option<&DeviceVec<T>>, bias: Option<&DeviceVec<T>>, y: &mut DeviceVec<T>, cols: usize, eps: f32) -> Result<(), LaunchError> {
+        for (name, p) in [("weight", weight), ("bias", bias)] {
+            if let Some(p) = p {
+                if p.len() != cols {
+                    return Err(LaunchError::InvalidArgument { kernel: "layer_norm", reason: format!("{name} has {} elements, rows have {cols}", p.len()) });
+                }
+            }
+        }
+        let rows = crate::row::check_rows("layer_norm", x.len(), y.len(), cols)?;
+        check_eps("layer_norm", eps)?;
+        super::layer_norm::launch::<T>(dev, super::launch_config(rows, cols)?, x, param(weight), param(bias), y, cols as u32, eps)
+    }
+}
+#[cfg(not(any(target_arch = "amdgpu", target_arch = "nvptx64")))]
+pub use host::*;

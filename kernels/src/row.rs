@@ -226,3 +226,20 @@ pub fn launch_config(kernel: &'static str, rows: usize, cols: usize) -> Result<k
     }
     Ok(LaunchConfig::new(kernel_dsl::Dim3::x(rows32), kernel_dsl::Dim3::x(row_threads(cols))))
 }
+
+/// Checks a row kernel's buffers: `x` and `y` hold the same whole number of rows of `cols`
+/// elements. Returns the number of rows.
+#[cfg(not(any(target_arch = "amdgpu", target_arch = "nvptx64")))]
+pub fn check_rows(kernel: &'static str, x: usize, y: usize, cols: usize) -> Result<usize, kernel_dsl::host::LaunchError> {
+    let bad = |reason: String| kernel_dsl::host::LaunchError::InvalidArgument { kernel, reason };
+    if cols == 0 {
+        return if x == 0 && y == 0 { Ok(0) } else { Err(bad("rows of 0 columns with a non-empty buffer".into())) };
+    }
+    if x % cols != 0 {
+        return Err(bad(format!("input of {x} elements is not a whole number of rows of {cols}")));
+    }
+    if y != x {
+        return Err(bad(format!("output has {y} elements, input {x}")));
+    }
+    Ok(x / cols)
+}

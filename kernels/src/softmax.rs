@@ -124,3 +124,25 @@ pub fn log_softmax<T: Float>(input: &[T], out: &mut [T], cols: u32, mut partials
 pub fn launch_config(rows: usize, cols: usize) -> Result<kernel_dsl::host::LaunchConfig, kernel_dsl::host::LaunchError> {
     crate::row::launch_config("softmax", rows, cols)
 }
+
+#[cfg(not(any(target_arch = "amdgpu", target_arch = "nvptx64")))]
+mod host {
+    use crate::runtime::{Device, DeviceVec};
+    use kernel_dsl::host::{LaunchError, ScalarArg};
+    use kernel_dsl::Float;
+
+    /// Softmax over the last dimension of `x` (rows of `cols`) into `y`, after checking the
+    /// shapes (bad input: an error, nothing launched).
+    pub fn softmax_last_dim<T: Float + ScalarArg>(dev: &Device, x: &DeviceVec<T>, y: &mut DeviceVec<T>, cols: usize) -> Result<(), LaunchError> {
+        let rows = crate::row::check_rows("softmax", x.len(), y.len(), cols)?;
+        super::softmax::launch::<T>(dev, super::launch_config(rows, cols)?, x, y, cols as u32)
+    }
+
+    /// Log-softmax over the last dimension, checked as [`softmax_last_dim`].
+    pub fn log_softmax_last_dim<T: Float + ScalarArg>(dev: &Device, x: &DeviceVec<T>, y: &mut DeviceVec<T>, cols: usize) -> Result<(), LaunchError> {
+        let rows = crate::row::check_rows("log_softmax", x.len(), y.len(), cols)?;
+        super::log_softmax::launch::<T>(dev, super::launch_config(rows, cols)?, x, y, cols as u32)
+    }
+}
+#[cfg(not(any(target_arch = "amdgpu", target_arch = "nvptx64")))]
+pub use host::*;

@@ -218,3 +218,30 @@ fn row_kernels_reject_short_buffers() {
     let err = softmax::softmax::launch::<f32>(&exec, softmax::launch_config(2, 6).unwrap(), &x, &mut y, 6).unwrap_err();
     assert!(err.to_string().contains("out of"), "{err}");
 }
+
+#[test]
+fn checked_row_launchers_reject_bad_shapes_and_write_nothing() {
+    let exec = kernels::runtime::Device::cpu(kernel_dsl::host::WaveSize::W32);
+    let x = exec.upload(&[1.0f32; 12]).unwrap();
+    let w = exec.upload(&[1.0f32; 4]).unwrap();
+    let w5 = exec.upload(&[1.0f32; 5]).unwrap();
+    let mut y = exec.upload(&[7.0f32; 12]).unwrap();
+    let mut y10 = exec.upload(&[7.0f32; 10]).unwrap();
+    let e = |r: Result<(), kernel_dsl::host::LaunchError>| r.unwrap_err().to_string();
+    assert!(e(softmax::softmax_last_dim(&exec, &x, &mut y, 5)).contains("whole number of rows"));
+    assert!(e(softmax::log_softmax_last_dim(&exec, &x, &mut y10, 4)).contains("output has 10"));
+    assert!(e(softmax::softmax_last_dim(&exec, &x, &mut y, 0)).contains("0 columns"));
+    assert!(e(norm::rms_norm_rows(&exec, &x, Some(&w5), &mut y, 4, 1e-5)).contains("weight has 5"));
+    assert!(e(norm::layer_norm_rows(&exec, &x, Some(&w), Some(&w5), &mut y, 4, 1e-5)).contains("bias has 5"));
+    assert!(e(norm::layer_norm_rows(&exec, &x, None, None, &mut y, 4, f32::NAN)).contains("eps"));
+    assert_eq!(exec.download(&y).unwrap(), vec![7.0; 12], "nothing written");
+    // The same calls with good shapes run: 3 rows of 4 ones.
+    softmax::softmax_last_dim(&exec, &x, &mut y, 4).unwrap();
+    assert_eq!(exec.download(&y).unwrap(), vec![0.25; 12]);
+    norm::layer_norm_rows(&exec, &x, Some(&w), None, &mut y, 4, 1e-5).unwrap();
+    assert_eq!(exec.download(&y).unwrap(), vec![0.0; 12]);
+    // Empty tensors are a no-op.
+    let (ex, mut ey) = (exec.upload::<f32>(&[]).unwrap(), exec.alloc::<f32>(0).unwrap());
+    softmax::softmax_last_dim(&exec, &ex, &mut ey, 4).unwrap();
+    norm::rms_norm_rows(&exec, &ex, None, &mut ey, 4, 1e-5).unwrap();
+}

@@ -1,7 +1,7 @@
 //! Elementwise bandwidth and launch overhead on a GPU, timed with GPU events.
 //!
 //! `elementwise [--out DIR] [--max-bytes N] [--quick]`: writes `DIR/rust_elementwise.json`.
-use benches::{median, Sample};
+use benches::{copy, median, time, Sample};
 use half::bf16;
 use kernel_dsl::host::{Executor, LaunchConfig};
 use kernel_dsl::Dim3;
@@ -41,60 +41,6 @@ fn main() {
     }
     writeln!(f, "]}}").unwrap();
     println!("wrote {path}");
-}
-
-/// Times `f` (one call per iteration) with GPU events; median over repetitions, in us.
-fn time(dev: &Device, bytes: usize, mut f: impl FnMut()) -> f64 {
-    let iters = if bytes >= 64 << 20 { 10 } else if bytes >= 1 << 20 { 50 } else { 200 };
-    for _ in 0..3 {
-        f();
-    }
-    let mut reps = Vec::new();
-    for _ in 0..5 {
-        let ms = gpu_ms(dev, || {
-            for _ in 0..iters {
-                f();
-            }
-        });
-        reps.push(ms / iters as f64 * 1e3);
-    }
-    median(&mut reps)
-}
-
-/// Milliseconds the work `body` queued took on the GPU (between two events).
-fn gpu_ms(dev: &Device, body: impl FnOnce()) -> f64 {
-    match dev {
-        #[cfg(feature = "cuda")]
-        Device::Cuda(d) => {
-            let a = d.record_event().unwrap();
-            body();
-            let b = d.record_event().unwrap();
-            a.elapsed_ms(&b).unwrap() as f64
-        }
-        #[cfg(feature = "rocm")]
-        Device::Rocm(d) => {
-            let a = d.record_event().unwrap();
-            body();
-            let b = d.record_event().unwrap();
-            a.elapsed_ms(&b).unwrap() as f64
-        }
-        _ => {
-            let t = std::time::Instant::now();
-            body();
-            dev.synchronize().unwrap();
-            t.elapsed().as_secs_f64() * 1e3
-        }
-    }
-}
-
-fn copy(dev: &Device, src: &DeviceVec<u8>, dst: &mut DeviceVec<u8>) {
-    match (dev, src, dst) {
-        #[cfg(feature = "cuda")]
-        (Device::Cuda(d), DeviceVec::Cuda(s), DeviceVec::Cuda(t)) => d.copy(s, t).unwrap(),
-        #[cfg(feature = "rocm")]
-        (Device::Rocm(d), DeviceVec::Rocm(s), DeviceVec::Rocm(t)) => d.copy(s, t).unwrap(),
-        _ => panic!("copy needs a GPU"),
-    }
 }
 
 fn bench_size(dev: &Device, bytes: usize, quick: bool) -> Vec<Sample> {
@@ -161,7 +107,7 @@ fn launch_overhead(dev: &Device) -> f64 {
     }
     let mut reps = Vec::new();
     for _ in 0..5 {
-        let ms = gpu_ms(dev, || {
+        let ms = benches::gpu_ms(dev, || {
             for _ in 0..iters {
                 benches::bench_kernels::empty::launch(dev, cfg, &mut out).unwrap();
             }

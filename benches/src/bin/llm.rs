@@ -1,0 +1,175 @@
+//! The LLM kernel families on the shapes a Candle LLM worker runs them at, timed with GPU
+//! events: softmax, RMSNorm, LayerNorm, reductions, rotary embeddings and indexing.
+//!
+//! `llm [--out DIR] [--quick]`: writes `DIR/rust_llm.json`; `python/torch_llm.py` times the
+//! same ops and shapes in PyTorch and `python/report_llm.py` merges both.
+use benches::{copy, time};
+use half::bf16;
+use kernel_dsl::host::ScalarArg;
+use kernel_dsl::Float;
+use kernels::reduce::{self, ArgMax, Max, Sum};
+use kernels::runtime::{Device, DeviceVec};
+use kernels::{norm, rope, softmax};
+use std::io::Write;
+
+/// One measurement: `moved` = bytes an ideal kernel reads and writes once.
+struct Sample {
+    op: String,
+    dtype: &'static str,
+    shape: String,
+    moved: usize,
+    us: f64,
+}
+
+impl Sample {
+    fn gbps(&self) -> f64 {
+        self.moved as f64 / (self.us * 1e-6) / 1e9
+    }
+}
+
+/// Deterministic values in [-4, 4).
+fn data<T: Float>(n: usize, seed: u64) -> Vec<T> {
+    let mut s = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+    (0..n)
+        .map(|_| {
+            s ^= s << 13;
+            s ^= s >> 7;
+            s ^= s << 17;
+            T::from_f32(((s >> 40) as f32 / (1u64 << 24) as f32) * 8.0 - 4.0)
+        })
+        .collect()
+}
+
+fn shape(dims: &[usize]) -> String {
+    dims.iter().map(|d| d.to_string()).collect::<Vec<_>>().join("x")
+}
+
+struct Bench<'a> {
+    dev: &'a Device,
+    out: Vec<Sample>,
+}
+
+impl Bench<'_> {
+    fn record(&mut self, op: &str, dtype: &'static str, dims: &[usize], moved: usize, us: f64) {
+        let s = Sample { op: op.into(), dtype, shape: shape(dims), moved, us };
+        eprintln!("{:>16} {:<5} {:>16} {:>10.2} us {:>8.1} GB/s", s.op, s.dtype, s.shape, s.us, s.gbps());
+        self.out.push(s);
+    }
+
+    fn rows<T: Float + ScalarArg>(&mut self, rows: usize, cols: usize) {
+        let dev = self.dev;
+        let sz = std::mem::size_of::<T>();
+        let x = dev.upload(&data::<T>(rows * cols, 1)).unwrap();
+        let w = dev.upload(&data::<T>(cols, 2)).unwrap();
+        let b = dev.upload(&data::<T>(cols, 3)).unwrap();
+        let mut y: DeviceVec<T> = dev.alloc(rows * cols).unwrap();
+        let bytes = rows * cols * sz;
+        let cfg = softmax::launch_config(rows, cols).unwrap();
+        let us = time(dev, bytes, || softmax::softmax::launch::<T>(dev, cfg, &x, &mut y, cols as u32).unwrap());
+        self.record("softmax", T::NAME, &[rows, cols], 2 * bytes, us);
+        let us = time(dev, bytes, || norm::rms_norm::launch::<T>(dev, cfg, &x, &w, &mut y, cols as u32, 1e-5).unwrap());
+        self.record("rms_norm", T::NAME, &[rows, cols], 2 * bytes + cols * sz, us);
+        let us = time(dev, bytes, || norm::layer_norm::launch::<T>(dev, cfg, &x, &w, &b, &mut y, cols as u32, 1e-5).unwrap());
+        self.record("layer_norm", T::NAME, &[rows, cols], 2 * bytes + 2 * cols * sz, us);
+    }
+
+    fn reductions<T: Float + ScalarArg>(&mut self, rows: usize, cols: usize) {
+        let dev = self.dev;
+        let sz = std::mem::size_of::<T>();
+        let x = dev.upload(&data::<T>(rows * cols, 4)).unwrap();
+        let bytes = rows * cols * sz;
+        let (dims, strides) = ([rows, cols], [cols, 1]);
+        let mut yr: DeviceVec<T> = dev.alloc(rows).unwrap();
+        let us = time(dev, bytes, || reduce::reduce::<T, Sum>(dev, &x, &dims, &strides, &[1], &mut yr).unwrap());
+        self.record("sum_last", T::NAME, &dims, bytes + rows * sz, us);
+        let us = time(dev, bytes, || reduce::reduce::<T, Max>(dev, &x, &dims, &strides, &[1], &mut yr).unwrap());
+        self.record("max_last", T::NAME, &dims, bytes + rows * sz, us);
+        let mut yc: DeviceVec<T> = dev.alloc(cols).unwrap();
+        let us = time(dev, bytes, || reduce::reduce::<T, Sum>(dev, &x, &dims, &strides, &[0], &mut yc).unwrap());
+        self.record("sum_first", T::NAME, &dims, bytes + cols * sz, us);
+        let mut yi: DeviceVec<u32> = dev.alloc(rows).unwrap();
+        let us = time(dev, bytes, || reduce::arg_reduce::<T, ArgMax>(dev, &x, &dims, &strides, &[1], &mut yi).unwrap());
+        self.record("argmax_last", T::NAME, &dims, bytes + rows * 4, us);
+    }
+
+    /// Rotary embeddings for `b` sequences of `t` tokens, 32 heads of 128.
+    fn rope<T: Float + ScalarArg>(&mut self, b: usize, t: usize) {
+        let dev = self.dev;
+        let (h, d) = (32, 128);
+        let sz = std::mem::size_of::<T>();
+        let n = b * h * t * d;
+        let x = dev.upload(&data::<T>(n, 5)).unwrap();
+        let cos = dev.upload(&data::<T>(t * d / 2, 6)).unwrap();
+        let sin = dev.upload(&data::<T>(t * d / 2, 7)).unwrap();
+        let mut y: DeviceVec<T> = dev.alloc(n).unwrap();
+        let moved = 2 * n * sz + t * d * sz;
+        let us = time(dev, n * sz, || rope::rope_i(dev, &x, &cos, &sin, &mut y, b, h, t, d).unwrap());
+        self.record("rope_i", T::NAME, &[b, h, t, d], moved, us);
+        let us = time(dev, n * sz, || rope::rope(dev, &x, &cos, &sin, &mut y, b, h, t, d).unwrap());
+        self.record("rope", T::NAME, &[b, h, t, d], moved, us);
+        let us = time(dev, n * sz, || rope::rope_thd(dev, &x, &cos, &sin, &mut y, b, t, h, d).unwrap());
+        self.record("rope_thd", T::NAME, &[b, t, h, d], moved, us);
+    }
+}
+
+fn main() {
+    let args: Vec<String> = std::env::args().collect();
+    let arg = |name: &str| args.iter().position(|a| a == name).and_then(|i| args.get(i + 1)).cloned();
+    let out_dir = arg("--out").unwrap_or_else(|| ".".into());
+    let quick = args.iter().any(|a| a == "--quick");
+    let dev = match Device::cuda(0).or_else(|_| Device::rocm(0)) {
+        Ok(d) => d,
+        Err(e) => {
+            eprintln!("SKIPPED: the benchmark needs a GPU ({e}); build with --features cuda or rocm");
+            return;
+        }
+    };
+    println!("device: {}", dev.name());
+    let mut b = Bench { dev: &dev, out: Vec::new() };
+
+    // Device-to-device copy of 256 MiB: the bandwidth the others are measured against.
+    let cb = 256 << 20;
+    let src = dev.alloc::<u8>(cb).unwrap();
+    let mut dst = dev.alloc::<u8>(cb).unwrap();
+    let us = time(&dev, cb, || copy(&dev, &src, &mut dst));
+    b.record("copy", "u8", &[cb], 2 * cb, us);
+    drop((src, dst));
+
+    let row_shapes: &[(usize, usize)] = if quick {
+        &[(64, 4096), (4096, 4096)]
+    } else {
+        &[(1, 4096), (64, 4096), (4096, 4096), (64, 8192), (4096, 8192), (2048, 16384), (1024, 32768)]
+    };
+    for &(r, c) in row_shapes {
+        b.rows::<f32>(r, c);
+        b.rows::<bf16>(r, c);
+    }
+    for &(r, c) in if quick { &[(4096usize, 4096usize)][..] } else { &[(4096, 4096), (64, 32000)][..] } {
+        b.reductions::<f32>(r, c);
+        b.reductions::<bf16>(r, c);
+    }
+    for &(bs, t) in if quick { &[(1usize, 4096usize)][..] } else { &[(1, 1), (64, 1), (1, 4096), (8, 1024)][..] } {
+        b.rope::<f32>(bs, t);
+        b.rope::<bf16>(bs, t);
+    }
+
+    let path = format!("{out_dir}/rust_llm.json");
+    let mut f = std::fs::File::create(&path).expect("create json");
+    writeln!(f, "{{\"device\":\"{}\",\"samples\":[", dev.name()).unwrap();
+    for (i, s) in b.out.iter().enumerate() {
+        let sep = if i + 1 < b.out.len() { "," } else { "" };
+        writeln!(
+            f,
+            "{{\"op\":\"{}\",\"dtype\":\"{}\",\"shape\":\"{}\",\"moved\":{},\"us\":{:.3},\"gbps\":{:.2}}}{sep}",
+            s.op,
+            s.dtype,
+            s.shape,
+            s.moved,
+            s.us,
+            s.gbps()
+        )
+        .unwrap();
+    }
+    writeln!(f, "]}}").unwrap();
+    println!("wrote {path}");
+}
