@@ -162,7 +162,8 @@ impl KernelBuild {
                     stats.extend(check_code_object(&device.abis, &meta, arch)?);
                 }
                 Target::Nvptx(_) => {
-                    let text = std::fs::read_to_string(&a.path).at(&a.path)?;
+                    let text = crate::ptx::with_max_threads(&std::fs::read_to_string(&a.path).at(&a.path)?, crate::MAX_WORK_GROUP);
+                    write_if_changed(&a.path, text.as_bytes())?;
                     let module = crate::ptx::parse_ptx(&text)
                         .map_err(|e| BuildError::Metadata { path: a.path.clone(), message: e.to_string() })?;
                     check_ptx(&device.abis, &module, &text)?;

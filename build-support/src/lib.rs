@@ -45,3 +45,9 @@ pub const DEFAULT_ARCHS: &[&str] = &["gfx90a", "gfx942", "gfx1100", "gfx1030"];
 
 /// PTX target when `KERNEL_PTX_ARCH` is not set (Ampere and newer, H100 included).
 pub const DEFAULT_PTX_ARCH: &str = "sm_80";
+
+/// Largest work-group every kernel can be launched with, on both vendors. AMDGPU compiles
+/// for up to 1024 work-items by default; the PTX gets `.maxntid 1024` so that `ptxas`
+/// keeps each entry within the registers a 1024-thread block has (64 per thread), instead
+/// of failing such launches with `CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES`.
+pub const MAX_WORK_GROUP: u32 = 1024;

@@ -58,11 +58,34 @@ pub fn rms_norm<T: Float>(input: &[T], weight: &[T], out: &mut [T], cols: u32, e
     }
 }
 
-/// LayerNorm: `out = (x - mean) / sqrt(var + eps) * weight + bias` with the biased
-/// variance `mean((x - mean)^2)`; `weight` and `bias` have `cols` elements or are empty
-/// (1 and 0). Launch with [`launch_config`].
+/// LayerNorm of rows that fit the work-group's register tiles ([`RowTile::fits`], up to
+/// 16 elements per work-item): `out = (x - mean) / sqrt(var + eps) * weight + bias` with
+/// the biased variance `mean((x - mean)^2)`, computed two-pass over the registers; `weight`
+/// and `bias` have `cols` elements or are empty (1 and 0). Longer rows abort the launch:
+/// use [`layer_norm_long`], or [`layer_norm_rows`], which picks.
 #[amdgpu_kernel(T = [f32, f16, bf16])]
 pub fn layer_norm<T: Float>(input: &[T], weight: &[T], bias: &[T], out: &mut [T], cols: u32, eps: f32, mut partials: Shared<f32, MAX_WAVES>) {
+    let cols = cols as usize;
+    assert!(Tile::fits(cols));
+    let row = block_idx_x() as usize;
+    let (start, end) = (row * cols, row * cols + cols);
+    let x = &input[start..end];
+    let w = if weight.is_empty() { weight } else { &weight[..cols] };
+    let b = if bias.is_empty() { bias } else { &bias[..cols] };
+    let y = &mut out[start..end];
+    let inv_n = 1.0 / cols as f32;
+    let tile = Tile::load(x, 0.0);
+    let mean = block_reduce(tile.fold(cols, 0.0, |a, v| a + v), &mut partials, |a, b| a + b) * inv_n;
+    let var = block_reduce(tile.fold(cols, 0.0, |a, v| a + (v - mean) * (v - mean)), &mut partials, |a, b| a + b) * inv_n;
+    let rstd = (var + eps).rsqrt();
+    tile.store(y, |v, e| affine_chunk(v, mean, rstd, w, b, e));
+}
+
+/// LayerNorm of rows of any length, as [`layer_norm`], streaming the row twice: once for
+/// the statistics (sums of `x - x[0]` and of its square: the shift keeps the variance free
+/// of cancellation for rows whose mean is large against their spread), once to write.
+#[amdgpu_kernel(T = [f32, f16, bf16])]
+pub fn layer_norm_long<T: Float>(input: &[T], weight: &[T], bias: &[T], out: &mut [T], cols: u32, eps: f32, mut partials: Shared<f32, MAX_WAVES>) {
     let cols = cols as usize;
     let row = block_idx_x() as usize;
     let (start, end) = (row * cols, row * cols + cols);
@@ -71,33 +94,23 @@ pub fn layer_norm<T: Float>(input: &[T], weight: &[T], bias: &[T], out: &mut [T]
     let b = if bias.is_empty() { bias } else { &bias[..cols] };
     let y = &mut out[start..end];
     let inv_n = 1.0 / cols as f32;
-    if Tile::fits(cols) {
-        let tile = Tile::load(x, 0.0);
-        let mean = block_reduce(tile.fold(cols, 0.0, |a, v| a + v), &mut partials, |a, b| a + b) * inv_n;
-        let var = block_reduce(tile.fold(cols, 0.0, |a, v| a + (v - mean) * (v - mean)), &mut partials, |a, b| a + b) * inv_n;
-        let rstd = (var + eps).rsqrt();
-        tile.store(y, |v, e| affine_chunk(v, mean, rstd, w, b, e));
-    } else {
-        // One streaming pass over values shifted by the row's first element (sum and
-        // sum of squares of x - x[0]: the shift keeps the variance free of cancellation
-        // for rows whose mean is large against their spread).
-        let k0 = x[0].to_f32();
-        let (mut s, mut q) = (0.0f32, 0.0f32);
-        for_each_chunk(x, 0.0, |v, e| {
-            each_lane!(j, {
-                let d = if e + j < cols { v[j] - k0 } else { 0.0 };
-                s += d;
-                q += d * d;
-            });
+    let k0 = if cols == 0 { 0.0 } else { x[0].to_f32() };
+    let (mut s, mut q) = (0.0f32, 0.0f32);
+    // Padding reads as k0, so it adds nothing.
+    for_each_chunk(x, k0, |v, _| {
+        each_lane!(j, {
+            let d = v[j] - k0;
+            s += d;
+            q += d * d;
         });
-        let s = block_reduce(s, &mut partials, |a, b| a + b) * inv_n;
-        let q = block_reduce(q, &mut partials, |a, b| a + b) * inv_n;
-        let mean = k0 + s;
-        // Clamp rounding below zero, but keep a NaN (from inf inputs) a NaN.
-        let var = q - s * s;
-        let rstd = ((if var < 0.0 { 0.0 } else { var }) + eps).rsqrt();
-        map_chunks(x, y, |v, e| affine_chunk(v, mean, rstd, w, b, e));
-    }
+    });
+    let s = block_reduce(s, &mut partials, |a, b| a + b) * inv_n;
+    let q = block_reduce(q, &mut partials, |a, b| a + b) * inv_n;
+    let mean = k0 + s;
+    // Clamp rounding below zero, but keep a NaN (from inf inputs) a NaN.
+    let var = q - s * s;
+    let rstd = ((if var < 0.0 { 0.0 } else { var }) + eps).rsqrt();
+    map_chunks(x, y, |v, e| affine_chunk(v, mean, rstd, w, b, e));
 }
 
 /// Launch shape for `rows` rows of `cols` elements (one work-group per row).
@@ -141,6 +154,8 @@ mod host {
     }
 
     /// LayerNorm of each row, with optional weight and bias; checked as [`rms_norm_rows`].
+    /// Runs [`layer_norm`](super::layer_norm) or, for rows longer than its register tiles,
+    /// [`layer_norm_long`](super::layer_norm_long).
     pub fn layer_norm_rows<T: Float + ScalarArg>(dev: &Device, x: &DeviceVec<T>, weight: Option<&DeviceVec<T>>, bias: Option<&DeviceVec<T>>, y: &mut DeviceVec<T>, cols: usize, eps: f32) -> Result<(), LaunchError> {
         for (name, p) in [("weight", weight), ("bias", bias)] {
             if let Some(p) = p {
@@ -151,7 +166,12 @@ mod host {
         }
         let rows = crate::row::check_rows("layer_norm", x.len(), y.len(), cols)?;
         check_eps("layer_norm", eps)?;
-        super::layer_norm::launch::<T>(dev, super::launch_config(rows, cols)?, x, param(weight), param(bias), y, cols as u32, eps)
+        let cfg = super::launch_config(rows, cols)?;
+        if cols <= crate::row::TILE_CHUNKS * crate::row::CHUNK * cfg.block.x as usize {
+            super::layer_norm::launch::<T>(dev, cfg, x, param(weight), param(bias), y, cols as u32, eps)
+        } else {
+            super::layer_norm_long::launch::<T>(dev, cfg, x, param(weight), param(bias), y, cols as u32, eps)
+        }
     }
 }
 #[cfg(not(any(target_arch = "amdgpu", target_arch = "nvptx64")))]

@@ -154,6 +154,14 @@ fn arg_pick<Op: ArgOp>(va: f32, ia: u32, vb: f32, ib: u32) -> (f32, u32) {
     if take_b { (vb, ib) } else { (va, ia) }
 }
 
+/// One element `(x, ix)` folded into a work-item's running `(v, i)`, for elements visited
+/// in increasing index order: ties keep the earlier element without comparing indices.
+#[inline(always)]
+fn arg_step<Op: ArgOp>(v: f32, i: u32, x: f32, ix: u32) -> (f32, u32) {
+    let take = i == NO_INDEX || Op::beats(x, v) || (x != x && v == v);
+    if take { (x, ix) } else { (v, i) }
+}
+
 /// [`block_reduce`] for `(value, index)` pairs of an arg reduction.
 #[device]
 #[inline(always)]
@@ -218,15 +226,16 @@ pub fn argreduce_rows<T: Float, Op: ArgOp>(input: &[T], layout: &[usize], out: &
     if layout.is_empty() {
         for_each_chunk(&input[o * cols..o * cols + cols], Op::INIT, |x, e| {
             each_lane!(j, {
-                // Padding is Op::INIT, which never beats a kept value (ties keep the
-                // lower index), so the past-the-end lanes need no branch.
-                (v, i) = arg_pick::<Op>(v, i, x[j], (e + j) as u32);
+                // Padding is Op::INIT, which never beats a kept value, and the first
+                // element this work-item visits is inside the row, so the past-the-end
+                // lanes need no branch.
+                (v, i) = arg_step::<Op>(v, i, x[j], (e + j) as u32);
             });
         });
     } else {
         let (mut c, n) = (flat_thread_idx() as usize, flat_block_dim() as usize);
         while c < cols {
-            (v, i) = arg_pick::<Op>(v, i, input[strided_offset(o * cols + c, layout)].to_f32(), c as u32);
+            (v, i) = arg_step::<Op>(v, i, input[strided_offset(o * cols + c, layout)].to_f32(), c as u32);
             c += n;
         }
     }
@@ -236,42 +245,103 @@ pub fn argreduce_rows<T: Float, Op: ArgOp>(input: &[T], layout: &[usize], out: &
     }
 }
 
+/// The elements `start + k * inner` (`k < r`) of `input` as a slice that holds them all
+/// (checked once here, so the loops index it unchecked).
+#[device]
+#[inline(always)]
+fn column<T>(input: &[T], start: usize, r: usize, inner: usize) -> &[T] {
+    if r == 0 {
+        return &[];
+    }
+    &input[start..=start + (r - 1) * inner]
+}
+
+/// Columns one work-group of the column kernels covers (its x size).
+pub const COL_TILE: u32 = 32;
+/// Work-items that share one column of the column kernels (the work-group's y size).
+pub const COL_SPLIT: u32 = 16;
+/// Work-items of a column-kernel work-group.
+pub const COL_THREADS: usize = (COL_TILE * COL_SPLIT) as usize;
+
 /// `out[a][b] = Op over k of input[a][k][b]` for a contiguous `(outer, r, inner)` input
-/// and an `(outer, inner)` output: one work-item per output, in a grid-stride loop.
+/// and an `(outer, inner)` output. A work-group covers [`COL_TILE`] neighbouring columns
+/// (coalesced loads) with [`COL_SPLIT`] work-items per column, each folding every
+/// `COL_SPLIT`-th element (four loads in flight), then the partials meet in shared memory.
+/// Grid: `outer * ceil(inner / COL_TILE)` work-groups, block `(COL_TILE, COL_SPLIT)`.
 #[amdgpu_kernel(T = [f32, f16, bf16], Op = [Sum, Mean, Max, Min])]
-pub fn reduce_cols<T: Float, Op: ReduceOp>(input: &[T], out: &mut [T], r: u32, inner: u32) {
-    let (r, inner) = (r as usize, inner as usize);
-    let mut g = global_idx_x();
-    while g < out.len() {
-        let (a, b) = (g / inner, g % inner);
-        let col = &input[a * r * inner + b..];
+pub fn reduce_cols<T: Float, Op: ReduceOp>(input: &[T], out: &mut [T], outer: u32, r: u32, inner: u32, mut partials: Shared<f32, COL_THREADS>) {
+    let (outer, r, inner) = (outer as usize, r as usize, inner as usize);
+    let (tx, ty) = (thread_idx_x() as usize, thread_idx_y() as usize);
+    let (bx, by) = (block_dim_x() as usize, block_dim_y() as usize);
+    // Work-group g covers columns [tile * bx, tile * bx + bx) of outer index a.
+    let tiles = inner.div_ceil(bx);
+    let g = block_idx_x() as usize;
+    let (a, b) = (g / tiles, (g % tiles) * bx + tx);
+    if a < outer {
         let mut acc = Op::INIT;
-        let mut k = 0;
-        while k < r {
-            acc = Op::combine(acc, col[k * inner].to_f32());
-            k += 1;
+        if b < inner {
+            let col = column(input, a * r * inner + b, r, inner);
+            // SAFETY (each `at`): k < r, checked by `column`.
+            let at = |k: usize| unsafe { col.get_unchecked(k * inner) }.to_f32();
+            let mut k = ty;
+            while k + 3 * by < r {
+                let (x0, x1, x2, x3) = (at(k), at(k + by), at(k + 2 * by), at(k + 3 * by));
+                acc = Op::combine(Op::combine(acc, x0), Op::combine(Op::combine(x1, x2), x3));
+                k += 4 * by;
+            }
+            while k < r {
+                acc = Op::combine(acc, at(k));
+                k += by;
+            }
         }
-        out[g] = T::from_f32(Op::finish(acc, r));
-        g += global_size_x();
+        partials[ty * bx + tx] = acc;
+        barrier();
+        if ty == 0 && b < inner {
+            let mut v = partials[tx];
+            let mut y = 1;
+            while y < by {
+                v = Op::combine(v, partials[y * bx + tx]);
+                y += 1;
+            }
+            out[a * inner + b] = T::from_f32(Op::finish(v, r));
+        }
     }
 }
 
-/// Index (`0..r`) of the extreme element along `r`, shapes as in [`reduce_cols`].
+/// Index (`0..r`) of the extreme element along `r`, shapes and launch as in
+/// [`reduce_cols`].
 #[amdgpu_kernel(T = [f32, f16, bf16], Op = [ArgMax, ArgMin])]
-pub fn argreduce_cols<T: Float, Op: ArgOp>(input: &[T], out: &mut [u32], r: u32, inner: u32) {
-    let (r, inner) = (r as usize, inner as usize);
-    let mut g = global_idx_x();
-    while g < out.len() {
-        let (a, b) = (g / inner, g % inner);
-        let col = &input[a * r * inner + b..];
+pub fn argreduce_cols<T: Float, Op: ArgOp>(input: &[T], out: &mut [u32], outer: u32, r: u32, inner: u32, mut values: Shared<f32, COL_THREADS>, mut indices: Shared<u32, COL_THREADS>) {
+    let (outer, r, inner) = (outer as usize, r as usize, inner as usize);
+    let (tx, ty) = (thread_idx_x() as usize, thread_idx_y() as usize);
+    let (bx, by) = (block_dim_x() as usize, block_dim_y() as usize);
+    // Work-group g covers columns [tile * bx, tile * bx + bx) of outer index a.
+    let tiles = inner.div_ceil(bx);
+    let g = block_idx_x() as usize;
+    let (a, b) = (g / tiles, (g % tiles) * bx + tx);
+    if a < outer {
         let (mut v, mut i) = (Op::INIT, NO_INDEX);
-        let mut k = 0;
-        while k < r {
-            (v, i) = arg_pick::<Op>(v, i, col[k * inner].to_f32(), k as u32);
-            k += 1;
+        if b < inner {
+            let col = column(input, a * r * inner + b, r, inner);
+            let mut k = ty;
+            while k < r {
+                // SAFETY: k < r, checked by `column`.
+                (v, i) = arg_step::<Op>(v, i, unsafe { col.get_unchecked(k * inner) }.to_f32(), k as u32);
+                k += by;
+            }
         }
-        out[g] = i;
-        g += global_size_x();
+        values[ty * bx + tx] = v;
+        indices[ty * bx + tx] = i;
+        barrier();
+        if ty == 0 && b < inner {
+            let (mut rv, mut ri) = (values[tx], indices[tx]);
+            let mut y = 1;
+            while y < by {
+                (rv, ri) = arg_pick::<Op>(rv, ri, values[y * bx + tx], indices[y * bx + tx]);
+                y += 1;
+            }
+            out[a * inner + b] = ri;
+        }
     }
 }
 
@@ -327,7 +397,7 @@ mod host {
                 let layout = dev.upload(layout)?;
                 super::reduce_rows::launch::<T, Op>(dev, cfg, input, &layout, out, *cols as u32)
             }
-            ReducePlan::Cols { r, inner, .. } => super::reduce_cols::launch::<T, Op>(dev, cfg, input, out, *r as u32, *inner as u32),
+            ReducePlan::Cols { outer, r, inner } => super::reduce_cols::launch::<T, Op>(dev, cfg, input, out, *outer as u32, *r as u32, *inner as u32),
         }
     }
 
@@ -352,7 +422,7 @@ mod host {
                 let layout = dev.upload(layout)?;
                 super::argreduce_rows::launch::<T, Op>(dev, cfg, input, &layout, out, *cols as u32)
             }
-            ReducePlan::Cols { r, inner, .. } => super::argreduce_cols::launch::<T, Op>(dev, cfg, input, out, *r as u32, *inner as u32),
+            ReducePlan::Cols { outer, r, inner } => super::argreduce_cols::launch::<T, Op>(dev, cfg, input, out, *outer as u32, *r as u32, *inner as u32),
         }
     }
 
@@ -389,10 +459,10 @@ mod host {
                 ReducePlan::Rows { rows, cols, .. } => {
                     LaunchConfig::new(Dim3::x(*rows as u32), Dim3::x(crate::row::row_threads(*cols)))
                 }
-                ReducePlan::Cols { outer, inner, .. } => {
-                    let n = outer * inner;
-                    LaunchConfig::new(Dim3::x(n.div_ceil(256).min(65536) as u32), Dim3::x(256))
-                }
+                ReducePlan::Cols { outer, inner, .. } => LaunchConfig::new(
+                    Dim3::x((outer * inner.div_ceil(super::COL_TILE as usize)) as u32),
+                    Dim3::new(super::COL_TILE, super::COL_SPLIT, 1),
+                ),
             }
         }
     }
@@ -440,12 +510,13 @@ mod host {
             let (first, last) = (real[0], *real.last().unwrap());
             let outer: usize = dims[..first].iter().product();
             let inner: usize = dims[last + 1..].iter().product();
-            // Few outputs with long columns would leave most of the GPU idle with one
-            // work-item each: those go through the work-group-per-output kernel.
             if inner == 1 {
                 return Ok(ReducePlan::Rows { rows: outer, cols: r, layout: vec![] });
             }
-            if outer * inner >= 4096 || r <= 64 {
+            // Narrow, long columns would leave most of a column work-group idle: those go
+            // through the work-group-per-output kernel.
+            let groups = outer * inner.div_ceil(super::COL_TILE as usize);
+            if (inner >= super::COL_TILE as usize || outer * inner >= 4096 || r <= 64) && groups < 1 << 31 {
                 return Ok(ReducePlan::Cols { outer, r, inner });
             }
         }

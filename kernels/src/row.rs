@@ -49,22 +49,63 @@ fn vectorizable<T>(s: *const T) -> bool {
     core::mem::size_of::<T>() >= 2 && (s as usize) % 16 == 0
 }
 
-/// The chunk of `s` starting at element `e`, in `f32`; elements past the end read as `pad`.
+/// The full chunk of `s` at element `e`, in `f32`: one or two vector loads when `vec`
+/// (= [`vectorizable`]`(s)`, the same for the whole work-group), else eight scalar loads.
+///
+/// # Safety
+/// `e + CHUNK <= s.len()` and `e` is a multiple of [`CHUNK`].
 #[device]
 #[inline(always)]
-pub fn load_chunk<T: Float>(s: &[T], e: usize, pad: f32) -> [f32; CHUNK] {
-    let mut v = [pad; CHUNK];
-    if e + CHUNK <= s.len() && vectorizable(s.as_ptr()) {
-        // SAFETY: e + CHUNK <= len, and the chunk starts 16-byte aligned (e is a multiple
-        // of CHUNK, the slice start is aligned, CHUNK elements are 16 or 32 bytes).
+pub unsafe fn load_full<T: Float>(s: &[T], e: usize, vec: bool) -> [f32; CHUNK] {
+    let mut v = [0.0; CHUNK];
+    if vec {
+        // SAFETY: in bounds by the contract; 16-byte aligned because the slice start is
+        // and `e` elements are a multiple of 16 bytes.
         let c = unsafe { core::ptr::read(s.as_ptr().add(e) as *const Vector<T>) };
         each_lane!(j, {
             v[j] = c.0[j].to_f32();
         });
     } else {
-        v = load_chunk_scalar(s, e, pad);
+        each_lane!(j, {
+            // SAFETY: e + j < e + CHUNK <= len.
+            v[j] = unsafe { *s.get_unchecked(e + j) }.to_f32();
+        });
     }
     v
+}
+
+/// Writes the full chunk of `s` at element `e` ([`load_full`]'s twin).
+///
+/// # Safety
+/// As [`load_full`].
+#[device]
+#[inline(always)]
+pub unsafe fn store_full<T: Float>(s: &mut [T], e: usize, v: &[f32; CHUNK], vec: bool) {
+    if vec {
+        let mut c = Vector([T::ZERO; CHUNK]);
+        each_lane!(j, {
+            c.0[j] = T::from_f32(v[j]);
+        });
+        // SAFETY: as in `load_full`.
+        unsafe { core::ptr::write(s.as_mut_ptr().add(e) as *mut Vector<T>, c) };
+    } else {
+        each_lane!(j, {
+            // SAFETY: e + j < e + CHUNK <= len.
+            unsafe { *s.get_unchecked_mut(e + j) = T::from_f32(v[j]) };
+        });
+    }
+}
+
+/// The chunk of `s` starting at element `e`, in `f32`; elements past the end read as `pad`.
+#[device]
+#[inline(always)]
+pub fn load_chunk<T: Float>(s: &[T], e: usize, pad: f32) -> [f32; CHUNK] {
+    if e + CHUNK <= s.len() {
+        // SAFETY: checked just above; chunks start at multiples of CHUNK.
+        unsafe { load_full(s, e, vectorizable(s.as_ptr())) }
+    } else {
+        load_chunk_scalar(s, e, pad)
+    }
 }
 
 /// [`load_chunk`] element by element, without branches: clamped loads and selects (no
@@ -88,13 +129,9 @@ pub fn load_chunk_scalar<T: Float>(s: &[T], e: usize, pad: f32) -> [f32; CHUNK] 
 #[device]
 #[inline(always)]
 pub fn store_chunk<T: Float>(s: &mut [T], e: usize, v: &[f32; CHUNK]) {
-    if e + CHUNK <= s.len() && vectorizable(s.as_ptr()) {
-        let mut c = Vector([T::ZERO; CHUNK]);
-        each_lane!(j, {
-            c.0[j] = T::from_f32(v[j]);
-        });
-        // SAFETY: as in `load_chunk`.
-        unsafe { core::ptr::write(s.as_mut_ptr().add(e) as *mut Vector<T>, c) };
+    if e + CHUNK <= s.len() {
+        // SAFETY: checked just above.
+        unsafe { store_full(s, e, v, vectorizable(s.as_ptr())) }
     } else {
         each_lane!(j, {
             if e + j < s.len() {
@@ -103,6 +140,7 @@ pub fn store_chunk<T: Float>(s: &mut [T], e: usize, v: &[f32; CHUNK]) {
         });
     }
 }
+
 /// Runs `$body` with `$k` = 0 .. [`TILE_CHUNKS`]` - 1` as straight-line code (see
 /// [`each_lane!`]).
 #[macro_export]
@@ -146,11 +184,15 @@ impl RowTile {
     #[inline(always)]
     pub fn load<T: Float>(row: &[T], pad: f32) -> RowTile {
         let mut v = [[pad; CHUNK]; TILE_CHUNKS];
+        let vec = vectorizable(row.as_ptr());
         each_tile_chunk!(k, {
             let e = Self::start(k);
-            if e < row.len() {
-                v[k] = load_chunk(row, e, pad);
-            }
+            v[k] = if e + CHUNK <= row.len() {
+                // SAFETY: checked just above.
+                unsafe { load_full(row, e, vec) }
+            } else {
+                load_chunk_scalar(row, e, pad)
+            };
         });
         RowTile { v }
     }
@@ -173,45 +215,84 @@ impl RowTile {
     /// chunk's values and its first element index.
     #[inline(always)]
     pub fn store<T: Float>(&self, out: &mut [T], f: impl Fn(&[f32; CHUNK], usize) -> [f32; CHUNK]) {
+        let vec = vectorizable(out.as_ptr());
         each_tile_chunk!(k, {
             let e = Self::start(k);
-            if e < out.len() {
+            if e + CHUNK <= out.len() {
+                // SAFETY: checked just above.
+                unsafe { store_full(out, e, &f(&self.v[k], e), vec) };
+            } else if e < out.len() {
                 store_chunk(out, e, &f(&self.v[k], e));
             }
         });
     }
 }
 
-/// Calls `f(chunk, first element)` for each of this work-item's chunks of `row`, streaming
-/// (for rows longer than a tile).
+/// Calls `f(chunk, first element)` for each of this work-item's chunks of `row`, in order,
+/// streaming (for rows longer than a tile). Full chunks go two at a time, both loaded
+/// before either is used (two vector loads in flight per work-item); the row's partial
+/// last chunk, if any, comes last, padded with `pad`.
 #[device]
 #[inline(always)]
 pub fn for_each_chunk<T: Float>(row: &[T], pad: f32, mut f: impl FnMut(&[f32; CHUNK], usize)) {
-    let n = flat_block_dim() as usize;
+    let step = flat_block_dim() as usize * CHUNK;
+    let full = row.len() - row.len() % CHUNK;
+    let vec = vectorizable(row.as_ptr());
     let mut e = flat_thread_idx() as usize * CHUNK;
-    while e < row.len() {
-        f(&load_chunk(row, e, pad), e);
-        e += n * CHUNK;
+    while e + step < full {
+        // SAFETY: e + step < full and both are multiples of CHUNK, so both chunks end by
+        // `full` <= len.
+        let (a, b) = unsafe { (load_full(row, e, vec), load_full(row, e + step, vec)) };
+        f(&a, e);
+        f(&b, e + step);
+        e += 2 * step;
+    }
+    if e < full {
+        // SAFETY: as above.
+        f(&unsafe { load_full(row, e, vec) }, e);
+        e += step;
+    }
+    if e < row.len() {
+        f(&load_chunk_scalar(row, e, pad), e);
     }
 }
 
-/// Writes `f(chunk of row, first element)` over all of `out`, streaming `row` (same length).
+/// Writes `f(chunk of row, first element)` over all of `out`, streaming `row` (same
+/// length), chunked as in [`for_each_chunk`].
 #[device]
 #[inline(always)]
 pub fn map_chunks<T: Float>(row: &[T], out: &mut [T], f: impl Fn(&[f32; CHUNK], usize) -> [f32; CHUNK]) {
-    let n = flat_block_dim() as usize;
+    let row = &row[..out.len()];
+    let step = flat_block_dim() as usize * CHUNK;
+    let full = out.len() - out.len() % CHUNK;
+    let (vi, vo) = (vectorizable(row.as_ptr()), vectorizable(out.as_ptr()));
     let mut e = flat_thread_idx() as usize * CHUNK;
-    while e < out.len() {
-        store_chunk(out, e, &f(&load_chunk(row, e, 0.0), e));
-        e += n * CHUNK;
+    while e + step < full {
+        // SAFETY: as in `for_each_chunk`, for both slices (same length).
+        unsafe {
+            let (a, b) = (load_full(row, e, vi), load_full(row, e + step, vi));
+            store_full(out, e, &f(&a, e), vo);
+            store_full(out, e + step, &f(&b, e + step), vo);
+        }
+        e += 2 * step;
+    }
+    if e < full {
+        // SAFETY: as above.
+        unsafe { store_full(out, e, &f(&load_full(row, e, vi), e), vo) };
+        e += step;
+    }
+    if e < out.len() {
+        store_chunk(out, e, &f(&load_chunk_scalar(row, e, 0.0), e));
     }
 }
 
-/// Work-items for a row kernel over rows of `cols` elements: enough for one chunk each,
-/// a multiple of 64 (whole waves of either size), between 64 and [`MAX_ROW_THREADS`].
+/// Work-items for a row kernel over rows of `cols` elements: enough for [`TILE_CHUNKS`]
+/// chunks each (several vector loads in flight per work-item, and work-groups small
+/// enough for several to share a compute unit), a multiple of 64 (whole waves of either
+/// size), between 64 and [`MAX_ROW_THREADS`].
 #[cfg(not(any(target_arch = "amdgpu", target_arch = "nvptx64")))]
 pub fn row_threads(cols: usize) -> u32 {
-    let chunks = cols.div_ceil(CHUNK);
+    let chunks = cols.div_ceil(CHUNK * TILE_CHUNKS);
     (chunks.div_ceil(64) * 64).clamp(64, MAX_ROW_THREADS) as u32
 }
 

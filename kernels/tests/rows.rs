@@ -150,7 +150,8 @@ fn run_norm<T: TestFloat>(layer: bool) {
             let mut dy = exec.alloc::<T>(rows * cols).unwrap();
             let cfg = norm::launch_config(rows, cols).unwrap();
             if layer {
-                norm::layer_norm::launch::<T>(&exec, cfg, &dx, &dw, &db, &mut dy, cols as u32, 1e-5).unwrap();
+                let (w, b) = if affine { (Some(&dw), Some(&db)) } else { (None, None) };
+                norm::layer_norm_rows::<T>(&exec, &dx, w, b, &mut dy, cols, 1e-5).unwrap();
             } else {
                 norm::rms_norm::launch::<T>(&exec, cfg, &dx, &dw, &mut dy, cols as u32, 1e-5).unwrap();
             }
@@ -195,7 +196,7 @@ fn norms_contain_nan_and_inf_to_their_row() {
                 let cfg = norm::launch_config(3, cols).unwrap();
                 let none = exec.upload::<f32>(&[]).unwrap();
                 if layer {
-                    norm::layer_norm::launch::<f32>(&exec, cfg, &dx, &none, &none, &mut dy, cols as u32, 1e-6).unwrap();
+                    norm::layer_norm_rows::<f32>(&exec, &dx, None, None, &mut dy, cols, 1e-6).unwrap();
                 } else {
                     norm::rms_norm::launch::<f32>(&exec, cfg, &dx, &none, &mut dy, cols as u32, 1e-6).unwrap();
                 }
@@ -244,4 +245,18 @@ fn checked_row_launchers_reject_bad_shapes_and_write_nothing() {
     let (ex, mut ey) = (exec.upload::<f32>(&[]).unwrap(), exec.alloc::<f32>(0).unwrap());
     softmax::softmax_last_dim(&exec, &ex, &mut ey, 4).unwrap();
     norm::rms_norm_rows(&exec, &ex, None, &mut ey, 4, 1e-5).unwrap();
+}
+
+#[test]
+fn layer_norm_tile_kernel_refuses_rows_longer_than_its_tiles() {
+    let exec = kernels::runtime::Device::cpu(kernel_dsl::host::WaveSize::W64);
+    let cols = 20000;
+    let x = exec.upload(&vec![1.0f32; cols]).unwrap();
+    let mut y = exec.alloc::<f32>(cols).unwrap();
+    let none = exec.upload::<f32>(&[]).unwrap();
+    let r = norm::layer_norm::launch::<f32>(&exec, norm::launch_config(1, cols).unwrap(), &x, &none, &none, &mut y, cols as u32, 1e-5);
+    assert!(r.is_err(), "a 20000-element row does not fit 1024 work-items x 16");
+    // The checked launcher picks the streaming kernel for it.
+    norm::layer_norm_rows::<f32>(&exec, &x, None, None, &mut y, cols, 1e-5).unwrap();
+    assert!(exec.download(&y).unwrap().iter().all(|v| *v == 0.0));
 }

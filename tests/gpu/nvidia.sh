@@ -38,13 +38,18 @@ for p in m["packages"]:
         done
         cp -r benches/python "$BIN/python" 2>/dev/null || true
     fi
-    cp tests/gpu/nvidia.sh "$BIN/"
+    cp tests/gpu/nvidia.sh tests/gpu/ptxas_report.py "$BIN/"
+    # The kernels' PTX, for the ptxas register/spill report on the GPU machine.
+    cp "$(ls -t target/release/build/kernels-*/out/gpu/sm_*/kernels.sm_*.ptx | head -1)" "$BIN/kernels.ptx"
     du -sh "$BIN"
 }
 
 run() {
     nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader || true
     status=0
+    if command -v ptxas >/dev/null && [ -f "$BIN/kernels.ptx" ]; then
+        python3 "$BIN/ptxas_report.py" "$BIN/kernels.ptx" || status=1
+    fi
     for t in "$BIN"/test-*; do
         echo "== $t"
         "$t" --test-threads=1 || status=1

@@ -6,7 +6,7 @@ use half::bf16;
 use kernel_dsl::host::{Executor, LaunchConfig};
 use kernel_dsl::Dim3;
 use kernels::elementwise::{self as ew, Add, Exp, GeluErf, Silu};
-use kernels::runtime::{Device, DeviceVec};
+use kernels::runtime::Device;
 use std::io::Write;
 
 fn main() {
