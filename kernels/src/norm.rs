@@ -9,7 +9,7 @@
 use crate::reduce::{block_reduce, MAX_WAVES};
 use crate::row::{for_each_chunk, load_chunk_scalar, map_chunks, RowTile, CHUNK};
 
-/// The register tile of one work-item: rows up to 16384 elements at 1024 work-items.
+/// The register tile of one work-item.
 type Tile = RowTile;
 use crate::each_lane;
 use kernel_dsl::prelude::*;
@@ -40,7 +40,7 @@ pub fn rms_norm<T: Float>(input: &[T], weight: &[T], out: &mut [T], cols: u32, e
     let w = if weight.is_empty() { weight } else { &weight[..cols] };
     let y = &mut out[start..end];
     let none: &[T] = &[];
-    if Tile::fits(cols) {
+    if Tile::fits::<T>(cols) {
         let tile = Tile::load(x, 0.0);
         let ss = block_reduce(tile.fold(cols, 0.0, |a, v| a + v * v), &mut partials, |a, b| a + b);
         let scale = (ss / cols as f32 + eps).rsqrt();
@@ -66,7 +66,7 @@ pub fn rms_norm<T: Float>(input: &[T], weight: &[T], out: &mut [T], cols: u32, e
 #[amdgpu_kernel(T = [f32, f16, bf16])]
 pub fn layer_norm<T: Float>(input: &[T], weight: &[T], bias: &[T], out: &mut [T], cols: u32, eps: f32, mut partials: Shared<f32, MAX_WAVES>) {
     let cols = cols as usize;
-    assert!(Tile::fits(cols));
+    assert!(Tile::fits::<T>(cols));
     let row = block_idx_x() as usize;
     let (start, end) = (row * cols, row * cols + cols);
     let x = &input[start..end];
@@ -115,8 +115,8 @@ pub fn layer_norm_long<T: Float>(input: &[T], weight: &[T], bias: &[T], out: &mu
 
 /// Launch shape for `rows` rows of `cols` elements (one work-group per row).
 #[cfg(not(any(target_arch = "amdgpu", target_arch = "nvptx64")))]
-pub fn launch_config(rows: usize, cols: usize) -> Result<kernel_dsl::host::LaunchConfig, kernel_dsl::host::LaunchError> {
-    crate::row::launch_config("norm", rows, cols)
+pub fn launch_config<T>(rows: usize, cols: usize) -> Result<kernel_dsl::host::LaunchConfig, kernel_dsl::host::LaunchError> {
+    crate::row::launch_config("norm", rows, cols, core::mem::size_of::<T>())
 }
 
 #[cfg(not(any(target_arch = "amdgpu", target_arch = "nvptx64")))]
@@ -150,7 +150,7 @@ mod host {
         }
         let rows = crate::row::check_rows("rms_norm", x.len(), y.len(), cols)?;
         check_eps("rms_norm", eps)?;
-        super::rms_norm::launch::<T>(dev, super::launch_config(rows, cols)?, x, param(weight), y, cols as u32, eps)
+        super::rms_norm::launch::<T>(dev, super::launch_config::<T>(rows, cols)?, x, param(weight), y, cols as u32, eps)
     }
 
     /// LayerNorm of each row, with optional weight and bias; checked as [`rms_norm_rows`].
@@ -166,8 +166,8 @@ mod host {
         }
         let rows = crate::row::check_rows("layer_norm", x.len(), y.len(), cols)?;
         check_eps("layer_norm", eps)?;
-        let cfg = super::launch_config(rows, cols)?;
-        if cols <= crate::row::TILE_CHUNKS * crate::row::CHUNK * cfg.block.x as usize {
+        let cfg = super::launch_config::<T>(rows, cols)?;
+        if cols <= crate::row::tile_chunks(std::mem::size_of::<T>()) * crate::row::CHUNK * cfg.block.x as usize {
             super::layer_norm::launch::<T>(dev, cfg, x, param(weight), param(bias), y, cols as u32, eps)
         } else {
             super::layer_norm_long::launch::<T>(dev, cfg, x, param(weight), param(bias), y, cols as u32, eps)

@@ -28,10 +28,18 @@ macro_rules! each_lane {
     };
 }
 
-/// Chunks per work-item in the [`RowTile`]s of softmax and the norms: rows up to 16384
-/// elements at 1024 work-items. (4 chunks, for rows up to 32768, needed more than the
+/// Chunks per work-item in the [`RowTile`]s: rows up to 16384 elements at 1024
+/// work-items. (4 chunks, for rows up to 32768, needed more than the
 /// 102 scalar registers gfx90a has, and spilled.)
 pub const TILE_CHUNKS: usize = 2;
+
+/// Chunks per work-item in the [`RowTile`]s of elements of `elem_bytes` bytes. The same
+/// for every type for now: 4 chunks for 16-bit types (to move as many bytes per
+/// work-item as 32-bit types do) needed more than the 102 scalar registers of gfx90a and
+/// gfx942 and spilled.
+pub const fn tile_chunks(_elem_bytes: usize) -> usize {
+    TILE_CHUNKS
+}
 
 /// Largest work-group the row kernels are launched with.
 pub const MAX_ROW_THREADS: usize = 1024;
@@ -168,10 +176,10 @@ pub struct RowTile {
 }
 
 impl RowTile {
-    /// `true` when a row of `cols` elements fits the tiles of the work-group.
+    /// `true` when a row of `cols` elements of `T` fits the tiles of the work-group.
     #[inline(always)]
-    pub fn fits(cols: usize) -> bool {
-        cols <= TILE_CHUNKS * CHUNK * flat_block_dim() as usize
+    pub fn fits<T>(cols: usize) -> bool {
+        cols <= tile_chunks(core::mem::size_of::<T>()) * CHUNK * flat_block_dim() as usize
     }
 
     /// First element of chunk `k` of this work-item.
@@ -229,9 +237,8 @@ impl RowTile {
 }
 
 /// Calls `f(chunk, first element)` for each of this work-item's chunks of `row`, in order,
-/// streaming (for rows longer than a tile). Full chunks go two at a time, both loaded
-/// before either is used (two vector loads in flight per work-item); the row's partial
-/// last chunk, if any, comes last, padded with `pad`.
+/// streaming (for rows longer than a tile): full chunks without per-chunk branches, then
+/// the row's partial last chunk, if any, padded with `pad`.
 #[device]
 #[inline(always)]
 pub fn for_each_chunk<T: Float>(row: &[T], pad: f32, mut f: impl FnMut(&[f32; CHUNK], usize)) {
@@ -239,16 +246,8 @@ pub fn for_each_chunk<T: Float>(row: &[T], pad: f32, mut f: impl FnMut(&[f32; CH
     let full = row.len() - row.len() % CHUNK;
     let vec = vectorizable(row.as_ptr());
     let mut e = flat_thread_idx() as usize * CHUNK;
-    while e + step < full {
-        // SAFETY: e + step < full and both are multiples of CHUNK, so both chunks end by
-        // `full` <= len.
-        let (a, b) = unsafe { (load_full(row, e, vec), load_full(row, e + step, vec)) };
-        f(&a, e);
-        f(&b, e + step);
-        e += 2 * step;
-    }
-    if e < full {
-        // SAFETY: as above.
+    while e < full {
+        // SAFETY: e < full and both are multiples of CHUNK, so the chunk ends by `full`.
         f(&unsafe { load_full(row, e, vec) }, e);
         e += step;
     }
@@ -267,17 +266,8 @@ pub fn map_chunks<T: Float>(row: &[T], out: &mut [T], f: impl Fn(&[f32; CHUNK], 
     let full = out.len() - out.len() % CHUNK;
     let (vi, vo) = (vectorizable(row.as_ptr()), vectorizable(out.as_ptr()));
     let mut e = flat_thread_idx() as usize * CHUNK;
-    while e + step < full {
+    while e < full {
         // SAFETY: as in `for_each_chunk`, for both slices (same length).
-        unsafe {
-            let (a, b) = (load_full(row, e, vi), load_full(row, e + step, vi));
-            store_full(out, e, &f(&a, e), vo);
-            store_full(out, e + step, &f(&b, e + step), vo);
-        }
-        e += 2 * step;
-    }
-    if e < full {
-        // SAFETY: as above.
         unsafe { store_full(out, e, &f(&load_full(row, e, vi), e), vo) };
         e += step;
     }
@@ -286,26 +276,26 @@ pub fn map_chunks<T: Float>(row: &[T], out: &mut [T], f: impl Fn(&[f32; CHUNK], 
     }
 }
 
-/// Work-items for a row kernel over rows of `cols` elements: enough for [`TILE_CHUNKS`]
-/// chunks each (several vector loads in flight per work-item, and work-groups small
+/// Work-items for a row kernel over rows of `cols` elements of `elem_bytes` bytes: enough
+/// for [`tile_chunks`] chunks each (several vector loads in flight per work-item, and work-groups small
 /// enough for several to share a compute unit), a multiple of 64 (whole waves of either
 /// size), between 64 and [`MAX_ROW_THREADS`].
 #[cfg(not(any(target_arch = "amdgpu", target_arch = "nvptx64")))]
-pub fn row_threads(cols: usize) -> u32 {
-    let chunks = cols.div_ceil(CHUNK * TILE_CHUNKS);
+pub fn row_threads(cols: usize, elem_bytes: usize) -> u32 {
+    let chunks = cols.div_ceil(CHUNK * tile_chunks(elem_bytes));
     (chunks.div_ceil(64) * 64).clamp(64, MAX_ROW_THREADS) as u32
 }
 
 /// Launch shape for a row kernel: one work-group per row, [`row_threads`] work-items.
 #[cfg(not(any(target_arch = "amdgpu", target_arch = "nvptx64")))]
-pub fn launch_config(kernel: &'static str, rows: usize, cols: usize) -> Result<kernel_dsl::host::LaunchConfig, kernel_dsl::host::LaunchError> {
+pub fn launch_config(kernel: &'static str, rows: usize, cols: usize, elem_bytes: usize) -> Result<kernel_dsl::host::LaunchConfig, kernel_dsl::host::LaunchError> {
     use kernel_dsl::host::{LaunchConfig, LaunchError};
     let bad = |reason: String| LaunchError::InvalidArgument { kernel, reason };
     let rows32 = u32::try_from(rows).map_err(|_| bad(format!("{rows} rows exceed one work-group per row (2^32)")))?;
     if u32::try_from(cols).is_err() {
         return Err(bad(format!("{cols} columns exceed 2^32")));
     }
-    Ok(LaunchConfig::new(kernel_dsl::Dim3::x(rows32), kernel_dsl::Dim3::x(row_threads(cols))))
+    Ok(LaunchConfig::new(kernel_dsl::Dim3::x(rows32), kernel_dsl::Dim3::x(row_threads(cols, elem_bytes))))
 }
 
 /// Checks a row kernel's buffers: `x` and `y` hold the same whole number of rows of `cols`

@@ -2,7 +2,7 @@
 //! one work-group per row, numerically stable (the row maximum is subtracted first), f32
 //! accumulation for every element type.
 //!
-//! Rows of up to `16 x work-group size` elements (16384 with 1024 work-items) are read from
+//! Rows of up to 16 elements per work-item (16384 with 1024 work-items) are read from
 //! memory once: each work-item keeps its share in registers ([`RowTile`]), so `exp` runs
 //! once per element and the row is written straight from registers. Longer rows use the
 //! online softmax: one streaming pass computes the maximum and the exponential sum together
@@ -77,7 +77,7 @@ pub fn softmax<T: Float>(input: &[T], out: &mut [T], cols: u32, mut partials: Sh
     let (start, end) = (row * cols, row * cols + cols);
     let x = &input[start..end];
     let y = &mut out[start..end];
-    if Tile::fits(cols) {
+    if Tile::fits::<T>(cols) {
         let mut tile = Tile::load(x, f32::NEG_INFINITY);
         let m = block_reduce(tile.fold(cols, f32::NEG_INFINITY, f32::max), &mut partials, f32::max);
         // exp once per element, kept in the tile; padding becomes exp(-inf) = 0.
@@ -105,7 +105,7 @@ pub fn log_softmax<T: Float>(input: &[T], out: &mut [T], cols: u32, mut partials
     let (start, end) = (row * cols, row * cols + cols);
     let x = &input[start..end];
     let y = &mut out[start..end];
-    if Tile::fits(cols) {
+    if Tile::fits::<T>(cols) {
         let tile = Tile::load(x, f32::NEG_INFINITY);
         let m = block_reduce(tile.fold(cols, f32::NEG_INFINITY, f32::max), &mut partials, f32::max);
         let s = block_reduce(tile.fold(cols, 0.0, |a, v| a + (v - m).exp()), &mut partials, |a, b| a + b);
@@ -121,8 +121,8 @@ pub fn log_softmax<T: Float>(input: &[T], out: &mut [T], cols: u32, mut partials
 /// Launch shape for `rows` rows of `cols` elements: one work-group per row, sized so that
 /// rows up to 16384 elements fit the register tiles.
 #[cfg(not(any(target_arch = "amdgpu", target_arch = "nvptx64")))]
-pub fn launch_config(rows: usize, cols: usize) -> Result<kernel_dsl::host::LaunchConfig, kernel_dsl::host::LaunchError> {
-    crate::row::launch_config("softmax", rows, cols)
+pub fn launch_config<T>(rows: usize, cols: usize) -> Result<kernel_dsl::host::LaunchConfig, kernel_dsl::host::LaunchError> {
+    crate::row::launch_config("softmax", rows, cols, core::mem::size_of::<T>())
 }
 
 #[cfg(not(any(target_arch = "amdgpu", target_arch = "nvptx64")))]
@@ -135,13 +135,13 @@ mod host {
     /// shapes (bad input: an error, nothing launched).
     pub fn softmax_last_dim<T: Float + ScalarArg>(dev: &Device, x: &DeviceVec<T>, y: &mut DeviceVec<T>, cols: usize) -> Result<(), LaunchError> {
         let rows = crate::row::check_rows("softmax", x.len(), y.len(), cols)?;
-        super::softmax::launch::<T>(dev, super::launch_config(rows, cols)?, x, y, cols as u32)
+        super::softmax::launch::<T>(dev, super::launch_config::<T>(rows, cols)?, x, y, cols as u32)
     }
 
     /// Log-softmax over the last dimension, checked as [`softmax_last_dim`].
     pub fn log_softmax_last_dim<T: Float + ScalarArg>(dev: &Device, x: &DeviceVec<T>, y: &mut DeviceVec<T>, cols: usize) -> Result<(), LaunchError> {
         let rows = crate::row::check_rows("log_softmax", x.len(), y.len(), cols)?;
-        super::log_softmax::launch::<T>(dev, super::launch_config(rows, cols)?, x, y, cols as u32)
+        super::log_softmax::launch::<T>(dev, super::launch_config::<T>(rows, cols)?, x, y, cols as u32)
     }
 }
 #[cfg(not(any(target_arch = "amdgpu", target_arch = "nvptx64")))]

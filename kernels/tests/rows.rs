@@ -12,9 +12,9 @@ use kernels::{norm, softmax};
 mod common;
 use common::*;
 
-/// Rows of 1 and 7 (partial chunks, unaligned rows), 300 and 4096 (register tiles, one
-/// chunk per work-item), 12000 (two chunks, the second partial for some work-items), and
-/// 20000 and 65537 (longer than a tile: the streaming / online path).
+/// Rows of 1 and 7 (partial chunks, unaligned rows), 300, 4096 and 12000 (register tiles,
+/// the last chunk partial for some work-items), 20000 (streaming / online path for 32-bit
+/// types, a 4-chunk tile for 16-bit ones) and 65537 (streaming for all).
 const SHAPES: [(usize, usize); 8] = [(1, 1), (3, 7), (5, 300), (2, 1023), (3, 4096), (2, 12000), (1, 20000), (1, 65537)];
 
 fn reference_softmax(x: &[f64], cols: usize, log: bool) -> Vec<f64> {
@@ -33,7 +33,7 @@ fn run_softmax<T: TestFloat>(log: bool) {
             let x: Vec<T> = inputs(rows * cols, -20.0, 20.0, cols as u64, false).into_iter().map(T::from_f64).collect();
             let dx = exec.upload(&x).unwrap();
             let mut dy = exec.alloc::<T>(rows * cols).unwrap();
-            let cfg = softmax::launch_config(rows, cols).unwrap();
+            let cfg = softmax::launch_config::<T>(rows, cols).unwrap();
             if log {
                 softmax::log_softmax::launch::<T>(&exec, cfg, &dx, &mut dy, cols as u32).unwrap();
             } else {
@@ -86,7 +86,7 @@ fn softmax_special_values_follow_the_reference() {
             let dx = exec.upload(&x).unwrap();
             for log in [false, true] {
                 let mut dy = exec.alloc::<f32>(x.len()).unwrap();
-                let cfg = softmax::launch_config(rows, cols).unwrap();
+                let cfg = softmax::launch_config::<f32>(rows, cols).unwrap();
                 if log {
                     softmax::log_softmax::launch::<f32>(&exec, cfg, &dx, &mut dy, cols as u32).unwrap();
                 } else {
@@ -109,7 +109,7 @@ fn softmax_rows_sum_to_one_and_nan_poisons_only_its_row() {
         x[cols + 17] = f32::NAN;
         let dx = exec.upload(&x).unwrap();
         let mut dy = exec.alloc::<f32>(x.len()).unwrap();
-        softmax::softmax::launch::<f32>(&exec, softmax::launch_config(3, cols).unwrap(), &dx, &mut dy, cols as u32).unwrap();
+        softmax::softmax::launch::<f32>(&exec, softmax::launch_config::<f32>(3, cols).unwrap(), &dx, &mut dy, cols as u32).unwrap();
         let y = exec.download(&dy).unwrap();
         for r in [0, 2] {
             let s: f64 = y[r * cols..(r + 1) * cols].iter().map(|v| *v as f64).sum();
@@ -148,7 +148,7 @@ fn run_norm<T: TestFloat>(layer: bool) {
             let (w, b) = if affine { (w, b) } else { (vec![], vec![]) };
             let (dx, dw, db) = (exec.upload(&x).unwrap(), exec.upload(&w).unwrap(), exec.upload(&b).unwrap());
             let mut dy = exec.alloc::<T>(rows * cols).unwrap();
-            let cfg = norm::launch_config(rows, cols).unwrap();
+            let cfg = norm::launch_config::<T>(rows, cols).unwrap();
             if layer {
                 let (w, b) = if affine { (Some(&dw), Some(&db)) } else { (None, None) };
                 norm::layer_norm_rows::<T>(&exec, &dx, w, b, &mut dy, cols, 1e-5).unwrap();
@@ -193,7 +193,7 @@ fn norms_contain_nan_and_inf_to_their_row() {
             let dx = exec.upload(&x).unwrap();
             for layer in [false, true] {
                 let mut dy = exec.alloc::<f32>(x.len()).unwrap();
-                let cfg = norm::launch_config(3, cols).unwrap();
+                let cfg = norm::launch_config::<f32>(3, cols).unwrap();
                 let none = exec.upload::<f32>(&[]).unwrap();
                 if layer {
                     norm::layer_norm_rows::<f32>(&exec, &dx, None, None, &mut dy, cols, 1e-6).unwrap();
@@ -216,7 +216,7 @@ fn row_kernels_reject_short_buffers() {
     let exec = kernels::runtime::Device::cpu(kernel_dsl::host::WaveSize::W64);
     let x = exec.upload(&[1.0f32; 10]).unwrap();
     let mut y = exec.alloc::<f32>(12).unwrap();
-    let err = softmax::softmax::launch::<f32>(&exec, softmax::launch_config(2, 6).unwrap(), &x, &mut y, 6).unwrap_err();
+    let err = softmax::softmax::launch::<f32>(&exec, softmax::launch_config::<f32>(2, 6).unwrap(), &x, &mut y, 6).unwrap_err();
     assert!(err.to_string().contains("out of"), "{err}");
 }
 
@@ -254,7 +254,7 @@ fn layer_norm_tile_kernel_refuses_rows_longer_than_its_tiles() {
     let x = exec.upload(&vec![1.0f32; cols]).unwrap();
     let mut y = exec.alloc::<f32>(cols).unwrap();
     let none = exec.upload::<f32>(&[]).unwrap();
-    let r = norm::layer_norm::launch::<f32>(&exec, norm::launch_config(1, cols).unwrap(), &x, &none, &none, &mut y, cols as u32, 1e-5);
+    let r = norm::layer_norm::launch::<f32>(&exec, norm::launch_config::<f32>(1, cols).unwrap(), &x, &none, &none, &mut y, cols as u32, 1e-5);
     assert!(r.is_err(), "a 20000-element row does not fit 1024 work-items x 16");
     // The checked launcher picks the streaming kernel for it.
     norm::layer_norm_rows::<f32>(&exec, &x, None, None, &mut y, cols, 1e-5).unwrap();
