@@ -391,7 +391,7 @@ mod host {
         if p.outputs() == 0 {
             return Ok(());
         }
-        let cfg = p.launch_config(std::mem::size_of::<T>());
+        let cfg = p.launch_config();
         match &p {
             ReducePlan::Rows { cols, layout, .. } => {
                 let layout = dev.upload(layout)?;
@@ -416,7 +416,7 @@ mod host {
         if p.outputs() == 0 {
             return Ok(());
         }
-        let cfg = p.launch_config(std::mem::size_of::<T>());
+        let cfg = p.launch_config();
         match &p {
             ReducePlan::Rows { cols, layout, .. } => {
                 let layout = dev.upload(layout)?;
@@ -453,11 +453,11 @@ mod host {
             }
         }
 
-        /// Launch shape of the plan's kernel for elements of `elem_bytes` bytes.
-        pub fn launch_config(&self, elem_bytes: usize) -> LaunchConfig {
+        /// Launch shape of the plan's kernel.
+        pub fn launch_config(&self) -> LaunchConfig {
             match self {
                 ReducePlan::Rows { rows, cols, .. } => {
-                    LaunchConfig::new(Dim3::x(*rows as u32), Dim3::x(crate::row::row_threads(*cols, elem_bytes)))
+                    LaunchConfig::new(Dim3::x(*rows as u32), Dim3::x(crate::row::reduce_threads(*cols)))
                 }
                 ReducePlan::Cols { outer, inner, .. } => LaunchConfig::new(
                     Dim3::x((outer * inner.div_ceil(super::COL_TILE as usize)) as u32),

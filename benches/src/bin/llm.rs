@@ -1,7 +1,7 @@
 //! The LLM kernel families on the shapes a Candle LLM worker runs them at, timed with GPU
 //! events: softmax, RMSNorm, LayerNorm, reductions, rotary embeddings and indexing.
 //!
-//! `llm [--out DIR] [--quick]`: writes `DIR/rust_llm.json`; `python/torch_llm.py` times the
+//! `llm [--out DIR] [--quick] [--sweep]`: writes `DIR/rust_llm.json`; `python/torch_llm.py` times the
 //! same ops and shapes in PyTorch and `python/report_llm.py` merges both.
 use benches::{copy, time};
 use half::bf16;
@@ -73,6 +73,23 @@ impl Bench<'_> {
         self.record("layer_norm", T::NAME, &[rows, cols], 2 * bytes + 2 * cols * sz, us);
     }
 
+    /// Softmax and RMSNorm at one shape with every work-group size, to tune
+    /// `row::row_threads` (printed only).
+    fn sweep<T: Float + ScalarArg>(&mut self, rows: usize, cols: usize) {
+        let dev = self.dev;
+        let x = dev.upload(&data::<T>(rows * cols, 1)).unwrap();
+        let w = dev.upload(&data::<T>(cols, 2)).unwrap();
+        let mut y: DeviceVec<T> = dev.alloc(rows * cols).unwrap();
+        let bytes = rows * cols * std::mem::size_of::<T>();
+        for threads in [128u32, 256, 512, 1024] {
+            let cfg = kernel_dsl::host::LaunchConfig::new(kernel_dsl::Dim3::x(rows as u32), kernel_dsl::Dim3::x(threads));
+            let a = time(dev, bytes, || softmax::softmax::launch::<T>(dev, cfg, &x, &mut y, cols as u32).unwrap());
+            let b = time(dev, bytes, || norm::rms_norm::launch::<T>(dev, cfg, &x, &w, &mut y, cols as u32, 1e-5).unwrap());
+            let gb = |us: f64| 2.0 * bytes as f64 / us / 1e3;
+            println!("sweep {:<5} {rows}x{cols} threads {threads:>4}: softmax {a:8.2} us {:6.0} GB/s, rms_norm {b:8.2} us {:6.0} GB/s", T::NAME, gb(a), gb(b));
+        }
+    }
+
     fn reductions<T: Float + ScalarArg>(&mut self, rows: usize, cols: usize) {
         let dev = self.dev;
         let sz = std::mem::size_of::<T>();
@@ -116,6 +133,13 @@ fn main() {
     b.record("copy", "u8", &[cb], 2 * cb, us);
     drop((src, dst));
 
+    if args.iter().any(|a| a == "--sweep") {
+        for (r, c) in [(4096, 4096), (4096, 8192), (2048, 16384), (1024, 32768)] {
+            b.sweep::<f32>(r, c);
+            b.sweep::<bf16>(r, c);
+        }
+        return;
+    }
     let row_shapes: &[(usize, usize)] = if quick {
         &[(64, 4096), (4096, 4096)]
     } else {
