@@ -7,7 +7,7 @@
 //! twice: once for the statistics (LayerNorm: sums of `x - x[0]` and its square, shifted
 //! so that a large mean does not cancel), once to write.
 use crate::reduce::{block_reduce, MAX_WAVES};
-use crate::row::{for_each_chunk, load_chunk_scalar, map_chunks, RowTile, CHUNK};
+use crate::row::{for_each_chunk, load_chunk, map_chunks, RowTile, CHUNK};
 
 /// The register tile of one work-item.
 type Tile = RowTile;
@@ -20,8 +20,8 @@ use kernel_dsl::prelude::*;
 #[inline(always)]
 fn affine_chunk<T: Float>(v: &[f32; CHUNK], shift: f32, scale: f32, weight: &[T], bias: &[T], e: usize) -> [f32; CHUNK] {
     // An empty slice loads as all padding: weight 1, bias 0.
-    let w = load_chunk_scalar(weight, e, 1.0);
-    let b = load_chunk_scalar(bias, e, 0.0);
+    let w = load_chunk(weight, e, 1.0);
+    let b = load_chunk(bias, e, 0.0);
     let mut r = [0.0; CHUNK];
     each_lane!(j, {
         r[j] = (v[j] - shift) * scale * w[j] + b[j];

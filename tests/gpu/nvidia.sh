@@ -10,6 +10,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 BIN=.device-bin
+TARGET="${CARGO_TARGET_DIR:-target}"
 
 bundle() {
     rm -rf "$BIN" && mkdir -p "$BIN"
@@ -33,14 +34,14 @@ for p in m["packages"]:
     if p["name"] == "benches":
         for t in p["targets"]:
             if "bin" in t["kind"]: print(t["name"])'); do
-            cp "target/release/$b" "$BIN/bench-$b"
+            cp "$TARGET/release/$b" "$BIN/bench-$b"
             echo "bundled bench $b"
         done
         cp -r benches/python "$BIN/python" 2>/dev/null || true
     fi
     cp tests/gpu/nvidia.sh tests/gpu/ptxas_report.py "$BIN/"
     # The kernels' PTX, for the ptxas register/spill report on the GPU machine.
-    cp "$(ls -t target/release/build/kernels-*/out/gpu/sm_*/kernels.sm_*.ptx | head -1)" "$BIN/kernels.ptx"
+    cp "$(ls -t "$TARGET"/release/build/kernels-*/out/gpu/sm_*/kernels.sm_*.ptx | head -1)" "$BIN/kernels.ptx"
     du -sh "$BIN"
 }
 
