@@ -2,20 +2,22 @@
 //! work-group reductions the row-wise families share (a butterfly inside each wave, then
 //! one value per wave through shared memory).
 //!
-//! Three kernels cover every case; [`plan`] picks one for a shape and a dimension set:
+//! Three kernel pairs cover every case; [`plan`] picks one for a shape and a dimension set:
 //! * [`reduce_rows`] / [`argreduce_rows`]: one work-group per output, for reductions over
 //!   the innermost dimensions of a contiguous tensor (16-byte vector loads) or, given a
 //!   layout, over any dimensions of any strided view;
-//! * [`reduce_cols`] / [`argreduce_cols`]: one work-item per output, for reductions over
-//!   outer or middle dimensions of a contiguous tensor (`(outer, r, inner)` reduced over
-//!   `r`), where neighbouring work-items read neighbouring elements.
+//! * [`reduce_rows_wave`] / [`argreduce_rows_wave`]: one wave per output, for many
+//!   contiguous rows (shuffles only, no barriers);
+//! * [`reduce_cols`] / [`argreduce_cols`]: [`COL_SPLIT`] work-items per output, for
+//!   reductions over outer or middle dimensions of a contiguous tensor (`(outer, r, inner)`
+//!   reduced over `r`), where neighbouring work-items read neighbouring elements.
 //!
 //! f16/bf16 accumulate in f32. Max and min propagate NaN; argmax and argmin return the
 //! index of the first NaN if there is one, else of the first extreme value (ties go to the
 //! lowest index), as PyTorch does.
 use crate::elementwise::strided_offset;
-use crate::row::for_each_chunk;
 use crate::each_lane;
+use crate::row::{for_each_chunk, for_each_chunk_of};
 use kernel_dsl::prelude::*;
 
 /// Most waves a work-group can have (1024 work-items in waves of 32).
@@ -245,6 +247,58 @@ pub fn argreduce_rows<T: Float, Op: ArgOp>(input: &[T], layout: &[usize], out: &
     }
 }
 
+/// [`reduce_rows`] for many contiguous rows: one wave per row (waves reduce with shuffles
+/// only: no shared memory, no barriers), each wave taking rows `w, w + waves, ...` of the
+/// grid's waves. `out` has one element per row. Any grid works; [`ReducePlan`] launches
+/// about one wave per row.
+#[amdgpu_kernel(T = [f32, f16, bf16], Op = [Sum, Mean, Max, Min])]
+pub fn reduce_rows_wave<T: Float, Op: ReduceOp>(input: &[T], out: &mut [T], cols: u32) {
+    let cols = cols as usize;
+    let lanes = wave::size() as usize;
+    let waves = global_size_x() / lanes;
+    let mut r = global_idx_x() / lanes;
+    while r < out.len() {
+        let mut acc = Op::INIT;
+        for_each_chunk_of(&input[r * cols..r * cols + cols], Op::INIT, wave::lane_id() as usize, lanes, |v, _| {
+            each_lane!(j, {
+                acc = Op::combine(acc, v[j]);
+            });
+        });
+        let v = wave::reduce(acc, Op::combine);
+        if wave::lane_id() == 0 {
+            out[r] = T::from_f32(Op::finish(v, cols));
+        }
+        r += waves;
+    }
+}
+
+/// [`argreduce_rows`] with one wave per row, as [`reduce_rows_wave`].
+#[amdgpu_kernel(T = [f32, f16, bf16], Op = [ArgMax, ArgMin])]
+pub fn argreduce_rows_wave<T: Float, Op: ArgOp>(input: &[T], out: &mut [u32], cols: u32) {
+    let cols = cols as usize;
+    let lanes = wave::size() as usize;
+    let waves = global_size_x() / lanes;
+    let mut r = global_idx_x() / lanes;
+    while r < out.len() {
+        let (mut v, mut i) = (Op::INIT, NO_INDEX);
+        for_each_chunk_of(&input[r * cols..r * cols + cols], Op::INIT, wave::lane_id() as usize, lanes, |x, e| {
+            each_lane!(j, {
+                (v, i) = arg_step::<Op>(v, i, x[j], (e + j) as u32);
+            });
+        });
+        let mut offset = wave::size() / 2;
+        while offset > 0 {
+            let (ov, oi) = (wave::shuffle_xor(v, offset), wave::shuffle_xor(i, offset));
+            (v, i) = arg_pick::<Op>(v, i, ov, oi);
+            offset /= 2;
+        }
+        if wave::lane_id() == 0 {
+            out[r] = i;
+        }
+        r += waves;
+    }
+}
+
 /// The elements `start + k * inner` (`k < r`) of `input` as a slice that holds them all
 /// (checked once here, so the loops index it unchecked).
 #[device]
@@ -397,6 +451,7 @@ mod host {
                 let layout = dev.upload(layout)?;
                 super::reduce_rows::launch::<T, Op>(dev, cfg, input, &layout, out, *cols as u32)
             }
+            ReducePlan::WaveRows { cols, .. } => super::reduce_rows_wave::launch::<T, Op>(dev, cfg, input, out, *cols as u32),
             ReducePlan::Cols { outer, r, inner } => super::reduce_cols::launch::<T, Op>(dev, cfg, input, out, *outer as u32, *r as u32, *inner as u32),
         }
     }
@@ -422,6 +477,7 @@ mod host {
                 let layout = dev.upload(layout)?;
                 super::argreduce_rows::launch::<T, Op>(dev, cfg, input, &layout, out, *cols as u32)
             }
+            ReducePlan::WaveRows { cols, .. } => super::argreduce_rows_wave::launch::<T, Op>(dev, cfg, input, out, *cols as u32),
             ReducePlan::Cols { outer, r, inner } => super::argreduce_cols::launch::<T, Op>(dev, cfg, input, out, *outer as u32, *r as u32, *inner as u32),
         }
     }
@@ -432,6 +488,9 @@ mod host {
         /// [`reduce_rows`](super::reduce_rows) with this `layout` (empty: contiguous rows)
         /// over `rows` outputs of `cols` elements each.
         Rows { rows: usize, cols: usize, layout: Vec<usize> },
+        /// [`reduce_rows_wave`](super::reduce_rows_wave): one wave per contiguous row, for
+        /// many rows.
+        WaveRows { rows: usize, cols: usize },
         /// [`reduce_cols`](super::reduce_cols) over a contiguous `(outer, r, inner)` view.
         Cols { outer: usize, r: usize, inner: usize },
     }
@@ -440,7 +499,7 @@ mod host {
         /// Number of output elements.
         pub fn outputs(&self) -> usize {
             match self {
-                ReducePlan::Rows { rows, .. } => *rows,
+                ReducePlan::Rows { rows, .. } | ReducePlan::WaveRows { rows, .. } => *rows,
                 ReducePlan::Cols { outer, inner, .. } => outer * inner,
             }
         }
@@ -448,7 +507,7 @@ mod host {
         /// Elements folded into each output.
         pub fn reduced(&self) -> usize {
             match self {
-                ReducePlan::Rows { cols, .. } => *cols,
+                ReducePlan::Rows { cols, .. } | ReducePlan::WaveRows { cols, .. } => *cols,
                 ReducePlan::Cols { r, .. } => *r,
             }
         }
@@ -456,6 +515,9 @@ mod host {
         /// Launch shape of the plan's kernel.
         pub fn launch_config(&self) -> LaunchConfig {
             match self {
+                // 256 work-items: 4 or 8 waves, so about one wave per row whatever the
+                // wave size (the kernel strides over rows by the waves it has).
+                ReducePlan::WaveRows { rows, .. } => LaunchConfig::new(Dim3::x(rows.div_ceil(4).min(1 << 20) as u32), Dim3::x(256)),
                 ReducePlan::Rows { rows, cols, .. } => {
                     LaunchConfig::new(Dim3::x(*rows as u32), Dim3::x(crate::row::reduce_threads(*cols)))
                 }
@@ -464,6 +526,16 @@ mod host {
                     Dim3::new(super::COL_TILE, super::COL_SPLIT, 1),
                 ),
             }
+        }
+    }
+
+    /// Contiguous rows: a wave per row when there are enough rows to fill a GPU with
+    /// waves (an H100 holds 132 x 64 of them), else a work-group per row.
+    fn row_plan(rows: usize, cols: usize) -> ReducePlan {
+        if rows >= 2048 {
+            ReducePlan::WaveRows { rows, cols }
+        } else {
+            ReducePlan::Rows { rows, cols, layout: vec![] }
         }
     }
 
@@ -511,7 +583,7 @@ mod host {
             let outer: usize = dims[..first].iter().product();
             let inner: usize = dims[last + 1..].iter().product();
             if inner == 1 {
-                return Ok(ReducePlan::Rows { rows: outer, cols: r, layout: vec![] });
+                return Ok(row_plan(outer, r));
             }
             // Narrow, long columns would leave most of a column work-group idle: those go
             // through the work-group-per-output kernel.
@@ -521,7 +593,7 @@ mod host {
             }
         }
         if contiguous && real.is_empty() {
-            return Ok(ReducePlan::Rows { rows: outputs, cols: r, layout: vec![] });
+            return Ok(row_plan(outputs, r));
         }
         let order: Vec<usize> = kept.chain(cut).collect();
         let mut layout: Vec<usize> = order.iter().map(|&d| dims[d]).collect();

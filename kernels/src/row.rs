@@ -242,11 +242,19 @@ impl RowTile {
 /// partial last chunk, if any, padded with `pad`.
 #[device]
 #[inline(always)]
-pub fn for_each_chunk<T: Float>(row: &[T], pad: f32, mut f: impl FnMut(&[f32; CHUNK], usize)) {
-    let step = flat_block_dim() as usize * CHUNK;
+pub fn for_each_chunk<T: Float>(row: &[T], pad: f32, f: impl FnMut(&[f32; CHUNK], usize)) {
+    for_each_chunk_of(row, pad, flat_thread_idx() as usize, flat_block_dim() as usize, f)
+}
+
+/// [`for_each_chunk`] for the `part`-th of `parts` work-items sharing the row (a lane of
+/// a wave that owns the row, for instance).
+#[device]
+#[inline(always)]
+pub fn for_each_chunk_of<T: Float>(row: &[T], pad: f32, part: usize, parts: usize, mut f: impl FnMut(&[f32; CHUNK], usize)) {
+    let step = parts * CHUNK;
     let full = row.len() - row.len() % CHUNK;
     let vec = vectorizable(row.as_ptr());
-    let mut e = flat_thread_idx() as usize * CHUNK;
+    let mut e = part * CHUNK;
     while e + step < full {
         // SAFETY: e + step < full and both are multiples of CHUNK, so both chunks end by
         // `full` <= len.

@@ -38,6 +38,8 @@ fn cases() -> Vec<Case> {
         (vec![5, 6], Some(vec![1, 5]), vec![1]),  // transposed view
         (vec![6, 40], Some(vec![0, 1]), vec![0]), // broadcast view (stride 0)
         (vec![0, 5], None, vec![1]),              // no outputs
+        (vec![2048, 19], None, vec![1]),          // many rows: a wave per row
+        (vec![2049, 1], None, vec![1]),           // many rows of one element
     ]
 }
 
@@ -193,6 +195,7 @@ fn reductions_with_special_values() {
 fn plans_pick_the_kernel_the_shape_wants() {
     let p = |d: &[usize], r: &[usize]| reduce::plan(d, &contiguous(d), r).unwrap();
     assert_eq!(p(&[3, 4096], &[1]), ReducePlan::Rows { rows: 3, cols: 4096, layout: vec![] });
+    assert_eq!(p(&[4096, 4096], &[1]), ReducePlan::WaveRows { rows: 4096, cols: 4096 });
     assert_eq!(p(&[64, 100, 70], &[1]), ReducePlan::Cols { outer: 64, r: 100, inner: 70 });
     assert_eq!(p(&[2, 3, 5, 7], &[1, 2]), ReducePlan::Cols { outer: 2, r: 15, inner: 7 });
     assert!(matches!(p(&[2, 3, 5, 7], &[0, 2]), ReducePlan::Rows { rows: 21, cols: 10, ref layout } if !layout.is_empty()));
