@@ -7,7 +7,7 @@
 //! twice: once for the statistics (LayerNorm: sums of `x - x[0]` and its square, shifted
 //! so that a large mean does not cancel), once to write.
 use crate::reduce::{block_reduce, MAX_WAVES};
-use crate::row::{for_each_chunk, load_chunk, map_chunks, RowTile, CHUNK};
+use crate::row::{for_each_chunk, for_each_chunk_of, for_each_row_of_wave, load_chunk, load_chunk_scalar, map_chunks, map_chunks_of, RowTile, CHUNK};
 
 /// The register tile of one work-item.
 type Tile = RowTile;
@@ -20,8 +20,21 @@ use kernel_dsl::prelude::*;
 #[inline(always)]
 fn affine_chunk<T: Float>(v: &[f32; CHUNK], shift: f32, scale: f32, weight: &[T], bias: &[T], e: usize) -> [f32; CHUNK] {
     // An empty slice loads as all padding: weight 1, bias 0.
-    let w = load_chunk(weight, e, 1.0);
-    let b = load_chunk(bias, e, 0.0);
+    affine_with(v, shift, scale, load_chunk(weight, e, 1.0), load_chunk(bias, e, 0.0))
+}
+
+/// [`affine_chunk`] with element-by-element weight loads: fewer registers than vector
+/// loads (`layer_norm_long` spilled scalar registers on gfx90a with them).
+#[device]
+#[inline(always)]
+fn affine_chunk_scalar<T: Float>(v: &[f32; CHUNK], shift: f32, scale: f32, weight: &[T], bias: &[T], e: usize) -> [f32; CHUNK] {
+    affine_with(v, shift, scale, load_chunk_scalar(weight, e, 1.0), load_chunk_scalar(bias, e, 0.0))
+}
+
+/// `(v - shift) * scale * w + b`, elementwise.
+#[device]
+#[inline(always)]
+fn affine_with(v: &[f32; CHUNK], shift: f32, scale: f32, w: [f32; CHUNK], b: [f32; CHUNK]) -> [f32; CHUNK] {
     let mut r = [0.0; CHUNK];
     each_lane!(j, {
         r[j] = (v[j] - shift) * scale * w[j] + b[j];
@@ -110,7 +123,61 @@ pub fn layer_norm_long<T: Float>(input: &[T], weight: &[T], bias: &[T], out: &mu
     // Clamp rounding below zero, but keep a NaN (from inf inputs) a NaN.
     let var = q - s * s;
     let rstd = ((if var < 0.0 { 0.0 } else { var }) + eps).rsqrt();
-    map_chunks(x, y, |v, e| affine_chunk(v, mean, rstd, w, b, e));
+    map_chunks(x, y, |v, e| affine_chunk_scalar(v, mean, rstd, w, b, e));
+}
+
+/// [`rms_norm`] for many rows: one wave per row (no barriers, no shared memory), one pass
+/// for the sum of squares, a second that writes (re-reading the row from cache).
+/// `out.len() / cols` rows; launch with [`crate::row::wave_rows_config`].
+#[amdgpu_kernel(T = [f32, f16, bf16])]
+pub fn rms_norm_wave<T: Float>(input: &[T], weight: &[T], out: &mut [T], cols: u32, eps: f32) {
+    let cols = cols as usize;
+    if cols == 0 {
+        return;
+    }
+    let w = if weight.is_empty() { weight } else { &weight[..cols] };
+    let none: &[T] = &[];
+    let (lane, lanes) = (wave::lane_id() as usize, wave::size() as usize);
+    for_each_row_of_wave(out.len() / cols, |r| {
+        let x = &input[r * cols..r * cols + cols];
+        let mut s = 0.0f32;
+        for_each_chunk_of(x, 0.0, lane, lanes, |v, _| {
+            each_lane!(j, {
+                s += v[j] * v[j];
+            });
+        });
+        let scale = (wave::sum(s) / cols as f32 + eps).rsqrt();
+        map_chunks_of(x, &mut out[r * cols..r * cols + cols], lane, lanes, |v, e| affine_chunk(v, 0.0, scale, w, none, e));
+    });
+}
+
+/// [`layer_norm_long`] with one wave per row, as [`rms_norm_wave`].
+#[amdgpu_kernel(T = [f32, f16, bf16])]
+pub fn layer_norm_wave<T: Float>(input: &[T], weight: &[T], bias: &[T], out: &mut [T], cols: u32, eps: f32) {
+    let cols = cols as usize;
+    if cols == 0 {
+        return;
+    }
+    let w = if weight.is_empty() { weight } else { &weight[..cols] };
+    let b = if bias.is_empty() { bias } else { &bias[..cols] };
+    let inv_n = 1.0 / cols as f32;
+    let (lane, lanes) = (wave::lane_id() as usize, wave::size() as usize);
+    for_each_row_of_wave(out.len() / cols, |r| {
+        let x = &input[r * cols..r * cols + cols];
+        let k0 = x[0].to_f32();
+        let (mut s, mut q) = (0.0f32, 0.0f32);
+        for_each_chunk_of(x, k0, lane, lanes, |v, _| {
+            each_lane!(j, {
+                let d = v[j] - k0;
+                s += d;
+                q += d * d;
+            });
+        });
+        let (s, q) = (wave::sum(s) * inv_n, wave::sum(q) * inv_n);
+        let var = q - s * s;
+        let rstd = ((if var < 0.0 { 0.0 } else { var }) + eps).rsqrt();
+        map_chunks_of(x, &mut out[r * cols..r * cols + cols], lane, lanes, |v, e| affine_chunk(v, k0 + s, rstd, w, b, e));
+    });
 }
 
 /// Launch shape for `rows` rows of `cols` elements (one work-group per row).
@@ -143,6 +210,7 @@ mod host {
 
     /// RMSNorm of each row of `cols` elements of `x` into `y`, with an optional weight of
     /// `cols` elements; checks every shape first (bad input: an error, nothing launched).
+    /// Runs a wave per row from [`WAVE_ROWS_MIN`](crate::row::WAVE_ROWS_MIN) rows.
     pub fn rms_norm_rows<T: Float + ScalarArg>(dev: &Device, x: &DeviceVec<T>, weight: Option<&DeviceVec<T>>, y: &mut DeviceVec<T>, cols: usize, eps: f32) -> Result<(), LaunchError> {
         let wl = weight.map_or(0, |w| w.len());
         if weight.is_some() && wl != cols {
@@ -150,6 +218,9 @@ mod host {
         }
         let rows = crate::row::check_rows("rms_norm", x.len(), y.len(), cols)?;
         check_eps("rms_norm", eps)?;
+        if rows >= crate::row::WAVE_ROWS_MIN {
+            return super::rms_norm_wave::launch::<T>(dev, crate::row::wave_rows_config(rows), x, param(weight), y, cols as u32, eps);
+        }
         super::rms_norm::launch::<T>(dev, super::launch_config::<T>(rows, cols)?, x, param(weight), y, cols as u32, eps)
     }
 
@@ -166,6 +237,9 @@ mod host {
         }
         let rows = crate::row::check_rows("layer_norm", x.len(), y.len(), cols)?;
         check_eps("layer_norm", eps)?;
+        if rows >= crate::row::WAVE_ROWS_MIN {
+            return super::layer_norm_wave::launch::<T>(dev, crate::row::wave_rows_config(rows), x, param(weight), param(bias), y, cols as u32, eps);
+        }
         let cfg = super::launch_config::<T>(rows, cols)?;
         if cols <= crate::row::tile_chunks(std::mem::size_of::<T>()) * crate::row::CHUNK * cfg.block.x as usize {
             super::layer_norm::launch::<T>(dev, cfg, x, param(weight), param(bias), y, cols as u32, eps)

@@ -17,7 +17,7 @@
 //! lowest index), as PyTorch does.
 use crate::elementwise::strided_offset;
 use crate::each_lane;
-use crate::row::{for_each_chunk, for_each_chunk_of};
+use crate::row::{for_each_chunk, for_each_chunk_of, for_each_row_of_wave};
 use kernel_dsl::prelude::*;
 
 /// Most waves a work-group can have (1024 work-items in waves of 32).
@@ -248,16 +248,13 @@ pub fn argreduce_rows<T: Float, Op: ArgOp>(input: &[T], layout: &[usize], out: &
 }
 
 /// [`reduce_rows`] for many contiguous rows: one wave per row (waves reduce with shuffles
-/// only: no shared memory, no barriers), each wave taking rows `w, w + waves, ...` of the
-/// grid's waves. `out` has one element per row. Any grid works; [`ReducePlan`] launches
-/// about one wave per row.
+/// only: no shared memory, no barriers): the wave with global index `r` takes row `r`.
+/// `out` has one element per row; launch with [`crate::row::wave_rows_config`].
 #[amdgpu_kernel(T = [f32, f16, bf16], Op = [Sum, Mean, Max, Min])]
 pub fn reduce_rows_wave<T: Float, Op: ReduceOp>(input: &[T], out: &mut [T], cols: u32) {
     let cols = cols as usize;
     let lanes = wave::size() as usize;
-    let waves = global_size_x() / lanes;
-    let mut r = global_idx_x() / lanes;
-    while r < out.len() {
+    for_each_row_of_wave(out.len(), |r| {
         let mut acc = Op::INIT;
         for_each_chunk_of(&input[r * cols..r * cols + cols], Op::INIT, wave::lane_id() as usize, lanes, |v, _| {
             each_lane!(j, {
@@ -268,8 +265,7 @@ pub fn reduce_rows_wave<T: Float, Op: ReduceOp>(input: &[T], out: &mut [T], cols
         if wave::lane_id() == 0 {
             out[r] = T::from_f32(Op::finish(v, cols));
         }
-        r += waves;
-    }
+    });
 }
 
 /// [`argreduce_rows`] with one wave per row, as [`reduce_rows_wave`].
@@ -277,9 +273,7 @@ pub fn reduce_rows_wave<T: Float, Op: ReduceOp>(input: &[T], out: &mut [T], cols
 pub fn argreduce_rows_wave<T: Float, Op: ArgOp>(input: &[T], out: &mut [u32], cols: u32) {
     let cols = cols as usize;
     let lanes = wave::size() as usize;
-    let waves = global_size_x() / lanes;
-    let mut r = global_idx_x() / lanes;
-    while r < out.len() {
+    for_each_row_of_wave(out.len(), |r| {
         let (mut v, mut i) = (Op::INIT, NO_INDEX);
         for_each_chunk_of(&input[r * cols..r * cols + cols], Op::INIT, wave::lane_id() as usize, lanes, |x, e| {
             each_lane!(j, {
@@ -295,8 +289,7 @@ pub fn argreduce_rows_wave<T: Float, Op: ArgOp>(input: &[T], out: &mut [u32], co
         if wave::lane_id() == 0 {
             out[r] = i;
         }
-        r += waves;
-    }
+    });
 }
 
 /// The elements `start + k * inner` (`k < r`) of `input` as a slice that holds them all
@@ -517,7 +510,7 @@ mod host {
             match self {
                 // 256 work-items: 4 or 8 waves, so about one wave per row whatever the
                 // wave size (the kernel strides over rows by the waves it has).
-                ReducePlan::WaveRows { rows, .. } => LaunchConfig::new(Dim3::x(rows.div_ceil(4).min(1 << 20) as u32), Dim3::x(256)),
+                ReducePlan::WaveRows { rows, .. } => crate::row::wave_rows_config(*rows),
                 ReducePlan::Rows { rows, cols, .. } => {
                     LaunchConfig::new(Dim3::x(*rows as u32), Dim3::x(crate::row::reduce_threads(*cols)))
                 }
@@ -532,7 +525,7 @@ mod host {
     /// Contiguous rows: a wave per row when there are enough rows to fill a GPU with
     /// waves (an H100 holds 132 x 64 of them), else a work-group per row.
     fn row_plan(rows: usize, cols: usize) -> ReducePlan {
-        if rows >= 2048 {
+        if rows >= crate::row::WAVE_ROWS_MIN {
             ReducePlan::WaveRows { rows, cols }
         } else {
             ReducePlan::Rows { rows, cols, layout: vec![] }

@@ -8,7 +8,7 @@
 //! online softmax: one streaming pass computes the maximum and the exponential sum together
 //! (rescaling the sum when the maximum grows), a second pass writes the result.
 use crate::reduce::{block_reduce, MAX_WAVES};
-use crate::row::{for_each_chunk, map_chunks, RowTile, CHUNK};
+use crate::row::{for_each_chunk, for_each_chunk_of, for_each_row_of_wave, map_chunks, map_chunks_of, RowTile, CHUNK};
 
 /// The register tile of one work-item.
 type Tile = RowTile;
@@ -118,6 +118,58 @@ pub fn log_softmax<T: Float>(input: &[T], out: &mut [T], cols: u32, mut partials
     }
 }
 
+/// `(max, exp-sum)` of this wave's lanes merged into every lane.
+#[device]
+#[inline(always)]
+fn wave_merge(mut acc: MaxExpSum) -> MaxExpSum {
+    let mut offset = wave::size() / 2;
+    while offset > 0 {
+        let other = MaxExpSum { max: wave::shuffle_xor(acc.max, offset), sum: wave::shuffle_xor(acc.sum, offset) };
+        acc = acc.merge(other);
+        offset /= 2;
+    }
+    acc
+}
+
+/// [`softmax`] for many rows: one wave per row (no barriers, no shared memory), an online
+/// pass for the maximum and exponential sum, then a second pass that writes (it re-reads
+/// the row, which is small enough to still be in cache). `out.len() / cols` rows; launch
+/// with [`crate::row::wave_rows_config`].
+#[amdgpu_kernel(T = [f32, f16, bf16])]
+pub fn softmax_wave<T: Float>(input: &[T], out: &mut [T], cols: u32) {
+    let cols = cols as usize;
+    if cols == 0 {
+        return;
+    }
+    let (lane, lanes) = (wave::lane_id() as usize, wave::size() as usize);
+    for_each_row_of_wave(out.len() / cols, |r| {
+        let x = &input[r * cols..r * cols + cols];
+        let mut acc = MaxExpSum::EMPTY;
+        for_each_chunk_of(x, f32::NEG_INFINITY, lane, lanes, |v, _| acc = acc.add_chunk(v));
+        let MaxExpSum { max: m, sum: s } = wave_merge(acc);
+        let inv = 1.0 / s;
+        map_chunks_of(x, &mut out[r * cols..r * cols + cols], lane, lanes, |v, _| v.map(|e| (e - m).exp() * inv));
+    });
+}
+
+/// [`log_softmax`] with one wave per row, as [`softmax_wave`].
+#[amdgpu_kernel(T = [f32, f16, bf16])]
+pub fn log_softmax_wave<T: Float>(input: &[T], out: &mut [T], cols: u32) {
+    let cols = cols as usize;
+    if cols == 0 {
+        return;
+    }
+    let (lane, lanes) = (wave::lane_id() as usize, wave::size() as usize);
+    for_each_row_of_wave(out.len() / cols, |r| {
+        let x = &input[r * cols..r * cols + cols];
+        let mut acc = MaxExpSum::EMPTY;
+        for_each_chunk_of(x, f32::NEG_INFINITY, lane, lanes, |v, _| acc = acc.add_chunk(v));
+        let MaxExpSum { max: m, sum: s } = wave_merge(acc);
+        let lse = m + s.ln();
+        map_chunks_of(x, &mut out[r * cols..r * cols + cols], lane, lanes, |v, _| v.map(|e| e - lse));
+    });
+}
+
 /// Launch shape for `rows` rows of `cols` elements: one work-group per row, sized so that
 /// rows up to 16384 elements fit the register tiles.
 #[cfg(not(any(target_arch = "amdgpu", target_arch = "nvptx64")))]
@@ -132,15 +184,22 @@ mod host {
     use kernel_dsl::Float;
 
     /// Softmax over the last dimension of `x` (rows of `cols`) into `y`, after checking the
-    /// shapes (bad input: an error, nothing launched).
+    /// shapes (bad input: an error, nothing launched). Runs a wave per row from
+    /// [`WAVE_ROWS_MIN`](crate::row::WAVE_ROWS_MIN) rows, a work-group per row below.
     pub fn softmax_last_dim<T: Float + ScalarArg>(dev: &Device, x: &DeviceVec<T>, y: &mut DeviceVec<T>, cols: usize) -> Result<(), LaunchError> {
         let rows = crate::row::check_rows("softmax", x.len(), y.len(), cols)?;
+        if rows >= crate::row::WAVE_ROWS_MIN {
+            return super::softmax_wave::launch::<T>(dev, crate::row::wave_rows_config(rows), x, y, cols as u32);
+        }
         super::softmax::launch::<T>(dev, super::launch_config::<T>(rows, cols)?, x, y, cols as u32)
     }
 
     /// Log-softmax over the last dimension, checked as [`softmax_last_dim`].
     pub fn log_softmax_last_dim<T: Float + ScalarArg>(dev: &Device, x: &DeviceVec<T>, y: &mut DeviceVec<T>, cols: usize) -> Result<(), LaunchError> {
         let rows = crate::row::check_rows("log_softmax", x.len(), y.len(), cols)?;
+        if rows >= crate::row::WAVE_ROWS_MIN {
+            return super::log_softmax_wave::launch::<T>(dev, crate::row::wave_rows_config(rows), x, y, cols as u32);
+        }
         super::log_softmax::launch::<T>(dev, super::launch_config::<T>(rows, cols)?, x, y, cols as u32)
     }
 }

@@ -11,7 +11,7 @@
 //! bf16: 2^-7 relative + 2^-14 absolute (one bf16 ulp).
 use half::{bf16, f16};
 use kernel_dsl::host::{Executor, LaunchConfig, LaunchError, WaveSize};
-use kernel_dsl::{CastFrom, Dim3, Element, Float};
+use kernel_dsl::{CastFrom, Dim3, Element};
 use kernels::elementwise::{self as ew, *};
 use kernels::runtime::Device;
 

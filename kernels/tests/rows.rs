@@ -260,3 +260,43 @@ fn layer_norm_tile_kernel_refuses_rows_longer_than_its_tiles() {
     norm::layer_norm_rows::<f32>(&exec, &x, None, None, &mut y, cols, 1e-5).unwrap();
     assert!(exec.download(&y).unwrap().iter().all(|v| *v == 0.0));
 }
+
+/// From `row::WAVE_ROWS_MIN` rows the checked launchers run a wave per row: the same
+/// references hold there, with a masked row, a NaN row and unaligned rows (cols 100 for
+/// bf16 is 200 bytes, not a multiple of 16).
+fn run_wave_rows<T: TestFloat>() {
+    let (rows, cols) = (kernels::row::WAVE_ROWS_MIN, 100);
+    for exec in executors() {
+        let mut x: Vec<T> = inputs(rows * cols, -3.0, 3.0, 21, false).into_iter().map(T::from_f64).collect();
+        for c in 50..cols {
+            x[cols + c] = T::from_f64(f64::NEG_INFINITY);
+        }
+        x[5 * cols + 7] = T::from_f64(f64::NAN);
+        let w: Vec<T> = inputs(cols, 0.5, 1.5, 22, false).into_iter().map(T::from_f64).collect();
+        let b: Vec<T> = inputs(cols, -1.0, 1.0, 23, false).into_iter().map(T::from_f64).collect();
+        let f = |v: &[T]| v.iter().map(|e| e.to_f64()).collect::<Vec<f64>>();
+        let (xf, wf, bf) = (f(&x), f(&w), f(&b));
+        let (dx, dw, db) = (exec.upload(&x).unwrap(), exec.upload(&w).unwrap(), exec.upload(&b).unwrap());
+        let mut dy = exec.alloc::<T>(x.len()).unwrap();
+        let what = |op: &str| format!("{op}<{}> wave rows {rows}x{cols} on {}", T::NAME, exec.name());
+        softmax::softmax_last_dim(&exec, &dx, &mut dy, cols).unwrap();
+        assert_close_with(&exec.download(&dy).unwrap(), &reference_softmax(&xf, cols, false), 3e-5, 1e-7, &what("softmax"));
+        softmax::log_softmax_last_dim(&exec, &dx, &mut dy, cols).unwrap();
+        assert_close_with(&exec.download(&dy).unwrap(), &reference_softmax(&xf, cols, true), 3e-5, 3e-5, &what("log_softmax"));
+        // The masked row (-inf) poisons the norms of that row, as in the reference.
+        norm::rms_norm_rows(&exec, &dx, Some(&dw), &mut dy, cols, 1e-5).unwrap();
+        assert_close_with(&exec.download(&dy).unwrap(), &reference_norm(&xf, &wf, &[], cols, 1e-5f32 as f64, false), 3e-5, 1e-5, &what("rms_norm"));
+        norm::layer_norm_rows(&exec, &dx, Some(&dw), Some(&db), &mut dy, cols, 1e-5).unwrap();
+        assert_close_with(&exec.download(&dy).unwrap(), &reference_norm(&xf, &wf, &bf, cols, 1e-5f32 as f64, true), 3e-5, 1e-5, &what("layer_norm"));
+    }
+}
+
+#[test]
+fn wave_per_row_kernels_f32() {
+    run_wave_rows::<f32>();
+}
+
+#[test]
+fn wave_per_row_kernels_bf16() {
+    run_wave_rows::<bf16>();
+}

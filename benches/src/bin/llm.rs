@@ -64,10 +64,9 @@ impl Bench<'_> {
         let b = dev.upload(&data::<T>(cols, 3)).unwrap();
         let mut y: DeviceVec<T> = dev.alloc(rows * cols).unwrap();
         let bytes = rows * cols * sz;
-        let cfg = softmax::launch_config::<T>(rows, cols).unwrap();
-        let us = time(dev, bytes, || softmax::softmax::launch::<T>(dev, cfg, &x, &mut y, cols as u32).unwrap());
+        let us = time(dev, bytes, || softmax::softmax_last_dim::<T>(dev, &x, &mut y, cols).unwrap());
         self.record("softmax", T::NAME, &[rows, cols], 2 * bytes, us);
-        let us = time(dev, bytes, || norm::rms_norm::launch::<T>(dev, cfg, &x, &w, &mut y, cols as u32, 1e-5).unwrap());
+        let us = time(dev, bytes, || norm::rms_norm_rows::<T>(dev, &x, Some(&w), &mut y, cols, 1e-5).unwrap());
         self.record("rms_norm", T::NAME, &[rows, cols], 2 * bytes + cols * sz, us);
         let us = time(dev, bytes, || norm::layer_norm_rows::<T>(dev, &x, Some(&w), Some(&b), &mut y, cols, 1e-5).unwrap());
         self.record("layer_norm", T::NAME, &[rows, cols], 2 * bytes + 2 * cols * sz, us);
