@@ -98,6 +98,9 @@ impl KernelBuild {
         let kernel_dsl = kernel_dsl_src();
         println!("cargo:rerun-if-changed={}", kernel_dsl.parent().unwrap().display());
         let archs: Vec<String> = match env("KERNEL_ARCHS") {
+            // `none`: no AMD code objects (PTX only), e.g. for binaries that travel to an
+            // NVIDIA machine.
+            Some(list) if list == "none" => vec![],
             Some(list) => list.split(',').map(|s| s.trim().to_string()).filter(|s| !s.is_empty()).collect(),
             None => self.archs.clone(),
         };

@@ -14,6 +14,9 @@ TARGET="${CARGO_TARGET_DIR:-target}"
 
 bundle() {
     rm -rf "$BIN" && mkdir -p "$BIN"
+    # The NVIDIA machine needs the PTX only: leave the AMD code objects out of these
+    # binaries (the CPU-side tests of the code objects run in `cargo test --workspace`).
+    export KERNEL_ARCHS="${KERNEL_ARCHS:-none}"
     # Test binaries of the crates whose kernels run on a GPU, with the CUDA path enabled.
     cargo test --release -p kernels --features cuda --no-run --message-format=json 2>/dev/null \
         | python3 -c '
@@ -42,6 +45,7 @@ for p in m["packages"]:
     cp tests/gpu/nvidia.sh tests/gpu/ptxas_report.py "$BIN/"
     # The kernels' PTX, for the ptxas register/spill report on the GPU machine.
     cp "$(ls -t "$TARGET"/release/build/kernels-*/out/gpu/sm_*/kernels.sm_*.ptx | head -1)" "$BIN/kernels.ptx"
+    strip "$BIN"/test-* "$BIN"/bench-* 2>/dev/null || true
     du -sh "$BIN"
 }
 
