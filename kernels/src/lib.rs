@@ -18,6 +18,7 @@
 pub mod elementwise;
 pub mod norm;
 pub mod reduce;
+pub mod rope;
 pub mod runtime;
 pub mod softmax;
 
