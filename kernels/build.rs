@@ -6,5 +6,6 @@ fn main() {
         .module("softmax")
         .module("norm")
         .module("row")
+        .module("rope")
         .build();
 }

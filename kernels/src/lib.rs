@@ -19,6 +19,7 @@ pub mod elementwise;
 pub mod norm;
 pub mod reduce;
 pub mod row;
+pub mod rope;
 pub mod runtime;
 pub mod softmax;
 
