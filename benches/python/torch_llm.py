@@ -38,7 +38,7 @@ def main():
     del src, dst
 
     row_shapes = [(64, 4096), (4096, 4096)] if args.quick else [
-        (1, 4096), (64, 4096), (4096, 4096), (64, 8192), (4096, 8192), (2048, 16384), (1024, 32768)]
+        (1, 4096), (64, 4096), (4096, 4096), (64, 8192), (4096, 8192), (2048, 16384), (1024, 32768), (32768, 256)]
     for r, c in row_shapes:
         for name, dt in dtypes.items():
             sz = torch.tensor([], dtype=dt).element_size()

@@ -176,7 +176,7 @@ pub fn layer_norm_wave<T: Float>(input: &[T], weight: &[T], bias: &[T], out: &mu
         let (s, q) = (wave::sum(s) * inv_n, wave::sum(q) * inv_n);
         let var = q - s * s;
         let rstd = ((if var < 0.0 { 0.0 } else { var }) + eps).rsqrt();
-        map_chunks_of(x, &mut out[r * cols..r * cols + cols], lane, lanes, |v, e| affine_chunk(v, k0 + s, rstd, w, b, e));
+        map_chunks_of(x, &mut out[r * cols..r * cols + cols], lane, lanes, |v, e| affine_chunk_scalar(v, k0 + s, rstd, w, b, e));
     });
 }
 
@@ -210,7 +210,7 @@ mod host {
 
     /// RMSNorm of each row of `cols` elements of `x` into `y`, with an optional weight of
     /// `cols` elements; checks every shape first (bad input: an error, nothing launched).
-    /// Runs a wave per row from [`WAVE_ROWS_MIN`](crate::row::WAVE_ROWS_MIN) rows.
+    /// Runs a wave per row for many short rows ([`use_wave_rows`](crate::row::use_wave_rows)).
     pub fn rms_norm_rows<T: Float + ScalarArg>(dev: &Device, x: &DeviceVec<T>, weight: Option<&DeviceVec<T>>, y: &mut DeviceVec<T>, cols: usize, eps: f32) -> Result<(), LaunchError> {
         let wl = weight.map_or(0, |w| w.len());
         if weight.is_some() && wl != cols {
@@ -218,7 +218,7 @@ mod host {
         }
         let rows = crate::row::check_rows("rms_norm", x.len(), y.len(), cols)?;
         check_eps("rms_norm", eps)?;
-        if rows >= crate::row::WAVE_ROWS_MIN {
+        if crate::row::use_wave_rows(rows, cols) {
             return super::rms_norm_wave::launch::<T>(dev, crate::row::wave_rows_config(rows), x, param(weight), y, cols as u32, eps);
         }
         super::rms_norm::launch::<T>(dev, super::launch_config::<T>(rows, cols)?, x, param(weight), y, cols as u32, eps)
@@ -237,7 +237,7 @@ mod host {
         }
         let rows = crate::row::check_rows("layer_norm", x.len(), y.len(), cols)?;
         check_eps("layer_norm", eps)?;
-        if rows >= crate::row::WAVE_ROWS_MIN {
+        if crate::row::use_wave_rows(rows, cols) {
             return super::layer_norm_wave::launch::<T>(dev, crate::row::wave_rows_config(rows), x, param(weight), param(bias), y, cols as u32, eps);
         }
         let cfg = super::launch_config::<T>(rows, cols)?;

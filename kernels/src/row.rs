@@ -322,8 +322,19 @@ pub fn wave_rows_config(rows: usize) -> kernel_dsl::host::LaunchConfig {
 
 /// Rows from which the row families run a wave per row instead of a work-group per row:
 /// enough rows to keep every compute unit busy with waves (an H100 holds 132 x 64). On an
-/// H100 this took bf16 row sums of 4096 x 4096 from 34% to 98% of copy bandwidth.
+/// H100 this took f32 row sums of 4096 x 4096 from 49% to 66-82% of copy bandwidth.
 pub const WAVE_ROWS_MIN: usize = 2048;
+
+/// Longest rows softmax and the norms run a wave per row on (with at least
+/// [`WAVE_ROWS_MIN`] rows): they read a row twice, and a wave's rows must stay in cache
+/// between the passes. At 4096 columns the work-group-per-row tiles (one read) were 2.3x
+/// faster on an H100.
+pub const WAVE_COLS_MAX: usize = 1024;
+
+/// `true` when softmax and the norms should run a wave per row on `rows x cols`.
+pub fn use_wave_rows(rows: usize, cols: usize) -> bool {
+    rows >= WAVE_ROWS_MIN && cols <= WAVE_COLS_MAX
+}
 
 /// Work-items for a row kernel over rows of `cols` elements of `elem_bytes` bytes.
 ///

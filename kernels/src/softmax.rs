@@ -184,11 +184,11 @@ mod host {
     use kernel_dsl::Float;
 
     /// Softmax over the last dimension of `x` (rows of `cols`) into `y`, after checking the
-    /// shapes (bad input: an error, nothing launched). Runs a wave per row from
-    /// [`WAVE_ROWS_MIN`](crate::row::WAVE_ROWS_MIN) rows, a work-group per row below.
+    /// shapes (bad input: an error, nothing launched). Runs a wave per row for
+    /// many short rows ([`use_wave_rows`](crate::row::use_wave_rows)), else a work-group per row.
     pub fn softmax_last_dim<T: Float + ScalarArg>(dev: &Device, x: &DeviceVec<T>, y: &mut DeviceVec<T>, cols: usize) -> Result<(), LaunchError> {
         let rows = crate::row::check_rows("softmax", x.len(), y.len(), cols)?;
-        if rows >= crate::row::WAVE_ROWS_MIN {
+        if crate::row::use_wave_rows(rows, cols) {
             return super::softmax_wave::launch::<T>(dev, crate::row::wave_rows_config(rows), x, y, cols as u32);
         }
         super::softmax::launch::<T>(dev, super::launch_config::<T>(rows, cols)?, x, y, cols as u32)
@@ -197,7 +197,7 @@ mod host {
     /// Log-softmax over the last dimension, checked as [`softmax_last_dim`].
     pub fn log_softmax_last_dim<T: Float + ScalarArg>(dev: &Device, x: &DeviceVec<T>, y: &mut DeviceVec<T>, cols: usize) -> Result<(), LaunchError> {
         let rows = crate::row::check_rows("log_softmax", x.len(), y.len(), cols)?;
-        if rows >= crate::row::WAVE_ROWS_MIN {
+        if crate::row::use_wave_rows(rows, cols) {
             return super::log_softmax_wave::launch::<T>(dev, crate::row::wave_rows_config(rows), x, y, cols as u32);
         }
         super::log_softmax::launch::<T>(dev, super::launch_config::<T>(rows, cols)?, x, y, cols as u32)

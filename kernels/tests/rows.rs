@@ -261,7 +261,7 @@ fn layer_norm_tile_kernel_refuses_rows_longer_than_its_tiles() {
     assert!(exec.download(&y).unwrap().iter().all(|v| *v == 0.0));
 }
 
-/// From `row::WAVE_ROWS_MIN` rows the checked launchers run a wave per row: the same
+/// For many short rows (`row::use_wave_rows`) the checked launchers run a wave per row: the same
 /// references hold there, with a masked row, a NaN row and unaligned rows (cols 100 for
 /// bf16 is 200 bytes, not a multiple of 16).
 fn run_wave_rows<T: TestFloat>() {

@@ -9,7 +9,7 @@ use kernel_dsl::host::{Executor, ScalarArg};
 use kernel_dsl::Float;
 use kernels::reduce::{self, ArgMax, Max, Sum};
 use kernels::runtime::{Device, DeviceVec};
-use kernels::{norm, softmax};
+use kernels::{norm, rope, softmax};
 use std::io::Write;
 
 /// One measurement: `moved` = bytes an ideal kernel reads and writes once.
@@ -107,6 +107,26 @@ impl Bench<'_> {
         let us = time(dev, bytes, || reduce::arg_reduce::<T, ArgMax>(dev, &x, &dims, &strides, &[1], &mut yi).unwrap());
         self.record("argmax_last", T::NAME, &dims, bytes + rows * 4, us);
     }
+
+    /// Rotary embeddings for `b` sequences of `t` tokens, 32 heads of 128.
+    fn rope<T: Float + ScalarArg>(&mut self, b: usize, t: usize) {
+        let dev = self.dev;
+        let (h, d) = (32, 128);
+        let sz = std::mem::size_of::<T>();
+        let n = b * h * t * d;
+        let x = dev.upload(&data::<T>(n, 5)).unwrap();
+        let cos = dev.upload(&data::<T>(t * d / 2, 6)).unwrap();
+        let sin = dev.upload(&data::<T>(t * d / 2, 7)).unwrap();
+        let mut y: DeviceVec<T> = dev.alloc(n).unwrap();
+        let moved = 2 * n * sz + t * d * sz;
+        let shape = rope::RopeShape::new(b, h, t, d);
+        let us = time(dev, n * sz, || rope::apply_rope_i(dev, &x, &cos, &sin, &mut y, &shape).unwrap());
+        self.record("rope_i", T::NAME, &[b, h, t, d], moved, us);
+        let us = time(dev, n * sz, || rope::apply_rope(dev, &x, &cos, &sin, &mut y, &shape).unwrap());
+        self.record("rope", T::NAME, &[b, h, t, d], moved, us);
+        let us = time(dev, n * sz, || rope::apply_rope_thd(dev, &x, &cos, &sin, &mut y, &shape).unwrap());
+        self.record("rope_thd", T::NAME, &[b, t, h, d], moved, us);
+    }
 }
 
 fn main() {
@@ -142,7 +162,7 @@ fn main() {
     let row_shapes: &[(usize, usize)] = if quick {
         &[(64, 4096), (4096, 4096)]
     } else {
-        &[(1, 4096), (64, 4096), (4096, 4096), (64, 8192), (4096, 8192), (2048, 16384), (1024, 32768)]
+        &[(1, 4096), (64, 4096), (4096, 4096), (64, 8192), (4096, 8192), (2048, 16384), (1024, 32768), (32768, 256)]
     };
     for &(r, c) in row_shapes {
         b.rows::<f32>(r, c);
@@ -151,6 +171,10 @@ fn main() {
     for &(r, c) in if quick { &[(4096usize, 4096usize)][..] } else { &[(4096, 4096), (64, 32000)][..] } {
         b.reductions::<f32>(r, c);
         b.reductions::<bf16>(r, c);
+    }
+    for &(bs, t) in if quick { &[(1usize, 4096usize)][..] } else { &[(1, 1), (64, 1), (1, 4096), (8, 1024)][..] } {
+        b.rope::<f32>(bs, t);
+        b.rope::<bf16>(bs, t);
     }
 
     let path = format!("{out_dir}/rust_llm.json");
