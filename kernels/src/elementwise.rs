@@ -413,7 +413,7 @@ pub fn launch_config(n: usize) -> kernel_dsl::host::LaunchConfig {
     kernel_dsl::host::LaunchConfig::new(kernel_dsl::Dim3::x(groups), kernel_dsl::Dim3::x(BLOCK))
 }
 
-/// A strided view for [`unary`], [`binary`] and friends: `[dims..., strides...]`, checked
+/// A strided view for [`unary`](fn@unary), [`binary`](fn@binary) and friends: `[dims..., strides...]`, checked
 /// against the buffer it reads.
 #[cfg(not(any(target_arch = "amdgpu", target_arch = "nvptx64")))]
 pub fn strided_layout(dims: &[usize], strides: &[usize], buffer_len: usize) -> Result<Vec<usize>, kernel_dsl::host::LaunchError> {

@@ -3,7 +3,7 @@
 //! Every `#[amdgpu_kernel]` below is compiled three ways: for the host (its launcher and
 //! the CPU executor), for each configured AMD architecture (code objects embedded in
 //! [`__KERNEL_BINARIES`]) and for NVPTX. Launch one with any
-//! [`Executor`](kernel_dsl::host::Executor):
+//! [`Executor`]:
 //!
 //! ```
 //! use kernels::elementwise::{self, Exp};

@@ -75,7 +75,7 @@ pub fn rms_norm<T: Float>(input: &[T], weight: &[T], out: &mut [T], cols: u32, e
 /// 16 elements per work-item): `out = (x - mean) / sqrt(var + eps) * weight + bias` with
 /// the biased variance `mean((x - mean)^2)`, computed two-pass over the registers; `weight`
 /// and `bias` have `cols` elements or are empty (1 and 0). Longer rows abort the launch:
-/// use [`layer_norm_long`], or [`layer_norm_rows`], which picks.
+/// use [`layer_norm_long`](fn@layer_norm_long), or [`layer_norm_rows`], which picks.
 #[amdgpu_kernel(T = [f32, f16, bf16])]
 pub fn layer_norm<T: Float>(input: &[T], weight: &[T], bias: &[T], out: &mut [T], cols: u32, eps: f32, mut partials: Shared<f32, MAX_WAVES>) {
     let cols = cols as usize;
@@ -94,7 +94,7 @@ pub fn layer_norm<T: Float>(input: &[T], weight: &[T], bias: &[T], out: &mut [T]
     tile.store(y, |v, e| affine_chunk(v, mean, rstd, w, b, e));
 }
 
-/// LayerNorm of rows of any length, as [`layer_norm`], streaming the row twice: once for
+/// LayerNorm of rows of any length, as [`layer_norm`](fn@layer_norm), streaming the row twice: once for
 /// the statistics (sums of `x - x[0]` and of its square: the shift keeps the variance free
 /// of cancellation for rows whose mean is large against their spread), once to write.
 #[amdgpu_kernel(T = [f32, f16, bf16])]
@@ -126,7 +126,7 @@ pub fn layer_norm_long<T: Float>(input: &[T], weight: &[T], bias: &[T], out: &mu
     map_chunks(x, y, |v, e| affine_chunk_scalar(v, mean, rstd, w, b, e));
 }
 
-/// [`rms_norm`] for many rows: one wave per row (no barriers, no shared memory), one pass
+/// [`rms_norm`](fn@rms_norm) for many rows: one wave per row (no barriers, no shared memory), one pass
 /// for the sum of squares, a second that writes (re-reading the row from cache).
 /// `out.len() / cols` rows; launch with [`crate::row::wave_rows_config`].
 #[amdgpu_kernel(T = [f32, f16, bf16])]
@@ -151,7 +151,7 @@ pub fn rms_norm_wave<T: Float>(input: &[T], weight: &[T], out: &mut [T], cols: u
     });
 }
 
-/// [`layer_norm_long`] with one wave per row, as [`rms_norm_wave`].
+/// [`layer_norm_long`](fn@layer_norm_long) with one wave per row, as [`rms_norm_wave`](fn@rms_norm_wave).
 #[amdgpu_kernel(T = [f32, f16, bf16])]
 pub fn layer_norm_wave<T: Float>(input: &[T], weight: &[T], bias: &[T], out: &mut [T], cols: u32, eps: f32) {
     let cols = cols as usize;
@@ -225,8 +225,8 @@ mod host {
     }
 
     /// LayerNorm of each row, with optional weight and bias; checked as [`rms_norm_rows`].
-    /// Runs [`layer_norm`](super::layer_norm) or, for rows longer than its register tiles,
-    /// [`layer_norm_long`](super::layer_norm_long).
+    /// Runs [`layer_norm`](fn@super::layer_norm) or, for rows longer than its register tiles,
+    /// [`layer_norm_long`](fn@super::layer_norm_long).
     pub fn layer_norm_rows<T: Float + ScalarArg>(dev: &Device, x: &DeviceVec<T>, weight: Option<&DeviceVec<T>>, bias: Option<&DeviceVec<T>>, y: &mut DeviceVec<T>, cols: usize, eps: f32) -> Result<(), LaunchError> {
         for (name, p) in [("weight", weight), ("bias", bias)] {
             if let Some(p) = p {

@@ -3,12 +3,12 @@
 //! one value per wave through shared memory).
 //!
 //! Three kernel pairs cover every case; [`plan`] picks one for a shape and a dimension set:
-//! * [`reduce_rows`] / [`argreduce_rows`]: one work-group per output, for reductions over
+//! * [`reduce_rows`](fn@reduce_rows) / [`argreduce_rows`](fn@argreduce_rows): one work-group per output, for reductions over
 //!   the innermost dimensions of a contiguous tensor (16-byte vector loads) or, given a
 //!   layout, over any dimensions of any strided view;
-//! * [`reduce_rows_wave`] / [`argreduce_rows_wave`]: one wave per output, for many
+//! * [`reduce_rows_wave`](fn@reduce_rows_wave) / [`argreduce_rows_wave`](fn@argreduce_rows_wave): one wave per output, for many
 //!   contiguous rows (shuffles only, no barriers);
-//! * [`reduce_cols`] / [`argreduce_cols`]: [`COL_SPLIT`] work-items per output, for
+//! * [`reduce_cols`](fn@reduce_cols) / [`argreduce_cols`](fn@argreduce_cols): [`COL_SPLIT`] work-items per output, for
 //!   reductions over outer or middle dimensions of a contiguous tensor (`(outer, r, inner)`
 //!   reduced over `r`), where neighbouring work-items read neighbouring elements.
 //!
@@ -194,7 +194,7 @@ pub fn block_arg_reduce<Op: ArgOp>(v: f32, i: u32, values: &mut Shared<f32, MAX_
 /// `out[o] = Op over the cols elements of row o`. Row `o` is `input[o*cols .. o*cols+cols]`
 /// when `layout` is empty; otherwise element `c` of row `o` is at
 /// `strided_offset(o*cols + c, layout)` (`layout` = the input's dims and strides permuted
-/// so that the reduced dims come last). One work-group per output ([`row_config`]).
+/// so that the reduced dims come last). One work-group per output (see [`ReducePlan`]).
 #[amdgpu_kernel(T = [f32, f16, bf16], Op = [Sum, Mean, Max, Min])]
 pub fn reduce_rows<T: Float, Op: ReduceOp>(input: &[T], layout: &[usize], out: &mut [T], cols: u32, mut partials: Shared<f32, MAX_WAVES>) {
     let cols = cols as usize;
@@ -219,7 +219,7 @@ pub fn reduce_rows<T: Float, Op: ReduceOp>(input: &[T], layout: &[usize], out: &
     }
 }
 
-/// Index (`0..cols`) of the extreme element of each row, rows as in [`reduce_rows`].
+/// Index (`0..cols`) of the extreme element of each row, rows as in [`reduce_rows`](fn@reduce_rows).
 #[amdgpu_kernel(T = [f32, f16, bf16], Op = [ArgMax, ArgMin])]
 pub fn argreduce_rows<T: Float, Op: ArgOp>(input: &[T], layout: &[usize], out: &mut [u32], cols: u32, mut values: Shared<f32, MAX_WAVES>, mut indices: Shared<u32, MAX_WAVES>) {
     let cols = cols as usize;
@@ -247,7 +247,7 @@ pub fn argreduce_rows<T: Float, Op: ArgOp>(input: &[T], layout: &[usize], out: &
     }
 }
 
-/// [`reduce_rows`] for many contiguous rows: one wave per row (waves reduce with shuffles
+/// [`reduce_rows`](fn@reduce_rows) for many contiguous rows: one wave per row (waves reduce with shuffles
 /// only: no shared memory, no barriers): the wave with global index `r` takes row `r`.
 /// `out` has one element per row; launch with [`crate::row::wave_rows_config`].
 #[amdgpu_kernel(T = [f32, f16, bf16], Op = [Sum, Mean, Max, Min])]
@@ -268,7 +268,7 @@ pub fn reduce_rows_wave<T: Float, Op: ReduceOp>(input: &[T], out: &mut [T], cols
     });
 }
 
-/// [`argreduce_rows`] with one wave per row, as [`reduce_rows_wave`].
+/// [`argreduce_rows`](fn@argreduce_rows) with one wave per row, as [`reduce_rows_wave`](fn@reduce_rows_wave).
 #[amdgpu_kernel(T = [f32, f16, bf16], Op = [ArgMax, ArgMin])]
 pub fn argreduce_rows_wave<T: Float, Op: ArgOp>(input: &[T], out: &mut [u32], cols: u32) {
     let cols = cols as usize;
@@ -356,7 +356,7 @@ pub fn reduce_cols<T: Float, Op: ReduceOp>(input: &[T], out: &mut [T], outer: u3
 }
 
 /// Index (`0..r`) of the extreme element along `r`, shapes and launch as in
-/// [`reduce_cols`].
+/// [`reduce_cols`](fn@reduce_cols).
 #[amdgpu_kernel(T = [f32, f16, bf16], Op = [ArgMax, ArgMin])]
 pub fn argreduce_cols<T: Float, Op: ArgOp>(input: &[T], out: &mut [u32], outer: u32, r: u32, inner: u32, mut values: Shared<f32, COL_THREADS>, mut indices: Shared<u32, COL_THREADS>) {
     let (outer, r, inner) = (outer as usize, r as usize, inner as usize);
@@ -478,13 +478,13 @@ mod host {
     /// How to run a reduction of a strided tensor over a set of dimensions.
     #[derive(Clone, Debug, PartialEq, Eq)]
     pub enum ReducePlan {
-        /// [`reduce_rows`](super::reduce_rows) with this `layout` (empty: contiguous rows)
+        /// [`reduce_rows`](fn@super::reduce_rows) with this `layout` (empty: contiguous rows)
         /// over `rows` outputs of `cols` elements each.
         Rows { rows: usize, cols: usize, layout: Vec<usize> },
-        /// [`reduce_rows_wave`](super::reduce_rows_wave): one wave per contiguous row, for
+        /// [`reduce_rows_wave`](fn@super::reduce_rows_wave): one wave per contiguous row, for
         /// many rows.
         WaveRows { rows: usize, cols: usize },
-        /// [`reduce_cols`](super::reduce_cols) over a contiguous `(outer, r, inner)` view.
+        /// [`reduce_cols`](fn@super::reduce_cols) over a contiguous `(outer, r, inner)` view.
         Cols { outer: usize, r: usize, inner: usize },
     }
 

@@ -58,7 +58,7 @@ fn vectorizable<T>(s: *const T) -> bool {
 }
 
 /// The full chunk of `s` at element `e`, in `f32`: one or two vector loads when `vec`
-/// (= [`vectorizable`]`(s)`, the same for the whole work-group), else eight scalar loads.
+/// (= `vectorizable(s)`, the same for the whole work-group), else eight scalar loads.
 ///
 /// # Safety
 /// `e + CHUNK <= s.len()` and `e` is a multiple of [`CHUNK`].

@@ -131,7 +131,7 @@ fn wave_merge(mut acc: MaxExpSum) -> MaxExpSum {
     acc
 }
 
-/// [`softmax`] for many rows: one wave per row (no barriers, no shared memory), an online
+/// [`softmax`](fn@softmax) for many rows: one wave per row (no barriers, no shared memory), an online
 /// pass for the maximum and exponential sum, then a second pass that writes (it re-reads
 /// the row, which is small enough to still be in cache). `out.len() / cols` rows; launch
 /// with [`crate::row::wave_rows_config`].
@@ -152,7 +152,7 @@ pub fn softmax_wave<T: Float>(input: &[T], out: &mut [T], cols: u32) {
     });
 }
 
-/// [`log_softmax`] with one wave per row, as [`softmax_wave`].
+/// [`log_softmax`](fn@log_softmax) with one wave per row, as [`softmax_wave`](fn@softmax_wave).
 #[amdgpu_kernel(T = [f32, f16, bf16])]
 pub fn log_softmax_wave<T: Float>(input: &[T], out: &mut [T], cols: u32) {
     let cols = cols as usize;
