@@ -5,5 +5,6 @@ fn main() {
         .module("reduce")
         .module("softmax")
         .module("norm")
+        .module("indexing")
         .build();
 }
