@@ -7,5 +7,6 @@ fn main() {
         .module("norm")
         .module("row")
         .module("rope")
+        .module("indexing")
         .build();
 }

@@ -1,0 +1,864 @@
+//! Indexing ops as in Candle: `index_select`, `gather`, `scatter_add`, `index_add`,
+//! `where_cond` and `copy2d` (with the host helper [`ops::cat`]).
+//!
+//! Shapes: a tensor indexed along one dimension is viewed as `(left, dim, right)` (the
+//! product of the dimensions before it, the dimension, the product of those after it);
+//! buffers are contiguous and row-major in that view unless a strided [`ops::View`] is given.
+//! Element types: `f32`, `f16`, `bf16` everywhere, plus `u8` and `u32` for the pure data
+//! movements (`index_select`, `gather`, `where_cond`, `copy2d`); index types `u32` and `i64`.
+//!
+//! **Out-of-range indices** (`id >= dim`, or a negative `i64`) never touch memory outside a
+//! buffer: `index_select` and `gather` write zero for them (Candle's CUDA kernels do the
+//! same), `scatter_add` and `index_add` skip them.
+//!
+//! Speed: all of these are memory-bound. Row copies (`index_select`, `copy2d`) move one
+//! 16-byte vector per work-item and step when both rows start on 16 bytes; work-items run
+//! along the contiguous (`right`) dimension so every wave's accesses are coalesced; every
+//! loop is grid-stride, so any launch shape is correct. `scatter_add` / `index_add` are
+//! deterministic without atomics: one work-item per `(left, right)` position adds its `n`
+//! sources in order (Candle's CUDA strategy), f16/bf16 through `f32` for each add.
+//!
+//! The checked host wrappers are in [`ops`]; the raw launchers (`index_select::launch` ...)
+//! check nothing beyond the kernel model (bounds-checked slices).
+//!
+//! ```
+//! use kernels::indexing::ops;
+//! use kernels::runtime::Device;
+//!
+//! let dev = Device::best();
+//! let table = dev.upload(&[0.0f32, 1.0, 2.0, 3.0, 4.0, 5.0]).unwrap(); // 3 rows of 2
+//! let ids = dev.upload(&[2u32, 0, 7]).unwrap(); // 7 is out of range: a zero row
+//! let mut out = dev.alloc::<f32>(3 * 2).unwrap();
+//! ops::index_select(&dev, &table, None, &ids, &mut out, 1, 3, 2).unwrap();
+//! assert_eq!(dev.download(&out).unwrap(), [4.0, 5.0, 0.0, 1.0, 0.0, 0.0]);
+//! ```
+use core::num::{NonZeroU32, NonZeroUsize};
+use kernel_dsl::prelude::*;
+
+/// 16 bytes, aligned, as four words: one vector access (`global_load_dwordx4`,
+/// `ld.global.v4.b32`) for pure data movement. (A `[u8; 16]` block is copied as two 64-bit
+/// accesses in PTX.)
+#[repr(C, align(16))]
+#[derive(Clone, Copy)]
+pub struct Words4(pub [u32; 4]);
+
+mod sealed {
+    pub trait Sealed {}
+    macro_rules! sealed {
+        ($($t:ty),*) => {$(impl Sealed for $t {})*};
+    }
+    sealed!(f32, f64, super::f16, super::bf16, u8, u32, i32, i64, u64);
+}
+
+/// Plain data: every bit pattern is a valid value, there are no padding bytes, and all-zero
+/// bits are zero. The data-movement kernels copy such elements as raw 16-byte words.
+pub trait Pod: Element + sealed::Sealed {}
+
+macro_rules! pod {
+    ($($t:ty),*) => {$(impl Pod for $t {})*};
+}
+pod!(f32, f64, f16, bf16, u8, u32, i32, i64, u64);
+
+/// An index element type (`u32`, `i64`). Sealed: the kernels rely on `to_index` for
+/// memory safety.
+pub trait IndexType: Element + sealed::Sealed {
+    /// The index as `usize` when it addresses one of `len` positions (always `< len`);
+    /// `None` when it is out of range or negative.
+    fn to_index(self, len: usize) -> Option<usize>;
+}
+
+impl IndexType for u32 {
+    #[inline(always)]
+    fn to_index(self, len: usize) -> Option<usize> {
+        let i = self as usize;
+        if i < len { Some(i) } else { None }
+    }
+}
+
+impl IndexType for i64 {
+    #[inline(always)]
+    fn to_index(self, len: usize) -> Option<usize> {
+        if self >= 0 && (self as u64) < len as u64 { Some(self as usize) } else { None }
+    }
+}
+
+/// A condition element type for [`where_cond`](fn@where_cond) (`u8`, `u32`): nonzero is true.
+pub trait CondType: Element + sealed::Sealed {
+    /// `self != 0`.
+    fn is_true(self) -> bool;
+}
+
+impl CondType for u8 {
+    #[inline(always)]
+    fn is_true(self) -> bool {
+        self != 0
+    }
+}
+
+impl CondType for u32 {
+    #[inline(always)]
+    fn is_true(self) -> bool {
+        self != 0
+    }
+}
+
+/// Offset of logical element `i` in a strided view `layout = [dims..., strides...]` (`i`
+/// itself for an empty layout), as [`crate::elementwise::strided_offset`] but with 32-bit
+/// divisions while the index and dimension fit and no panicking paths (a zero dimension
+/// counts as 1: a view with one has no elements to ask for).
+#[device]
+#[inline(always)]
+pub fn view_offset(i: usize, layout: &[usize]) -> usize {
+    let nd = layout.len() / 2;
+    let mut rem = i;
+    let mut off = 0;
+    let mut d = nd;
+    if nd == 0 {
+        return i;
+    }
+    while d > 0 {
+        d -= 1;
+        // SAFETY: d < nd and nd + d < 2 * nd <= layout.len().
+        let (dim, stride) = unsafe { (*layout.get_unchecked(d), *layout.get_unchecked(nd + d)) };
+        let (q, r) = divmod(rem, dim);
+        off += r * stride;
+        rem = q;
+    }
+    off
+}
+
+/// `(a / b, a % b)` for `b > 0` (`b = 0` counts as 1, without a panicking path), in 32-bit
+/// arithmetic when both fit.
+#[device]
+#[inline(always)]
+pub fn divmod(a: usize, b: usize) -> (usize, usize) {
+    if (a | b) >> 32 == 0 {
+        let d = NonZeroU32::new(b as u32).unwrap_or(NonZeroU32::MIN);
+        ((a as u32 / d) as usize, (a as u32 % d) as usize)
+    } else {
+        let d = NonZeroUsize::new(b).unwrap_or(NonZeroUsize::MIN);
+        (a / d, a % d)
+    }
+}
+
+/// This work-item's y index and the y step of a grid-stride loop.
+#[device]
+#[inline(always)]
+pub fn grid_y() -> (usize, usize) {
+    (global_idx_y(), grid_dim_y() as usize * block_dim_y() as usize)
+}
+
+/// `dst = src` (equal lengths) by the work-items of one row: work-item `x` of `step`
+/// moves 16-byte blocks `x, x + step, ...` when both rows start on 16 bytes, then the
+/// remaining elements one at a time.
+#[device]
+#[inline(always)]
+pub fn copy_row<T: Pod>(src: &[T], dst: &mut [T], x: usize, step: usize) {
+    let n = dst.len();
+    let src = &src[..n];
+    let size = core::mem::size_of::<T>();
+    let mut done = 0;
+    if 16 % size == 0 && (src.as_ptr() as usize | dst.as_ptr() as usize) % 16 == 0 {
+        let lanes = 16 / size;
+        let blocks = n / lanes;
+        let mut c = x;
+        while c < blocks {
+            // SAFETY: (c + 1) * lanes <= n elements of both rows; both start 16-byte aligned
+            // and `lanes` elements are exactly 16 bytes, so each block is aligned and in bounds.
+            unsafe {
+                let (from, to) = (src.as_ptr().add(c * lanes) as *const Words4, dst.as_mut_ptr().add(c * lanes) as *mut Words4);
+                // Word by word through the aligned block type, which the backends merge
+                // into one 16-byte access each way.
+                let v = [(*from).0[0], (*from).0[1], (*from).0[2], (*from).0[3]];
+                (*to).0[0] = v[0];
+                (*to).0[1] = v[1];
+                (*to).0[2] = v[2];
+                (*to).0[3] = v[3];
+            }
+            c += step;
+        }
+        done = blocks * lanes;
+    }
+    let mut i = done + x;
+    while i < n {
+        dst[i] = src[i];
+        i += step;
+    }
+}
+
+/// `dst = 0` by the work-items of one row (as [`copy_row`]; zero bits are zero for every
+/// [`Pod`] type).
+#[device]
+#[inline(always)]
+pub fn zero_row<T: Pod>(dst: &mut [T], x: usize, step: usize) {
+    let n = dst.len();
+    let size = core::mem::size_of::<T>();
+    let mut done = 0;
+    if 16 % size == 0 && dst.as_ptr() as usize % 16 == 0 {
+        let lanes = 16 / size;
+        let blocks = n / lanes;
+        let mut c = x;
+        while c < blocks {
+            // SAFETY: as in `copy_row`.
+            unsafe {
+                let to = dst.as_mut_ptr().add(c * lanes) as *mut Words4;
+                (*to).0[0] = 0;
+                (*to).0[1] = 0;
+                (*to).0[2] = 0;
+                (*to).0[3] = 0;
+            }
+            c += step;
+        }
+        done = blocks * lanes;
+    }
+    let mut i = done + x;
+    while i < n {
+        dst[i] = T::ZERO;
+        i += step;
+    }
+}
+
+/// `out[l, i, r] = src[l, ids[i], r]` (zero for an out-of-range id), with `src` viewed as
+/// `(left, src_dim, right)` through `layout` (`[dims..., strides...]` of any rank with
+/// `left * src_dim * right` elements; empty: contiguous) and `out` contiguous
+/// `(left, ids.len(), right)`. Launch with [`rows_config`]`(left * n, right / lanes)`.
+#[amdgpu_kernel(T = [f32, f16, bf16, u8, u32], I = [u32, i64])]
+pub fn index_select<T: Pod, I: IndexType>(
+    src: &[T],
+    layout: &[usize],
+    ids: &[I],
+    out: &mut [T],
+    left: usize,
+    src_dim: usize,
+    right: usize,
+) {
+    let n = ids.len();
+    let rows = left * n;
+    let (x, xs) = (global_idx_x(), global_size_x());
+    let (y, ys) = grid_y();
+    if !layout.is_empty() {
+        // Strided source: one element per work-item and step, flattened over the grid.
+        let total = rows * right;
+        let mut e = y * xs + x;
+        while e < total {
+            let (row, r) = divmod(e, right);
+            let (l, k) = divmod(row, n);
+            // SAFETY: n > 0 here (total > 0), so k = row % n < n == ids.len().
+            out[e] = match unsafe { ids.get_unchecked(k) }.to_index(src_dim) {
+                Some(id) => src[view_offset((l * src_dim + id) * right + r, layout)],
+                None => T::ZERO,
+            };
+            e += xs * ys;
+        }
+        return;
+    }
+    let mut row = y;
+    while row < rows {
+        let (l, k) = divmod(row, n);
+        let dst = &mut out[row * right..][..right];
+        // SAFETY: n > 0 here (rows = left * n > 0), so k = row % n < n == ids.len().
+        match unsafe { ids.get_unchecked(k) }.to_index(src_dim) {
+            Some(id) => copy_row(&src[(l * src_dim + id) * right..][..right], dst, x, xs),
+            None => zero_row(dst, x, xs),
+        }
+        row += ys;
+    }
+}
+
+/// `out[l, i, r] = src[l, ids[l, i, r], r]` (zero for an out-of-range id), with `src`
+/// contiguous `(left, src_dim, right)` and `ids`, `out` contiguous `(left, n, right)`.
+/// Launch with [`rows_config`]`(left * n, right)`.
+#[amdgpu_kernel(T = [f32, f16, bf16, u8, u32], I = [u32, i64])]
+pub fn gather<T: Pod, I: IndexType>(
+    src: &[T],
+    ids: &[I],
+    out: &mut [T],
+    left: usize,
+    src_dim: usize,
+    n: usize,
+    right: usize,
+) {
+    let (Some(plane), Some(rows)) = (src_dim.checked_mul(right), left.checked_mul(n)) else { return };
+    let (x, xs) = (global_idx_x(), global_size_x());
+    let (mut row, ys) = grid_y();
+    while row < rows {
+        let l = divmod(row, n).0;
+        let p = &src[l * plane..][..plane];
+        let idr = &ids[row * right..][..right];
+        let dst = &mut out[row * right..][..right];
+        let mut r = x;
+        while r < right {
+            dst[r] = match idr[r].to_index(src_dim) {
+                // SAFETY: id < src_dim and r < right, so id * right + r < plane == p.len().
+                Some(id) => unsafe { *p.get_unchecked(id * right + r) },
+                None => T::ZERO,
+            };
+            r += xs;
+        }
+        row += ys;
+    }
+}
+
+/// `dst[l, ids[l, i, r], r] += src[l, i, r]` for `i` in order (out-of-range ids skipped),
+/// with `dst` contiguous `(left, dst_dim, right)` and `src`, `ids` contiguous
+/// `(left, n, right)`. One work-item per `(l, r)`: deterministic, no atomics; f16/bf16
+/// round to their type after each add (computed in `f32`). Launch with
+/// [`rows_config`]`(left, right)`.
+#[amdgpu_kernel(T = [f32, f16, bf16], I = [u32, i64])]
+pub fn scatter_add<T: Float, I: IndexType>(
+    src: &[T],
+    ids: &[I],
+    dst: &mut [T],
+    left: usize,
+    n: usize,
+    dst_dim: usize,
+    right: usize,
+) {
+    let (Some(plane), Some(dplane)) = (n.checked_mul(right), dst_dim.checked_mul(right)) else { return };
+    let (x, xs) = (global_idx_x(), global_size_x());
+    let (mut l, ys) = grid_y();
+    while l < left {
+        let s = &src[l * plane..][..plane];
+        let ix = &ids[l * plane..][..plane];
+        let d = &mut dst[l * dplane..][..dplane];
+        let mut r = x;
+        while r < right {
+            // k = i * right + r for i = 0, 1, ... n - 1 (k + right cannot overflow: plane
+            // is the length of a real slice, so at most isize::MAX).
+            let mut k = r;
+            while k < plane {
+                // SAFETY: k < plane == s.len() == ix.len(); id < dst_dim and r < right, so
+                // id * right + r < dplane == d.len().
+                unsafe {
+                    if let Some(id) = ix.get_unchecked(k).to_index(dst_dim) {
+                        let o = d.get_unchecked_mut(id * right + r);
+                        *o = T::from_f32(o.to_f32() + s.get_unchecked(k).to_f32());
+                    }
+                }
+                k += right;
+            }
+            r += xs;
+        }
+        l += ys;
+    }
+}
+
+/// `dst[l, ids[i], r] += src[l, i, r]` for `i` in order (out-of-range ids skipped), with
+/// `dst` contiguous `(left, dst_dim, right)`, `src` contiguous `(left, ids.len(), right)`.
+/// Same strategy and rounding as [`scatter_add`](fn@scatter_add). Launch with [`rows_config`]`(left, right)`.
+#[amdgpu_kernel(T = [f32, f16, bf16], I = [u32, i64])]
+pub fn index_add<T: Float, I: IndexType>(src: &[T], ids: &[I], dst: &mut [T], left: usize, dst_dim: usize, right: usize) {
+    let n = ids.len();
+    let (Some(plane), Some(dplane)) = (n.checked_mul(right), dst_dim.checked_mul(right)) else { return };
+    let (x, xs) = (global_idx_x(), global_size_x());
+    let (mut l, ys) = grid_y();
+    while l < left {
+        let s = &src[l * plane..][..plane];
+        let d = &mut dst[l * dplane..][..dplane];
+        let mut r = x;
+        while r < right {
+            let mut i = 0;
+            while i < n {
+                if let Some(id) = ids[i].to_index(dst_dim) {
+                    // SAFETY: i < n and r < right, so i * right + r < plane == s.len(); id <
+                    // dst_dim, so id * right + r < dplane == d.len().
+                    unsafe {
+                        let o = d.get_unchecked_mut(id * right + r);
+                        *o = T::from_f32(o.to_f32() + s.get_unchecked(i * right + r).to_f32());
+                    }
+                }
+                i += 1;
+            }
+            r += xs;
+        }
+        l += ys;
+    }
+}
+
+/// `out[i] = if cond[i] != 0 { on_true[i] } else { on_false[i] }`, each input read through
+/// its own layout (`[dims..., strides...]` with the output's element count, a stride of 0
+/// broadcasts; empty: contiguous). All contiguous with 16-byte aligned values: each
+/// work-item selects 16 bytes per step by bit masks. Launch with
+/// [`elements_config`]`(out.len())` (or `out.len() / lanes` for the 16-byte path).
+#[amdgpu_kernel(T = [f32, f16, bf16, u8, u32], C = [u8, u32])]
+pub fn where_cond<T: Pod, C: CondType>(
+    cond: &[C],
+    cond_layout: &[usize],
+    on_true: &[T],
+    true_layout: &[usize],
+    on_false: &[T],
+    false_layout: &[usize],
+    out: &mut [T],
+) {
+    let n = out.len();
+    let step = global_size_x();
+    let mut i = global_idx_x();
+    if cond_layout.is_empty() && true_layout.is_empty() && false_layout.is_empty() {
+        let (c, t, f) = (&cond[..n], &on_true[..n], &on_false[..n]);
+        let size = core::mem::size_of::<T>();
+        let mut done = 0;
+        if 4 % size == 0 && (t.as_ptr() as usize | f.as_ptr() as usize | out.as_ptr() as usize) % 16 == 0 {
+            // 16 bytes of each value input per work-item and step, selected word by word
+            // with a bit mask built from the conditions (bits pass through untouched).
+            let per_word = 4 / size;
+            let lanes = 4 * per_word;
+            let elem_bits = if size == 4 { u32::MAX } else { (1u32 << (8 * size)) - 1 };
+            let blocks = n / lanes;
+            let mut b = i;
+            while b < blocks {
+                // SAFETY: (b + 1) * lanes <= n for all four slices; the value slices start on
+                // 16 bytes and `lanes` elements are 16 bytes, so each block is aligned.
+                unsafe {
+                    let cs = c.as_ptr().add(b * lanes);
+                    let tp = t.as_ptr().add(b * lanes) as *const Words4;
+                    let fp = f.as_ptr().add(b * lanes) as *const Words4;
+                    let op = out.as_mut_ptr().add(b * lanes) as *mut Words4;
+                    // Whole blocks first, so each is one 16-byte access.
+                    let tv = [(*tp).0[0], (*tp).0[1], (*tp).0[2], (*tp).0[3]];
+                    let fv = [(*fp).0[0], (*fp).0[1], (*fp).0[2], (*fp).0[3]];
+                    let mut r = [0u32; 4];
+                    let mut w = 0;
+                    while w < 4 {
+                        let mut mask = 0u32;
+                        let mut j = 0;
+                        while j < per_word {
+                            if (*cs.add(w * per_word + j)).is_true() {
+                                mask |= elem_bits << (8 * size * j);
+                            }
+                            j += 1;
+                        }
+                        r[w] = (tv[w] & mask) | (fv[w] & !mask);
+                        w += 1;
+                    }
+                    (*op).0[0] = r[0];
+                    (*op).0[1] = r[1];
+                    (*op).0[2] = r[2];
+                    (*op).0[3] = r[3];
+                }
+                b += step;
+            }
+            done = blocks * lanes;
+        }
+        i += done;
+        while i < n {
+            out[i] = if c[i].is_true() { t[i] } else { f[i] };
+            i += step;
+        }
+    } else {
+        while i < n {
+            out[i] = if cond[view_offset(i, cond_layout)].is_true() {
+                on_true[view_offset(i, true_layout)]
+            } else {
+                on_false[view_offset(i, false_layout)]
+            };
+            i += step;
+        }
+    }
+}
+
+/// `dst[dst_off + i * dst_stride + j] = src[src_off + i * src_stride + j]` for `i < d1`,
+/// `j < d2` (Candle's `copy2d`, used for `cat` and slice assignment). Launch with
+/// [`rows_config`]`(d1, d2 / lanes)`.
+#[amdgpu_kernel(T = [f32, f16, bf16, u8, u32])]
+pub fn copy2d<T: Pod>(
+    src: &[T],
+    dst: &mut [T],
+    d1: usize,
+    d2: usize,
+    src_stride: usize,
+    dst_stride: usize,
+    src_off: usize,
+    dst_off: usize,
+) {
+    let (x, xs) = (global_idx_x(), global_size_x());
+    let (mut i, ys) = grid_y();
+    while i < d1 {
+        let (s, d) = (src_off + i * src_stride, dst_off + i * dst_stride);
+        copy_row(&src[s..s + d2], &mut dst[d..d + d2], x, xs);
+        i += ys;
+    }
+}
+
+/// Work-items per work-group of every launch here.
+#[cfg(not(any(target_arch = "amdgpu", target_arch = "nvptx64")))]
+pub const BLOCK: u32 = 256;
+
+/// Launch shape for `rows` rows of `units` work units each (elements, or 16-byte blocks for
+/// row copies): work-groups of [`BLOCK`] work-items, `x` along a row (a power of two, at most
+/// `units` rounded up), `y` across rows; at most 65535 groups per dimension (the kernels
+/// loop over the rest).
+#[cfg(not(any(target_arch = "amdgpu", target_arch = "nvptx64")))]
+pub fn rows_config(rows: usize, units: usize) -> kernel_dsl::host::LaunchConfig {
+    use kernel_dsl::Dim3;
+    let bx = units.max(1).next_power_of_two().min(BLOCK as usize);
+    let by = BLOCK as usize / bx;
+    let gx = units.div_ceil(bx).clamp(1, 65535);
+    let gy = rows.div_ceil(by).clamp(1, 65535);
+    kernel_dsl::host::LaunchConfig::new(Dim3::new(gx as u32, gy as u32, 1), Dim3::new(bx as u32, by as u32, 1))
+}
+
+/// Launch shape for `n` elements, one per work-item and step: `ceil(n / 256)` groups of
+/// [`BLOCK`], at most 65536 (the kernel loops over the rest).
+#[cfg(not(any(target_arch = "amdgpu", target_arch = "nvptx64")))]
+pub fn elements_config(n: usize) -> kernel_dsl::host::LaunchConfig {
+    let groups = n.div_ceil(BLOCK as usize).clamp(1, 65536) as u32;
+    kernel_dsl::host::LaunchConfig::new(kernel_dsl::Dim3::x(groups), kernel_dsl::Dim3::x(BLOCK))
+}
+
+/// Checked launches: every shape and buffer length is validated before anything runs (a
+/// rejected call returns [`LaunchError::InvalidArgument`](kernel_dsl::host::LaunchError)
+/// and writes nothing); empty tensors are a no-op.
+#[cfg(not(any(target_arch = "amdgpu", target_arch = "nvptx64")))]
+pub mod ops {
+    use super::{CondType, IndexType, Pod};
+    use crate::runtime::{Device, DeviceVec};
+    use kernel_dsl::host::{ArgValue, Executor, KernelArgSlice, KernelArgSliceMut, LaunchError};
+    use kernel_dsl::Float;
+
+    /// A strided view of an input: `dims` and `strides` (element units, row-major, a stride
+    /// of 0 broadcasts), checked on the host and uploaded once as the kernels' `layout`.
+    pub struct View {
+        host: Vec<usize>,
+        buf: DeviceVec<usize>,
+    }
+
+    impl View {
+        /// Checks `dims`/`strides` (same rank; offsets fit `usize`) and uploads them to `dev`.
+        pub fn new(dev: &Device, dims: &[usize], strides: &[usize]) -> Result<View, LaunchError> {
+            let bad = |reason: String| invalid("View", reason);
+            if dims.len() != strides.len() {
+                return Err(bad(format!("{} dims but {} strides", dims.len(), strides.len())));
+            }
+            dims.iter().try_fold(1usize, |a, &d| a.checked_mul(d)).ok_or_else(|| bad(format!("dims {dims:?} overflow usize")))?;
+            dims.iter()
+                .zip(strides)
+                .try_fold(0usize, |a, (&d, &s)| d.saturating_sub(1).checked_mul(s).and_then(|o| a.checked_add(o)))
+                .ok_or_else(|| bad(format!("dims {dims:?} strides {strides:?}: offsets overflow usize")))?;
+            let host: Vec<usize> = dims.iter().chain(strides).copied().collect();
+            let buf = dev.upload(&host)?;
+            Ok(View { host, buf })
+        }
+
+        /// The view's dimensions.
+        pub fn dims(&self) -> &[usize] {
+            &self.host[..self.host.len() / 2]
+        }
+
+        /// The view's strides.
+        pub fn strides(&self) -> &[usize] {
+            &self.host[self.host.len() / 2..]
+        }
+
+        /// Elements of the view (product of `dims`).
+        pub fn elems(&self) -> usize {
+            self.dims().iter().product()
+        }
+
+        /// Checks that the view has `elems` elements and stays inside a buffer of `len`.
+        fn check(&self, kernel: &'static str, arg: &str, elems: usize, len: usize) -> Result<(), LaunchError> {
+            if self.elems() != elems {
+                return Err(invalid(kernel, format!("view of `{arg}` has {} elements (dims {:?}), the op needs {elems}", self.elems(), self.dims())));
+            }
+            if elems > 0 {
+                let last: usize = self.dims().iter().zip(self.strides()).map(|(d, s)| (d - 1) * s).sum();
+                if last >= len {
+                    return Err(invalid(
+                        kernel,
+                        format!("view of `{arg}` (dims {:?}, strides {:?}) reaches element {last} of a buffer of {len}", self.dims(), self.strides()),
+                    ));
+                }
+            }
+            Ok(())
+        }
+    }
+
+    /// A kernel argument passed through as is (a view's buffer, or an empty layout).
+    struct Raw(ArgValue);
+
+    impl<T> KernelArgSlice<T> for Raw {
+        fn kernel_arg(&self) -> ArgValue {
+            self.0
+        }
+    }
+
+    fn layout_arg(view: Option<&View>) -> Raw {
+        Raw(match view {
+            Some(v) => v.buf.kernel_arg(),
+            None => KernelArgSlice::<usize>::kernel_arg(&[0usize; 0]),
+        })
+    }
+
+    fn invalid(kernel: &'static str, reason: String) -> LaunchError {
+        LaunchError::InvalidArgument { kernel, reason }
+    }
+
+    fn arg_len<T>(b: &(impl KernelArgSlice<T> + ?Sized)) -> usize {
+        match b.kernel_arg() {
+            ArgValue::Slice { len, .. } => len,
+            _ => 0,
+        }
+    }
+
+    /// `true` when rows of the buffer starting at `offset + k * row_elems` all start on 16
+    /// bytes (`row_elems = 0`: the element at `offset` does).
+    fn vec_rows<T>(b: &(impl KernelArgSlice<T> + ?Sized), row_elems: usize, offset: usize) -> bool {
+        let size = std::mem::size_of::<T>();
+        match b.kernel_arg() {
+            ArgValue::Slice { addr, .. } => 16 % size == 0 && (addr as usize).wrapping_add(offset.wrapping_mul(size)) % 16 == 0 && (row_elems * size) % 16 == 0,
+            _ => false,
+        }
+    }
+
+    /// Work units along a row of `right` elements: 16-byte blocks when rows stay aligned.
+    fn row_units<T>(right: usize, vectorized: bool) -> usize {
+        if vectorized { right.div_ceil(16 / std::mem::size_of::<T>()) } else { right }
+    }
+
+    fn product(kernel: &'static str, dims: &[usize]) -> Result<usize, LaunchError> {
+        dims.iter()
+            .try_fold(1usize, |a, &d| a.checked_mul(d))
+            .ok_or_else(|| invalid(kernel, format!("shape {dims:?} overflows usize")))
+    }
+
+    fn expect_len(kernel: &'static str, arg: &str, actual: usize, expected: usize) -> Result<(), LaunchError> {
+        if actual != expected {
+            return Err(invalid(kernel, format!("`{arg}` has {actual} elements; the shape needs {expected}")));
+        }
+        Ok(())
+    }
+
+    /// `out (left, n, right) = src (left, src_dim, right)` rows picked by `ids` (`n =
+    /// ids.len()`; zero rows for out-of-range ids). `src` is contiguous with exactly
+    /// `left * src_dim * right` elements, or read through `src_view` (any rank, that many
+    /// elements, inside `src`).
+    #[allow(clippy::too_many_arguments)]
+    pub fn index_select<T: Pod, I: IndexType>(
+        exec: &(impl Executor + ?Sized),
+        src: &(impl KernelArgSlice<T> + ?Sized),
+        src_view: Option<&View>,
+        ids: &(impl KernelArgSlice<I> + ?Sized),
+        out: &mut (impl KernelArgSliceMut<T> + ?Sized),
+        left: usize,
+        src_dim: usize,
+        right: usize,
+    ) -> Result<(), LaunchError> {
+        const K: &str = "index_select";
+        let n = arg_len(ids);
+        let src_elems = product(K, &[left, src_dim, right])?;
+        let out_elems = product(K, &[left, n, right])?;
+        match src_view {
+            Some(v) => v.check(K, "src", src_elems, arg_len(src))?,
+            None => expect_len(K, "src", arg_len(src), src_elems)?,
+        }
+        expect_len(K, "out", arg_len(out), out_elems)?;
+        if out_elems == 0 {
+            return Ok(());
+        }
+        let vectorized = src_view.is_none() && vec_rows(src, right, 0) && vec_rows(out, right, 0);
+        let cfg = super::rows_config(left * n, row_units::<T>(right, vectorized));
+        super::index_select::launch::<T, I>(exec, cfg, src, &layout_arg(src_view), ids, out, left, src_dim, right)
+    }
+
+    /// `out[l, i, r] = src[l, ids[l, i, r], r]` (zero for out-of-range ids): `src` contiguous
+    /// `(left, src_dim, right)`, `ids` and `out` contiguous `(left, n, right)`.
+    #[allow(clippy::too_many_arguments)]
+    pub fn gather<T: Pod, I: IndexType>(
+        exec: &(impl Executor + ?Sized),
+        src: &(impl KernelArgSlice<T> + ?Sized),
+        ids: &(impl KernelArgSlice<I> + ?Sized),
+        out: &mut (impl KernelArgSliceMut<T> + ?Sized),
+        left: usize,
+        src_dim: usize,
+        n: usize,
+        right: usize,
+    ) -> Result<(), LaunchError> {
+        const K: &str = "gather";
+        let out_elems = product(K, &[left, n, right])?;
+        expect_len(K, "src", arg_len(src), product(K, &[left, src_dim, right])?)?;
+        expect_len(K, "ids", arg_len(ids), out_elems)?;
+        expect_len(K, "out", arg_len(out), out_elems)?;
+        if out_elems == 0 {
+            return Ok(());
+        }
+        super::gather::launch::<T, I>(exec, super::rows_config(left * n, right), src, ids, out, left, src_dim, n, right)
+    }
+
+    /// `dst[l, ids[l, i, r], r] += src[l, i, r]` (out-of-range ids skipped): `dst` contiguous
+    /// `(left, dst_dim, right)`, `src` and `ids` contiguous `(left, n, right)`.
+    #[allow(clippy::too_many_arguments)]
+    pub fn scatter_add<T: Float, I: IndexType>(
+        exec: &(impl Executor + ?Sized),
+        src: &(impl KernelArgSlice<T> + ?Sized),
+        ids: &(impl KernelArgSlice<I> + ?Sized),
+        dst: &mut (impl KernelArgSliceMut<T> + ?Sized),
+        left: usize,
+        n: usize,
+        dst_dim: usize,
+        right: usize,
+    ) -> Result<(), LaunchError> {
+        const K: &str = "scatter_add";
+        let src_elems = product(K, &[left, n, right])?;
+        let dst_elems = product(K, &[left, dst_dim, right])?;
+        expect_len(K, "src", arg_len(src), src_elems)?;
+        expect_len(K, "ids", arg_len(ids), src_elems)?;
+        expect_len(K, "dst", arg_len(dst), dst_elems)?;
+        if src_elems == 0 || dst_elems == 0 {
+            return Ok(());
+        }
+        super::scatter_add::launch::<T, I>(exec, super::rows_config(left, right), src, ids, dst, left, n, dst_dim, right)
+    }
+
+    /// `dst[l, ids[i], r] += src[l, i, r]` (out-of-range ids skipped): `dst` contiguous
+    /// `(left, dst_dim, right)`, `src` contiguous `(left, ids.len(), right)`.
+    pub fn index_add<T: Float, I: IndexType>(
+        exec: &(impl Executor + ?Sized),
+        src: &(impl KernelArgSlice<T> + ?Sized),
+        ids: &(impl KernelArgSlice<I> + ?Sized),
+        dst: &mut (impl KernelArgSliceMut<T> + ?Sized),
+        left: usize,
+        dst_dim: usize,
+        right: usize,
+    ) -> Result<(), LaunchError> {
+        const K: &str = "index_add";
+        let n = arg_len(ids);
+        let src_elems = product(K, &[left, n, right])?;
+        let dst_elems = product(K, &[left, dst_dim, right])?;
+        expect_len(K, "src", arg_len(src), src_elems)?;
+        expect_len(K, "dst", arg_len(dst), dst_elems)?;
+        if src_elems == 0 || dst_elems == 0 {
+            return Ok(());
+        }
+        super::index_add::launch::<T, I>(exec, super::rows_config(left, right), src, ids, dst, left, dst_dim, right)
+    }
+
+    /// `out[i] = if cond[i] != 0 { on_true[i] } else { on_false[i] }` over `out.len()`
+    /// elements; each input is contiguous of that length or read through its [`View`] (with
+    /// that many elements; zero strides broadcast).
+    pub fn where_cond<T: Pod, C: CondType>(
+        exec: &(impl Executor + ?Sized),
+        cond: (&(impl KernelArgSlice<C> + ?Sized), Option<&View>),
+        on_true: (&(impl KernelArgSlice<T> + ?Sized), Option<&View>),
+        on_false: (&(impl KernelArgSlice<T> + ?Sized), Option<&View>),
+        out: &mut (impl KernelArgSliceMut<T> + ?Sized),
+    ) -> Result<(), LaunchError> {
+        const K: &str = "where_cond";
+        let n = arg_len(out);
+        for (arg, len, view) in [("cond", arg_len(cond.0), cond.1), ("on_true", arg_len(on_true.0), on_true.1), ("on_false", arg_len(on_false.0), on_false.1)] {
+            match view {
+                Some(v) => v.check(K, arg, n, len)?,
+                None => expect_len(K, arg, len, n)?,
+            }
+        }
+        if n == 0 {
+            return Ok(());
+        }
+        let (cl, tl, fl) = (layout_arg(cond.1), layout_arg(on_true.1), layout_arg(on_false.1));
+        // Contiguous and aligned: each work-item moves 16 bytes of values per step.
+        let size = std::mem::size_of::<T>();
+        let blocks = cond.1.is_none()
+            && on_true.1.is_none()
+            && on_false.1.is_none()
+            && 4 % size == 0
+            && vec_rows(on_true.0, 0, 0)
+            && vec_rows(on_false.0, 0, 0)
+            && vec_rows(out, 0, 0);
+        let cfg = super::elements_config(if blocks { n.div_ceil(16 / size) } else { n });
+        super::where_cond::launch::<T, C>(exec, cfg, cond.0, &cl, on_true.0, &tl, on_false.0, &fl, out)
+    }
+
+    /// `dst[dst_off + i * dst_stride + j] = src[src_off + i * src_stride + j]` for `i < d1`,
+    /// `j < d2`. Both regions must lie inside their buffers, and the destination rows must
+    /// not overlap (`d2 <= dst_stride` when `d1 > 1`).
+    #[allow(clippy::too_many_arguments)]
+    pub fn copy2d<T: Pod>(
+        exec: &(impl Executor + ?Sized),
+        src: &(impl KernelArgSlice<T> + ?Sized),
+        dst: &mut (impl KernelArgSliceMut<T> + ?Sized),
+        d1: usize,
+        d2: usize,
+        src_stride: usize,
+        dst_stride: usize,
+        src_off: usize,
+        dst_off: usize,
+    ) -> Result<(), LaunchError> {
+        const K: &str = "copy2d";
+        if d1 == 0 || d2 == 0 {
+            return Ok(());
+        }
+        if d1 > 1 && d2 > dst_stride {
+            return Err(invalid(K, format!("rows of {d2} elements overlap at dst_stride {dst_stride}")));
+        }
+        for (arg, len, stride, off) in [("src", arg_len(src), src_stride, src_off), ("dst", arg_len(dst), dst_stride, dst_off)] {
+            let end = (d1 - 1).checked_mul(stride).and_then(|v| v.checked_add(off)).and_then(|v| v.checked_add(d2));
+            match end {
+                Some(end) if end <= len => {}
+                _ => {
+                    return Err(invalid(
+                        K,
+                        format!("{d1} rows of {d2} at offset {off}, stride {stride} do not fit `{arg}` of {len} elements"),
+                    ))
+                }
+            }
+        }
+        let vectorized = vec_rows(src, src_stride, src_off) && vec_rows(dst, dst_stride, dst_off);
+        let cfg = super::rows_config(d1, row_units::<T>(d2, vectorized));
+        super::copy2d::launch::<T>(exec, cfg, src, dst, d1, d2, src_stride, dst_stride, src_off, dst_off)
+    }
+
+    /// Shape of the concatenation of tensors of `shapes` along `dim`: equal ranks, equal
+    /// sizes except along `dim`, at least one input.
+    pub fn cat_shape(shapes: &[&[usize]], dim: usize) -> Result<Vec<usize>, LaunchError> {
+        const K: &str = "cat";
+        let first = shapes.first().ok_or_else(|| invalid(K, "no inputs".into()))?;
+        if dim >= first.len() {
+            return Err(invalid(K, format!("dim {dim} out of range for rank {}", first.len())));
+        }
+        let mut out = first.to_vec();
+        for (k, s) in shapes.iter().enumerate().skip(1) {
+            if s.len() != first.len() || s.iter().zip(first.iter()).enumerate().any(|(d, (a, b))| d != dim && a != b) {
+                return Err(invalid(K, format!("input {k} has shape {s:?}, input 0 {first:?}; only dim {dim} may differ")));
+            }
+            out[dim] = out[dim].checked_add(s[dim]).ok_or_else(|| invalid(K, "concatenated size overflows usize".into()))?;
+        }
+        product(K, &out)?;
+        Ok(out)
+    }
+
+    /// Concatenates contiguous tensors (`(buffer, shape)`) along `dim` into contiguous `out`
+    /// of [`cat_shape`]: one [`copy2d`] per input. Shapes, lengths and buffer memory are all
+    /// checked before the first copy.
+    pub fn cat<T: Pod, S: KernelArgSlice<T> + ?Sized>(
+        exec: &(impl Executor + ?Sized),
+        inputs: &[(&S, &[usize])],
+        dim: usize,
+        out: &mut (impl KernelArgSliceMut<T> + ?Sized),
+    ) -> Result<(), LaunchError> {
+        const K: &str = "cat";
+        let shapes: Vec<&[usize]> = inputs.iter().map(|(_, s)| *s).collect();
+        let out_shape = cat_shape(&shapes, dim)?;
+        for (k, (buf, shape)) in inputs.iter().enumerate() {
+            expect_len(K, &format!("input {k}"), arg_len(*buf), product(K, shape)?)?;
+        }
+        expect_len(K, "out", arg_len(out), product(K, &out_shape)?)?;
+        // Each copy is its own launch: check every buffer's memory up front too, so a
+        // rejected call has copied nothing.
+        let args = inputs.iter().map(|(b, _)| b.kernel_arg()).chain([out.kernel_arg()]);
+        for (k, a) in args.enumerate() {
+            if let ArgValue::Slice { location, len, .. } = a {
+                if len > 0 && location != exec.memory() {
+                    return Err(LaunchError::WrongMemory { kernel: K, arg: k, expected: exec.memory(), found: location });
+                }
+            }
+        }
+        let outer: usize = out_shape[..dim].iter().product();
+        let inner: usize = out_shape[dim + 1..].iter().product();
+        let dst_stride = out_shape[dim] * inner;
+        let mut at = 0;
+        for (buf, shape) in inputs {
+            let d2 = shape[dim] * inner;
+            copy2d::<T>(exec, *buf, out, outer, d2, d2, dst_stride, 0, at)?;
+            at += d2;
+        }
+        Ok(())
+    }
+}
