@@ -96,6 +96,29 @@ def main():
             rec("rope_thd", name, [bs, t, h, d], moved, timed(lambda: rope_half(xt, ct, st), n * sz))
             del x, xt
 
+    for n in ([4096] if args.quick else [64, 4096]):
+        for name, dt in dtypes.items():
+            sz = torch.tensor([], dtype=dt).element_size()
+            vocab, hidden = 32000, 4096
+            table = torch.rand(vocab, hidden, dtype=dt, device=dev)
+            ids = (torch.arange(n, device=dev, dtype=torch.int64) * 2654435761) % vocab
+            rec("index_select", name, [n, vocab, hidden], 2 * n * hidden * sz + n * 4,
+                timed(lambda: torch.index_select(table, 0, ids), n * hidden * sz))
+            del table
+            if n < 4096:
+                continue
+            m = 4096 * 4096
+            a = torch.rand(4096, 4096, dtype=dt, device=dev)
+            b = torch.rand(4096, 4096, dtype=dt, device=dev)
+            cond = (torch.arange(m, device=dev) * 7 % 3 == 0).reshape(4096, 4096)
+            rec("where_cond", name, [4096, 4096], 3 * m * sz + m, timed(lambda: torch.where(cond, a, b), m * sz))
+            parts = [torch.rand(4096, 1024, dtype=dt, device=dev) for _ in range(3)]
+            rec("cat_dim1", name, [3, 4096, 1024], 2 * 3 * 4096 * 1024 * sz, timed(lambda: torch.cat(parts, 1), 3 * 4096 * 1024 * sz))
+            sids = ((torch.arange(m, device=dev) // 4096) * 2654435761 % 4096).reshape(4096, 4096)
+            y = torch.zeros(4096, 4096, dtype=dt, device=dev)
+            rec("scatter_add", name, [4096, 4096], m * sz + m * 4 + 2 * m * sz, timed(lambda: y.scatter_add_(0, sids, a), m * sz))
+            del a, b, parts, y
+
     out = dict(device=torch.cuda.get_device_name(), torch=torch.__version__, samples=samples)
     with open(f"{args.out}/torch_llm.json", "w") as f:
         json.dump(out, f, indent=1)

@@ -127,6 +127,46 @@ impl Bench<'_> {
         let us = time(dev, n * sz, || rope::apply_rope_thd(dev, &x, &cos, &sin, &mut y, &shape).unwrap());
         self.record("rope_thd", T::NAME, &[b, t, h, d], moved, us);
     }
+
+    /// Indexing on LLM shapes: the embedding lookup (`index_select` of `n` token rows from a
+    /// 32000 x 4096 table), `where_cond` and `cat` of 4096 x 4096 data, and `scatter_add`
+    /// of 4096 x 4096 values into 4096 rows.
+    fn indexing<T: Float + ScalarArg + kernels::indexing::Pod>(&mut self, n: usize) {
+        use kernels::indexing::ops;
+        let dev = self.dev;
+        let sz = std::mem::size_of::<T>();
+        let (vocab, hidden) = (32000, 4096);
+        let table = dev.upload(&data::<T>(vocab * hidden, 8)).unwrap();
+        let ids: Vec<u32> = (0..n).map(|i| ((i as u64 * 2654435761) % vocab as u64) as u32).collect();
+        let dids = dev.upload(&ids).unwrap();
+        let mut emb: DeviceVec<T> = dev.alloc(n * hidden).unwrap();
+        let moved = 2 * n * hidden * sz + n * 4;
+        let us = time(dev, n * hidden * sz, || ops::index_select::<T, u32>(dev, &table, None, &dids, &mut emb, 1, vocab, hidden).unwrap());
+        self.record("index_select", T::NAME, &[n, vocab, hidden], moved, us);
+        drop((table, emb));
+        if n < 4096 {
+            return;
+        }
+        let m = 4096 * 4096;
+        let (a, b) = (dev.upload(&data::<T>(m, 9)).unwrap(), dev.upload(&data::<T>(m, 10)).unwrap());
+        let cond: Vec<u8> = (0..m).map(|i| (i * 7 % 3 == 0) as u8).collect();
+        let dc = dev.upload(&cond).unwrap();
+        let mut y: DeviceVec<T> = dev.alloc(m).unwrap();
+        let us = time(dev, m * sz, || ops::where_cond::<T, u8>(dev, (&dc, None), (&a, None), (&b, None), &mut y).unwrap());
+        self.record("where_cond", T::NAME, &[4096, 4096], 3 * m * sz + m, us);
+        // cat of three 4096 x 1024 inputs along dim 1.
+        let parts: Vec<DeviceVec<T>> = (0..3).map(|k| dev.upload(&data::<T>(4096 * 1024, 11 + k)).unwrap()).collect();
+        let shape = [4096usize, 1024];
+        let inputs: Vec<(&DeviceVec<T>, &[usize])> = parts.iter().map(|p| (p, &shape[..])).collect();
+        let mut cat_out: DeviceVec<T> = dev.alloc(3 * 4096 * 1024).unwrap();
+        let us = time(dev, 3 * 4096 * 1024 * sz, || ops::cat::<T, DeviceVec<T>>(dev, &inputs, 1, &mut cat_out).unwrap());
+        self.record("cat_dim1", T::NAME, &[3, 4096, 1024], 2 * 3 * 4096 * 1024 * sz, us);
+        drop((parts, cat_out));
+        let sids: Vec<u32> = (0..m).map(|i| ((i / 4096) as u64 * 2654435761 % 4096) as u32).collect();
+        let dsids = dev.upload(&sids).unwrap();
+        let us = time(dev, m * sz, || ops::scatter_add::<T, u32>(dev, &a, &dsids, &mut y, 1, 4096, 4096, 4096).unwrap());
+        self.record("scatter_add", T::NAME, &[4096, 4096], m * sz + m * 4 + 2 * m * sz, us);
+    }
 }
 
 fn main() {
@@ -175,6 +215,10 @@ fn main() {
     for &(bs, t) in if quick { &[(1usize, 4096usize)][..] } else { &[(1, 1), (64, 1), (1, 4096), (8, 1024)][..] } {
         b.rope::<f32>(bs, t);
         b.rope::<bf16>(bs, t);
+    }
+    for &n in if quick { &[4096usize][..] } else { &[64, 4096][..] } {
+        b.indexing::<f32>(n);
+        b.indexing::<bf16>(n);
     }
 
     let path = format!("{out_dir}/rust_llm.json");
