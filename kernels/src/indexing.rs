@@ -343,6 +343,31 @@ pub fn scatter_add<T: Float, I: IndexType>(
     }
 }
 
+/// [`scatter_add`](fn@scatter_add) for `f32` with every element in parallel: each adds
+/// itself to its destination with an atomic (compare-and-swap) add, so the order of the
+/// additions to one destination is unspecified and sums may differ in the last bits from
+/// run to run (PyTorch's CUDA `scatter_add_` behaves the same way). Out-of-range ids are
+/// skipped. Launch with [`elements_config`]`(left * n * right)`.
+#[amdgpu_kernel(I = [u32, i64])]
+pub fn scatter_add_unordered<I: IndexType>(src: &[f32], ids: &[I], dst: &[AtomicF32], left: usize, n: usize, dst_dim: usize, right: usize) {
+    let (Some(rows), Some(dplane)) = (left.checked_mul(n), dst_dim.checked_mul(right)) else { return };
+    let Some(total) = rows.checked_mul(right) else { return };
+    let (src, ids) = (&src[..total], &ids[..total]);
+    let dst = &dst[..left * dplane];
+    let mut e = global_idx_x();
+    while e < total {
+        let (row, r) = divmod(e, right);
+        let l = divmod(row, n).0;
+        // SAFETY: e < total == ids.len() == src.len().
+        let (id, v) = unsafe { (ids.get_unchecked(e).to_index(dst_dim), *src.get_unchecked(e)) };
+        if let Some(id) = id {
+            // SAFETY: l < left, id < dst_dim, r < right: the offset is below left * dplane.
+            unsafe { dst.get_unchecked(l * dplane + id * right + r) }.fetch_add(v, Ordering::Relaxed);
+        }
+        e += global_size_x();
+    }
+}
+
 /// `dst[l, ids[i], r] += src[l, i, r]` for `i` in order (out-of-range ids skipped), with
 /// `dst` contiguous `(left, dst_dim, right)`, `src` contiguous `(left, ids.len(), right)`.
 /// Same strategy and rounding as [`scatter_add`](fn@scatter_add). Launch with [`rows_config`]`(left, right)`.
@@ -686,6 +711,44 @@ pub mod ops {
     /// `dst[l, ids[l, i, r], r] += src[l, i, r]` (out-of-range ids skipped): `dst` contiguous
     /// `(left, dst_dim, right)`, `src` and `ids` contiguous `(left, n, right)`.
     #[allow(clippy::too_many_arguments)]
+    /// [`scatter_add`](fn@super::scatter_add_unordered) for `f32` through atomics:
+    /// every element in parallel, additions to one destination in unspecified order (the
+    /// result may differ in the last bits between runs). Same shapes and checks as
+    /// [`scatter_add`]; `dst` is any `f32` buffer (a `DeviceVec<f32>` on a GPU).
+    #[allow(clippy::too_many_arguments)]
+    pub fn scatter_add_unordered<I: IndexType>(
+        exec: &(impl Executor + ?Sized),
+        src: &(impl KernelArgSlice<f32> + ?Sized),
+        ids: &(impl KernelArgSlice<I> + ?Sized),
+        dst: &mut (impl KernelArgSliceMut<f32> + ?Sized),
+        left: usize,
+        n: usize,
+        dst_dim: usize,
+        right: usize,
+    ) -> Result<(), LaunchError> {
+        const K: &str = "scatter_add_unordered";
+        let src_elems = product(K, &[left, n, right])?;
+        let dst_elems = product(K, &[left, dst_dim, right])?;
+        expect_len(K, "src", arg_len(src), src_elems)?;
+        expect_len(K, "ids", arg_len(ids), src_elems)?;
+        expect_len(K, "dst", arg_len(dst), dst_elems)?;
+        if src_elems == 0 || dst_elems == 0 {
+            return Ok(());
+        }
+        // The kernel sees `dst` as atomics: same bits and layout (`AtomicF32` is a
+        // transparent `u32`), and `&mut` here means no one else uses it meanwhile.
+        let atomic = AsAtomic(dst.kernel_arg());
+        super::scatter_add_unordered::launch::<I>(exec, super::elements_config(src_elems), src, ids, &atomic, left, n, dst_dim, right)
+    }
+
+    /// An `f32` buffer's kernel argument, offered as a buffer of [`AtomicF32`](kernel_dsl::prelude::AtomicF32).
+    struct AsAtomic(ArgValue);
+    impl KernelArgSlice<kernel_dsl::prelude::AtomicF32> for AsAtomic {
+        fn kernel_arg(&self) -> ArgValue {
+            self.0
+        }
+    }
+
     pub fn scatter_add<T: Float, I: IndexType>(
         exec: &(impl Executor + ?Sized),
         src: &(impl KernelArgSlice<T> + ?Sized),

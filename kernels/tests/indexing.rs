@@ -345,6 +345,45 @@ fn scatter_add_all_types() {
     run_scatter_add::<bf16, i64>();
 }
 
+/// The atomic f32 `scatter_add_unordered`: same shapes, ids (repeated, out of range) and
+/// reference as `scatter_add`; the bound of `assert_sums` holds for any order of the adds.
+fn run_scatter_add_unordered<I: Ix>() {
+    for exec in executors() {
+        for (k, &(left, n, dst_dim, right)) in ADD_SHAPES.iter().enumerate() {
+            let what = format!("scatter_add_unordered{} {left}x{n}x{right} into dim {dst_dim} on {}", name::<f32, I>(), exec.name());
+            let src: Vec<f32> = inputs(left * n * right, -1.0, 1.0, 240 + k as u64, k == 2).into_iter().map(|v| v as f32).collect();
+            let dst0: Vec<f32> = inputs(left * dst_dim * right, -1.0, 1.0, 260 + k as u64, false).into_iter().map(|v| v as f32).collect();
+            let id: Vec<I> = ids(left * n * right, dst_dim, 280 + k as u64, true);
+            let mut adds = vec![Vec::new(); dst0.len()];
+            for l in 0..left {
+                for i in 0..n {
+                    for r in 0..right {
+                        let s = (l * n + i) * right + r;
+                        if let Some(d) = id[s].row(dst_dim) {
+                            adds[(l * dst_dim + d) * right + r].push(src[s] as f64);
+                        }
+                    }
+                }
+            }
+            let (ds, di) = (exec.upload(&src).unwrap(), exec.upload(&id).unwrap());
+            let mut dd = exec.upload(&dst0).unwrap();
+            ops::scatter_add_unordered(&exec, &ds, &di, &mut dd, left, n, dst_dim, right).unwrap();
+            assert_sums(&exec.download(&dd).unwrap(), &dst0, &adds, &what);
+        }
+        // Bad shapes change nothing.
+        let (ds, di) = (exec.upload(&[1.0f32; 6]).unwrap(), exec.upload(&[0u32; 5]).unwrap());
+        let mut dd = exec.upload(&[2.0f32; 3]).unwrap();
+        assert!(ops::scatter_add_unordered(&exec, &ds, &di, &mut dd, 1, 6, 3, 1).is_err());
+        assert_eq!(exec.download(&dd).unwrap(), vec![2.0; 3]);
+    }
+}
+
+#[test]
+fn scatter_add_unordered_f32() {
+    run_scatter_add_unordered::<u32>();
+    run_scatter_add_unordered::<i64>();
+}
+
 fn run_index_add<T: TestFloat, I: Ix>() {
     for exec in executors() {
         for (k, &(left, n, dst_dim, right)) in ADD_SHAPES.iter().enumerate() {

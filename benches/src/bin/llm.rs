@@ -166,6 +166,11 @@ impl Bench<'_> {
         let dsids = dev.upload(&sids).unwrap();
         let us = time(dev, m * sz, || ops::scatter_add::<T, u32>(dev, &a, &dsids, &mut y, 1, 4096, 4096, 4096).unwrap());
         self.record("scatter_add", T::NAME, &[4096, 4096], m * sz + m * 4 + 2 * m * sz, us);
+        if T::NAME == "f32" {
+            let (a32, mut y32) = (dev.upload(&data::<f32>(m, 9)).unwrap(), dev.alloc::<f32>(m).unwrap());
+            let us = time(dev, m * 4, || ops::scatter_add_unordered::<u32>(dev, &a32, &dsids, &mut y32, 1, 4096, 4096, 4096).unwrap());
+            self.record("scatter_add_unordered", "f32", &[4096, 4096], m * 4 + m * 4 + 2 * m * 4, us);
+        }
     }
 }
 
