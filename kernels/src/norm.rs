@@ -219,7 +219,7 @@ mod host {
         let rows = crate::row::check_rows("rms_norm", x.len(), y.len(), cols)?;
         check_eps("rms_norm", eps)?;
         if crate::row::use_wave_rows(rows, cols) {
-            return super::rms_norm_wave::launch::<T>(dev, crate::row::wave_rows_config(rows), x, param(weight), y, cols as u32, eps);
+            return super::rms_norm_wave::launch::<T>(dev, crate::row::wave_rows_config(rows, dev.wave_lanes()), x, param(weight), y, cols as u32, eps);
         }
         super::rms_norm::launch::<T>(dev, super::launch_config::<T>(rows, cols)?, x, param(weight), y, cols as u32, eps)
     }
@@ -238,7 +238,7 @@ mod host {
         let rows = crate::row::check_rows("layer_norm", x.len(), y.len(), cols)?;
         check_eps("layer_norm", eps)?;
         if crate::row::use_wave_rows(rows, cols) {
-            return super::layer_norm_wave::launch::<T>(dev, crate::row::wave_rows_config(rows), x, param(weight), param(bias), y, cols as u32, eps);
+            return super::layer_norm_wave::launch::<T>(dev, crate::row::wave_rows_config(rows, dev.wave_lanes()), x, param(weight), param(bias), y, cols as u32, eps);
         }
         let cfg = super::launch_config::<T>(rows, cols)?;
         if cols <= crate::row::tile_chunks(std::mem::size_of::<T>()) * crate::row::CHUNK * cfg.block.x as usize {

@@ -438,7 +438,7 @@ mod host {
         if p.outputs() == 0 {
             return Ok(());
         }
-        let cfg = p.launch_config();
+        let cfg = p.launch_config(dev.wave_lanes());
         match &p {
             ReducePlan::Rows { cols, layout, .. } => {
                 let layout = dev.upload(layout)?;
@@ -464,7 +464,7 @@ mod host {
         if p.outputs() == 0 {
             return Ok(());
         }
-        let cfg = p.launch_config();
+        let cfg = p.launch_config(dev.wave_lanes());
         match &p {
             ReducePlan::Rows { cols, layout, .. } => {
                 let layout = dev.upload(layout)?;
@@ -505,12 +505,10 @@ mod host {
             }
         }
 
-        /// Launch shape of the plan's kernel.
-        pub fn launch_config(&self) -> LaunchConfig {
+        /// Launch shape of the plan's kernel on a device with waves of `wave_lanes` lanes.
+        pub fn launch_config(&self, wave_lanes: u32) -> LaunchConfig {
             match self {
-                // 256 work-items: 4 or 8 waves, so about one wave per row whatever the
-                // wave size (the kernel strides over rows by the waves it has).
-                ReducePlan::WaveRows { rows, .. } => crate::row::wave_rows_config(*rows),
+                ReducePlan::WaveRows { rows, .. } => crate::row::wave_rows_config(*rows, wave_lanes),
                 ReducePlan::Rows { rows, cols, .. } => {
                     LaunchConfig::new(Dim3::x(*rows as u32), Dim3::x(crate::row::reduce_threads(*cols)))
                 }

@@ -313,11 +313,12 @@ pub fn for_each_row_of_wave(rows: usize, body: impl FnOnce(usize)) {
     }
 }
 
-/// Launch shape for the wave-per-row kernels: work-groups of 256 work-items, enough of
-/// them for one wave of 64 per row (with waves of 32 the surplus waves find no row).
+/// Launch shape for the wave-per-row kernels on a device with waves of `wave_lanes`
+/// lanes (see `Device::wave_lanes`): work-groups of 256 work-items, one wave per row.
 #[cfg(not(any(target_arch = "amdgpu", target_arch = "nvptx64")))]
-pub fn wave_rows_config(rows: usize) -> kernel_dsl::host::LaunchConfig {
-    kernel_dsl::host::LaunchConfig::new(kernel_dsl::Dim3::x(rows.div_ceil(4) as u32), kernel_dsl::Dim3::x(256))
+pub fn wave_rows_config(rows: usize, wave_lanes: u32) -> kernel_dsl::host::LaunchConfig {
+    let waves_per_group = (256 / wave_lanes.clamp(32, 64)) as usize;
+    kernel_dsl::host::LaunchConfig::new(kernel_dsl::Dim3::x(rows.div_ceil(waves_per_group) as u32), kernel_dsl::Dim3::x(256))
 }
 
 /// Rows from which the row families run a wave per row instead of a work-group per row:

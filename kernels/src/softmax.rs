@@ -189,7 +189,7 @@ mod host {
     pub fn softmax_last_dim<T: Float + ScalarArg>(dev: &Device, x: &DeviceVec<T>, y: &mut DeviceVec<T>, cols: usize) -> Result<(), LaunchError> {
         let rows = crate::row::check_rows("softmax", x.len(), y.len(), cols)?;
         if crate::row::use_wave_rows(rows, cols) {
-            return super::softmax_wave::launch::<T>(dev, crate::row::wave_rows_config(rows), x, y, cols as u32);
+            return super::softmax_wave::launch::<T>(dev, crate::row::wave_rows_config(rows, dev.wave_lanes()), x, y, cols as u32);
         }
         super::softmax::launch::<T>(dev, super::launch_config::<T>(rows, cols)?, x, y, cols as u32)
     }
@@ -198,7 +198,7 @@ mod host {
     pub fn log_softmax_last_dim<T: Float + ScalarArg>(dev: &Device, x: &DeviceVec<T>, y: &mut DeviceVec<T>, cols: usize) -> Result<(), LaunchError> {
         let rows = crate::row::check_rows("log_softmax", x.len(), y.len(), cols)?;
         if crate::row::use_wave_rows(rows, cols) {
-            return super::log_softmax_wave::launch::<T>(dev, crate::row::wave_rows_config(rows), x, y, cols as u32);
+            return super::log_softmax_wave::launch::<T>(dev, crate::row::wave_rows_config(rows, dev.wave_lanes()), x, y, cols as u32);
         }
         super::log_softmax::launch::<T>(dev, super::launch_config::<T>(rows, cols)?, x, y, cols as u32)
     }

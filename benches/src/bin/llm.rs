@@ -1,7 +1,7 @@
 //! The LLM kernel families on the shapes a Candle LLM worker runs them at, timed with GPU
 //! events: softmax, RMSNorm, LayerNorm, reductions, rotary embeddings and indexing.
 //!
-//! `llm [--out DIR] [--quick] [--sweep]`: writes `DIR/rust_llm.json`; `python/torch_llm.py` times the
+//! `llm [--out DIR] [--quick] [--sweep] [--profile]`: writes `DIR/rust_llm.json`; `python/torch_llm.py` times the
 //! same ops and shapes in PyTorch and `python/report_llm.py` merges both.
 use benches::{copy, time};
 use half::bf16;
@@ -197,6 +197,28 @@ fn main() {
     b.record("copy", "u8", &[cb], 2 * cb, us);
     drop((src, dst));
 
+    if args.iter().any(|a| a == "--profile") {
+        // One launch each of the kernels the README's profile section discusses, for
+        // `ncu ./llm --profile` (4096 x 4096, the shape of the benchmark table).
+        let (r, c) = (4096usize, 4096usize);
+        for bf in [false, true] {
+            macro_rules! once {
+                ($t:ty) => {{
+                    let x = dev.upload(&data::<$t>(r * c, 1)).unwrap();
+                    let w = dev.upload(&data::<$t>(c, 2)).unwrap();
+                    let mut y: DeviceVec<$t> = dev.alloc(r * c).unwrap();
+                    norm::rms_norm_rows::<$t>(&dev, &x, Some(&w), &mut y, c, 1e-5).unwrap();
+                    norm::layer_norm_rows::<$t>(&dev, &x, Some(&w), Some(&w), &mut y, c, 1e-5).unwrap();
+                    softmax::softmax_last_dim::<$t>(&dev, &x, &mut y, c).unwrap();
+                    let mut s: DeviceVec<$t> = dev.alloc(r).unwrap();
+                    reduce::reduce::<$t, Sum>(&dev, &x, &[r, c], &[c, 1], &[1], &mut s).unwrap();
+                }};
+            }
+            if bf { once!(bf16) } else { once!(f32) }
+        }
+        dev.synchronize().unwrap();
+        return;
+    }
     if args.iter().any(|a| a == "--sweep") {
         for (r, c) in [(4096, 4096), (4096, 8192), (2048, 16384), (1024, 32768)] {
             b.sweep::<f32>(r, c);

@@ -55,6 +55,25 @@ pub enum DeviceVec<T> {
 }
 
 impl Device {
+    /// Lanes per wave on this device: the CPU executor's setting, 32 on NVIDIA, 64 on
+    /// CDNA (gfx9) and 32 on RDNA AMD GPUs. Launch shapes that give each wave its own work
+    /// use it.
+    pub fn wave_lanes(&self) -> u32 {
+        match self {
+            Device::Cpu(c) => c.wave_size().lanes(),
+            #[cfg(feature = "cuda")]
+            Device::Cuda(_) => 32,
+            #[cfg(feature = "rocm")]
+            Device::Rocm(r) => {
+                if r.arch().starts_with("gfx9") {
+                    64
+                } else {
+                    32
+                }
+            }
+        }
+    }
+
     /// The CPU executor with waves of `wave` lanes.
     pub fn cpu(wave: WaveSize) -> Device {
         Device::Cpu(CpuExecutor::new(wave))
