@@ -8,8 +8,14 @@
 # `bundle` + `run` is how the project's H100 checks are made: the GPU machine has CUDA and
 # PyTorch but no Rust toolchain, so x86-64 binaries built here travel there.
 set -euo pipefail
-cd "$(dirname "$0")/../.."
-BIN=.device-bin
+HERE="$(cd "$(dirname "$0")" && pwd)"
+if ls "$HERE"/test-* >/dev/null 2>&1; then
+    # Running the copy inside a bundle (`.device-bin/nvidia.sh run`).
+    BIN="$HERE"
+else
+    cd "$HERE/../.."
+    BIN=.device-bin
+fi
 TARGET="${CARGO_TARGET_DIR:-target}"
 
 bundle() {
