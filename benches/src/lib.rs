@@ -48,6 +48,22 @@ impl Sample {
     }
 }
 
+/// The GPU to benchmark (CUDA, else ROCm), its name printed; `None` after saying why
+/// when there is none.
+pub fn gpu() -> Option<Device> {
+    use kernel_dsl::host::Executor;
+    match Device::cuda(0).or_else(|_| Device::rocm(0)) {
+        Ok(d) => {
+            println!("device: {}", d.name());
+            Some(d)
+        }
+        Err(e) => {
+            eprintln!("SKIPPED: the benchmark needs a GPU ({e}); build with --features cuda or rocm");
+            None
+        }
+    }
+}
+
 /// Median of `v` (sorted in place).
 pub fn median(v: &mut [f64]) -> f64 {
     v.sort_by(|a, b| a.partial_cmp(b).unwrap());

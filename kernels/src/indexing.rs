@@ -708,9 +708,6 @@ pub mod ops {
         super::gather::launch::<T, I>(exec, super::rows_config(left * n, right), src, ids, out, left, src_dim, n, right)
     }
 
-    /// `dst[l, ids[l, i, r], r] += src[l, i, r]` (out-of-range ids skipped): `dst` contiguous
-    /// `(left, dst_dim, right)`, `src` and `ids` contiguous `(left, n, right)`.
-    #[allow(clippy::too_many_arguments)]
     /// [`scatter_add`](fn@super::scatter_add_unordered) for `f32` through atomics:
     /// every element in parallel, additions to one destination in unspecified order (the
     /// result may differ in the last bits between runs). Same shapes and checks as
@@ -726,19 +723,26 @@ pub mod ops {
         dst_dim: usize,
         right: usize,
     ) -> Result<(), LaunchError> {
-        const K: &str = "scatter_add_unordered";
-        let src_elems = product(K, &[left, n, right])?;
-        let dst_elems = product(K, &[left, dst_dim, right])?;
-        expect_len(K, "src", arg_len(src), src_elems)?;
-        expect_len(K, "ids", arg_len(ids), src_elems)?;
-        expect_len(K, "dst", arg_len(dst), dst_elems)?;
-        if src_elems == 0 || dst_elems == 0 {
+        let lens = [arg_len(src), arg_len(ids), arg_len(dst)];
+        let src_elems = check_scatter("scatter_add_unordered", lens, [left, n, dst_dim, right])?;
+        if src_elems == 0 {
             return Ok(());
         }
         // The kernel sees `dst` as atomics: same bits and layout (`AtomicF32` is a
         // transparent `u32`), and `&mut` here means no one else uses it meanwhile.
         let atomic = AsAtomic(dst.kernel_arg());
         super::scatter_add_unordered::launch::<I>(exec, super::elements_config(src_elems), src, ids, &atomic, left, n, dst_dim, right)
+    }
+
+    /// Checks a scatter-add's `[src, ids, dst]` lengths against `[left, n, dst_dim, right]`;
+    /// the number of source elements, 0 when there is nothing to do.
+    fn check_scatter(k: &'static str, lens: [usize; 3], [left, n, dst_dim, right]: [usize; 4]) -> Result<usize, LaunchError> {
+        let src_elems = product(k, &[left, n, right])?;
+        let dst_elems = product(k, &[left, dst_dim, right])?;
+        expect_len(k, "src", lens[0], src_elems)?;
+        expect_len(k, "ids", lens[1], src_elems)?;
+        expect_len(k, "dst", lens[2], dst_elems)?;
+        Ok(if dst_elems == 0 { 0 } else { src_elems })
     }
 
     /// An `f32` buffer's kernel argument, offered as a buffer of [`AtomicF32`](kernel_dsl::prelude::AtomicF32).
@@ -749,6 +753,9 @@ pub mod ops {
         }
     }
 
+    /// `dst[l, ids[l, i, r], r] += src[l, i, r]` (out-of-range ids skipped): `dst` contiguous
+    /// `(left, dst_dim, right)`, `src` and `ids` contiguous `(left, n, right)`.
+    #[allow(clippy::too_many_arguments)]
     pub fn scatter_add<T: Float, I: IndexType>(
         exec: &(impl Executor + ?Sized),
         src: &(impl KernelArgSlice<T> + ?Sized),
@@ -759,13 +766,8 @@ pub mod ops {
         dst_dim: usize,
         right: usize,
     ) -> Result<(), LaunchError> {
-        const K: &str = "scatter_add";
-        let src_elems = product(K, &[left, n, right])?;
-        let dst_elems = product(K, &[left, dst_dim, right])?;
-        expect_len(K, "src", arg_len(src), src_elems)?;
-        expect_len(K, "ids", arg_len(ids), src_elems)?;
-        expect_len(K, "dst", arg_len(dst), dst_elems)?;
-        if src_elems == 0 || dst_elems == 0 {
+        let lens = [arg_len(src), arg_len(ids), arg_len(dst)];
+        if check_scatter("scatter_add", lens, [left, n, dst_dim, right])? == 0 {
             return Ok(());
         }
         super::scatter_add::launch::<T, I>(exec, super::rows_config(left, right), src, ids, dst, left, n, dst_dim, right)

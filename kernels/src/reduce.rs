@@ -421,6 +421,17 @@ mod host {
         Ok(())
     }
 
+    /// The checked plan and launch shape of a reduction, `None` when it has no outputs.
+    fn prepare(dev: &Device, dims: &[usize], strides: &[usize], reduce: &[usize], input: usize, out: usize, empty_ok: bool) -> Result<Option<(ReducePlan, LaunchConfig)>, LaunchError> {
+        let p = plan(dims, strides, reduce)?;
+        check(&p, dims, strides, input, out, empty_ok)?;
+        if p.outputs() == 0 {
+            return Ok(None);
+        }
+        let cfg = p.launch_config(dev.wave_lanes());
+        Ok(Some((p, cfg)))
+    }
+
     /// Reduces the view `dims`/`strides` of `input` over the dimensions `reduce` into the
     /// contiguous `out` (the kept dimensions in order) with `Op`
     /// ([`Sum`](super::Sum), [`Mean`](super::Mean), [`Max`](super::Max), [`Min`](super::Min)).
@@ -433,12 +444,9 @@ mod host {
         reduce: &[usize],
         out: &mut DeviceVec<T>,
     ) -> Result<(), LaunchError> {
-        let p = plan(dims, strides, reduce)?;
-        check(&p, dims, strides, input.len(), out.len(), Op::EMPTY_OK)?;
-        if p.outputs() == 0 {
+        let Some((p, cfg)) = prepare(dev, dims, strides, reduce, input.len(), out.len(), Op::EMPTY_OK)? else {
             return Ok(());
-        }
-        let cfg = p.launch_config(dev.wave_lanes());
+        };
         match &p {
             ReducePlan::Rows { cols, layout, .. } => {
                 let layout = dev.upload(layout)?;
@@ -459,12 +467,9 @@ mod host {
         reduce: &[usize],
         out: &mut DeviceVec<u32>,
     ) -> Result<(), LaunchError> {
-        let p = plan(dims, strides, reduce)?;
-        check(&p, dims, strides, input.len(), out.len(), false)?;
-        if p.outputs() == 0 {
+        let Some((p, cfg)) = prepare(dev, dims, strides, reduce, input.len(), out.len(), false)? else {
             return Ok(());
-        }
-        let cfg = p.launch_config(dev.wave_lanes());
+        };
         match &p {
             ReducePlan::Rows { cols, layout, .. } => {
                 let layout = dev.upload(layout)?;

@@ -131,6 +131,16 @@ fn wave_merge(mut acc: MaxExpSum) -> MaxExpSum {
     acc
 }
 
+/// The maximum and exponential sum of row `x`, in every lane of the wave that owns it.
+#[device]
+#[inline(always)]
+fn wave_row_max_exp_sum<T: Float>(x: &[T]) -> (f32, f32) {
+    let mut acc = MaxExpSum::EMPTY;
+    for_each_chunk_of(x, f32::NEG_INFINITY, wave::lane_id() as usize, wave::size() as usize, |v, _| acc = acc.add_chunk(v));
+    let MaxExpSum { max, sum } = wave_merge(acc);
+    (max, sum)
+}
+
 /// [`softmax`](fn@softmax) for many rows: one wave per row (no barriers, no shared memory), an online
 /// pass for the maximum and exponential sum, then a second pass that writes (it re-reads
 /// the row, which is small enough to still be in cache). `out.len() / cols` rows; launch
@@ -141,13 +151,11 @@ pub fn softmax_wave<T: Float>(input: &[T], out: &mut [T], cols: u32) {
     if cols == 0 {
         return;
     }
-    let (lane, lanes) = (wave::lane_id() as usize, wave::size() as usize);
     for_each_row_of_wave(out.len() / cols, |r| {
         let x = &input[r * cols..r * cols + cols];
-        let mut acc = MaxExpSum::EMPTY;
-        for_each_chunk_of(x, f32::NEG_INFINITY, lane, lanes, |v, _| acc = acc.add_chunk(v));
-        let MaxExpSum { max: m, sum: s } = wave_merge(acc);
+        let (m, s) = wave_row_max_exp_sum(x);
         let inv = 1.0 / s;
+        let (lane, lanes) = (wave::lane_id() as usize, wave::size() as usize);
         map_chunks_of(x, &mut out[r * cols..r * cols + cols], lane, lanes, |v, _| v.map(|e| (e - m).exp() * inv));
     });
 }
@@ -159,13 +167,11 @@ pub fn log_softmax_wave<T: Float>(input: &[T], out: &mut [T], cols: u32) {
     if cols == 0 {
         return;
     }
-    let (lane, lanes) = (wave::lane_id() as usize, wave::size() as usize);
     for_each_row_of_wave(out.len() / cols, |r| {
         let x = &input[r * cols..r * cols + cols];
-        let mut acc = MaxExpSum::EMPTY;
-        for_each_chunk_of(x, f32::NEG_INFINITY, lane, lanes, |v, _| acc = acc.add_chunk(v));
-        let MaxExpSum { max: m, sum: s } = wave_merge(acc);
+        let (m, s) = wave_row_max_exp_sum(x);
         let lse = m + s.ln();
+        let (lane, lanes) = (wave::lane_id() as usize, wave::size() as usize);
         map_chunks_of(x, &mut out[r * cols..r * cols + cols], lane, lanes, |v, _| v.map(|e| e - lse));
     });
 }

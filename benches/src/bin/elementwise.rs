@@ -15,14 +15,7 @@ fn main() {
     let out_dir = arg("--out").unwrap_or_else(|| ".".into());
     let max_bytes: usize = arg("--max-bytes").and_then(|s| s.parse().ok()).unwrap_or(1 << 30);
     let quick = args.iter().any(|a| a == "--quick");
-    let dev = match Device::cuda(0).or_else(|_| Device::rocm(0)) {
-        Ok(d) => d,
-        Err(e) => {
-            eprintln!("SKIPPED: the benchmark needs a GPU ({e}); build with --features cuda or rocm");
-            return;
-        }
-    };
-    println!("device: {}", dev.name());
+    let Some(dev) = benches::gpu() else { return };
     let mut samples = Vec::new();
     let mut bytes = 4096usize;
     while bytes <= max_bytes {

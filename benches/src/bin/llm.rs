@@ -179,14 +179,7 @@ fn main() {
     let arg = |name: &str| args.iter().position(|a| a == name).and_then(|i| args.get(i + 1)).cloned();
     let out_dir = arg("--out").unwrap_or_else(|| ".".into());
     let quick = args.iter().any(|a| a == "--quick");
-    let dev = match Device::cuda(0).or_else(|_| Device::rocm(0)) {
-        Ok(d) => d,
-        Err(e) => {
-            eprintln!("SKIPPED: the benchmark needs a GPU ({e}); build with --features cuda or rocm");
-            return;
-        }
-    };
-    println!("device: {}", dev.name());
+    let Some(dev) = benches::gpu() else { return };
     let mut b = Bench { dev: &dev, out: Vec::new() };
 
     // Device-to-device copy of 256 MiB: the bandwidth the others are measured against.
