@@ -47,10 +47,12 @@ pub fn chunkable<A, B>(a: *const A, b: *const B) -> bool {
         && (a as usize | b as usize) % 16 == 0
 }
 
-/// Runs `$body` with `$k` = 0, 1, ... for `$k < $n` (`$n` <= 8), as straight-line code.
+/// Runs `$body` with `$k` = 0, 1, ... for `$k < $n` (`$n` <= 8, a constant per instance),
+/// as straight-line code, so 16-byte blocks stay in registers.
+#[macro_export]
 macro_rules! unroll8 {
     ($k:ident, $n:expr, $body:block) => {
-        unroll8!(@ $k, $n, $body, 0 1 2 3 4 5 6 7)
+        $crate::unroll8!(@ $k, $n, $body, 0 1 2 3 4 5 6 7)
     };
     (@ $k:ident, $n:expr, $body:block, $($i:literal)*) => {
         $(

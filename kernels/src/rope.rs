@@ -28,27 +28,12 @@
 //! buffer lengths (a typed [`LaunchError::InvalidArgument`](kernel_dsl::host::LaunchError)
 //! before anything runs) and launch with [`launch_config`].
 use crate::elementwise::Bytes16;
+use crate::unroll8;
 use kernel_dsl::prelude::*;
 
 /// Pairs one work-item rotates: 16 bytes of elements (`f32`: 4, `f16`/`bf16`: 8).
 pub const fn pairs_per_item<T>() -> usize {
     16 / core::mem::size_of::<T>()
-}
-
-/// Runs `$body` with `$k` = 0, 1, ... for `$k < $n` (`$n` <= 8, a constant per instance),
-/// as straight-line code, so 16-byte blocks stay in registers.
-macro_rules! unroll8 {
-    ($k:ident, $n:expr, $body:block) => {
-        unroll8!(@ $k, $n, $body, 0 1 2 3 4 5 6 7)
-    };
-    (@ $k:ident, $n:expr, $body:block, $($i:literal)*) => {
-        $(
-            if $i < $n {
-                let $k: usize = $i;
-                $body
-            }
-        )*
-    };
 }
 
 /// The rotation of one pair: `(x0 c - x1 s, x0 s + x1 c)` (fused multiply-adds).
