@@ -8,5 +8,9 @@ fn main() {
         .module("row")
         .module("rope")
         .module("indexing")
+        .module("dtype")
+        .module("convert")
+        .module("cmp")
+        .module("arith")
         .build();
 }

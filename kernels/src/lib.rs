@@ -15,6 +15,10 @@
 //! elementwise::unary::launch::<f32, Exp>(&exec, LaunchConfig::for_elements(3, 64), &x, &[], &mut y).unwrap();
 //! assert!((y[2] - 2.0f32.exp()).abs() < 1e-6);
 //! ```
+pub mod arith;
+pub mod cmp;
+pub mod convert;
+pub mod dtype;
 pub mod elementwise;
 pub mod indexing;
 pub mod norm;
