@@ -12,5 +12,6 @@ fn main() {
         .module("convert")
         .module("cmp")
         .module("arith")
+        .module("conv")
         .build();
 }

@@ -219,6 +219,59 @@ pub fn bf16_from_f64_upper(x: f64) -> u16 {
     (sign | base | kept) as u16 + up as u16
 }
 
+/// A float element summed in a wider accumulator: f32, f16 and bf16 in `f32`, f64 in
+/// `f64` (convolution gathers, average pooling).
+pub trait Real: Copy + Send + Sync + 'static {
+    /// The accumulator type.
+    type Acc: Copy + core::ops::Add<Output = Self::Acc> + core::ops::Mul<Output = Self::Acc>;
+    /// Zero.
+    const ACC_ZERO: Self::Acc;
+    /// Widens (exact).
+    fn widen(self) -> Self::Acc;
+    /// Rounds back to the element type (nearest-even).
+    fn narrow(a: Self::Acc) -> Self;
+    /// An `f64` constant as an accumulator value.
+    fn acc(x: f64) -> Self::Acc;
+}
+
+macro_rules! real_half {
+    ($($t:ident),*) => {$(
+        impl Real for $t {
+            type Acc = f32;
+            const ACC_ZERO: f32 = 0.0;
+            #[inline(always)]
+            fn widen(self) -> f32 { self.to_f32() }
+            #[inline(always)]
+            fn narrow(a: f32) -> Self { $t::from_f32(a) }
+            #[inline(always)]
+            fn acc(x: f64) -> f32 { x as f32 }
+        }
+    )*};
+}
+real_half!(f16, bf16);
+
+impl Real for f32 {
+    type Acc = f32;
+    const ACC_ZERO: f32 = 0.0;
+    #[inline(always)]
+    fn widen(self) -> f32 { self }
+    #[inline(always)]
+    fn narrow(a: f32) -> Self { a }
+    #[inline(always)]
+    fn acc(x: f64) -> f32 { x as f32 }
+}
+
+impl Real for f64 {
+    type Acc = f64;
+    const ACC_ZERO: f64 = 0.0;
+    #[inline(always)]
+    fn widen(self) -> f64 { self }
+    #[inline(always)]
+    fn narrow(a: f64) -> Self { a }
+    #[inline(always)]
+    fn acc(x: f64) -> f64 { x }
+}
+
 /// Host side: the dtypes as Rust types, and argument helpers shared by the dtype-generic
 /// launchers.
 #[cfg(not(any(target_arch = "amdgpu", target_arch = "nvptx64")))]

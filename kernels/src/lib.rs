@@ -17,6 +17,7 @@
 //! ```
 pub mod arith;
 pub mod cmp;
+pub mod conv;
 pub mod convert;
 pub mod dtype;
 pub mod elementwise;
