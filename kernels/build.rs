@@ -13,5 +13,6 @@ fn main() {
         .module("cmp")
         .module("arith")
         .module("conv")
+        .module("pool")
         .build();
 }

@@ -23,6 +23,7 @@ pub mod dtype;
 pub mod elementwise;
 pub mod indexing;
 pub mod norm;
+pub mod pool;
 pub mod reduce;
 pub mod row;
 pub mod rope;
