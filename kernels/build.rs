@@ -14,5 +14,6 @@ fn main() {
         .module("arith")
         .module("conv")
         .module("pool")
+        .module("random")
         .build();
 }

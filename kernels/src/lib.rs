@@ -24,6 +24,7 @@ pub mod elementwise;
 pub mod indexing;
 pub mod norm;
 pub mod pool;
+pub mod random;
 pub mod reduce;
 pub mod row;
 pub mod rope;
