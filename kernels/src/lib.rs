@@ -22,6 +22,7 @@ pub mod convert;
 pub mod dtype;
 pub mod elementwise;
 pub mod indexing;
+pub mod indexing_any;
 pub mod norm;
 pub mod pool;
 pub mod random;
