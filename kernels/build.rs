@@ -16,5 +16,6 @@ fn main() {
         .module("conv")
         .module("pool")
         .module("random")
+        .module("reduce_any")
         .build();
 }

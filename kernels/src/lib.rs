@@ -27,6 +27,7 @@ pub mod norm;
 pub mod pool;
 pub mod random;
 pub mod reduce;
+pub mod reduce_any;
 pub mod row;
 pub mod rope;
 pub mod runtime;
