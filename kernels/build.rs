@@ -17,5 +17,6 @@ fn main() {
         .module("pool")
         .module("random")
         .module("reduce_any")
+        .module("unary_f64")
         .build();
 }

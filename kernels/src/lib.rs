@@ -32,6 +32,7 @@ pub mod row;
 pub mod rope;
 pub mod runtime;
 pub mod softmax;
+pub mod unary_f64;
 
 kernel_dsl::embed_kernels!();
 
