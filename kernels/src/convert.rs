@@ -49,6 +49,20 @@ pub fn copy_strided_bits<B: Bits>(input: &[B], layout: &[usize], out: &mut [B]) 
     }
 }
 
+/// `dst[dst_off + i * dst_stride + j] = src[src_off + i * src_stride + j]` for 8-byte
+/// elements (the typed [`copy2d`](fn@crate::indexing::copy2d) serves 1, 2 and 4 bytes).
+#[amdgpu_kernel(B = [u64])]
+pub fn copy2d_bits<B: Bits>(src: &[B], dst: &mut [B], d1: usize, d2: usize, src_stride: usize, dst_stride: usize, src_off: usize, dst_off: usize) {
+    let n = d1 * d2;
+    let step = global_size_x();
+    let mut e = global_idx_x();
+    while e < n {
+        let (i, j) = (e / d2, e % d2);
+        dst[dst_off + i * dst_stride + j] = src[src_off + i * src_stride + j];
+        e += step;
+    }
+}
+
 /// Checked launches for every dtype ([`DType`](crate::dtype::host::DType)): lengths and
 /// views are validated first (a rejected call returns `InvalidArgument` and writes
 /// nothing); empty tensors are a no-op.
@@ -203,5 +217,63 @@ pub mod ops {
             4 => super::copy_strided_bits::launch::<u32>(dev, grid(n), &i, &l, &mut Raw(o)),
             _ => super::copy_strided_bits::launch::<u64>(dev, grid(n), &i, &l, &mut Raw(o)),
         }
+    }
+
+    /// Candle's `copy2d` for every dtype: `dst[dst_off + i * dst_stride + j] =
+    /// src[src_off + i * src_stride + j]` for `i < d1`, `j < d2`, with the checks of
+    /// [`indexing::ops::copy2d`](crate::indexing::ops::copy2d) (regions inside their
+    /// buffers, destination rows not overlapping).
+    #[allow(clippy::too_many_arguments)]
+    pub fn copy2d<T: DType>(
+        dev: &Device,
+        src: &(impl KernelArgSlice<T> + ?Sized),
+        dst: &mut (impl KernelArgSliceMut<T> + ?Sized),
+        d1: usize,
+        d2: usize,
+        src_stride: usize,
+        dst_stride: usize,
+        src_off: usize,
+        dst_off: usize,
+    ) -> Result<(), LaunchError> {
+        use crate::indexing::ops::copy2d as typed;
+        let (s, d) = (raw(src), dst.kernel_arg());
+        match std::mem::size_of::<T::Bits>() {
+            1 => typed::<u8>(dev, &s, &mut Raw(d), d1, d2, src_stride, dst_stride, src_off, dst_off),
+            2 => typed::<half::f16>(dev, &s, &mut Raw(d), d1, d2, src_stride, dst_stride, src_off, dst_off),
+            4 => typed::<u32>(dev, &s, &mut Raw(d), d1, d2, src_stride, dst_stride, src_off, dst_off),
+            _ => {
+                // The same validation as the typed launcher, on an empty 4-byte stand-in of
+                // the same lengths, then the 8-byte kernel.
+                let lens = |a: kernel_dsl::host::ArgValue| match a {
+                    kernel_dsl::host::ArgValue::Slice { len, .. } => len,
+                    _ => 0,
+                };
+                let (sl, dl) = (lens(s.0), lens(d));
+                check_copy2d(d1, d2, src_stride, dst_stride, src_off, dst_off, sl, dl)?;
+                if d1 == 0 || d2 == 0 {
+                    return Ok(());
+                }
+                super::copy2d_bits::launch::<u64>(dev, grid(d1 * d2), &s, &mut Raw(d), d1, d2, src_stride, dst_stride, src_off, dst_off)
+            }
+        }
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn check_copy2d(d1: usize, d2: usize, src_stride: usize, dst_stride: usize, src_off: usize, dst_off: usize, sl: usize, dl: usize) -> Result<(), LaunchError> {
+        use crate::dtype::host::invalid;
+        const K: &str = "copy2d";
+        if d1 == 0 || d2 == 0 {
+            return Ok(());
+        }
+        if d1 > 1 && d2 > dst_stride {
+            return Err(invalid(K, format!("rows of {d2} elements overlap at dst_stride {dst_stride}")));
+        }
+        for (arg, len, stride, off) in [("src", sl, src_stride, src_off), ("dst", dl, dst_stride, dst_off)] {
+            let end = (d1 - 1).checked_mul(stride).and_then(|v| v.checked_add(off)).and_then(|v| v.checked_add(d2));
+            if !matches!(end, Some(e) if e <= len) {
+                return Err(invalid(K, format!("{d1} rows of {d2} at offset {off}, stride {stride} do not fit `{arg}` of {len} elements")));
+            }
+        }
+        Ok(())
     }
 }

@@ -498,3 +498,37 @@ fn bad_shapes_are_rejected_and_write_nothing() {
     assert_eq!(dev.download(&out8).unwrap(), [9; 6]);
     assert_eq!(dev.download(&f).unwrap(), [9.0; 5]);
 }
+
+#[test]
+fn copy2d_every_dtype() {
+    fn one<X: T>(dev: &Device) {
+        // 5 rows of 3 from a (5, 7) source at column 2 into a (5, 4) destination at column 1.
+        let src = X::samples(35, 8);
+        let dst0 = X::samples(20, 9);
+        let mut want = dst0.clone();
+        for i in 0..5 {
+            for j in 0..3 {
+                want[1 + i * 4 + j] = src[2 + i * 7 + j];
+            }
+        }
+        let mut dst = dev.upload(&dst0).unwrap();
+        conv::copy2d::<X>(dev, &dev.upload(&src).unwrap(), &mut dst, 5, 3, 7, 4, 2, 1).unwrap();
+        assert_bits(&dev.download(&dst).unwrap(), &want, &format!("copy2d {}", X::NAME));
+        // Out of bounds: rejected, nothing written.
+        let r = conv::copy2d::<X>(dev, &dev.upload(&src).unwrap(), &mut dst, 5, 3, 7, 4, 2, 2);
+        assert!(matches!(r, Err(LaunchError::InvalidArgument { .. })));
+        assert_bits(&dev.download(&dst).unwrap(), &want, &format!("copy2d {} after a rejected call", X::NAME));
+    }
+    for dev in executors() {
+        one::<u8>(&dev);
+        one::<u32>(&dev);
+        one::<i16>(&dev);
+        one::<i32>(&dev);
+        one::<i64>(&dev);
+        one::<bf16>(&dev);
+        one::<f16>(&dev);
+        one::<f32>(&dev);
+        one::<f64>(&dev);
+        one::<F8E4M3>(&dev);
+    }
+}
