@@ -10,7 +10,7 @@
 //! either side is NaN, like the f32 kernels. `affine` is Candle's `v * mul + add` in the
 //! element type: `mul` and `add` converted with `as` (saturating), integer arithmetic
 //! wrapping, f64 not fused.
-use crate::dtype::{decode, encode, Bits, Val};
+use crate::dtype::{decode, decode_as, encode, encode_as, Bits, Val};
 use crate::elementwise::strided_offset;
 use kernel_dsl::prelude::*;
 
@@ -93,9 +93,9 @@ pub fn binary_any<B: Bits>(lhs: &[B], lhs_layout: &[usize], rhs: &[B], rhs_layou
     let step = global_size_x();
     let mut i = global_idx_x();
     while i < n {
-        let a = decode(lhs[strided_offset(i, lhs_layout)].to_u64(), dt);
-        let b = decode(rhs[strided_offset(i, rhs_layout)].to_u64(), dt);
-        out[i] = B::from_u64(encode(binary_val(a, b, op), dt));
+        let a = decode_as(lhs[strided_offset(i, lhs_layout)], dt);
+        let b = decode_as(rhs[strided_offset(i, rhs_layout)], dt);
+        out[i] = encode_as::<B>(binary_val(a, b, op), dt);
         i += step;
     }
 }
@@ -110,9 +110,9 @@ pub fn affine_any<B: Bits>(input: &[B], layout: &[usize], out: &mut [B], dt: u32
     let step = global_size_x();
     let mut i = global_idx_x();
     while i < n {
-        let v = decode(input[strided_offset(i, layout)].to_u64(), dt);
+        let v = decode_as(input[strided_offset(i, layout)], dt);
         let r = binary_val(binary_val(v, m, BIN_MUL), a, BIN_ADD);
-        out[i] = B::from_u64(encode(r, dt));
+        out[i] = encode_as::<B>(r, dt);
         i += step;
     }
 }

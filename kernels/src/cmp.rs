@@ -3,7 +3,7 @@
 //! IEEE values (any comparison with NaN is false except `ne`; `-0.0 == 0.0`); integers by
 //! value. One kernel instance per element size serves every dtype (see
 //! [`dtype`](crate::dtype)).
-use crate::dtype::{decode, Bits, Val};
+use crate::dtype::{decode_as, Bits, Val};
 use crate::elementwise::strided_offset;
 use kernel_dsl::prelude::*;
 
@@ -54,8 +54,8 @@ pub fn cmp_any<B: Bits>(lhs: &[B], lhs_layout: &[usize], rhs: &[B], rhs_layout: 
     let step = global_size_x();
     let mut i = global_idx_x();
     while i < n {
-        let a = decode(lhs[strided_offset(i, lhs_layout)].to_u64(), dt);
-        let b = decode(rhs[strided_offset(i, rhs_layout)].to_u64(), dt);
+        let a = decode_as(lhs[strided_offset(i, lhs_layout)], dt);
+        let b = decode_as(rhs[strided_offset(i, rhs_layout)], dt);
         out[i] = compare(a, b, op) as u8;
         i += step;
     }

@@ -13,7 +13,10 @@
 //!   `h_out = (h_in - 1) * stride - 2 * padding + dilation * (k_h - 1) + output_padding + 1`:
 //!   each output element gathers its contributions (no atomics, deterministic), summed in
 //!   f32 (f32/f16/bf16) or f64.
-use crate::dtype::{Bits, Real};
+//!
+//! Index arithmetic is 32-bit (tensors and padded sizes below 2^31 elements; the launchers
+//! check), which keeps these kernels within the gfx9 scalar-register budget.
+use crate::dtype::{divmod32, Bits, Real};
 use kernel_dsl::prelude::*;
 
 /// `out (b, h_out, w_out, c, k_h, k_w) = input (b, c, h, w)` windows, zero in the padding;
@@ -23,29 +26,24 @@ use kernel_dsl::prelude::*;
 #[amdgpu_kernel(B = [u8, u16, u32, u64])]
 pub fn im2col2d<B: Bits>(input: &[B], out: &mut [B], geom: &[usize]) {
     let g = &geom[..18];
-    let (c, h, w, kh, kw, h_out, w_out) = (g[0], g[1], g[2], g[3], g[4], g[5], g[6]);
-    let (sh, sw, ph, pw, dh, dw) = (g[7], g[8], g[9], g[10], g[11], g[12]);
+    let (c, h, w, kh, kw, h_out, w_out) = (g[0] as u32, g[1] as u32, g[2] as u32, g[3] as u32, g[4] as u32, g[5] as u32, g[6] as u32);
+    let (sh, sw, ph, pw, dh, dw) = (g[7] as u32, g[8] as u32, g[9] as u32, g[10] as u32, g[11] as u32, g[12] as u32);
     let (s0, s1, s2, s3, offset) = (g[13], g[14], g[15], g[16], g[17]);
-    let n = out.len();
-    let step = global_size_x();
-    let mut i = global_idx_x();
+    let n = out.len() as u32;
+    let step = global_size_x() as u32;
+    let mut i = global_idx_x() as u32;
     while i < n {
-        let kx = i % kw;
-        let t = i / kw;
-        let ky = t % kh;
-        let t = t / kh;
-        let ci = t % c;
-        let t = t / c;
-        let ox = t % w_out;
-        let t = t / w_out;
-        let oy = t % h_out;
-        let bi = t / h_out;
+        let (t, kx) = divmod32(i, kw);
+        let (t, ky) = divmod32(t, kh);
+        let (t, ci) = divmod32(t, c);
+        let (t, ox) = divmod32(t, w_out);
+        let (bi, oy) = divmod32(t, h_out);
         let y = oy * sh + ky * dh;
         let x = ox * sw + kx * dw;
-        out[i] = if y < ph || y >= h + ph || x < pw || x >= w + pw {
+        out[i as usize] = if y < ph || y >= h + ph || x < pw || x >= w + pw {
             B::from_u64(0)
         } else {
-            input[offset + bi * s0 + ci * s1 + (y - ph) * s2 + (x - pw) * s3]
+            input[offset + bi as usize * s0 + ci as usize * s1 + (y - ph) as usize * s2 + (x - pw) as usize * s3]
         };
         i += step;
     }
@@ -58,39 +56,35 @@ pub fn im2col2d<B: Bits>(input: &[B], out: &mut [B], geom: &[usize]) {
 #[amdgpu_kernel(T = [f32, f16, bf16, f64])]
 pub fn col2im2d<T: Real>(col: &[T], out: &mut [T], geom: &[usize]) {
     let g = &geom[..13];
-    let (h_in, w_in, c_out, kh, kw, h_out, w_out) = (g[0], g[1], g[2], g[3], g[4], g[5], g[6]);
-    let (sh, sw, ph, pw, dh, dw) = (g[7], g[8], g[9], g[10], g[11], g[12]);
-    let n = out.len();
-    let step = global_size_x();
-    let mut i = global_idx_x();
+    let (h_in, w_in, c_out, kh, kw, h_out, w_out) = (g[0] as u32, g[1] as u32, g[2] as u32, g[3] as u32, g[4] as u32, g[5] as u32, g[6] as u32);
+    let (sh, sw, ph, pw, dh, dw) = (g[7] as u32, g[8] as u32, g[9] as u32, g[10] as u32, g[11] as u32, g[12] as u32);
+    let n = out.len() as u32;
+    let step = global_size_x() as u32;
+    let mut i = global_idx_x() as u32;
     while i < n {
-        let x = i % w_out;
-        let t = i / w_out;
-        let y = t % h_out;
-        let t = t / h_out;
-        let co = t % c_out;
-        let bi = t / c_out;
+        let (t, x) = divmod32(i, w_out);
+        let (t, y) = divmod32(t, h_out);
+        let (bi, co) = divmod32(t, c_out);
         let mut acc = T::ACC_ZERO;
         let mut ky = 0;
         while ky < kh {
-            let ty = y + ph;
-            let oy = ky * dh;
-            if ty >= oy && (ty - oy) % sh == 0 && (ty - oy) / sh < h_in {
-                let iy = (ty - oy) / sh;
+            let (ty, oy) = (y + ph, ky * dh);
+            let (iy, ry) = divmod32(ty.wrapping_sub(oy), sh);
+            if ty >= oy && ry == 0 && iy < h_in {
                 let mut kx = 0;
                 while kx < kw {
-                    let tx = x + pw;
-                    let ox = kx * dw;
-                    if tx >= ox && (tx - ox) % sw == 0 && (tx - ox) / sw < w_in {
-                        let ix = (tx - ox) / sw;
-                        acc = acc + col[((((bi * h_in + iy) * w_in + ix) * c_out + co) * kh + ky) * kw + kx].widen();
+                    let (tx, ox) = (x + pw, kx * dw);
+                    let (ix, rx) = divmod32(tx.wrapping_sub(ox), sw);
+                    if tx >= ox && rx == 0 && ix < w_in {
+                        let at = ((((bi * h_in + iy) * w_in + ix) * c_out + co) * kh + ky) as usize * kw as usize + kx as usize;
+                        acc = acc + col[at].widen();
                     }
                     kx += 1;
                 }
             }
             ky += 1;
         }
-        out[i] = T::narrow(acc);
+        out[i as usize] = T::narrow(acc);
         i += step;
     }
 }
@@ -100,7 +94,7 @@ pub fn col2im2d<T: Real>(col: &[T], out: &mut [T], geom: &[usize]) {
 #[cfg(not(any(target_arch = "amdgpu", target_arch = "nvptx64")))]
 pub mod ops {
     use crate::convert::ops::grid;
-    use crate::dtype::host::{arg_len, expect_len, invalid, product, DType, Raw};
+    use crate::dtype::host::{arg_len, expect_len, fits_i32, invalid, product, DType, Raw};
     use crate::dtype::Real;
     use crate::runtime::Device;
     use kernel_dsl::host::{KernelArgSlice, KernelArgSliceMut, LaunchError};
@@ -206,6 +200,7 @@ pub mod ops {
     ) -> Result<(), LaunchError> {
         let n = product(k, &[b, h_out, w_out, c, kh, kw])?;
         expect_len(k, "out", arg_len(out), n)?;
+        fits_i32(k, &[n, product(k, &[b, c, h, w])?, h.saturating_add(ph.saturating_mul(2)), w.saturating_add(pw.saturating_mul(2))])?;
         if product(k, &[b, c, h, w])? > 0 {
             let last = [(b, s0), (c, s1), (h, s2), (w, s3)]
                 .iter()
@@ -274,9 +269,11 @@ pub mod ops {
         [sh, sw, ph, pw, dh, dw]: [usize; 6],
         out: &mut (impl KernelArgSliceMut<T> + ?Sized),
     ) -> Result<(), LaunchError> {
-        expect_len(k, "col", arg_len(col), product(k, &[b, h_in, w_in, c_out, kh, kw])?)?;
+        let cols = product(k, &[b, h_in, w_in, c_out, kh, kw])?;
+        expect_len(k, "col", arg_len(col), cols)?;
         let n = product(k, &[b, c_out, h_out, w_out])?;
         expect_len(k, "out", arg_len(out), n)?;
+        fits_i32(k, &[cols, n, h_out.max(w_out).saturating_add(ph.max(pw)), kh.max(kw).saturating_mul(dh.max(dw))])?;
         if n == 0 {
             return Ok(());
         }

@@ -6,7 +6,7 @@
 //! The checked launchers are in [`ops`]: [`ops::cast`] uses the typed vectorized
 //! [`elementwise::cast`](fn@crate::elementwise::cast) for the pairs it has (f32, f16, bf16,
 //! u8, u32, i64; same results) and [`cast_any`](fn@cast_any) for the rest.
-use crate::dtype::{decode, encode, Bits};
+use crate::dtype::{decode_as, encode_as, Bits};
 use crate::elementwise::strided_offset;
 use kernel_dsl::prelude::*;
 
@@ -18,8 +18,8 @@ pub fn cast_any<S: Bits, D: Bits>(input: &[S], layout: &[usize], out: &mut [D], 
     let step = global_size_x();
     let mut i = global_idx_x();
     while i < n {
-        let v = decode(input[strided_offset(i, layout)].to_u64(), src_dt);
-        out[i] = D::from_u64(encode(v, dst_dt));
+        let v = decode_as(input[strided_offset(i, layout)], src_dt);
+        out[i] = encode_as(v, dst_dt);
         i += step;
     }
 }

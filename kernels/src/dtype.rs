@@ -99,6 +99,112 @@ pub fn decode(bits: u64, dt: u32) -> Val {
     }
 }
 
+/// [`decode`] for a dtype stored in `B`: only the dtypes of `B`'s size are considered, so
+/// each kernel instance carries the code of its own size only.
+#[device]
+#[inline(always)]
+pub fn decode_as<B: Bits>(b: B, dt: u32) -> Val {
+    let bits = b.to_u64();
+    match core::mem::size_of::<B>() {
+        1 => {
+            if dt == DT_U8 {
+                Val::Int(bits as u8 as i64)
+            } else {
+                Val::Float(f8e4m3_to_f32(bits as u8) as f64)
+            }
+        }
+        2 => match dt {
+            DT_I16 => Val::Int(bits as u16 as i16 as i64),
+            DT_BF16 => Val::Float(bf16::from_bits(bits as u16).to_f32() as f64),
+            _ => Val::Float(f16::from_bits(bits as u16).to_f32() as f64),
+        },
+        4 => match dt {
+            DT_U32 => Val::Int(bits as u32 as i64),
+            DT_I32 => Val::Int(bits as u32 as i32 as i64),
+            _ => Val::Float(f32::from_bits(bits as u32) as f64),
+        },
+        _ => {
+            if dt == DT_I64 {
+                Val::Int(bits as i64)
+            } else {
+                Val::Wide(f64::from_bits(bits))
+            }
+        }
+    }
+}
+
+/// [`encode`] into a dtype stored in `B` (only the dtypes of `B`'s size are considered).
+#[device]
+#[inline(always)]
+pub fn encode_as<B: Bits>(v: Val, dt: u32) -> B {
+    let bits = match core::mem::size_of::<B>() {
+        1 => {
+            if dt == DT_U8 {
+                encode(v, DT_U8)
+            } else {
+                encode(v, DT_F8E4M3)
+            }
+        }
+        2 => match dt {
+            DT_I16 => encode(v, DT_I16),
+            DT_BF16 => encode(v, DT_BF16),
+            _ => encode(v, DT_F16),
+        },
+        4 => match dt {
+            DT_U32 => encode(v, DT_U32),
+            DT_I32 => encode(v, DT_I32),
+            _ => encode(v, DT_F32),
+        },
+        _ => {
+            if dt == DT_I64 {
+                encode(v, DT_I64)
+            } else {
+                encode(v, DT_F64)
+            }
+        }
+    };
+    B::from_u64(bits)
+}
+
+/// This work-item's index in a 2-D grid of 1-D work-groups launched by
+/// [`host::grid_2d`]: `(block_y * grid_x + block_x) * block_size + thread`.
+#[device]
+#[inline(always)]
+pub fn flat_global_idx() -> usize {
+    ((block_idx_y() as usize * grid_dim_x() as usize + block_idx_x() as usize) * block_dim_x() as usize) + thread_idx_x() as usize
+}
+
+/// `(a / b, a % b)` in 32 bits; `b = 0` counts as 1 (no panicking path).
+#[device]
+#[inline(always)]
+pub fn divmod32(a: u32, b: u32) -> (u32, u32) {
+    let d = core::num::NonZeroU32::new(b).unwrap_or(core::num::NonZeroU32::MIN);
+    (a / d, a % d)
+}
+
+/// Offset of element `i` of a strided view `layout = [dims..., strides...]` (`i` for an
+/// empty layout), with 32-bit divisions: for views of fewer than 2^31 elements.
+#[device]
+#[inline(always)]
+pub fn view_offset32(i: u32, layout: &[usize]) -> usize {
+    let nd = layout.len() / 2;
+    if nd == 0 {
+        return i as usize;
+    }
+    let mut rem = i;
+    let mut off = 0usize;
+    let mut d = nd;
+    while d > 0 {
+        d -= 1;
+        // SAFETY: d < nd and nd + d < 2 * nd <= layout.len().
+        let (dim, stride) = unsafe { (*layout.get_unchecked(d), *layout.get_unchecked(nd + d)) };
+        let (q, r) = divmod32(rem, dim as u32);
+        off += r as usize * stride;
+        rem = q;
+    }
+    off
+}
+
 /// The value as `f32`: integers with `as f32` (one rounding), floats rounded once.
 #[device]
 #[inline(always)]
@@ -360,6 +466,24 @@ pub mod host {
         dims.iter()
             .try_fold(1usize, |a, &d| a.checked_mul(d))
             .ok_or_else(|| invalid(kernel, format!("shape {dims:?} overflows usize")))
+    }
+
+    /// A launch of at least `n` work-items in work-groups of 256, as a 2-D grid (x up to
+    /// 65535 groups, then y) for kernels that handle one element per work-item
+    /// ([`flat_global_idx`](super::flat_global_idx)); `n` up to 2^32.
+    pub fn grid_2d(n: usize) -> kernel_dsl::host::LaunchConfig {
+        let blocks = n.div_ceil(256).max(1);
+        let gx = blocks.min(65535);
+        let gy = blocks.div_ceil(gx).min(65535);
+        kernel_dsl::host::LaunchConfig::new(kernel_dsl::Dim3::new(gx as u32, gy as u32, 1), kernel_dsl::Dim3::x(256))
+    }
+
+    /// Errors unless every count is below 2^31 (the kernels with 32-bit index arithmetic).
+    pub fn fits_i32(kernel: &'static str, counts: &[usize]) -> Result<(), LaunchError> {
+        match counts.iter().find(|&&c| c >= 1 << 31) {
+            Some(c) => Err(invalid(kernel, format!("{c} elements: this kernel indexes with 32 bits (at most 2^31 - 1 elements per tensor and dimension)"))),
+            None => Ok(()),
+        }
     }
 
     /// Errors unless `actual == expected`.

@@ -19,8 +19,9 @@
 //!   to their type after each add (f64 in f64).
 //! * [`where_cond_any`](fn@where_cond_any): any dtype of values with a condition of any
 //!   integer dtype (nonzero is true), strided/broadcast layouts.
-use crate::dtype::{decode, encode, Bits, Val};
-use crate::elementwise::strided_offset;
+//!
+//! Index arithmetic is 32-bit (tensors below 2^31 elements; the launchers check).
+use crate::dtype::{decode_as, divmod32, encode_as, view_offset32, Bits, Val};
 use kernel_dsl::prelude::*;
 
 /// Raw storage of an index dtype: `u8`, `u32`, or `u64` holding an `i64`.
@@ -64,17 +65,16 @@ pub fn add_val(a: Val, b: Val) -> Val {
 /// `out[l, i, r] = src[l, ids[i], r]` (zero for "no index"); `src` contiguous `(left,
 /// src_dim, right)`, `out` contiguous `(left, ids.len(), right)`.
 #[amdgpu_kernel(B = [u8, u16, u32, u64], I = [u8, u32, u64])]
-pub fn index_select_any<B: Bits, I: IndexBits>(src: &[B], ids: &[I], out: &mut [B], src_dim: usize, right: usize) {
-    let n = ids.len();
-    let total = out.len();
-    let step = global_size_x();
-    let mut e = global_idx_x();
+pub fn index_select_any<B: Bits, I: IndexBits>(src: &[B], ids: &[I], out: &mut [B], src_dim: u32, right: u32) {
+    let n = ids.len() as u32;
+    let total = out.len() as u32;
+    let step = global_size_x() as u32;
+    let mut e = global_idx_x() as u32;
     while e < total {
-        let r = e % right;
-        let row = e / right;
-        let (l, k) = (row / n, row % n);
-        out[e] = match slot(ids[k], src_dim) {
-            Some(id) => src[(l * src_dim + id) * right + r],
+        let (row, r) = divmod32(e, right);
+        let (l, k) = divmod32(row, n);
+        out[e as usize] = match slot(ids[k as usize], src_dim as usize) {
+            Some(id) => src[((l * src_dim) as usize + id) * right as usize + r as usize],
             None => B::from_u64(0),
         };
         e += step;
@@ -84,15 +84,15 @@ pub fn index_select_any<B: Bits, I: IndexBits>(src: &[B], ids: &[I], out: &mut [
 /// `out[l, i, r] = src[l, ids[l, i, r], r]` (zero for "no index"); `src` contiguous
 /// `(left, src_dim, right)`, `ids` and `out` contiguous `(left, n, right)`.
 #[amdgpu_kernel(B = [u8, u16, u32, u64], I = [u8, u32, u64])]
-pub fn gather_any<B: Bits, I: IndexBits>(src: &[B], ids: &[I], out: &mut [B], src_dim: usize, n: usize, right: usize) {
-    let total = out.len();
-    let step = global_size_x();
-    let mut e = global_idx_x();
+pub fn gather_any<B: Bits, I: IndexBits>(src: &[B], ids: &[I], out: &mut [B], src_dim: u32, n: u32, right: u32) {
+    let total = out.len() as u32;
+    let step = global_size_x() as u32;
+    let mut e = global_idx_x() as u32;
     while e < total {
-        let r = e % right;
-        let l = e / right / n;
-        out[e] = match slot(ids[e], src_dim) {
-            Some(id) => src[(l * src_dim + id) * right + r],
+        let (row, r) = divmod32(e, right);
+        let l = divmod32(row, n).0;
+        out[e as usize] = match slot(ids[e as usize], src_dim as usize) {
+            Some(id) => src[((l * src_dim) as usize + id) * right as usize + r as usize],
             None => B::from_u64(0),
         };
         e += step;
@@ -103,19 +103,19 @@ pub fn gather_any<B: Bits, I: IndexBits>(src: &[B], ids: &[I], out: &mut [B], sr
 /// "no index" skipped); `dst` contiguous `(left, dst_dim, right)`, `src`, `ids` contiguous
 /// `(left, n, right)`. One work-item per `(l, r)`.
 #[amdgpu_kernel(B = [u8, u16, u32, u64], I = [u8, u32, u64])]
-pub fn scatter_set<B: Bits, I: IndexBits>(src: &[B], ids: &[I], dst: &mut [B], left: usize, n: usize, dst_dim: usize, right: usize) {
+pub fn scatter_set<B: Bits, I: IndexBits>(src: &[B], ids: &[I], dst: &mut [B], left: u32, n: u32, dst_dim: u32, right: u32) {
     let cols = left * right;
-    let step = global_size_x();
-    let mut c = global_idx_x();
+    let step = global_size_x() as u32;
+    let mut c = global_idx_x() as u32;
     while c < cols {
-        let (l, r) = (c / right, c % right);
-        let mut i = 0;
-        while i < n {
-            let k = (l * n + i) * right + r;
-            if let Some(id) = slot(ids[k], dst_dim) {
-                dst[(l * dst_dim + id) * right + r] = src[k];
+        let (l, r) = divmod32(c, right);
+        let mut k = l * n * right + r;
+        let end = k + n * right;
+        while k < end {
+            if let Some(id) = slot(ids[k as usize], dst_dim as usize) {
+                dst[((l * dst_dim) as usize + id) * right as usize + r as usize] = src[k as usize];
             }
-            i += 1;
+            k += right;
         }
         c += step;
     }
@@ -124,21 +124,21 @@ pub fn scatter_set<B: Bits, I: IndexBits>(src: &[B], ids: &[I], dst: &mut [B], l
 /// `dst[l, ids[l, i, r], r] += src[l, i, r]` for `i` in order ("no index" skipped), dtype
 /// code `dt`; shapes as [`scatter_set`](fn@scatter_set).
 #[amdgpu_kernel(B = [u8, u16, u32, u64], I = [u8, u32, u64])]
-pub fn scatter_add_any<B: Bits, I: IndexBits>(src: &[B], ids: &[I], dst: &mut [B], left: usize, n: usize, dst_dim: usize, right: usize, dt: u32) {
+pub fn scatter_add_any<B: Bits, I: IndexBits>(src: &[B], ids: &[I], dst: &mut [B], left: u32, n: u32, dst_dim: u32, right: u32, dt: u32) {
     let cols = left * right;
-    let step = global_size_x();
-    let mut c = global_idx_x();
+    let step = global_size_x() as u32;
+    let mut c = global_idx_x() as u32;
     while c < cols {
-        let (l, r) = (c / right, c % right);
-        let mut i = 0;
-        while i < n {
-            let k = (l * n + i) * right + r;
-            if let Some(id) = slot(ids[k], dst_dim) {
-                let o = (l * dst_dim + id) * right + r;
-                let sum = add_val(decode(dst[o].to_u64(), dt), decode(src[k].to_u64(), dt));
-                dst[o] = B::from_u64(encode(sum, dt));
+        let (l, r) = divmod32(c, right);
+        let mut k = l * n * right + r;
+        let end = k + n * right;
+        while k < end {
+            if let Some(id) = slot(ids[k as usize], dst_dim as usize) {
+                let o = ((l * dst_dim) as usize + id) * right as usize + r as usize;
+                let sum = add_val(decode_as(dst[o], dt), decode_as(src[k as usize], dt));
+                dst[o] = encode_as(sum, dt);
             }
-            i += 1;
+            k += right;
         }
         c += step;
     }
@@ -148,19 +148,19 @@ pub fn scatter_add_any<B: Bits, I: IndexBits>(src: &[B], ids: &[I], dst: &mut [B
 /// `dt`; `dst` contiguous `(left, dst_dim, right)`, `src` contiguous `(left, ids.len(),
 /// right)`.
 #[amdgpu_kernel(B = [u8, u16, u32, u64], I = [u8, u32, u64])]
-pub fn index_add_any<B: Bits, I: IndexBits>(src: &[B], ids: &[I], dst: &mut [B], left: usize, dst_dim: usize, right: usize, dt: u32) {
-    let n = ids.len();
+pub fn index_add_any<B: Bits, I: IndexBits>(src: &[B], ids: &[I], dst: &mut [B], left: u32, dst_dim: u32, right: u32, dt: u32) {
+    let n = ids.len() as u32;
     let cols = left * right;
-    let step = global_size_x();
-    let mut c = global_idx_x();
+    let step = global_size_x() as u32;
+    let mut c = global_idx_x() as u32;
     while c < cols {
-        let (l, r) = (c / right, c % right);
+        let (l, r) = divmod32(c, right);
         let mut i = 0;
         while i < n {
-            if let Some(id) = slot(ids[i], dst_dim) {
-                let o = (l * dst_dim + id) * right + r;
-                let sum = add_val(decode(dst[o].to_u64(), dt), decode(src[(l * n + i) * right + r].to_u64(), dt));
-                dst[o] = B::from_u64(encode(sum, dt));
+            if let Some(id) = slot(ids[i as usize], dst_dim as usize) {
+                let o = ((l * dst_dim) as usize + id) * right as usize + r as usize;
+                let sum = add_val(decode_as(dst[o], dt), decode_as(src[((l * n + i) * right + r) as usize], dt));
+                dst[o] = encode_as(sum, dt);
             }
             i += 1;
         }
@@ -172,14 +172,14 @@ pub fn index_add_any<B: Bits, I: IndexBits>(src: &[B], ids: &[I], dst: &mut [B],
 /// through its layout (`[dims..., strides...]`, empty: contiguous).
 #[amdgpu_kernel(B = [u8, u16, u32, u64], C = [u8, u32, u64])]
 pub fn where_cond_any<B: Bits, C: Bits>(cond: &[C], cond_layout: &[usize], t: &[B], t_layout: &[usize], f: &[B], f_layout: &[usize], out: &mut [B]) {
-    let n = out.len();
-    let step = global_size_x();
-    let mut i = global_idx_x();
+    let n = out.len() as u32;
+    let step = global_size_x() as u32;
+    let mut i = global_idx_x() as u32;
     while i < n {
-        out[i] = if cond[strided_offset(i, cond_layout)].to_u64() != 0 {
-            t[strided_offset(i, t_layout)]
+        out[i as usize] = if cond[view_offset32(i, cond_layout)].to_u64() != 0 {
+            t[view_offset32(i, t_layout)]
         } else {
-            f[strided_offset(i, f_layout)]
+            f[view_offset32(i, f_layout)]
         };
         i += step;
     }
@@ -191,7 +191,7 @@ pub fn where_cond_any<B: Bits, C: Bits>(cond: &[C], cond_layout: &[usize], t: &[
 #[cfg(not(any(target_arch = "amdgpu", target_arch = "nvptx64")))]
 pub mod ops {
     use crate::convert::ops::{grid, LayoutArg, Strided};
-    use crate::dtype::host::{arg_len, expect_len, invalid, product, DType, Raw};
+    use crate::dtype::host::{arg_len, expect_len, fits_i32, invalid, product, DType, Raw};
     use crate::runtime::Device;
     use kernel_dsl::host::{KernelArgSlice, KernelArgSliceMut, LaunchError};
 
@@ -252,6 +252,7 @@ pub mod ops {
         expect_len(K, "src", arg_len(src), product(K, &[left, src_dim, right])?)?;
         let total = product(K, &[left, n, right])?;
         expect_len(K, "out", arg_len(out), total)?;
+        fits_i32(K, &[total, left * src_dim * right])?;
         if total == 0 {
             return Ok(());
         }
@@ -270,7 +271,7 @@ pub mod ops {
             }
             fast!(f32, half::f16, half::bf16, u8, u32);
         }
-        by_size!(T, I, |B, X| super::index_select_any::launch::<B, X>(dev, grid(total), &s, &d, &mut Raw(o), src_dim, right))
+        by_size!(T, I, |B, X| super::index_select_any::launch::<B, X>(dev, grid(total), &s, &d, &mut Raw(o), src_dim as u32, right as u32))
     }
 
     /// `out[l, i, r] = src[l, ids[l, i, r], r]`: `src` `(left, src_dim, right)`, `ids` and
@@ -291,11 +292,12 @@ pub mod ops {
         expect_len(K, "src", arg_len(src), product(K, &[left, src_dim, right])?)?;
         expect_len(K, "ids", arg_len(ids), total)?;
         expect_len(K, "out", arg_len(out), total)?;
+        fits_i32(K, &[total, left * src_dim * right])?;
         if total == 0 {
             return Ok(());
         }
         let (s, d, o) = (raw(src), raw(ids), out.kernel_arg());
-        by_size!(T, I, |B, X| super::gather_any::launch::<B, X>(dev, grid(total), &s, &d, &mut Raw(o), src_dim, n, right))
+        by_size!(T, I, |B, X| super::gather_any::launch::<B, X>(dev, grid(total), &s, &d, &mut Raw(o), src_dim as u32, n as u32, right as u32))
     }
 
     fn check_scatter(k: &'static str, lens: [usize; 3], [left, n, dst_dim, right]: [usize; 4]) -> Result<bool, LaunchError> {
@@ -304,6 +306,7 @@ pub mod ops {
         expect_len(k, "src", lens[0], src_elems)?;
         expect_len(k, "ids", lens[1], src_elems)?;
         expect_len(k, "dst", lens[2], dst_elems)?;
+        fits_i32(k, &[src_elems, dst_elems])?;
         Ok(src_elems > 0 && dst_elems > 0)
     }
 
@@ -325,7 +328,7 @@ pub mod ops {
             return Ok(());
         }
         let (s, d, o) = (raw(src), raw(ids), dst.kernel_arg());
-        by_size!(T, I, |B, X| super::scatter_set::launch::<B, X>(dev, grid(left * right), &s, &d, &mut Raw(o), left, n, dst_dim, right))
+        by_size!(T, I, |B, X| super::scatter_set::launch::<B, X>(dev, grid(left * right), &s, &d, &mut Raw(o), left as u32, n as u32, dst_dim as u32, right as u32))
     }
 
     /// Candle's `scatter_add_set` for every dtype: `dst[l, ids[l, i, r], r] += src[l, i,
@@ -345,7 +348,7 @@ pub mod ops {
             return Ok(());
         }
         let (s, d, o) = (raw(src), raw(ids), dst.kernel_arg());
-        by_size!(T, I, |B, X| super::scatter_add_any::launch::<B, X>(dev, grid(left * right), &s, &d, &mut Raw(o), left, n, dst_dim, right, T::CODE))
+        by_size!(T, I, |B, X| super::scatter_add_any::launch::<B, X>(dev, grid(left * right), &s, &d, &mut Raw(o), left as u32, n as u32, dst_dim as u32, right as u32, T::CODE))
     }
 
     /// Candle's `index_add` for every dtype: `dst[l, ids[i], r] += src[l, i, r]` in index
@@ -365,11 +368,12 @@ pub mod ops {
         expect_len(K, "src", arg_len(src), product(K, &[left, n, right])?)?;
         let dst_elems = product(K, &[left, dst_dim, right])?;
         expect_len(K, "dst", arg_len(dst), dst_elems)?;
+        fits_i32(K, &[left * n * right, dst_elems])?;
         if left * n * right == 0 || dst_elems == 0 {
             return Ok(());
         }
         let (s, d, o) = (raw(src), raw(ids), dst.kernel_arg());
-        by_size!(T, I, |B, X| super::index_add_any::launch::<B, X>(dev, grid(left * right), &s, &d, &mut Raw(o), left, dst_dim, right, T::CODE))
+        by_size!(T, I, |B, X| super::index_add_any::launch::<B, X>(dev, grid(left * right), &s, &d, &mut Raw(o), left as u32, dst_dim as u32, right as u32, T::CODE))
     }
 
     /// Candle's `where_cond` for every value dtype and an integer condition dtype (`u8`,
@@ -387,6 +391,7 @@ pub mod ops {
             return Err(invalid(K, format!("condition dtype {} must be u8, u32, i32 or i64", C::NAME)));
         }
         let n = arg_len(out);
+        fits_i32(K, &[n])?;
         let cl = LayoutArg::new(dev, K, "cond", cond.1, n, arg_len(cond.0))?;
         let tl = LayoutArg::new(dev, K, "on_true", on_true.1, n, arg_len(on_true.0))?;
         let fl = LayoutArg::new(dev, K, "on_false", on_false.1, n, arg_len(on_false.0))?;

@@ -13,7 +13,9 @@
 //!   `align_corners` true/false and optional scale factors as Candle computes them, in
 //!   f64, written back with Candle's `from_f64` rules; every dtype. Equal input and output
 //!   sizes copy the input.
-use crate::dtype::{decode, encode, Bits, Real, Val};
+//!
+//! Index arithmetic is 32-bit (tensors below 2^31 elements; the launchers check).
+use crate::dtype::{decode_as, divmod32, encode_as, Bits, Real, Val};
 use kernel_dsl::prelude::*;
 
 /// Maximum over each `k_h x k_w` window at stride `(s_h, s_w)`; `geom` = `[c, h, w, k_h,
@@ -21,25 +23,24 @@ use kernel_dsl::prelude::*;
 #[amdgpu_kernel(B = [u8, u16, u32, u64])]
 pub fn max_pool2d_any<B: Bits>(input: &[B], out: &mut [B], geom: &[usize], dt: u32) {
     let g = &geom[..14];
-    let (c, kh, kw, sh, sw, h_out, w_out) = (g[0], g[3], g[4], g[5], g[6], g[7], g[8]);
+    let (c, kh, kw, sh, sw, h_out, w_out) = (g[0] as u32, g[3] as u32, g[4] as u32, g[5], g[6], g[7] as u32, g[8] as u32);
     let (s0, s1, s2, s3, offset) = (g[9], g[10], g[11], g[12], g[13]);
-    let n = out.len();
-    let step = global_size_x();
-    let mut i = global_idx_x();
+    let n = out.len() as u32;
+    let step = global_size_x() as u32;
+    let mut i = global_idx_x() as u32;
     while i < n {
-        let ox = i % w_out;
-        let t = i / w_out;
-        let oy = t % h_out;
-        let t = t / h_out;
-        let base = offset + (t / c) * s0 + (t % c) * s1 + oy * sh * s2 + ox * sw * s3;
+        let (t, ox) = divmod32(i, w_out);
+        let (t, oy) = divmod32(t, h_out);
+        let (bi, ci) = divmod32(t, c);
+        let base = offset + bi as usize * s0 + ci as usize * s1 + oy as usize * sh * s2 + ox as usize * sw * s3;
         let mut best = input[base];
-        let mut bv = decode(best.to_u64(), dt);
+        let mut bv = decode_as(best, dt);
         let mut m = 0;
         while m < kh {
             let mut k = 0;
             while k < kw {
-                let e = input[base + m * s2 + k * s3];
-                let v = decode(e.to_u64(), dt);
+                let e = input[base + m as usize * s2 + k as usize * s3];
+                let v = decode_as(e, dt);
                 if less(bv, v) {
                     best = e;
                     bv = v;
@@ -48,7 +49,7 @@ pub fn max_pool2d_any<B: Bits>(input: &[B], out: &mut [B], geom: &[usize], dt: u
             }
             m += 1;
         }
-        out[i] = best;
+        out[i as usize] = best;
         i += step;
     }
 }
@@ -69,29 +70,28 @@ pub fn less(a: Val, b: Val) -> bool {
 #[amdgpu_kernel(T = [f32, f16, bf16, f64])]
 pub fn avg_pool2d<T: Real>(input: &[T], out: &mut [T], geom: &[usize]) {
     let g = &geom[..14];
-    let (c, kh, kw, sh, sw, h_out, w_out) = (g[0], g[3], g[4], g[5], g[6], g[7], g[8]);
+    let (c, kh, kw, sh, sw, h_out, w_out) = (g[0] as u32, g[3] as u32, g[4] as u32, g[5], g[6], g[7] as u32, g[8] as u32);
     let (s0, s1, s2, s3, offset) = (g[9], g[10], g[11], g[12], g[13]);
     let scale = T::acc(1.0 / (kh * kw) as f64);
-    let n = out.len();
-    let step = global_size_x();
-    let mut i = global_idx_x();
+    let n = out.len() as u32;
+    let step = global_size_x() as u32;
+    let mut i = global_idx_x() as u32;
     while i < n {
-        let ox = i % w_out;
-        let t = i / w_out;
-        let oy = t % h_out;
-        let t = t / h_out;
-        let base = offset + (t / c) * s0 + (t % c) * s1 + oy * sh * s2 + ox * sw * s3;
+        let (t, ox) = divmod32(i, w_out);
+        let (t, oy) = divmod32(t, h_out);
+        let (bi, ci) = divmod32(t, c);
+        let base = offset + bi as usize * s0 + ci as usize * s1 + oy as usize * sh * s2 + ox as usize * sw * s3;
         let mut acc = T::ACC_ZERO;
         let mut m = 0;
         while m < kh {
             let mut k = 0;
             while k < kw {
-                acc = acc + input[base + m * s2 + k * s3].widen();
+                acc = acc + input[base + m as usize * s2 + k as usize * s3].widen();
                 k += 1;
             }
             m += 1;
         }
-        out[i] = T::narrow(acc * scale);
+        out[i as usize] = T::narrow(acc * scale);
         i += step;
     }
 }
@@ -100,20 +100,19 @@ pub fn avg_pool2d<T: Real>(input: &[T], out: &mut [T], geom: &[usize]) {
 #[amdgpu_kernel(B = [u8, u16, u32, u64])]
 pub fn upsample_nearest2d_bits<B: Bits>(input: &[B], out: &mut [B], geom: &[usize]) {
     let g = &geom[..10];
-    let (c, h, w, h_out, w_out) = (g[0], g[1], g[2], g[3], g[4]);
+    let (c, h, w, h_out, w_out) = (g[0] as u32, g[1], g[2], g[3] as u32, g[4] as u32);
     let (s0, s1, s2, s3, offset) = (g[5], g[6], g[7], g[8], g[9]);
     let (fh, fw) = (h as f64 / h_out as f64, w as f64 / w_out as f64);
-    let n = out.len();
-    let step = global_size_x();
-    let mut i = global_idx_x();
+    let n = out.len() as u32;
+    let step = global_size_x() as u32;
+    let mut i = global_idx_x() as u32;
     while i < n {
-        let ox = i % w_out;
-        let t = i / w_out;
-        let oy = t % h_out;
-        let t = t / h_out;
+        let (t, ox) = divmod32(i, w_out);
+        let (t, oy) = divmod32(t, h_out);
+        let (bi, ci) = divmod32(t, c);
         let y = min_usize(h - 1, (oy as f64 * fh) as usize);
         let x = min_usize(w - 1, (ox as f64 * fw) as usize);
-        out[i] = input[offset + (t / c) * s0 + (t % c) * s1 + y * s2 + x * s3];
+        out[i as usize] = input[offset + bi as usize * s0 + ci as usize * s1 + y * s2 + x * s3];
         i += step;
     }
 }
@@ -147,28 +146,28 @@ pub fn bilinear_axis(o: usize, n_in: usize, scale: f64, align_corners: bool) -> 
 #[amdgpu_kernel(B = [u8, u16, u32, u64])]
 pub fn upsample_bilinear2d_any<B: Bits>(input: &[B], out: &mut [B], geom: &[usize], dt: u32, scale_h: f64, scale_w: f64) {
     let g = &geom[..11];
-    let (c, h, w, h_out, w_out) = (g[0], g[1], g[2], g[3], g[4]);
+    let (c, h, w, h_out, w_out) = (g[0] as u32, g[1], g[2], g[3] as u32, g[4] as u32);
     let (s0, s1, s2, s3, offset) = (g[5], g[6], g[7], g[8], g[9]);
     let align = g[10] != 0;
-    let n = out.len();
-    let step = global_size_x();
-    let mut i = global_idx_x();
+    let same = h == h_out as usize && w == w_out as usize;
+    let n = out.len() as u32;
+    let step = global_size_x() as u32;
+    let mut i = global_idx_x() as u32;
     while i < n {
-        let ox = i % w_out;
-        let t = i / w_out;
-        let oy = t % h_out;
-        let t = t / h_out;
-        let base = offset + (t / c) * s0 + (t % c) * s1;
-        if h == h_out && w == w_out {
-            out[i] = input[base + oy * s2 + ox * s3];
+        let (t, ox) = divmod32(i, w_out);
+        let (t, oy) = divmod32(t, h_out);
+        let (bi, ci) = divmod32(t, c);
+        let base = offset + bi as usize * s0 + ci as usize * s1;
+        if same {
+            out[i as usize] = input[base + oy as usize * s2 + ox as usize * s3];
         } else {
-            let (h0, h1, wh) = bilinear_axis(oy, h, scale_h, align);
-            let (w0, w1, ww) = bilinear_axis(ox, w, scale_w, align);
-            let v = |y: usize, x: usize| crate::dtype::val_to_f64(decode(input[base + y * s2 + x * s3].to_u64(), dt));
+            let (h0, h1, wh) = bilinear_axis(oy as usize, h, scale_h, align);
+            let (w0, w1, ww) = bilinear_axis(ox as usize, w, scale_w, align);
+            let v = |y: usize, x: usize| crate::dtype::val_to_f64(decode_as(input[base + y * s2 + x * s3], dt));
             let top = v(h0, w0) * (1.0 - ww) + v(h0, w1) * ww;
             let bottom = v(h1, w0) * (1.0 - ww) + v(h1, w1) * ww;
             let value = top * (1.0 - wh) + bottom * wh;
-            out[i] = B::from_u64(encode(Val::Wide(value), dt));
+            out[i as usize] = encode_as(Val::Wide(value), dt);
         }
         i += step;
     }
@@ -180,7 +179,7 @@ pub fn upsample_bilinear2d_any<B: Bits>(input: &[B], out: &mut [B], geom: &[usiz
 #[cfg(not(any(target_arch = "amdgpu", target_arch = "nvptx64")))]
 pub mod ops {
     use crate::convert::ops::grid;
-    use crate::dtype::host::{arg_len, expect_len, invalid, product, DType, Raw};
+    use crate::dtype::host::{arg_len, expect_len, fits_i32, invalid, product, DType, Raw};
     use crate::dtype::Real;
     use crate::runtime::Device;
     use kernel_dsl::host::{KernelArgSlice, KernelArgSliceMut, LaunchError};
@@ -204,6 +203,7 @@ pub mod ops {
         }
 
         fn check(&self, k: &'static str, len: usize) -> Result<(), LaunchError> {
+            fits_i32(k, &[product(k, &self.dims)?])?;
             if product(k, &self.dims)? > 0 {
                 let last = self
                     .dims
@@ -250,6 +250,7 @@ pub mod ops {
         x.check(K, arg_len(input))?;
         let n = product(K, &[x.dims[0], x.dims[1], hw.0, hw.1])?;
         expect_len(K, "out", arg_len(out), n)?;
+        fits_i32(K, &[n])?;
         if n == 0 {
             return Ok(hw);
         }
@@ -278,6 +279,7 @@ pub mod ops {
         x.check(K, arg_len(input))?;
         let n = product(K, &[x.dims[0], x.dims[1], hw.0, hw.1])?;
         expect_len(K, "out", arg_len(out), n)?;
+        fits_i32(K, &[n])?;
         if n == 0 {
             return Ok(hw);
         }
@@ -290,6 +292,7 @@ pub mod ops {
         let [b, c, h, w] = x.dims;
         x.check(k, len)?;
         let n = product(k, &[b, c, h_out, w_out])?;
+        fits_i32(k, &[n])?;
         if n > 0 && (h == 0 || w == 0) {
             return Err(invalid(k, format!("cannot resize an empty {h}x{w} image to {h_out}x{w_out}")));
         }

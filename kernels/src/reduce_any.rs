@@ -1,20 +1,23 @@
 //! Reductions (sum, max, min, argmax, argmin) over any set of dimensions of any strided
 //! view for the dtypes the typed f32/f16/bf16 kernels of [`reduce`](crate::reduce) do not
 //! cover: u8, u32, i16, i32, i64, f64 (and f8e4m3). One instance per element size (see
-//! [`dtype`](crate::dtype)); one work-group of [`BLOCK`] work-items per output, partial
+//! [`dtype`](crate::dtype)); one work-group of [`BLOCK`] work-items per output (a 2-D grid), partial
 //! results combined through shared memory.
 //!
 //! Semantics: integer sums wrap in the element type (Candle's CPU sum in a release build);
 //! float sums accumulate in f64 (exact order unspecified: a tree); max/min propagate NaN
 //! and argmax/argmin return the first NaN, else the first extreme element (lowest index on
 //! ties), as the f32 kernels do. Arg results are `u32` indices into the reduced
-//! dimensions, row-major.
-use crate::dtype::{decode, encode, is_int, Bits, Val, DT_F64};
-use crate::elementwise::strided_offset;
+//! dimensions, row-major. Index arithmetic is 32-bit (views below 2^31 elements; the
+//! launchers check).
+use crate::dtype::{decode_as, encode, is_int, view_offset32, Bits, Val, DT_F64};
 use kernel_dsl::prelude::*;
 
 /// Work-items per work-group.
 pub const BLOCK: usize = 256;
+
+/// Index marker of "no element yet" in the arg-reductions.
+const NONE: u32 = u32::MAX;
 
 /// Op code of sum.
 pub const RED_SUM: u32 = 0;
@@ -101,29 +104,24 @@ pub fn finish(v: Val, dt: u32) -> u64 {
 /// (`layout` = the view's dims and strides permuted so the reduced dims come last). One
 /// work-group of [`BLOCK`] per output, `grid.x` groups looping over the outputs.
 #[amdgpu_kernel(B = [u8, u16, u32, u64])]
-pub fn reduce_any<B: Bits>(input: &[B], layout: &[usize], out: &mut [B], r: usize, dt: u32, op: u32, mut vals: Shared<u64, BLOCK>) {
+pub fn reduce_any<B: Bits>(input: &[B], layout: &[usize], out: &mut [B], r: u32, dt: u32, op: u32, mut vals: Shared<u64, BLOCK>) {
     let tid = flat_thread_idx() as usize;
-    let mut o = block_idx_x() as usize;
-    while o < out.len() {
-        let mut acc = Val::Int(0);
-        let mut first = true;
-        let mut j = tid;
+    // One work-group per output (no loop over outputs: it would keep every loop-invariant
+    // value in scalar registers).
+    let o = block_idx_y() * grid_dim_x() + block_idx_x();
+    if (o as usize) < out.len() {
+        // Start from the op's identity (for max/min the smallest/largest value, so NaN
+        // still propagates through `combine`).
+        let int = is_int(dt);
+        let mut acc = match op {
+            RED_SUM => if int { Val::Int(0) } else { Val::Wide(0.0) },
+            RED_MAX => if int { Val::Int(i64::MIN) } else { Val::Wide(f64::NEG_INFINITY) },
+            _ => if int { Val::Int(i64::MAX) } else { Val::Wide(f64::INFINITY) },
+        };
+        let mut j = tid as u32;
         while j < r {
-            let v = decode(input[strided_offset(o * r + j, layout)].to_u64(), dt);
-            acc = if first { v } else { combine(acc, v, op) };
-            first = false;
-            j += BLOCK;
-        }
-        if first {
-            // No element for this work-item: the identity of a sum; for max/min a copy of
-            // the row's first element (rows are never empty then), which changes nothing.
-            acc = if op != RED_SUM {
-                decode(input[strided_offset(o * r, layout)].to_u64(), dt)
-            } else if is_int(dt) {
-                Val::Int(0)
-            } else {
-                Val::Wide(0.0)
-            };
+            acc = combine(acc, decode_as(input[view_offset32(o * r + j, layout)], dt), op);
+            j += BLOCK as u32;
         }
         vals[tid] = to_slot(acc);
         barrier();
@@ -137,32 +135,32 @@ pub fn reduce_any<B: Bits>(input: &[B], layout: &[usize], out: &mut [B], r: usiz
             s /= 2;
         }
         if tid == 0 {
-            out[o] = B::from_u64(finish(from_slot(vals[0], dt), dt));
+            out[o as usize] = B::from_u64(finish(from_slot(vals[0], dt), dt));
         }
-        barrier();
-        o += grid_dim_x() as usize;
     }
 }
 
 /// Index of the extreme element of each row (rows as in [`reduce_any`](fn@reduce_any));
 /// `max != 0` for argmax.
 #[amdgpu_kernel(B = [u8, u16, u32, u64])]
-pub fn argreduce_any<B: Bits>(input: &[B], layout: &[usize], out: &mut [u32], r: usize, dt: u32, max: u32, mut vals: Shared<u64, BLOCK>, mut idx: Shared<u64, BLOCK>) {
+pub fn argreduce_any<B: Bits>(input: &[B], layout: &[usize], out: &mut [u32], r: u32, dt: u32, max: u32, mut vals: Shared<u64, BLOCK>, mut idx: Shared<u64, BLOCK>) {
     let tid = flat_thread_idx() as usize;
     let is_max = max != 0;
-    let mut o = block_idx_x() as usize;
-    while o < out.len() {
-        // Work-items without an element start from element 0 (a valid candidate).
-        let mut best = decode(input[strided_offset(o * r, layout)].to_u64(), dt);
-        let mut bi = 0usize;
-        let mut j = tid;
+    // One work-group per output (no loop over outputs: it would keep every loop-invariant
+    // value in scalar registers).
+    let o = block_idx_y() * grid_dim_x() + block_idx_x();
+    if (o as usize) < out.len() {
+        // `bi = NONE` marks a work-item without an element yet: anything beats it.
+        let mut best = Val::Int(0);
+        let mut bi = NONE;
+        let mut j = tid as u32;
         while j < r {
-            let v = decode(input[strided_offset(o * r + j, layout)].to_u64(), dt);
-            if arg_better(best, bi, v, j, is_max) {
+            let v = decode_as(input[view_offset32(o * r + j, layout)], dt);
+            if bi == NONE || arg_better(best, bi as usize, v, j as usize, is_max) {
                 best = v;
                 bi = j;
             }
-            j += BLOCK;
+            j += BLOCK as u32;
         }
         vals[tid] = to_slot(best);
         idx[tid] = bi as u64;
@@ -170,9 +168,9 @@ pub fn argreduce_any<B: Bits>(input: &[B], layout: &[usize], out: &mut [u32], r:
         let mut s = BLOCK / 2;
         while s > 0 {
             if tid < s {
-                let (a, ia) = (from_slot(vals[tid], dt), idx[tid] as usize);
-                let (b, ib) = (from_slot(vals[tid + s], dt), idx[tid + s] as usize);
-                if arg_better(a, ia, b, ib, is_max) {
+                let (a, ia) = (from_slot(vals[tid], dt), idx[tid] as u32);
+                let (b, ib) = (from_slot(vals[tid + s], dt), idx[tid + s] as u32);
+                if ib != NONE && (ia == NONE || arg_better(a, ia as usize, b, ib as usize, is_max)) {
                     vals[tid] = to_slot(b);
                     idx[tid] = ib as u64;
                 }
@@ -181,10 +179,8 @@ pub fn argreduce_any<B: Bits>(input: &[B], layout: &[usize], out: &mut [u32], r:
             s /= 2;
         }
         if tid == 0 {
-            out[o] = idx[0] as u32;
+            out[o as usize] = idx[0] as u32;
         }
-        barrier();
-        o += grid_dim_x() as usize;
     }
 }
 
@@ -192,7 +188,7 @@ pub fn argreduce_any<B: Bits>(input: &[B], layout: &[usize], out: &mut [u32], r:
 #[cfg(not(any(target_arch = "amdgpu", target_arch = "nvptx64")))]
 pub mod ops {
     use crate::convert::ops::LayoutArg;
-    use crate::dtype::host::{arg_len, expect_len, invalid, product, DType, Raw};
+    use crate::dtype::host::{arg_len, expect_len, fits_i32, invalid, product, DType, Raw};
     use crate::runtime::Device;
     use kernel_dsl::host::{KernelArgSlice, KernelArgSliceMut, LaunchConfig, LaunchError};
     use kernel_dsl::Dim3;
@@ -226,11 +222,13 @@ pub mod ops {
         let r = product(k, &reduce.iter().map(|&d| dims[d]).collect::<Vec<_>>())?;
         let outputs = product(k, &(0..dims.len()).filter(|&d| !seen[d]).map(|d| dims[d]).collect::<Vec<_>>())?;
         crate::dtype::host::view_layout(k, "input", dims, strides, total, len)?;
+        fits_i32(k, &[total])?;
         Ok((pd, ps, outputs, r))
     }
 
     fn config(outputs: usize) -> LaunchConfig {
-        LaunchConfig::new(Dim3::x(outputs.clamp(1, 65535) as u32), Dim3::x(super::BLOCK as u32))
+        let gx = outputs.clamp(1, 65535);
+        LaunchConfig::new(Dim3::new(gx as u32, outputs.div_ceil(gx).max(1) as u32, 1), Dim3::x(super::BLOCK as u32))
     }
 
     /// `out` = `op` over dims `reduce` of the view `(dims, strides)` of `input`; `out` holds
@@ -266,10 +264,10 @@ pub mod ops {
         let (i, o, la) = (Raw(input.kernel_arg()), out.kernel_arg(), l.arg());
         let cfg = config(outputs);
         match std::mem::size_of::<T::Bits>() {
-            1 => super::reduce_any::launch::<u8>(dev, cfg, &i, &la, &mut Raw(o), r, T::CODE, opc),
-            2 => super::reduce_any::launch::<u16>(dev, cfg, &i, &la, &mut Raw(o), r, T::CODE, opc),
-            4 => super::reduce_any::launch::<u32>(dev, cfg, &i, &la, &mut Raw(o), r, T::CODE, opc),
-            _ => super::reduce_any::launch::<u64>(dev, cfg, &i, &la, &mut Raw(o), r, T::CODE, opc),
+            1 => super::reduce_any::launch::<u8>(dev, cfg, &i, &la, &mut Raw(o), r as u32, T::CODE, opc),
+            2 => super::reduce_any::launch::<u16>(dev, cfg, &i, &la, &mut Raw(o), r as u32, T::CODE, opc),
+            4 => super::reduce_any::launch::<u32>(dev, cfg, &i, &la, &mut Raw(o), r as u32, T::CODE, opc),
+            _ => super::reduce_any::launch::<u64>(dev, cfg, &i, &la, &mut Raw(o), r as u32, T::CODE, opc),
         }
     }
 
@@ -303,10 +301,10 @@ pub mod ops {
         let cfg = config(outputs);
         let m = max as u32;
         match std::mem::size_of::<T::Bits>() {
-            1 => super::argreduce_any::launch::<u8>(dev, cfg, &i, &la, out, r, T::CODE, m),
-            2 => super::argreduce_any::launch::<u16>(dev, cfg, &i, &la, out, r, T::CODE, m),
-            4 => super::argreduce_any::launch::<u32>(dev, cfg, &i, &la, out, r, T::CODE, m),
-            _ => super::argreduce_any::launch::<u64>(dev, cfg, &i, &la, out, r, T::CODE, m),
+            1 => super::argreduce_any::launch::<u8>(dev, cfg, &i, &la, out, r as u32, T::CODE, m),
+            2 => super::argreduce_any::launch::<u16>(dev, cfg, &i, &la, out, r as u32, T::CODE, m),
+            4 => super::argreduce_any::launch::<u32>(dev, cfg, &i, &la, out, r as u32, T::CODE, m),
+            _ => super::argreduce_any::launch::<u64>(dev, cfg, &i, &la, out, r as u32, T::CODE, m),
         }
     }
 }

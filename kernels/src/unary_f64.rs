@@ -1,14 +1,16 @@
 //! Candle's unary ops, `elu` and `powf` for f64 tensors, computed in f64. GPUs have no
 //! f64 transcendental instructions, so `exp`, `ln`, `sin`/`cos`, `tanh`, `erf` and friends
 //! are evaluated here from additions, multiplications and divisions (range reduction plus
-//! series), identical on every executor. One kernel; the op is a run-time code (uniform).
+//! series), identical on every executor. Three kernels (arithmetic, exponential family,
+//! trigonometric/erf); the op is a run-time code (uniform).
 //!
 //! Accuracy (tested against Rust's `std` f64 functions): a few ulp for `exp`, `ln`,
 //! `sqrt`, `tanh`, `sigmoid`; `sin`/`cos` likewise for `|x| < 1e6` (Cody-Waite reduction
 //! with a three-part pi/2; larger arguments lose accuracy progressively); `erf` within
 //! 2e-15 absolute; `powf` by repeated squaring for integral `|p| <= 64`, otherwise as
 //! `exp(p ln x)` (relative error about `|p ln x| * 2^-52`).
-use crate::elementwise::strided_offset;
+use crate::dtype::flat_global_idx;
+use crate::indexing::view_offset;
 use crate::random::{ln_f64, sincos_octant, sqrt_f64};
 use kernel_dsl::prelude::*;
 
@@ -92,25 +94,38 @@ pub fn exp_f64(x: f64) -> f64 {
     let mut p = 1.0;
     let mut n = 14;
     while n >= 1 {
-        p = 1.0 + r * p / n as f64;
+        p = 1.0 + r * p * RECIP[n];
         n -= 1;
     }
     let k1 = k / 2;
     p * pow2(k1) * pow2(k - k1)
 }
 
+/// `e^x - 1` for `|x| < 0.35` by its Taylor series (to `x^17`).
+#[device]
+#[inline(always)]
+pub fn expm1_series(x: f64) -> f64 {
+    let mut p = 1.0;
+    let mut n = 17;
+    while n >= 2 {
+        p = 1.0 + x * p * RECIP[n];
+        n -= 1;
+    }
+    x * p
+}
+
+/// `1/n` for `n < 20` (multiplying by these keeps divisions out of the series loops).
+const RECIP: [f64; 20] = [
+    0.0, 1.0, 0.5, 1.0 / 3.0, 0.25, 0.2, 1.0 / 6.0, 1.0 / 7.0, 0.125, 1.0 / 9.0, 0.1, 1.0 / 11.0, 1.0 / 12.0, 1.0 / 13.0, 1.0 / 14.0,
+    1.0 / 15.0, 0.0625, 1.0 / 17.0, 1.0 / 18.0, 1.0 / 19.0,
+];
+
 /// `e^x - 1`, accurate near 0 (Taylor series for `|x| < 0.35`).
 #[device]
 #[inline(always)]
 pub fn expm1_f64(x: f64) -> f64 {
     if x.abs() < 0.35 {
-        let mut p = 1.0;
-        let mut n = 16;
-        while n >= 2 {
-            p = 1.0 + x * p / n as f64;
-            n -= 1;
-        }
-        return x * p;
+        return expm1_series(x);
     }
     exp_f64(x) - 1.0
 }
@@ -245,26 +260,24 @@ pub fn trunc_f64(x: f64) -> f64 {
     f64::from_bits(t.to_bits() | (x.to_bits() & (1 << 63)))
 }
 
-/// `x^p` with C `pow`'s sign rules for integral `p`.
+/// `x^p` when it needs no logarithm: `p = 0`, `x = 1`, NaN, zero or infinite `x`, and
+/// small integral `p` (repeated squaring); `None` otherwise.
 #[device]
 #[inline(always)]
-pub fn powf_f64(x: f64, p: f64) -> f64 {
+pub fn powf_special(x: f64, p: f64) -> Option<f64> {
     if p == 0.0 || x == 1.0 {
-        return 1.0;
+        return Some(1.0);
     }
     if x != x || p != p {
-        return f64::NAN;
+        return Some(f64::NAN);
     }
     let odd = trunc_f64(p) == p && trunc_f64(p * 0.5) * 2.0 != p;
     if x == 0.0 || x.abs() == f64::INFINITY {
-        // C pow: 0^p and inf^p are 0 or inf by the sign of p (and of the product of the
-        // exponents), negative bases keep their sign for odd integral p.
         let big = (x != 0.0) == (p > 0.0);
         let r = if big { f64::INFINITY } else { 0.0 };
-        return if x.is_sign_negative() && odd { -r } else { r };
+        return Some(if x.is_sign_negative() && odd { -r } else { r });
     }
     if trunc_f64(p) == p && p.abs() <= 64.0 {
-        // Small integral exponents by repeated squaring (a few roundings, exact for p = 2).
         let (mut base, mut e, mut r) = (x, p.abs() as u32, 1.0);
         while e > 0 {
             if e & 1 == 1 {
@@ -273,7 +286,17 @@ pub fn powf_f64(x: f64, p: f64) -> f64 {
             base *= base;
             e >>= 1;
         }
-        return if p < 0.0 { 1.0 / r } else { r };
+        return Some(if p < 0.0 { 1.0 / r } else { r });
+    }
+    None
+}
+
+/// `x^p` with C `pow`'s sign rules for integral `p`.
+#[device]
+#[inline(always)]
+pub fn powf_f64(x: f64, p: f64) -> f64 {
+    if let Some(r) = powf_special(x, p) {
+        return r;
     }
     let r = exp_f64(p * log_f64(x.abs()));
     if x < 0.0 {
@@ -294,23 +317,36 @@ const SQRT_TWO_OVER_PI: f64 = 0.797_884_560_802_865_4;
 #[device]
 #[inline(always)]
 pub fn apply_f64(x: f64, op: u32, param: f64) -> f64 {
+    match family(op) {
+        0 => apply_basic(x, op),
+        1 => apply_exp(x, op, param),
+        _ => apply_trig(x, op),
+    }
+}
+
+/// Which kernel serves `op`: 0 arithmetic and rounding, 1 the exponential family, 2
+/// trigonometric and erf (one kernel per family keeps each within the register budget).
+#[device]
+#[inline(always)]
+pub fn family(op: u32) -> u32 {
+    match op {
+        U_NEG | U_ABS | U_SQR | U_RECIP | U_RELU | U_FLOOR | U_CEIL | U_ROUND | U_SIGN | U_SQRT => 0,
+        U_SIN | U_COS | U_ERF | U_GELU_ERF => 2,
+        _ => 1,
+    }
+}
+
+/// Arithmetic and rounding ops.
+#[device]
+#[inline(always)]
+pub fn apply_basic(x: f64, op: u32) -> f64 {
     match op {
         U_NEG => -x,
-        U_EXP => exp_f64(x),
-        U_LOG => log_f64(x),
         U_SQRT => sqrt_full(x),
         U_ABS => x.abs(),
         U_SQR => x * x,
         U_RECIP => 1.0 / x,
         U_RELU => if x < 0.0 { 0.0 } else { x },
-        U_GELU => 0.5 * x * (1.0 + tanh_f64(SQRT_TWO_OVER_PI * x * (1.0 + 0.044715 * x * x))),
-        U_GELU_ERF => 0.5 * x * (1.0 + erf_f64(x * core::f64::consts::FRAC_1_SQRT_2)),
-        U_SILU => x / (1.0 + exp_f64(-x)),
-        U_TANH => tanh_f64(x),
-        U_SIGMOID => 1.0 / (1.0 + exp_f64(-x)),
-        U_ERF => erf_f64(x),
-        U_SIN => sincos_f64(x).0,
-        U_COS => sincos_f64(x).1,
         U_FLOOR => {
             let t = trunc_f64(x);
             if t > x { t - 1.0 } else { t }
@@ -324,29 +360,131 @@ pub fn apply_f64(x: f64, op: u32, param: f64) -> f64 {
             let d = x - t;
             if d >= 0.5 { t + 1.0 } else if d <= -0.5 { t - 1.0 } else { t }
         }
-        U_SIGN => if x > 0.0 { 1.0 } else if x < 0.0 { -1.0 } else { x },
-        U_ELU => if x >= 0.0 { x } else { param * expm1_f64(x) },
-        _ => powf_f64(x, param),
+        _ => if x > 0.0 { 1.0 } else if x < 0.0 { -1.0 } else { x },
     }
 }
 
-/// `out[i] = op(input[layout(i)], param)` in f64.
+/// The exponential family, written so that one `exp`, one `expm1` series and one `ln`
+/// serve every op (each inlined copy costs registers).
+#[device]
+#[inline(always)]
+pub fn apply_exp(x: f64, op: u32, param: f64) -> f64 {
+    if op == U_POWF {
+        if let Some(r) = powf_special(x, param) {
+            return r;
+        }
+    }
+    let l = if op == U_LOG || op == U_POWF { log_f64(if op == U_POWF { x.abs() } else { x }) } else { 0.0 };
+    if op == U_LOG {
+        return l;
+    }
+    // tanh's argument (GELU: Candle's tanh form).
+    let z = if op == U_GELU { SQRT_TWO_OVER_PI * x * (1.0 + 0.044715 * x * x) } else { x };
+    let za = z.abs();
+    let arg = match op {
+        U_EXP | U_ELU => x,
+        U_SILU | U_SIGMOID => -x,
+        U_TANH | U_GELU => 2.0 * za,
+        _ => param * l,
+    };
+    // expm1 by its series near 0 (tanh of small arguments, ELU), e^arg otherwise.
+    let series = match op {
+        U_TANH | U_GELU => za < 0.35,
+        U_ELU => x.abs() < 0.35,
+        _ => false,
+    };
+    let e = if series { expm1_series(arg) } else if (op == U_TANH || op == U_GELU) && za > 22.0 { 0.0 } else { exp_f64(arg) };
+    match op {
+        U_EXP => e,
+        U_SILU => x / (1.0 + e),
+        U_SIGMOID => 1.0 / (1.0 + e),
+        U_ELU => {
+            if x >= 0.0 {
+                x
+            } else {
+                param * if series { e } else { e - 1.0 }
+            }
+        }
+        U_TANH | U_GELU => {
+            let t = if za != za {
+                za
+            } else if za > 22.0 {
+                1.0
+            } else if series {
+                e / (e + 2.0)
+            } else {
+                1.0 - 2.0 / (e + 1.0)
+            };
+            let t = if z < 0.0 { -t } else { t };
+            if op == U_TANH { t } else { 0.5 * x * (1.0 + t) }
+        }
+        _ => {
+            // powf: the sign for negative bases (integral exponents were handled exactly).
+            if x < 0.0 {
+                if trunc_f64(param) != param {
+                    f64::NAN
+                } else if trunc_f64(param * 0.5) * 2.0 != param {
+                    -e
+                } else {
+                    e
+                }
+            } else {
+                e
+            }
+        }
+    }
+}
+
+/// Trigonometric ops and erf.
+#[device]
+#[inline(always)]
+pub fn apply_trig(x: f64, op: u32) -> f64 {
+    match op {
+        U_SIN => sincos_f64(x).0,
+        U_COS => sincos_f64(x).1,
+        U_ERF => erf_f64(x),
+        _ => 0.5 * x * (1.0 + erf_f64(x * core::f64::consts::FRAC_1_SQRT_2)),
+    }
+}
+
+/// `out[i] = op(input[layout(i)])` for the arithmetic and rounding ops.
 #[amdgpu_kernel]
-pub fn unary_f64(input: &[f64], layout: &[usize], out: &mut [f64], op: u32, param: f64) {
-    let n = out.len();
-    let step = global_size_x();
-    let mut i = global_idx_x();
-    while i < n {
-        out[i] = apply_f64(input[strided_offset(i, layout)], op, param);
-        i += step;
+pub fn unary_f64_basic(input: &[f64], layout: &[usize], out: &mut [f64], op: u32) {
+    // One element per work-item, no loop: a grid-stride loop would let the compiler hoist
+    // every series constant into scalar registers for the whole loop.
+    let i = flat_global_idx();
+    if i < out.len() {
+        out[i] = apply_basic(input[view_offset(i, layout)], op);
+    }
+}
+
+/// `out[i] = op(input[layout(i)], param)` for the exponential family.
+#[amdgpu_kernel]
+pub fn unary_f64_exp(input: &[f64], layout: &[usize], out: &mut [f64], op: u32, param: f64) {
+    // One element per work-item, no loop: a grid-stride loop would let the compiler hoist
+    // every series constant into scalar registers for the whole loop.
+    let i = flat_global_idx();
+    if i < out.len() {
+        out[i] = apply_exp(input[view_offset(i, layout)], op, param);
+    }
+}
+
+/// `out[i] = op(input[layout(i)])` for sin, cos, erf and GELU-erf.
+#[amdgpu_kernel]
+pub fn unary_f64_trig(input: &[f64], layout: &[usize], out: &mut [f64], op: u32) {
+    // One element per work-item, no loop: a grid-stride loop would let the compiler hoist
+    // every series constant into scalar registers for the whole loop.
+    let i = flat_global_idx();
+    if i < out.len() {
+        out[i] = apply_trig(input[view_offset(i, layout)], op);
     }
 }
 
 /// Checked launch.
 #[cfg(not(any(target_arch = "amdgpu", target_arch = "nvptx64")))]
 pub mod ops {
-    use crate::convert::ops::{grid, LayoutArg, Strided};
-    use crate::dtype::host::{arg_len, invalid};
+    use crate::convert::ops::{LayoutArg, Strided};
+    use crate::dtype::host::{arg_len, grid_2d, invalid};
     use crate::runtime::Device;
     use kernel_dsl::host::{KernelArgSlice, KernelArgSliceMut, LaunchError};
 
@@ -370,6 +508,10 @@ pub mod ops {
         if n == 0 {
             return Ok(());
         }
-        super::unary_f64::launch(dev, grid(n), input, &l.arg(), out, op, param)
+        match super::family(op) {
+            0 => super::unary_f64_basic::launch(dev, grid_2d(n), input, &l.arg(), out, op),
+            1 => super::unary_f64_exp::launch(dev, grid_2d(n), input, &l.arg(), out, op, param),
+            _ => super::unary_f64_trig::launch(dev, grid_2d(n), input, &l.arg(), out, op),
+        }
     }
 }

@@ -109,3 +109,18 @@ fn bad_op_code_is_rejected() {
     assert!(matches!(r, Err(kernel_dsl::host::LaunchError::InvalidArgument { .. })));
     assert_eq!(dev.download(&out).unwrap(), [3.0; 2]);
 }
+
+#[test]
+fn two_dimensional_grid_covers_every_element() {
+    // The kernels take one element per work-item over a 2-D grid of groups (x then y).
+    use kernel_dsl::host::LaunchConfig;
+    use kernel_dsl::Dim3;
+    for dev in executors() {
+        let n = 1500;
+        let xs: Vec<f64> = (0..n).map(|i| i as f64 - 700.5).collect();
+        let mut out = dev.alloc::<f64>(n).unwrap();
+        let cfg = LaunchConfig::new(Dim3::new(3, 2, 1), Dim3::x(256));
+        u::unary_f64_basic::launch(&dev, cfg, &dev.upload(&xs).unwrap(), &[0usize; 0], &mut out, u::U_NEG).unwrap();
+        assert_eq!(dev.download(&out).unwrap(), xs.iter().map(|x| -x).collect::<Vec<_>>());
+    }
+}
