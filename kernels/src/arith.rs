@@ -1,7 +1,7 @@
 //! Binary ops (`add`, `sub`, `mul`, `div`, `maximum`, `minimum`) and `affine` for the
 //! dtypes the typed f32/f16/bf16 kernels of [`elementwise`](crate::elementwise) do not
 //! cover: the integers u8, u32, i16, i32, i64 and f64 (computed in f64), with strided and
-//! broadcast layouts. One instance per element size (see [`dtype`](crate::dtype)).
+//! broadcast layouts. f32/f16/bf16/f8e4m3 work too (one op, rounded once to the type). One instance per element size (see [`dtype`](crate::dtype)).
 //!
 //! Integer semantics (Candle's CPU backend computes `v1 op v2` in the narrow type, which in
 //! a release build wraps on overflow; division by zero panics there): add, sub and mul
@@ -58,7 +58,10 @@ pub fn binary_val(a: Val, b: Val, op: u32) -> Val {
                 }
             }
         }),
-        (Val::Float(x) | Val::Wide(x), Val::Float(y) | Val::Wide(y)) => Val::Wide(match op {
+        // f64 stays f64 (`Wide`); f32/f16/bf16/f8 values are exact in f64 and the f64 result
+        // of one op, rounded once to the element type (`Float`), equals the op done in
+        // f32 and rounded (double rounding through f64 is innocuous for + - * /).
+        (Val::Float(x) | Val::Wide(x), Val::Float(y) | Val::Wide(y)) => float_like(a, match op {
             BIN_ADD => x + y,
             BIN_SUB => x - y,
             BIN_MUL => x * y,
@@ -83,6 +86,16 @@ pub fn binary_val(a: Val, b: Val, op: u32) -> Val {
             }
         }),
         _ => a,
+    }
+}
+
+/// `v` with the float kind of `like` (`Wide` for f64 operands, else `Float`).
+#[device]
+#[inline(always)]
+pub fn float_like(like: Val, v: f64) -> Val {
+    match like {
+        Val::Wide(_) => Val::Wide(v),
+        _ => Val::Float(v),
     }
 }
 
@@ -111,7 +124,9 @@ pub fn affine_any<B: Bits>(input: &[B], layout: &[usize], out: &mut [B], dt: u32
     let mut i = global_idx_x();
     while i < n {
         let v = decode_as(input[strided_offset(i, layout)], dt);
-        let r = binary_val(binary_val(v, m, BIN_MUL), a, BIN_ADD);
+        // The product rounded to the element type before the add, as Candle's `v * mul + add`.
+        let p = decode_as(encode_as::<B>(binary_val(v, m, BIN_MUL), dt), dt);
+        let r = binary_val(p, a, BIN_ADD);
         out[i] = encode_as::<B>(r, dt);
         i += step;
     }

@@ -421,6 +421,10 @@ macro_rules! int_ref {
 trait IntRef: T {
     fn op(a: Self, b: Self, op: BinaryOp) -> Self;
     fn affine(v: Self, mul: f64, add: f64) -> Self;
+    fn from_f64(v: f64) -> Self {
+        let _ = v;
+        unimplemented!()
+    }
 }
 int_ref!(u8, u32, i16, i32, i64);
 impl IntRef for f64 {
@@ -437,6 +441,44 @@ impl IntRef for f64 {
     fn affine(v: f64, mul: f64, add: f64) -> f64 {
         v * mul + add
     }
+}
+
+macro_rules! float_ref {
+    ($($t:ty => |$x:ident| $to:expr, |$y:ident| $from:expr);*) => {$(
+        impl IntRef for $t {
+            fn op(a: Self, b: Self, op: BinaryOp) -> Self {
+                let (x, y) = ({ let $x = a; $to }, { let $x = b; $to });
+                let r: f32 = match op {
+                    BinaryOp::Add => x + y,
+                    BinaryOp::Sub => x - y,
+                    BinaryOp::Mul => x * y,
+                    BinaryOp::Div => x / y,
+                    BinaryOp::Maximum => if x.is_nan() || y.is_nan() { f32::NAN } else { x.max(y) },
+                    BinaryOp::Minimum => if x.is_nan() || y.is_nan() { f32::NAN } else { x.min(y) },
+                };
+                let $y = r;
+                $from
+            }
+            fn affine(v: Self, mul: f64, add: f64) -> Self {
+                // Candle: T::from_f64(mul), T::from_f64(add), then v * mul + add in T.
+                let m = { let $x = <$t as IntRef>::from_f64(mul); $to };
+                let a = { let $x = <$t as IntRef>::from_f64(add); $to };
+                let p = { let $y = { let $x = v; $to } * m; $from };
+                let $y = { let $x = p; $to } + a;
+                $from
+            }
+            fn from_f64(v: f64) -> Self {
+                let $y = v as f32;
+                let _ = $y;
+                <$t as T>::from_h(candle_cast(H::F64(v), <$t as DType>::CODE))
+            }
+        }
+    )*};
+}
+float_ref! {
+    f32 => |x| x, |y| y;
+    f16 => |x| x.to_f32(), |y| f16::from_f32(y);
+    bf16 => |x| x.to_f32(), |y| bf16::from_f32(y)
 }
 
 const BOPS: [BinaryOp; 6] = [BinaryOp::Add, BinaryOp::Sub, BinaryOp::Mul, BinaryOp::Div, BinaryOp::Maximum, BinaryOp::Minimum];
@@ -476,6 +518,9 @@ fn binary_and_affine_integers_and_f64() {
         one::<i32>(&dev);
         one::<i64>(&dev);
         one::<f64>(&dev);
+        one::<f32>(&dev);
+        one::<f16>(&dev);
+        one::<bf16>(&dev);
     }
 }
 
