@@ -10,7 +10,7 @@
 //! either side is NaN, like the f32 kernels. `affine` is Candle's `v * mul + add` in the
 //! element type: `mul` and `add` converted with `as` (saturating), integer arithmetic
 //! wrapping, f64 not fused.
-use crate::dtype::{decode, decode_as, encode, encode_as, Bits, Val};
+use crate::dtype::{decode_as, encode_as, Bits, Val};
 use crate::elementwise::strided_offset;
 use kernel_dsl::prelude::*;
 
@@ -117,8 +117,8 @@ pub fn binary_any<B: Bits>(lhs: &[B], lhs_layout: &[usize], rhs: &[B], rhs_layou
 #[amdgpu_kernel(B = [u8, u16, u32, u64])]
 pub fn affine_any<B: Bits>(input: &[B], layout: &[usize], out: &mut [B], dt: u32, mul: f64, add: f64) {
     // The factors as the element type (`as`: saturating for integers), widened again.
-    let m = decode(encode(Val::Wide(mul), dt), dt);
-    let a = decode(encode(Val::Wide(add), dt), dt);
+    let m = decode_as(encode_as::<B>(Val::Wide(mul), dt), dt);
+    let a = decode_as(encode_as::<B>(Val::Wide(add), dt), dt);
     let n = out.len();
     let step = global_size_x();
     let mut i = global_idx_x();
