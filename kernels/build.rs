@@ -8,5 +8,15 @@ fn main() {
         .module("row")
         .module("rope")
         .module("indexing")
+        .module("indexing_any")
+        .module("dtype")
+        .module("convert")
+        .module("cmp")
+        .module("arith")
+        .module("conv")
+        .module("pool")
+        .module("random")
+        .module("reduce_any")
+        .module("unary_f64")
         .build();
 }
