@@ -55,7 +55,8 @@ pub fn rms_norm<T: Float>(input: &[T], weight: &[T], out: &mut [T], cols: u32, e
     let none: &[T] = &[];
     if Tile::fits::<T>(cols) {
         let tile = Tile::load(x, 0.0);
-        let ss = block_reduce(tile.fold(cols, 0.0, |a, v| a + v * v), &mut partials, |a, b| a + b);
+        // Zero padding adds nothing to the sum of squares.
+        let ss = block_reduce(tile.fold_padded(0.0, |a, v| a + v * v), &mut partials, |a, b| a + b);
         let scale = (ss / cols as f32 + eps).rsqrt();
         tile.store(y, |v, e| affine_chunk(v, 0.0, scale, w, none, e));
     } else {
@@ -88,7 +89,7 @@ pub fn layer_norm<T: Float>(input: &[T], weight: &[T], bias: &[T], out: &mut [T]
     let y = &mut out[start..end];
     let inv_n = 1.0 / cols as f32;
     let tile = Tile::load(x, 0.0);
-    let mean = block_reduce(tile.fold(cols, 0.0, |a, v| a + v), &mut partials, |a, b| a + b) * inv_n;
+    let mean = block_reduce(tile.fold_padded(0.0, |a, v| a + v), &mut partials, |a, b| a + b) * inv_n;
     let var = block_reduce(tile.fold(cols, 0.0, |a, v| a + (v - mean) * (v - mean)), &mut partials, |a, b| a + b) * inv_n;
     let rstd = (var + eps).rsqrt();
     tile.store(y, |v, e| affine_chunk(v, mean, rstd, w, b, e));

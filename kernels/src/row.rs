@@ -9,6 +9,15 @@ use kernel_dsl::prelude::*;
 /// Elements per chunk (one or two 16-byte accesses).
 pub const CHUNK: usize = 8;
 
+/// [`each_lane!`] over the first lane of each pair (`$j` = 0, 2, 4, 6), for conversions
+/// that take two elements at a time.
+#[macro_export]
+macro_rules! each_pair {
+    ($j:ident, $body:block) => {
+        $crate::each_lane!(@ $j, $body, 0 2 4 6)
+    };
+}
+
 // `each_lane!` writes out exactly 8 lanes.
 const _: () = assert!(CHUNK == 8);
 
@@ -70,8 +79,9 @@ pub unsafe fn load_full<T: Float>(s: &[T], e: usize, vec: bool) -> [f32; CHUNK] 
         // SAFETY: in bounds by the contract; 16-byte aligned because the slice start is
         // and `e` elements are a multiple of 16 bytes.
         let c = unsafe { core::ptr::read(s.as_ptr().add(e) as *const Vector<T>) };
-        each_lane!(j, {
-            v[j] = c.0[j].to_f32();
+        // In pairs: 16-bit types convert a 32-bit word at a time.
+        each_pair!(j, {
+            [v[j], v[j + 1]] = T::to_f32x2([c.0[j], c.0[j + 1]]);
         });
     } else {
         each_lane!(j, {
@@ -91,8 +101,9 @@ pub unsafe fn load_full<T: Float>(s: &[T], e: usize, vec: bool) -> [f32; CHUNK] 
 pub unsafe fn store_full<T: Float>(s: &mut [T], e: usize, v: &[f32; CHUNK], vec: bool) {
     if vec {
         let mut c = Vector([T::ZERO; CHUNK]);
-        each_lane!(j, {
-            c.0[j] = T::from_f32(v[j]);
+        // In pairs: one packed conversion per pair where the target has one.
+        each_pair!(j, {
+            [c.0[j], c.0[j + 1]] = T::from_f32x2([v[j], v[j + 1]]);
         });
         // SAFETY: as in `load_full`.
         unsafe { core::ptr::write(s.as_mut_ptr().add(e) as *mut Vector<T>, c) };
@@ -214,6 +225,21 @@ impl RowTile {
             each_lane!(j, {
                 let next = f(acc, self.v[k][j]);
                 acc = if e + j < cols { next } else { acc };
+            });
+        });
+        acc
+    }
+
+    /// Folds `f` over all of this work-item's values, padding included: for folds where
+    /// the `pad` given to [`RowTile::load`] changes nothing (a sum of squares over 0
+    /// padding, a maximum over -inf padding), without [`RowTile::fold`]'s per-element
+    /// bounds test.
+    #[inline(always)]
+    pub fn fold_padded(&self, init: f32, f: impl Fn(f32, f32) -> f32) -> f32 {
+        let mut acc = init;
+        each_tile_chunk!(k, {
+            each_lane!(j, {
+                acc = f(acc, self.v[k][j]);
             });
         });
         acc

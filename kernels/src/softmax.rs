@@ -79,14 +79,15 @@ pub fn softmax<T: Float>(input: &[T], out: &mut [T], cols: u32, mut partials: Sh
     let y = &mut out[start..end];
     if Tile::fits::<T>(cols) {
         let mut tile = Tile::load(x, f32::NEG_INFINITY);
-        let m = block_reduce(tile.fold(cols, f32::NEG_INFINITY, f32::max), &mut partials, f32::max);
+        // -inf padding leaves the maximum alone, and exp(-inf - m) = 0 the sum.
+        let m = block_reduce(tile.fold_padded(f32::NEG_INFINITY, f32::max), &mut partials, f32::max);
         // exp once per element, kept in the tile; padding becomes exp(-inf) = 0.
         each_tile_chunk!(k, {
             each_lane!(j, {
                 tile.v[k][j] = (tile.v[k][j] - m).exp();
             });
         });
-        let s = block_reduce(tile.fold(cols, 0.0, |a, b| a + b), &mut partials, |a, b| a + b);
+        let s = block_reduce(tile.fold_padded(0.0, |a, b| a + b), &mut partials, |a, b| a + b);
         let inv = 1.0 / s;
         tile.store(y, |v, _| v.map(|e| e * inv));
     } else {
