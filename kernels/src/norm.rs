@@ -130,7 +130,7 @@ pub fn layer_norm_long<T: Float>(input: &[T], weight: &[T], bias: &[T], out: &mu
 /// [`rms_norm`](fn@rms_norm) for many rows: one wave per row (no barriers, no shared memory), one pass
 /// for the sum of squares, a second that writes (re-reading the row from cache).
 /// `out.len() / cols` rows; launch with [`crate::row::wave_rows_config`].
-#[amdgpu_kernel(T = [f32, f16, bf16])]
+#[amdgpu_kernel(T = [f32, f16, bf16], max_threads = 256)]
 pub fn rms_norm_wave<T: Float>(input: &[T], weight: &[T], out: &mut [T], cols: u32, eps: f32) {
     let cols = cols as usize;
     if cols == 0 {
@@ -153,7 +153,7 @@ pub fn rms_norm_wave<T: Float>(input: &[T], weight: &[T], out: &mut [T], cols: u
 }
 
 /// [`layer_norm_long`](fn@layer_norm_long) with one wave per row, as [`rms_norm_wave`](fn@rms_norm_wave).
-#[amdgpu_kernel(T = [f32, f16, bf16])]
+#[amdgpu_kernel(T = [f32, f16, bf16], max_threads = 256)]
 pub fn layer_norm_wave<T: Float>(input: &[T], weight: &[T], bias: &[T], out: &mut [T], cols: u32, eps: f32) {
     let cols = cols as usize;
     if cols == 0 {

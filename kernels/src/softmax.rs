@@ -146,7 +146,7 @@ fn wave_row_max_exp_sum<T: Float>(x: &[T]) -> (f32, f32) {
 /// pass for the maximum and exponential sum, then a second pass that writes (it re-reads
 /// the row, which is small enough to still be in cache). `out.len() / cols` rows; launch
 /// with [`crate::row::wave_rows_config`].
-#[amdgpu_kernel(T = [f32, f16, bf16])]
+#[amdgpu_kernel(T = [f32, f16, bf16], max_threads = 256)]
 pub fn softmax_wave<T: Float>(input: &[T], out: &mut [T], cols: u32) {
     let cols = cols as usize;
     if cols == 0 {
@@ -162,7 +162,7 @@ pub fn softmax_wave<T: Float>(input: &[T], out: &mut [T], cols: u32) {
 }
 
 /// [`log_softmax`](fn@log_softmax) with one wave per row, as [`softmax_wave`](fn@softmax_wave).
-#[amdgpu_kernel(T = [f32, f16, bf16])]
+#[amdgpu_kernel(T = [f32, f16, bf16], max_threads = 256)]
 pub fn log_softmax_wave<T: Float>(input: &[T], out: &mut [T], cols: u32) {
     let cols = cols as usize;
     if cols == 0 {

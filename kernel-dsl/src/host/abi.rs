@@ -40,9 +40,11 @@ pub struct KernelInstance {
 }
 
 impl KernelInstance {
-    /// Rejects a launch whose work-group is larger than [`KernelInstance::max_threads`]
-    /// (before anything runs).
+    /// Rejects a launch whose configuration no backend runs
+    /// ([`LaunchConfig::validate`](super::LaunchConfig::validate)) or whose work-group is
+    /// larger than [`KernelInstance::max_threads`], before anything runs.
     pub fn check_block(&self, config: &super::LaunchConfig) -> Result<(), super::LaunchError> {
+        config.validate()?;
         let work_items = config.block.volume();
         if work_items > self.max_threads as u64 {
             return Err(super::LaunchError::BlockTooLarge { kernel: self.symbol, work_items, max: self.max_threads });
