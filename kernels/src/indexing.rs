@@ -413,8 +413,9 @@ fn scatter_column<T: Float, I: IndexType>(s: &[T], ix: &[I], d: &mut [T], n: usi
 /// with `dst` contiguous `(left, dst_dim, right)` and `src`, `ids` contiguous
 /// `(left, n, right)`. One work-item per `(l, r)`: deterministic, no atomics, bit-for-bit
 /// the sequential loop's result (see `scatter_column`); f16/bf16 round to their type after
-/// each add (computed in `f32`). Launch with [`scatter_config`]`(left, right)`.
-#[amdgpu_kernel(T = [f32, f16, bf16], I = [u32, i64])]
+/// each add (computed in `f32`). Launch with [`scatter_config`]`(left, right)` (at most 64
+/// work-items per group: `ptxas` spilled the batch at the 64 registers of 1024).
+#[amdgpu_kernel(T = [f32, f16, bf16], I = [u32, i64], max_threads = 64)]
 pub fn scatter_add<T: Float, I: IndexType>(
     src: &[T],
     ids: &[I],

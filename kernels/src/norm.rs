@@ -127,8 +127,10 @@ pub fn layer_norm_long<T: Float>(input: &[T], weight: &[T], bias: &[T], out: &mu
     map_chunks(x, y, |v, e| affine_chunk_scalar(v, mean, rstd, w, b, e));
 }
 
-/// [`rms_norm`](fn@rms_norm) for many rows: one wave per row (no barriers, no shared memory), one pass
-/// for the sum of squares, a second that writes (re-reading the row from cache).
+/// [`rms_norm`](fn@rms_norm) for many rows: one wave per row (no barriers, no shared memory).
+/// Rows that fit the lanes' register tiles ([`RowTile::fits_wave`]) are read once; longer
+/// ones take one pass for the sum of squares and a second that writes (re-reading the row
+/// from cache).
 /// `out.len() / cols` rows; launch with [`crate::row::wave_rows_config`].
 #[amdgpu_kernel(T = [f32, f16, bf16], max_threads = 256)]
 pub fn rms_norm_wave<T: Float>(input: &[T], weight: &[T], out: &mut [T], cols: u32, eps: f32) {
@@ -141,14 +143,22 @@ pub fn rms_norm_wave<T: Float>(input: &[T], weight: &[T], out: &mut [T], cols: u
     let (lane, lanes) = (wave::lane_id() as usize, wave::size() as usize);
     for_each_row_of_wave(out.len() / cols, |r| {
         let x = &input[r * cols..r * cols + cols];
-        let mut s = 0.0f32;
-        for_each_chunk_of(x, 0.0, lane, lanes, |v, _| {
-            each_lane!(j, {
-                s += v[j] * v[j];
+        let y = &mut out[r * cols..r * cols + cols];
+        if Tile::fits_wave(cols) {
+            // Read once into the lanes' registers.
+            let tile = Tile::load_of(x, 0.0, lane, lanes);
+            let scale = (wave::sum(tile.fold_padded(0.0, |a, v| a + v * v)) / cols as f32 + eps).rsqrt();
+            tile.store(y, |v, e| affine_chunk(v, 0.0, scale, w, none, e));
+        } else {
+            let mut s = 0.0f32;
+            for_each_chunk_of(x, 0.0, lane, lanes, |v, _| {
+                each_lane!(j, {
+                    s += v[j] * v[j];
+                });
             });
-        });
-        let scale = (wave::sum(s) / cols as f32 + eps).rsqrt();
-        map_chunks_of(x, &mut out[r * cols..r * cols + cols], lane, lanes, |v, e| affine_chunk(v, 0.0, scale, w, none, e));
+            let scale = (wave::sum(s) / cols as f32 + eps).rsqrt();
+            map_chunks_of(x, y, lane, lanes, |v, e| affine_chunk(v, 0.0, scale, w, none, e));
+        }
     });
 }
 
@@ -165,6 +175,15 @@ pub fn layer_norm_wave<T: Float>(input: &[T], weight: &[T], bias: &[T], out: &mu
     let (lane, lanes) = (wave::lane_id() as usize, wave::size() as usize);
     for_each_row_of_wave(out.len() / cols, |r| {
         let x = &input[r * cols..r * cols + cols];
+        if Tile::fits_wave(cols) {
+            // Read once into the lanes' registers; two-pass variance as `layer_norm`.
+            let tile = Tile::load_of(x, 0.0, lane, lanes);
+            let mean = wave::sum(tile.fold_padded(0.0, |a, v| a + v)) * inv_n;
+            let var = wave::sum(tile.fold(cols, 0.0, |a, v| a + (v - mean) * (v - mean))) * inv_n;
+            let rstd = (var + eps).rsqrt();
+            tile.store(&mut out[r * cols..r * cols + cols], |v, e| affine_chunk_scalar(v, mean, rstd, w, b, e));
+            return;
+        }
         let k0 = x[0].to_f32();
         let (mut s, mut q) = (0.0f32, 0.0f32);
         for_each_chunk_of(x, k0, lane, lanes, |v, _| {

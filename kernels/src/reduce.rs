@@ -8,7 +8,7 @@
 //!   layout, over any dimensions of any strided view;
 //! * [`reduce_rows_wave`](fn@reduce_rows_wave) / [`argreduce_rows_wave`](fn@argreduce_rows_wave): one wave per output, for many
 //!   contiguous rows (shuffles only, no barriers);
-//! * [`reduce_cols`](fn@reduce_cols) / [`argreduce_cols`](fn@argreduce_cols): [`COL_SPLIT`] work-items per output, for
+//! * [`reduce_cols`](fn@reduce_cols) / [`argreduce_cols`](fn@argreduce_cols): several work-items per output ([`col_block`]), for
 //!   reductions over outer or middle dimensions of a contiguous tensor (`(outer, r, inner)`
 //!   reduced over `r`), where neighbouring work-items read neighbouring elements.
 //!
@@ -303,21 +303,30 @@ fn column<T>(input: &[T], start: usize, r: usize, inner: usize) -> &[T] {
     &input[start..=start + (r - 1) * inner]
 }
 
-/// Columns one work-group of the column kernels covers (its x size): 64 bytes of f32,
-/// 32 of 16-bit types per row and load, whole 32-byte sectors on NVIDIA.
-pub const COL_TILE: u32 = 16;
-/// Work-items that share one column of the column kernels (the work-group's y size):
-/// with [`COL_TILE`], 1024-item work-groups, twice as many groups as 32 x 16 gave
-/// (4096 columns: 256 groups, two per H100 SM, instead of 128 for 132 SMs).
+/// Columns one work-group of the column kernels covers (its x size), at most: see
+/// [`col_block`].
+pub const COL_TILE: u32 = 32;
+/// Work-items that share one column of the column kernels (the work-group's y size), at
+/// most: see [`col_block`].
 pub const COL_SPLIT: u32 = 64;
+
+/// Work-group shape `(columns, work-items per column)` of the column kernels for
+/// reductions of length `r` over elements of `elem_bytes` bytes. Long f32 columns take
+/// 16 x 64 (1024-item groups, twice as many groups as 32 x 16: 4096 x 4096 went from 0.92
+/// to 1.02 of PyTorch's time on an H100); 16-bit types and short columns keep 32 x 16
+/// (16 x 64 halved bf16 4096 x 4096 and made 64-long columns 6x slower).
+pub const fn col_block(r: usize, elem_bytes: usize) -> (u32, u32) {
+    if elem_bytes >= 4 && r >= 1024 { (16, 64) } else { (32, 16) }
+}
 /// Work-items of a column-kernel work-group.
-pub const COL_THREADS: usize = (COL_TILE * COL_SPLIT) as usize;
+pub const COL_THREADS: usize = 1024;
 
 /// `out[a][b] = Op over k of input[a][k][b]` for a contiguous `(outer, r, inner)` input
-/// and an `(outer, inner)` output. A work-group covers [`COL_TILE`] neighbouring columns
-/// (coalesced loads) with [`COL_SPLIT`] work-items per column, each folding every
-/// `COL_SPLIT`-th element (four loads in flight), then the partials meet in shared memory.
-/// Grid: `outer * ceil(inner / COL_TILE)` work-groups, block `(COL_TILE, COL_SPLIT)`.
+/// and an `(outer, inner)` output. A work-group covers `bx` neighbouring columns
+/// (coalesced loads) with `by` work-items per column, each folding every `by`-th element
+/// (four loads in flight), then the partials meet in shared memory. Grid:
+/// `outer * ceil(inner / bx)` work-groups, block `(bx, by)` = [`col_block`] (any shape of
+/// at most 1024 work-items works).
 #[amdgpu_kernel(T = [f32, f16, bf16], Op = [Sum, Mean, Max, Min])]
 pub fn reduce_cols<T: Float, Op: ReduceOp>(input: &[T], out: &mut [T], outer: u32, r: u32, inner: u32, mut partials: Shared<f32, COL_THREADS>) {
     let (outer, r, inner) = (outer as usize, r as usize, inner as usize);
@@ -425,13 +434,14 @@ mod host {
     }
 
     /// The checked plan and launch shape of a reduction, `None` when it has no outputs.
-    fn prepare(dev: &Device, dims: &[usize], strides: &[usize], reduce: &[usize], input: usize, out: usize, empty_ok: bool) -> Result<Option<(ReducePlan, LaunchConfig)>, LaunchError> {
+    #[allow(clippy::too_many_arguments)]
+    fn prepare(dev: &Device, dims: &[usize], strides: &[usize], reduce: &[usize], input: usize, out: usize, empty_ok: bool, elem_bytes: usize) -> Result<Option<(ReducePlan, LaunchConfig)>, LaunchError> {
         let p = plan(dims, strides, reduce)?;
         check(&p, dims, strides, input, out, empty_ok)?;
         if p.outputs() == 0 {
             return Ok(None);
         }
-        let cfg = p.launch_config(dev.wave_lanes());
+        let cfg = p.launch_config(dev.wave_lanes(), elem_bytes);
         Ok(Some((p, cfg)))
     }
 
@@ -447,7 +457,7 @@ mod host {
         reduce: &[usize],
         out: &mut DeviceVec<T>,
     ) -> Result<(), LaunchError> {
-        let Some((p, cfg)) = prepare(dev, dims, strides, reduce, input.len(), out.len(), Op::EMPTY_OK)? else {
+        let Some((p, cfg)) = prepare(dev, dims, strides, reduce, input.len(), out.len(), Op::EMPTY_OK, std::mem::size_of::<T>())? else {
             return Ok(());
         };
         match &p {
@@ -473,7 +483,7 @@ mod host {
         reduce: &[usize],
         out: &mut DeviceVec<u32>,
     ) -> Result<(), LaunchError> {
-        let Some((p, cfg)) = prepare(dev, dims, strides, reduce, input.len(), out.len(), false)? else {
+        let Some((p, cfg)) = prepare(dev, dims, strides, reduce, input.len(), out.len(), false, std::mem::size_of::<T>())? else {
             return Ok(());
         };
         match &p {
@@ -519,17 +529,18 @@ mod host {
             }
         }
 
-        /// Launch shape of the plan's kernel on a device with waves of `wave_lanes` lanes.
-        pub fn launch_config(&self, wave_lanes: u32) -> LaunchConfig {
+        /// Launch shape of the plan's kernel on a device with waves of `wave_lanes` lanes,
+        /// for elements of `elem_bytes` bytes.
+        pub fn launch_config(&self, wave_lanes: u32, elem_bytes: usize) -> LaunchConfig {
             match self {
                 ReducePlan::WaveRows { rows, .. } => crate::row::wave_rows_config(*rows, wave_lanes),
                 ReducePlan::Rows { rows, cols, .. } => {
                     LaunchConfig::new(Dim3::x(*rows as u32), Dim3::x(crate::row::reduce_threads(*cols)))
                 }
-                ReducePlan::Cols { outer, inner, .. } => LaunchConfig::new(
-                    Dim3::x((outer * inner.div_ceil(super::COL_TILE as usize)) as u32),
-                    Dim3::new(super::COL_TILE, super::COL_SPLIT, 1),
-                ),
+                ReducePlan::Cols { outer, r, inner } => {
+                    let (bx, by) = super::col_block(*r, elem_bytes);
+                    LaunchConfig::new(Dim3::x((outer * inner.div_ceil(bx as usize)) as u32), Dim3::new(bx, by, 1))
+                }
             }
         }
     }

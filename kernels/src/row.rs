@@ -180,10 +180,16 @@ macro_rules! each_tile_chunk {
 const _: () = assert!(TILE_CHUNKS == 2);
 
 /// This work-item's share of a row, [`TILE_CHUNKS`] chunks held in registers: chunk `k`
-/// starts at element [`RowTile::start`]`(k)`. Only valid when [`RowTile::fits`] holds.
+/// starts at element [`RowTile::start`]`(k)`. The row is shared by the work-items of the
+/// work-group ([`RowTile::load`]) or by the lanes of a wave ([`RowTile::load_of`]). Only
+/// valid when the row fits ([`RowTile::fits`], [`RowTile::fits_wave`]).
 pub struct RowTile {
     /// Values in `f32`; positions past the row hold the `pad` given to [`RowTile::load`].
     pub v: [[f32; CHUNK]; TILE_CHUNKS],
+    /// This work-item's place among the `parts` that share the row.
+    part: usize,
+    /// Work-items sharing the row.
+    parts: usize,
 }
 
 impl RowTile {
@@ -193,27 +199,40 @@ impl RowTile {
         cols <= tile_chunks(core::mem::size_of::<T>()) * CHUNK * flat_block_dim() as usize
     }
 
-    /// First element of chunk `k` of this work-item.
+    /// `true` when a row of `cols` elements fits the tiles of one wave's lanes.
     #[inline(always)]
-    pub fn start(k: usize) -> usize {
-        (k * flat_block_dim() as usize + flat_thread_idx() as usize) * CHUNK
+    pub fn fits_wave(cols: usize) -> bool {
+        cols <= TILE_CHUNKS * CHUNK * wave::size() as usize
     }
 
-    /// Loads this work-item's chunks of `row`.
+    /// First element of chunk `k` of this work-item.
+    #[inline(always)]
+    pub fn start(&self, k: usize) -> usize {
+        (k * self.parts + self.part) * CHUNK
+    }
+
+    /// Loads this work-item's chunks of `row` (shared by the work-group).
     #[inline(always)]
     pub fn load<T: Float>(row: &[T], pad: f32) -> RowTile {
-        let mut v = [[pad; CHUNK]; TILE_CHUNKS];
+        Self::load_of(row, pad, flat_thread_idx() as usize, flat_block_dim() as usize)
+    }
+
+    /// Loads the chunks of `row` of the `part`-th of `parts` work-items sharing it (a
+    /// lane of the wave that owns the row, for instance).
+    #[inline(always)]
+    pub fn load_of<T: Float>(row: &[T], pad: f32, part: usize, parts: usize) -> RowTile {
+        let mut t = RowTile { v: [[pad; CHUNK]; TILE_CHUNKS], part, parts };
         let vec = vectorizable(row.as_ptr());
         each_tile_chunk!(k, {
-            let e = Self::start(k);
-            v[k] = if e + CHUNK <= row.len() {
+            let e = t.start(k);
+            t.v[k] = if e + CHUNK <= row.len() {
                 // SAFETY: checked just above.
                 unsafe { load_full(row, e, vec) }
             } else {
                 load_chunk_scalar(row, e, pad)
             };
         });
-        RowTile { v }
+        t
     }
 
     /// Folds `f` over the values that lie inside a row of `cols` elements.
@@ -221,7 +240,7 @@ impl RowTile {
     pub fn fold(&self, cols: usize, init: f32, f: impl Fn(f32, f32) -> f32) -> f32 {
         let mut acc = init;
         each_tile_chunk!(k, {
-            let e = Self::start(k);
+            let e = self.start(k);
             each_lane!(j, {
                 let next = f(acc, self.v[k][j]);
                 acc = if e + j < cols { next } else { acc };
@@ -251,7 +270,7 @@ impl RowTile {
     pub fn store<T: Float>(&self, out: &mut [T], f: impl Fn(&[f32; CHUNK], usize) -> [f32; CHUNK]) {
         let vec = vectorizable(out.as_ptr());
         each_tile_chunk!(k, {
-            let e = Self::start(k);
+            let e = self.start(k);
             if e + CHUNK <= out.len() {
                 // SAFETY: checked just above.
                 unsafe { store_full(out, e, &f(&self.v[k], e), vec) };

@@ -142,9 +142,10 @@ fn wave_row_max_exp_sum<T: Float>(x: &[T]) -> (f32, f32) {
     (max, sum)
 }
 
-/// [`softmax`](fn@softmax) for many rows: one wave per row (no barriers, no shared memory), an online
-/// pass for the maximum and exponential sum, then a second pass that writes (it re-reads
-/// the row, which is small enough to still be in cache). `out.len() / cols` rows; launch
+/// [`softmax`](fn@softmax) for many rows: one wave per row (no barriers, no shared memory).
+/// Rows that fit the lanes' register tiles ([`RowTile::fits_wave`]: 512 elements on
+/// waves of 32) are read once; longer ones take an online pass for the maximum and
+/// exponential sum, then a second pass that writes (re-reading the row from cache). `out.len() / cols` rows; launch
 /// with [`crate::row::wave_rows_config`].
 #[amdgpu_kernel(T = [f32, f16, bf16], max_threads = 256)]
 pub fn softmax_wave<T: Float>(input: &[T], out: &mut [T], cols: u32) {
@@ -152,12 +153,26 @@ pub fn softmax_wave<T: Float>(input: &[T], out: &mut [T], cols: u32) {
     if cols == 0 {
         return;
     }
+    let (lane, lanes) = (wave::lane_id() as usize, wave::size() as usize);
     for_each_row_of_wave(out.len() / cols, |r| {
         let x = &input[r * cols..r * cols + cols];
-        let (m, s) = wave_row_max_exp_sum(x);
-        let inv = 1.0 / s;
-        let (lane, lanes) = (wave::lane_id() as usize, wave::size() as usize);
-        map_chunks_of(x, &mut out[r * cols..r * cols + cols], lane, lanes, |v, _| v.map(|e| (e - m).exp() * inv));
+        let y = &mut out[r * cols..r * cols + cols];
+        if Tile::fits_wave(cols) {
+            // Read once into the lanes' registers, one exp per element (as `softmax`).
+            let mut tile = Tile::load_of(x, f32::NEG_INFINITY, lane, lanes);
+            let m = wave::reduce(tile.fold_padded(f32::NEG_INFINITY, f32::max), f32::max);
+            each_tile_chunk!(k, {
+                each_lane!(j, {
+                    tile.v[k][j] = (tile.v[k][j] - m).exp();
+                });
+            });
+            let inv = 1.0 / wave::sum(tile.fold_padded(0.0, |a, b| a + b));
+            tile.store(y, |v, _| v.map(|e| e * inv));
+        } else {
+            let (m, s) = wave_row_max_exp_sum(x);
+            let inv = 1.0 / s;
+            map_chunks_of(x, y, lane, lanes, |v, _| v.map(|e| (e - m).exp() * inv));
+        }
     });
 }
 
@@ -168,12 +183,20 @@ pub fn log_softmax_wave<T: Float>(input: &[T], out: &mut [T], cols: u32) {
     if cols == 0 {
         return;
     }
+    let (lane, lanes) = (wave::lane_id() as usize, wave::size() as usize);
     for_each_row_of_wave(out.len() / cols, |r| {
         let x = &input[r * cols..r * cols + cols];
-        let (m, s) = wave_row_max_exp_sum(x);
-        let lse = m + s.ln();
-        let (lane, lanes) = (wave::lane_id() as usize, wave::size() as usize);
-        map_chunks_of(x, &mut out[r * cols..r * cols + cols], lane, lanes, |v, _| v.map(|e| e - lse));
+        let y = &mut out[r * cols..r * cols + cols];
+        if Tile::fits_wave(cols) {
+            let tile = Tile::load_of(x, f32::NEG_INFINITY, lane, lanes);
+            let m = wave::reduce(tile.fold_padded(f32::NEG_INFINITY, f32::max), f32::max);
+            let lse = m + wave::sum(tile.fold_padded(0.0, |a, v| a + (v - m).exp())).ln();
+            tile.store(y, |v, _| v.map(|e| e - lse));
+        } else {
+            let (m, s) = wave_row_max_exp_sum(x);
+            let lse = m + s.ln();
+            map_chunks_of(x, y, lane, lanes, |v, _| v.map(|e| e - lse));
+        }
     });
 }
 
