@@ -141,15 +141,21 @@ pub fn rms_norm_wave<T: Float>(input: &[T], weight: &[T], out: &mut [T], cols: u
     let w = if weight.is_empty() { weight } else { &weight[..cols] };
     let none: &[T] = &[];
     let (lane, lanes) = (wave::lane_id() as usize, wave::size() as usize);
+    if Tile::fits_wave::<T>(cols) {
+        // Read once into the lanes' registers. (Outside `for_each_row_of_wave`: NVPTX
+        // kept the closure of both paths out of line, with a stack frame.)
+        let r = global_idx_x() / lanes;
+        if r < out.len() / cols {
+            let tile = Tile::load_of(&input[r * cols..r * cols + cols], 0.0, lane, lanes);
+            let scale = (wave::sum(tile.fold_padded(0.0, |a, v| a + v * v)) / cols as f32 + eps).rsqrt();
+            tile.store(&mut out[r * cols..r * cols + cols], |v, e| affine_chunk(v, 0.0, scale, w, none, e));
+        }
+        return;
+    }
     for_each_row_of_wave(out.len() / cols, |r| {
         let x = &input[r * cols..r * cols + cols];
         let y = &mut out[r * cols..r * cols + cols];
-        if Tile::fits_wave(cols) {
-            // Read once into the lanes' registers.
-            let tile = Tile::load_of(x, 0.0, lane, lanes);
-            let scale = (wave::sum(tile.fold_padded(0.0, |a, v| a + v * v)) / cols as f32 + eps).rsqrt();
-            tile.store(y, |v, e| affine_chunk(v, 0.0, scale, w, none, e));
-        } else {
+        {
             let mut s = 0.0f32;
             for_each_chunk_of(x, 0.0, lane, lanes, |v, _| {
                 each_lane!(j, {
@@ -175,7 +181,7 @@ pub fn layer_norm_wave<T: Float>(input: &[T], weight: &[T], bias: &[T], out: &mu
     let (lane, lanes) = (wave::lane_id() as usize, wave::size() as usize);
     for_each_row_of_wave(out.len() / cols, |r| {
         let x = &input[r * cols..r * cols + cols];
-        if Tile::fits_wave(cols) {
+        if Tile::fits_wave::<T>(cols) {
             // Read once into the lanes' registers; two-pass variance as `layer_norm`.
             let tile = Tile::load_of(x, 0.0, lane, lanes);
             let mean = wave::sum(tile.fold_padded(0.0, |a, v| a + v)) * inv_n;
@@ -201,6 +207,8 @@ pub fn layer_norm_wave<T: Float>(input: &[T], weight: &[T], bias: &[T], out: &mu
 }
 
 /// Launch shape for `rows` rows of `cols` elements (one work-group per row).
+/// Sized for the tiles of NVIDIA GPUs and the CPU executor ([`crate::row::tile_chunks`]);
+/// the checked launchers size for the device they run on.
 #[cfg(not(any(target_arch = "amdgpu", target_arch = "nvptx64")))]
 pub fn launch_config<T>(rows: usize, cols: usize) -> Result<kernel_dsl::host::LaunchConfig, kernel_dsl::host::LaunchError> {
     crate::row::launch_config("norm", rows, cols, core::mem::size_of::<T>())
@@ -241,7 +249,8 @@ mod host {
         if crate::row::use_wave_rows(rows, cols) {
             return super::rms_norm_wave::launch::<T>(dev, crate::row::wave_rows_config(rows, dev.wave_lanes()), x, param(weight), y, cols as u32, eps);
         }
-        super::rms_norm::launch::<T>(dev, super::launch_config::<T>(rows, cols)?, x, param(weight), y, cols as u32, eps)
+        let cfg = crate::row::launch_config_on(dev, "rms_norm", rows, cols, std::mem::size_of::<T>())?;
+        super::rms_norm::launch::<T>(dev, cfg, x, param(weight), y, cols as u32, eps)
     }
 
     /// LayerNorm of each row, with optional weight and bias; checked as [`rms_norm_rows`].
@@ -260,8 +269,9 @@ mod host {
         if crate::row::use_wave_rows(rows, cols) {
             return super::layer_norm_wave::launch::<T>(dev, crate::row::wave_rows_config(rows, dev.wave_lanes()), x, param(weight), param(bias), y, cols as u32, eps);
         }
-        let cfg = super::launch_config::<T>(rows, cols)?;
-        if cols <= crate::row::tile_chunks(std::mem::size_of::<T>()) * crate::row::CHUNK * cfg.block.x as usize {
+        let size = std::mem::size_of::<T>();
+        let cfg = crate::row::launch_config_on(dev, "layer_norm", rows, cols, size)?;
+        if cols <= crate::row::tile_chunks_on(dev, size) * crate::row::CHUNK * cfg.block.x as usize {
             super::layer_norm::launch::<T>(dev, cfg, x, param(weight), param(bias), y, cols as u32, eps)
         } else {
             super::layer_norm_long::launch::<T>(dev, cfg, x, param(weight), param(bias), y, cols as u32, eps)

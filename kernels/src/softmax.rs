@@ -82,7 +82,7 @@ pub fn softmax<T: Float>(input: &[T], out: &mut [T], cols: u32, mut partials: Sh
         // -inf padding leaves the maximum alone, and exp(-inf - m) = 0 the sum.
         let m = block_reduce(tile.fold_padded(f32::NEG_INFINITY, f32::max), &mut partials, f32::max);
         // exp once per element, kept in the tile; padding becomes exp(-inf) = 0.
-        each_tile_chunk!(k, {
+        each_tile_chunk!(k, tile.chunks, {
             each_lane!(j, {
                 tile.v[k][j] = (tile.v[k][j] - m).exp();
             });
@@ -157,11 +157,11 @@ pub fn softmax_wave<T: Float>(input: &[T], out: &mut [T], cols: u32) {
     for_each_row_of_wave(out.len() / cols, |r| {
         let x = &input[r * cols..r * cols + cols];
         let y = &mut out[r * cols..r * cols + cols];
-        if Tile::fits_wave(cols) {
+        if Tile::fits_wave::<T>(cols) {
             // Read once into the lanes' registers, one exp per element (as `softmax`).
             let mut tile = Tile::load_of(x, f32::NEG_INFINITY, lane, lanes);
             let m = wave::reduce(tile.fold_padded(f32::NEG_INFINITY, f32::max), f32::max);
-            each_tile_chunk!(k, {
+            each_tile_chunk!(k, tile.chunks, {
                 each_lane!(j, {
                     tile.v[k][j] = (tile.v[k][j] - m).exp();
                 });
@@ -187,7 +187,7 @@ pub fn log_softmax_wave<T: Float>(input: &[T], out: &mut [T], cols: u32) {
     for_each_row_of_wave(out.len() / cols, |r| {
         let x = &input[r * cols..r * cols + cols];
         let y = &mut out[r * cols..r * cols + cols];
-        if Tile::fits_wave(cols) {
+        if Tile::fits_wave::<T>(cols) {
             let tile = Tile::load_of(x, f32::NEG_INFINITY, lane, lanes);
             let m = wave::reduce(tile.fold_padded(f32::NEG_INFINITY, f32::max), f32::max);
             let lse = m + wave::sum(tile.fold_padded(0.0, |a, v| a + (v - m).exp())).ln();
@@ -202,6 +202,8 @@ pub fn log_softmax_wave<T: Float>(input: &[T], out: &mut [T], cols: u32) {
 
 /// Launch shape for `rows` rows of `cols` elements: one work-group per row, sized so that
 /// rows up to 16384 elements fit the register tiles.
+/// Sized for the tiles of NVIDIA GPUs and the CPU executor ([`crate::row::tile_chunks`]);
+/// the checked launchers size for the device they run on.
 #[cfg(not(any(target_arch = "amdgpu", target_arch = "nvptx64")))]
 pub fn launch_config<T>(rows: usize, cols: usize) -> Result<kernel_dsl::host::LaunchConfig, kernel_dsl::host::LaunchError> {
     crate::row::launch_config("softmax", rows, cols, core::mem::size_of::<T>())
@@ -221,7 +223,8 @@ mod host {
         if crate::row::use_wave_rows(rows, cols) {
             return super::softmax_wave::launch::<T>(dev, crate::row::wave_rows_config(rows, dev.wave_lanes()), x, y, cols as u32);
         }
-        super::softmax::launch::<T>(dev, super::launch_config::<T>(rows, cols)?, x, y, cols as u32)
+        let cfg = crate::row::launch_config_on(dev, "softmax", rows, cols, std::mem::size_of::<T>())?;
+        super::softmax::launch::<T>(dev, cfg, x, y, cols as u32)
     }
 
     /// Log-softmax over the last dimension, checked as [`softmax_last_dim`].
@@ -230,7 +233,8 @@ mod host {
         if crate::row::use_wave_rows(rows, cols) {
             return super::log_softmax_wave::launch::<T>(dev, crate::row::wave_rows_config(rows, dev.wave_lanes()), x, y, cols as u32);
         }
-        super::log_softmax::launch::<T>(dev, super::launch_config::<T>(rows, cols)?, x, y, cols as u32)
+        let cfg = crate::row::launch_config_on(dev, "log_softmax", rows, cols, std::mem::size_of::<T>())?;
+        super::log_softmax::launch::<T>(dev, cfg, x, y, cols as u32)
     }
 }
 #[cfg(not(any(target_arch = "amdgpu", target_arch = "nvptx64")))]
