@@ -1,12 +1,12 @@
 //! Row normalisations over the last dimension of a contiguous `rows x cols` tensor: RMSNorm
 //! and LayerNorm, one work-group per row, f32 accumulation, optional affine weights.
 //!
-//! Rows that fit the register tiles (up to 16384 elements with 1024 work-items) are read
-//! from memory once, and LayerNorm's variance is the two-pass `mean((x - mean)^2)` over
-//! the registers (no cancellation from `E[x^2] - E[x]^2`). Longer rows stream the input
-//! twice: once for the statistics (LayerNorm: sums of `x - x[0]` and its square, shifted
-//! so that a large mean does not cancel), once to write.
-use crate::reduce::{block_reduce, MAX_WAVES};
+//! Rows that fit the register tiles (up to 16384 elements with 1024 work-items, 32768 of
+//! 16-bit types on NVIDIA) are read from memory once; LayerNorm takes the sums of
+//! `x - x[0]` and of its square from the registers in one work-group reduction (the shift
+//! keeps a large mean from cancelling). Longer rows stream the input twice: once for the
+//! statistics, once to write.
+use crate::reduce::{block_reduce, block_sum2, MAX_WAVES};
 use crate::row::{for_each_chunk, for_each_chunk_of, for_each_row_of_wave, load_chunk, load_chunk_scalar, map_chunks, map_chunks_of, RowTile, CHUNK};
 
 /// The register tile of one work-item.
@@ -72,15 +72,21 @@ pub fn rms_norm<T: Float>(input: &[T], weight: &[T], out: &mut [T], cols: u32, e
     }
 }
 
-/// LayerNorm of rows that fit the work-group's register tiles ([`RowTile::fits`], up to
-/// 16 elements per work-item): `out = (x - mean) / sqrt(var + eps) * weight + bias` with
-/// the biased variance `mean((x - mean)^2)`, computed two-pass over the registers; `weight`
-/// and `bias` have `cols` elements or are empty (1 and 0). Longer rows abort the launch:
-/// use [`layer_norm_long`](fn@layer_norm_long), or [`layer_norm_rows`], which picks.
+/// LayerNorm of rows that fit the work-group's register tiles ([`RowTile::fits`]):
+/// `out = (x - mean) / sqrt(var + eps) * weight + bias` with the biased variance
+/// `mean((x - mean)^2)`; `weight` and `bias` have `cols` elements or are empty (1 and 0).
+/// The row is read once; the sums of `x - x[0]` and of its square come from the registers
+/// in one work-group reduction (the shift keeps the variance free of cancellation for rows
+/// whose mean is large against their spread, as in [`layer_norm_long`](fn@layer_norm_long)).
+/// Longer rows abort the launch: use [`layer_norm_long`](fn@layer_norm_long), or
+/// [`layer_norm_rows`], which picks.
 #[amdgpu_kernel(T = [f32, f16, bf16])]
-pub fn layer_norm<T: Float>(input: &[T], weight: &[T], bias: &[T], out: &mut [T], cols: u32, eps: f32, mut partials: Shared<f32, MAX_WAVES>) {
+pub fn layer_norm<T: Float>(input: &[T], weight: &[T], bias: &[T], out: &mut [T], cols: u32, eps: f32, mut partials: Shared<f32, MAX_WAVES>, mut partials2: Shared<f32, MAX_WAVES>) {
     let cols = cols as usize;
     assert!(Tile::fits::<T>(cols));
+    if cols == 0 {
+        return;
+    }
     let row = block_idx_x() as usize;
     let (start, end) = (row * cols, row * cols + cols);
     let x = &input[start..end];
@@ -88,18 +94,24 @@ pub fn layer_norm<T: Float>(input: &[T], weight: &[T], bias: &[T], out: &mut [T]
     let b = if bias.is_empty() { bias } else { &bias[..cols] };
     let y = &mut out[start..end];
     let inv_n = 1.0 / cols as f32;
-    let tile = Tile::load(x, 0.0);
-    let mean = block_reduce(tile.fold_padded(0.0, |a, v| a + v), &mut partials, |a, b| a + b) * inv_n;
-    let var = block_reduce(tile.fold(cols, 0.0, |a, v| a + (v - mean) * (v - mean)), &mut partials, |a, b| a + b) * inv_n;
-    let rstd = (var + eps).rsqrt();
-    tile.store(y, |v, e| affine_chunk(v, mean, rstd, w, b, e));
+    let k0 = x[0].to_f32();
+    // Padding reads as k0, so it adds nothing to either sum.
+    let tile = Tile::load(x, k0);
+    let s = tile.fold_padded(0.0, |a, v| a + (v - k0));
+    let q = tile.fold_padded(0.0, |a, v| a + (v - k0) * (v - k0));
+    let (s, q) = block_sum2(s, q, &mut partials, &mut partials2);
+    let (s, q) = (s * inv_n, q * inv_n);
+    // Clamp rounding below zero, but keep a NaN (from inf inputs) a NaN.
+    let var = q - s * s;
+    let rstd = ((if var < 0.0 { 0.0 } else { var }) + eps).rsqrt();
+    tile.store(y, |v, e| affine_chunk(v, k0 + s, rstd, w, b, e));
 }
 
 /// LayerNorm of rows of any length, as [`layer_norm`](fn@layer_norm), streaming the row twice: once for
 /// the statistics (sums of `x - x[0]` and of its square: the shift keeps the variance free
 /// of cancellation for rows whose mean is large against their spread), once to write.
 #[amdgpu_kernel(T = [f32, f16, bf16])]
-pub fn layer_norm_long<T: Float>(input: &[T], weight: &[T], bias: &[T], out: &mut [T], cols: u32, eps: f32, mut partials: Shared<f32, MAX_WAVES>) {
+pub fn layer_norm_long<T: Float>(input: &[T], weight: &[T], bias: &[T], out: &mut [T], cols: u32, eps: f32, mut partials: Shared<f32, MAX_WAVES>, mut partials2: Shared<f32, MAX_WAVES>) {
     let cols = cols as usize;
     let row = block_idx_x() as usize;
     let (start, end) = (row * cols, row * cols + cols);
@@ -118,8 +130,8 @@ pub fn layer_norm_long<T: Float>(input: &[T], weight: &[T], bias: &[T], out: &mu
             q += d * d;
         });
     });
-    let s = block_reduce(s, &mut partials, |a, b| a + b) * inv_n;
-    let q = block_reduce(q, &mut partials, |a, b| a + b) * inv_n;
+    let (s, q) = block_sum2(s, q, &mut partials, &mut partials2);
+    let (s, q) = (s * inv_n, q * inv_n);
     let mean = k0 + s;
     // Clamp rounding below zero, but keep a NaN (from inf inputs) a NaN.
     let var = q - s * s;

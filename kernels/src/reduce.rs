@@ -47,6 +47,30 @@ pub fn block_reduce(v: f32, partials: &mut Shared<f32, MAX_WAVES>, op: impl Fn(f
     r
 }
 
+/// Two sums over the whole work-group at once, [`block_reduce`] style but with one pair
+/// of barriers for both; every work-item gets both totals. `pa` and `pb` are scratch
+/// shared memory, free again when this returns.
+#[device]
+#[inline(always)]
+pub fn block_sum2(a: f32, b: f32, pa: &mut Shared<f32, MAX_WAVES>, pb: &mut Shared<f32, MAX_WAVES>) -> (f32, f32) {
+    let (wa, wb) = (wave::sum(a), wave::sum(b));
+    if wave::lane_id() == 0 {
+        pa[wave::wave_id() as usize] = wa;
+        pb[wave::wave_id() as usize] = wb;
+    }
+    barrier();
+    let waves = (flat_block_dim() / wave::size()) as usize;
+    let (mut ra, mut rb) = (pa[0], pb[0]);
+    let mut k = 1;
+    while k < waves {
+        ra += pa[k];
+        rb += pb[k];
+        k += 1;
+    }
+    barrier();
+    (ra, rb)
+}
+
 /// A reduction producing a value: how to start, combine and finish.
 pub trait ReduceOp: 'static {
     /// Value of an empty reduction before [`ReduceOp::finish`].

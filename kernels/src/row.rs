@@ -250,8 +250,12 @@ impl RowTile {
             t.v[k] = if e + CHUNK <= row.len() {
                 // SAFETY: checked just above.
                 unsafe { load_full(row, e, vec) }
-            } else {
+            } else if e < row.len() {
                 load_chunk_scalar(row, e, pad)
+            } else {
+                // Past the row (a row shorter than the tiles, such as 256 bf16 elements
+                // over a wave's 32 lanes): padding without loads.
+                [pad; CHUNK]
             };
         });
         t
