@@ -165,7 +165,9 @@ impl KernelBuild {
                     stats.extend(check_code_object(&device.abis, &meta, arch)?);
                 }
                 Target::Nvptx(_) => {
-                    let text = crate::ptx::with_max_threads(&std::fs::read_to_string(&a.path).at(&a.path)?, crate::MAX_WORK_GROUP);
+                    // Each entry's launch bound: `max_threads` of its kernel, else 1024.
+                    let bound = |entry: &str| device.abis.iter().find(|k| k.symbol == entry).map_or(crate::MAX_WORK_GROUP, |k| k.max_threads);
+                    let text = crate::ptx::with_max_threads(&std::fs::read_to_string(&a.path).at(&a.path)?, bound);
                     write_if_changed(&a.path, text.as_bytes())?;
                     let module = crate::ptx::parse_ptx(&text)
                         .map_err(|e| BuildError::Metadata { path: a.path.clone(), message: e.to_string() })?;

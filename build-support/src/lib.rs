@@ -46,8 +46,12 @@ pub const DEFAULT_ARCHS: &[&str] = &["gfx90a", "gfx942", "gfx1100", "gfx1030"];
 /// PTX target when `KERNEL_PTX_ARCH` is not set (Ampere and newer, H100 included).
 pub const DEFAULT_PTX_ARCH: &str = "sm_80";
 
-/// Largest work-group every kernel can be launched with, on both vendors. AMDGPU compiles
-/// for up to 1024 work-items by default; the PTX gets `.maxntid 1024` so that `ptxas`
-/// keeps each entry within the registers a 1024-thread block has (64 per thread), instead
-/// of failing such launches with `CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES`.
+/// Largest work-group a kernel can be launched with unless it gives a smaller bound
+/// (`#[amdgpu_kernel(max_threads = N)]`). Each PTX entry gets `.maxntid` of its bound, so
+/// that `ptxas` keeps it within the registers a block of that size has (64 per thread at
+/// 1024, 255 at 256) instead of failing such launches with
+/// `CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES`; the launcher rejects larger blocks
+/// (`LaunchError::BlockTooLarge`). AMDGPU code objects are compiled for up to 1024
+/// work-items whatever the bound (rustc has no way to set `amdgpu-flat-work-group-size`),
+/// which only makes their register budget stricter than needed.
 pub const MAX_WORK_GROUP: u32 = 1024;

@@ -781,23 +781,23 @@ fn param(entry: &str, toks: &[Token]) -> Result<PtxParam, PtxError> {
 }
 
 /// `text` with a `.maxntid max, 1, 1` directive on every `.entry` that has none, between
-/// the parameter list and the body. Idempotent.
-pub fn with_max_threads(text: &str, max: u32) -> String {
+/// the parameter list and the body, where `max = max_threads(entry name)`. Idempotent.
+pub fn with_max_threads(text: &str, max_threads: impl Fn(&str) -> u32) -> String {
     let mut out = String::with_capacity(text.len() + 64);
-    let mut in_entry = false;
-    let mut lines = text.lines().peekable();
-    while let Some(line) = lines.next() {
+    let mut entry: Option<u32> = None;
+    for line in text.lines() {
         let t = line.trim_start();
-        if t.starts_with(".visible .entry ") || t.starts_with(".entry ") {
-            in_entry = true;
+        if let Some(rest) = t.strip_prefix(".visible .entry ").or_else(|| t.strip_prefix(".entry ")) {
+            let name = rest.split(|c: char| c == '(' || c.is_whitespace()).next().unwrap_or("");
+            entry = Some(max_threads(name));
         }
-        if in_entry && t.starts_with('{') {
+        if let (Some(max), true) = (entry, t.starts_with('{')) {
             // The directives between `)` and `{` were passed already; add ours unless one
             // is there.
-            if !out.trim_end().ends_with(&format!(".maxntid {max}, 1, 1")) && !out.rsplit(".entry ").next().unwrap_or("").contains(".maxntid") {
+            if !out.rsplit(".entry ").next().unwrap_or("").contains(".maxntid") {
                 out.push_str(&format!(".maxntid {max}, 1, 1\n"));
             }
-            in_entry = false;
+            entry = None;
         }
         out.push_str(line);
         out.push('\n');
@@ -812,9 +812,11 @@ mod max_threads_tests {
     #[test]
     fn adds_maxntid_once_per_entry() {
         let ptx = ".version 7.0\n.target sm_80\n.visible .entry a(\n\t.param .u64 a_0\n)\n{\n\tret;\n}\n.visible .entry b()\n{\n\tret;\n}\n";
-        let once = with_max_threads(ptx, 1024);
-        assert_eq!(once.matches(".maxntid 1024, 1, 1").count(), 2, "{once}");
+        let bound = |name: &str| if name == "b" { 256 } else { 1024 };
+        let once = with_max_threads(ptx, bound);
+        assert_eq!(once.matches(".maxntid").count(), 2, "{once}");
         assert!(once.contains(")\n.maxntid 1024, 1, 1\n{"), "{once}");
-        assert_eq!(with_max_threads(&once, 1024), once, "idempotent");
+        assert!(once.contains(".entry b()\n.maxntid 256, 1, 1\n{"), "{once}");
+        assert_eq!(with_max_threads(&once, bound), once, "idempotent");
     }
 }

@@ -32,7 +32,7 @@
     allow(internal_features)
 )]
 #![cfg_attr(target_arch = "amdgpu", feature(stdarch_amdgpu))]
-#![cfg_attr(target_arch = "nvptx64", feature(stdarch_nvptx))]
+#![cfg_attr(target_arch = "nvptx64", feature(stdarch_nvptx, asm_experimental_arch))]
 #![warn(missing_docs)]
 
 mod arch;

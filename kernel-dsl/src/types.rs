@@ -88,6 +88,19 @@ pub trait Float: Element {
     fn to_f32(self) -> f32;
     /// Converts from `f32`, rounding to nearest-even.
     fn from_f32(v: f32) -> Self;
+    /// Converts two neighbouring elements to `f32` ([`Float::to_f32`] each; 16-bit types
+    /// split one 32-bit word).
+    #[inline(always)]
+    fn to_f32x2(p: [Self; 2]) -> [f32; 2] {
+        [p[0].to_f32(), p[1].to_f32()]
+    }
+    /// Converts two `f32` values to neighbouring elements ([`Float::from_f32`] each, with
+    /// the same rounding); one packed instruction per pair where the target has one
+    /// (`cvt.rn.bf16x2.f32` / `cvt.rn.f16x2.f32` on NVIDIA).
+    #[inline(always)]
+    fn from_f32x2(v: [f32; 2]) -> [Self; 2] {
+        [Self::from_f32(v[0]), Self::from_f32(v[1])]
+    }
 }
 
 macro_rules! element {
@@ -112,12 +125,52 @@ impl Float for f16 {
     fn to_f32(self) -> f32 { f16::to_f32(self) }
     #[inline(always)]
     fn from_f32(v: f32) -> Self { f16::from_f32(v) }
+    #[cfg(target_arch = "nvptx64")]
+    #[inline(always)]
+    fn from_f32x2(v: [f32; 2]) -> [Self; 2] {
+        let [lo, hi] = packed::f32x2_to_16x2::<false>(v);
+        [f16::from_bits(lo), f16::from_bits(hi)]
+    }
 }
 impl Float for bf16 {
     #[inline(always)]
     fn to_f32(self) -> f32 { bf16::to_f32(self) }
     #[inline(always)]
     fn from_f32(v: f32) -> Self { bf16::from_f32(v) }
+    #[inline(always)]
+    fn to_f32x2(p: [Self; 2]) -> [f32; 2] {
+        // The pair as one little-endian word: the low element's bits shifted up, the high
+        // element's bits masked in place (two instructions, no 16-bit extracts).
+        let w = (p[0].to_bits() as u32) | ((p[1].to_bits() as u32) << 16);
+        [f32::from_bits(w << 16), f32::from_bits(w & 0xffff_0000)]
+    }
+    #[cfg(target_arch = "nvptx64")]
+    #[inline(always)]
+    fn from_f32x2(v: [f32; 2]) -> [Self; 2] {
+        let [lo, hi] = packed::f32x2_to_16x2::<true>(v);
+        [bf16::from_bits(lo), bf16::from_bits(hi)]
+    }
+}
+
+/// Packed `f32` -> 16-bit conversions of NVIDIA GPUs (sm_80+, PTX 7.0+).
+#[cfg(target_arch = "nvptx64")]
+mod packed {
+    /// `[v0, v1]` rounded to nearest-even as bf16 (`BF16`) or f16 bits, in one
+    /// `cvt.rn.{bf16x2,f16x2}.f32` (its first source goes to the upper half). NaN stays NaN
+    /// (as the canonical NaN); subnormals are kept.
+    #[inline(always)]
+    pub fn f32x2_to_16x2<const BF16: bool>(v: [f32; 2]) -> [u16; 2] {
+        let r: u32;
+        // SAFETY: a pure register-to-register conversion.
+        unsafe {
+            if BF16 {
+                core::arch::asm!("cvt.rn.bf16x2.f32 {r}, {hi}, {lo};", r = out(reg32) r, hi = in(reg32) v[1], lo = in(reg32) v[0], options(pure, nomem, nostack));
+            } else {
+                core::arch::asm!("cvt.rn.f16x2.f32 {r}, {hi}, {lo};", r = out(reg32) r, hi = in(reg32) v[1], lo = in(reg32) v[0], options(pure, nomem, nostack));
+            }
+        }
+        [r as u16, (r >> 16) as u16]
+    }
 }
 
 /// Value conversion between element types, with Rust `as` semantics (float to int

@@ -1,12 +1,12 @@
 //! Row normalisations over the last dimension of a contiguous `rows x cols` tensor: RMSNorm
 //! and LayerNorm, one work-group per row, f32 accumulation, optional affine weights.
 //!
-//! Rows that fit the register tiles (up to 16384 elements with 1024 work-items) are read
-//! from memory once, and LayerNorm's variance is the two-pass `mean((x - mean)^2)` over
-//! the registers (no cancellation from `E[x^2] - E[x]^2`). Longer rows stream the input
-//! twice: once for the statistics (LayerNorm: sums of `x - x[0]` and its square, shifted
-//! so that a large mean does not cancel), once to write.
-use crate::reduce::{block_reduce, MAX_WAVES};
+//! Rows that fit the register tiles (up to 16384 elements with 1024 work-items, 32768 of
+//! 16-bit types on NVIDIA) are read from memory once; LayerNorm takes the sums of
+//! `x - x[0]` and of its square from the registers in one work-group reduction (the shift
+//! keeps a large mean from cancelling). Longer rows stream the input twice: once for the
+//! statistics, once to write.
+use crate::reduce::{block_reduce, block_sum2, MAX_WAVES};
 use crate::row::{for_each_chunk, for_each_chunk_of, for_each_row_of_wave, load_chunk, load_chunk_scalar, map_chunks, map_chunks_of, RowTile, CHUNK};
 
 /// The register tile of one work-item.
@@ -55,7 +55,8 @@ pub fn rms_norm<T: Float>(input: &[T], weight: &[T], out: &mut [T], cols: u32, e
     let none: &[T] = &[];
     if Tile::fits::<T>(cols) {
         let tile = Tile::load(x, 0.0);
-        let ss = block_reduce(tile.fold(cols, 0.0, |a, v| a + v * v), &mut partials, |a, b| a + b);
+        // Zero padding adds nothing to the sum of squares.
+        let ss = block_reduce(tile.fold_padded(0.0, |a, v| a + v * v), &mut partials, |a, b| a + b);
         let scale = (ss / cols as f32 + eps).rsqrt();
         tile.store(y, |v, e| affine_chunk(v, 0.0, scale, w, none, e));
     } else {
@@ -71,15 +72,21 @@ pub fn rms_norm<T: Float>(input: &[T], weight: &[T], out: &mut [T], cols: u32, e
     }
 }
 
-/// LayerNorm of rows that fit the work-group's register tiles ([`RowTile::fits`], up to
-/// 16 elements per work-item): `out = (x - mean) / sqrt(var + eps) * weight + bias` with
-/// the biased variance `mean((x - mean)^2)`, computed two-pass over the registers; `weight`
-/// and `bias` have `cols` elements or are empty (1 and 0). Longer rows abort the launch:
-/// use [`layer_norm_long`](fn@layer_norm_long), or [`layer_norm_rows`], which picks.
+/// LayerNorm of rows that fit the work-group's register tiles ([`RowTile::fits`]):
+/// `out = (x - mean) / sqrt(var + eps) * weight + bias` with the biased variance
+/// `mean((x - mean)^2)`; `weight` and `bias` have `cols` elements or are empty (1 and 0).
+/// The row is read once; the sums of `x - x[0]` and of its square come from the registers
+/// in one work-group reduction (the shift keeps the variance free of cancellation for rows
+/// whose mean is large against their spread, as in [`layer_norm_long`](fn@layer_norm_long)).
+/// Longer rows abort the launch: use [`layer_norm_long`](fn@layer_norm_long), or
+/// [`layer_norm_rows`], which picks.
 #[amdgpu_kernel(T = [f32, f16, bf16])]
-pub fn layer_norm<T: Float>(input: &[T], weight: &[T], bias: &[T], out: &mut [T], cols: u32, eps: f32, mut partials: Shared<f32, MAX_WAVES>) {
+pub fn layer_norm<T: Float>(input: &[T], weight: &[T], bias: &[T], out: &mut [T], cols: u32, eps: f32, mut partials: Shared<f32, MAX_WAVES>, mut partials2: Shared<f32, MAX_WAVES>) {
     let cols = cols as usize;
     assert!(Tile::fits::<T>(cols));
+    if cols == 0 {
+        return;
+    }
     let row = block_idx_x() as usize;
     let (start, end) = (row * cols, row * cols + cols);
     let x = &input[start..end];
@@ -87,18 +94,24 @@ pub fn layer_norm<T: Float>(input: &[T], weight: &[T], bias: &[T], out: &mut [T]
     let b = if bias.is_empty() { bias } else { &bias[..cols] };
     let y = &mut out[start..end];
     let inv_n = 1.0 / cols as f32;
-    let tile = Tile::load(x, 0.0);
-    let mean = block_reduce(tile.fold(cols, 0.0, |a, v| a + v), &mut partials, |a, b| a + b) * inv_n;
-    let var = block_reduce(tile.fold(cols, 0.0, |a, v| a + (v - mean) * (v - mean)), &mut partials, |a, b| a + b) * inv_n;
-    let rstd = (var + eps).rsqrt();
-    tile.store(y, |v, e| affine_chunk(v, mean, rstd, w, b, e));
+    let k0 = x[0].to_f32();
+    // Padding reads as k0, so it adds nothing to either sum.
+    let tile = Tile::load(x, k0);
+    let s = tile.fold_padded(0.0, |a, v| a + (v - k0));
+    let q = tile.fold_padded(0.0, |a, v| a + (v - k0) * (v - k0));
+    let (s, q) = block_sum2(s, q, &mut partials, &mut partials2);
+    let (s, q) = (s * inv_n, q * inv_n);
+    // Clamp rounding below zero, but keep a NaN (from inf inputs) a NaN.
+    let var = q - s * s;
+    let rstd = ((if var < 0.0 { 0.0 } else { var }) + eps).rsqrt();
+    tile.store(y, |v, e| affine_chunk(v, k0 + s, rstd, w, b, e));
 }
 
 /// LayerNorm of rows of any length, as [`layer_norm`](fn@layer_norm), streaming the row twice: once for
 /// the statistics (sums of `x - x[0]` and of its square: the shift keeps the variance free
 /// of cancellation for rows whose mean is large against their spread), once to write.
 #[amdgpu_kernel(T = [f32, f16, bf16])]
-pub fn layer_norm_long<T: Float>(input: &[T], weight: &[T], bias: &[T], out: &mut [T], cols: u32, eps: f32, mut partials: Shared<f32, MAX_WAVES>) {
+pub fn layer_norm_long<T: Float>(input: &[T], weight: &[T], bias: &[T], out: &mut [T], cols: u32, eps: f32, mut partials: Shared<f32, MAX_WAVES>, mut partials2: Shared<f32, MAX_WAVES>) {
     let cols = cols as usize;
     let row = block_idx_x() as usize;
     let (start, end) = (row * cols, row * cols + cols);
@@ -117,8 +130,8 @@ pub fn layer_norm_long<T: Float>(input: &[T], weight: &[T], bias: &[T], out: &mu
             q += d * d;
         });
     });
-    let s = block_reduce(s, &mut partials, |a, b| a + b) * inv_n;
-    let q = block_reduce(q, &mut partials, |a, b| a + b) * inv_n;
+    let (s, q) = block_sum2(s, q, &mut partials, &mut partials2);
+    let (s, q) = (s * inv_n, q * inv_n);
     let mean = k0 + s;
     // Clamp rounding below zero, but keep a NaN (from inf inputs) a NaN.
     let var = q - s * s;
@@ -126,10 +139,12 @@ pub fn layer_norm_long<T: Float>(input: &[T], weight: &[T], bias: &[T], out: &mu
     map_chunks(x, y, |v, e| affine_chunk_scalar(v, mean, rstd, w, b, e));
 }
 
-/// [`rms_norm`](fn@rms_norm) for many rows: one wave per row (no barriers, no shared memory), one pass
-/// for the sum of squares, a second that writes (re-reading the row from cache).
+/// [`rms_norm`](fn@rms_norm) for many rows: one wave per row (no barriers, no shared memory).
+/// Rows that fit the lanes' register tiles ([`RowTile::fits_wave`]) are read once; longer
+/// ones take one pass for the sum of squares and a second that writes (re-reading the row
+/// from cache).
 /// `out.len() / cols` rows; launch with [`crate::row::wave_rows_config`].
-#[amdgpu_kernel(T = [f32, f16, bf16])]
+#[amdgpu_kernel(T = [f32, f16, bf16], max_threads = 256)]
 pub fn rms_norm_wave<T: Float>(input: &[T], weight: &[T], out: &mut [T], cols: u32, eps: f32) {
     let cols = cols as usize;
     if cols == 0 {
@@ -138,21 +153,35 @@ pub fn rms_norm_wave<T: Float>(input: &[T], weight: &[T], out: &mut [T], cols: u
     let w = if weight.is_empty() { weight } else { &weight[..cols] };
     let none: &[T] = &[];
     let (lane, lanes) = (wave::lane_id() as usize, wave::size() as usize);
+    if Tile::fits_wave::<T>(cols) {
+        // Read once into the lanes' registers. (Outside `for_each_row_of_wave`: NVPTX
+        // kept the closure of both paths out of line, with a stack frame.)
+        let r = global_idx_x() / lanes;
+        if r < out.len() / cols {
+            let tile = Tile::load_of(&input[r * cols..r * cols + cols], 0.0, lane, lanes);
+            let scale = (wave::sum(tile.fold_padded(0.0, |a, v| a + v * v)) / cols as f32 + eps).rsqrt();
+            tile.store(&mut out[r * cols..r * cols + cols], |v, e| affine_chunk(v, 0.0, scale, w, none, e));
+        }
+        return;
+    }
     for_each_row_of_wave(out.len() / cols, |r| {
         let x = &input[r * cols..r * cols + cols];
-        let mut s = 0.0f32;
-        for_each_chunk_of(x, 0.0, lane, lanes, |v, _| {
-            each_lane!(j, {
-                s += v[j] * v[j];
+        let y = &mut out[r * cols..r * cols + cols];
+        {
+            let mut s = 0.0f32;
+            for_each_chunk_of(x, 0.0, lane, lanes, |v, _| {
+                each_lane!(j, {
+                    s += v[j] * v[j];
+                });
             });
-        });
-        let scale = (wave::sum(s) / cols as f32 + eps).rsqrt();
-        map_chunks_of(x, &mut out[r * cols..r * cols + cols], lane, lanes, |v, e| affine_chunk(v, 0.0, scale, w, none, e));
+            let scale = (wave::sum(s) / cols as f32 + eps).rsqrt();
+            map_chunks_of(x, y, lane, lanes, |v, e| affine_chunk(v, 0.0, scale, w, none, e));
+        }
     });
 }
 
 /// [`layer_norm_long`](fn@layer_norm_long) with one wave per row, as [`rms_norm_wave`](fn@rms_norm_wave).
-#[amdgpu_kernel(T = [f32, f16, bf16])]
+#[amdgpu_kernel(T = [f32, f16, bf16], max_threads = 256)]
 pub fn layer_norm_wave<T: Float>(input: &[T], weight: &[T], bias: &[T], out: &mut [T], cols: u32, eps: f32) {
     let cols = cols as usize;
     if cols == 0 {
@@ -164,6 +193,15 @@ pub fn layer_norm_wave<T: Float>(input: &[T], weight: &[T], bias: &[T], out: &mu
     let (lane, lanes) = (wave::lane_id() as usize, wave::size() as usize);
     for_each_row_of_wave(out.len() / cols, |r| {
         let x = &input[r * cols..r * cols + cols];
+        if Tile::fits_wave::<T>(cols) {
+            // Read once into the lanes' registers; two-pass variance as `layer_norm`.
+            let tile = Tile::load_of(x, 0.0, lane, lanes);
+            let mean = wave::sum(tile.fold_padded(0.0, |a, v| a + v)) * inv_n;
+            let var = wave::sum(tile.fold(cols, 0.0, |a, v| a + (v - mean) * (v - mean))) * inv_n;
+            let rstd = (var + eps).rsqrt();
+            tile.store(&mut out[r * cols..r * cols + cols], |v, e| affine_chunk_scalar(v, mean, rstd, w, b, e));
+            return;
+        }
         let k0 = x[0].to_f32();
         let (mut s, mut q) = (0.0f32, 0.0f32);
         for_each_chunk_of(x, k0, lane, lanes, |v, _| {
@@ -181,6 +219,8 @@ pub fn layer_norm_wave<T: Float>(input: &[T], weight: &[T], bias: &[T], out: &mu
 }
 
 /// Launch shape for `rows` rows of `cols` elements (one work-group per row).
+/// Sized for the tiles of NVIDIA GPUs and the CPU executor ([`crate::row::tile_chunks`]);
+/// the checked launchers size for the device they run on.
 #[cfg(not(any(target_arch = "amdgpu", target_arch = "nvptx64")))]
 pub fn launch_config<T>(rows: usize, cols: usize) -> Result<kernel_dsl::host::LaunchConfig, kernel_dsl::host::LaunchError> {
     crate::row::launch_config("norm", rows, cols, core::mem::size_of::<T>())
@@ -221,7 +261,8 @@ mod host {
         if crate::row::use_wave_rows(rows, cols) {
             return super::rms_norm_wave::launch::<T>(dev, crate::row::wave_rows_config(rows, dev.wave_lanes()), x, param(weight), y, cols as u32, eps);
         }
-        super::rms_norm::launch::<T>(dev, super::launch_config::<T>(rows, cols)?, x, param(weight), y, cols as u32, eps)
+        let cfg = crate::row::launch_config_on(dev, "rms_norm", rows, cols, std::mem::size_of::<T>())?;
+        super::rms_norm::launch::<T>(dev, cfg, x, param(weight), y, cols as u32, eps)
     }
 
     /// LayerNorm of each row, with optional weight and bias; checked as [`rms_norm_rows`].
@@ -240,8 +281,9 @@ mod host {
         if crate::row::use_wave_rows(rows, cols) {
             return super::layer_norm_wave::launch::<T>(dev, crate::row::wave_rows_config(rows, dev.wave_lanes()), x, param(weight), param(bias), y, cols as u32, eps);
         }
-        let cfg = super::launch_config::<T>(rows, cols)?;
-        if cols <= crate::row::tile_chunks(std::mem::size_of::<T>()) * crate::row::CHUNK * cfg.block.x as usize {
+        let size = std::mem::size_of::<T>();
+        let cfg = crate::row::launch_config_on(dev, "layer_norm", rows, cols, size)?;
+        if cols <= crate::row::tile_chunks_on(dev, size) * crate::row::CHUNK * cfg.block.x as usize {
             super::layer_norm::launch::<T>(dev, cfg, x, param(weight), param(bias), y, cols as u32, eps)
         } else {
             super::layer_norm_long::launch::<T>(dev, cfg, x, param(weight), param(bias), y, cols as u32, eps)

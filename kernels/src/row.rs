@@ -9,6 +9,15 @@ use kernel_dsl::prelude::*;
 /// Elements per chunk (one or two 16-byte accesses).
 pub const CHUNK: usize = 8;
 
+/// [`each_lane!`] over the first lane of each pair (`$j` = 0, 2, 4, 6), for conversions
+/// that take two elements at a time.
+#[macro_export]
+macro_rules! each_pair {
+    ($j:ident, $body:block) => {
+        $crate::each_lane!(@ $j, $body, 0 2 4 6)
+    };
+}
+
 // `each_lane!` writes out exactly 8 lanes.
 const _: () = assert!(CHUNK == 8);
 
@@ -28,17 +37,36 @@ macro_rules! each_lane {
     };
 }
 
-/// Chunks per work-item in the [`RowTile`]s: rows up to 16384 elements at 1024
-/// work-items. (4 chunks, for rows up to 32768, needed more than the
-/// 102 scalar registers gfx90a has, and spilled.)
-pub const TILE_CHUNKS: usize = 2;
+/// Most chunks per work-item a [`RowTile`] holds (see [`tile_chunks`]).
+pub const TILE_CHUNKS: usize = 4;
 
-/// Chunks per work-item in the [`RowTile`]s of elements of `elem_bytes` bytes. The same
-/// for every type for now: 4 chunks for 16-bit types (to move as many bytes per
-/// work-item as 32-bit types do) needed more than the 102 scalar registers of gfx90a and
-/// gfx942 and spilled.
-pub const fn tile_chunks(_elem_bytes: usize) -> usize {
-    TILE_CHUNKS
+/// Chunks per work-item in the [`RowTile`]s of elements of `elem_bytes` bytes, on the
+/// architecture this is compiled for: 2 (rows up to 16384 elements at 1024 work-items),
+/// and 4 for 16-bit types on NVIDIA (and the CPU executor, which runs this code path), so
+/// that a work-item moves as many bytes as with 32-bit types (bf16 rows up to 32768). On
+/// AMD, 4 chunks needed more than the 102 scalar registers of gfx90a and gfx942 and
+/// spilled, so 16-bit types keep 2 there ([`AMD_TILE_CHUNKS`]).
+pub const fn tile_chunks(elem_bytes: usize) -> usize {
+    if cfg!(target_arch = "amdgpu") || elem_bytes > 2 {
+        AMD_TILE_CHUNKS
+    } else {
+        TILE_CHUNKS
+    }
+}
+
+/// Chunks per work-item of every [`RowTile`] on AMD GPUs, and of 32-bit types everywhere.
+pub const AMD_TILE_CHUNKS: usize = 2;
+
+/// [`tile_chunks`] of the kernels `dev` runs (the host is compiled with the NVIDIA / CPU
+/// value; an AMD device runs code objects built with [`AMD_TILE_CHUNKS`]).
+#[cfg(not(any(target_arch = "amdgpu", target_arch = "nvptx64")))]
+pub fn tile_chunks_on(dev: &crate::runtime::Device, elem_bytes: usize) -> usize {
+    #[cfg(feature = "rocm")]
+    if matches!(dev, crate::runtime::Device::Rocm(_)) {
+        return AMD_TILE_CHUNKS;
+    }
+    let _ = dev;
+    tile_chunks(elem_bytes)
 }
 
 /// Largest work-group the row kernels are launched with.
@@ -70,8 +98,9 @@ pub unsafe fn load_full<T: Float>(s: &[T], e: usize, vec: bool) -> [f32; CHUNK] 
         // SAFETY: in bounds by the contract; 16-byte aligned because the slice start is
         // and `e` elements are a multiple of 16 bytes.
         let c = unsafe { core::ptr::read(s.as_ptr().add(e) as *const Vector<T>) };
-        each_lane!(j, {
-            v[j] = c.0[j].to_f32();
+        // In pairs: 16-bit types convert a 32-bit word at a time.
+        each_pair!(j, {
+            [v[j], v[j + 1]] = T::to_f32x2([c.0[j], c.0[j + 1]]);
         });
     } else {
         each_lane!(j, {
@@ -91,8 +120,9 @@ pub unsafe fn load_full<T: Float>(s: &[T], e: usize, vec: bool) -> [f32; CHUNK] 
 pub unsafe fn store_full<T: Float>(s: &mut [T], e: usize, v: &[f32; CHUNK], vec: bool) {
     if vec {
         let mut c = Vector([T::ZERO; CHUNK]);
-        each_lane!(j, {
-            c.0[j] = T::from_f32(v[j]);
+        // In pairs: one packed conversion per pair where the target has one.
+        each_pair!(j, {
+            [c.0[j], c.0[j + 1]] = T::from_f32x2([v[j], v[j + 1]]);
         });
         // SAFETY: as in `load_full`.
         unsafe { core::ptr::write(s.as_mut_ptr().add(e) as *mut Vector<T>, c) };
@@ -149,30 +179,39 @@ pub fn store_chunk<T: Float>(s: &mut [T], e: usize, v: &[f32; CHUNK]) {
     }
 }
 
-/// Runs `$body` with `$k` = 0 .. [`TILE_CHUNKS`]` - 1` as straight-line code (see
-/// [`each_lane!`]).
+/// Runs `$body` with `$k` = 0 .. `$n - 1` (`$n` <= [`TILE_CHUNKS`], a constant after
+/// inlining) as straight-line code (see [`each_lane!`]).
 #[macro_export]
 macro_rules! each_tile_chunk {
-    ($k:ident, $body:block) => {
-        {
-            let $k: usize = 0;
-            $body
-        }
-        {
-            let $k: usize = 1;
-            $body
-        }
+    ($k:ident, $n:expr, $body:block) => {
+        $crate::each_tile_chunk!(@ $k, $n, $body, 0 1 2 3)
+    };
+    (@ $k:ident, $n:expr, $body:block, $($i:literal)*) => {
+        $({
+            let $k: usize = $i;
+            if $k < $n {
+                $body
+            }
+        })*
     };
 }
 
-// `each_tile_chunk!` writes out exactly 2 chunks.
-const _: () = assert!(TILE_CHUNKS == 2);
+// `each_tile_chunk!` writes out at most 4 chunks.
+const _: () = assert!(TILE_CHUNKS == 4);
 
 /// This work-item's share of a row, [`TILE_CHUNKS`] chunks held in registers: chunk `k`
-/// starts at element [`RowTile::start`]`(k)`. Only valid when [`RowTile::fits`] holds.
+/// starts at element [`RowTile::start`]`(k)`. The row is shared by the work-items of the
+/// work-group ([`RowTile::load`]) or by the lanes of a wave ([`RowTile::load_of`]). Only
+/// valid when the row fits ([`RowTile::fits`], [`RowTile::fits_wave`]).
 pub struct RowTile {
     /// Values in `f32`; positions past the row hold the `pad` given to [`RowTile::load`].
     pub v: [[f32; CHUNK]; TILE_CHUNKS],
+    /// Chunks in use: [`tile_chunks`] of the element type.
+    pub chunks: usize,
+    /// This work-item's place among the `parts` that share the row.
+    part: usize,
+    /// Work-items sharing the row.
+    parts: usize,
 }
 
 impl RowTile {
@@ -182,38 +221,70 @@ impl RowTile {
         cols <= tile_chunks(core::mem::size_of::<T>()) * CHUNK * flat_block_dim() as usize
     }
 
-    /// First element of chunk `k` of this work-item.
+    /// `true` when a row of `cols` elements of `T` fits the tiles of one wave's lanes.
     #[inline(always)]
-    pub fn start(k: usize) -> usize {
-        (k * flat_block_dim() as usize + flat_thread_idx() as usize) * CHUNK
+    pub fn fits_wave<T>(cols: usize) -> bool {
+        cols <= tile_chunks(core::mem::size_of::<T>()) * CHUNK * wave::size() as usize
     }
 
-    /// Loads this work-item's chunks of `row`.
+    /// First element of chunk `k` of this work-item.
+    #[inline(always)]
+    pub fn start(&self, k: usize) -> usize {
+        (k * self.parts + self.part) * CHUNK
+    }
+
+    /// Loads this work-item's chunks of `row` (shared by the work-group).
     #[inline(always)]
     pub fn load<T: Float>(row: &[T], pad: f32) -> RowTile {
-        let mut v = [[pad; CHUNK]; TILE_CHUNKS];
+        Self::load_of(row, pad, flat_thread_idx() as usize, flat_block_dim() as usize)
+    }
+
+    /// Loads the chunks of `row` of the `part`-th of `parts` work-items sharing it (a
+    /// lane of the wave that owns the row, for instance).
+    #[inline(always)]
+    pub fn load_of<T: Float>(row: &[T], pad: f32, part: usize, parts: usize) -> RowTile {
+        let mut t = RowTile { v: [[pad; CHUNK]; TILE_CHUNKS], chunks: tile_chunks(core::mem::size_of::<T>()), part, parts };
         let vec = vectorizable(row.as_ptr());
-        each_tile_chunk!(k, {
-            let e = Self::start(k);
-            v[k] = if e + CHUNK <= row.len() {
+        each_tile_chunk!(k, t.chunks, {
+            let e = t.start(k);
+            t.v[k] = if e + CHUNK <= row.len() {
                 // SAFETY: checked just above.
                 unsafe { load_full(row, e, vec) }
-            } else {
+            } else if e < row.len() {
                 load_chunk_scalar(row, e, pad)
+            } else {
+                // Past the row (a row shorter than the tiles, such as 256 bf16 elements
+                // over a wave's 32 lanes): padding without loads.
+                [pad; CHUNK]
             };
         });
-        RowTile { v }
+        t
     }
 
     /// Folds `f` over the values that lie inside a row of `cols` elements.
     #[inline(always)]
     pub fn fold(&self, cols: usize, init: f32, f: impl Fn(f32, f32) -> f32) -> f32 {
         let mut acc = init;
-        each_tile_chunk!(k, {
-            let e = Self::start(k);
+        each_tile_chunk!(k, self.chunks, {
+            let e = self.start(k);
             each_lane!(j, {
                 let next = f(acc, self.v[k][j]);
                 acc = if e + j < cols { next } else { acc };
+            });
+        });
+        acc
+    }
+
+    /// Folds `f` over all of this work-item's values, padding included: for folds where
+    /// the `pad` given to [`RowTile::load`] changes nothing (a sum of squares over 0
+    /// padding, a maximum over -inf padding), without [`RowTile::fold`]'s per-element
+    /// bounds test.
+    #[inline(always)]
+    pub fn fold_padded(&self, init: f32, f: impl Fn(f32, f32) -> f32) -> f32 {
+        let mut acc = init;
+        each_tile_chunk!(k, self.chunks, {
+            each_lane!(j, {
+                acc = f(acc, self.v[k][j]);
             });
         });
         acc
@@ -224,8 +295,8 @@ impl RowTile {
     #[inline(always)]
     pub fn store<T: Float>(&self, out: &mut [T], f: impl Fn(&[f32; CHUNK], usize) -> [f32; CHUNK]) {
         let vec = vectorizable(out.as_ptr());
-        each_tile_chunk!(k, {
-            let e = Self::start(k);
+        each_tile_chunk!(k, self.chunks, {
+            let e = self.start(k);
             if e + CHUNK <= out.len() {
                 // SAFETY: checked just above.
                 unsafe { store_full(out, e, &f(&self.v[k], e), vec) };
@@ -347,7 +418,13 @@ pub fn use_wave_rows(rows: usize, cols: usize) -> bool {
 /// reductions with another's loads.
 #[cfg(not(any(target_arch = "amdgpu", target_arch = "nvptx64")))]
 pub fn row_threads(cols: usize, elem_bytes: usize) -> u32 {
-    let tile = (cols.div_ceil(CHUNK * tile_chunks(elem_bytes)).div_ceil(64) * 64).max(64);
+    row_threads_for(cols, elem_bytes, tile_chunks(elem_bytes))
+}
+
+/// [`row_threads`] for kernels whose tiles hold `chunks` chunks per work-item.
+#[cfg(not(any(target_arch = "amdgpu", target_arch = "nvptx64")))]
+pub fn row_threads_for(cols: usize, elem_bytes: usize, chunks: usize) -> u32 {
+    let tile = (cols.div_ceil(CHUNK * chunks).div_ceil(64) * 64).max(64);
     if tile <= MAX_ROW_THREADS {
         tile as u32
     } else if elem_bytes <= 2 {
@@ -367,13 +444,24 @@ pub fn reduce_threads(cols: usize) -> u32 {
 /// Launch shape for a row kernel: one work-group per row, [`row_threads`] work-items.
 #[cfg(not(any(target_arch = "amdgpu", target_arch = "nvptx64")))]
 pub fn launch_config(kernel: &'static str, rows: usize, cols: usize, elem_bytes: usize) -> Result<kernel_dsl::host::LaunchConfig, kernel_dsl::host::LaunchError> {
+    launch_config_for(kernel, rows, cols, elem_bytes, tile_chunks(elem_bytes))
+}
+
+/// [`launch_config`] for the kernels `dev` runs ([`tile_chunks_on`]).
+#[cfg(not(any(target_arch = "amdgpu", target_arch = "nvptx64")))]
+pub fn launch_config_on(dev: &crate::runtime::Device, kernel: &'static str, rows: usize, cols: usize, elem_bytes: usize) -> Result<kernel_dsl::host::LaunchConfig, kernel_dsl::host::LaunchError> {
+    launch_config_for(kernel, rows, cols, elem_bytes, tile_chunks_on(dev, elem_bytes))
+}
+
+#[cfg(not(any(target_arch = "amdgpu", target_arch = "nvptx64")))]
+fn launch_config_for(kernel: &'static str, rows: usize, cols: usize, elem_bytes: usize, chunks: usize) -> Result<kernel_dsl::host::LaunchConfig, kernel_dsl::host::LaunchError> {
     use kernel_dsl::host::{LaunchConfig, LaunchError};
     let bad = |reason: String| LaunchError::InvalidArgument { kernel, reason };
     let rows32 = u32::try_from(rows).map_err(|_| bad(format!("{rows} rows exceed one work-group per row (2^32)")))?;
     if u32::try_from(cols).is_err() {
         return Err(bad(format!("{cols} columns exceed 2^32")));
     }
-    Ok(LaunchConfig::new(kernel_dsl::Dim3::x(rows32), kernel_dsl::Dim3::x(row_threads(cols, elem_bytes))))
+    Ok(LaunchConfig::new(kernel_dsl::Dim3::x(rows32), kernel_dsl::Dim3::x(row_threads_for(cols, elem_bytes, chunks))))
 }
 
 /// Checks a row kernel's buffers: `x` and `y` hold the same whole number of rows of `cols`

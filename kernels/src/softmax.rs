@@ -79,14 +79,15 @@ pub fn softmax<T: Float>(input: &[T], out: &mut [T], cols: u32, mut partials: Sh
     let y = &mut out[start..end];
     if Tile::fits::<T>(cols) {
         let mut tile = Tile::load(x, f32::NEG_INFINITY);
-        let m = block_reduce(tile.fold(cols, f32::NEG_INFINITY, f32::max), &mut partials, f32::max);
+        // -inf padding leaves the maximum alone, and exp(-inf - m) = 0 the sum.
+        let m = block_reduce(tile.fold_padded(f32::NEG_INFINITY, f32::max), &mut partials, f32::max);
         // exp once per element, kept in the tile; padding becomes exp(-inf) = 0.
-        each_tile_chunk!(k, {
+        each_tile_chunk!(k, tile.chunks, {
             each_lane!(j, {
                 tile.v[k][j] = (tile.v[k][j] - m).exp();
             });
         });
-        let s = block_reduce(tile.fold(cols, 0.0, |a, b| a + b), &mut partials, |a, b| a + b);
+        let s = block_reduce(tile.fold_padded(0.0, |a, b| a + b), &mut partials, |a, b| a + b);
         let inv = 1.0 / s;
         tile.store(y, |v, _| v.map(|e| e * inv));
     } else {
@@ -141,43 +142,68 @@ fn wave_row_max_exp_sum<T: Float>(x: &[T]) -> (f32, f32) {
     (max, sum)
 }
 
-/// [`softmax`](fn@softmax) for many rows: one wave per row (no barriers, no shared memory), an online
-/// pass for the maximum and exponential sum, then a second pass that writes (it re-reads
-/// the row, which is small enough to still be in cache). `out.len() / cols` rows; launch
+/// [`softmax`](fn@softmax) for many rows: one wave per row (no barriers, no shared memory).
+/// Rows that fit the lanes' register tiles ([`RowTile::fits_wave`]: 512 elements on
+/// waves of 32) are read once; longer ones take an online pass for the maximum and
+/// exponential sum, then a second pass that writes (re-reading the row from cache). `out.len() / cols` rows; launch
 /// with [`crate::row::wave_rows_config`].
-#[amdgpu_kernel(T = [f32, f16, bf16])]
+#[amdgpu_kernel(T = [f32, f16, bf16], max_threads = 256)]
 pub fn softmax_wave<T: Float>(input: &[T], out: &mut [T], cols: u32) {
     let cols = cols as usize;
     if cols == 0 {
         return;
     }
+    let (lane, lanes) = (wave::lane_id() as usize, wave::size() as usize);
     for_each_row_of_wave(out.len() / cols, |r| {
         let x = &input[r * cols..r * cols + cols];
-        let (m, s) = wave_row_max_exp_sum(x);
-        let inv = 1.0 / s;
-        let (lane, lanes) = (wave::lane_id() as usize, wave::size() as usize);
-        map_chunks_of(x, &mut out[r * cols..r * cols + cols], lane, lanes, |v, _| v.map(|e| (e - m).exp() * inv));
+        let y = &mut out[r * cols..r * cols + cols];
+        if Tile::fits_wave::<T>(cols) {
+            // Read once into the lanes' registers, one exp per element (as `softmax`).
+            let mut tile = Tile::load_of(x, f32::NEG_INFINITY, lane, lanes);
+            let m = wave::reduce(tile.fold_padded(f32::NEG_INFINITY, f32::max), f32::max);
+            each_tile_chunk!(k, tile.chunks, {
+                each_lane!(j, {
+                    tile.v[k][j] = (tile.v[k][j] - m).exp();
+                });
+            });
+            let inv = 1.0 / wave::sum(tile.fold_padded(0.0, |a, b| a + b));
+            tile.store(y, |v, _| v.map(|e| e * inv));
+        } else {
+            let (m, s) = wave_row_max_exp_sum(x);
+            let inv = 1.0 / s;
+            map_chunks_of(x, y, lane, lanes, |v, _| v.map(|e| (e - m).exp() * inv));
+        }
     });
 }
 
 /// [`log_softmax`](fn@log_softmax) with one wave per row, as [`softmax_wave`](fn@softmax_wave).
-#[amdgpu_kernel(T = [f32, f16, bf16])]
+#[amdgpu_kernel(T = [f32, f16, bf16], max_threads = 256)]
 pub fn log_softmax_wave<T: Float>(input: &[T], out: &mut [T], cols: u32) {
     let cols = cols as usize;
     if cols == 0 {
         return;
     }
+    let (lane, lanes) = (wave::lane_id() as usize, wave::size() as usize);
     for_each_row_of_wave(out.len() / cols, |r| {
         let x = &input[r * cols..r * cols + cols];
-        let (m, s) = wave_row_max_exp_sum(x);
-        let lse = m + s.ln();
-        let (lane, lanes) = (wave::lane_id() as usize, wave::size() as usize);
-        map_chunks_of(x, &mut out[r * cols..r * cols + cols], lane, lanes, |v, _| v.map(|e| e - lse));
+        let y = &mut out[r * cols..r * cols + cols];
+        if Tile::fits_wave::<T>(cols) {
+            let tile = Tile::load_of(x, f32::NEG_INFINITY, lane, lanes);
+            let m = wave::reduce(tile.fold_padded(f32::NEG_INFINITY, f32::max), f32::max);
+            let lse = m + wave::sum(tile.fold_padded(0.0, |a, v| a + (v - m).exp())).ln();
+            tile.store(y, |v, _| v.map(|e| e - lse));
+        } else {
+            let (m, s) = wave_row_max_exp_sum(x);
+            let lse = m + s.ln();
+            map_chunks_of(x, y, lane, lanes, |v, _| v.map(|e| e - lse));
+        }
     });
 }
 
 /// Launch shape for `rows` rows of `cols` elements: one work-group per row, sized so that
 /// rows up to 16384 elements fit the register tiles.
+/// Sized for the tiles of NVIDIA GPUs and the CPU executor ([`crate::row::tile_chunks`]);
+/// the checked launchers size for the device they run on.
 #[cfg(not(any(target_arch = "amdgpu", target_arch = "nvptx64")))]
 pub fn launch_config<T>(rows: usize, cols: usize) -> Result<kernel_dsl::host::LaunchConfig, kernel_dsl::host::LaunchError> {
     crate::row::launch_config("softmax", rows, cols, core::mem::size_of::<T>())
@@ -197,7 +223,8 @@ mod host {
         if crate::row::use_wave_rows(rows, cols) {
             return super::softmax_wave::launch::<T>(dev, crate::row::wave_rows_config(rows, dev.wave_lanes()), x, y, cols as u32);
         }
-        super::softmax::launch::<T>(dev, super::launch_config::<T>(rows, cols)?, x, y, cols as u32)
+        let cfg = crate::row::launch_config_on(dev, "softmax", rows, cols, std::mem::size_of::<T>())?;
+        super::softmax::launch::<T>(dev, cfg, x, y, cols as u32)
     }
 
     /// Log-softmax over the last dimension, checked as [`softmax_last_dim`].
@@ -206,7 +233,8 @@ mod host {
         if crate::row::use_wave_rows(rows, cols) {
             return super::log_softmax_wave::launch::<T>(dev, crate::row::wave_rows_config(rows, dev.wave_lanes()), x, y, cols as u32);
         }
-        super::log_softmax::launch::<T>(dev, super::launch_config::<T>(rows, cols)?, x, y, cols as u32)
+        let cfg = crate::row::launch_config_on(dev, "log_softmax", rows, cols, std::mem::size_of::<T>())?;
+        super::log_softmax::launch::<T>(dev, cfg, x, y, cols as u32)
     }
 }
 #[cfg(not(any(target_arch = "amdgpu", target_arch = "nvptx64")))]

@@ -420,6 +420,44 @@ fn index_add_all_types() {
     run_index_add::<bf16, i64>();
 }
 
+/// `scatter_add` gives exactly the one-add-at-a-time result (same order, same rounding
+/// after each add) for every type, with destinations repeated inside and across the
+/// kernel's batches of sources, out-of-range ids, and a partial last batch.
+fn run_scatter_add_sequential_bits<T: TestFloat + Data, I: Ix>() {
+    for exec in executors() {
+        for &(left, n, dst_dim, right) in &[(1usize, 16usize, 3usize, 5usize), (2, 53, 4, 33), (1, 100, 1, 2), (3, 40, 37, 7)] {
+            let what = format!("scatter_add{} {left}x{n}x{right} into dim {dst_dim} on {}", name::<T, I>(), exec.name());
+            let src: Vec<T> = inputs(left * n * right, -3.0, 3.0, 90 + n as u64, false).into_iter().map(<T as TestFloat>::from_f64).collect();
+            let dst0: Vec<T> = inputs(left * dst_dim * right, -1.0, 1.0, 91 + n as u64, false).into_iter().map(<T as TestFloat>::from_f64).collect();
+            let id: Vec<I> = ids(left * n * right, dst_dim, 92 + n as u64, true);
+            let mut want = dst0.clone();
+            for l in 0..left {
+                for i in 0..n {
+                    for r in 0..right {
+                        let k = (l * n + i) * right + r;
+                        if let Some(d) = id[k].row(dst_dim) {
+                            let o = &mut want[(l * dst_dim + d) * right + r];
+                            *o = <T as kernel_dsl::Float>::from_f32(kernel_dsl::Float::to_f32(*o) + kernel_dsl::Float::to_f32(src[k]));
+                        }
+                    }
+                }
+            }
+            let (ds, di) = (exec.upload(&src).unwrap(), exec.upload(&id).unwrap());
+            let mut dd = exec.upload(&dst0).unwrap();
+            ops::scatter_add(&exec, &ds, &di, &mut dd, left, n, dst_dim, right).unwrap();
+            assert_same(&exec.download(&dd).unwrap(), &want, &what);
+        }
+    }
+}
+
+#[test]
+fn scatter_add_matches_the_sequential_order_bit_for_bit() {
+    run_scatter_add_sequential_bits::<f32, u32>();
+    run_scatter_add_sequential_bits::<f32, i64>();
+    run_scatter_add_sequential_bits::<f16, u32>();
+    run_scatter_add_sequential_bits::<bf16, i64>();
+}
+
 /// 1000 adds of 1.0 into one f32 element: exact, so the count of adds is checked exactly.
 #[test]
 fn scatter_add_counts_every_repeated_index() {
@@ -596,6 +634,10 @@ fn run_cat<T: Data>() {
             (1, vec![vec![3, 5, 7], vec![3, 0, 7], vec![3, 2, 7]]),
             (2, vec![vec![2, 3, 1], vec![2, 3, 5], vec![2, 3, 8]]),
             (1, vec![vec![4, 16, 2], vec![4, 8, 2], vec![4, 24, 2]]),
+            // More inputs than one cat_rows launch takes (two launches), aligned and not.
+            (1, vec![vec![3, 8], vec![3, 16], vec![3, 5], vec![3, 0], vec![3, 8], vec![3, 3]]),
+            (0, vec![vec![1, 9]; 9]),
+            (2, vec![vec![2, 2, 4], vec![2, 2, 8], vec![2, 2, 4], vec![2, 2, 12], vec![2, 2, 4]]),
         ] {
             let parts: Vec<(Vec<T>, Vec<usize>)> =
                 shapes.iter().enumerate().map(|(k, s)| (data(s.iter().product(), 700 + k as u64, true), s.clone())).collect();

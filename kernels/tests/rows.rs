@@ -263,9 +263,16 @@ fn layer_norm_tile_kernel_refuses_rows_longer_than_its_tiles() {
 
 /// For many short rows (`row::use_wave_rows`) the checked launchers run a wave per row: the same
 /// references hold there, with a masked row, a NaN row and unaligned rows (cols 100 for
-/// bf16 is 200 bytes, not a multiple of 16).
+/// bf16 is 200 bytes, not a multiple of 16). Rows of 100 and 512 fit the lanes' register
+/// tiles; 1000 streams on waves of 32 and fits on waves of 64.
 fn run_wave_rows<T: TestFloat>() {
-    let (rows, cols) = (kernels::row::WAVE_ROWS_MIN, 100);
+    for cols in [100, 512, 1000] {
+        run_wave_rows_of::<T>(cols);
+    }
+}
+
+fn run_wave_rows_of<T: TestFloat>(cols: usize) {
+    let rows = kernels::row::WAVE_ROWS_MIN;
     for exec in executors() {
         let mut x: Vec<T> = inputs(rows * cols, -3.0, 3.0, 21, false).into_iter().map(T::from_f64).collect();
         for c in 50..cols {

@@ -104,3 +104,25 @@ pub fn clamp_kernel(x: &[f32], out: &mut [f32]) {
         out[i] = clamp_unit(x[i]);
     }
 }
+
+/// Launch bound of [`bounded_iota`].
+pub const BOUNDED_THREADS: u32 = 128;
+
+/// `out[i] = i`, compiled for work-groups of at most [`BOUNDED_THREADS`] work-items (the
+/// PTX entry gets `.maxntid 128`; larger launches are rejected before they run).
+#[amdgpu_kernel(max_threads = 128)]
+pub fn bounded_iota(out: &mut [u32]) {
+    let i = global_idx_x();
+    if i < out.len() {
+        out[i] = i as u32;
+    }
+}
+
+/// A generic kernel with a launch bound after its instance list.
+#[amdgpu_kernel(T = [f32, bf16], max_threads = 64)]
+pub fn bounded_fill<T: Float>(out: &mut [T], v: f32) {
+    let i = global_idx_x();
+    if i < out.len() {
+        out[i] = T::from_f32(v);
+    }
+}

@@ -72,7 +72,20 @@ fn check_crate(b: &'static EmbeddedKernels, min_instances: usize) {
             }
             assert!(!line.contains("__local_depot"), "{}: PTX entry {entry} uses local memory", b.crate_name);
         }
+        // Every entry carries its kernel's launch bound (`max_threads`, else 1024).
+        let mut bounds = std::collections::HashMap::new();
+        let mut current = None;
+        for line in text.lines() {
+            if let Some(rest) = line.strip_prefix(".visible .entry ") {
+                current = Some(rest.trim_end_matches('(').to_string());
+            } else if let (Some(name), Some(rest)) = (&current, line.trim().strip_prefix(".maxntid ")) {
+                let n: u32 = rest.split(',').next().unwrap().trim().parse().expect(".maxntid value");
+                bounds.insert(name.clone(), n);
+                current = None;
+            }
+        }
         for inst in &insts {
+            assert_eq!(bounds.get(inst.symbol), Some(&inst.max_threads), "PTX .maxntid of {}", inst.symbol);
             let e = module.entries.iter().find(|e| e.name == inst.symbol).unwrap_or_else(|| panic!("PTX lacks {}", inst.symbol));
             let sizes: Vec<u32> = e.params.iter().map(|p| p.size).collect();
             let want: Vec<u32> = inst.abi.iter().map(|s| s.size).collect();

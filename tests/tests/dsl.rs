@@ -139,3 +139,27 @@ fn launcher_layouts_follow_the_signature() {
     assert_eq!(half, vec!["scale_half_f16", "scale_half_bf16"]);
     assert_eq!(k::scale_half::INSTANCES[0].abi[4].size, 2, "an f16 scalar is 2 bytes");
 }
+
+#[test]
+fn launch_bounds_reject_larger_work_groups_and_write_nothing() {
+    assert_eq!(k::bounded_iota::INSTANCES[0].max_threads, k::BOUNDED_THREADS);
+    assert!(k::bounded_fill::INSTANCES.iter().all(|i| i.max_threads == 64));
+    assert!(k::block_sum::INSTANCES[0].max_threads == 1024, "no bound given: 1024");
+    for exec in executors() {
+        let mut out = vec![7u32; 300];
+        k::bounded_iota::launch(&exec, LaunchConfig::for_elements(300, 128), &mut out).unwrap();
+        assert_eq!(out, (0..300).collect::<Vec<u32>>());
+        let mut out = vec![7u32; 300];
+        match k::bounded_iota::launch(&exec, LaunchConfig::for_elements(300, 256), &mut out) {
+            Err(LaunchError::BlockTooLarge { kernel: "bounded_iota", work_items: 256, max: 128 }) => {}
+            other => panic!("expected BlockTooLarge, got {other:?}"),
+        }
+        assert!(out.iter().all(|&v| v == 7), "a rejected launch wrote");
+        // The bound counts all three dimensions.
+        let cfg = LaunchConfig::new(Dim3::x(1), Dim3::new(8, 8, 2));
+        assert!(matches!(k::bounded_fill::launch::<f32>(&exec, cfg, &mut [0.0f32; 4][..], 1.0), Err(LaunchError::BlockTooLarge { max: 64, .. })));
+        let mut f = vec![0.0f32; 100];
+        k::bounded_fill::launch::<f32>(&exec, LaunchConfig::for_elements(100, 64), &mut f, 2.5).unwrap();
+        assert!(f.iter().all(|&v| v == 2.5));
+    }
+}

@@ -35,6 +35,8 @@ pub struct KernelAbi {
     pub slots: Vec<AbiSlot>,
     /// End of the last slot (bytes).
     pub kernarg_size: u32,
+    /// Largest work-group the kernel may be launched with (the PTX entry's `.maxntid`).
+    pub max_threads: u32,
 }
 
 /// Size of a primitive scalar type, by its name.
@@ -84,6 +86,6 @@ impl KernelDef {
         if self.shared_dyn().is_some() {
             push("__shared_dyn_len".to_string(), 4, SlotKind::ByValue);
         }
-        Ok(KernelAbi { kernel: self.name().to_string(), symbol: inst.symbol.clone(), slots, kernarg_size: offset })
+        Ok(KernelAbi { kernel: self.name().to_string(), symbol: inst.symbol.clone(), slots, kernarg_size: offset, max_threads: self.max_threads })
     }
 }

@@ -18,6 +18,7 @@ pub fn expand_host(def: &KernelDef) -> syn::Result<TokenStream> {
         let abi = def.abi(inst)?;
         let symbol = &abi.symbol;
         let size = abi.kernarg_size;
+        let max_threads = abi.max_threads;
         let slots = abi.slots.iter().map(|s| {
             let (n, o, z) = (&s.name, s.offset, s.size);
             let kind = match s.kind {
@@ -27,7 +28,7 @@ pub fn expand_host(def: &KernelDef) -> syn::Result<TokenStream> {
             quote! { ::kernel_dsl::host::ArgSlot { name: #n, offset: #o, size: #z, kind: ::kernel_dsl::host::SlotKind::#kind } }
         });
         instances.push(quote! {
-            ::kernel_dsl::host::KernelInstance { kernel: #name_str, symbol: #symbol, abi: &[#(#slots),*], kernarg_size: #size }
+            ::kernel_dsl::host::KernelInstance { kernel: #name_str, symbol: #symbol, abi: &[#(#slots),*], kernarg_size: #size, max_threads: #max_threads }
         });
     }
 
@@ -155,6 +156,7 @@ pub fn expand_host(def: &KernelDef) -> syn::Result<TokenStream> {
                 #(#l_params),*
             ) -> ::core::result::Result<(), ::kernel_dsl::host::LaunchError> #where_clause {
                 let __instance = #select;
+                __instance.check_block(&__config)?;
                 #dyn_check
                 let __args = [#(#packs),*];
                 let __shared_bytes = { #shared_size __off };

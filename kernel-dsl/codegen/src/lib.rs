@@ -18,7 +18,7 @@ mod validate;
 pub use abi::{AbiSlot, KernelAbi, SlotKind};
 pub use device::{expand_device_file, DeviceExpansion};
 pub use host::expand_host;
-pub use parse::{Instance, KernelDef, Param, ParamKind};
+pub use parse::{Instance, KernelDef, Param, ParamKind, MAX_THREADS};
 
 /// `GeluErf` -> `gelu_erf`, `f16` -> `f16`.
 pub fn snake_case(name: &str) -> String {

@@ -66,16 +66,40 @@ pub struct KernelDef {
     pub type_params: Vec<Ident>,
     /// Instances to build (one, with no types, for a non-generic kernel).
     pub instances: Vec<Instance>,
+    /// Largest work-group the kernel may be launched with (`max_threads = N` in the
+    /// attribute; [`MAX_THREADS`] when not given).
+    pub max_threads: u32,
 }
 
-struct AttrArgs(Vec<(Ident, Vec<Type>)>);
+/// Largest work-group of any kernel, and the launch bound of kernels that give none.
+pub const MAX_THREADS: u32 = 1024;
+
+struct AttrArgs {
+    types: Vec<(Ident, Vec<Type>)>,
+    max_threads: Option<u32>,
+}
 
 impl Parse for AttrArgs {
     fn parse(input: ParseStream) -> Result<Self> {
         let mut out = Vec::new();
+        let mut max_threads = None;
         while !input.is_empty() {
             let name: Ident = input.parse()?;
             input.parse::<Token![=]>()?;
+            if name == "max_threads" {
+                let lit: syn::LitInt = input.parse()?;
+                let n: u32 = lit.base10_parse()?;
+                if !(1..=MAX_THREADS).contains(&n) {
+                    return Err(Error::new(lit.span(), format!("`max_threads = {n}` is outside 1..={MAX_THREADS}")));
+                }
+                if max_threads.replace(n).is_some() {
+                    return Err(Error::new(name.span(), "`max_threads` is given twice"));
+                }
+                if !input.is_empty() {
+                    input.parse::<Token![,]>()?;
+                }
+                continue;
+            }
             let content;
             syn::bracketed!(content in input);
             let types: Punctuated<Type, Token![,]> = content.parse_terminated(Type::parse, Token![,])?;
@@ -87,7 +111,7 @@ impl Parse for AttrArgs {
                 input.parse::<Token![,]>()?;
             }
         }
-        Ok(AttrArgs(out))
+        Ok(AttrArgs { types: out, max_threads })
     }
 }
 
@@ -232,14 +256,14 @@ impl KernelDef {
                 }
             }
         }
-        for (name, _) in &args.0 {
+        for (name, _) in &args.types {
             if !type_params.contains(name) {
                 return Err(Error::new(name.span(), format!("`{name}` is not a type parameter of `{}`", func.sig.ident)));
             }
         }
         let mut lists = Vec::new();
         for tp in &type_params {
-            match args.0.iter().find(|(n, _)| n == tp) {
+            match args.types.iter().find(|(n, _)| n == tp) {
                 Some((_, types)) => lists.push(types.clone()),
                 None => {
                     return Err(Error::new(
@@ -267,7 +291,7 @@ impl KernelDef {
             }
             instances = next;
         }
-        let def = KernelDef { func, params, type_params, instances };
+        let def = KernelDef { func, params, type_params, instances, max_threads: args.max_threads.unwrap_or(MAX_THREADS) };
         for inst in &def.instances {
             def.abi(inst)?;
         }

@@ -33,9 +33,25 @@ pub struct KernelInstance {
     pub abi: &'static [ArgSlot],
     /// Size of the argument segment in bytes.
     pub kernarg_size: u32,
+    /// Largest work-group it may be launched with (`#[amdgpu_kernel(max_threads = N)]`,
+    /// else 1024): the PTX entry's `.maxntid`, which lets `ptxas` give each work-item the
+    /// registers of a block of that size.
+    pub max_threads: u32,
 }
 
 impl KernelInstance {
+    /// Rejects a launch whose configuration no backend runs
+    /// ([`LaunchConfig::validate`](super::LaunchConfig::validate)) or whose work-group is
+    /// larger than [`KernelInstance::max_threads`], before anything runs.
+    pub fn check_block(&self, config: &super::LaunchConfig) -> Result<(), super::LaunchError> {
+        config.validate()?;
+        let work_items = config.block.volume();
+        if work_items > self.max_threads as u64 {
+            return Err(super::LaunchError::BlockTooLarge { kernel: self.symbol, work_items, max: self.max_threads });
+        }
+        Ok(())
+    }
+
     /// Packs `args` into the argument segment (little-endian), as a GPU launch needs it.
     pub fn pack(&self, args: &[super::ArgValue]) -> Vec<u8> {
         let mut out = vec![0u8; self.kernarg_size as usize];

@@ -8,6 +8,17 @@ pub enum LaunchError {
     /// Grid or work-group sizes outside what every backend supports.
     #[error("invalid launch configuration: {0}")]
     InvalidConfig(String),
+    /// The work-group is larger than the kernel's launch bound
+    /// (`#[amdgpu_kernel(max_threads = N)]`).
+    #[error("`{kernel}` is compiled for work-groups of at most {max} work-items; the launch has {work_items}")]
+    BlockTooLarge {
+        /// Kernel symbol.
+        kernel: &'static str,
+        /// Work-items per work-group of the launch.
+        work_items: u64,
+        /// The kernel's bound.
+        max: u32,
+    },
     /// A buffer is shorter than the operation needs.
     #[error("argument `{arg}` of `{kernel}` has {actual} elements but {expected} are required")]
     Length {
