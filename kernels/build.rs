@@ -8,5 +8,7 @@ fn main() {
         .module("row")
         .module("rope")
         .module("indexing")
+        .module("gemm")
+        .max_work_group("gemm_tiled", 256)
         .build();
 }

@@ -12,6 +12,7 @@ pub struct KernelBuild {
     modules: Vec<String>,
     archs: Vec<String>,
     ptx: Option<String>,
+    max_work_groups: Vec<(String, u32)>,
 }
 
 /// What a build produced.
@@ -46,12 +47,21 @@ impl KernelBuild {
             modules: Vec::new(),
             archs: crate::DEFAULT_ARCHS.iter().map(|s| s.to_string()).collect(),
             ptx: Some(crate::DEFAULT_PTX_ARCH.to_string()),
+            max_work_groups: Vec::new(),
         }
     }
 
     /// Adds the kernel module `src/<name>.rs` (mirrored at `crate::<name>` on the host).
     pub fn module(mut self, name: &str) -> Self {
         self.modules.push(name.to_string());
+        self
+    }
+
+    /// Declares that kernels whose symbol starts with `prefix` are launched with at most
+    /// `max` work-items per work-group (instead of [`crate::MAX_WORK_GROUP`]): on NVIDIA
+    /// their PTX entries get `.maxntid max`, so `ptxas` may give them more registers.
+    pub fn max_work_group(mut self, prefix: &str, max: u32) -> Self {
+        self.max_work_groups.push((prefix.to_string(), max));
         self
     }
 
@@ -165,7 +175,13 @@ impl KernelBuild {
                     stats.extend(check_code_object(&device.abis, &meta, arch)?);
                 }
                 Target::Nvptx(_) => {
-                    let text = crate::ptx::with_max_threads(&std::fs::read_to_string(&a.path).at(&a.path)?, crate::MAX_WORK_GROUP);
+                    let limit = |name: &str| {
+                        self.max_work_groups
+                            .iter()
+                            .find(|(p, _)| name.starts_with(p.as_str()))
+                            .map_or(crate::MAX_WORK_GROUP, |&(_, m)| m)
+                    };
+                    let text = crate::ptx::with_max_threads_for(&std::fs::read_to_string(&a.path).at(&a.path)?, limit);
                     write_if_changed(&a.path, text.as_bytes())?;
                     let module = crate::ptx::parse_ptx(&text)
                         .map_err(|e| BuildError::Metadata { path: a.path.clone(), message: e.to_string() })?;

@@ -783,13 +783,21 @@ fn param(entry: &str, toks: &[Token]) -> Result<PtxParam, PtxError> {
 /// `text` with a `.maxntid max, 1, 1` directive on every `.entry` that has none, between
 /// the parameter list and the body. Idempotent.
 pub fn with_max_threads(text: &str, max: u32) -> String {
+    with_max_threads_for(text, |_| max)
+}
+
+/// [`with_max_threads`] with the limit chosen per entry name.
+pub fn with_max_threads_for(text: &str, max_for: impl Fn(&str) -> u32) -> String {
     let mut out = String::with_capacity(text.len() + 64);
     let mut in_entry = false;
+    let mut max = 0;
     let mut lines = text.lines().peekable();
     while let Some(line) = lines.next() {
         let t = line.trim_start();
-        if t.starts_with(".visible .entry ") || t.starts_with(".entry ") {
+        if let Some(rest) = t.strip_prefix(".visible .entry ").or_else(|| t.strip_prefix(".entry ")) {
             in_entry = true;
+            let name = rest.split(|c: char| c == '(' || c.is_whitespace()).next().unwrap_or("");
+            max = max_for(name);
         }
         if in_entry && t.starts_with('{') {
             // The directives between `)` and `{` were passed already; add ours unless one

@@ -16,6 +16,7 @@
 //! assert!((y[2] - 2.0f32.exp()).abs() < 1e-6);
 //! ```
 pub mod elementwise;
+pub mod gemm;
 pub mod indexing;
 pub mod norm;
 pub mod reduce;

@@ -1,0 +1,413 @@
+//! Wave-level matrix multiply-accumulate: `D = A * B + C` on 16x16x16 tiles held in the
+//! registers of one wave.
+//!
+//! A wave holds a 16x16 `A` tile (rows x k) in a [`FragA`], a 16x16 `B` tile (k x cols) in
+//! a [`FragB`] and a 16x16 accumulator in a [`FragC`]; [`mma`] multiplies and accumulates.
+//! Inputs are `f16`/`bf16` with `f32` accumulation, or `i8` with `i32` accumulation.
+//! Each lane holds some items of each tile; which ones depends on the lowering:
+//!
+//! | [`Lowering`] | targets | wave | A/B items | C items |
+//! |---|---|---|---|---|
+//! | `Mfma` | gfx90a, gfx942 (`v_mfma_*_16x16x16*`; i8 on gfx942: `16x16x32`, half zero) | 64 | 4 | 4 |
+//! | `Wmma` | gfx11 (`v_wmma_*_16x16x16_*`) | 32 | 16 (lanes 16-31 repeat 0-15) | 8 |
+//! | `MmaSync` | NVIDIA sm_80+ (two `mma.sync.m16n8k16` per tile) | 32 | 8 | 8 |
+//! | `Valu` | gfx1030, NVIDIA before sm_80 (shuffles + FMAs, `MmaSync` layout) | 32 | 8 | 8 |
+//!
+//! Kernels never depend on the layout: they build fragments with `from_fn(|row, k| ..)`
+//! and read results with [`FragC::coord`] / [`FragC::for_each`], which ask the layout.
+//! The exact layouts are the `layout` functions (`a_coord`, `b_coord`, `c_coord`):
+//!
+//! - `Mfma`: A item j of lane l = `(l%16, 4(l/16)+j)`, B = `(4(l/16)+j, l%16)`,
+//!   C = `(4(l/16)+j, l%16)`.
+//! - `Wmma`: A = `(l%16, j)`, B = `(j, l%16)`, C = `(2j + l/16, l%16)`.
+//! - `MmaSync`/`Valu` with g = l/4, t = l%4: A = `(g + 8((j/2)%2), 2t + j%2 + 8(j/4))`,
+//!   B = `(2t + j%2 + 8((j/2)%2), g + 8(j/4))`, C = `(g + 8((j/2)%2), 2t + j%2 + 8(j/4))`;
+//!   for i8: A = `(g + 8(j/4), 4t + j%4)`, B = `(4t + j%4, g + 8(j/4))`.
+//!
+//! For attention: [`FragC::to_a`] turns an accumulator (`S = Q K^T`) into the A operand of
+//! the next product (`P V`) in registers (free on `MmaSync`/`Valu`, lane shuffles
+//! elsewhere), and [`FragC::row_max`] / [`FragC::row_sum`] reduce each row over the lanes
+//! that hold it.
+//!
+//! On the CPU executor the lowering is the executor's [`MatrixUnit`](crate::host::MatrixUnit)
+//! (by default MFMA for waves of 64, WMMA for 32): fragments use that lowering's layout
+//! exactly, so a kernel that mixes layouts up computes wrong results on the CPU too.
+//!
+//! Every function that takes or builds a whole fragment is a wave operation: all lanes
+//! of the wave call it together, in uniform control flow, with full waves.
+mod layout;
+
+#[cfg(not(any(target_arch = "amdgpu", target_arch = "nvptx64")))]
+mod host;
+#[cfg(target_arch = "amdgpu")]
+mod amdgpu;
+#[cfg(target_arch = "nvptx64")]
+mod nvptx;
+#[cfg(any(target_arch = "amdgpu", target_arch = "nvptx64"))]
+mod valu;
+
+pub use layout::{a_coord, b_coord, c_coord, c_locate};
+
+use crate::types::{bf16, f16, Element};
+use crate::wave;
+
+/// Tile rows (of A and C).
+pub const M: usize = 16;
+/// Tile columns (of B and C).
+pub const N: usize = 16;
+/// Tile depth (columns of A, rows of B).
+pub const K: usize = 16;
+
+/// How [`mma`] is carried out; decides the per-lane fragment layouts.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Lowering {
+    /// AMD CDNA matrix cores, waves of 64.
+    Mfma,
+    /// AMD RDNA3 WMMA, waves of 32.
+    Wmma,
+    /// NVIDIA `mma.sync` (sm_80+), warps of 32.
+    MmaSync,
+    /// No matrix unit: lane shuffles and FMAs in the `MmaSync` layout, waves of 32.
+    Valu,
+}
+
+impl Lowering {
+    /// Lanes per wave the lowering works with.
+    pub const fn wave_lanes(self) -> u32 {
+        match self {
+            Lowering::Mfma => 64,
+            _ => 32,
+        }
+    }
+    /// Items of an A or B fragment per lane.
+    pub const fn ab_len(self) -> usize {
+        layout::ab_len(self)
+    }
+    /// Items of an accumulator fragment per lane.
+    pub const fn c_len(self) -> usize {
+        layout::c_len(self)
+    }
+}
+
+#[cfg(all(target_arch = "amdgpu", amdgpu_gen = "gfx9"))]
+const DEVICE_LOWERING: Lowering = Lowering::Mfma;
+#[cfg(all(target_arch = "amdgpu", amdgpu_gen = "gfx11"))]
+const DEVICE_LOWERING: Lowering = Lowering::Wmma;
+#[cfg(all(target_arch = "amdgpu", amdgpu_gen = "gfx10"))]
+const DEVICE_LOWERING: Lowering = Lowering::Valu;
+#[cfg(all(target_arch = "nvptx64", target_feature = "sm_80"))]
+const DEVICE_LOWERING: Lowering = Lowering::MmaSync;
+#[cfg(all(target_arch = "nvptx64", not(target_feature = "sm_80")))]
+const DEVICE_LOWERING: Lowering = Lowering::Valu;
+
+/// The lowering of this target (device) or of the running CPU-executor launch (host).
+#[inline(always)]
+pub fn lowering() -> Lowering {
+    #[cfg(any(target_arch = "amdgpu", target_arch = "nvptx64"))]
+    {
+        DEVICE_LOWERING
+    }
+    #[cfg(not(any(target_arch = "amdgpu", target_arch = "nvptx64")))]
+    {
+        host::lowering()
+    }
+}
+
+/// Storage per lane: the lowering's count on a GPU, the largest count on the host (where
+/// the lowering is chosen at run time).
+#[cfg(any(target_arch = "amdgpu", target_arch = "nvptx64"))]
+const AB_CAP: usize = layout::ab_len(DEVICE_LOWERING);
+#[cfg(any(target_arch = "amdgpu", target_arch = "nvptx64"))]
+const C_CAP: usize = layout::c_len(DEVICE_LOWERING);
+#[cfg(not(any(target_arch = "amdgpu", target_arch = "nvptx64")))]
+const AB_CAP: usize = 16;
+#[cfg(not(any(target_arch = "amdgpu", target_arch = "nvptx64")))]
+const C_CAP: usize = 8;
+
+/// Which input family a type belongs to (selects instructions and the i8 layouts).
+#[doc(hidden)]
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum InputKind {
+    /// IEEE half.
+    F16,
+    /// bfloat16.
+    Bf16,
+    /// Signed 8-bit integer.
+    I8,
+}
+
+/// An accumulator element: `f32` or `i32`.
+pub trait MmaAcc: Element + PartialEq {}
+impl MmaAcc for f32 {}
+impl MmaAcc for i32 {}
+
+/// An input element of [`mma`]: `f16`, `bf16` (accumulating in `f32`) or `i8` (in `i32`).
+pub trait MmaInput: Element {
+    /// The accumulator element.
+    type Acc: MmaAcc;
+    #[doc(hidden)]
+    const KIND: InputKind;
+    /// The raw bits (`i8` zero-extended).
+    #[doc(hidden)]
+    fn bits(self) -> u16;
+    /// `acc + a * b` as the matrix units compute it: the product exact, the sum rounded
+    /// to `f32` (float), wrapping (i8).
+    #[doc(hidden)]
+    fn mac(acc: Self::Acc, a: Self, b: Self) -> Self::Acc;
+}
+
+impl MmaInput for f16 {
+    type Acc = f32;
+    const KIND: InputKind = InputKind::F16;
+    #[inline(always)]
+    fn bits(self) -> u16 { self.to_bits() }
+    #[inline(always)]
+    fn mac(acc: f32, a: Self, b: Self) -> f32 { acc + a.to_f32() * b.to_f32() }
+}
+impl MmaInput for bf16 {
+    type Acc = f32;
+    const KIND: InputKind = InputKind::Bf16;
+    #[inline(always)]
+    fn bits(self) -> u16 { self.to_bits() }
+    #[inline(always)]
+    fn mac(acc: f32, a: Self, b: Self) -> f32 { acc + a.to_f32() * b.to_f32() }
+}
+impl MmaInput for i8 {
+    type Acc = i32;
+    const KIND: InputKind = InputKind::I8;
+    #[inline(always)]
+    fn bits(self) -> u16 { self as u8 as u16 }
+    #[inline(always)]
+    fn mac(acc: i32, a: Self, b: Self) -> i32 { acc.wrapping_add(a as i32 * b as i32) }
+}
+
+/// A 16-bit float input (`f16`, `bf16`): the ones an accumulator converts to.
+pub trait MmaFloat: MmaInput<Acc = f32> + crate::types::Float {}
+impl MmaFloat for f16 {}
+impl MmaFloat for bf16 {}
+
+#[inline(always)]
+fn lane() -> usize {
+    wave::lane_id() as usize
+}
+
+macro_rules! fragment {
+    ($(#[$doc:meta])* $name:ident, $cap:ident, $len:ident) => {
+        $(#[$doc])*
+        #[derive(Clone, Copy)]
+        pub struct $name<T> {
+            /// This lane's items, in layout order (only the first `len()` are used).
+            pub v: [T; $cap],
+        }
+
+        impl<T: Element> $name<T> {
+            /// All zeros.
+            #[inline(always)]
+            pub fn zero() -> Self {
+                Self { v: [T::ZERO; $cap] }
+            }
+            /// Items this lane holds.
+            #[inline(always)]
+            pub fn len(&self) -> usize {
+                layout::$len(lowering())
+            }
+            /// `true` when the lane holds no items (never).
+            #[inline(always)]
+            pub fn is_empty(&self) -> bool {
+                self.len() == 0
+            }
+        }
+    };
+}
+
+fragment!(
+    /// This lane's part of a 16x16 A tile (rows x k).
+    FragA, AB_CAP, ab_len
+);
+fragment!(
+    /// This lane's part of a 16x16 B tile (k x cols).
+    FragB, AB_CAP, ab_len
+);
+fragment!(
+    /// This lane's part of a 16x16 accumulator tile (rows x cols), `f32` or `i32`.
+    FragC, C_CAP, c_len
+);
+
+impl<T: MmaInput> FragA<T> {
+    /// `(row, k)` of this lane's item `j`.
+    #[inline(always)]
+    pub fn coord(&self, j: usize) -> (usize, usize) {
+        a_coord(lowering(), T::KIND == InputKind::I8, lane(), j)
+    }
+    /// The fragment whose element `(row, k)` is `f(row, k)`; `f` is called for this
+    /// lane's items only.
+    #[inline(always)]
+    pub fn from_fn(mut f: impl FnMut(usize, usize) -> T) -> Self {
+        let mut out = Self::zero();
+        let (low, i8, l) = (lowering(), T::KIND == InputKind::I8, lane());
+        for j in 0..layout::ab_len(low) {
+            let (r, k) = a_coord(low, i8, l, j);
+            out.v[j] = f(r, k);
+        }
+        out
+    }
+}
+
+impl<T: MmaInput> FragB<T> {
+    /// `(k, col)` of this lane's item `j`.
+    #[inline(always)]
+    pub fn coord(&self, j: usize) -> (usize, usize) {
+        b_coord(lowering(), T::KIND == InputKind::I8, lane(), j)
+    }
+    /// The fragment whose element `(k, col)` is `f(k, col)`.
+    #[inline(always)]
+    pub fn from_fn(mut f: impl FnMut(usize, usize) -> T) -> Self {
+        let mut out = Self::zero();
+        let (low, i8, l) = (lowering(), T::KIND == InputKind::I8, lane());
+        for j in 0..layout::ab_len(low) {
+            let (k, c) = b_coord(low, i8, l, j);
+            out.v[j] = f(k, c);
+        }
+        out
+    }
+}
+
+impl<T: Element> FragC<T> {
+    /// `(row, col)` of this lane's item `j`.
+    #[inline(always)]
+    pub fn coord(&self, j: usize) -> (usize, usize) {
+        c_coord(lowering(), lane(), j)
+    }
+    /// The fragment whose element `(row, col)` is `f(row, col)`.
+    #[inline(always)]
+    pub fn from_fn(mut f: impl FnMut(usize, usize) -> T) -> Self {
+        let mut out = Self::zero();
+        let (low, l) = (lowering(), lane());
+        for j in 0..layout::c_len(low) {
+            let (r, c) = c_coord(low, l, j);
+            out.v[j] = f(r, c);
+        }
+        out
+    }
+    /// Calls `f(row, col, value)` for this lane's items (stores, epilogues).
+    #[inline(always)]
+    pub fn for_each(&self, mut f: impl FnMut(usize, usize, T)) {
+        let (low, l) = (lowering(), lane());
+        for j in 0..layout::c_len(low) {
+            let (r, c) = c_coord(low, l, j);
+            f(r, c, self.v[j]);
+        }
+    }
+    /// Applies `f(row, col, value)` to every item.
+    #[inline(always)]
+    pub fn map(mut self, mut f: impl FnMut(usize, usize, T) -> T) -> Self {
+        let (low, l) = (lowering(), lane());
+        for j in 0..layout::c_len(low) {
+            let (r, c) = c_coord(low, l, j);
+            self.v[j] = f(r, c, self.v[j]);
+        }
+        self
+    }
+}
+
+impl FragC<f32> {
+    /// Every item replaced by `op` folded over its row (all 16 columns), in every lane
+    /// that holds part of the row. `op` must be associative and commutative (max, sum).
+    #[inline(always)]
+    #[track_caller]
+    pub fn row_reduce(&self, op: impl Fn(f32, f32) -> f32) -> FragC<f32> {
+        let low = lowering();
+        let mut out = *self;
+        if matches!(low, Lowering::MmaSync | Lowering::Valu) {
+            // Items 0, 1, 4, 5 are row g; 2, 3, 6, 7 row g + 8.
+            let lo = op(op(out.v[0], out.v[1]), op(out.v[4], out.v[5]));
+            let hi = op(op(out.v[2], out.v[3]), op(out.v[6], out.v[7]));
+            out.v = [lo; C_CAP];
+            out.v[2] = hi;
+            out.v[3] = hi;
+            out.v[6] = hi;
+            out.v[7] = hi;
+        }
+        for &mask in layout::row_lane_masks(low) {
+            for j in 0..layout::c_len(low) {
+                out.v[j] = op(out.v[j], wave::shuffle_xor(out.v[j], mask));
+            }
+        }
+        out
+    }
+    /// Row maxima (NaN-ignoring, like `f32::max`), broadcast to every item of the row.
+    #[inline(always)]
+    #[track_caller]
+    pub fn row_max(&self) -> FragC<f32> {
+        self.row_reduce(f32::max)
+    }
+    /// Row sums, broadcast to every item of the row.
+    #[inline(always)]
+    #[track_caller]
+    pub fn row_sum(&self) -> FragC<f32> {
+        self.row_reduce(|a, b| a + b)
+    }
+    /// This accumulator as the A operand of a next product (element `(row, col)` becomes
+    /// `(row, k = col)`), rounded to `T`, without going through memory.
+    #[inline(always)]
+    #[track_caller]
+    pub fn to_a<T: MmaFloat>(&self) -> FragA<T> {
+        let low = lowering();
+        let mut out = FragA::<T>::zero();
+        if matches!(low, Lowering::MmaSync | Lowering::Valu) {
+            // The accumulator and A layouts coincide item by item.
+            for j in 0..layout::c_len(low) {
+                out.v[j] = T::from_f32(self.v[j]);
+            }
+            return out;
+        }
+        let l = lane();
+        for j in 0..layout::ab_len(low) {
+            let (r, k) = a_coord(low, false, l, j);
+            let (src, item) = c_locate(low, r, k);
+            let mut v = 0.0f32;
+            for q in 0..layout::c_len(low) {
+                let x = wave::shuffle(self.v[q], src as u32);
+                if q == item {
+                    v = x;
+                }
+            }
+            out.v[j] = T::from_f32(v);
+        }
+        out
+    }
+}
+
+/// `a * b + c` for one 16x16x16 tile on the wave's matrix unit (a wave operation).
+#[inline(always)]
+#[track_caller]
+pub fn mma<T: MmaInput>(a: &FragA<T>, b: &FragB<T>, c: FragC<T::Acc>) -> FragC<T::Acc> {
+    #[cfg(not(any(target_arch = "amdgpu", target_arch = "nvptx64")))]
+    {
+        host::mma(a, b, c)
+    }
+    #[cfg(target_arch = "amdgpu")]
+    {
+        match DEVICE_LOWERING {
+            Lowering::Valu => valu::mma(a, b, c),
+            _ => amdgpu::mma(a, b, c),
+        }
+    }
+    #[cfg(target_arch = "nvptx64")]
+    {
+        match DEVICE_LOWERING {
+            Lowering::Valu => valu::mma(a, b, c),
+            _ => nvptx::mma(a, b, c),
+        }
+    }
+}
+
+/// Reinterprets `x` as `U` (same size, checked at compile time by the caller's match on
+/// `InputKind`).
+#[cfg(any(target_arch = "amdgpu", target_arch = "nvptx64"))]
+#[inline(always)]
+unsafe fn cast<T: Copy, U: Copy>(x: T) -> U {
+    debug_assert!(core::mem::size_of::<T>() == core::mem::size_of::<U>());
+    // SAFETY: the caller guarantees that T and U are the same type or same-size plain data.
+    unsafe { core::mem::transmute_copy(&x) }
+}

@@ -1,0 +1,402 @@
+//! Matrix multiplication on the matrix units (`kernel_dsl::mma`): `C = act(alpha * A B +
+//! bias)`, batched and strided, A and/or B transposed, f32/f16/bf16 in and out, f32
+//! accumulation.
+//!
+//! A work-group of 4 waves (2 x 2) computes a `BM x BN` tile of C; each wave a block of
+//! `FM x FN` 16x16 fragments whose shape depends on the lowering ([`wave_frags`]: 4x4 on
+//! `mma.sync` and MFMA, 4x2 on WMMA, 2x2 on the VALU fallback). K advances in steps of
+//! `BK` (32 for 16-bit inputs, 16 for f32) through two shared-memory buffers: the next
+//! step's global loads are issued into registers before the current step's products and
+//! stored to the other buffer after them, one barrier per step. Global loads move 16-byte
+//! vectors along the contiguous dimension (k for row-major A, m for transposed A) where
+//! strides and alignment allow, element loads elsewhere.
+//!
+//! f32 inputs run as three bf16 products (`hi*hi + hi*lo + lo*hi` with `x = hi + lo`,
+//! about 16 significant bits per product, f32 accumulation).
+//!
+//! Also here: [`mma_tile`] and [`mma_chain`], one-wave kernels that exercise the `mma`
+//! primitive (a product, accumulator -> A conversion, row reductions) for the tests.
+use kernel_dsl::mma::{self, FragA, FragB, FragC, Lowering, MmaFloat};
+use kernel_dsl::prelude::*;
+
+/// Waves per work-group along M and N.
+pub const WAVES_M: usize = 2;
+/// Waves per work-group along N.
+pub const WAVES_N: usize = 2;
+/// Largest fragment count per wave along M or N.
+pub const MAX_F: usize = 4;
+/// Shared-memory row padding, in elements (keeps rows 16-byte aligned, shifts banks).
+pub const PAD: usize = 8;
+/// Largest number of 8-element chunks a work-item moves per tile and step.
+const MAX_CHUNKS: usize = 4;
+
+/// Runs `$body` with `$i` bound to each listed constant (straight-line code, so fragment
+/// arrays are indexed by constants and stay in registers).
+macro_rules! each {
+    ($i:ident in [$($n:literal),*] $body:block) => {$({
+        #[allow(non_upper_case_globals)]
+        const $i: usize = $n;
+        $body
+    })*};
+}
+
+/// 16x16 fragments per wave along M and N for a lowering.
+pub const fn wave_frags(low: Lowering) -> (usize, usize) {
+    match low {
+        Lowering::MmaSync | Lowering::Mfma => (4, 4),
+        Lowering::Wmma => (4, 2),
+        Lowering::Valu => (2, 2),
+    }
+}
+
+/// An element type the GEMM takes: f32, f16 or bf16.
+pub trait GemmElem: Float {
+    /// K step per shared-memory buffer.
+    const BK: usize;
+    /// `true` for f32, multiplied as bf16 hi + lo parts.
+    const SPLIT: bool;
+    /// The 16-bit type fed to the matrix unit.
+    type Frag: MmaFloat;
+    /// The high part (or the value itself).
+    fn hi(self) -> Self::Frag;
+    /// The low part (`self - hi`; zero for 16-bit types).
+    fn lo(self) -> Self::Frag;
+}
+impl GemmElem for f16 {
+    const BK: usize = 32;
+    const SPLIT: bool = false;
+    type Frag = f16;
+    #[inline(always)]
+    fn hi(self) -> f16 { self }
+    #[inline(always)]
+    fn lo(self) -> f16 { f16::from_bits(0) }
+}
+impl GemmElem for bf16 {
+    const BK: usize = 32;
+    const SPLIT: bool = false;
+    type Frag = bf16;
+    #[inline(always)]
+    fn hi(self) -> bf16 { self }
+    #[inline(always)]
+    fn lo(self) -> bf16 { bf16::from_bits(0) }
+}
+impl GemmElem for f32 {
+    const BK: usize = 16;
+    const SPLIT: bool = true;
+    type Frag = bf16;
+    #[inline(always)]
+    fn hi(self) -> bf16 { bf16::from_f32(self) }
+    #[inline(always)]
+    fn lo(self) -> bf16 { bf16::from_f32(self - bf16::from_f32(self).to_f32()) }
+}
+
+/// Tile sizes of one launch: `(BM, BN, BK)`.
+pub const fn block_tile<T: GemmElem>(low: Lowering) -> (usize, usize, usize) {
+    let (fm, fn_) = wave_frags(low);
+    (WAVES_M * 16 * fm, WAVES_N * 16 * fn_, T::BK)
+}
+
+/// Shared-memory elements of one buffer (A tile + B tile).
+pub const fn stage_elems<T: GemmElem>(low: Lowering) -> usize {
+    let (bm, bn, bk) = block_tile::<T>(low);
+    bm * (bk + PAD) + bk * (bn + PAD)
+}
+
+/// How a tile is read from global memory.
+#[derive(Clone, Copy)]
+struct CopyMode {
+    /// Chunks run along the row index (the source is contiguous in rows) instead of columns.
+    along_rows: bool,
+    /// Full chunks are loaded as 16-byte vectors.
+    vector: bool,
+}
+
+#[repr(C, align(16))]
+#[derive(Clone, Copy)]
+struct Chunk<T>([T; 8]);
+
+#[inline(always)]
+fn copy_mode<T>(src: &[T], base: usize, rs: usize, cs: usize, batch_stride: usize) -> CopyMode {
+    let along_rows = cs != 1 && rs == 1;
+    let step = if along_rows { cs } else { rs };
+    let unit = if along_rows { rs } else { cs };
+    let aligned = (src.as_ptr() as usize + base * core::mem::size_of::<T>()) % 16 == 0;
+    let vector = unit == 1 && step % 8 == 0 && batch_stride % 8 == 0 && aligned && core::mem::size_of::<T>() >= 2;
+    CopyMode { along_rows, vector }
+}
+
+/// Loads this work-item's chunks of the `rows x cols` tile whose element `(r, c)` is
+/// `src[base + r * rs + c * cs]`, zero outside `rows_valid x cols_valid`.
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+fn fetch<T: GemmElem>(
+    src: &[T],
+    base: usize,
+    rs: usize,
+    cs: usize,
+    rows_valid: usize,
+    cols_valid: usize,
+    rows: usize,
+    cols: usize,
+    mode: CopyMode,
+    out: &mut [Chunk<T>; MAX_CHUNKS],
+) {
+    let (tid, threads) = (flat_thread_idx() as usize, flat_block_dim() as usize);
+    let total = rows * cols / 8;
+    each!(i in [0, 1, 2, 3] {
+        let ch = tid + i * threads;
+        if ch < total {
+            let (r, c) = chunk_origin(ch, rows, cols, mode);
+            let full = if mode.along_rows { c < cols_valid && r + 8 <= rows_valid } else { r < rows_valid && c + 8 <= cols_valid };
+            if mode.vector && full {
+                // SAFETY: the launcher checked that every valid element is inside `src`;
+                // `vector` guarantees 16-byte alignment of this chunk.
+                out[i] = unsafe { core::ptr::read(src.as_ptr().add(base + r * rs + c * cs) as *const Chunk<T>) };
+            } else {
+                let mut v = [T::ZERO; 8];
+                each!(e in [0, 1, 2, 3, 4, 5, 6, 7] {
+                    let (rr, cc) = if mode.along_rows { (r + e, c) } else { (r, c + e) };
+                    if rr < rows_valid && cc < cols_valid {
+                        v[e] = src[base + rr * rs + cc * cs];
+                    }
+                });
+                out[i] = Chunk(v);
+            }
+        }
+    });
+}
+
+#[inline(always)]
+fn chunk_origin(ch: usize, rows: usize, cols: usize, mode: CopyMode) -> (usize, usize) {
+    if mode.along_rows {
+        ((ch % (rows / 8)) * 8, ch / (rows / 8))
+    } else {
+        (ch / (cols / 8), (ch % (cols / 8)) * 8)
+    }
+}
+
+/// Stores the chunks [`fetch`] loaded into the tile at `dst` (row stride `ld`).
+#[inline(always)]
+fn commit<T: GemmElem>(dst: *mut T, ld: usize, rows: usize, cols: usize, mode: CopyMode, chunks: &[Chunk<T>; MAX_CHUNKS]) {
+    let (tid, threads) = (flat_thread_idx() as usize, flat_block_dim() as usize);
+    let total = rows * cols / 8;
+    each!(i in [0, 1, 2, 3] {
+        let ch = tid + i * threads;
+        if ch < total {
+            let (r, c) = chunk_origin(ch, rows, cols, mode);
+            // SAFETY: (r, c) lies in the rows x cols tile and the kernel checked that the
+            // shared buffer holds both stages; rows are 16-byte aligned (`PAD`, `BK`, `BN`
+            // are multiples of 8 elements).
+            unsafe {
+                if mode.along_rows {
+                    each!(e in [0, 1, 2, 3, 4, 5, 6, 7] {
+                        *dst.add((r + e) * ld + c) = chunks[i].0[e];
+                    });
+                } else {
+                    core::ptr::write(dst.add(r * ld + c) as *mut Chunk<T>, chunks[i]);
+                }
+            }
+        }
+    });
+}
+
+#[inline(always)]
+fn activate(x: f32, act: u32) -> f32 {
+    match act {
+        1 => x.max(0.0),
+        2 => 0.5 * x * (1.0 + FloatMath::erf(x * core::f32::consts::FRAC_1_SQRT_2)),
+        3 => x / (1.0 + FloatMath::exp(-x)),
+        _ => x,
+    }
+}
+
+/// `C[z] = act(alpha * A[z] B[z] + bias)` for `z` in the batch (grid z), where
+/// `A[z][i][k] = a[z * a_bs + i * a_rs + k * a_cs]`, `B[z][k][j] = b[z * b_bs + k * b_rs +
+/// j * b_cs]`, `C[z][i][j] = c[z * c_bs + i * ldc + j]`, `bias` (empty: none) indexed by
+/// `j`, `act` 0 none, 1 ReLU, 2 GELU (erf), 3 SiLU. Launch with [`host::matmul`] (it
+/// checks the shapes and sizes the grid for the device's lowering).
+#[amdgpu_kernel(T = [f32, f16, bf16])]
+#[allow(clippy::too_many_arguments)]
+pub fn gemm_tiled<T: GemmElem>(
+    a: &[T],
+    b: &[T],
+    bias: &[T],
+    c: &mut [T],
+    m: u32,
+    n: u32,
+    k: u32,
+    a_rs: u32,
+    a_cs: u32,
+    b_rs: u32,
+    b_cs: u32,
+    ldc: u32,
+    a_bs: usize,
+    b_bs: usize,
+    c_bs: usize,
+    alpha: f32,
+    act: u32,
+    smem: SharedDyn<T>,
+) {
+    let low = mma::lowering();
+    let (fm, fn_) = wave_frags(low);
+    let (bm, bn, bk) = block_tile::<T>(low);
+    let (lda, ldb) = (bk + PAD, bn + PAD);
+    let a_tile = bm * lda;
+    let stage = stage_elems::<T>(low);
+    if smem.len() < 2 * stage {
+        panic!("gemm_tiled: shared memory too small for two stages");
+    }
+    let (m, n, k) = (m as usize, n as usize, k as usize);
+    let (a_rs, a_cs, b_rs, b_cs) = (a_rs as usize, a_cs as usize, b_rs as usize, b_cs as usize);
+    let wave = flat_thread_idx() as usize / wave::size() as usize;
+    let (wy, wx) = (wave / WAVES_N, wave % WAVES_N);
+    let (m0, n0, z) = (block_idx_y() as usize * bm, block_idx_x() as usize * bn, block_idx_z() as usize);
+    let rows_a = m.saturating_sub(m0);
+    let cols_b = n.saturating_sub(n0);
+    let a_base = z * a_bs + m0 * a_rs;
+    let b_base = z * b_bs + n0 * b_cs;
+    let a_mode = copy_mode(a, a_base, a_rs, a_cs, a_bs);
+    let b_mode = copy_mode(b, b_base, b_rs, b_cs, b_bs);
+    let smem_ptr = smem.as_ptr();
+    let steps = k.div_ceil(bk);
+
+    let mut sa = [Chunk([T::ZERO; 8]); MAX_CHUNKS];
+    let mut sb = [Chunk([T::ZERO; 8]); MAX_CHUNKS];
+    let mut acc = [[FragC::<f32>::zero(); MAX_F]; MAX_F];
+
+    let load = |step: usize, sa: &mut [Chunk<T>; MAX_CHUNKS], sb: &mut [Chunk<T>; MAX_CHUNKS]| {
+        let k0 = step * bk;
+        let k_left = k - k0;
+        fetch(a, a_base + k0 * a_cs, a_rs, a_cs, rows_a, k_left, bm, bk, a_mode, sa);
+        fetch(b, b_base + k0 * b_rs, b_rs, b_cs, k_left, cols_b, bk, bn, b_mode, sb);
+    };
+    let store = |buf: usize, sa: &[Chunk<T>; MAX_CHUNKS], sb: &[Chunk<T>; MAX_CHUNKS]| {
+        // SAFETY: both stages fit in `smem` (checked above).
+        let base = unsafe { smem_ptr.add(buf * stage) };
+        commit(base, lda, bm, bk, a_mode, sa);
+        // SAFETY: as above.
+        commit(unsafe { base.add(a_tile) }, ldb, bk, bn, b_mode, sb);
+    };
+
+    if steps > 0 {
+        load(0, &mut sa, &mut sb);
+        store(0, &sa, &sb);
+    }
+    barrier();
+    for step in 0..steps {
+        let more = step + 1 < steps;
+        if more {
+            load(step + 1, &mut sa, &mut sb);
+        }
+        // SAFETY: as above.
+        let sa_ptr = unsafe { smem_ptr.add((step % 2) * stage) } as *const T;
+        // SAFETY: as above.
+        let sb_ptr = unsafe { sa_ptr.add(a_tile) };
+        for kk in 0..bk / 16 {
+            let mut af = [FragA::<T::Frag>::zero(); MAX_F];
+            let mut bf = [FragB::<T::Frag>::zero(); MAX_F];
+            let mut al = [FragA::<T::Frag>::zero(); MAX_F];
+            let mut bl = [FragB::<T::Frag>::zero(); MAX_F];
+            each!(i in [0, 1, 2, 3] {
+                if i < fm {
+                    let row0 = (wy * fm + i) * 16;
+                    // SAFETY: rows row0..row0 + 16 and columns kk*16..kk*16 + 16 of the A tile.
+                    let at = |r: usize, q: usize| unsafe { *sa_ptr.add((row0 + r) * lda + kk * 16 + q) };
+                    af[i] = FragA::from_fn(|r, q| at(r, q).hi());
+                    if T::SPLIT {
+                        al[i] = FragA::from_fn(|r, q| at(r, q).lo());
+                    }
+                }
+            });
+            each!(j in [0, 1, 2, 3] {
+                if j < fn_ {
+                    let col0 = (wx * fn_ + j) * 16;
+                    // SAFETY: rows kk*16.. + 16 and columns col0..col0 + 16 of the B tile.
+                    let bt = |q: usize, cc: usize| unsafe { *sb_ptr.add((kk * 16 + q) * ldb + col0 + cc) };
+                    bf[j] = FragB::from_fn(|q, cc| bt(q, cc).hi());
+                    if T::SPLIT {
+                        bl[j] = FragB::from_fn(|q, cc| bt(q, cc).lo());
+                    }
+                }
+            });
+            each!(i in [0, 1, 2, 3] {
+                each!(j in [0, 1, 2, 3] {
+                    if i < fm && j < fn_ {
+                        acc[i][j] = mma::mma(&af[i], &bf[j], acc[i][j]);
+                        if T::SPLIT {
+                            acc[i][j] = mma::mma(&af[i], &bl[j], acc[i][j]);
+                            acc[i][j] = mma::mma(&al[i], &bf[j], acc[i][j]);
+                        }
+                    }
+                });
+            });
+        }
+        if more {
+            store((step + 1) % 2, &sa, &sb);
+        }
+        barrier();
+    }
+
+    let has_bias = !bias.is_empty();
+    let ldc = ldc as usize;
+    each!(i in [0, 1, 2, 3] {
+        each!(j in [0, 1, 2, 3] {
+            if i < fm && j < fn_ {
+                let (row0, col0) = (m0 + (wy * fm + i) * 16, n0 + (wx * fn_ + j) * 16);
+                acc[i][j].for_each(|r, cc, v| {
+                    let (row, col) = (row0 + r, col0 + cc);
+                    if row < m && col < n {
+                        let mut x = v * alpha;
+                        if has_bias {
+                            x += bias[col].to_f32();
+                        }
+                        c[z * c_bs + row * ldc + col] = T::from_f32(activate(x, act));
+                    }
+                });
+            }
+        });
+    });
+}
+
+/// One wave: `d = a * b + c` for row-major 16x16 tiles through one `mma` (a test probe
+/// of the primitive and its fragment layouts).
+#[amdgpu_kernel(T = [f16, bf16])]
+pub fn mma_tile<T: MmaFloat>(a: &[T], b: &[T], c: &[f32], d: &mut [f32]) {
+    let fa = FragA::from_fn(|r, k| a[r * 16 + k]);
+    let fb = FragB::from_fn(|k, col| b[k * 16 + col]);
+    let fc = FragC::from_fn(|r, col| c[r * 16 + col]);
+    mma::mma(&fa, &fb, fc).for_each(|r, col, v| d[r * 16 + col] = v);
+}
+
+/// [`mma_tile`] for i8 inputs with i32 accumulation.
+#[amdgpu_kernel]
+pub fn mma_tile_i8(a: &[i8], b: &[i8], c: &[i32], d: &mut [i32]) {
+    let fa = FragA::from_fn(|r, k| a[r * 16 + k]);
+    let fb = FragB::from_fn(|k, col| b[k * 16 + col]);
+    let fc = FragC::from_fn(|r, col| c[r * 16 + col]);
+    mma::mma(&fa, &fb, fc).for_each(|r, col, v| d[r * 16 + col] = v);
+}
+
+/// One wave, the attention pattern: `s = q kt` (f32), row maxima and sums of `s`, then
+/// `o = P v` with `P = s` converted in registers to the A operand (`to_a`). Outputs are
+/// row-major 16x16 (`rowmax`, `rowsum`: 16 values).
+#[amdgpu_kernel(T = [f16, bf16])]
+pub fn mma_chain<T: MmaFloat>(q: &[T], kt: &[T], v: &[T], s: &mut [f32], rowmax: &mut [f32], rowsum: &mut [f32], o: &mut [f32]) {
+    let fq = FragA::from_fn(|r, k| q[r * 16 + k]);
+    let fk = FragB::from_fn(|k, col| kt[k * 16 + col]);
+    let acc = mma::mma(&fq, &fk, FragC::zero());
+    acc.for_each(|r, col, x| s[r * 16 + col] = x);
+    let mx = acc.row_max();
+    let sm = acc.row_sum();
+    // One writer per row: the lane holding column 0.
+    mx.for_each(|r, col, x| if col == 0 { rowmax[r] = x });
+    sm.for_each(|r, col, x| if col == 0 { rowsum[r] = x });
+    let p = acc.to_a::<T>();
+    let fv = FragB::from_fn(|k, col| v[k * 16 + col]);
+    mma::mma(&p, &fv, FragC::zero()).for_each(|r, col, x| o[r * 16 + col] = x);
+}
+
+#[cfg(not(any(target_arch = "amdgpu", target_arch = "nvptx64")))]
+mod host;
+#[cfg(not(any(target_arch = "amdgpu", target_arch = "nvptx64")))]
+pub use host::*;
