@@ -27,8 +27,6 @@ pub const WAVES_N: usize = 2;
 pub const MAX_F: usize = 4;
 /// Shared-memory row padding, in elements (keeps rows 16-byte aligned, shifts banks).
 pub const PAD: usize = 8;
-/// Largest number of 8-element chunks a work-item moves per tile and step.
-const MAX_CHUNKS: usize = 4;
 
 /// Runs `$body` with `$i` bound to each listed constant (straight-line code, so fragment
 /// arrays are indexed by constants and stay in registers).
@@ -40,11 +38,17 @@ macro_rules! each {
     })*};
 }
 
+/// Work-items per work-group: 4 waves (a constant on a GPU, so unused chunk slots vanish).
+#[inline(always)]
+fn block_threads() -> usize {
+    WAVES_M * WAVES_N * mma::lowering().wave_lanes() as usize
+}
+
 /// 16x16 fragments per wave along M and N for a lowering.
 pub const fn wave_frags(low: Lowering) -> (usize, usize) {
     match low {
-        Lowering::MmaSync | Lowering::Mfma => (4, 4),
-        Lowering::Wmma => (4, 2),
+        Lowering::MmaSync => (4, 4),
+        Lowering::Mfma | Lowering::Wmma => (4, 2),
         Lowering::Valu => (2, 2),
     }
 }
@@ -102,102 +106,60 @@ pub const fn stage_elems<T: GemmElem>(low: Lowering) -> usize {
     bm * (bk + PAD) + bk * (bn + PAD)
 }
 
-/// How a tile is read from global memory.
-#[derive(Clone, Copy)]
-struct CopyMode {
-    /// Chunks run along the row index (the source is contiguous in rows) instead of columns.
-    along_rows: bool,
-    /// Full chunks are loaded as 16-byte vectors.
-    vector: bool,
-}
-
-#[repr(C, align(16))]
-#[derive(Clone, Copy)]
-struct Chunk<T>([T; 8]);
-
+/// `true` when rows of the tile whose element `(r, c)` is `src[base + r * rs + c * cs]`
+/// can move as 16-byte chunks: contiguous along `c`, every row and batch entry starting
+/// on a 16-byte boundary.
 #[inline(always)]
-fn copy_mode<T>(src: &[T], base: usize, rs: usize, cs: usize, batch_stride: usize) -> CopyMode {
-    let along_rows = cs != 1 && rs == 1;
-    let step = if along_rows { cs } else { rs };
-    let unit = if along_rows { rs } else { cs };
+fn chunked<T>(src: &[T], base: usize, rs: usize, cs: usize, batch_stride: usize) -> bool {
+    let per = 16 / core::mem::size_of::<T>();
     let aligned = (src.as_ptr() as usize + base * core::mem::size_of::<T>()) % 16 == 0;
-    let vector = unit == 1 && step % 8 == 0 && batch_stride % 8 == 0 && aligned && core::mem::size_of::<T>() >= 2;
-    CopyMode { along_rows, vector }
+    cs == 1 && rs % per == 0 && batch_stride % per == 0 && aligned
 }
 
-/// Loads this work-item's chunks of the `rows x cols` tile whose element `(r, c)` is
-/// `src[base + r * rs + c * cs]`, zero outside `rows_valid x cols_valid`.
+/// Copies the `rows x cols` tile whose element `(r, c)` is `src[base + r * rs + c * cs]`
+/// (zero outside `rows_valid x cols_valid`) to shared memory at `dst` (row stride `ld`):
+/// as asynchronous 16-byte chunks when `chunks` ([`chunked`]), else element by element
+/// (consecutive work-items on the source's contiguous dimension).
 #[inline(always)]
 #[allow(clippy::too_many_arguments)]
-fn fetch<T: GemmElem>(
+fn copy_tile<T: GemmElem>(
     src: &[T],
     base: usize,
-    rs: usize,
-    cs: usize,
-    rows_valid: usize,
-    cols_valid: usize,
-    rows: usize,
-    cols: usize,
-    mode: CopyMode,
-    out: &mut [Chunk<T>; MAX_CHUNKS],
+    (rs, cs): (usize, usize),
+    (rows_valid, cols_valid): (usize, usize),
+    (rows, cols): (usize, usize),
+    chunks: bool,
+    dst: *mut T,
+    ld: usize,
 ) {
-    let (tid, threads) = (flat_thread_idx() as usize, flat_block_dim() as usize);
-    let total = rows * cols / 8;
-    each!(i in [0, 1, 2, 3] {
-        let ch = tid + i * threads;
-        if ch < total {
-            let (r, c) = chunk_origin(ch, rows, cols, mode);
-            let full = if mode.along_rows { c < cols_valid && r + 8 <= rows_valid } else { r < rows_valid && c + 8 <= cols_valid };
-            if mode.vector && full {
-                // SAFETY: the launcher checked that every valid element is inside `src`;
-                // `vector` guarantees 16-byte alignment of this chunk.
-                out[i] = unsafe { core::ptr::read(src.as_ptr().add(base + r * rs + c * cs) as *const Chunk<T>) };
-            } else {
-                let mut v = [T::ZERO; 8];
-                each!(e in [0, 1, 2, 3, 4, 5, 6, 7] {
-                    let (rr, cc) = if mode.along_rows { (r + e, c) } else { (r, c + e) };
-                    if rr < rows_valid && cc < cols_valid {
-                        v[e] = src[base + rr * rs + cc * cs];
-                    }
-                });
-                out[i] = Chunk(v);
-            }
-        }
-    });
-}
-
-#[inline(always)]
-fn chunk_origin(ch: usize, rows: usize, cols: usize, mode: CopyMode) -> (usize, usize) {
-    if mode.along_rows {
-        ((ch % (rows / 8)) * 8, ch / (rows / 8))
-    } else {
-        (ch / (cols / 8), (ch % (cols / 8)) * 8)
-    }
-}
-
-/// Stores the chunks [`fetch`] loaded into the tile at `dst` (row stride `ld`).
-#[inline(always)]
-fn commit<T: GemmElem>(dst: *mut T, ld: usize, rows: usize, cols: usize, mode: CopyMode, chunks: &[Chunk<T>; MAX_CHUNKS]) {
-    let (tid, threads) = (flat_thread_idx() as usize, flat_block_dim() as usize);
-    let total = rows * cols / 8;
-    each!(i in [0, 1, 2, 3] {
-        let ch = tid + i * threads;
-        if ch < total {
-            let (r, c) = chunk_origin(ch, rows, cols, mode);
-            // SAFETY: (r, c) lies in the rows x cols tile and the kernel checked that the
-            // shared buffer holds both stages; rows are 16-byte aligned (`PAD`, `BK`, `BN`
-            // are multiples of 8 elements).
+    let (tid, threads) = (flat_thread_idx() as usize, block_threads());
+    if chunks {
+        let per = 16 / core::mem::size_of::<T>();
+        let total = rows * cols / per;
+        let mut ch = tid;
+        while ch < total {
+            let (r, c) = (ch / (cols / per), (ch % (cols / per)) * per);
+            let valid = if r < rows_valid { cols_valid.saturating_sub(c).min(per) } else { 0 };
+            // SAFETY: the launcher checked that every valid element lies in `src`, and
+            // `chunked` that valid chunks are 16-byte aligned; (r, c) lies in the tile
+            // and the tile in the shared buffer (checked by the kernel).
             unsafe {
-                if mode.along_rows {
-                    each!(e in [0, 1, 2, 3, 4, 5, 6, 7] {
-                        *dst.add((r + e) * ld + c) = chunks[i].0[e];
-                    });
-                } else {
-                    core::ptr::write(dst.add(r * ld + c) as *mut Chunk<T>, chunks[i]);
-                }
+                let from = if valid > 0 { src.as_ptr().add(base + r * rs + c) } else { src.as_ptr() };
+                mma::copy::copy_16(dst.add(r * ld + c) as *mut u8, from as *const u8, (valid * core::mem::size_of::<T>()) as u32);
             }
+            ch += threads;
         }
-    });
+    } else {
+        let along_rows = rs == 1 && cs != 1;
+        let mut e = tid;
+        while e < rows * cols {
+            let (r, c) = if along_rows { (e % rows, e / rows) } else { (e / cols, e % cols) };
+            let v = if r < rows_valid && c < cols_valid { src[base + r * rs + c * cs] } else { T::ZERO };
+            // SAFETY: as above.
+            unsafe { *dst.add(r * ld + c) = v };
+            e += threads;
+        }
+    }
 }
 
 #[inline(always)]
@@ -217,6 +179,7 @@ fn activate(x: f32, act: u32) -> f32 {
 /// checks the shapes and sizes the grid for the device's lowering).
 #[amdgpu_kernel(T = [f32, f16, bf16])]
 #[allow(clippy::too_many_arguments)]
+#[inline(always)]
 pub fn gemm_tiled<T: GemmElem>(
     a: &[T],
     b: &[T],
@@ -255,39 +218,36 @@ pub fn gemm_tiled<T: GemmElem>(
     let cols_b = n.saturating_sub(n0);
     let a_base = z * a_bs + m0 * a_rs;
     let b_base = z * b_bs + n0 * b_cs;
-    let a_mode = copy_mode(a, a_base, a_rs, a_cs, a_bs);
-    let b_mode = copy_mode(b, b_base, b_rs, b_cs, b_bs);
+    let a_chunks = chunked(a, a_base, a_rs, a_cs, a_bs);
+    let b_chunks = chunked(b, b_base, b_rs, b_cs, b_bs);
     let smem_ptr = smem.as_ptr();
     let steps = k.div_ceil(bk);
-
-    let mut sa = [Chunk([T::ZERO; 8]); MAX_CHUNKS];
-    let mut sb = [Chunk([T::ZERO; 8]); MAX_CHUNKS];
     let mut acc = [[FragC::<f32>::zero(); MAX_F]; MAX_F];
 
-    let load = |step: usize, sa: &mut [Chunk<T>; MAX_CHUNKS], sb: &mut [Chunk<T>; MAX_CHUNKS]| {
+    // Starts the copies of K step `step` into buffer `step % 2`.
+    let load = |step: usize| {
         let k0 = step * bk;
-        let k_left = k - k0;
-        fetch(a, a_base + k0 * a_cs, a_rs, a_cs, rows_a, k_left, bm, bk, a_mode, sa);
-        fetch(b, b_base + k0 * b_rs, b_rs, b_cs, k_left, cols_b, bk, bn, b_mode, sb);
-    };
-    let store = |buf: usize, sa: &[Chunk<T>; MAX_CHUNKS], sb: &[Chunk<T>; MAX_CHUNKS]| {
-        // SAFETY: both stages fit in `smem` (checked above).
-        let base = unsafe { smem_ptr.add(buf * stage) };
-        commit(base, lda, bm, bk, a_mode, sa);
+        // SAFETY: both buffers fit in `smem` (checked above).
+        let buf = unsafe { smem_ptr.add((step % 2) * stage) };
+        copy_tile(a, a_base + k0 * a_cs, (a_rs, a_cs), (rows_a, k - k0), (bm, bk), a_chunks, buf, lda);
         // SAFETY: as above.
-        commit(unsafe { base.add(a_tile) }, ldb, bk, bn, b_mode, sb);
+        let buf_b = unsafe { buf.add(a_tile) };
+        copy_tile(b, b_base + k0 * b_rs, (b_rs, b_cs), (k - k0, cols_b), (bk, bn), b_chunks, buf_b, ldb);
+        mma::copy::commit();
     };
 
     if steps > 0 {
-        load(0, &mut sa, &mut sb);
-        store(0, &sa, &sb);
+        load(0);
     }
-    barrier();
     for step in 0..steps {
-        let more = step + 1 < steps;
-        if more {
-            load(step + 1, &mut sa, &mut sb);
+        if step + 1 < steps {
+            // The buffer it fills was last read in step - 1, before the barrier ending it.
+            load(step + 1);
+            mma::copy::wait_groups::<1>();
+        } else {
+            mma::copy::wait_groups::<0>();
         }
+        barrier();
         // SAFETY: as above.
         let sa_ptr = unsafe { smem_ptr.add((step % 2) * stage) } as *const T;
         // SAFETY: as above.
@@ -330,9 +290,6 @@ pub fn gemm_tiled<T: GemmElem>(
                     }
                 });
             });
-        }
-        if more {
-            store((step + 1) % 2, &sa, &sb);
         }
         barrier();
     }

@@ -3,12 +3,13 @@
 #![allow(improper_ctypes)]
 use super::{cast, FragA, FragB, FragC, InputKind, MmaInput};
 
-type Hf = core::primitive::f16;
+type Hf = f16;
 
 macro_rules! simd {
     ($($name:ident = [$t:ty; $n:literal]),*) => {$(
         #[repr(simd)]
         #[derive(Clone, Copy)]
+        #[allow(dead_code)]
         struct $name([$t; $n]);
     )*};
 }

@@ -90,3 +90,42 @@ pub(super) fn mma<T: MmaInput>(a: &FragA<T>, b: &FragB<T>, c: FragC<T::Acc>) -> 
     item::wave_exchange(0);
     out
 }
+
+#[cfg(test)]
+mod tests {
+    use super::super::layout::*;
+    use super::super::Lowering;
+    const ALL: [Lowering; 4] = [Lowering::Mfma, Lowering::Wmma, Lowering::MmaSync, Lowering::Valu];
+
+    /// Every element of each tile is held by some lane; the accumulator exactly once, A and
+    /// B exactly once except WMMA's documented duplication of lanes 0-15 in 16-31.
+    #[test]
+    fn layouts_cover_every_element() {
+        for low in ALL {
+            for i8 in [false, true] {
+                let lanes = low.wave_lanes() as usize;
+                let mut a = [[0; 16]; 16];
+                let mut b = [[0; 16]; 16];
+                let mut c = [[0; 16]; 16];
+                for l in 0..lanes {
+                    for j in 0..ab_len(low) {
+                        let (r, k) = a_coord(low, i8, l, j);
+                        a[r][k] += 1;
+                        let (k, n) = b_coord(low, i8, l, j);
+                        b[k][n] += 1;
+                    }
+                    for j in 0..c_len(low) {
+                        let (r, n) = c_coord(low, l, j);
+                        c[r][n] += 1;
+                        let (ll, jj) = c_locate(low, r, n);
+                        assert_eq!((ll, jj), (l, j), "{low:?} c_locate({r},{n})");
+                    }
+                }
+                let dup = if low == Lowering::Wmma { 2 } else { 1 };
+                assert!(a.iter().flatten().all(|&n| n == dup), "{low:?} i8={i8} A: {a:?}");
+                assert!(b.iter().flatten().all(|&n| n == dup), "{low:?} i8={i8} B: {b:?}");
+                assert!(c.iter().flatten().all(|&n| n == 1), "{low:?} C: {c:?}");
+            }
+        }
+    }
+}

@@ -35,6 +35,7 @@
 //!
 //! Every function that takes or builds a whole fragment is a wave operation: all lanes
 //! of the wave call it together, in uniform control flow, with full waves.
+pub mod copy;
 mod layout;
 
 #[cfg(not(any(target_arch = "amdgpu", target_arch = "nvptx64")))]
@@ -186,6 +187,23 @@ pub trait MmaFloat: MmaInput<Acc = f32> + crate::types::Float {}
 impl MmaFloat for f16 {}
 impl MmaFloat for bf16 {}
 
+/// Runs `$body` for `$j` = 0, 1, ... `$len - 1` (at most 16) as straight-line code with
+/// constant indices, so fragments stay in registers (a loop that is not unrolled would
+/// index them dynamically and put them in scratch memory).
+macro_rules! unroll {
+    ($j:ident < $len:expr, $body:block) => {
+        unroll!(@ $j, $len, $body, 0 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15)
+    };
+    (@ $j:ident, $len:expr, $body:block, $($n:literal)*) => {{
+        let len = $len;
+        $({
+            #[allow(non_upper_case_globals)]
+            const $j: usize = $n;
+            if $j < len $body
+        })*
+    }};
+}
+
 #[inline(always)]
 fn lane() -> usize {
     wave::lane_id() as usize
@@ -245,10 +263,10 @@ impl<T: MmaInput> FragA<T> {
     pub fn from_fn(mut f: impl FnMut(usize, usize) -> T) -> Self {
         let mut out = Self::zero();
         let (low, i8, l) = (lowering(), T::KIND == InputKind::I8, lane());
-        for j in 0..layout::ab_len(low) {
+        unroll!(j < layout::ab_len(low), {
             let (r, k) = a_coord(low, i8, l, j);
-            out.v[j] = f(r, k);
-        }
+            out.v[j % AB_CAP] = f(r, k);
+        });
         out
     }
 }
@@ -264,10 +282,10 @@ impl<T: MmaInput> FragB<T> {
     pub fn from_fn(mut f: impl FnMut(usize, usize) -> T) -> Self {
         let mut out = Self::zero();
         let (low, i8, l) = (lowering(), T::KIND == InputKind::I8, lane());
-        for j in 0..layout::ab_len(low) {
+        unroll!(j < layout::ab_len(low), {
             let (k, c) = b_coord(low, i8, l, j);
-            out.v[j] = f(k, c);
-        }
+            out.v[j % AB_CAP] = f(k, c);
+        });
         out
     }
 }
@@ -283,29 +301,29 @@ impl<T: Element> FragC<T> {
     pub fn from_fn(mut f: impl FnMut(usize, usize) -> T) -> Self {
         let mut out = Self::zero();
         let (low, l) = (lowering(), lane());
-        for j in 0..layout::c_len(low) {
+        unroll!(j < layout::c_len(low), {
             let (r, c) = c_coord(low, l, j);
-            out.v[j] = f(r, c);
-        }
+            out.v[j % C_CAP] = f(r, c);
+        });
         out
     }
     /// Calls `f(row, col, value)` for this lane's items (stores, epilogues).
     #[inline(always)]
     pub fn for_each(&self, mut f: impl FnMut(usize, usize, T)) {
         let (low, l) = (lowering(), lane());
-        for j in 0..layout::c_len(low) {
+        unroll!(j < layout::c_len(low), {
             let (r, c) = c_coord(low, l, j);
-            f(r, c, self.v[j]);
-        }
+            f(r, c, self.v[j % C_CAP]);
+        });
     }
     /// Applies `f(row, col, value)` to every item.
     #[inline(always)]
     pub fn map(mut self, mut f: impl FnMut(usize, usize, T) -> T) -> Self {
         let (low, l) = (lowering(), lane());
-        for j in 0..layout::c_len(low) {
+        unroll!(j < layout::c_len(low), {
             let (r, c) = c_coord(low, l, j);
-            self.v[j] = f(r, c, self.v[j]);
-        }
+            self.v[j % C_CAP] = f(r, c, self.v[j % C_CAP]);
+        });
         self
     }
 }
@@ -320,18 +338,20 @@ impl FragC<f32> {
         let mut out = *self;
         if matches!(low, Lowering::MmaSync | Lowering::Valu) {
             // Items 0, 1, 4, 5 are row g; 2, 3, 6, 7 row g + 8.
-            let lo = op(op(out.v[0], out.v[1]), op(out.v[4], out.v[5]));
-            let hi = op(op(out.v[2], out.v[3]), op(out.v[6], out.v[7]));
-            out.v = [lo; C_CAP];
-            out.v[2] = hi;
-            out.v[3] = hi;
-            out.v[6] = hi;
-            out.v[7] = hi;
+            let (mut lo, mut hi) = (out.v[0], out.v[2 % C_CAP]);
+            unroll!(j < C_CAP, {
+                if j % 2 == 1 || j >= 4 {
+                    if (j / 2) % 2 == 0 { lo = op(lo, out.v[j % C_CAP]) } else { hi = op(hi, out.v[j % C_CAP]) }
+                }
+            });
+            unroll!(j < C_CAP, {
+                out.v[j % C_CAP] = if (j / 2) % 2 == 0 { lo } else { hi };
+            });
         }
         for &mask in layout::row_lane_masks(low) {
-            for j in 0..layout::c_len(low) {
-                out.v[j] = op(out.v[j], wave::shuffle_xor(out.v[j], mask));
-            }
+            unroll!(j < layout::c_len(low), {
+                out.v[j % C_CAP] = op(out.v[j % C_CAP], wave::shuffle_xor(out.v[j % C_CAP], mask));
+            });
         }
         out
     }
@@ -356,24 +376,24 @@ impl FragC<f32> {
         let mut out = FragA::<T>::zero();
         if matches!(low, Lowering::MmaSync | Lowering::Valu) {
             // The accumulator and A layouts coincide item by item.
-            for j in 0..layout::c_len(low) {
-                out.v[j] = T::from_f32(self.v[j]);
-            }
+            unroll!(j < layout::c_len(low), {
+                out.v[j % AB_CAP] = T::from_f32(self.v[j % C_CAP]);
+            });
             return out;
         }
         let l = lane();
-        for j in 0..layout::ab_len(low) {
+        unroll!(j < layout::ab_len(low), {
             let (r, k) = a_coord(low, false, l, j);
             let (src, item) = c_locate(low, r, k);
             let mut v = 0.0f32;
-            for q in 0..layout::c_len(low) {
-                let x = wave::shuffle(self.v[q], src as u32);
+            unroll!(q < layout::c_len(low), {
+                let x = wave::shuffle(self.v[q % C_CAP], src as u32);
                 if q == item {
                     v = x;
                 }
-            }
-            out.v[j] = T::from_f32(v);
-        }
+            });
+            out.v[j % AB_CAP] = T::from_f32(v);
+        });
         out
     }
 }

@@ -25,6 +25,17 @@ macro_rules! mma_f32 {
     };
 }
 
+macro_rules! mma_s8 {
+    ($a0:expr, $a1:expr, $b:expr, $c:expr) => {
+        asm!(
+            "mma.sync.aligned.m16n8k16.row.col.s32.s8.s8.s32 {{{0}, {1}, {2}, {3}}}, {{{4}, {5}}}, {{{6}}}, {{{0}, {1}, {2}, {3}}};",
+            inout(reg32) $c[0], inout(reg32) $c[1], inout(reg32) $c[2], inout(reg32) $c[3],
+            in(reg32) $a0, in(reg32) $a1, in(reg32) $b,
+            options(pure, nomem, nostack),
+        )
+    };
+}
+
 #[inline(always)]
 pub(super) fn mma<T: MmaInput>(a: &FragA<T>, b: &FragB<T>, c: FragC<T::Acc>) -> FragC<T::Acc> {
     let mut out = c;
@@ -56,14 +67,8 @@ pub(super) fn mma<T: MmaInput>(a: &FragA<T>, b: &FragB<T>, c: FragC<T::Acc>) -> 
             let (mut c0, mut c1) = ([cv[0], cv[1], cv[2], cv[3]], [cv[4], cv[5], cv[6], cv[7]]);
             // SAFETY: as above.
             unsafe {
-                for (cc, bb) in [(&mut c0, b0), (&mut c1, b1)] {
-                    asm!(
-                        "mma.sync.aligned.m16n8k16.row.col.s32.s8.s8.s32 {{{0}, {1}, {2}, {3}}}, {{{4}, {5}}}, {{{6}}}, {{{0}, {1}, {2}, {3}}};",
-                        inout(reg32) cc[0], inout(reg32) cc[1], inout(reg32) cc[2], inout(reg32) cc[3],
-                        in(reg32) a0, in(reg32) a1, in(reg32) bb,
-                        options(pure, nomem, nostack),
-                    );
-                }
+                mma_s8!(a0, a1, b0, c0);
+                mma_s8!(a0, a1, b1, c1);
                 out.v = cast([c0[0], c0[1], c0[2], c0[3], c1[0], c1[1], c1[2], c1[3]]);
             }
         }
