@@ -100,6 +100,15 @@ pub const fn block_tile<T: GemmElem>(low: Lowering) -> (usize, usize, usize) {
     (WAVES_M * 16 * fm, WAVES_N * 16 * fn_, T::BK)
 }
 
+/// Shared-memory buffers in the copy pipeline: 3 where copies are asynchronous
+/// (`cp.async`: two K steps in flight during a step's products), else 2.
+pub const fn stages(low: Lowering) -> usize {
+    match low {
+        Lowering::MmaSync => 3,
+        _ => 2,
+    }
+}
+
 /// Shared-memory elements of one buffer (A tile + B tile).
 pub const fn stage_elems<T: GemmElem>(low: Lowering) -> usize {
     let (bm, bn, bk) = block_tile::<T>(low);
@@ -206,8 +215,9 @@ pub fn gemm_tiled<T: GemmElem>(
     let (lda, ldb) = (bk + PAD, bn + PAD);
     let a_tile = bm * lda;
     let stage = stage_elems::<T>(low);
-    if smem.len() < 2 * stage {
-        panic!("gemm_tiled: shared memory too small for two stages");
+    let nstages = stages(low);
+    if smem.len() < nstages * stage {
+        panic!("gemm_tiled: shared memory too small for the pipeline");
     }
     let (m, n, k) = (m as usize, n as usize, k as usize);
     let (a_rs, a_cs, b_rs, b_cs) = (a_rs as usize, a_cs as usize, b_rs as usize, b_cs as usize);
@@ -224,32 +234,31 @@ pub fn gemm_tiled<T: GemmElem>(
     let steps = k.div_ceil(bk);
     let mut acc = [[FragC::<f32>::zero(); MAX_F]; MAX_F];
 
-    // Starts the copies of K step `step` into buffer `step % 2`.
+    // Starts the copies of K step `step` into buffer `step % nstages` (one commit group).
     let load = |step: usize| {
-        let k0 = step * bk;
-        // SAFETY: both buffers fit in `smem` (checked above).
-        let buf = unsafe { smem_ptr.add((step % 2) * stage) };
-        copy_tile(a, a_base + k0 * a_cs, (a_rs, a_cs), (rows_a, k - k0), (bm, bk), a_chunks, buf, lda);
-        // SAFETY: as above.
-        let buf_b = unsafe { buf.add(a_tile) };
-        copy_tile(b, b_base + k0 * b_rs, (b_rs, b_cs), (k - k0, cols_b), (bk, bn), b_chunks, buf_b, ldb);
+        if step < steps {
+            let k0 = step * bk;
+            // SAFETY: every buffer fits in `smem` (checked above).
+            let buf = unsafe { smem_ptr.add((step % nstages) * stage) };
+            copy_tile(a, a_base + k0 * a_cs, (a_rs, a_cs), (rows_a, k - k0), (bm, bk), a_chunks, buf, lda);
+            // SAFETY: as above.
+            let buf_b = unsafe { buf.add(a_tile) };
+            copy_tile(b, b_base + k0 * b_rs, (b_rs, b_cs), (k - k0, cols_b), (bk, bn), b_chunks, buf_b, ldb);
+        }
         mma::copy::commit();
     };
 
-    if steps > 0 {
-        load(0);
+    for s in 0..nstages - 1 {
+        load(s);
     }
     for step in 0..steps {
-        if step + 1 < steps {
-            // The buffer it fills was last read in step - 1, before the barrier ending it.
-            load(step + 1);
-            mma::copy::wait_groups::<1>();
-        } else {
-            mma::copy::wait_groups::<0>();
-        }
+        // Step `step`'s group is done once at most nstages - 2 younger ones are pending.
+        mma::copy::wait_groups(nstages as u32 - 2);
         barrier();
+        // Refills the buffer read in step - 1, which every wave has left (barrier above).
+        load(step + nstages - 1);
         // SAFETY: as above.
-        let sa_ptr = unsafe { smem_ptr.add((step % 2) * stage) } as *const T;
+        let sa_ptr = unsafe { smem_ptr.add((step % nstages) * stage) } as *const T;
         // SAFETY: as above.
         let sb_ptr = unsafe { sa_ptr.add(a_tile) };
         for kk in 0..bk / 16 {
@@ -262,7 +271,12 @@ pub fn gemm_tiled<T: GemmElem>(
                     let row0 = (wy * fm + i) * 16;
                     // SAFETY: rows row0..row0 + 16 and columns kk*16..kk*16 + 16 of the A tile.
                     let at = |r: usize, q: usize| unsafe { *sa_ptr.add((row0 + r) * lda + kk * 16 + q) };
-                    af[i] = FragA::from_fn(|r, q| at(r, q).hi());
+                    af[i] = if T::SPLIT {
+                        FragA::from_fn(|r, q| at(r, q).hi())
+                    } else {
+                        // SAFETY: as above; rows are 16-byte aligned (lda, kk*16 multiples of 8).
+                        unsafe { FragA::load_shared(sa_ptr.add(row0 * lda + kk * 16) as *const T::Frag, lda) }
+                    };
                     if T::SPLIT {
                         al[i] = FragA::from_fn(|r, q| at(r, q).lo());
                     }
@@ -273,7 +287,12 @@ pub fn gemm_tiled<T: GemmElem>(
                     let col0 = (wx * fn_ + j) * 16;
                     // SAFETY: rows kk*16.. + 16 and columns col0..col0 + 16 of the B tile.
                     let bt = |q: usize, cc: usize| unsafe { *sb_ptr.add((kk * 16 + q) * ldb + col0 + cc) };
-                    bf[j] = FragB::from_fn(|q, cc| bt(q, cc).hi());
+                    bf[j] = if T::SPLIT {
+                        FragB::from_fn(|q, cc| bt(q, cc).hi())
+                    } else {
+                        // SAFETY: as above; ldb and col0 are multiples of 8.
+                        unsafe { FragB::load_shared(sb_ptr.add(kk * 16 * ldb + col0) as *const T::Frag, ldb) }
+                    };
                     if T::SPLIT {
                         bl[j] = FragB::from_fn(|q, cc| bt(q, cc).lo());
                     }
@@ -291,7 +310,6 @@ pub fn gemm_tiled<T: GemmElem>(
                 });
             });
         }
-        barrier();
     }
 
     let has_bias = !bias.is_empty();

@@ -49,14 +49,22 @@ pub fn commit() {
     }
 }
 
-/// Waits until at most `N` committed groups are still in flight (this work-item's).
+/// Waits until at most `pending` (0..=3; more counts as 3) committed groups of this
+/// work-item are still in flight.
 #[inline(always)]
-pub fn wait_groups<const N: u32>() {
+pub fn wait_groups(pending: u32) {
     #[cfg(all(target_arch = "nvptx64", target_feature = "sm_80"))]
     // SAFETY: no operands.
     unsafe {
-        core::arch::asm!("cp.async.wait_group {n};", n = const N, options(nostack))
+        match pending {
+            0 => core::arch::asm!("cp.async.wait_group 0;", options(nostack)),
+            1 => core::arch::asm!("cp.async.wait_group 1;", options(nostack)),
+            2 => core::arch::asm!("cp.async.wait_group 2;", options(nostack)),
+            _ => core::arch::asm!("cp.async.wait_group 3;", options(nostack)),
+        }
     }
+    #[cfg(not(all(target_arch = "nvptx64", target_feature = "sm_80")))]
+    let _ = pending;
 }
 
 /// `true` when [`copy_16`] runs asynchronously on this target.

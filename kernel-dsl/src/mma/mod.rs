@@ -271,6 +271,64 @@ impl<T: MmaInput> FragA<T> {
     }
 }
 
+impl<T: MmaInput> FragA<T> {
+    /// The fragment of the row-major tile at `base` in work-group shared memory: element
+    /// `(row, k)` at `base[row * ld + k]`. On `MmaSync` with 16-bit inputs this is one
+    /// `ldmatrix.x4` (rows must start on 16-byte boundaries); elsewhere element loads.
+    ///
+    /// # Safety
+    /// `base` points into shared memory with the 16 x 16 tile readable, and (for
+    /// `ldmatrix`) `base` and `ld * size_of::<T>()` are multiples of 16 bytes.
+    #[inline(always)]
+    pub unsafe fn load_shared(base: *const T, ld: usize) -> Self {
+        #[cfg(all(target_arch = "nvptx64", target_feature = "sm_80"))]
+        if T::KIND != InputKind::I8 {
+            let l = lane();
+            let q = l / 8;
+            // Lane l names row (l % 8) + 8 (q % 2), columns 8 (q / 2) .. + 8 of matrix q;
+            // register q then holds items 2q, 2q + 1 of the mma.sync A layout.
+            // SAFETY: the caller's contract.
+            let w = unsafe { nvptx::ldmatrix_x4::<false>(base.add((l % 8 + 8 * (q % 2)) * ld + 8 * (q / 2)) as *const u8) };
+            // SAFETY: T is a 16-bit type here.
+            return FragA { v: unsafe { cast(unpack16(w)) } };
+        }
+        // SAFETY: the caller's contract.
+        Self::from_fn(|r, k| unsafe { *base.add(r * ld + k) })
+    }
+}
+
+impl<T: MmaInput> FragB<T> {
+    /// The fragment of the row-major (k-major) tile at `base` in shared memory: element
+    /// `(k, col)` at `base[k * ld + col]`. On `MmaSync` with 16-bit inputs this is one
+    /// `ldmatrix.x4.trans`; elsewhere element loads.
+    ///
+    /// # Safety
+    /// As [`FragA::load_shared`].
+    #[inline(always)]
+    pub unsafe fn load_shared(base: *const T, ld: usize) -> Self {
+        #[cfg(all(target_arch = "nvptx64", target_feature = "sm_80"))]
+        if T::KIND != InputKind::I8 {
+            let l = lane();
+            let q = l / 8;
+            // Matrix q covers k 8 (q % 2) .. + 8 and columns 8 (q / 2) .. + 8; transposed,
+            // register q holds items 2q, 2q + 1 of the mma.sync B layout.
+            // SAFETY: the caller's contract.
+            let w = unsafe { nvptx::ldmatrix_x4::<true>(base.add((l % 8 + 8 * (q % 2)) * ld + 8 * (q / 2)) as *const u8) };
+            // SAFETY: T is a 16-bit type here.
+            return FragB { v: unsafe { cast(unpack16(w)) } };
+        }
+        // SAFETY: the caller's contract.
+        Self::from_fn(|k, c| unsafe { *base.add(k * ld + c) })
+    }
+}
+
+/// Four registers of two 16-bit values each, as 8 values (low half first).
+#[cfg(all(target_arch = "nvptx64", target_feature = "sm_80"))]
+#[inline(always)]
+fn unpack16(w: [u32; 4]) -> [u16; 8] {
+    [w[0] as u16, (w[0] >> 16) as u16, w[1] as u16, (w[1] >> 16) as u16, w[2] as u16, (w[2] >> 16) as u16, w[3] as u16, (w[3] >> 16) as u16]
+}
+
 impl<T: MmaInput> FragB<T> {
     /// `(k, col)` of this lane's item `j`.
     #[inline(always)]

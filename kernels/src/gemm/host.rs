@@ -1,5 +1,5 @@
 //! The checked GEMM launcher: shapes, strides and sizes validated before anything runs.
-use super::{block_tile, gemm_tiled, stage_elems, GemmElem, WAVES_M, WAVES_N};
+use super::{block_tile, gemm_tiled, stage_elems, stages, GemmElem, WAVES_M, WAVES_N};
 use crate::runtime::{Device, DeviceVec};
 use kernel_dsl::host::{LaunchConfig, LaunchError, MatrixUnit, ScalarArg};
 use kernel_dsl::mma::Lowering;
@@ -172,7 +172,7 @@ pub fn matmul<T: GemmElem + ScalarArg>(
         Dim3::new(to_u32("n tiles", gx)?, gy as u32, batch as u32),
         Dim3::x(lanes * (WAVES_M * WAVES_N) as u32),
     )
-    .with_dynamic_shared(2 * stage_elems::<T>(low));
+    .with_dynamic_shared(stages(low) * stage_elems::<T>(low));
     let none: Vec<T> = Vec::new();
     let bias: &dyn kernel_dsl::host::KernelArgSlice<T> = match epilogue.bias {
         Some(b) => b,
