@@ -14,7 +14,7 @@
 //! f32 inputs run as three bf16 products (`hi*hi + hi*lo + lo*hi` with `x = hi + lo`,
 //! about 16 significant bits per product, f32 accumulation).
 //!
-//! Also here: [`mma_tile`] and [`mma_chain`], one-wave kernels that exercise the `mma`
+//! Also here: [`mma_tile`], [`mma_rows`] and [`mma_pv`], one-wave kernels that exercise the `mma`
 //! primitive (a product, accumulator -> A conversion, row reductions) for the tests.
 use kernel_dsl::mma::{self, FragA, FragB, FragC, Lowering, MmaFloat};
 use kernel_dsl::prelude::*;
@@ -44,12 +44,15 @@ fn block_threads() -> usize {
     WAVES_M * WAVES_N * mma::lowering().wave_lanes() as usize
 }
 
-/// 16x16 fragments per wave along M and N for a lowering.
-pub const fn wave_frags(low: Lowering) -> (usize, usize) {
-    match low {
-        Lowering::MmaSync => (4, 4),
-        Lowering::Mfma | Lowering::Wmma => (4, 2),
-        Lowering::Valu => (2, 2),
+/// 16x16 fragments per wave along M and N for a lowering and element type (f32 inputs
+/// hold hi and lo fragments, so they get smaller tiles where registers are scarce).
+pub const fn wave_frags<T: GemmElem>(low: Lowering) -> (usize, usize) {
+    match (low, T::SPLIT) {
+        (Lowering::MmaSync, _) => (4, 4),
+        (Lowering::Mfma, _) | (Lowering::Wmma, false) => (4, 2),
+        (Lowering::Wmma, true) => (2, 2),
+        (Lowering::Valu, false) => (2, 1),
+        (Lowering::Valu, true) => (1, 1),
     }
 }
 
@@ -96,7 +99,7 @@ impl GemmElem for f32 {
 
 /// Tile sizes of one launch: `(BM, BN, BK)`.
 pub const fn block_tile<T: GemmElem>(low: Lowering) -> (usize, usize, usize) {
-    let (fm, fn_) = wave_frags(low);
+    let (fm, fn_) = wave_frags::<T>(low);
     (WAVES_M * 16 * fm, WAVES_N * 16 * fn_, T::BK)
 }
 
@@ -163,7 +166,8 @@ fn copy_tile<T: GemmElem>(
         let mut e = tid;
         while e < rows * cols {
             let (r, c) = if along_rows { (e % rows, e / rows) } else { (e / cols, e % cols) };
-            let v = if r < rows_valid && c < cols_valid { src[base + r * rs + c * cs] } else { T::ZERO };
+            // SAFETY: the kernel checked once that every in-range element lies in `src`.
+            let v = if r < rows_valid && c < cols_valid { unsafe { *src.get_unchecked(base + r * rs + c * cs) } } else { T::ZERO };
             // SAFETY: as above.
             unsafe { *dst.add(r * ld + c) = v };
             e += threads;
@@ -210,7 +214,7 @@ pub fn gemm_tiled<T: GemmElem>(
     smem: SharedDyn<T>,
 ) {
     let low = mma::lowering();
-    let (fm, fn_) = wave_frags(low);
+    let (fm, fn_) = wave_frags::<T>(low);
     let (bm, bn, bk) = block_tile::<T>(low);
     let (lda, ldb) = (bk + PAD, bn + PAD);
     let a_tile = bm * lda;
@@ -221,6 +225,20 @@ pub fn gemm_tiled<T: GemmElem>(
     }
     let (m, n, k) = (m as usize, n as usize, k as usize);
     let (a_rs, a_cs, b_rs, b_cs) = (a_rs as usize, a_cs as usize, b_rs as usize, b_cs as usize);
+    let ldc = ldc as usize;
+    // One uniform check that every element the launch touches lies in its buffer, so the
+    // loops below index without per-element checks.
+    let last = grid_dim_z() as usize - 1;
+    let fits = |len: usize, bs: usize, rows: usize, rs: usize, cols: usize, cs: usize| {
+        rows == 0 || cols == 0 || last * bs + (rows - 1) * rs + (cols - 1) * cs < len
+    };
+    if !(fits(a.len(), a_bs, m, a_rs, k, a_cs)
+        && fits(b.len(), b_bs, k, b_rs, n, b_cs)
+        && fits(c.len(), c_bs, m, ldc, n, 1)
+        && (bias.is_empty() || bias.len() >= n))
+    {
+        panic!("gemm_tiled: a buffer is shorter than the shape and strides need");
+    }
     let wave = flat_thread_idx() as usize / wave::size() as usize;
     let (wy, wx) = (wave / WAVES_N, wave % WAVES_N);
     let (m0, n0, z) = (block_idx_y() as usize * bm, block_idx_x() as usize * bn, block_idx_z() as usize);
@@ -228,8 +246,10 @@ pub fn gemm_tiled<T: GemmElem>(
     let cols_b = n.saturating_sub(n0);
     let a_base = z * a_bs + m0 * a_rs;
     let b_base = z * b_bs + n0 * b_cs;
-    let a_chunks = chunked(a, a_base, a_rs, a_cs, a_bs);
-    let b_chunks = chunked(b, b_base, b_rs, b_cs, b_bs);
+    // Chunked copies only where they are asynchronous (elsewhere the element path alone
+    // keeps the kernel within the gfx9 scalar-register budget).
+    let a_chunks = mma::copy::is_async() && chunked(a, a_base, a_rs, a_cs, a_bs);
+    let b_chunks = mma::copy::is_async() && chunked(b, b_base, b_rs, b_cs, b_bs);
     let smem_ptr = smem.as_ptr();
     let steps = k.div_ceil(bk);
     let mut acc = [[FragC::<f32>::zero(); MAX_F]; MAX_F];
@@ -262,26 +282,8 @@ pub fn gemm_tiled<T: GemmElem>(
         // SAFETY: as above.
         let sb_ptr = unsafe { sa_ptr.add(a_tile) };
         for kk in 0..bk / 16 {
-            let mut af = [FragA::<T::Frag>::zero(); MAX_F];
             let mut bf = [FragB::<T::Frag>::zero(); MAX_F];
-            let mut al = [FragA::<T::Frag>::zero(); MAX_F];
             let mut bl = [FragB::<T::Frag>::zero(); MAX_F];
-            each!(i in [0, 1, 2, 3] {
-                if i < fm {
-                    let row0 = (wy * fm + i) * 16;
-                    // SAFETY: rows row0..row0 + 16 and columns kk*16..kk*16 + 16 of the A tile.
-                    let at = |r: usize, q: usize| unsafe { *sa_ptr.add((row0 + r) * lda + kk * 16 + q) };
-                    af[i] = if T::SPLIT {
-                        FragA::from_fn(|r, q| at(r, q).hi())
-                    } else {
-                        // SAFETY: as above; rows are 16-byte aligned (lda, kk*16 multiples of 8).
-                        unsafe { FragA::load_shared(sa_ptr.add(row0 * lda + kk * 16) as *const T::Frag, lda) }
-                    };
-                    if T::SPLIT {
-                        al[i] = FragA::from_fn(|r, q| at(r, q).lo());
-                    }
-                }
-            });
             each!(j in [0, 1, 2, 3] {
                 if j < fn_ {
                     let col0 = (wx * fn_ + j) * 16;
@@ -298,22 +300,35 @@ pub fn gemm_tiled<T: GemmElem>(
                     }
                 }
             });
+            // One A fragment (and its row of products) at a time keeps fewer registers live.
             each!(i in [0, 1, 2, 3] {
-                each!(j in [0, 1, 2, 3] {
-                    if i < fm && j < fn_ {
-                        acc[i][j] = mma::mma(&af[i], &bf[j], acc[i][j]);
-                        if T::SPLIT {
-                            acc[i][j] = mma::mma(&af[i], &bl[j], acc[i][j]);
-                            acc[i][j] = mma::mma(&al[i], &bf[j], acc[i][j]);
+                if i < fm {
+                    let row0 = (wy * fm + i) * 16;
+                    // SAFETY: rows row0..row0 + 16 and columns kk*16..kk*16 + 16 of the A tile.
+                    let at = |r: usize, q: usize| unsafe { *sa_ptr.add((row0 + r) * lda + kk * 16 + q) };
+                    let af = if T::SPLIT {
+                        FragA::from_fn(|r, q| at(r, q).hi())
+                    } else {
+                        // SAFETY: as above; rows are 16-byte aligned (lda, kk*16 multiples of 8).
+                        unsafe { FragA::load_shared(sa_ptr.add(row0 * lda + kk * 16) as *const T::Frag, lda) }
+                    };
+                    let al = if T::SPLIT { FragA::from_fn(|r, q| at(r, q).lo()) } else { FragA::zero() };
+                    each!(j in [0, 1, 2, 3] {
+                        if j < fn_ {
+                            acc[i][j] = mma::mma(&af, &bf[j], acc[i][j]);
+                            if T::SPLIT {
+                                acc[i][j] = mma::mma(&af, &bl[j], acc[i][j]);
+                                acc[i][j] = mma::mma(&al, &bf[j], acc[i][j]);
+                            }
                         }
-                    }
-                });
+                    });
+                }
             });
         }
     }
 
     let has_bias = !bias.is_empty();
-    let ldc = ldc as usize;
+    let c_ptr = c.as_mut_ptr();
     each!(i in [0, 1, 2, 3] {
         each!(j in [0, 1, 2, 3] {
             if i < fm && j < fn_ {
@@ -322,10 +337,13 @@ pub fn gemm_tiled<T: GemmElem>(
                     let (row, col) = (row0 + r, col0 + cc);
                     if row < m && col < n {
                         let mut x = v * alpha;
-                        if has_bias {
-                            x += bias[col].to_f32();
+                        // SAFETY: row < m, col < n: inside the buffers (checked at the start).
+                        unsafe {
+                            if has_bias {
+                                x += bias.get_unchecked(col).to_f32();
+                            }
+                            *c_ptr.add(z * c_bs + row * ldc + col) = T::from_f32(activate(x, act));
                         }
-                        c[z * c_bs + row * ldc + col] = T::from_f32(activate(x, act));
                     }
                 });
             }
@@ -352,23 +370,27 @@ pub fn mma_tile_i8(a: &[i8], b: &[i8], c: &[i32], d: &mut [i32]) {
     mma::mma(&fa, &fb, fc).for_each(|r, col, v| d[r * 16 + col] = v);
 }
 
-/// One wave, the attention pattern: `s = q kt` (f32), row maxima and sums of `s`, then
-/// `o = P v` with `P = s` converted in registers to the A operand (`to_a`). Outputs are
-/// row-major 16x16 (`rowmax`, `rowsum`: 16 values).
+/// One wave, the first half of the attention pattern: `s = q kt` (f32) and the row
+/// maxima and sums of `s` reduced over the lanes holding each row (16 values each).
 #[amdgpu_kernel(T = [f16, bf16])]
-pub fn mma_chain<T: MmaFloat>(q: &[T], kt: &[T], v: &[T], s: &mut [f32], rowmax: &mut [f32], rowsum: &mut [f32], o: &mut [f32]) {
+pub fn mma_rows<T: MmaFloat>(q: &[T], kt: &[T], s: &mut [f32], rowmax: &mut [f32], rowsum: &mut [f32]) {
     let fq = FragA::from_fn(|r, k| q[r * 16 + k]);
     let fk = FragB::from_fn(|k, col| kt[k * 16 + col]);
     let acc = mma::mma(&fq, &fk, FragC::zero());
     acc.for_each(|r, col, x| s[r * 16 + col] = x);
-    let mx = acc.row_max();
-    let sm = acc.row_sum();
     // One writer per row: the lane holding column 0.
-    mx.for_each(|r, col, x| if col == 0 { rowmax[r] = x });
-    sm.for_each(|r, col, x| if col == 0 { rowsum[r] = x });
-    let p = acc.to_a::<T>();
+    acc.row_max().for_each(|r, col, x| if col == 0 { rowmax[r] = x });
+    acc.row_sum().for_each(|r, col, x| if col == 0 { rowsum[r] = x });
+}
+
+/// One wave, the second half: the accumulator `p` (row-major 16x16 f32) converted in
+/// registers to an A operand (`to_a`, rounding to `T`), then `o = P v`.
+#[amdgpu_kernel(T = [f16, bf16])]
+pub fn mma_pv<T: MmaFloat>(p: &[f32], v: &[T], o: &mut [f32]) {
+    let acc = FragC::from_fn(|r, col| p[r * 16 + col]);
+    let pa = acc.to_a::<T>();
     let fv = FragB::from_fn(|k, col| v[k * 16 + col]);
-    mma::mma(&p, &fv, FragC::zero()).for_each(|r, col, x| o[r * 16 + col] = x);
+    mma::mma(&pa, &fv, FragC::zero()).for_each(|r, col, x| o[r * 16 + col] = x);
 }
 
 #[cfg(not(any(target_arch = "amdgpu", target_arch = "nvptx64")))]

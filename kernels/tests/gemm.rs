@@ -104,11 +104,12 @@ fn check_chain<T: TestFloat + MmaFloat>(dev: &Device) {
     let (dq, dk, dv) = (dev.upload(&q).unwrap(), dev.upload(&kt).unwrap(), dev.upload(&v).unwrap());
     let (mut ds, mut dmax, mut dsum, mut dout) =
         (dev.alloc::<f32>(256).unwrap(), dev.alloc::<f32>(16).unwrap(), dev.alloc::<f32>(16).unwrap(), dev.alloc::<f32>(256).unwrap());
-    gemm::mma_chain::launch::<T>(dev, one_wave(dev), &dq, &dk, &dv, &mut ds, &mut dmax, &mut dsum, &mut dout).unwrap();
-    let what = format!("mma_chain {} on {}", T::NAME, name(dev));
+    gemm::mma_rows::launch::<T>(dev, one_wave(dev), &dq, &dk, &mut ds, &mut dmax, &mut dsum).unwrap();
+    let what = format!("mma_rows/mma_pv {} on {}", T::NAME, name(dev));
     let s = dev.download(&ds).unwrap();
     let zero = vec![0.0; 256];
     close_f32(&s, &ref_mma(&q64, &k64, &zero), &abs_mma(&q64, &k64, &zero), &format!("{what}: S"));
+    gemm::mma_pv::launch::<T>(dev, one_wave(dev), &ds, &dv, &mut dout).unwrap();
     let (mx, sm) = (dev.download(&dmax).unwrap(), dev.download(&dsum).unwrap());
     for r in 0..16 {
         let row = &s[r * 16..r * 16 + 16];

@@ -439,6 +439,9 @@ impl FragC<f32> {
             });
             return out;
         }
+        if low == Lowering::Wmma {
+            return wmma_to_a(self);
+        }
         let l = lane();
         unroll!(j < layout::ab_len(low), {
             let (r, k) = a_coord(low, false, l, j);
@@ -454,6 +457,58 @@ impl FragC<f32> {
         });
         out
     }
+}
+
+/// [`FragC::to_a`] in the WMMA layouts with 16 shuffles: lane `l` (row `r = l % 16`)
+/// needs `C[r][0..16]`, held one per lane by the lanes of its row parity. In round `s` it
+/// reads column `(r + s) % 16`; each source lane first rotates its 8 items so that the row
+/// its reader wants sits at a fixed position, and the reader rotates the 16 values it
+/// collected back into column order at the end (selects, no memory).
+#[inline(always)]
+#[track_caller]
+fn wmma_to_a<T: MmaFloat>(c: &FragC<f32>) -> FragA<T> {
+    let l = lane();
+    let (col, r) = (l % 16, l % 16);
+    let (a, b) = (col / 2, col % 2);
+    // rot[i] = c[(a - i) mod 8]: the static reversal p[i] = c[-i mod 8], then a right
+    // rotation by `a` (barrel shifter on the bits of `a`).
+    let mut rot = [0.0f32; 8];
+    unroll!(i < 8, {
+        rot[i % 8] = c.v[((8 - i) % 8) % C_CAP];
+    });
+    unroll!(bi < 3, {
+        let bit = 1usize << bi;
+        let take = a & bit != 0;
+        let prev = rot;
+        unroll!(i < 8, {
+            if take {
+                rot[i % 8] = prev[(i + 8 - bit) % 8];
+            }
+        });
+    });
+    let mut t = [0.0f32; 16];
+    unroll!(s < 16, {
+        let (sigma, tau) = (s / 2, s % 2);
+        let send = if tau == 1 && b == 0 { rot[(sigma + 1) % 8] } else { rot[sigma % 8] };
+        let src = (r + s) % 16 + 16 * (r % 2);
+        t[s % 16] = wave::shuffle(send, src as u32);
+    });
+    // a[k] = t[(k - r) mod 16]: right rotation by r.
+    unroll!(bi < 4, {
+        let bit = 1usize << bi;
+        let take = r & bit != 0;
+        let prev = t;
+        unroll!(i < 16, {
+            if take {
+                t[i % 16] = prev[(i + 16 - bit) % 16];
+            }
+        });
+    });
+    let mut out = FragA::<T>::zero();
+    unroll!(k < 16, {
+        out.v[k % AB_CAP] = T::from_f32(t[k % 16]);
+    });
+    out
 }
 
 /// `a * b + c` for one 16x16x16 tile on the wave's matrix unit (a wave operation).
