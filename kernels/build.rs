@@ -18,5 +18,6 @@ fn main() {
         .module("random")
         .module("reduce_any")
         .module("unary_f64")
+        .module("gemm")
         .build();
 }

@@ -159,7 +159,12 @@ pub struct Artifact {
 impl CompileJob<'_> {
     fn arch_cfg(&self) -> Result<Vec<String>, BuildError> {
         Ok(match &self.target {
-            Target::Amdgpu(a) => vec!["--cfg".into(), format!("amdgpu_gen=\"{}\"", amdgpu_gen(a)?)],
+            Target::Amdgpu(a) => vec![
+                "--cfg".into(),
+                format!("amdgpu_gen=\"{}\"", amdgpu_gen(a)?),
+                "--cfg".into(),
+                format!("amdgpu_arch=\"{a}\""),
+            ],
             Target::Nvptx(_) => vec![],
         })
     }
@@ -210,6 +215,7 @@ impl CompileJob<'_> {
         c.args(["--crate-type", "rlib", "--crate-name", "kernel_dsl"]);
         common(&mut c);
         c.args(["--check-cfg", "cfg(amdgpu_gen, values(\"gfx9\", \"gfx10\", \"gfx11\"))"]);
+        c.args(["--check-cfg", "cfg(amdgpu_arch, values(any()))"]);
         c.args(crate::sysroot::LIBRARY_FLAGS);
         c.arg(self.kernel_dsl).arg("-o").arg(&dsl_rlib);
         crate::sysroot::run(c, &format!("kernel-dsl for {}", t.cpu()))?;

@@ -11,6 +11,7 @@
 //! | wave (warp) operations       | [`wave`]: lane id, wave size, shuffles, ballot, reductions |
 //! | atomics                      | [`atomic`]                                                 |
 //! | fast math                    | [`math::FloatMath`] (`x.exp()`, `x.rsqrt()`, `x.erf()` ...) |
+//! | matrix units (MFMA, WMMA, mma.sync) | [`mma`]: 16x16x16 fragments, `mma`, accumulator -> A, row reductions |
 //! | half precision               | [`f16`], [`bf16`] (the `half` crate's types on the host), [`Float`] |
 //!
 //! The same source compiles three ways: for `amdgcn-amd-amdhsa` and `nvptx64-nvidia-cuda`
@@ -27,6 +28,8 @@
         gpu_launch_sized_workgroup_mem,
         link_llvm_intrinsics,
         abi_unadjusted,
+        repr_simd,
+        simd_ffi,
         f16
     ),
     allow(internal_features)
@@ -39,6 +42,7 @@ mod arch;
 pub mod atomic;
 mod index;
 pub mod math;
+pub mod mma;
 mod shared;
 mod sync;
 mod types;

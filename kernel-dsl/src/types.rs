@@ -111,7 +111,7 @@ macro_rules! element {
         }
     )*};
 }
-element!(f32 = 0.0, f64 = 0.0, u8 = 0, u32 = 0, i32 = 0, i64 = 0, u64 = 0);
+element!(f32 = 0.0, f64 = 0.0, u8 = 0, i8 = 0, u32 = 0, i32 = 0, i64 = 0, u64 = 0);
 element!(f16 = f16::from_bits(0), bf16 = bf16::from_bits(0));
 
 impl Float for f32 {

@@ -21,6 +21,7 @@ pub mod conv;
 pub mod convert;
 pub mod dtype;
 pub mod elementwise;
+pub mod gemm;
 pub mod indexing;
 pub mod indexing_any;
 pub mod norm;

@@ -16,7 +16,7 @@ use std::ptr;
 
 use corosensei::Yielder;
 
-use crate::Dim3;
+use crate::{Dim3, MatrixUnit};
 
 /// Every lane's contribution to one [`wave_exchange`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -55,6 +55,7 @@ pub(crate) struct GroupCtx {
     pub(crate) block_dim: Dim3,
     pub(crate) grid_dim: Dim3,
     pub(crate) wave_lanes: u32,
+    pub(crate) matrix_unit: MatrixUnit,
     pub(crate) shared_ptr: *mut u8,
     pub(crate) shared_len: usize,
 }
@@ -169,6 +170,12 @@ pub fn flat_thread_idx() -> u32 {
 #[track_caller]
 pub fn wave_size() -> u32 {
     with_current("wave_size", |_, group| group.wave_lanes)
+}
+
+/// The matrix unit the running launch emulates.
+#[track_caller]
+pub fn matrix_unit() -> MatrixUnit {
+    with_current("matrix_unit", |_, group| group.matrix_unit)
 }
 
 /// Lane of the current work-item in its wave: `flat_thread_idx() % wave_size()`.

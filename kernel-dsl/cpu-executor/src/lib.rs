@@ -121,6 +121,38 @@ impl WaveSize {
     }
 }
 
+/// Which GPU matrix unit the executor emulates for `kernel_dsl::mma`: each has its own
+/// per-lane layout of matrix fragments, so a kernel that mixes layouts fails here too.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum MatrixUnit {
+    /// AMD CDNA `v_mfma_*` (gfx90a, gfx942): waves of 64.
+    Mfma,
+    /// AMD RDNA3 `v_wmma_*` (gfx11): waves of 32.
+    Wmma,
+    /// NVIDIA `mma.sync` (sm_80+): waves (warps) of 32.
+    MmaSync,
+    /// No matrix unit (gfx1030): shuffles and FMAs in the `mma.sync` layout, waves of 32.
+    Valu,
+}
+
+impl MatrixUnit {
+    /// The unit a wave size implies by default: 64 -> MFMA, 32 -> WMMA.
+    pub const fn default_for(wave: WaveSize) -> Self {
+        match wave {
+            WaveSize::W64 => Self::Mfma,
+            WaveSize::W32 => Self::Wmma,
+        }
+    }
+
+    /// Lanes per wave this unit works with.
+    pub const fn wave_lanes(self) -> u32 {
+        match self {
+            Self::Mfma => 64,
+            Self::Wmma | Self::MmaSync | Self::Valu => 32,
+        }
+    }
+}
+
 /// Shape of a launch.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Geometry {
@@ -158,6 +190,7 @@ impl RunStats {
 #[derive(Clone, Debug)]
 pub struct CpuExecutor {
     wave: WaveSize,
+    matrix: MatrixUnit,
     threads: usize,
     stacks: Arc<StackCache>,
 }
@@ -167,7 +200,21 @@ impl CpuExecutor {
     /// [`DEFAULT_STACK_SIZE`] work-item stacks.
     pub fn new(wave: WaveSize) -> Self {
         let threads = thread::available_parallelism().map_or(1, NonZeroUsize::get);
-        Self { wave, threads, stacks: Arc::new(StackCache::new(DEFAULT_STACK_SIZE)) }
+        let matrix = MatrixUnit::default_for(wave);
+        Self { wave, matrix, threads, stacks: Arc::new(StackCache::new(DEFAULT_STACK_SIZE)) }
+    }
+
+    /// Emulates `unit`'s fragment layouts in `kernel_dsl::mma` (default:
+    /// [`MatrixUnit::default_for`] the wave size). A unit whose wave size differs from the
+    /// executor's makes every `mma` call fail.
+    pub fn with_matrix_unit(mut self, unit: MatrixUnit) -> Self {
+        self.matrix = unit;
+        self
+    }
+
+    /// The matrix unit emulated.
+    pub fn matrix_unit(&self) -> MatrixUnit {
+        self.matrix
     }
 
     /// Runs work-groups on `threads` OS threads (0 is taken as 1).
@@ -257,6 +304,7 @@ impl CpuExecutor {
             block_dim: geometry.block,
             grid_dim: geometry.grid,
             wave_lanes: self.wave.lanes(),
+            matrix_unit: self.matrix,
             shared_ptr: lds.ptr(),
             shared_len: shared_bytes,
         };

@@ -1,0 +1,87 @@
+//! GEMM on the matrix units (`kernels::gemm::matmul`, `mma.sync` on NVIDIA) timed with GPU
+//! events: square f16/bf16 products 1024..8192 and LLM projection shapes (M tokens x K
+//! against a K x N weight), plus a correctness spot check of each shape class.
+//!
+//! `gemm [--out DIR] [--quick]`: writes `DIR/rust_gemm.json`; `python/torch_gemm.py` times
+//! `torch.matmul` on the same shapes and `python/report_gemm.py` merges both.
+use benches::time;
+use half::{bf16, f16};
+use kernel_dsl::host::ScalarArg;
+use kernels::gemm::{self, Epilogue, GemmElem, GemmShape, Operand};
+use kernels::runtime::{Device, DeviceVec};
+use std::io::Write;
+
+fn data<T: GemmElem>(n: usize, seed: u64) -> Vec<T> {
+    let mut s = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+    (0..n)
+        .map(|_| {
+            s ^= s << 13;
+            s ^= s >> 7;
+            s ^= s << 17;
+            T::from_f32(((s >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0)
+        })
+        .collect()
+}
+
+struct Row {
+    dtype: &'static str,
+    m: usize,
+    n: usize,
+    k: usize,
+    us: f64,
+}
+
+/// Times `C = A B` (row-major, no epilogue) and checks a few entries against f64.
+fn run<T: GemmElem + ScalarArg>(dev: &Device, m: usize, n: usize, k: usize, out: &mut Vec<Row>) {
+    let (a, b) = (data::<T>(m * k, 1), data::<T>(k * n, 2));
+    let (da, db) = (dev.upload(&a).unwrap(), dev.upload(&b).unwrap());
+    let mut dc: DeviceVec<T> = dev.alloc(m * n).unwrap();
+    let shape = GemmShape { batch: 1, m, n, k };
+    let epi = Epilogue::default();
+    let mut call = || gemm::matmul(dev, shape, &da, Operand::row_major(m, k), &db, Operand::row_major(k, n), &mut dc, n, m * n, &epi).unwrap();
+    let us = time(dev, 2 * m * n * k, &mut call);
+    let c = dev.download(&dc).unwrap();
+    for (i, j) in [(0, 0), (m - 1, n - 1), (m / 2, n / 3)] {
+        let want: f64 = (0..k).map(|q| a[i * k + q].to_f32() as f64 * b[q * n + j].to_f32() as f64).sum();
+        let got = c[i * n + j].to_f32() as f64;
+        let scale: f64 = (0..k).map(|q| (a[i * k + q].to_f32() as f64 * b[q * n + j].to_f32() as f64).abs()).sum();
+        assert!((got - want).abs() <= 1e-2 * want.abs() + 1e-4 * scale + 1e-3, "{} {m}x{n}x{k} C[{i}][{j}] = {got}, want {want}", T::NAME);
+    }
+    let tflops = 2.0 * (m * n * k) as f64 / (us * 1e-6) / 1e12;
+    eprintln!("gemm {:<5} {m:>5} x {n:>5} x {k:>5} {us:>10.1} us {tflops:>7.1} TFLOP/s", T::NAME);
+    out.push(Row { dtype: T::NAME, m, n, k, us });
+}
+
+fn main() {
+    let args: Vec<String> = std::env::args().collect();
+    let out_dir = args.iter().position(|a| a == "--out").and_then(|i| args.get(i + 1)).cloned().unwrap_or_else(|| ".".into());
+    let quick = args.iter().any(|a| a == "--quick");
+    let Some(dev) = benches::gpu() else { return };
+    let mut rows = Vec::new();
+    let squares: &[usize] = if quick { &[1024, 4096] } else { &[1024, 2048, 4096, 8192] };
+    let tokens: &[usize] = if quick { &[1, 4096] } else { &[1, 16, 64, 256, 1024, 4096] };
+    let weights = [(4096, 4096), (4096, 14336), (14336, 4096)]; // (K, N)
+    macro_rules! all {
+        ($t:ty) => {
+            for &s in squares {
+                run::<$t>(&dev, s, s, s, &mut rows);
+            }
+            for &(k, n) in &weights {
+                for &m in tokens {
+                    run::<$t>(&dev, m, n, k, &mut rows);
+                }
+            }
+        };
+    }
+    all!(bf16);
+    all!(f16);
+    run::<f32>(&dev, 4096, 4096, 4096, &mut rows);
+    let json: Vec<String> = rows
+        .iter()
+        .map(|r| format!("{{\"op\":\"matmul\",\"dtype\":\"{}\",\"m\":{},\"n\":{},\"k\":{},\"us\":{:.3}}}", r.dtype, r.m, r.n, r.k, r.us))
+        .collect();
+    std::fs::create_dir_all(&out_dir).unwrap();
+    let path = format!("{out_dir}/rust_gemm.json");
+    std::fs::File::create(&path).unwrap().write_all(format!("[\n{}\n]\n", json.join(",\n")).as_bytes()).unwrap();
+    println!("wrote {path}");
+}

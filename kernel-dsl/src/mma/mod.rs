@@ -1,0 +1,546 @@
+//! Wave-level matrix multiply-accumulate: `D = A * B + C` on 16x16x16 tiles held in the
+//! registers of one wave.
+//!
+//! A wave holds a 16x16 `A` tile (rows x k) in a [`FragA`], a 16x16 `B` tile (k x cols) in
+//! a [`FragB`] and a 16x16 accumulator in a [`FragC`]; [`mma`] multiplies and accumulates.
+//! Inputs are `f16`/`bf16` with `f32` accumulation, or `i8` with `i32` accumulation.
+//! Each lane holds some items of each tile; which ones depends on the lowering:
+//!
+//! | [`Lowering`] | targets | wave | A/B items | C items |
+//! |---|---|---|---|---|
+//! | `Mfma` | gfx90a, gfx942 (`v_mfma_*_16x16x16*`; i8 on gfx942: `16x16x32`, half zero) | 64 | 4 | 4 |
+//! | `Wmma` | gfx11 (`v_wmma_*_16x16x16_*`) | 32 | 16 (lanes 16-31 repeat 0-15) | 8 |
+//! | `MmaSync` | NVIDIA sm_80+ (two `mma.sync.m16n8k16` per tile) | 32 | 8 | 8 |
+//! | `Valu` | gfx1030, NVIDIA before sm_80 (shuffles + FMAs, `MmaSync` layout) | 32 | 8 | 8 |
+//!
+//! Kernels never depend on the layout: they build fragments with `from_fn(|row, k| ..)`
+//! and read results with [`FragC::coord`] / [`FragC::for_each`], which ask the layout.
+//! The exact layouts are the `layout` functions (`a_coord`, `b_coord`, `c_coord`):
+//!
+//! - `Mfma`: A item j of lane l = `(l%16, 4(l/16)+j)`, B = `(4(l/16)+j, l%16)`,
+//!   C = `(4(l/16)+j, l%16)`.
+//! - `Wmma`: A = `(l%16, j)`, B = `(j, l%16)`, C = `(2j + l/16, l%16)`.
+//! - `MmaSync`/`Valu` with g = l/4, t = l%4: A = `(g + 8((j/2)%2), 2t + j%2 + 8(j/4))`,
+//!   B = `(2t + j%2 + 8((j/2)%2), g + 8(j/4))`, C = `(g + 8((j/2)%2), 2t + j%2 + 8(j/4))`;
+//!   for i8: A = `(g + 8(j/4), 4t + j%4)`, B = `(4t + j%4, g + 8(j/4))`.
+//!
+//! For attention: [`FragC::to_a`] turns an accumulator (`S = Q K^T`) into the A operand of
+//! the next product (`P V`) in registers (free on `MmaSync`/`Valu`, lane shuffles
+//! elsewhere), and [`FragC::row_max`] / [`FragC::row_sum`] reduce each row over the lanes
+//! that hold it.
+//!
+//! On the CPU executor the lowering is the executor's [`MatrixUnit`](crate::host::MatrixUnit)
+//! (by default MFMA for waves of 64, WMMA for 32): fragments use that lowering's layout
+//! exactly, so a kernel that mixes layouts up computes wrong results on the CPU too.
+//!
+//! Every function that takes or builds a whole fragment is a wave operation: all lanes
+//! of the wave call it together, in uniform control flow, with full waves.
+pub mod copy;
+mod layout;
+
+#[cfg(not(any(target_arch = "amdgpu", target_arch = "nvptx64")))]
+mod host;
+#[cfg(target_arch = "amdgpu")]
+mod amdgpu;
+#[cfg(target_arch = "nvptx64")]
+mod nvptx;
+#[cfg(any(target_arch = "amdgpu", target_arch = "nvptx64"))]
+mod valu;
+
+pub use layout::{a_coord, b_coord, c_coord, c_locate};
+
+use crate::types::{bf16, f16, Element};
+use crate::wave;
+
+/// Tile rows (of A and C).
+pub const M: usize = 16;
+/// Tile columns (of B and C).
+pub const N: usize = 16;
+/// Tile depth (columns of A, rows of B).
+pub const K: usize = 16;
+
+/// How [`mma`] is carried out; decides the per-lane fragment layouts.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Lowering {
+    /// AMD CDNA matrix cores, waves of 64.
+    Mfma,
+    /// AMD RDNA3 WMMA, waves of 32.
+    Wmma,
+    /// NVIDIA `mma.sync` (sm_80+), warps of 32.
+    MmaSync,
+    /// No matrix unit: lane shuffles and FMAs in the `MmaSync` layout, waves of 32.
+    Valu,
+}
+
+impl Lowering {
+    /// Lanes per wave the lowering works with.
+    pub const fn wave_lanes(self) -> u32 {
+        match self {
+            Lowering::Mfma => 64,
+            _ => 32,
+        }
+    }
+    /// Items of an A or B fragment per lane.
+    pub const fn ab_len(self) -> usize {
+        layout::ab_len(self)
+    }
+    /// Items of an accumulator fragment per lane.
+    pub const fn c_len(self) -> usize {
+        layout::c_len(self)
+    }
+}
+
+#[cfg(all(target_arch = "amdgpu", amdgpu_gen = "gfx9"))]
+const DEVICE_LOWERING: Lowering = Lowering::Mfma;
+#[cfg(all(target_arch = "amdgpu", amdgpu_gen = "gfx11"))]
+const DEVICE_LOWERING: Lowering = Lowering::Wmma;
+#[cfg(all(target_arch = "amdgpu", amdgpu_gen = "gfx10"))]
+const DEVICE_LOWERING: Lowering = Lowering::Valu;
+#[cfg(all(target_arch = "nvptx64", target_feature = "sm_80"))]
+const DEVICE_LOWERING: Lowering = Lowering::MmaSync;
+#[cfg(all(target_arch = "nvptx64", not(target_feature = "sm_80")))]
+const DEVICE_LOWERING: Lowering = Lowering::Valu;
+
+/// The lowering of this target (device) or of the running CPU-executor launch (host).
+#[inline(always)]
+pub fn lowering() -> Lowering {
+    #[cfg(any(target_arch = "amdgpu", target_arch = "nvptx64"))]
+    {
+        DEVICE_LOWERING
+    }
+    #[cfg(not(any(target_arch = "amdgpu", target_arch = "nvptx64")))]
+    {
+        host::lowering()
+    }
+}
+
+/// Storage per lane: the lowering's count on a GPU, the largest count on the host (where
+/// the lowering is chosen at run time).
+#[cfg(any(target_arch = "amdgpu", target_arch = "nvptx64"))]
+const AB_CAP: usize = layout::ab_len(DEVICE_LOWERING);
+#[cfg(any(target_arch = "amdgpu", target_arch = "nvptx64"))]
+const C_CAP: usize = layout::c_len(DEVICE_LOWERING);
+#[cfg(not(any(target_arch = "amdgpu", target_arch = "nvptx64")))]
+const AB_CAP: usize = 16;
+#[cfg(not(any(target_arch = "amdgpu", target_arch = "nvptx64")))]
+const C_CAP: usize = 8;
+
+/// Which input family a type belongs to (selects instructions and the i8 layouts).
+#[doc(hidden)]
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum InputKind {
+    /// IEEE half.
+    F16,
+    /// bfloat16.
+    Bf16,
+    /// Signed 8-bit integer.
+    I8,
+}
+
+/// An accumulator element: `f32` or `i32`.
+pub trait MmaAcc: Element + PartialEq {}
+impl MmaAcc for f32 {}
+impl MmaAcc for i32 {}
+
+/// An input element of [`mma`]: `f16`, `bf16` (accumulating in `f32`) or `i8` (in `i32`).
+pub trait MmaInput: Element {
+    /// The accumulator element.
+    type Acc: MmaAcc;
+    #[doc(hidden)]
+    const KIND: InputKind;
+    /// The raw bits (`i8` zero-extended).
+    #[doc(hidden)]
+    fn bits(self) -> u16;
+    /// `acc + a * b` as the matrix units compute it: the product exact, the sum rounded
+    /// to `f32` (float), wrapping (i8).
+    #[doc(hidden)]
+    fn mac(acc: Self::Acc, a: Self, b: Self) -> Self::Acc;
+}
+
+impl MmaInput for f16 {
+    type Acc = f32;
+    const KIND: InputKind = InputKind::F16;
+    #[inline(always)]
+    fn bits(self) -> u16 { self.to_bits() }
+    #[inline(always)]
+    fn mac(acc: f32, a: Self, b: Self) -> f32 { acc + a.to_f32() * b.to_f32() }
+}
+impl MmaInput for bf16 {
+    type Acc = f32;
+    const KIND: InputKind = InputKind::Bf16;
+    #[inline(always)]
+    fn bits(self) -> u16 { self.to_bits() }
+    #[inline(always)]
+    fn mac(acc: f32, a: Self, b: Self) -> f32 { acc + a.to_f32() * b.to_f32() }
+}
+impl MmaInput for i8 {
+    type Acc = i32;
+    const KIND: InputKind = InputKind::I8;
+    #[inline(always)]
+    fn bits(self) -> u16 { self as u8 as u16 }
+    #[inline(always)]
+    fn mac(acc: i32, a: Self, b: Self) -> i32 { acc.wrapping_add(a as i32 * b as i32) }
+}
+
+/// A 16-bit float input (`f16`, `bf16`): the ones an accumulator converts to.
+pub trait MmaFloat: MmaInput<Acc = f32> + crate::types::Float {}
+impl MmaFloat for f16 {}
+impl MmaFloat for bf16 {}
+
+/// Runs `$body` for `$j` = 0, 1, ... `$len - 1` (at most 16) as straight-line code with
+/// constant indices, so fragments stay in registers (a loop that is not unrolled would
+/// index them dynamically and put them in scratch memory).
+macro_rules! unroll {
+    ($j:ident < $len:expr, $body:block) => {
+        unroll!(@ $j, $len, $body, 0 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15)
+    };
+    (@ $j:ident, $len:expr, $body:block, $($n:literal)*) => {{
+        let len = $len;
+        $({
+            #[allow(non_upper_case_globals)]
+            const $j: usize = $n;
+            if $j < len $body
+        })*
+    }};
+}
+
+#[inline(always)]
+fn lane() -> usize {
+    wave::lane_id() as usize
+}
+
+macro_rules! fragment {
+    ($(#[$doc:meta])* $name:ident, $cap:ident, $len:ident) => {
+        $(#[$doc])*
+        #[derive(Clone, Copy)]
+        pub struct $name<T> {
+            /// This lane's items, in layout order (only the first `len()` are used).
+            pub v: [T; $cap],
+        }
+
+        impl<T: Element> $name<T> {
+            /// All zeros.
+            #[inline(always)]
+            pub fn zero() -> Self {
+                Self { v: [T::ZERO; $cap] }
+            }
+            /// Items this lane holds.
+            #[inline(always)]
+            pub fn len(&self) -> usize {
+                layout::$len(lowering())
+            }
+            /// `true` when the lane holds no items (never).
+            #[inline(always)]
+            pub fn is_empty(&self) -> bool {
+                self.len() == 0
+            }
+        }
+    };
+}
+
+fragment!(
+    /// This lane's part of a 16x16 A tile (rows x k).
+    FragA, AB_CAP, ab_len
+);
+fragment!(
+    /// This lane's part of a 16x16 B tile (k x cols).
+    FragB, AB_CAP, ab_len
+);
+fragment!(
+    /// This lane's part of a 16x16 accumulator tile (rows x cols), `f32` or `i32`.
+    FragC, C_CAP, c_len
+);
+
+impl<T: MmaInput> FragA<T> {
+    /// `(row, k)` of this lane's item `j`.
+    #[inline(always)]
+    pub fn coord(&self, j: usize) -> (usize, usize) {
+        a_coord(lowering(), T::KIND == InputKind::I8, lane(), j)
+    }
+    /// The fragment whose element `(row, k)` is `f(row, k)`; `f` is called for this
+    /// lane's items only.
+    #[inline(always)]
+    pub fn from_fn(mut f: impl FnMut(usize, usize) -> T) -> Self {
+        let mut out = Self::zero();
+        let (low, i8, l) = (lowering(), T::KIND == InputKind::I8, lane());
+        unroll!(j < layout::ab_len(low), {
+            let (r, k) = a_coord(low, i8, l, j);
+            out.v[j % AB_CAP] = f(r, k);
+        });
+        out
+    }
+}
+
+impl<T: MmaInput> FragA<T> {
+    /// The fragment of the row-major tile at `base` in work-group shared memory: element
+    /// `(row, k)` at `base[row * ld + k]`. On `MmaSync` with 16-bit inputs this is one
+    /// `ldmatrix.x4` (rows must start on 16-byte boundaries); elsewhere element loads.
+    ///
+    /// # Safety
+    /// `base` points into shared memory with the 16 x 16 tile readable, and (for
+    /// `ldmatrix`) `base` and `ld * size_of::<T>()` are multiples of 16 bytes.
+    #[inline(always)]
+    pub unsafe fn load_shared(base: *const T, ld: usize) -> Self {
+        #[cfg(all(target_arch = "nvptx64", target_feature = "sm_80"))]
+        if T::KIND != InputKind::I8 {
+            let l = lane();
+            let q = l / 8;
+            // Lane l names row (l % 8) + 8 (q % 2), columns 8 (q / 2) .. + 8 of matrix q;
+            // register q then holds items 2q, 2q + 1 of the mma.sync A layout.
+            // SAFETY: the caller's contract.
+            let w = unsafe { nvptx::ldmatrix_x4::<false>(base.add((l % 8 + 8 * (q % 2)) * ld + 8 * (q / 2)) as *const u8) };
+            // SAFETY: T is a 16-bit type here.
+            return FragA { v: unsafe { cast(unpack16(w)) } };
+        }
+        // SAFETY: the caller's contract.
+        Self::from_fn(|r, k| unsafe { *base.add(r * ld + k) })
+    }
+}
+
+impl<T: MmaInput> FragB<T> {
+    /// The fragment of the row-major (k-major) tile at `base` in shared memory: element
+    /// `(k, col)` at `base[k * ld + col]`. On `MmaSync` with 16-bit inputs this is one
+    /// `ldmatrix.x4.trans`; elsewhere element loads.
+    ///
+    /// # Safety
+    /// As [`FragA::load_shared`].
+    #[inline(always)]
+    pub unsafe fn load_shared(base: *const T, ld: usize) -> Self {
+        #[cfg(all(target_arch = "nvptx64", target_feature = "sm_80"))]
+        if T::KIND != InputKind::I8 {
+            let l = lane();
+            let q = l / 8;
+            // Matrix q covers k 8 (q % 2) .. + 8 and columns 8 (q / 2) .. + 8; transposed,
+            // register q holds items 2q, 2q + 1 of the mma.sync B layout.
+            // SAFETY: the caller's contract.
+            let w = unsafe { nvptx::ldmatrix_x4::<true>(base.add((l % 8 + 8 * (q % 2)) * ld + 8 * (q / 2)) as *const u8) };
+            // SAFETY: T is a 16-bit type here.
+            return FragB { v: unsafe { cast(unpack16(w)) } };
+        }
+        // SAFETY: the caller's contract.
+        Self::from_fn(|k, c| unsafe { *base.add(k * ld + c) })
+    }
+}
+
+/// Four registers of two 16-bit values each, as 8 values (low half first).
+#[cfg(all(target_arch = "nvptx64", target_feature = "sm_80"))]
+#[inline(always)]
+fn unpack16(w: [u32; 4]) -> [u16; 8] {
+    [w[0] as u16, (w[0] >> 16) as u16, w[1] as u16, (w[1] >> 16) as u16, w[2] as u16, (w[2] >> 16) as u16, w[3] as u16, (w[3] >> 16) as u16]
+}
+
+impl<T: MmaInput> FragB<T> {
+    /// `(k, col)` of this lane's item `j`.
+    #[inline(always)]
+    pub fn coord(&self, j: usize) -> (usize, usize) {
+        b_coord(lowering(), T::KIND == InputKind::I8, lane(), j)
+    }
+    /// The fragment whose element `(k, col)` is `f(k, col)`.
+    #[inline(always)]
+    pub fn from_fn(mut f: impl FnMut(usize, usize) -> T) -> Self {
+        let mut out = Self::zero();
+        let (low, i8, l) = (lowering(), T::KIND == InputKind::I8, lane());
+        unroll!(j < layout::ab_len(low), {
+            let (k, c) = b_coord(low, i8, l, j);
+            out.v[j % AB_CAP] = f(k, c);
+        });
+        out
+    }
+}
+
+impl<T: Element> FragC<T> {
+    /// `(row, col)` of this lane's item `j`.
+    #[inline(always)]
+    pub fn coord(&self, j: usize) -> (usize, usize) {
+        c_coord(lowering(), lane(), j)
+    }
+    /// The fragment whose element `(row, col)` is `f(row, col)`.
+    #[inline(always)]
+    pub fn from_fn(mut f: impl FnMut(usize, usize) -> T) -> Self {
+        let mut out = Self::zero();
+        let (low, l) = (lowering(), lane());
+        unroll!(j < layout::c_len(low), {
+            let (r, c) = c_coord(low, l, j);
+            out.v[j % C_CAP] = f(r, c);
+        });
+        out
+    }
+    /// Calls `f(row, col, value)` for this lane's items (stores, epilogues).
+    #[inline(always)]
+    pub fn for_each(&self, mut f: impl FnMut(usize, usize, T)) {
+        let (low, l) = (lowering(), lane());
+        unroll!(j < layout::c_len(low), {
+            let (r, c) = c_coord(low, l, j);
+            f(r, c, self.v[j % C_CAP]);
+        });
+    }
+    /// Applies `f(row, col, value)` to every item.
+    #[inline(always)]
+    pub fn map(mut self, mut f: impl FnMut(usize, usize, T) -> T) -> Self {
+        let (low, l) = (lowering(), lane());
+        unroll!(j < layout::c_len(low), {
+            let (r, c) = c_coord(low, l, j);
+            self.v[j % C_CAP] = f(r, c, self.v[j % C_CAP]);
+        });
+        self
+    }
+}
+
+impl FragC<f32> {
+    /// Every item replaced by `op` folded over its row (all 16 columns), in every lane
+    /// that holds part of the row. `op` must be associative and commutative (max, sum).
+    #[inline(always)]
+    #[track_caller]
+    pub fn row_reduce(&self, op: impl Fn(f32, f32) -> f32) -> FragC<f32> {
+        let low = lowering();
+        let mut out = *self;
+        if matches!(low, Lowering::MmaSync | Lowering::Valu) {
+            // Items 0, 1, 4, 5 are row g; 2, 3, 6, 7 row g + 8.
+            let (mut lo, mut hi) = (out.v[0], out.v[2 % C_CAP]);
+            unroll!(j < C_CAP, {
+                if j % 2 == 1 || j >= 4 {
+                    if (j / 2) % 2 == 0 { lo = op(lo, out.v[j % C_CAP]) } else { hi = op(hi, out.v[j % C_CAP]) }
+                }
+            });
+            unroll!(j < C_CAP, {
+                out.v[j % C_CAP] = if (j / 2) % 2 == 0 { lo } else { hi };
+            });
+        }
+        for &mask in layout::row_lane_masks(low) {
+            unroll!(j < layout::c_len(low), {
+                out.v[j % C_CAP] = op(out.v[j % C_CAP], wave::shuffle_xor(out.v[j % C_CAP], mask));
+            });
+        }
+        out
+    }
+    /// Row maxima (NaN-ignoring, like `f32::max`), broadcast to every item of the row.
+    #[inline(always)]
+    #[track_caller]
+    pub fn row_max(&self) -> FragC<f32> {
+        self.row_reduce(f32::max)
+    }
+    /// Row sums, broadcast to every item of the row.
+    #[inline(always)]
+    #[track_caller]
+    pub fn row_sum(&self) -> FragC<f32> {
+        self.row_reduce(|a, b| a + b)
+    }
+    /// This accumulator as the A operand of a next product (element `(row, col)` becomes
+    /// `(row, k = col)`), rounded to `T`, without going through memory.
+    #[inline(always)]
+    #[track_caller]
+    pub fn to_a<T: MmaFloat>(&self) -> FragA<T> {
+        let low = lowering();
+        let mut out = FragA::<T>::zero();
+        if matches!(low, Lowering::MmaSync | Lowering::Valu) {
+            // The accumulator and A layouts coincide item by item.
+            unroll!(j < layout::c_len(low), {
+                out.v[j % AB_CAP] = T::from_f32(self.v[j % C_CAP]);
+            });
+            return out;
+        }
+        if low == Lowering::Wmma {
+            return wmma_to_a(self);
+        }
+        let l = lane();
+        unroll!(j < layout::ab_len(low), {
+            let (r, k) = a_coord(low, false, l, j);
+            let (src, item) = c_locate(low, r, k);
+            let mut v = 0.0f32;
+            unroll!(q < layout::c_len(low), {
+                let x = wave::shuffle(self.v[q % C_CAP], src as u32);
+                if q == item {
+                    v = x;
+                }
+            });
+            out.v[j % AB_CAP] = T::from_f32(v);
+        });
+        out
+    }
+}
+
+/// [`FragC::to_a`] in the WMMA layouts with 16 shuffles: lane `l` (row `r = l % 16`)
+/// needs `C[r][0..16]`, held one per lane by the lanes of its row parity. In round `s` it
+/// reads column `(r + s) % 16`; each source lane first rotates its 8 items so that the row
+/// its reader wants sits at a fixed position, and the reader rotates the 16 values it
+/// collected back into column order at the end (selects, no memory).
+#[inline(always)]
+#[track_caller]
+fn wmma_to_a<T: MmaFloat>(c: &FragC<f32>) -> FragA<T> {
+    let l = lane();
+    let (col, r) = (l % 16, l % 16);
+    let (a, b) = (col / 2, col % 2);
+    // rot[i] = c[(a - i) mod 8]: the static reversal p[i] = c[-i mod 8], then a right
+    // rotation by `a` (barrel shifter on the bits of `a`).
+    let mut rot = [0.0f32; 8];
+    unroll!(i < 8, {
+        rot[i % 8] = c.v[((8 - i) % 8) % C_CAP];
+    });
+    unroll!(bi < 3, {
+        let bit = 1usize << bi;
+        let take = a & bit != 0;
+        let prev = rot;
+        unroll!(i < 8, {
+            if take {
+                rot[i % 8] = prev[(i + 8 - bit) % 8];
+            }
+        });
+    });
+    let mut t = [0.0f32; 16];
+    unroll!(s < 16, {
+        let (sigma, tau) = (s / 2, s % 2);
+        let send = if tau == 1 && b == 0 { rot[(sigma + 1) % 8] } else { rot[sigma % 8] };
+        let src = (r + s) % 16 + 16 * (r % 2);
+        t[s % 16] = wave::shuffle(send, src as u32);
+    });
+    // a[k] = t[(k - r) mod 16]: right rotation by r.
+    unroll!(bi < 4, {
+        let bit = 1usize << bi;
+        let take = r & bit != 0;
+        let prev = t;
+        unroll!(i < 16, {
+            if take {
+                t[i % 16] = prev[(i + 16 - bit) % 16];
+            }
+        });
+    });
+    let mut out = FragA::<T>::zero();
+    unroll!(k < 16, {
+        out.v[k % AB_CAP] = T::from_f32(t[k % 16]);
+    });
+    out
+}
+
+/// `a * b + c` for one 16x16x16 tile on the wave's matrix unit (a wave operation).
+#[inline(always)]
+#[track_caller]
+pub fn mma<T: MmaInput>(a: &FragA<T>, b: &FragB<T>, c: FragC<T::Acc>) -> FragC<T::Acc> {
+    #[cfg(not(any(target_arch = "amdgpu", target_arch = "nvptx64")))]
+    {
+        host::mma(a, b, c)
+    }
+    #[cfg(target_arch = "amdgpu")]
+    {
+        match DEVICE_LOWERING {
+            Lowering::Valu => valu::mma(a, b, c),
+            _ => amdgpu::mma(a, b, c),
+        }
+    }
+    #[cfg(target_arch = "nvptx64")]
+    {
+        match DEVICE_LOWERING {
+            Lowering::Valu => valu::mma(a, b, c),
+            _ => nvptx::mma(a, b, c),
+        }
+    }
+}
+
+/// Reinterprets `x` as `U` (same size, checked at compile time by the caller's match on
+/// `InputKind`).
+#[cfg(any(target_arch = "amdgpu", target_arch = "nvptx64"))]
+#[inline(always)]
+unsafe fn cast<T: Copy, U: Copy>(x: T) -> U {
+    debug_assert!(core::mem::size_of::<T>() == core::mem::size_of::<U>());
+    // SAFETY: the caller guarantees that T and U are the same type or same-size plain data.
+    unsafe { core::mem::transmute_copy(&x) }
+}
