@@ -18,6 +18,7 @@
 pub mod elementwise;
 pub mod indexing;
 pub mod norm;
+pub mod quantized;
 pub mod reduce;
 pub mod row;
 pub mod rope;
