@@ -610,6 +610,7 @@ pub fn get_rows<Q: QuantFormat, T: Float>(w: &[u8], ids: &[u32], out: &mut [T], 
 #[amdgpu_kernel(T = [f32, f16, bf16])]
 pub fn quantize_q8_1<T: Float>(x: &[T], xq: &mut [u32], xds: &mut [f32]) {
     let n = x.len();
+    assert!(n % 32 == 0 && xq.len() >= n / 4 && xds.len() >= n / 16);
     let ws = wave::size() as usize;
     let lane = wave::lane_id() as usize;
     let waves = global_size_x() / ws;
@@ -634,13 +635,18 @@ pub fn quantize_q8_1<T: Float>(x: &[T], xq: &mut [u32], xds: &mut [f32]) {
         }
         word |= (wave::shuffle_xor(word, 1)) << 8;
         word = (word & 0xffff) | (wave::shuffle_xor(word, 2) << 16);
-        if i < n {
-            if lane % 4 == 0 {
-                xq[i / 4] = word;
+        // No bounds-check branches between this iteration's shuffles and the next: the
+        // lengths were checked once above (a trap edge here could keep the lanes of an
+        // NVIDIA warp apart at the next shuffle).
+        // SAFETY: i < n, n / 4 <= xq.len() and n / 16 <= xds.len() (asserted), and `i` is
+        // a multiple of 32 where the scales are written.
+        unsafe {
+            if i < n && lane % 4 == 0 {
+                *xq.as_mut_ptr().add(i / 4) = word;
             }
-            if lane % 32 == 0 {
-                xds[i / 16] = d;
-                xds[i / 16 + 1] = d * sum as f32;
+            if i < n && lane % 32 == 0 {
+                *xds.as_mut_ptr().add(i / 16) = d;
+                *xds.as_mut_ptr().add(i / 16 + 1) = d * sum as f32;
             }
         }
         base += waves * ws;
@@ -672,10 +678,12 @@ impl BatchTile for Batch4 {
 /// Work-items per work-group of [`matvec`](fn@matvec): one wave per weight row.
 pub const MATVEC_BLOCK: u32 = 128;
 
-/// 16-byte words of [`matvec`](fn@matvec)'s LDS staging buffer: one chunk of `wave size`
-/// units per wave, `MATVEC_BLOCK / units per block * block bytes` in all (Q8_0's 4352
-/// bytes are the most).
-pub const MATVEC_LDS: usize = 272;
+/// 16-byte LDS words [`matvec`](fn@matvec) needs for chunks of `chunk_units` 32-weight
+/// units per wave (a multiple of the wave size): one chunk per wave of a work-group.
+pub const fn matvec_lds_words(dtype: GgmlDType, chunk_units: usize, wave_lanes: usize) -> usize {
+    let waves = MATVEC_BLOCK as usize / wave_lanes;
+    (waves * chunk_units / (dtype.block_weights() / 32) * dtype.block_bytes()).div_ceil(16)
+}
 
 /// Copies `src` (a chunk of a weight row) to `dst` in LDS with the widest loads both
 /// allow: the lanes of a wave take consecutive 16-, 4- or 2-byte words, so each load
@@ -691,15 +699,34 @@ pub fn copy_chunk(src: &[u8], dst: *mut u8, lane: usize, step: usize) {
     // the caller sized for `n` bytes; the alignment test covers both pointers and `n`.
     unsafe {
         if align % 16 == 0 {
+            let (m, s16, d16) = (n / 16, sp as *const crate::indexing::Words4, dst as *mut crate::indexing::Words4);
             let mut i = lane;
-            while i < n / 16 {
-                *(dst.add(16 * i) as *mut crate::indexing::Words4) = *(sp.add(16 * i) as *const crate::indexing::Words4);
+            // Four loads in flight per lane before the stores.
+            while i + 3 * step < m {
+                let (a, b, c, d) = (*s16.add(i), *s16.add(i + step), *s16.add(i + 2 * step), *s16.add(i + 3 * step));
+                *d16.add(i) = a;
+                *d16.add(i + step) = b;
+                *d16.add(i + 2 * step) = c;
+                *d16.add(i + 3 * step) = d;
+                i += 4 * step;
+            }
+            while i < m {
+                *d16.add(i) = *s16.add(i);
                 i += step;
             }
         } else if align % 4 == 0 {
+            let (m, s4, d4) = (n / 4, sp as *const u32, dst as *mut u32);
             let mut i = lane;
-            while i < n / 4 {
-                *(dst.add(4 * i) as *mut u32) = *(sp.add(4 * i) as *const u32);
+            while i + 3 * step < m {
+                let (a, b, c, d) = (*s4.add(i), *s4.add(i + step), *s4.add(i + 2 * step), *s4.add(i + 3 * step));
+                *d4.add(i) = a;
+                *d4.add(i + step) = b;
+                *d4.add(i + 2 * step) = c;
+                *d4.add(i + 3 * step) = d;
+                i += 4 * step;
+            }
+            while i < m {
+                *d4.add(i) = *s4.add(i);
                 i += step;
             }
         } else {
@@ -714,11 +741,11 @@ pub fn copy_chunk(src: &[u8], dst: *mut u8, lane: usize, step: usize) {
 
 /// `y[b * rows + r] = sum_k W[r, k] x[b, k]` for `b < batch <= B::N`, with `x` given as q8_1
 /// (`xq`: `batch * cols / 4` words, `xds`: `batch * cols / 16` floats). Wave `r` of the
-/// grid computes row `r`, a chunk of `wave size` 32-weight units at a time: the wave
-/// copies the chunk's blocks to its part of LDS with coalesced loads, then each lane
-/// decodes one unit from LDS and multiplies it with the q8_1 blocks of every batch row.
-/// All waves of a work-group run the same number of chunks (rows past the end copy and
-/// compute nothing) so they can meet at the barriers.
+/// grid computes row `r`, a chunk of `chunk_units` 32-weight units (a multiple of the wave
+/// size) at a time: the wave copies the chunk's blocks to its part of `lds` with coalesced
+/// loads, then each lane decodes its units from LDS and multiplies them with the q8_1
+/// blocks of every batch row. All waves of a work-group run the same number of chunks
+/// (rows past the end copy and compute nothing) so they can meet at the barriers.
 #[amdgpu_kernel(Q = [Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q2K, Q3K, Q4K, Q5K, Q6K], B = [Batch1, Batch2, Batch4])]
 pub fn matvec<Q: QuantFormat, B: BatchTile>(
     w: &[u8],
@@ -728,19 +755,20 @@ pub fn matvec<Q: QuantFormat, B: BatchTile>(
     rows: usize,
     cols: usize,
     batch: usize,
-    lds: Shared<crate::indexing::Words4, MATVEC_LDS>,
+    chunk_units: usize,
+    lds: SharedDyn<crate::indexing::Words4>,
 ) {
     let ws = wave::size() as usize;
     let row = global_idx_x() / ws;
     let (xw, xb) = (cols / 4, cols / 16);
     let upb = Q::WEIGHTS / 32;
-    let chunk_blocks = ws / upb;
+    let chunk_blocks = chunk_units / upb;
     let chunk_bytes = chunk_blocks * Q::BYTES;
     let region_off = wave::wave_id() as usize * chunk_bytes;
     // Uniform checks that make the unchecked accesses below in bounds: activations for
     // `batch` rows of `cols / 32` units, and this wave's LDS region.
     assert!(batch <= B::N && xq.len() >= batch * xw && xds.len() >= batch * xb && cols % 32 == 0);
-    assert!(region_off + chunk_bytes <= MATVEC_LDS * 16);
+    assert!(chunk_units % ws == 0 && chunk_blocks > 0 && region_off + chunk_bytes <= lds.len() * 16);
     let active = row < rows;
     let lane = wave::lane_id() as usize;
     let blocks = cols / Q::WEIGHTS;
@@ -756,12 +784,13 @@ pub fn matvec<Q: QuantFormat, B: BatchTile>(
             copy_chunk(&wrow[blk0 * Q::BYTES..(blk0 + nblk) * Q::BYTES], region, lane, ws);
         }
         barrier();
-        if active && lane < nblk * upb {
+        let mut k = lane;
+        while active && k < nblk * upb {
             // SAFETY: the region holds the chunk's nblk * BYTES bytes (<= chunk_bytes).
             let chunk = unsafe { core::slice::from_raw_parts(region as *const u8, nblk * Q::BYTES) };
-            let (blk, part) = (lane / upb, lane % upb);
+            let (blk, part) = (k / upb, k % upb);
             let unit = Q::unit(&chunk[blk * Q::BYTES..(blk + 1) * Q::BYTES], part);
-            let u = blk0 * upb + lane;
+            let u = blk0 * upb + k;
             for b in 0..B::N {
                 if b < batch {
                     // SAFETY: b < batch and u < cols / 32, so words b * xw + 8u .. + 8 and
@@ -776,16 +805,24 @@ pub fn matvec<Q: QuantFormat, B: BatchTile>(
                     acc[b] += unit_dot::<Q>(&unit, &a, d, s);
                 }
             }
+            k += ws;
         }
         barrier();
         blk0 += chunk_blocks;
     }
     if active {
+        // Every wave sum before any lane-divergent store: on NVIDIA a shuffle after a
+        // divergent branch may see only the lanes that reconverged.
+        let mut sums = [0f32; 4];
         for b in 0..B::N {
             if b < batch {
-                let s = wave::sum(acc[b]);
-                if lane == 0 {
-                    y[b * rows + row] = s;
+                sums[b] = wave::sum(acc[b]);
+            }
+        }
+        if lane == 0 {
+            for b in 0..B::N {
+                if b < batch {
+                    y[b * rows + row] = sums[b];
                 }
             }
         }

@@ -7,6 +7,8 @@
 //!   expressions in GGML's order, so f32 results must match bit for bit on the CPU
 //!   executor (f16/bf16: the f32 result rounded once). GPUs may contract a multiply and an
 //!   add into an fma, so there the check allows one f32 rounding of the largest term.
+//! - Candle 0.11.1's own quantization and CPU dequantization of every format
+//!   (`tests/data/candle-0.11.1`): our reference and our kernel give Candle's f32 bits.
 //! - `quantize_q8_1`: codes, scales and sums bit for bit against the host quantization.
 //! - `matvec`: against f64 sums over the exactly dequantized weights and the original
 //!   activations. The only approximation the kernel makes is the q8_1 rounding of the
@@ -402,6 +404,20 @@ fn matvec_every_format_and_batch() {
     }
 }
 
+/// Rows longer than one LDS chunk (128 or 256 blocks of 32, 16 or 32 k-quant blocks per
+/// wave step), with a partial last chunk.
+#[test]
+fn matvec_long_rows() {
+    for dev in executors() {
+        for dtype in matvec_formats() {
+            let cols = if dtype.block_weights() == 32 { 300 * 32 } else { 40 * 256 };
+            for batch in [1, 3, 8] {
+                check_matvec(&dev, dtype, 3, cols, batch, 900 + batch as u64 + dtype as u64);
+            }
+        }
+    }
+}
+
 #[test]
 fn matvec_many_rows() {
     for dev in executors() {
@@ -442,4 +458,31 @@ fn bad_inputs_are_rejected_and_nothing_is_written() {
     let (mut xq, mut xds) = (dev.alloc::<u32>(128).unwrap(), dev.alloc::<f32>(31).unwrap());
     assert!(invalid(ops::quantize_q8_1(&dev, &x, &mut xq, &mut xds)), "xds length");
     assert_eq!(dev.download(&xq).unwrap(), vec![0u32; 128]);
+}
+
+fn fixture(name: &str) -> Vec<u8> {
+    // KERNELS_TEST_DATA: the `tests/data` folder when the test binary runs elsewhere (GPU bundles).
+    let dir = std::env::var("KERNELS_TEST_DATA").unwrap_or_else(|_| format!("{}/tests/data", env!("CARGO_MANIFEST_DIR")));
+    let p = format!("{dir}/candle-0.11.1/{name}");
+    std::fs::read(&p).unwrap_or_else(|e| panic!("{p}: {e}"))
+}
+
+#[test]
+fn dequantize_matches_candle_bit_for_bit() {
+    let devs = executors();
+    for dtype in GgmlDType::ALL {
+        let q = fixture(&format!("{}.q", dtype.name()));
+        let candle: Vec<f32> = fixture(&format!("{}.f32", dtype.name())).chunks(4).map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]])).collect();
+        assert_eq!(q.len() / dtype.block_bytes() * dtype.block_weights(), candle.len(), "{} fixture sizes", dtype.name());
+        let want = ref_dequant(dtype, &q);
+        for (i, ((w, _), c)) in want.iter().zip(&candle).enumerate() {
+            assert_eq!(w.to_bits(), c.to_bits(), "{} reference vs Candle, element {i}: {w:e} vs {c:e}", dtype.name());
+        }
+        for dev in &devs {
+            let qd = dev.upload(&q).unwrap();
+            let mut out = dev.alloc::<f32>(candle.len()).unwrap();
+            ops::dequantize(dev, dtype, &qd, &mut out).unwrap();
+            check_f32(dev, &dev.download(&out).unwrap(), &want, &format!("{} dequantize vs Candle on {}", dtype.name(), dev.name()));
+        }
+    }
 }

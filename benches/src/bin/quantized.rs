@@ -11,7 +11,7 @@
 //! `candle_quantized.json` when that file exists).
 use benches::{copy, time};
 use kernels::quantized::{ops, GgmlDType};
-use kernels::runtime::{Device, DeviceVec};
+use kernels::runtime::DeviceVec;
 use std::io::Write;
 
 /// Random bytes with every block's f16 scales set to small finite values.
@@ -80,9 +80,7 @@ fn main() {
                 let (mut xq, mut xds): (DeviceVec<u32>, DeviceVec<f32>) = (dev.alloc(batch * cols / 4).unwrap(), dev.alloc(batch * cols / 16).unwrap());
                 ops::quantize_q8_1(&dev, &x, &mut xq, &mut xds).unwrap();
                 if profile {
-                    for _ in 0..3 {
-                        ops::matvec_q8_1(&dev, dev.wave_lanes(), dtype, &w, &xq, &xds, &mut y, rows, cols, batch).unwrap();
-                    }
+                    ops::matvec_q8_1(&dev, dev.wave_lanes(), dtype, &w, &xq, &xds, &mut y, rows, cols, batch).unwrap();
                     dev.synchronize().unwrap();
                     continue;
                 }

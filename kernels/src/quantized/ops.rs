@@ -1,10 +1,10 @@
 //! Checked launches of the quantized kernels: every shape, byte length and alignment is
 //! validated first (bad input: [`LaunchError::InvalidArgument`], nothing launched or
 //! written); empty outputs are a no-op.
-use super::{Batch1, Batch2, Batch4, GgmlDType, MATVEC_BLOCK};
+use super::{matvec_lds_words, Batch1, Batch2, Batch4, GgmlDType, MATVEC_BLOCK};
 use super::{Q2K, Q3K, Q4K, Q4_0, Q4_1, Q5K, Q5_0, Q5_1, Q6K, Q8K, Q8_0};
 use crate::runtime::{Device, DeviceVec};
-use kernel_dsl::host::{ArgValue, Executor, KernelArgSlice, KernelArgSliceMut, LaunchConfig, LaunchError, ScalarArg};
+use kernel_dsl::host::{ArgValue, Executor, KernelArgSlice, KernelArgSliceMut, LaunchConfig, LaunchError, MemLocation, ScalarArg};
 use kernel_dsl::{Dim3, Float};
 
 /// Most activation rows of one [`matvec`] call.
@@ -181,6 +181,15 @@ fn check_matvec(
     Ok(LaunchConfig::new(Dim3::x(groups.max(1) as u32), Dim3::x(MATVEC_BLOCK)))
 }
 
+/// 32-weight units a wave stages in LDS per step: 4 per lane where LDS is plentiful (NVIDIA:
+/// more bytes in flight per barrier; the CPU executor runs the same), 1 per lane on AMD
+/// GPUs (up to 17 KiB of LDS per work-group would cap a gfx9 compute unit's 64 KiB at a
+/// few work-groups).
+fn chunk_units(exec: &(impl Executor + ?Sized), wave_lanes: u32) -> usize {
+    let amd = matches!(exec.memory(), MemLocation::Device { backend: "rocm", .. });
+    wave_lanes as usize * if amd { 1 } else { 4 }
+}
+
 /// `y[b * rows + r] = sum_k W[r, k] x[b * cols + k]` for `b < batch` (1..=8) with
 /// activations already in q8_1 ([`quantize_q8_1`]); `wave_lanes` is the device's wave size
 /// ([`Device::wave_lanes`]).
@@ -201,6 +210,8 @@ pub fn matvec_q8_1(
     if rows == 0 {
         return Ok(());
     }
+    let units = chunk_units(exec, wave_lanes);
+    let cfg = cfg.with_dynamic_shared(matvec_lds_words(dtype, units, wave_lanes as usize));
     // Tiles of at most 4 activation rows, each launch on views of the activations and output.
     let mut b0 = 0;
     while b0 < batch {
@@ -209,9 +220,9 @@ pub fn matvec_q8_1(
         let xds_t = Part(offset(xds.kernel_arg(), b0 * cols / 16 * 4, nb * cols / 16));
         let mut y_t = Part(offset(y.kernel_arg(), b0 * rows * 4, nb * rows));
         with_format!(dtype, Q => match nb {
-            1 => super::matvec::launch::<Q, Batch1>(exec, cfg, w, &xq_t, &xds_t, &mut y_t, rows, cols, nb),
-            2 => super::matvec::launch::<Q, Batch2>(exec, cfg, w, &xq_t, &xds_t, &mut y_t, rows, cols, nb),
-            _ => super::matvec::launch::<Q, Batch4>(exec, cfg, w, &xq_t, &xds_t, &mut y_t, rows, cols, nb),
+            1 => super::matvec::launch::<Q, Batch1>(exec, cfg, w, &xq_t, &xds_t, &mut y_t, rows, cols, nb, units),
+            2 => super::matvec::launch::<Q, Batch2>(exec, cfg, w, &xq_t, &xds_t, &mut y_t, rows, cols, nb, units),
+            _ => super::matvec::launch::<Q, Batch4>(exec, cfg, w, &xq_t, &xds_t, &mut y_t, rows, cols, nb, units),
         })?;
         b0 += nb;
     }
