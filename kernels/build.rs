@@ -19,5 +19,6 @@ fn main() {
         .module("reduce_any")
         .module("unary_f64")
         .module("gemm")
+        .module("quantized")
         .build();
 }

@@ -51,6 +51,21 @@ pub fn amdgpu_gen(arch: &str) -> Result<&'static str, BuildError> {
     }
 }
 
+/// The 8-bit dot-product instructions of an AMD architecture, passed to kernel-dsl as
+/// `amdgpu_dot` (`kernel_dsl::dot` picks its lowering with it): `"sdot4"` where
+/// `v_dot4_i32_i8` exists (`llvm.amdgcn.sdot4`: gfx906/908/90a/94x/950, gfx1011/1012/103x),
+/// `"sudot4"` where `v_dot4_i32_iu8` does (`llvm.amdgcn.sudot4`, which also serves
+/// `sdot4`: gfx11, gfx12); `None` elsewhere (scalar code). Checked with LLVM 22.
+pub fn amdgpu_dot(arch: &str) -> Option<&'static str> {
+    let d = arch.strip_prefix("gfx")?;
+    match d {
+        "906" | "908" | "90a" | "940" | "941" | "942" | "950" | "1011" | "1012" => Some("sdot4"),
+        _ if d.len() == 4 && d.starts_with("103") => Some("sdot4"),
+        _ if d.len() == 4 && (d.starts_with("11") || d.starts_with("12")) => Some("sudot4"),
+        _ => None,
+    }
+}
+
 /// The device crate generated from the kernel modules.
 #[derive(Clone, Debug)]
 pub struct DeviceCrate {
@@ -159,12 +174,13 @@ pub struct Artifact {
 impl CompileJob<'_> {
     fn arch_cfg(&self) -> Result<Vec<String>, BuildError> {
         Ok(match &self.target {
-            Target::Amdgpu(a) => vec![
-                "--cfg".into(),
-                format!("amdgpu_gen=\"{}\"", amdgpu_gen(a)?),
-                "--cfg".into(),
-                format!("amdgpu_arch=\"{a}\""),
-            ],
+            Target::Amdgpu(a) => {
+                let mut v = vec!["--cfg".into(), format!("amdgpu_gen=\"{}\"", amdgpu_gen(a)?), "--cfg".into(), format!("amdgpu_arch=\"{a}\"")];
+                if let Some(dot) = amdgpu_dot(a) {
+                    v.extend(["--cfg".into(), format!("amdgpu_dot=\"{dot}\"")]);
+                }
+                v
+            }
             Target::Nvptx(_) => vec![],
         })
     }
@@ -216,6 +232,7 @@ impl CompileJob<'_> {
         common(&mut c);
         c.args(["--check-cfg", "cfg(amdgpu_gen, values(\"gfx9\", \"gfx10\", \"gfx11\"))"]);
         c.args(["--check-cfg", "cfg(amdgpu_arch, values(any()))"]);
+        c.args(["--check-cfg", "cfg(amdgpu_dot, values(\"sdot4\", \"sudot4\"))"]);
         c.args(crate::sysroot::LIBRARY_FLAGS);
         c.arg(self.kernel_dsl).arg("-o").arg(&dsl_rlib);
         crate::sysroot::run(c, &format!("kernel-dsl for {}", t.cpu()))?;

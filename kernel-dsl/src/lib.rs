@@ -10,6 +10,7 @@
 //! | shared memory (LDS)          | [`Shared`] (size fixed at compile time), [`SharedDyn`] (sized at launch) |
 //! | wave (warp) operations       | [`wave`]: lane id, wave size, shuffles, ballot, reductions |
 //! | atomics                      | [`atomic`]                                                 |
+//! | 8-bit integer dot products   | [`dot`]: `dot4_i8`, `dot4_i8_u8` (dp4a, `v_dot4_i32_i8`)      |
 //! | fast math                    | [`math::FloatMath`] (`x.exp()`, `x.rsqrt()`, `x.erf()` ...) |
 //! | matrix units (MFMA, WMMA, mma.sync) | [`mma`]: 16x16x16 fragments, `mma`, accumulator -> A, row reductions |
 //! | half precision               | [`f16`], [`bf16`] (the `half` crate's types on the host), [`Float`] |
@@ -40,6 +41,7 @@
 
 mod arch;
 pub mod atomic;
+pub mod dot;
 mod index;
 pub mod math;
 pub mod mma;
@@ -75,6 +77,7 @@ pub use kernel_dsl_macros::device;
 /// Everything a kernel body usually needs: `use kernel_dsl::prelude::*;`.
 pub mod prelude {
     pub use crate::atomic::{AtomicF32, AtomicI32, AtomicU32, AtomicU64, Ordering};
+    pub use crate::dot::{dot4_i8, dot4_i8_u8};
     pub use crate::index::*;
     pub use crate::math::FloatMath;
     pub use crate::shared::{Shared, SharedDyn};

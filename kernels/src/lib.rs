@@ -27,6 +27,7 @@ pub mod indexing_any;
 pub mod norm;
 pub mod pool;
 pub mod random;
+pub mod quantized;
 pub mod reduce;
 pub mod reduce_any;
 pub mod row;

@@ -1,0 +1,42 @@
+"""Merges rust_quantized.json with torch_quantized.json (and candle_quantized.json, Candle's
+CUDA quantized matvec, when present: a list of {dtype, rows, cols, batch, us}) into
+report_quantized.md: per format and shape, our time, our share of the copy bandwidth of the
+same run, the bf16 PyTorch matvec of the same logical shape (a different workload), and
+Candle's time over ours when measured.
+
+usage: report_quantized.py DIR
+"""
+import json
+import os
+import sys
+
+
+def main():
+    d = sys.argv[1]
+    rust = json.load(open(f"{d}/rust_quantized.json"))
+    torch = json.load(open(f"{d}/torch_quantized.json")) if os.path.exists(f"{d}/torch_quantized.json") else {"samples": []}
+    candle = json.load(open(f"{d}/candle_quantized.json")) if os.path.exists(f"{d}/candle_quantized.json") else []
+    t_index = {(s["rows"], s["cols"], s["batch"]): s for s in torch["samples"]}
+    c_index = {(s["dtype"], s["rows"], s["cols"], s["batch"]): s for s in candle}
+    copy = rust[0]["copy_gbps"]
+    lines = [
+        f"Copy bandwidth (1 GiB device-to-device, same run): {copy:.0f} GB/s. Bandwidth = (quantized weights + q8_1",
+        "activations + f32 output) / time (GPU events, median of 5). `+quantize`: the whole op with the activations'",
+        "q8_1 quantization (a second kernel). PyTorch: bf16 `F.linear` of the same logical shape (4x-3.5x more bytes).",
+        "",
+        "| format | rows x cols | batch | weights MB | us | GB/s | % of copy | us +quantize | PyTorch bf16 us (% of copy) | Candle us / ours |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for s in rust:
+        t = t_index.get((s["rows"], s["cols"], s["batch"]))
+        c = c_index.get((s["dtype"], s["rows"], s["cols"], s["batch"]))
+        tt = f"{t['us']:.1f} ({100 * t['moved'] / t['us'] / 1e3 / copy:.0f}%)" if t else "-"
+        cc = f"{c['us'] / s['us']:.2f}" if c else "not run"
+        lines.append(f"| {s['dtype']} | {s['rows']}x{s['cols']} | {s['batch']} | {s['weight_bytes'] / 1e6:.1f} | {s['us']:.1f} | "
+                     f"{s['gbps']:.0f} | {100 * s['gbps'] / copy:.0f}% | {s['us_with_quantize']:.1f} | {tt} | {cc} |")
+    open(f"{d}/report_quantized.md", "w").write("\n".join(lines) + "\n")
+    print("\n".join(lines))
+
+
+if __name__ == "__main__":
+    main()

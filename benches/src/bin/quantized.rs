@@ -1,0 +1,112 @@
+//! Quantized (GGUF) matrix-vector products on LLM weight shapes (Llama-3-8B: 4096x4096,
+//! 14336x4096, 4096x14336, the 128256x4096 output head), timed with GPU events against a
+//! device-to-device copy in the same run.
+//!
+//! `quantized [--out DIR] [--quick] [--profile]`: writes `DIR/rust_quantized.json`.
+//! Bandwidth counts the bytes an ideal kernel moves once: the quantized weights, the q8_1
+//! activations (`cols` codes + 8 bytes per 32) and the f32 output; `matvec+quantize` adds
+//! the f32 activations read by the quantization. `python/torch_quantized.py` times the bf16
+//! matvec of the same logical shapes in PyTorch (a different workload: 2 bytes per weight)
+//! and `python/report_quantized.py` merges both (plus Candle's quantized CUDA kernels from
+//! `candle_quantized.json` when that file exists).
+use benches::{copy, time};
+use kernels::quantized::{ops, GgmlDType};
+use kernels::runtime::DeviceVec;
+use std::io::Write;
+
+/// Random bytes with every block's f16 scales set to small finite values.
+fn weights(dtype: GgmlDType, rows: usize, cols: usize) -> Vec<u8> {
+    let mut s = 0x9E37_79B9_7F4A_7C15u64 ^ rows as u64;
+    let n = rows * cols / dtype.block_weights() * dtype.block_bytes();
+    let mut v: Vec<u8> = (0..n)
+        .map(|_| {
+            s ^= s << 13;
+            s ^= s >> 7;
+            s ^= s << 17;
+            s as u8
+        })
+        .collect();
+    let scale = half::f16::from_f32(0.01).to_bits().to_le_bytes();
+    let offsets: &[usize] = match dtype {
+        GgmlDType::Q4_0 | GgmlDType::Q5_0 | GgmlDType::Q8_0 => &[0],
+        GgmlDType::Q4_1 | GgmlDType::Q5_1 | GgmlDType::Q4K | GgmlDType::Q5K => &[0, 2],
+        GgmlDType::Q2K => &[80, 82],
+        GgmlDType::Q3K => &[108],
+        GgmlDType::Q6K => &[208],
+        GgmlDType::Q8K => &[],
+    };
+    for b in v.chunks_mut(dtype.block_bytes()) {
+        for &o in offsets {
+            b[o..o + 2].copy_from_slice(&scale);
+        }
+    }
+    v
+}
+
+fn main() {
+    let args: Vec<String> = std::env::args().collect();
+    let out_dir = args.iter().position(|a| a == "--out").and_then(|i| args.get(i + 1)).cloned().unwrap_or_else(|| ".".into());
+    let quick = args.iter().any(|a| a == "--quick");
+    let profile = args.iter().any(|a| a == "--profile");
+    let Some(dev) = benches::gpu() else { return };
+
+    // Copy bandwidth (bytes read + written) on a 1 GiB buffer.
+    let gib = 1usize << 30;
+    let src: DeviceVec<u8> = dev.alloc(gib).unwrap();
+    let mut dst: DeviceVec<u8> = dev.alloc(gib).unwrap();
+    let copy_us = time(&dev, gib, || copy(&dev, &src, &mut dst));
+    let copy_gbps = 2.0 * gib as f64 / (copy_us * 1e-6) / 1e9;
+    eprintln!("copy 1 GiB: {copy_us:.1} us, {copy_gbps:.0} GB/s");
+    drop((src, dst));
+
+    let shapes: &[(usize, usize)] = if quick || profile { &[(4096, 14336)] } else { &[(4096, 4096), (14336, 4096), (4096, 14336), (128256, 4096)] };
+    let formats: &[GgmlDType] = if profile {
+        &[GgmlDType::Q4_0, GgmlDType::Q8_0, GgmlDType::Q4K, GgmlDType::Q6K]
+    } else {
+        &[GgmlDType::Q4_0, GgmlDType::Q8_0, GgmlDType::Q4K, GgmlDType::Q6K, GgmlDType::Q4_1, GgmlDType::Q5_0, GgmlDType::Q5_1, GgmlDType::Q5K, GgmlDType::Q2K, GgmlDType::Q3K]
+    };
+    let mut lines = Vec::new();
+    for &dtype in formats {
+        for &(rows, cols) in shapes {
+            let w = dev.upload(&weights(dtype, rows, cols)).unwrap();
+            let wbytes = w.len();
+            for batch in [1usize, 8] {
+                if batch == 8 && (rows, cols) != (4096, 14336) {
+                    continue;
+                }
+                let x: Vec<f32> = (0..batch * cols).map(|i| ((i * 7919) % 1000) as f32 / 500.0 - 1.0).collect();
+                let x = dev.upload(&x).unwrap();
+                let mut y: DeviceVec<f32> = dev.alloc(batch * rows).unwrap();
+                let (mut xq, mut xds): (DeviceVec<u32>, DeviceVec<f32>) = (dev.alloc(batch * cols / 4).unwrap(), dev.alloc(batch * cols / 16).unwrap());
+                ops::quantize_q8_1(&dev, &x, &mut xq, &mut xds).unwrap();
+                if profile {
+                    ops::matvec_q8_1(&dev, dev.wave_lanes(), dtype, &w, &xq, &xds, &mut y, rows, cols, batch).unwrap();
+                    dev.synchronize().unwrap();
+                    continue;
+                }
+                let act = batch * (cols + cols / 32 * 8);
+                let moved = wbytes + act + batch * rows * 4;
+                let us = time(&dev, wbytes, || ops::matvec_q8_1(&dev, dev.wave_lanes(), dtype, &w, &xq, &xds, &mut y, rows, cols, batch).unwrap());
+                let full = time(&dev, wbytes, || ops::matvec(&dev, dtype, &w, &x, &mut y, rows, cols, batch).unwrap());
+                let gbps = moved as f64 / (us * 1e-6) / 1e9;
+                let gbps_full = (moved + batch * cols * 4) as f64 / (full * 1e-6) / 1e9;
+                eprintln!(
+                    "{:>5} {rows:>6}x{cols:<6} b{batch}: matvec {us:8.2} us {gbps:6.0} GB/s ({:5.1}% of copy) | with quantize {full:8.2} us ({:5.1}%)",
+                    dtype.name(),
+                    100.0 * gbps / copy_gbps,
+                    100.0 * gbps_full / copy_gbps
+                );
+                lines.push(format!(
+                    "{{\"dtype\":\"{}\",\"rows\":{rows},\"cols\":{cols},\"batch\":{batch},\"weight_bytes\":{wbytes},\"moved\":{moved},\"us\":{us:.3},\"gbps\":{gbps:.1},\"us_with_quantize\":{full:.3},\"copy_gbps\":{copy_gbps:.1}}}",
+                    dtype.name()
+                ));
+            }
+        }
+    }
+    if profile {
+        return;
+    }
+    std::fs::create_dir_all(&out_dir).unwrap();
+    let mut f = std::fs::File::create(format!("{out_dir}/rust_quantized.json")).unwrap();
+    writeln!(f, "[\n{}\n]", lines.join(",\n")).unwrap();
+}

@@ -1,0 +1,833 @@
+//! GGUF (GGML) quantized weights: dequantization, embedding lookup of quantized rows, and
+//! matrix-vector products with int8 dot products, as Candle's `QCudaStorage` needs them.
+//!
+//! Formats ([`GgmlDType`], one marker type each for the kernels): `Q4_0`, `Q4_1`, `Q5_0`,
+//! `Q5_1`, `Q8_0` (blocks of 32 weights) and the k-quants `Q2K`, `Q3K`, `Q4K`, `Q5K`,
+//! `Q6K`, `Q8K` (super-blocks of 256). A quantized matrix of `rows x cols` is `rows`
+//! rows of `cols / block_weights` blocks each, row-major, exactly the bytes of a GGUF
+//! tensor (a weight matrix stored `(out_features, in_features)`).
+//!
+//! Kernels:
+//! - [`dequantize`](fn@dequantize): every weight to `f32`/`f16`/`bf16` (all formats, `Q8K`
+//!   too). The float operations are Candle's (and GGML's) in the same order, so `f32`
+//!   results are bit-identical to Candle's CPU `dequantize`.
+//! - [`get_rows`](fn@get_rows): the rows picked by `u32` ids, dequantized (an embedding
+//!   lookup); out-of-range ids give zero rows.
+//! - [`quantize_q8_1`](fn@quantize_q8_1): activations to 8-bit integers, one scale per 32
+//!   values (`d = max|x| / 127`, `q = round(x / d)`) plus the block's sum `d * sum(q)`, the
+//!   GGML q8_1 scheme with `f32` scales, stored as packed words (`xq`) and `(d, s)` pairs
+//!   (`xds`) so the matvec loads both as aligned vectors.
+//! - [`matvec`](fn@matvec): `y[b, r] = sum_k W[r, k] x[b, k]` for a batch of 1..8
+//!   activation rows, with the weights' integer codes multiplied by the q8_1 codes four at
+//!   a time ([`kernel_dsl::dot`]: dp4a, `v_dot4_i32_i8`). One wave per weight row; each lane
+//!   takes 32-weight units (one q8_1 block each) in turn and decodes a unit once for the
+//!   whole batch.
+//!
+//! The checked host entry points are in [`ops`].
+use kernel_dsl::prelude::*;
+
+/// Weights per k-quant super-block.
+pub const QK_K: usize = 256;
+
+/// A GGUF block format: its size and name (host and device).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[allow(non_camel_case_types)]
+pub enum GgmlDType {
+    /// 32 weights, `f16` scale, 4-bit codes minus 8 (18 bytes).
+    Q4_0,
+    /// 32 weights, `f16` scale and minimum, 4-bit codes (20 bytes).
+    Q4_1,
+    /// 32 weights, `f16` scale, 5-bit codes minus 16 (22 bytes).
+    Q5_0,
+    /// 32 weights, `f16` scale and minimum, 5-bit codes (24 bytes).
+    Q5_1,
+    /// 32 weights, `f16` scale, signed 8-bit codes (34 bytes).
+    Q8_0,
+    /// 256 weights, 16 groups with 4-bit scales and minimums, 2-bit codes (84 bytes).
+    Q2K,
+    /// 256 weights, 16 groups with 6-bit scales, 3-bit codes (110 bytes).
+    Q3K,
+    /// 256 weights, 8 groups with 6-bit scales and minimums, 4-bit codes (144 bytes).
+    Q4K,
+    /// 256 weights, 8 groups with 6-bit scales and minimums, 5-bit codes (176 bytes).
+    Q5K,
+    /// 256 weights, 16 groups with 8-bit scales, 6-bit codes minus 32 (210 bytes).
+    Q6K,
+    /// 256 weights, `f32` scale, 8-bit codes and 16 group sums (292 bytes; GGML uses it
+    /// for activations, so it has no matvec here).
+    Q8K,
+}
+
+impl GgmlDType {
+    /// Every format.
+    pub const ALL: [GgmlDType; 11] = [
+        GgmlDType::Q4_0,
+        GgmlDType::Q4_1,
+        GgmlDType::Q5_0,
+        GgmlDType::Q5_1,
+        GgmlDType::Q8_0,
+        GgmlDType::Q2K,
+        GgmlDType::Q3K,
+        GgmlDType::Q4K,
+        GgmlDType::Q5K,
+        GgmlDType::Q6K,
+        GgmlDType::Q8K,
+    ];
+
+    /// Bytes of one block.
+    pub const fn block_bytes(self) -> usize {
+        match self {
+            GgmlDType::Q4_0 => 18,
+            GgmlDType::Q4_1 => 20,
+            GgmlDType::Q5_0 => 22,
+            GgmlDType::Q5_1 => 24,
+            GgmlDType::Q8_0 => 34,
+            GgmlDType::Q2K => 84,
+            GgmlDType::Q3K => 110,
+            GgmlDType::Q4K => 144,
+            GgmlDType::Q5K => 176,
+            GgmlDType::Q6K => 210,
+            GgmlDType::Q8K => 292,
+        }
+    }
+
+    /// Weights of one block.
+    pub const fn block_weights(self) -> usize {
+        match self {
+            GgmlDType::Q4_0 | GgmlDType::Q4_1 | GgmlDType::Q5_0 | GgmlDType::Q5_1 | GgmlDType::Q8_0 => 32,
+            _ => QK_K,
+        }
+    }
+
+    /// GGUF's name (`"q4_0"`, `"q4_K"` ...).
+    pub const fn name(self) -> &'static str {
+        match self {
+            GgmlDType::Q4_0 => "q4_0",
+            GgmlDType::Q4_1 => "q4_1",
+            GgmlDType::Q5_0 => "q5_0",
+            GgmlDType::Q5_1 => "q5_1",
+            GgmlDType::Q8_0 => "q8_0",
+            GgmlDType::Q2K => "q2_K",
+            GgmlDType::Q3K => "q3_K",
+            GgmlDType::Q4K => "q4_K",
+            GgmlDType::Q5K => "q5_K",
+            GgmlDType::Q6K => "q6_K",
+            GgmlDType::Q8K => "q8_K",
+        }
+    }
+
+    /// `true` when [`matvec`](fn@matvec) has an instance for the format (all but `Q8K`).
+    pub const fn has_matvec(self) -> bool {
+        !matches!(self, GgmlDType::Q8K)
+    }
+}
+
+/// The decoded codes and scales of one 32-weight unit of a weight row, in the order of the
+/// q8_1 block they meet: `q` holds 32 integer codes as packed bytes (signed, or unsigned
+/// below 128), and the unit's contribution to a dot product with a q8_1 block
+/// `(a, d_a, s_a)` is
+/// `d_a * (c[0] * (q[0..16] . a[0..16]) + c[1] * (q[16..32] . a[16..32])) + m * s_a
+///  - d_a * (n[0] * sum a[0..16] + n[1] * sum a[16..32])`.
+#[derive(Clone, Copy)]
+pub struct Unit {
+    /// 32 codes, four per word.
+    pub q: [u32; 8],
+    /// Scales of the two halves (equal where the format has one scale per 32).
+    pub c: [f32; 2],
+    /// Factor of the q8_1 block sum (formats with a minimum per 32 weights).
+    pub m: f32,
+    /// Minimums per 16 weights (`Q2K`).
+    pub n: [f32; 2],
+}
+
+/// A block format on the device: sizes, the dequantization of one weight and the decoding
+/// of one 32-weight unit. Implemented by the marker types [`Q4_0`] ... [`Q8K`].
+pub trait QuantFormat: 'static {
+    /// The format.
+    const DTYPE: GgmlDType;
+    /// Bytes per block.
+    const BYTES: usize;
+    /// Weights per block.
+    const WEIGHTS: usize;
+    /// The two halves of a unit have their own scales (`Unit::c`).
+    const SPLIT: bool = false;
+    /// The unit uses the q8_1 block sum (`Unit::m`).
+    const MIN: bool = false;
+    /// The unit subtracts per-16 minimums (`Unit::n`).
+    const HALF_MIN: bool = false;
+    /// Weight `j` of the block `b` (exactly `BYTES` long), as Candle computes it.
+    fn weight(b: &[u8], j: usize) -> f32;
+    /// Unit `u` (weights `32u .. 32u + 32`) of the block `b`.
+    fn unit(b: &[u8], u: usize) -> Unit;
+}
+
+// ---- little-endian reads inside one block ------------------------------------------------
+
+/// `b[o] | b[o+1] << 8`: one 16-bit load (`o` even; blocks start on even bytes).
+#[device]
+#[inline(always)]
+pub fn rd16(b: &[u8], o: usize) -> u32 {
+    assert!(o + 2 <= b.len());
+    // SAFETY: in bounds (checked above); the launchers check that weight buffers start on
+    // 16 bytes and every block size is even, so `o` even is 2-byte aligned.
+    unsafe { *(b.as_ptr().add(o) as *const u16) as u32 }
+}
+
+/// Four bytes at an even offset, as two 16-bit loads.
+#[device]
+#[inline(always)]
+pub fn rd32_2(b: &[u8], o: usize) -> u32 {
+    rd16(b, o) | (rd16(b, o + 2) << 16)
+}
+
+/// Four bytes at a 4-byte aligned offset (formats whose block size is a multiple of 4).
+#[device]
+#[inline(always)]
+pub fn rd32(b: &[u8], o: usize) -> u32 {
+    assert!(o + 4 <= b.len());
+    // SAFETY: in bounds; 4-byte aligned as the caller's format guarantees (see `rd16`).
+    unsafe { *(b.as_ptr().add(o) as *const u32) }
+}
+
+/// 16 bytes at a 16-byte aligned offset, as one vector load.
+#[device]
+#[inline(always)]
+pub fn rd128(b: &[u8], o: usize) -> [u32; 4] {
+    assert!(o + 16 <= b.len());
+    // SAFETY: in bounds; 16-byte aligned as the caller's format guarantees.
+    unsafe { (*(b.as_ptr().add(o) as *const crate::indexing::Words4)).0 }
+}
+
+/// The `f16` at an even offset, widened.
+#[device]
+#[inline(always)]
+pub fn rdf16(b: &[u8], o: usize) -> f32 {
+    f16::from_bits(rd16(b, o) as u16).to_f32()
+}
+
+/// Byte `o`.
+#[device]
+#[inline(always)]
+pub fn rd8(b: &[u8], o: usize) -> u32 {
+    b[o] as u32
+}
+
+/// Per-byte `v - k` for bytes `v + 128 - k < 256` (no carries), as signed bytes: adding
+/// `128 - k` and flipping the top bit reinterprets `v - k` in two's complement.
+#[device]
+#[inline(always)]
+pub fn sub_bytes(v: u32, k: u32) -> u32 {
+    v.wrapping_add((128 - k) * 0x0101_0101) ^ 0x8080_8080
+}
+
+/// Bits `0..4` of `t` moved to bit 4 of bytes 0..3 (the fifth bit of 5-bit codes).
+#[device]
+#[inline(always)]
+pub fn spread4(t: u32) -> u32 {
+    ((t & 1) << 4) | ((t & 2) << 11) | ((t & 4) << 18) | ((t & 8) << 25)
+}
+
+/// Scale and minimum `j` (0..8) of the 6-bit packed `Q4K`/`Q5K` scales at byte 4.
+#[device]
+#[inline(always)]
+pub fn scale_min_k4(b: &[u8], j: usize) -> (u32, u32) {
+    if j < 4 {
+        (rd8(b, 4 + j) & 63, rd8(b, 8 + j) & 63)
+    } else {
+        ((rd8(b, 8 + j) & 0xf) | ((rd8(b, j) >> 6) << 4), (rd8(b, 8 + j) >> 4) | ((rd8(b, 4 + j) >> 6) << 4))
+    }
+}
+
+/// Scale `i` (0..16) of the 6-bit packed `Q3K` scales at byte 96, as stored (0..63).
+#[device]
+#[inline(always)]
+pub fn scale_q3k(b: &[u8], i: usize) -> u32 {
+    let (k, q) = (i % 4, i / 4);
+    let lo = (rd8(b, 96 + (q % 2) * 4 + k) >> (4 * (q / 2))) & 0xf;
+    let hi = (rd8(b, 104 + k) >> (2 * q)) & 3;
+    lo | (hi << 4)
+}
+
+macro_rules! marker {
+    ($($name:ident),*) => {$(
+        #[doc = concat!("Marker type of [`GgmlDType::", stringify!($name), "`] for the kernels.")]
+        #[allow(non_camel_case_types)]
+        pub struct $name;
+    )*};
+}
+marker!(Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q2K, Q3K, Q4K, Q5K, Q6K, Q8K);
+
+/// A unit with one scale.
+#[device]
+#[inline(always)]
+pub fn unit1(q: [u32; 8], c: f32, m: f32) -> Unit {
+    Unit { q, c: [c, c], m, n: [0.0, 0.0] }
+}
+
+impl QuantFormat for Q4_0 {
+    const DTYPE: GgmlDType = GgmlDType::Q4_0;
+    const BYTES: usize = 18;
+    const WEIGHTS: usize = 32;
+    #[inline(always)]
+    fn weight(b: &[u8], j: usize) -> f32 {
+        let x = (rd8(b, 2 + j % 16) >> (4 * (j / 16))) & 0xf;
+        (x as i32 - 8) as f32 * rdf16(b, 0)
+    }
+    #[inline(always)]
+    fn unit(b: &[u8], _u: usize) -> Unit {
+        let mut q = [0u32; 8];
+        for i in 0..4 {
+            let w = rd32_2(b, 2 + 4 * i);
+            q[i] = sub_bytes(w & 0x0f0f_0f0f, 8);
+            q[4 + i] = sub_bytes((w >> 4) & 0x0f0f_0f0f, 8);
+        }
+        unit1(q, rdf16(b, 0), 0.0)
+    }
+}
+
+impl QuantFormat for Q4_1 {
+    const DTYPE: GgmlDType = GgmlDType::Q4_1;
+    const BYTES: usize = 20;
+    const WEIGHTS: usize = 32;
+    const MIN: bool = true;
+    #[inline(always)]
+    fn weight(b: &[u8], j: usize) -> f32 {
+        let x = (rd8(b, 4 + j % 16) >> (4 * (j / 16))) & 0xf;
+        x as f32 * rdf16(b, 0) + rdf16(b, 2)
+    }
+    #[inline(always)]
+    fn unit(b: &[u8], _u: usize) -> Unit {
+        let mut q = [0u32; 8];
+        for i in 0..4 {
+            let w = rd32(b, 4 + 4 * i);
+            q[i] = w & 0x0f0f_0f0f;
+            q[4 + i] = (w >> 4) & 0x0f0f_0f0f;
+        }
+        unit1(q, rdf16(b, 0), rdf16(b, 2))
+    }
+}
+
+/// The 5-bit codes of a `Q5_0`/`Q5_1` block: high bits `qh`, nibbles at byte `qs`.
+#[device]
+#[inline(always)]
+pub fn q5_codes(b: &[u8], qh: u32, qs: usize, aligned: bool) -> [u32; 8] {
+    let mut q = [0u32; 8];
+    for i in 0..4 {
+        let w = if aligned { rd32(b, qs + 4 * i) } else { rd32_2(b, qs + 4 * i) };
+        q[i] = (w & 0x0f0f_0f0f) | spread4((qh >> (4 * i)) & 0xf);
+        q[4 + i] = ((w >> 4) & 0x0f0f_0f0f) | spread4((qh >> (16 + 4 * i)) & 0xf);
+    }
+    q
+}
+
+/// The fifth bit (as 16) of weight `j` of a `Q5_0`/`Q5_1` block with high bits `qh`.
+#[device]
+#[inline(always)]
+pub fn q5_high(qh: u32, j: usize) -> u32 {
+    if j < 16 { ((qh >> j) << 4) & 0x10 } else { (qh >> (j - 16 + 12)) & 0x10 }
+}
+
+impl QuantFormat for Q5_0 {
+    const DTYPE: GgmlDType = GgmlDType::Q5_0;
+    const BYTES: usize = 22;
+    const WEIGHTS: usize = 32;
+    #[inline(always)]
+    fn weight(b: &[u8], j: usize) -> f32 {
+        let x = ((rd8(b, 6 + j % 16) >> (4 * (j / 16))) & 0xf) | q5_high(rd32_2(b, 2), j);
+        (x as i32 - 16) as f32 * rdf16(b, 0)
+    }
+    #[inline(always)]
+    fn unit(b: &[u8], _u: usize) -> Unit {
+        let mut q = q5_codes(b, rd32_2(b, 2), 6, false);
+        for i in 0..8 {
+            q[i] = sub_bytes(q[i], 16);
+        }
+        unit1(q, rdf16(b, 0), 0.0)
+    }
+}
+
+impl QuantFormat for Q5_1 {
+    const DTYPE: GgmlDType = GgmlDType::Q5_1;
+    const BYTES: usize = 24;
+    const WEIGHTS: usize = 32;
+    const MIN: bool = true;
+    #[inline(always)]
+    fn weight(b: &[u8], j: usize) -> f32 {
+        let x = ((rd8(b, 8 + j % 16) >> (4 * (j / 16))) & 0xf) | q5_high(rd32(b, 4), j);
+        x as f32 * rdf16(b, 0) + rdf16(b, 2)
+    }
+    #[inline(always)]
+    fn unit(b: &[u8], _u: usize) -> Unit {
+        unit1(q5_codes(b, rd32(b, 4), 8, true), rdf16(b, 0), rdf16(b, 2))
+    }
+}
+
+impl QuantFormat for Q8_0 {
+    const DTYPE: GgmlDType = GgmlDType::Q8_0;
+    const BYTES: usize = 34;
+    const WEIGHTS: usize = 32;
+    #[inline(always)]
+    fn weight(b: &[u8], j: usize) -> f32 {
+        rd8(b, 2 + j) as u8 as i8 as f32 * rdf16(b, 0)
+    }
+    #[inline(always)]
+    fn unit(b: &[u8], _u: usize) -> Unit {
+        let mut q = [0u32; 8];
+        for i in 0..8 {
+            q[i] = rd32_2(b, 2 + 4 * i);
+        }
+        unit1(q, rdf16(b, 0), 0.0)
+    }
+}
+
+impl QuantFormat for Q2K {
+    const DTYPE: GgmlDType = GgmlDType::Q2K;
+    const BYTES: usize = 84;
+    const WEIGHTS: usize = QK_K;
+    const SPLIT: bool = true;
+    const HALF_MIN: bool = true;
+    #[inline(always)]
+    fn weight(b: &[u8], j: usize) -> f32 {
+        let (n, shift, i) = (j / 128, (j % 128) / 32, j % 32);
+        let sc = rd8(b, 8 * n + 2 * shift + i / 16);
+        let q = (rd8(b, 16 + 32 * n + i) >> (2 * shift)) & 3;
+        let dl = rdf16(b, 80) * (sc & 0xf) as f32;
+        let ml = rdf16(b, 82) * (sc >> 4) as f32;
+        dl * q as f32 - ml
+    }
+    #[inline(always)]
+    fn unit(b: &[u8], u: usize) -> Unit {
+        let (n, shift) = (u / 4, u % 4);
+        let mut q = [0u32; 8];
+        for i in 0..8 {
+            q[i] = (rd32(b, 16 + 32 * n + 4 * i) >> (2 * shift)) & 0x0303_0303;
+        }
+        let (d, dmin) = (rdf16(b, 80), rdf16(b, 82));
+        let (s0, s1) = (rd8(b, 8 * n + 2 * shift), rd8(b, 8 * n + 2 * shift + 1));
+        Unit { q, c: [d * (s0 & 0xf) as f32, d * (s1 & 0xf) as f32], m: 0.0, n: [dmin * (s0 >> 4) as f32, dmin * (s1 >> 4) as f32] }
+    }
+}
+
+impl QuantFormat for Q3K {
+    const DTYPE: GgmlDType = GgmlDType::Q3K;
+    const BYTES: usize = 110;
+    const WEIGHTS: usize = QK_K;
+    const SPLIT: bool = true;
+    #[inline(always)]
+    fn weight(b: &[u8], j: usize) -> f32 {
+        let (n, shift, i) = (j / 128, (j % 128) / 32, j % 32);
+        let q2 = (rd8(b, 32 + 32 * n + i) >> (2 * shift)) & 3;
+        let high = rd8(b, i) & (1 << (4 * n + shift));
+        let dl = rdf16(b, 108) * (scale_q3k(b, 8 * n + 2 * shift + i / 16) as f32 - 32.0);
+        dl * (q2 as i32 - if high == 0 { 4 } else { 0 }) as f32
+    }
+    #[inline(always)]
+    fn unit(b: &[u8], u: usize) -> Unit {
+        let (n, shift) = (u / 4, u % 4);
+        let mut q = [0u32; 8];
+        for i in 0..8 {
+            let lo = (rd32_2(b, 32 + 32 * n + 4 * i) >> (2 * shift)) & 0x0303_0303;
+            let hi = ((rd32_2(b, 4 * i) >> (4 * n + shift)) & 0x0101_0101) << 2;
+            q[i] = sub_bytes(lo | hi, 4);
+        }
+        let d = rdf16(b, 108);
+        let is = 8 * n + 2 * shift;
+        let c0 = d * (scale_q3k(b, is) as f32 - 32.0);
+        let c1 = d * (scale_q3k(b, is + 1) as f32 - 32.0);
+        Unit { q, c: [c0, c1], m: 0.0, n: [0.0, 0.0] }
+    }
+}
+
+impl QuantFormat for Q4K {
+    const DTYPE: GgmlDType = GgmlDType::Q4K;
+    const BYTES: usize = 144;
+    const WEIGHTS: usize = QK_K;
+    const MIN: bool = true;
+    #[inline(always)]
+    fn weight(b: &[u8], j: usize) -> f32 {
+        let (g, r) = (j / 64, j % 64);
+        let (sc, m) = scale_min_k4(b, 2 * g + r / 32);
+        let q = (rd8(b, 16 + 32 * g + r % 32) >> (4 * (r / 32))) & 0xf;
+        rdf16(b, 0) * sc as f32 * q as f32 - rdf16(b, 2) * m as f32
+    }
+    #[inline(always)]
+    fn unit(b: &[u8], u: usize) -> Unit {
+        let (g, hi) = (u / 2, u % 2);
+        let mut q = [0u32; 8];
+        for i in 0..2 {
+            let v = rd128(b, 16 + 32 * g + 16 * i);
+            for k in 0..4 {
+                q[4 * i + k] = (v[k] >> (4 * hi)) & 0x0f0f_0f0f;
+            }
+        }
+        let (sc, m) = scale_min_k4(b, u);
+        unit1(q, rdf16(b, 0) * sc as f32, -(rdf16(b, 2) * m as f32))
+    }
+}
+
+impl QuantFormat for Q5K {
+    const DTYPE: GgmlDType = GgmlDType::Q5K;
+    const BYTES: usize = 176;
+    const WEIGHTS: usize = QK_K;
+    const MIN: bool = true;
+    #[inline(always)]
+    fn weight(b: &[u8], j: usize) -> f32 {
+        let (g, r) = (j / 64, j % 64);
+        let (sc, m) = scale_min_k4(b, 2 * g + r / 32);
+        let ql = (rd8(b, 48 + 32 * g + r % 32) >> (4 * (r / 32))) & 0xf;
+        let add = if rd8(b, 16 + r % 32) & (1 << (2 * g + r / 32)) != 0 { 16.0 } else { 0.0 };
+        rdf16(b, 0) * sc as f32 * (ql as f32 + add) - rdf16(b, 2) * m as f32
+    }
+    #[inline(always)]
+    fn unit(b: &[u8], u: usize) -> Unit {
+        let (g, hi) = (u / 2, u % 2);
+        let mut q = [0u32; 8];
+        for i in 0..2 {
+            let v = rd128(b, 48 + 32 * g + 16 * i);
+            let h = rd128(b, 16 + 16 * i);
+            for k in 0..4 {
+                q[4 * i + k] = ((v[k] >> (4 * hi)) & 0x0f0f_0f0f) | (((h[k] >> u) & 0x0101_0101) << 4);
+            }
+        }
+        let (sc, m) = scale_min_k4(b, u);
+        unit1(q, rdf16(b, 0) * sc as f32, -(rdf16(b, 2) * m as f32))
+    }
+}
+
+impl QuantFormat for Q6K {
+    const DTYPE: GgmlDType = GgmlDType::Q6K;
+    const BYTES: usize = 210;
+    const WEIGHTS: usize = QK_K;
+    const SPLIT: bool = true;
+    #[inline(always)]
+    fn weight(b: &[u8], j: usize) -> f32 {
+        let (h, grp, l) = (j / 128, (j % 128) / 32, j % 32);
+        let ql = (rd8(b, 64 * h + l + 32 * (grp % 2)) >> (4 * (grp / 2))) & 0xf;
+        let qh = (rd8(b, 128 + 32 * h + l) >> (2 * grp)) & 3;
+        let q = (ql | (qh << 4)) as i32 - 32;
+        let sc = rd8(b, 192 + 8 * h + l / 16 + 2 * grp) as u8 as i8;
+        rdf16(b, 208) * sc as f32 * q as f32
+    }
+    #[inline(always)]
+    fn unit(b: &[u8], u: usize) -> Unit {
+        let (h, grp) = (u / 4, u % 4);
+        let mut q = [0u32; 8];
+        for i in 0..8 {
+            let ql = (rd32_2(b, 64 * h + 32 * (grp % 2) + 4 * i) >> (4 * (grp / 2))) & 0x0f0f_0f0f;
+            let qh = (rd32_2(b, 128 + 32 * h + 4 * i) >> (2 * grp)) & 0x0303_0303;
+            q[i] = sub_bytes(ql | (qh << 4), 32);
+        }
+        let d = rdf16(b, 208);
+        let s0 = rd8(b, 192 + 8 * h + 2 * grp) as u8 as i8;
+        let s1 = rd8(b, 192 + 8 * h + 2 * grp + 1) as u8 as i8;
+        Unit { q, c: [d * s0 as f32, d * s1 as f32], m: 0.0, n: [0.0, 0.0] }
+    }
+}
+
+impl QuantFormat for Q8K {
+    const DTYPE: GgmlDType = GgmlDType::Q8K;
+    const BYTES: usize = 292;
+    const WEIGHTS: usize = QK_K;
+    #[inline(always)]
+    fn weight(b: &[u8], j: usize) -> f32 {
+        f32::from_bits(rd32(b, 0)) * rd8(b, 4 + j) as u8 as i8 as f32
+    }
+    #[inline(always)]
+    fn unit(b: &[u8], u: usize) -> Unit {
+        let mut q = [0u32; 8];
+        for i in 0..8 {
+            q[i] = rd32(b, 4 + 32 * u + 4 * i);
+        }
+        unit1(q, f32::from_bits(rd32(b, 0)), 0.0)
+    }
+}
+
+/// The unit's dot product with one q8_1 block (codes `a`, scale `da`, sum `sa`).
+#[device]
+#[inline(always)]
+pub fn unit_dot<Q: QuantFormat>(u: &Unit, a: &[u32; 8], da: f32, sa: f32) -> f32 {
+    let mut s0 = 0i32;
+    let mut s1 = 0i32;
+    for i in 0..4 {
+        s0 = dot4_i8(u.q[i], a[i], s0);
+        s1 = dot4_i8(u.q[4 + i], a[4 + i], s1);
+    }
+    let mut r = if Q::SPLIT { da * (u.c[0] * s0 as f32 + u.c[1] * s1 as f32) } else { u.c[0] * da * (s0 + s1) as f32 };
+    if Q::MIN {
+        r += u.m * sa;
+    }
+    if Q::HALF_MIN {
+        let (mut t0, mut t1) = (0i32, 0i32);
+        for i in 0..4 {
+            t0 = dot4_i8(0x0101_0101, a[i], t0);
+            t1 = dot4_i8(0x0101_0101, a[4 + i], t1);
+        }
+        r -= da * (u.n[0] * t0 as f32 + u.n[1] * t1 as f32);
+    }
+    r
+}
+
+/// Dequantizes a whole quantized buffer (`w.len() / BYTES` blocks) into `out`
+/// (`blocks * WEIGHTS` elements), one weight per work-item and step.
+#[amdgpu_kernel(Q = [Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q2K, Q3K, Q4K, Q5K, Q6K, Q8K], T = [f32, f16, bf16])]
+pub fn dequantize<Q: QuantFormat, T: Float>(w: &[u8], out: &mut [T]) {
+    let n = out.len();
+    let step = global_size_x();
+    let mut i = global_idx_x();
+    while i < n {
+        let (blk, j) = (i / Q::WEIGHTS, i % Q::WEIGHTS);
+        out[i] = T::from_f32(Q::weight(&w[blk * Q::BYTES..(blk + 1) * Q::BYTES], j));
+        i += step;
+    }
+}
+
+/// `out[i, k] = W[ids[i], k]` dequantized (`W` has `rows` rows of `cols` weights; zero rows
+/// for ids `>= rows`); `out` holds `ids.len() * cols` elements.
+#[amdgpu_kernel(Q = [Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q2K, Q3K, Q4K, Q5K, Q6K, Q8K], T = [f32, f16, bf16])]
+pub fn get_rows<Q: QuantFormat, T: Float>(w: &[u8], ids: &[u32], out: &mut [T], rows: usize, cols: usize) {
+    let n = out.len();
+    let step = global_size_x();
+    let row_bytes = cols / Q::WEIGHTS * Q::BYTES;
+    let mut i = global_idx_x();
+    while i < n {
+        let (r, k) = (i / cols, i % cols);
+        let id = ids[r] as usize;
+        out[i] = if id < rows {
+            let (blk, j) = (k / Q::WEIGHTS, k % Q::WEIGHTS);
+            let o = id * row_bytes + blk * Q::BYTES;
+            T::from_f32(Q::weight(&w[o..o + Q::BYTES], j))
+        } else {
+            T::from_f32(0.0)
+        };
+        i += step;
+    }
+}
+
+/// q8_1 quantization of `x` (a multiple of 32 values): block `k` gets
+/// `d = max|x| / 127`, codes `round(x / d)` (0 when `d = 0`) packed four per word into
+/// `xq[8k .. 8k + 8]`, and `xds[2k] = d`, `xds[2k + 1] = d * sum(codes)`. One lane per
+/// value; the 32 lanes of a block meet through shuffles (wave-uniform loop).
+#[amdgpu_kernel(T = [f32, f16, bf16])]
+pub fn quantize_q8_1<T: Float>(x: &[T], xq: &mut [u32], xds: &mut [f32]) {
+    let n = x.len();
+    assert!(n % 32 == 0 && xq.len() >= n / 4 && xds.len() >= n / 16);
+    let ws = wave::size() as usize;
+    let lane = wave::lane_id() as usize;
+    let waves = global_size_x() / ws;
+    let mut base = (global_idx_x() / ws) * ws;
+    while base < n {
+        let i = base + lane;
+        let v = if i < n { x[i].to_f32() } else { 0.0 };
+        let mut amax = v.abs();
+        let mut off = 16;
+        while off > 0 {
+            amax = amax.max(wave::shuffle_xor(amax, off));
+            off /= 2;
+        }
+        let d = amax / 127.0;
+        let q = if d > 0.0 { (v / d).round() as i32 } else { 0 };
+        let mut sum = q;
+        let mut word = (q as u32) & 0xff;
+        let mut off = 16;
+        while off > 0 {
+            sum += wave::shuffle_xor(sum, off);
+            off /= 2;
+        }
+        word |= (wave::shuffle_xor(word, 1)) << 8;
+        word = (word & 0xffff) | (wave::shuffle_xor(word, 2) << 16);
+        // No bounds-check branches between this iteration's shuffles and the next: the
+        // lengths were checked once above (a trap edge here could keep the lanes of an
+        // NVIDIA warp apart at the next shuffle).
+        // SAFETY: i < n, n / 4 <= xq.len() and n / 16 <= xds.len() (asserted), and `i` is
+        // a multiple of 32 where the scales are written.
+        unsafe {
+            if i < n && lane % 4 == 0 {
+                *xq.as_mut_ptr().add(i / 4) = word;
+            }
+            if i < n && lane % 32 == 0 {
+                *xds.as_mut_ptr().add(i / 16) = d;
+                *xds.as_mut_ptr().add(i / 16 + 1) = d * sum as f32;
+            }
+        }
+        base += waves * ws;
+    }
+}
+
+/// Batch tiles of [`matvec`](fn@matvec): at most `N` activation rows per launch (the
+/// launcher splits larger batches; wider tiles ran out of gfx9's 102 scalar registers).
+pub trait BatchTile: 'static {
+    /// Most activation rows.
+    const N: usize;
+}
+/// One activation row (decode).
+pub struct Batch1;
+impl BatchTile for Batch1 {
+    const N: usize = 1;
+}
+/// Up to 2 activation rows.
+pub struct Batch2;
+impl BatchTile for Batch2 {
+    const N: usize = 2;
+}
+/// Up to 4 activation rows.
+pub struct Batch4;
+impl BatchTile for Batch4 {
+    const N: usize = 4;
+}
+
+/// Work-items per work-group of [`matvec`](fn@matvec): one wave per weight row.
+pub const MATVEC_BLOCK: u32 = 128;
+
+/// 16-byte LDS words [`matvec`](fn@matvec) needs for chunks of `chunk_units` 32-weight
+/// units per wave (a multiple of the wave size): one chunk per wave of a work-group.
+pub const fn matvec_lds_words(dtype: GgmlDType, chunk_units: usize, wave_lanes: usize) -> usize {
+    let waves = MATVEC_BLOCK as usize / wave_lanes;
+    (waves * chunk_units / (dtype.block_weights() / 32) * dtype.block_bytes()).div_ceil(16)
+}
+
+/// Copies `src` (a chunk of a weight row) to `dst` in LDS with the widest loads both
+/// allow: the lanes of a wave take consecutive 16-, 4- or 2-byte words, so each load
+/// instruction covers whole cache lines (blocks of 18 or 34 bytes read lane by lane would
+/// touch a cache line per lane).
+#[device]
+#[inline(always)]
+pub fn copy_chunk(src: &[u8], dst: *mut u8, lane: usize, step: usize) {
+    let n = src.len();
+    let sp = src.as_ptr();
+    let align = sp as usize | dst as usize | n;
+    // SAFETY: every access is inside `src` (i * size + size <= n) and inside `dst`, which
+    // the caller sized for `n` bytes; the alignment test covers both pointers and `n`.
+    unsafe {
+        if align % 16 == 0 {
+            let (m, s16, d16) = (n / 16, sp as *const crate::indexing::Words4, dst as *mut crate::indexing::Words4);
+            let mut i = lane;
+            // Four loads in flight per lane before the stores.
+            while i + 3 * step < m {
+                let (a, b, c, d) = (*s16.add(i), *s16.add(i + step), *s16.add(i + 2 * step), *s16.add(i + 3 * step));
+                *d16.add(i) = a;
+                *d16.add(i + step) = b;
+                *d16.add(i + 2 * step) = c;
+                *d16.add(i + 3 * step) = d;
+                i += 4 * step;
+            }
+            while i < m {
+                *d16.add(i) = *s16.add(i);
+                i += step;
+            }
+        } else if align % 4 == 0 {
+            let (m, s4, d4) = (n / 4, sp as *const u32, dst as *mut u32);
+            let mut i = lane;
+            while i + 3 * step < m {
+                let (a, b, c, d) = (*s4.add(i), *s4.add(i + step), *s4.add(i + 2 * step), *s4.add(i + 3 * step));
+                *d4.add(i) = a;
+                *d4.add(i + step) = b;
+                *d4.add(i + 2 * step) = c;
+                *d4.add(i + 3 * step) = d;
+                i += 4 * step;
+            }
+            while i < m {
+                *d4.add(i) = *s4.add(i);
+                i += step;
+            }
+        } else {
+            let mut i = lane;
+            while i < n / 2 {
+                *(dst.add(2 * i) as *mut u16) = *(sp.add(2 * i) as *const u16);
+                i += step;
+            }
+        }
+    }
+}
+
+/// `y[b * rows + r] = sum_k W[r, k] x[b, k]` for `b < batch <= B::N`, with `x` given as q8_1
+/// (`xq`: `batch * cols / 4` words, `xds`: `batch * cols / 16` floats). Wave `r` of the
+/// grid computes row `r`, a chunk of `chunk_units` 32-weight units (a multiple of the wave
+/// size) at a time: the wave copies the chunk's blocks to its part of `lds` with coalesced
+/// loads, then each lane decodes its units from LDS and multiplies them with the q8_1
+/// blocks of every batch row. All waves of a work-group run the same number of chunks
+/// (rows past the end copy and compute nothing) so they can meet at the barriers.
+#[amdgpu_kernel(Q = [Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q2K, Q3K, Q4K, Q5K, Q6K], B = [Batch1, Batch2, Batch4])]
+pub fn matvec<Q: QuantFormat, B: BatchTile>(
+    w: &[u8],
+    xq: &[u32],
+    xds: &[f32],
+    y: &mut [f32],
+    rows: usize,
+    cols: usize,
+    batch: usize,
+    chunk_units: usize,
+    lds: SharedDyn<crate::indexing::Words4>,
+) {
+    let ws = wave::size() as usize;
+    let row = global_idx_x() / ws;
+    let (xw, xb) = (cols / 4, cols / 16);
+    let upb = Q::WEIGHTS / 32;
+    let chunk_blocks = chunk_units / upb;
+    let chunk_bytes = chunk_blocks * Q::BYTES;
+    let region_off = wave::wave_id() as usize * chunk_bytes;
+    // Uniform checks that make the unchecked accesses below in bounds: activations for
+    // `batch` rows of `cols / 32` units, and this wave's LDS region.
+    assert!(batch <= B::N && xq.len() >= batch * xw && xds.len() >= batch * xb && cols % 32 == 0);
+    assert!(chunk_units % ws == 0 && chunk_blocks > 0 && region_off + chunk_bytes <= lds.len() * 16);
+    let active = row < rows;
+    let lane = wave::lane_id() as usize;
+    let blocks = cols / Q::WEIGHTS;
+    let row_bytes = blocks * Q::BYTES;
+    let wrow = if active { &w[row * row_bytes..(row + 1) * row_bytes] } else { &w[0..0] };
+    // SAFETY: inside the LDS buffer (asserted above).
+    let region = unsafe { (lds.as_ptr() as *mut u8).add(region_off) };
+    let mut acc = [0f32; 4];
+    let mut blk0 = 0;
+    while blk0 < blocks {
+        let nblk = if blocks - blk0 < chunk_blocks { blocks - blk0 } else { chunk_blocks };
+        if active {
+            copy_chunk(&wrow[blk0 * Q::BYTES..(blk0 + nblk) * Q::BYTES], region, lane, ws);
+        }
+        barrier();
+        let mut k = lane;
+        while active && k < nblk * upb {
+            // SAFETY: the region holds the chunk's nblk * BYTES bytes (<= chunk_bytes).
+            let chunk = unsafe { core::slice::from_raw_parts(region as *const u8, nblk * Q::BYTES) };
+            let (blk, part) = (k / upb, k % upb);
+            let unit = Q::unit(&chunk[blk * Q::BYTES..(blk + 1) * Q::BYTES], part);
+            let u = blk0 * upb + k;
+            for b in 0..B::N {
+                if b < batch {
+                    // SAFETY: b < batch and u < cols / 32, so words b * xw + 8u .. + 8 and
+                    // floats b * xb + 2u .. + 2 are inside the lengths asserted above; `xq`
+                    // starts on 16 bytes (checked by the launchers) and 8u words are 32 bytes.
+                    let (lo, hi, d, s) = unsafe {
+                        let p = xq.as_ptr().add(b * xw + 8 * u) as *const crate::indexing::Words4;
+                        let f = xds.as_ptr().add(b * xb + 2 * u);
+                        ((*p).0, (*p.add(1)).0, *f, *f.add(1))
+                    };
+                    let a = [lo[0], lo[1], lo[2], lo[3], hi[0], hi[1], hi[2], hi[3]];
+                    acc[b] += unit_dot::<Q>(&unit, &a, d, s);
+                }
+            }
+            k += ws;
+        }
+        barrier();
+        blk0 += chunk_blocks;
+    }
+    if active {
+        // Every wave sum before any lane-divergent store: on NVIDIA a shuffle after a
+        // divergent branch may see only the lanes that reconverged.
+        let mut sums = [0f32; 4];
+        for b in 0..B::N {
+            if b < batch {
+                sums[b] = wave::sum(acc[b]);
+            }
+        }
+        if lane == 0 {
+            for b in 0..B::N {
+                if b < batch {
+                    y[b * rows + row] = sums[b];
+                }
+            }
+        }
+    }
+}
+
+#[cfg(not(any(target_arch = "amdgpu", target_arch = "nvptx64")))]
+pub mod ops;

@@ -1,0 +1,277 @@
+//! Checked launches of the quantized kernels: every shape, byte length and alignment is
+//! validated first (bad input: [`LaunchError::InvalidArgument`], nothing launched or
+//! written); empty outputs are a no-op.
+use super::{matvec_lds_words, Batch1, Batch2, Batch4, GgmlDType, MATVEC_BLOCK};
+use super::{Q2K, Q3K, Q4K, Q4_0, Q4_1, Q5K, Q5_0, Q5_1, Q6K, Q8K, Q8_0};
+use crate::runtime::{Device, DeviceVec};
+use kernel_dsl::host::{ArgValue, Executor, KernelArgSlice, KernelArgSliceMut, LaunchConfig, LaunchError, MemLocation, ScalarArg};
+use kernel_dsl::{Dim3, Float};
+
+/// Most activation rows of one [`matvec`] call.
+pub const MAX_BATCH: usize = 8;
+
+/// Runs `$body` with `$q` bound to the marker type of `$dtype`.
+macro_rules! with_format {
+    ($dtype:expr, $q:ident => $body:expr) => {
+        match $dtype {
+            GgmlDType::Q4_0 => { type $q = Q4_0; $body }
+            GgmlDType::Q4_1 => { type $q = Q4_1; $body }
+            GgmlDType::Q5_0 => { type $q = Q5_0; $body }
+            GgmlDType::Q5_1 => { type $q = Q5_1; $body }
+            GgmlDType::Q8_0 => { type $q = Q8_0; $body }
+            GgmlDType::Q2K => { type $q = Q2K; $body }
+            GgmlDType::Q3K => { type $q = Q3K; $body }
+            GgmlDType::Q4K => { type $q = Q4K; $body }
+            GgmlDType::Q5K => { type $q = Q5K; $body }
+            GgmlDType::Q6K => { type $q = Q6K; $body }
+            GgmlDType::Q8K => { type $q = Q8K; $body }
+        }
+    };
+}
+
+fn invalid(kernel: &'static str, reason: String) -> LaunchError {
+    LaunchError::InvalidArgument { kernel, reason }
+}
+
+fn slice_of<T>(b: &(impl KernelArgSlice<T> + ?Sized)) -> (u64, usize) {
+    match b.kernel_arg() {
+        ArgValue::Slice { addr, len, .. } => (addr, len),
+        _ => (0, 0),
+    }
+}
+
+/// Checks that `arg` starts on 16 bytes (the kernels read blocks with aligned loads).
+fn check_aligned<T>(kernel: &'static str, arg: &str, b: &(impl KernelArgSlice<T> + ?Sized)) -> Result<(), LaunchError> {
+    let (addr, len) = slice_of(b);
+    if len > 0 && addr % 16 != 0 {
+        return Err(invalid(kernel, format!("`{arg}` must start on 16 bytes (address {addr:#x})")));
+    }
+    Ok(())
+}
+
+/// Blocks of a `rows x cols` matrix in `dtype`, checking `cols` and the byte length.
+fn check_matrix(kernel: &'static str, dtype: GgmlDType, w_len: usize, rows: usize, cols: usize) -> Result<usize, LaunchError> {
+    let bw = dtype.block_weights();
+    if cols == 0 || cols % bw != 0 {
+        return Err(invalid(kernel, format!("{} rows hold blocks of {bw} weights; cols = {cols} is not a positive multiple", dtype.name())));
+    }
+    let bytes = rows.checked_mul(cols / bw).and_then(|b| b.checked_mul(dtype.block_bytes()));
+    match bytes {
+        Some(b) if b == w_len => Ok(b),
+        Some(b) => Err(invalid(kernel, format!("{rows} x {cols} {} weights are {b} bytes; the buffer has {w_len}", dtype.name()))),
+        None => Err(invalid(kernel, format!("{rows} x {cols} overflows usize"))),
+    }
+}
+
+fn elements_config(n: usize) -> LaunchConfig {
+    LaunchConfig::new(Dim3::x(n.div_ceil(256).clamp(1, 65536) as u32), Dim3::x(256))
+}
+
+/// Dequantizes `w` (a whole number of `dtype` blocks) into `out` (`blocks * block_weights`
+/// elements of `T`).
+pub fn dequantize<T: Float + ScalarArg>(
+    exec: &(impl Executor + ?Sized),
+    dtype: GgmlDType,
+    w: &(impl KernelArgSlice<u8> + ?Sized),
+    out: &mut (impl KernelArgSliceMut<T> + ?Sized),
+) -> Result<(), LaunchError> {
+    const K: &str = "dequantize";
+    let (_, w_len) = slice_of(w);
+    let (_, out_len) = slice_of(out);
+    if w_len % dtype.block_bytes() != 0 {
+        return Err(invalid(K, format!("{w_len} bytes are not whole {} blocks of {} bytes", dtype.name(), dtype.block_bytes())));
+    }
+    let n = w_len / dtype.block_bytes() * dtype.block_weights();
+    if out_len != n {
+        return Err(invalid(K, format!("`out` has {out_len} elements; {w_len} bytes of {} hold {n} weights", dtype.name())));
+    }
+    check_aligned(K, "w", w)?;
+    if n == 0 {
+        return Ok(());
+    }
+    with_format!(dtype, Q => super::dequantize::launch::<Q, T>(exec, elements_config(n), w, out))
+}
+
+/// `out[i, :] = W[ids[i], :]` dequantized, for a `rows x cols` matrix `w` (zero rows for
+/// ids `>= rows`); `out` holds `ids.len() * cols` elements.
+pub fn get_rows<T: Float + ScalarArg>(
+    exec: &(impl Executor + ?Sized),
+    dtype: GgmlDType,
+    w: &(impl KernelArgSlice<u8> + ?Sized),
+    ids: &(impl KernelArgSlice<u32> + ?Sized),
+    out: &mut (impl KernelArgSliceMut<T> + ?Sized),
+    rows: usize,
+    cols: usize,
+) -> Result<(), LaunchError> {
+    const K: &str = "get_rows";
+    check_matrix(K, dtype, slice_of(w).1, rows, cols)?;
+    let n = slice_of(ids).1.checked_mul(cols).ok_or_else(|| invalid(K, "ids x cols overflows usize".into()))?;
+    if slice_of(out).1 != n {
+        return Err(invalid(K, format!("`out` has {} elements; {} ids of {cols} columns need {n}", slice_of(out).1, slice_of(ids).1)));
+    }
+    check_aligned(K, "w", w)?;
+    if n == 0 {
+        return Ok(());
+    }
+    with_format!(dtype, Q => super::get_rows::launch::<Q, T>(exec, elements_config(n), w, ids, out, rows, cols))
+}
+
+/// q8_1 quantization of `x` (`batch * cols` values, a multiple of 32) into `xq`
+/// (`len / 4` words) and `xds` (`len / 16` floats), as the matvec reads them.
+pub fn quantize_q8_1<T: Float + ScalarArg>(
+    exec: &(impl Executor + ?Sized),
+    x: &(impl KernelArgSlice<T> + ?Sized),
+    xq: &mut (impl KernelArgSliceMut<u32> + ?Sized),
+    xds: &mut (impl KernelArgSliceMut<f32> + ?Sized),
+) -> Result<(), LaunchError> {
+    const K: &str = "quantize_q8_1";
+    let n = slice_of(x).1;
+    if n % 32 != 0 {
+        return Err(invalid(K, format!("{n} values are not whole blocks of 32")));
+    }
+    if slice_of(xq).1 != n / 4 || slice_of(xds).1 != n / 16 {
+        return Err(invalid(K, format!("{n} values need `xq` of {} words and `xds` of {} floats; got {} and {}", n / 4, n / 16, slice_of(xq).1, slice_of(xds).1)));
+    }
+    check_aligned(K, "xq", xq)?;
+    if n == 0 {
+        return Ok(());
+    }
+    super::quantize_q8_1::launch::<T>(exec, elements_config(n), x, xq, xds)
+}
+
+/// Checks a matvec's arguments (everything but the activations' own length); returns the
+/// launch shape.
+#[allow(clippy::too_many_arguments)]
+fn check_matvec(
+    wave_lanes: u32,
+    dtype: GgmlDType,
+    w: &(impl KernelArgSlice<u8> + ?Sized),
+    xq: &(impl KernelArgSlice<u32> + ?Sized),
+    xds: &(impl KernelArgSlice<f32> + ?Sized),
+    y: &(impl KernelArgSlice<f32> + ?Sized),
+    rows: usize,
+    cols: usize,
+    batch: usize,
+) -> Result<LaunchConfig, LaunchError> {
+    const K: &str = "matvec";
+    if !dtype.has_matvec() {
+        return Err(invalid(K, format!("{} has no matvec (GGML uses it for activations only)", dtype.name())));
+    }
+    if batch == 0 || batch > MAX_BATCH {
+        return Err(invalid(K, format!("batch = {batch}; the matvec takes 1..={MAX_BATCH} rows (larger batches are a matmul)")));
+    }
+    check_matrix(K, dtype, slice_of(w).1, rows, cols)?;
+    let n = batch * cols;
+    if slice_of(xq).1 != n / 4 || slice_of(xds).1 != n / 16 {
+        return Err(invalid(K, format!("{batch} x {cols} activations need `xq` of {} words and `xds` of {} floats; got {} and {}", n / 4, n / 16, slice_of(xq).1, slice_of(xds).1)));
+    }
+    let y_len = rows.checked_mul(batch).ok_or_else(|| invalid(K, "rows x batch overflows usize".into()))?;
+    if slice_of(y).1 != y_len {
+        return Err(invalid(K, format!("`y` has {} elements; {batch} x {rows} needed", slice_of(y).1)));
+    }
+    if wave_lanes != 32 && wave_lanes != 64 {
+        return Err(invalid(K, format!("wave size {wave_lanes} (32 or 64)")));
+    }
+    check_aligned(K, "w", w)?;
+    check_aligned(K, "xq", xq)?;
+    let groups = (rows * wave_lanes as usize).div_ceil(MATVEC_BLOCK as usize);
+    if groups > u32::MAX as usize {
+        return Err(invalid(K, format!("{rows} rows need more than 2^32 work-groups")));
+    }
+    Ok(LaunchConfig::new(Dim3::x(groups.max(1) as u32), Dim3::x(MATVEC_BLOCK)))
+}
+
+/// 32-weight units a wave stages in LDS per step: 4 per lane where LDS is plentiful (NVIDIA:
+/// more bytes in flight per barrier; the CPU executor runs the same), 1 per lane on AMD
+/// GPUs (up to 17 KiB of LDS per work-group would cap a gfx9 compute unit's 64 KiB at a
+/// few work-groups).
+fn chunk_units(exec: &(impl Executor + ?Sized), wave_lanes: u32) -> usize {
+    let amd = matches!(exec.memory(), MemLocation::Device { backend: "rocm", .. });
+    wave_lanes as usize * if amd { 1 } else { 4 }
+}
+
+/// `y[b * rows + r] = sum_k W[r, k] x[b * cols + k]` for `b < batch` (1..=8) with
+/// activations already in q8_1 ([`quantize_q8_1`]); `wave_lanes` is the device's wave size
+/// ([`Device::wave_lanes`]).
+#[allow(clippy::too_many_arguments)]
+pub fn matvec_q8_1(
+    exec: &(impl Executor + ?Sized),
+    wave_lanes: u32,
+    dtype: GgmlDType,
+    w: &(impl KernelArgSlice<u8> + ?Sized),
+    xq: &(impl KernelArgSlice<u32> + ?Sized),
+    xds: &(impl KernelArgSlice<f32> + ?Sized),
+    y: &mut (impl KernelArgSliceMut<f32> + ?Sized),
+    rows: usize,
+    cols: usize,
+    batch: usize,
+) -> Result<(), LaunchError> {
+    let cfg = check_matvec(wave_lanes, dtype, w, xq, xds, y, rows, cols, batch)?;
+    if rows == 0 {
+        return Ok(());
+    }
+    let units = chunk_units(exec, wave_lanes);
+    let cfg = cfg.with_dynamic_shared(matvec_lds_words(dtype, units, wave_lanes as usize));
+    // Tiles of at most 4 activation rows, each launch on views of the activations and output.
+    let mut b0 = 0;
+    while b0 < batch {
+        let nb = (batch - b0).min(4);
+        let xq_t = Part(offset(xq.kernel_arg(), b0 * cols / 4 * 4, nb * cols / 4));
+        let xds_t = Part(offset(xds.kernel_arg(), b0 * cols / 16 * 4, nb * cols / 16));
+        let mut y_t = Part(offset(y.kernel_arg(), b0 * rows * 4, nb * rows));
+        with_format!(dtype, Q => match nb {
+            1 => super::matvec::launch::<Q, Batch1>(exec, cfg, w, &xq_t, &xds_t, &mut y_t, rows, cols, nb, units),
+            2 => super::matvec::launch::<Q, Batch2>(exec, cfg, w, &xq_t, &xds_t, &mut y_t, rows, cols, nb, units),
+            _ => super::matvec::launch::<Q, Batch4>(exec, cfg, w, &xq_t, &xds_t, &mut y_t, rows, cols, nb, units),
+        })?;
+        b0 += nb;
+    }
+    Ok(())
+}
+
+/// A checked part of a kernel argument (a batch tile), passed as is.
+struct Part(ArgValue);
+
+impl<T> KernelArgSlice<T> for Part {
+    fn kernel_arg(&self) -> ArgValue {
+        self.0
+    }
+}
+impl<T> KernelArgSliceMut<T> for Part {}
+
+/// The slice argument `a` advanced by `bytes`, `len` elements long (inside `a`: the callers
+/// checked the lengths).
+fn offset(a: ArgValue, bytes: usize, len: usize) -> ArgValue {
+    match a {
+        ArgValue::Slice { addr, location, .. } => ArgValue::Slice { addr: addr + bytes as u64, len, location },
+        other => other,
+    }
+}
+
+/// `y (batch x rows, f32) = x (batch x cols) W^T` for a quantized `rows x cols` matrix `w`
+/// and `batch` (1..=8) activation rows: quantizes `x` to q8_1 in scratch buffers, then
+/// runs the int8 matvec. Candle's `QMatMul::forward` for small batches.
+#[allow(clippy::too_many_arguments)]
+pub fn matvec<T: Float + ScalarArg>(
+    dev: &Device,
+    dtype: GgmlDType,
+    w: &(impl KernelArgSlice<u8> + ?Sized),
+    x: &(impl KernelArgSlice<T> + ?Sized),
+    y: &mut (impl KernelArgSliceMut<f32> + ?Sized),
+    rows: usize,
+    cols: usize,
+    batch: usize,
+) -> Result<(), LaunchError> {
+    const K: &str = "matvec";
+    let n = batch.checked_mul(cols).ok_or_else(|| invalid(K, "batch x cols overflows usize".into()))?;
+    if slice_of(x).1 != n {
+        return Err(invalid(K, format!("`x` has {} elements; {batch} x {cols} needed", slice_of(x).1)));
+    }
+    let (mut xq, mut xds): (DeviceVec<u32>, DeviceVec<f32>) = (dev.scratch(n / 4)?, dev.scratch(n / 16)?);
+    check_matvec(dev.wave_lanes(), dtype, w, &xq, &xds, y, rows, cols, batch)?;
+    if rows == 0 {
+        return Ok(());
+    }
+    quantize_q8_1(dev, x, &mut xq, &mut xds)?;
+    matvec_q8_1(dev, dev.wave_lanes(), dtype, w, &xq, &xds, y, rows, cols, batch)
+}

@@ -1,0 +1,488 @@
+//! Quantized (GGUF) kernels against a host reference written here from the GGUF block
+//! layouts, on the CPU executor with waves of 32 and 64 lanes and on any GPU this build
+//! can open.
+//!
+//! - `dequantize` / `get_rows`: every format, random blocks whose scales include the f16
+//!   extremes (±65504, zero, -0, subnormals). The reference evaluates GGML's float
+//!   expressions in GGML's order, so f32 results must match bit for bit on the CPU
+//!   executor (f16/bf16: the f32 result rounded once). GPUs may contract a multiply and an
+//!   add into an fma, so there the check allows one f32 rounding of the largest term.
+//! - Candle 0.11.1's own quantization and CPU dequantization of every format
+//!   (`tests/data/candle-0.11.1`): our reference and our kernel give Candle's f32 bits.
+//! - `quantize_q8_1`: codes, scales and sums bit for bit against the host quantization.
+//! - `matvec`: against f64 sums over the exactly dequantized weights and the original
+//!   activations. The only approximation the kernel makes is the q8_1 rounding of the
+//!   activations: each `x` is replaced by `q * d` with `|x - q d| <= d / 2` (round to
+//!   nearest; `d = max|x| / 127`, so `|x / d| <= 127` up to one f32 rounding), giving an
+//!   error of at most `sum_k |w_k| d_k / 2`. The integer dot products are exact; the f32
+//!   scale products and the accumulation over units and lanes add at most
+//!   `(units + 16) * 2^-23` times the sum of the absolute terms (scale part and minimum part
+//!   of every weight times `|x|`). Using the wrong code, scale or block for even one
+//!   weight moves a result far beyond that.
+use half::{bf16, f16};
+use kernel_dsl::host::{Executor, LaunchError};
+use kernels::quantized::{ops, GgmlDType};
+use kernels::runtime::Device;
+
+mod common;
+use common::executors;
+
+/// Deterministic pseudo-random bytes.
+struct Rng(u64);
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 = self.0.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+        self.0 >> 17
+    }
+    fn byte(&mut self) -> u8 {
+        self.next() as u8
+    }
+    /// Uniform in [-1, 1).
+    fn unit(&mut self) -> f32 {
+        (self.next() % (1 << 24)) as f32 / (1 << 23) as f32 - 1.0
+    }
+}
+
+/// Scales the blocks use: ordinary values and the f16 extremes.
+fn scale(rng: &mut Rng, extremes: bool) -> f16 {
+    let special = [f16::MAX, f16::MIN, f16::ZERO, f16::NEG_ZERO, f16::from_bits(1), f16::from_bits(0x83ff), f16::MIN_POSITIVE];
+    if extremes && rng.next() % 4 == 0 {
+        special[(rng.next() % special.len() as u64) as usize]
+    } else {
+        f16::from_f32(rng.unit() * 0.05)
+    }
+}
+
+fn put16(b: &mut [u8], o: usize, v: f16) {
+    b[o..o + 2].copy_from_slice(&v.to_bits().to_le_bytes());
+}
+
+/// `n` random blocks of `dtype`: random codes and packed scales, chosen f16 scales.
+fn random_blocks(dtype: GgmlDType, n: usize, seed: u64, extremes: bool) -> Vec<u8> {
+    let mut rng = Rng(seed);
+    let bb = dtype.block_bytes();
+    let mut v: Vec<u8> = (0..n * bb).map(|_| rng.byte()).collect();
+    for b in v.chunks_mut(bb) {
+        let mut s = || scale(&mut rng, extremes);
+        match dtype {
+            GgmlDType::Q4_0 | GgmlDType::Q5_0 | GgmlDType::Q8_0 => put16(b, 0, s()),
+            GgmlDType::Q4_1 | GgmlDType::Q5_1 | GgmlDType::Q4K | GgmlDType::Q5K => {
+                put16(b, 0, s());
+                put16(b, 2, s());
+            }
+            GgmlDType::Q2K => {
+                put16(b, 80, s());
+                put16(b, 82, s());
+            }
+            GgmlDType::Q3K => put16(b, 108, s()),
+            GgmlDType::Q6K => put16(b, 208, s()),
+            GgmlDType::Q8K => {
+                let d = s().to_f32() * if extremes { 1e30 } else { 1.0 };
+                b[0..4].copy_from_slice(&d.to_le_bytes());
+            }
+        }
+    }
+    v
+}
+
+fn f16at(b: &[u8], o: usize) -> f32 {
+    f16::from_bits(u16::from_le_bytes([b[o], b[o + 1]])).to_f32()
+}
+
+/// GGML's 6-bit scale/min pairs of Q4_K/Q5_K (`s` = the 12 scale bytes).
+fn k4_scales(s: &[u8]) -> [(f32, f32); 8] {
+    let mut r = [(0.0, 0.0); 8];
+    for (j, e) in r.iter_mut().enumerate() {
+        let (sc, m) = if j < 4 { (s[j] & 63, s[j + 4] & 63) } else { ((s[j + 4] & 0xf) | ((s[j - 4] >> 6) << 4), (s[j + 4] >> 4) | ((s[j] >> 6) << 4)) };
+        *e = (sc as f32, m as f32);
+    }
+    r
+}
+
+/// Q3_K's 16 six-bit scales, unpacked through GGML's word shuffles.
+fn q3k_scales(s: &[u8]) -> [i8; 16] {
+    let w = |i: usize| u32::from_le_bytes([s[4 * i], s[4 * i + 1], s[4 * i + 2], s[4 * i + 3]]);
+    let (a0, a1, tmp) = (w(0), w(1), w(2));
+    let (m1, m2) = (0x0303_0303u32, 0x0f0f_0f0fu32);
+    let aux = [(a0 & m2) | ((tmp & m1) << 4), (a1 & m2) | (((tmp >> 2) & m1) << 4), ((a0 >> 4) & m2) | (((tmp >> 4) & m1) << 4), ((a1 >> 4) & m2) | (((tmp >> 6) & m1) << 4)];
+    let mut r = [0i8; 16];
+    for i in 0..16 {
+        r[i] = (aux[i / 4] >> (8 * (i % 4))) as u8 as i8;
+    }
+    r
+}
+
+/// Reference dequantization of one block: `(weight, magnitude)` per weight, where the
+/// magnitude is the sum of the absolute values of the weight's scale and minimum terms.
+fn ref_block(dtype: GgmlDType, b: &[u8]) -> Vec<(f32, f32)> {
+    let mut out = Vec::new();
+    let sym = |w: f32| (w, w.abs());
+    match dtype {
+        GgmlDType::Q4_0 | GgmlDType::Q4_1 => {
+            let (d, m, qs) = if dtype == GgmlDType::Q4_0 { (f16at(b, 0), None, &b[2..18]) } else { (f16at(b, 0), Some(f16at(b, 2)), &b[4..20]) };
+            let mut y = vec![(0.0, 0.0); 32];
+            for j in 0..16 {
+                for (k, x) in [(j, qs[j] & 0xf), (j + 16, qs[j] >> 4)] {
+                    y[k] = match m {
+                        None => sym((x as i16 - 8) as f32 * d),
+                        Some(m) => ((x as f32) * d + m, (x as f32 * d).abs() + m.abs()),
+                    };
+                }
+            }
+            out = y;
+        }
+        GgmlDType::Q5_0 | GgmlDType::Q5_1 => {
+            let one = dtype == GgmlDType::Q5_1;
+            let (d, m) = (f16at(b, 0), if one { f16at(b, 2) } else { 0.0 });
+            let o = if one { 4 } else { 2 };
+            let qh = u32::from_le_bytes([b[o], b[o + 1], b[o + 2], b[o + 3]]);
+            let qs = &b[o + 4..o + 20];
+            let mut y = vec![(0.0, 0.0); 32];
+            for j in 0..16 {
+                let lo = (qs[j] & 0xf) as u32 | (((qh >> j) & 1) << 4);
+                let hi = (qs[j] >> 4) as u32 | (((qh >> (j + 16)) & 1) << 4);
+                for (k, x) in [(j, lo), (j + 16, hi)] {
+                    y[k] = if one { (x as f32 * d + m, (x as f32 * d).abs() + m.abs()) } else { sym((x as i32 - 16) as f32 * d) };
+                }
+            }
+            out = y;
+        }
+        GgmlDType::Q8_0 => out = b[2..34].iter().map(|&q| sym(q as i8 as f32 * f16at(b, 0))).collect(),
+        GgmlDType::Q8K => {
+            let d = f32::from_le_bytes([b[0], b[1], b[2], b[3]]);
+            out = b[4..260].iter().map(|&q| sym(d * q as i8 as f32)).collect();
+        }
+        GgmlDType::Q2K => {
+            let (d, dmin) = (f16at(b, 80), f16at(b, 82));
+            let (scales, qs) = (&b[0..16], &b[16..80]);
+            let mut is = 0;
+            for half in 0..2 {
+                for shift in [0, 2, 4, 6] {
+                    for part in 0..2 {
+                        let sc = scales[is];
+                        is += 1;
+                        let (dl, ml) = (d * (sc & 0xf) as f32, dmin * (sc >> 4) as f32);
+                        for l in 0..16 {
+                            let q = (qs[32 * half + 16 * part + l] >> shift) & 3;
+                            out.push((dl * q as f32 - ml, (dl * q as f32).abs() + ml.abs()));
+                        }
+                    }
+                }
+            }
+        }
+        GgmlDType::Q3K => {
+            let d = f16at(b, 108);
+            let (hmask, qs, sc) = (&b[0..32], &b[32..96], q3k_scales(&b[96..108]));
+            let mut is = 0;
+            let mut m = 1u8;
+            for half in 0..2 {
+                for shift in [0, 2, 4, 6] {
+                    for part in 0..2 {
+                        let dl = d * (sc[is] as f32 - 32.0);
+                        is += 1;
+                        for l in 16 * part..16 * part + 16 {
+                            let q = ((qs[32 * half + l] >> shift) & 3) as i8 - if hmask[l] & m == 0 { 4 } else { 0 };
+                            out.push(sym(dl * q as f32));
+                        }
+                    }
+                    m <<= 1;
+                }
+            }
+        }
+        GgmlDType::Q4K | GgmlDType::Q5K => {
+            let five = dtype == GgmlDType::Q5K;
+            let (d, dmin) = (f16at(b, 0), f16at(b, 2));
+            let sm = k4_scales(&b[4..16]);
+            let (qh, qs) = if five { (&b[16..48], &b[48..176]) } else { (&b[0..0], &b[16..144]) };
+            for g in 0..4 {
+                for nib in 0..2 {
+                    let (sc, mn) = sm[2 * g + nib];
+                    let (d1, m1) = (d * sc, dmin * mn);
+                    for l in 0..32 {
+                        let q = (qs[32 * g + l] >> (4 * nib)) & 0xf;
+                        let w = if five {
+                            let add = if qh[l] & (1 << (2 * g + nib)) != 0 { 16.0 } else { 0.0 };
+                            d1 * (q as f32 + add) - m1
+                        } else {
+                            d1 * q as f32 - m1
+                        };
+                        out.push((w, (w + m1).abs() + m1.abs()));
+                    }
+                }
+            }
+        }
+        GgmlDType::Q6K => {
+            let d = f16at(b, 208);
+            let (ql, qh, sc) = (&b[0..128], &b[128..192], &b[192..208]);
+            let mut y = vec![(0.0, 0.0); 256];
+            for h in 0..2 {
+                let (ql, qh, sc) = (&ql[64 * h..], &qh[32 * h..], &sc[8 * h..]);
+                for l in 0..32 {
+                    let is = l / 16;
+                    let q = [
+                        ((ql[l] & 0xf) | ((qh[l] & 3) << 4)) as i8 - 32,
+                        ((ql[l + 32] & 0xf) | (((qh[l] >> 2) & 3) << 4)) as i8 - 32,
+                        ((ql[l] >> 4) | (((qh[l] >> 4) & 3) << 4)) as i8 - 32,
+                        ((ql[l + 32] >> 4) | (((qh[l] >> 6) & 3) << 4)) as i8 - 32,
+                    ];
+                    for k in 0..4 {
+                        y[128 * h + l + 32 * k] = sym(d * sc[is + 2 * k] as i8 as f32 * q[k] as f32);
+                    }
+                }
+            }
+            out = y;
+        }
+    }
+    assert_eq!(out.len(), dtype.block_weights());
+    out
+}
+
+fn ref_dequant(dtype: GgmlDType, w: &[u8]) -> Vec<(f32, f32)> {
+    w.chunks(dtype.block_bytes()).flat_map(|b| ref_block(dtype, b)).collect()
+}
+
+/// `got` (f32 bits) equals `want` exactly on the CPU executor; on a GPU within one f32
+/// rounding of the magnitude (a contracted fma).
+fn check_f32(dev: &Device, got: &[f32], want: &[(f32, f32)], what: &str) {
+    assert_eq!(got.len(), want.len(), "{what}: length");
+    for (i, (g, (w, mag))) in got.iter().zip(want).enumerate() {
+        let ok = if dev.is_gpu() { (g - w).abs() <= mag * 1.2e-7 || g.to_bits() == w.to_bits() } else { g.to_bits() == w.to_bits() };
+        assert!(ok, "{what}: element {i}: got {g:e} ({:#x}), want {w:e} ({:#x})", g.to_bits(), w.to_bits());
+    }
+}
+
+#[test]
+fn dequantize_every_format_matches_the_reference() {
+    for dev in executors() {
+        for dtype in GgmlDType::ALL {
+            let w = random_blocks(dtype, 37, 11 + dtype as u64, true);
+            let want = ref_dequant(dtype, &w);
+            let n = want.len();
+            let wd = dev.upload(&w).unwrap();
+            let what = format!("{} dequantize on {}", dtype.name(), dev.name());
+            let mut out = dev.alloc::<f32>(n).unwrap();
+            ops::dequantize(&dev, dtype, &wd, &mut out).unwrap();
+            check_f32(&dev, &dev.download(&out).unwrap(), &want, &what);
+            if dev.is_gpu() {
+                continue;
+            }
+            let mut oh = dev.alloc::<f16>(n).unwrap();
+            ops::dequantize(&dev, dtype, &wd, &mut oh).unwrap();
+            let mut ob = dev.alloc::<bf16>(n).unwrap();
+            ops::dequantize(&dev, dtype, &wd, &mut ob).unwrap();
+            for (i, ((h, b), (w, _))) in dev.download(&oh).unwrap().iter().zip(dev.download(&ob).unwrap()).zip(&want).enumerate() {
+                assert_eq!(h.to_bits(), f16::from_f32(*w).to_bits(), "{what} f16 element {i}");
+                assert_eq!(b.to_bits(), bf16::from_f32(*w).to_bits(), "{what} bf16 element {i}");
+            }
+        }
+    }
+}
+
+#[test]
+fn get_rows_picks_and_dequantizes_rows() {
+    for dev in executors() {
+        for dtype in GgmlDType::ALL {
+            let (rows, cols) = (7, 2 * dtype.block_weights());
+            let w = random_blocks(dtype, rows * 2, 5 + dtype as u64, true);
+            let full = ref_dequant(dtype, &w);
+            let ids = [6u32, 0, 3, 7, 3, u32::MAX];
+            let mut want = Vec::new();
+            for &id in &ids {
+                match full.get(id as usize * cols..(id as usize + 1) * cols) {
+                    Some(r) if (id as usize) < rows => want.extend_from_slice(r),
+                    _ => want.extend(std::iter::repeat_n((0.0f32, 0.0f32), cols)),
+                }
+            }
+            let (wd, idd) = (dev.upload(&w).unwrap(), dev.upload(&ids).unwrap());
+            let mut out = dev.alloc::<f32>(ids.len() * cols).unwrap();
+            ops::get_rows(&dev, dtype, &wd, &idd, &mut out, rows, cols).unwrap();
+            check_f32(&dev, &dev.download(&out).unwrap(), &want, &format!("{} get_rows on {}", dtype.name(), dev.name()));
+            let mut ob = dev.alloc::<bf16>(ids.len() * cols).unwrap();
+            ops::get_rows(&dev, dtype, &wd, &idd, &mut ob, rows, cols).unwrap();
+            for (i, (g, (w, mag))) in dev.download(&ob).unwrap().iter().zip(&want).enumerate() {
+                let ok = g.to_bits() == bf16::from_f32(*w).to_bits() || (dev.is_gpu() && (g.to_f32() - w).abs() <= mag / 128.0);
+                assert!(ok, "{} get_rows bf16 element {i}: {g} vs {w}", dtype.name());
+            }
+        }
+    }
+}
+
+/// Host q8_1: codes, `(d, d * sum)` per 32 values.
+fn ref_q8_1(x: &[f32]) -> (Vec<i8>, Vec<f32>) {
+    let mut q = Vec::new();
+    let mut ds = Vec::new();
+    for blk in x.chunks(32) {
+        let amax = blk.iter().fold(0.0f32, |a, v| a.max(v.abs()));
+        let d = amax / 127.0;
+        let codes: Vec<i32> = blk.iter().map(|v| if d > 0.0 { (v / d).round() as i32 } else { 0 }).collect();
+        ds.push(d);
+        ds.push(d * codes.iter().sum::<i32>() as f32);
+        q.extend(codes.iter().map(|&c| c as i8));
+    }
+    (q, ds)
+}
+
+fn activations(n: usize, seed: u64) -> Vec<f32> {
+    let mut rng = Rng(seed);
+    (0..n)
+        .map(|i| match i % 97 {
+            5 => 0.0,
+            7 => 40.0 * rng.unit(), // a large value: the other 31 of its block get coarse codes
+            _ => rng.unit(),
+        })
+        .collect()
+}
+
+#[test]
+fn quantize_q8_1_matches_host_quantization() {
+    for dev in executors() {
+        let mut x = activations(3 * 96, 3);
+        x[32..64].iter_mut().for_each(|v| *v = 0.0); // an all-zero block: d = 0, codes 0
+        let (q, ds) = ref_q8_1(&x);
+        let xd = dev.upload(&x).unwrap();
+        let (mut xq, mut xds) = (dev.alloc::<u32>(x.len() / 4).unwrap(), dev.alloc::<f32>(x.len() / 16).unwrap());
+        ops::quantize_q8_1(&dev, &xd, &mut xq, &mut xds).unwrap();
+        let got_q: Vec<i8> = dev.download(&xq).unwrap().iter().flat_map(|w| w.to_le_bytes().map(|b| b as i8)).collect();
+        assert_eq!(got_q, q, "codes on {}", dev.name());
+        let got_ds = dev.download(&xds).unwrap();
+        for (i, (g, w)) in got_ds.iter().zip(&ds).enumerate() {
+            assert_eq!(g.to_bits(), w.to_bits(), "xds[{i}] on {}: {g} vs {w}", dev.name());
+        }
+    }
+}
+
+/// Checks `matvec` of a `rows x cols` matrix with `batch` activation rows.
+fn check_matvec(dev: &Device, dtype: GgmlDType, rows: usize, cols: usize, batch: usize, seed: u64) {
+    let bw = dtype.block_weights();
+    let w = random_blocks(dtype, rows * cols / bw, seed, true);
+    let wr = ref_dequant(dtype, &w);
+    let x = activations(batch * cols, seed + 1);
+    let (_, ds) = ref_q8_1(&x);
+    let (wd, xd) = (dev.upload(&w).unwrap(), dev.upload(&x).unwrap());
+    let mut y = dev.alloc::<f32>(batch * rows).unwrap();
+    ops::matvec(dev, dtype, &wd, &xd, &mut y, rows, cols, batch).unwrap();
+    let got = dev.download(&y).unwrap();
+    let gamma = (cols / 32 + 16) as f64 * 2f64.powi(-23);
+    for b in 0..batch {
+        for r in 0..rows {
+            let (mut want, mut act_err, mut mag) = (0.0f64, 0.0f64, 0.0f64);
+            for k in 0..cols {
+                let (wk, mk) = wr[r * cols + k];
+                let xk = x[b * cols + k] as f64;
+                let d = ds[2 * ((b * cols + k) / 32)] as f64;
+                want += wk as f64 * xk;
+                act_err += (wk as f64).abs() * 0.5 * d * (1.0 + 1e-6);
+                mag += mk as f64 * (xk.abs() + d);
+            }
+            let g = got[b * rows + r] as f64;
+            let tol = act_err + gamma * mag + 1e-30;
+            assert!(
+                (g - want).abs() <= tol,
+                "{} matvec {rows}x{cols} batch {batch} on {}: y[{b}, {r}] = {g:e}, want {want:e} (tolerance {tol:e})",
+                dtype.name(),
+                dev.name()
+            );
+        }
+    }
+}
+
+fn matvec_formats() -> impl Iterator<Item = GgmlDType> {
+    GgmlDType::ALL.into_iter().filter(|d| d.has_matvec())
+}
+
+#[test]
+fn matvec_every_format_and_batch() {
+    for dev in executors() {
+        for dtype in matvec_formats() {
+            let bw = dtype.block_weights();
+            for (rows, cols) in [(1, bw), (7, 4 * bw.max(64))] {
+                for batch in 1..=8 {
+                    check_matvec(&dev, dtype, rows, cols, batch, 100 * rows as u64 + batch as u64 + dtype as u64);
+                }
+            }
+        }
+    }
+}
+
+/// Rows longer than one LDS chunk (128 or 256 blocks of 32, 16 or 32 k-quant blocks per
+/// wave step), with a partial last chunk.
+#[test]
+fn matvec_long_rows() {
+    for dev in executors() {
+        for dtype in matvec_formats() {
+            let cols = if dtype.block_weights() == 32 { 300 * 32 } else { 40 * 256 };
+            for batch in [1, 3, 8] {
+                check_matvec(&dev, dtype, 3, cols, batch, 900 + batch as u64 + dtype as u64);
+            }
+        }
+    }
+}
+
+#[test]
+fn matvec_many_rows() {
+    for dev in executors() {
+        for dtype in matvec_formats() {
+            check_matvec(&dev, dtype, 4097, dtype.block_weights(), 1, 77 + dtype as u64);
+        }
+    }
+}
+
+#[test]
+fn bad_inputs_are_rejected_and_nothing_is_written() {
+    let dev = Device::cpu(kernel_dsl::host::WaveSize::W32);
+    let dtype = GgmlDType::Q4K;
+    let w = dev.upload(&random_blocks(dtype, 4, 1, false)).unwrap(); // 2 rows x 512
+    let x = dev.upload(&activations(512, 2)).unwrap();
+    let sentinel = vec![-7.0f32; 2];
+    let mut y = dev.upload(&sentinel).unwrap();
+    let invalid = |r: Result<(), LaunchError>| matches!(r, Err(LaunchError::InvalidArgument { .. }));
+    assert!(invalid(ops::matvec(&dev, dtype, &w, &x, &mut y, 2, 500, 1)), "cols not a multiple of 256");
+    assert!(invalid(ops::matvec(&dev, dtype, &w, &x, &mut y, 3, 512, 1)), "byte length");
+    assert!(invalid(ops::matvec(&dev, dtype, &w, &x, &mut y, 2, 512, 0)), "batch 0");
+    assert!(invalid(ops::matvec(&dev, dtype, &w, &x, &mut y, 2, 512, 9)), "batch 9");
+    assert!(invalid(ops::matvec(&dev, dtype, &w, &x, &mut y, 2, 256, 2)), "x length");
+    assert!(invalid(ops::matvec(&dev, GgmlDType::Q8K, &w, &x, &mut y, 2, 512, 1)), "q8_K matvec");
+    let mut y3 = dev.alloc::<f32>(3).unwrap();
+    assert!(invalid(ops::matvec(&dev, dtype, &w, &x, &mut y3, 2, 512, 1)), "y length");
+    assert_eq!(dev.download(&y).unwrap(), sentinel);
+    // Misaligned weights: a view starting one block-size byte in.
+    let wv = w.view(2..576 - 142).unwrap();
+    let mut out = dev.alloc::<f32>(0).unwrap();
+    assert!(invalid(ops::dequantize(&dev, GgmlDType::Q4_0, &wv, &mut out)), "misaligned/odd length");
+    let mut o2 = dev.upload(&vec![5.0f32; 512]).unwrap();
+    assert!(invalid(ops::dequantize(&dev, dtype, &w.view(0..143).unwrap(), &mut o2)), "partial block");
+    assert!(invalid(ops::dequantize(&dev, dtype, &w, &mut o2)), "out length");
+    let ids = dev.upload(&[0u32, 1]).unwrap();
+    assert!(invalid(ops::get_rows(&dev, dtype, &w, &ids, &mut o2, 2, 512)), "get_rows out length");
+    assert_eq!(dev.download(&o2).unwrap(), vec![5.0f32; 512]);
+    let (mut xq, mut xds) = (dev.alloc::<u32>(128).unwrap(), dev.alloc::<f32>(31).unwrap());
+    assert!(invalid(ops::quantize_q8_1(&dev, &x, &mut xq, &mut xds)), "xds length");
+    assert_eq!(dev.download(&xq).unwrap(), vec![0u32; 128]);
+}
+
+fn fixture(name: &str) -> Vec<u8> {
+    // KERNELS_TEST_DATA: the `tests/data` folder when the test binary runs elsewhere (GPU bundles).
+    let dir = std::env::var("KERNELS_TEST_DATA").unwrap_or_else(|_| format!("{}/tests/data", env!("CARGO_MANIFEST_DIR")));
+    let p = format!("{dir}/candle-0.11.1/{name}");
+    std::fs::read(&p).unwrap_or_else(|e| panic!("{p}: {e}"))
+}
+
+#[test]
+fn dequantize_matches_candle_bit_for_bit() {
+    let devs = executors();
+    for dtype in GgmlDType::ALL {
+        let q = fixture(&format!("{}.q", dtype.name()));
+        let candle: Vec<f32> = fixture(&format!("{}.f32", dtype.name())).chunks(4).map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]])).collect();
+        assert_eq!(q.len() / dtype.block_bytes() * dtype.block_weights(), candle.len(), "{} fixture sizes", dtype.name());
+        let want = ref_dequant(dtype, &q);
+        for (i, ((w, _), c)) in want.iter().zip(&candle).enumerate() {
+            assert_eq!(w.to_bits(), c.to_bits(), "{} reference vs Candle, element {i}: {w:e} vs {c:e}", dtype.name());
+        }
+        for dev in &devs {
+            let qd = dev.upload(&q).unwrap();
+            let mut out = dev.alloc::<f32>(candle.len()).unwrap();
+            ops::dequantize(dev, dtype, &qd, &mut out).unwrap();
+            check_f32(dev, &dev.download(&out).unwrap(), &want, &format!("{} dequantize vs Candle on {}", dtype.name(), dev.name()));
+        }
+    }
+}
