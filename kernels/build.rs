@@ -8,5 +8,6 @@ fn main() {
         .module("row")
         .module("rope")
         .module("indexing")
+        .module("matmul_simple")
         .build();
 }

@@ -17,6 +17,7 @@
 //! ```
 pub mod elementwise;
 pub mod indexing;
+pub mod matmul_simple;
 pub mod norm;
 pub mod reduce;
 pub mod row;
