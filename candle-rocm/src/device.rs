@@ -59,6 +59,11 @@ impl RocmDevice {
         &self.inner.dev
     }
 
+    /// The caching allocator's figures for this device (bytes in use, cached, peak, ...).
+    pub fn memory_stats(&self) -> kernels::runtime::MemoryStats {
+        self.inner.dev.memory_stats()
+    }
+
     /// This device as a Candle device (`candle_core::Device::Ext`).
     pub fn as_candle(&self) -> candle_core::Device {
         candle_core::Device::Ext(Arc::new(self.clone()))

@@ -48,9 +48,10 @@ pub fn contiguous<'a, T: BufElem>(dev: &Device, buf: &'a Buf, l: &Layout, keep: 
     keep.as_ref().ok_or_else(|| invalid(op, "copy of another dtype"))
 }
 
-/// Allocates `n` zeroed elements of `T` for `op`'s output.
+/// Allocates `n` elements of `T` for `op`'s output, uninitialized: every caller's kernel
+/// writes all of them.
 pub fn alloc<T: Copy>(dev: &Device, n: usize, op: &'static str) -> Result<DeviceVec<T>> {
-    dev.alloc::<T>(n).map_err(at(op))
+    dev.alloc_uninit::<T>(n).map_err(at(op))
 }
 
 /// Row-major (contiguous) strides of `dims`.
