@@ -9,5 +9,15 @@ fn main() {
         .module("rope")
         .module("indexing")
         .module("matmul_simple")
+        .module("indexing_any")
+        .module("dtype")
+        .module("convert")
+        .module("cmp")
+        .module("arith")
+        .module("conv")
+        .module("pool")
+        .module("random")
+        .module("reduce_any")
+        .module("unary_f64")
         .build();
 }

@@ -15,14 +15,24 @@
 //! elementwise::unary::launch::<f32, Exp>(&exec, LaunchConfig::for_elements(3, 64), &x, &[], &mut y).unwrap();
 //! assert!((y[2] - 2.0f32.exp()).abs() < 1e-6);
 //! ```
+pub mod arith;
+pub mod cmp;
+pub mod conv;
+pub mod convert;
+pub mod dtype;
 pub mod elementwise;
 pub mod indexing;
 pub mod matmul_simple;
+pub mod indexing_any;
 pub mod norm;
+pub mod pool;
+pub mod random;
 pub mod reduce;
+pub mod reduce_any;
 pub mod row;
 pub mod rope;
 pub mod softmax;
+pub mod unary_f64;
 
 kernel_dsl::embed_kernels!();
 
