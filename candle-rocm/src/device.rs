@@ -1,7 +1,7 @@
 //! [`RocmDevice`]: a kernels device (AMD GPU through HIP, NVIDIA GPU through PTX, or the CPU
 //! executor) as a Candle external-backend device.
 use crate::buffer::Buf;
-use crate::error::{at, invalid, unsupported};
+use crate::error::{at, invalid};
 use crate::storage::RocmStorage;
 use candle_core::ext_backend::{ExtBackendDevice, ExtStorage};
 use candle_core::{CpuStorage, DType, DeviceLocation, Result, Shape};
@@ -23,13 +23,15 @@ struct Inner {
     dev: Device,
     ordinal: usize,
     name: String,
-    seed: Mutex<u64>,
+    /// Philox stream: seed, and the next counter block (each call takes the next blocks,
+    /// so a seeded sequence of calls is reproducible on every executor).
+    seed: Mutex<(u64, u64)>,
 }
 
 impl RocmDevice {
     fn wrap(dev: Device, ordinal: usize, what: &str) -> Self {
         let name = format!("{BACKEND} {what}: {}", dev.name());
-        RocmDevice { inner: Arc::new(Inner { dev, ordinal, name, seed: Mutex::new(299792458) }) }
+        RocmDevice { inner: Arc::new(Inner { dev, ordinal, name, seed: Mutex::new((299792458, 0)) }) }
     }
 
     /// AMD GPU `ordinal` through HIP (`rocm` feature; an error without ROCm or a GPU).
@@ -77,6 +79,17 @@ impl RocmDevice {
         }
     }
 
+    fn rand(&self, shape: &Shape, dtype: DType, normal: bool, a: f64, b: f64) -> Result<ExtStorage> {
+        let n = shape.elem_count();
+        let (seed, offset) = {
+            let mut s = self.inner.seed.lock().map_err(|_| invalid("rand", "poisoned lock"))?;
+            let cur = *s;
+            s.1 += kernels::random::ops::blocks_used(n);
+            cur
+        };
+        Ok(self.storage(crate::ops::any::rand(&self.inner.dev, dtype, n, seed, offset, normal, a, b)?))
+    }
+
     pub(crate) fn storage(&self, buf: Buf) -> ExtStorage {
         Box::new(RocmStorage::new(buf, self.clone()))
     }
@@ -113,21 +126,21 @@ impl ExtBackendDevice for RocmDevice {
         Ok(self.storage(Buf::upload(&self.inner.dev, s)?))
     }
 
-    fn rand_uniform(&self, _: &Shape, dtype: DType, _: f64, _: f64) -> Result<ExtStorage> {
-        Err(unsupported("rand_uniform (counter-based generator not written yet)", dtype))
+    fn rand_uniform(&self, shape: &Shape, dtype: DType, lo: f64, up: f64) -> Result<ExtStorage> {
+        self.rand(shape, dtype, false, lo, up)
     }
 
-    fn rand_normal(&self, _: &Shape, dtype: DType, _: f64, _: f64) -> Result<ExtStorage> {
-        Err(unsupported("rand_normal (counter-based generator not written yet)", dtype))
+    fn rand_normal(&self, shape: &Shape, dtype: DType, mean: f64, std: f64) -> Result<ExtStorage> {
+        self.rand(shape, dtype, true, mean, std)
     }
 
     fn set_seed(&self, seed: u64) -> Result<()> {
-        *self.inner.seed.lock().map_err(|_| invalid("set_seed", "poisoned lock"))? = seed;
+        *self.inner.seed.lock().map_err(|_| invalid("set_seed", "poisoned lock"))? = (seed, 0);
         Ok(())
     }
 
     fn get_current_seed(&self) -> Result<u64> {
-        Ok(*self.inner.seed.lock().map_err(|_| invalid("get_current_seed", "poisoned lock"))?)
+        Ok(self.inner.seed.lock().map_err(|_| invalid("get_current_seed", "poisoned lock"))?.0)
     }
 
     fn synchronize(&self) -> Result<()> {

@@ -97,8 +97,9 @@ impl ExtBackendStorage for RocmStorage {
         Ok(self.wrap(ops::reduce::reduce(self.dev(), &self.buf, l, op, dims)?))
     }
 
-    fn cmp(&self, _: CmpOp, _: &ExtStorage, _: &Layout, _: &Layout) -> Result<ExtStorage> {
-        Err(unsupported("cmp (kernel not wired yet)", self.dtype()))
+    fn cmp(&self, op: CmpOp, rhs: &ExtStorage, l: &Layout, rl: &Layout) -> Result<ExtStorage> {
+        let rhs = peer(rhs, "cmp")?;
+        Ok(self.wrap(ops::any::cmp(self.dev(), op, &self.buf, l, &rhs.buf, rl)?))
     }
 
     fn to_dtype(&self, l: &Layout, dtype: DType) -> Result<ExtStorage> {
@@ -160,14 +161,16 @@ impl ExtBackendStorage for RocmStorage {
         Ok(self.wrap(ops::indexing::gather(self.dev(), &self.buf, l, &ids.buf, il, dim)?))
     }
 
-    fn scatter_set(&mut self, _: &Layout, _: &ExtStorage, _: &Layout, _: &ExtStorage, _: &Layout, _: usize) -> Result<()> {
-        Err(unsupported("scatter_set (kernel not wired yet)", self.dtype()))
+    fn scatter_set(&mut self, l: &Layout, ids: &ExtStorage, il: &Layout, src: &ExtStorage, sl: &Layout, dim: usize) -> Result<()> {
+        let (ids, src) = (peer(ids, "scatter_set")?, peer(src, "scatter_set")?);
+        let dev = self.device.clone();
+        ops::indexing::scatter(dev.kernels(), &mut self.buf, l, &ids.buf, il, &src.buf, sl, dim, false)
     }
 
     fn scatter_add_set(&mut self, l: &Layout, ids: &ExtStorage, il: &Layout, src: &ExtStorage, sl: &Layout, dim: usize) -> Result<()> {
         let (ids, src) = (peer(ids, "scatter_add")?, peer(src, "scatter_add")?);
         let dev = self.device.clone();
-        ops::indexing::scatter_add(dev.kernels(), &mut self.buf, l, &ids.buf, il, &src.buf, sl, dim)
+        ops::indexing::scatter(dev.kernels(), &mut self.buf, l, &ids.buf, il, &src.buf, sl, dim, true)
     }
 
     fn index_select(&self, ids: &ExtStorage, l: &Layout, il: &Layout, dim: usize) -> Result<ExtStorage> {

@@ -42,6 +42,7 @@ pub fn unary(dev: &Device, buf: &Buf, l: &Layout, name: &'static str) -> Result<
         DType::F32 => all!(f32, F32),
         DType::F16 => all!(half::f16, F16),
         DType::BF16 => all!(half::bf16, BF16),
+        DType::F64 => super::any::unary_f64(dev, buf, l, name, 0.0),
         d => Err(unsupported(name, d)),
     }
 }
@@ -77,12 +78,15 @@ pub fn binary(dev: &Device, lhs: &Buf, ll: &Layout, rhs: &Buf, rl: &Layout, name
         (DType::F16, DType::F16) => run!(half::f16, F16),
         (DType::BF16, DType::BF16) => run!(half::bf16, BF16),
         (a, b) if a != b => Err(invalid(name, format!("dtypes {a:?} and {b:?} differ"))),
-        (d, _) => Err(unsupported(name, d)),
+        _ => super::any::binary(dev, lhs, ll, rhs, rl, name),
     }
 }
 
 /// `x * mul + add`.
 pub fn affine(dev: &Device, buf: &Buf, l: &Layout, mul: f64, add: f64) -> Result<Buf> {
+    if !matches!(buf.dtype(), DType::F32 | DType::F16 | DType::BF16) {
+        return super::any::affine(dev, buf, l, mul, add);
+    }
     let n = l.shape().elem_count();
     let x = StridedInput::new(dev, buf, l)?;
     float_dispatch!(buf.dtype(), "affine", T => {
@@ -97,6 +101,9 @@ pub fn affine(dev: &Device, buf: &Buf, l: &Layout, mul: f64, add: f64) -> Result
 
 /// `x^e` (`Powf`) or ELU with `alpha` (`Elu`).
 pub fn unary_param(dev: &Device, buf: &Buf, l: &Layout, p: f64, op: &'static str) -> Result<Buf> {
+    if buf.dtype() == DType::F64 {
+        return super::any::unary_f64(dev, buf, l, op, p);
+    }
     let n = l.shape().elem_count();
     let x = StridedInput::new(dev, buf, l)?;
     float_dispatch!(buf.dtype(), op, T => {
@@ -113,42 +120,9 @@ pub fn unary_param(dev: &Device, buf: &Buf, l: &Layout, p: f64, op: &'static str
     })
 }
 
-/// Cast of the view `l` to `dtype` (f32/f16/bf16/u8/u32/i64 each way).
+/// Cast of the view `l` to `dtype` (every stored dtype each way, Candle's rules).
 pub fn to_dtype(dev: &Device, buf: &Buf, l: &Layout, dtype: DType) -> Result<Buf> {
-    let n = l.shape().elem_count();
-    let x = StridedInput::new(dev, buf, l)?;
-    macro_rules! dst {
-        ($S:ty) => {{
-            macro_rules! go {
-                ($D:ty, $wrap:ident) => {{
-                    let mut y = out::<$D>(dev, n, "to_dtype")?;
-                    if n > 0 {
-                        ew::cast::launch::<$S, $D>(dev, ew::launch_config(n), &x.data, &x.layout, &mut y)
-                            .map_err(at("to_dtype"))?;
-                    }
-                    Ok(Buf::$wrap(y))
-                }};
-            }
-            match dtype {
-                DType::F32 => go!(f32, F32),
-                DType::F16 => go!(half::f16, F16),
-                DType::BF16 => go!(half::bf16, BF16),
-                DType::U8 => go!(u8, U8),
-                DType::U32 => go!(u32, U32),
-                DType::I64 => go!(i64, I64),
-                d => Err(unsupported("to_dtype (destination)", d)),
-            }
-        }};
-    }
-    match buf.dtype() {
-        DType::F32 => dst!(f32),
-        DType::F16 => dst!(half::f16),
-        DType::BF16 => dst!(half::bf16),
-        DType::U8 => dst!(u8),
-        DType::U32 => dst!(u32),
-        DType::I64 => dst!(i64),
-        d => Err(unsupported("to_dtype (source)", d)),
-    }
+    super::any::to_dtype(dev, buf, l, dtype)
 }
 
 /// Runs `$body` with `$B` = a kernel element type of the same size as `dtype`'s elements

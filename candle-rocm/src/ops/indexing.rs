@@ -1,4 +1,5 @@
 //! Indexing ops: where_cond, index_select, gather, scatter_add, index_add.
+use super::any::{any_dispatch, input};
 use super::{contiguous, float_dispatch};
 use crate::buffer::{Buf, Region};
 use crate::error::{at, invalid, unsupported};
@@ -79,6 +80,9 @@ pub fn where_cond(dev: &Device, c: &Buf, cl: &Layout, t: &Buf, tl: &Layout, f: &
         return Err(invalid(OP, format!("branches of {:?} and {:?}", t.dtype(), f.dtype())));
     }
     let n = cl.shape().elem_count();
+    if t.dtype().size_in_bytes() == 8 || !matches!(c.dtype(), DType::U8 | DType::U32) {
+        return where_cond_any(dev, c, cl, t, tl, f, fl);
+    }
     let (co, to, fo) = (operand(dev, c, cl, OP)?, operand(dev, t, tl, OP)?, operand(dev, f, fl, OP)?);
     let mut out = Buf::zeros(dev, t.dtype(), n)?;
     let mut y = out.region_mut(0, n)?;
@@ -104,6 +108,18 @@ pub fn index_select(dev: &Device, src: &Buf, l: &Layout, id: &Buf, il: &Layout, 
     let ids = ids(dev, id, il, OP)?;
     let n = il.shape().elem_count();
     let (left, right) = (prod(&dims[..dim]), prod(&dims[dim + 1..]));
+    if src.dtype().size_in_bytes() == 8 {
+        let mut keep = None;
+        let s = contiguous_bits::<u8>(dev, src, l, &mut keep, OP)?;
+        let mut out = Buf::zeros(dev, src.dtype(), left * n * right)?;
+        let mut y = out.region_mut(0, left * n * right)?;
+        any_dispatch!(src.dtype(), OP, T => match &ids {
+            Ids::U32(i) => kernels::indexing_any::ops::index_select::<T, u32>(dev, &s, i, &mut y, left, dims[dim], right),
+            Ids::I64(i) => kernels::indexing_any::ops::index_select::<T, i64>(dev, &s, i, &mut y, left, dims[dim], right),
+        }
+        .map_err(at(OP)))?;
+        return Ok(out);
+    }
     let s = operand(dev, src, l, OP)?;
     let mut out = Buf::zeros(dev, src.dtype(), left * n * right)?;
     let mut y = out.region_mut(0, left * n * right)?;
@@ -127,6 +143,15 @@ pub fn gather(dev: &Device, src: &Buf, l: &Layout, id: &Buf, il: &Layout, dim: u
     let mut keep = None;
     let mut out = Buf::zeros(dev, src.dtype(), left * n * right)?;
     let mut y = out.region_mut(0, left * n * right)?;
+    if src.dtype().size_in_bytes() == 8 {
+        let s = contiguous_bits::<u8>(dev, src, l, &mut keep, OP)?;
+        any_dispatch!(src.dtype(), OP, T => match &ids {
+            Ids::U32(i) => kernels::indexing_any::ops::gather::<T, u32>(dev, &s, i, &mut y, left, sd[dim], n, right),
+            Ids::I64(i) => kernels::indexing_any::ops::gather::<T, i64>(dev, &s, i, &mut y, left, sd[dim], n, right),
+        }
+        .map_err(at(OP)))?;
+        return Ok(out);
+    }
     by_size!(src.dtype(), OP, B => {
         let s = contiguous_bits::<B>(dev, src, l, &mut keep, OP)?;
         match &ids {
@@ -151,28 +176,60 @@ fn contiguous_bits<B>(dev: &Device, buf: &Buf, l: &Layout, keep: &mut Option<Buf
     Ok(r)
 }
 
-/// `dst[.., ids[.., i, ..], ..] += src[.., i, ..]` along `dim`, in place (dst contiguous).
+/// `dst[.., ids[.., i, ..], ..] (+)= src[.., i, ..]` along `dim`, in place (dst contiguous):
+/// Candle's `scatter_add_set` (`add`) and `scatter_set`.
 #[allow(clippy::too_many_arguments)]
-pub fn scatter_add(dev: &Device, dst: &mut Buf, l: &Layout, id: &Buf, il: &Layout, src: &Buf, sl: &Layout, dim: usize) -> Result<()> {
-    const OP: &str = "scatter_add";
+pub fn scatter(dev: &Device, dst: &mut Buf, l: &Layout, id: &Buf, il: &Layout, src: &Buf, sl: &Layout, dim: usize, add: bool) -> Result<()> {
+    let op = if add { "scatter_add" } else { "scatter_set" };
     let (dd, idd) = (l.dims(), il.dims());
     if !l.is_contiguous() {
-        return Err(invalid(OP, "the destination must be contiguous"));
+        return Err(invalid(op, "the destination must be contiguous"));
+    }
+    if src.dtype() != dst.dtype() {
+        return Err(invalid(op, format!("source {:?} into {:?}", src.dtype(), dst.dtype())));
     }
     if dim >= dd.len() || dd.len() != idd.len() || sl.dims() != idd || (0..dd.len()).any(|d| d != dim && dd[d] != idd[d]) {
-        return Err(invalid(OP, format!("ids {idd:?} / source {:?} do not match destination {dd:?} along dim {dim}", sl.dims())));
+        return Err(invalid(op, format!("ids {idd:?} / source {:?} do not match destination {dd:?} along dim {dim}", sl.dims())));
     }
-    let ids = ids(dev, id, il, OP)?;
+    let ids = ids(dev, id, il, op)?;
     let (left, right, n) = (prod(&dd[..dim]), prod(&dd[dim + 1..]), idd[dim]);
+    let dtype = dst.dtype();
     let mut d = dst.region_mut(l.start_offset(), l.shape().elem_count())?;
-    float_dispatch!(dst.dtype(), OP, T => {
-        let mut keep: Option<DeviceVec<T>> = None;
-        let s = contiguous::<T>(dev, src, sl, &mut keep, OP)?;
-        match &ids {
-            Ids::U32(i) => ix::scatter_add::<T, u32>(dev, s, i, &mut d, left, n, dd[dim], right),
-            Ids::I64(i) => ix::scatter_add::<T, i64>(dev, s, i, &mut d, left, n, dd[dim], right),
-        }
-        .map_err(at(OP))
+    if add && matches!(dtype, DType::F32 | DType::F16 | DType::BF16) {
+        return float_dispatch!(dtype, op, T => {
+            let mut keep: Option<DeviceVec<T>> = None;
+            let s = contiguous::<T>(dev, src, sl, &mut keep, op)?;
+            match &ids {
+                Ids::U32(i) => ix::scatter_add::<T, u32>(dev, s, i, &mut d, left, n, dd[dim], right),
+                Ids::I64(i) => ix::scatter_add::<T, i64>(dev, s, i, &mut d, left, n, dd[dim], right),
+            }
+            .map_err(at(op))
+        });
+    }
+    let mut keep = None;
+    let s = contiguous_bits::<u8>(dev, src, sl, &mut keep, op)?;
+    use kernels::indexing_any::ops as ia;
+    any_dispatch!(dtype, op, T => match (&ids, add) {
+        (Ids::U32(i), true) => ia::scatter_add::<T, u32>(dev, &s, i, &mut d, left, n, dd[dim], right),
+        (Ids::I64(i), true) => ia::scatter_add::<T, i64>(dev, &s, i, &mut d, left, n, dd[dim], right),
+        (Ids::U32(i), false) => ia::scatter_set::<T, u32>(dev, &s, i, &mut d, left, n, dd[dim], right),
+        (Ids::I64(i), false) => ia::scatter_set::<T, i64>(dev, &s, i, &mut d, left, n, dd[dim], right),
+    }
+    .map_err(at(op)))
+}
+
+/// `where_cond` for 8-byte values or conditions other than u8/u32 (dtype-generic kernel).
+fn where_cond_any(dev: &Device, c: &Buf, cl: &Layout, t: &Buf, tl: &Layout, f: &Buf, fl: &Layout) -> Result<Buf> {
+    const OP: &str = "where_cond";
+    let n = cl.shape().elem_count();
+    let (ci, ti, fi) = (input(c, cl)?, input(t, tl)?, input(f, fl)?);
+    any_dispatch!(t.dtype(), OP, T => {
+        let mut out = super::alloc::<T>(dev, n, OP)?;
+        any_dispatch!(c.dtype(), OP, C => {
+            kernels::indexing_any::ops::where_cond::<T, C>(dev, (&ci.data, ci.view), (&ti.data, ti.view), (&fi.data, fi.view), &mut out)
+                .map_err(at(OP))
+        })?;
+        Ok(crate::buffer::BufElem::wrap(out))
     })
 }
 
@@ -190,6 +247,16 @@ pub fn index_add(dev: &Device, dst: &Buf, l: &Layout, id: &Buf, il: &Layout, src
     super::elementwise::copy_strided(dev, dst, l, &mut out, 0)?;
     let n_out = out.len();
     let mut o = out.region_mut(0, n_out)?;
+    if !matches!(dst.dtype(), DType::F32 | DType::F16 | DType::BF16) {
+        let mut keep = None;
+        let s = contiguous_bits::<u8>(dev, src, sl, &mut keep, OP)?;
+        any_dispatch!(dst.dtype(), OP, T => match &ids {
+            Ids::U32(i) => kernels::indexing_any::ops::index_add::<T, u32>(dev, &s, i, &mut o, left, dd[dim], right),
+            Ids::I64(i) => kernels::indexing_any::ops::index_add::<T, i64>(dev, &s, i, &mut o, left, dd[dim], right),
+        }
+        .map_err(at(OP)))?;
+        return Ok(out);
+    }
     float_dispatch!(dst.dtype(), OP, T => {
         let mut keep: Option<DeviceVec<T>> = None;
         let s = contiguous::<T>(dev, src, sl, &mut keep, OP)?;

@@ -1,5 +1,6 @@
 //! The backend's ops, by family. Each takes the kernels device, buffers and Candle layouts
 //! and returns a new buffer (or writes one in place); dtypes without a kernel are errors.
+pub mod any;
 pub mod elementwise;
 pub mod fused;
 pub mod indexing;

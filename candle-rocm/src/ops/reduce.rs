@@ -16,6 +16,9 @@ pub fn reduce(dev: &Device, buf: &Buf, l: &Layout, op: ReduceOp, dims: &[usize])
         ReduceOp::ArgMax => "argmax",
         ReduceOp::ArgMin => "argmin",
     };
+    if !matches!(buf.dtype(), candle_core::DType::F32 | candle_core::DType::F16 | candle_core::DType::BF16) {
+        return super::any::reduce(dev, buf, l, op, dims);
+    }
     let outputs: usize =
         l.dims().iter().enumerate().filter(|(d, _)| !dims.contains(d)).map(|(_, &s)| s).product();
     float_dispatch!(buf.dtype(), name, T => {
