@@ -17,9 +17,9 @@
 //! assert!((y.to_vec1::<f32>().unwrap()[0] - (1f32.exp() + 1.0)).abs() < 1e-5);
 //! ```
 //!
-//! Ops whose kernels are not written yet (cmp, conv, pools, upsampling, random numbers,
-//! scatter_set, and dtypes other than f32/f16/bf16 for arithmetic) return a Candle error
-//! naming the op and dtype; nothing falls back to the CPU silently.
+//! Dtypes and ops without a kernel (f8e4m3/f6/f4 storage, unary math on integers,
+//! quantized tensors) return a Candle error naming the op and dtype; nothing falls back
+//! to the CPU silently.
 pub mod buffer;
 pub mod device;
 pub mod error;

@@ -2,7 +2,7 @@
 //! storage trait by dispatching to [`crate::ops`].
 use crate::buffer::Buf;
 use crate::device::RocmDevice;
-use crate::error::{invalid, unsupported};
+use crate::error::invalid;
 use crate::ops;
 use candle_core::conv::{ParamsConv1D, ParamsConv2D, ParamsConvTranspose1D, ParamsConvTranspose2D};
 use candle_core::ext_backend::{ExtBackendStorage, ExtDevice, ExtStorage};
@@ -120,40 +120,44 @@ impl ExtBackendStorage for RocmStorage {
         Ok(self.wrap(ops::indexing::where_cond(self.dev(), &self.buf, l, &t.buf, tl, &f.buf, fl)?))
     }
 
-    fn conv1d(&self, _: &Layout, _: &ExtStorage, _: &Layout, _: &ParamsConv1D) -> Result<ExtStorage> {
-        Err(unsupported("conv1d (im2col kernels not wired yet)", self.dtype()))
+    fn conv1d(&self, l: &Layout, k: &ExtStorage, kl: &Layout, p: &ParamsConv1D) -> Result<ExtStorage> {
+        let k = peer(k, "conv1d")?;
+        Ok(self.wrap(ops::conv::conv1d(self.dev(), &self.buf, l, &k.buf, kl, p)?))
     }
 
-    fn conv_transpose1d(&self, _: &Layout, _: &ExtStorage, _: &Layout, _: &ParamsConvTranspose1D) -> Result<ExtStorage> {
-        Err(unsupported("conv_transpose1d (col2im kernels not wired yet)", self.dtype()))
+    fn conv_transpose1d(&self, l: &Layout, k: &ExtStorage, kl: &Layout, p: &ParamsConvTranspose1D) -> Result<ExtStorage> {
+        let k = peer(k, "conv_transpose1d")?;
+        Ok(self.wrap(ops::conv::conv_transpose1d(self.dev(), &self.buf, l, &k.buf, kl, p)?))
     }
 
-    fn conv2d(&self, _: &Layout, _: &ExtStorage, _: &Layout, _: &ParamsConv2D) -> Result<ExtStorage> {
-        Err(unsupported("conv2d (im2col kernels not wired yet)", self.dtype()))
+    fn conv2d(&self, l: &Layout, k: &ExtStorage, kl: &Layout, p: &ParamsConv2D) -> Result<ExtStorage> {
+        let k = peer(k, "conv2d")?;
+        Ok(self.wrap(ops::conv::conv2d(self.dev(), &self.buf, l, &k.buf, kl, p)?))
     }
 
-    fn conv_transpose2d(&self, _: &Layout, _: &ExtStorage, _: &Layout, _: &ParamsConvTranspose2D) -> Result<ExtStorage> {
-        Err(unsupported("conv_transpose2d (col2im kernels not wired yet)", self.dtype()))
+    fn conv_transpose2d(&self, l: &Layout, k: &ExtStorage, kl: &Layout, p: &ParamsConvTranspose2D) -> Result<ExtStorage> {
+        let k = peer(k, "conv_transpose2d")?;
+        Ok(self.wrap(ops::conv::conv_transpose2d(self.dev(), &self.buf, l, &k.buf, kl, p)?))
     }
 
-    fn avg_pool2d(&self, _: &Layout, _: (usize, usize), _: (usize, usize)) -> Result<ExtStorage> {
-        Err(unsupported("avg_pool2d (kernel not wired yet)", self.dtype()))
+    fn avg_pool2d(&self, l: &Layout, k: (usize, usize), s: (usize, usize)) -> Result<ExtStorage> {
+        Ok(self.wrap(ops::conv::avg_pool2d(self.dev(), &self.buf, l, k, s)?))
     }
 
-    fn max_pool2d(&self, _: &Layout, _: (usize, usize), _: (usize, usize)) -> Result<ExtStorage> {
-        Err(unsupported("max_pool2d (kernel not wired yet)", self.dtype()))
+    fn max_pool2d(&self, l: &Layout, k: (usize, usize), s: (usize, usize)) -> Result<ExtStorage> {
+        Ok(self.wrap(ops::conv::max_pool2d(self.dev(), &self.buf, l, k, s)?))
     }
 
-    fn upsample_nearest1d(&self, _: &Layout, _: usize) -> Result<ExtStorage> {
-        Err(unsupported("upsample_nearest1d (kernel not wired yet)", self.dtype()))
+    fn upsample_nearest1d(&self, l: &Layout, sz: usize) -> Result<ExtStorage> {
+        Ok(self.wrap(ops::conv::upsample_nearest1d(self.dev(), &self.buf, l, sz)?))
     }
 
-    fn upsample_nearest2d(&self, _: &Layout, _: usize, _: usize) -> Result<ExtStorage> {
-        Err(unsupported("upsample_nearest2d (kernel not wired yet)", self.dtype()))
+    fn upsample_nearest2d(&self, l: &Layout, h: usize, w: usize) -> Result<ExtStorage> {
+        Ok(self.wrap(ops::conv::upsample_nearest2d(self.dev(), &self.buf, l, h, w)?))
     }
 
-    fn upsample_bilinear2d(&self, _: &Layout, _: usize, _: usize, _: bool, _: Option<f64>, _: Option<f64>) -> Result<ExtStorage> {
-        Err(unsupported("upsample_bilinear2d (kernel not wired yet)", self.dtype()))
+    fn upsample_bilinear2d(&self, l: &Layout, h: usize, w: usize, align: bool, sh: Option<f64>, sw: Option<f64>) -> Result<ExtStorage> {
+        Ok(self.wrap(ops::conv::upsample_bilinear2d(self.dev(), &self.buf, l, h, w, align, sh, sw)?))
     }
 
     fn gather(&self, l: &Layout, ids: &ExtStorage, il: &Layout, dim: usize) -> Result<ExtStorage> {

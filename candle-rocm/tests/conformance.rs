@@ -604,3 +604,49 @@ fn device_identity_and_name() {
     assert!(format!("{x}").contains("rocm-kernels:0"));
     let _ = D::Minus1;
 }
+
+#[test]
+fn convolutions_pools_upsampling() {
+    for dev in devices() {
+        for dtype in FLOATS {
+            // Sums of c_in * taps products: the reference is Candle's CPU on f32 copies,
+            // rounded once (as for the fused ops); the GEMM accumulates in f32 too.
+            let t = match dtype {
+                DType::F32 => Tol { rtol: 1e-5, atol: 1e-5 },
+                d => tol(d),
+            };
+            let x = rand(&[2, 3, 9, 8], dtype, 160, false);
+            let k = rand(&[4, 3, 3, 2], dtype, 161, false);
+            let x1 = rand(&[2, 3, 11], dtype, 162, false);
+            let k1 = rand(&[4, 3, 3], dtype, 163, false);
+            let kt = rand(&[3, 4, 3, 2], dtype, 164, false);
+            let kt1 = rand(&[3, 4, 3], dtype, 165, false);
+            let w = |op: &str| format!("{op} {dtype:?}");
+            let refd = |d: &Device, xs: &[&Tensor], f: &dyn Fn(&[Tensor]) -> Result<Tensor>| -> Result<Tensor> {
+                let up = xs.iter().map(|x| x.to_device(d)?.to_dtype(DType::F32)).collect::<Result<Vec<_>>>()?;
+                f(&up)?.to_dtype(dtype)
+            };
+            let ours = |d: &Device, xs: &[&Tensor], f: &dyn Fn(&[Tensor]) -> Result<Tensor>| -> Result<Tensor> {
+                f(&xs.iter().map(|x| x.to_device(d)).collect::<Result<Vec<_>>>()?)
+            };
+            let cases: Vec<(&str, Vec<&Tensor>, Box<dyn Fn(&[Tensor]) -> Result<Tensor>>)> = vec![
+                ("conv2d", vec![&x, &k], Box::new(|v| v[0].conv2d(&v[1], 1, 1, 1, 1))),
+                ("conv2d stride 2 dilation 2", vec![&x, &k], Box::new(|v| v[0].conv2d(&v[1], 0, 2, 2, 1))),
+                ("conv2d of a transposed input", vec![&x, &k], Box::new(|v| v[0].transpose(2, 3)?.conv2d(&v[1], 1, 1, 1, 1))),
+                ("conv1d", vec![&x1, &k1], Box::new(|v| v[0].conv1d(&v[1], 1, 2, 1, 1))),
+                ("conv_transpose2d", vec![&x, &kt], Box::new(|v| v[0].conv_transpose2d(&v[1], 1, 1, 2, 1))),
+                ("conv_transpose1d", vec![&x1, &kt1], Box::new(|v| v[0].conv_transpose1d(&v[1], 0, 1, 2, 1, 1))),
+                ("avg_pool2d", vec![&x], Box::new(|v| v[0].avg_pool2d_with_stride((3, 2), (2, 2)))),
+                ("max_pool2d", vec![&x], Box::new(|v| v[0].max_pool2d_with_stride((3, 2), (2, 1)))),
+                ("max_pool2d of a strided view", vec![&x], Box::new(|v| v[0].transpose(2, 3)?.max_pool2d(2))),
+                ("upsample_nearest2d", vec![&x], Box::new(|v| v[0].upsample_nearest2d(13, 17))),
+                ("upsample_nearest1d", vec![&x1], Box::new(|v| v[0].upsample_nearest1d(23))),
+                ("upsample_bilinear2d", vec![&x], Box::new(|v| v[0].upsample_bilinear2d(13, 17, false))),
+                ("upsample_bilinear2d align_corners", vec![&x], Box::new(|v| v[0].upsample_bilinear2d(13, 17, true))),
+            ];
+            for (name, xs, f) in &cases {
+                check_ref(&w(name), &dev, t, |d| refd(d, xs, f.as_ref()), |d| ours(d, xs, f.as_ref()));
+            }
+        }
+    }
+}

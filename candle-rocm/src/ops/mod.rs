@@ -1,6 +1,7 @@
 //! The backend's ops, by family. Each takes the kernels device, buffers and Candle layouts
 //! and returns a new buffer (or writes one in place); dtypes without a kernel are errors.
 pub mod any;
+pub mod conv;
 pub mod elementwise;
 pub mod fused;
 pub mod indexing;
