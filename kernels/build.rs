@@ -8,6 +8,7 @@ fn main() {
         .module("row")
         .module("rope")
         .module("indexing")
+        .module("matmul_simple")
         .module("indexing_any")
         .module("dtype")
         .module("convert")

@@ -23,6 +23,7 @@ pub mod dtype;
 pub mod elementwise;
 pub mod gemm;
 pub mod indexing;
+pub mod matmul_simple;
 pub mod indexing_any;
 pub mod norm;
 pub mod pool;

@@ -1,0 +1,246 @@
+//! Typed device buffers of every Candle dtype this backend stores, and untyped regions of
+//! them (offset + length) that kernel launchers accept as slice arguments.
+use crate::error::{at, invalid, unsupported};
+use candle_core::{CpuStorage, DType, Layout, Result};
+use half::{bf16, f16};
+use kernel_dsl::host::{ArgValue, KernelArgSlice, KernelArgSliceMut, MemLocation};
+use kernels::runtime::{Device, DeviceVec};
+
+/// A buffer of one dtype on a kernels [`Device`].
+pub enum Buf {
+    U8(DeviceVec<u8>),
+    U32(DeviceVec<u32>),
+    I16(DeviceVec<i16>),
+    I32(DeviceVec<i32>),
+    I64(DeviceVec<i64>),
+    BF16(DeviceVec<bf16>),
+    F16(DeviceVec<f16>),
+    F32(DeviceVec<f32>),
+    F64(DeviceVec<f64>),
+}
+
+/// Runs `$body` with `$v` bound to the typed buffer, whatever its dtype.
+macro_rules! with_buf {
+    ($buf:expr, $v:ident => $body:expr) => {
+        match $buf {
+            Buf::U8($v) => $body,
+            Buf::U32($v) => $body,
+            Buf::I16($v) => $body,
+            Buf::I32($v) => $body,
+            Buf::I64($v) => $body,
+            Buf::BF16($v) => $body,
+            Buf::F16($v) => $body,
+            Buf::F32($v) => $body,
+            Buf::F64($v) => $body,
+        }
+    };
+}
+
+impl Buf {
+    pub fn dtype(&self) -> DType {
+        match self {
+            Buf::U8(_) => DType::U8,
+            Buf::U32(_) => DType::U32,
+            Buf::I16(_) => DType::I16,
+            Buf::I32(_) => DType::I32,
+            Buf::I64(_) => DType::I64,
+            Buf::BF16(_) => DType::BF16,
+            Buf::F16(_) => DType::F16,
+            Buf::F32(_) => DType::F32,
+            Buf::F64(_) => DType::F64,
+        }
+    }
+
+    /// Elements.
+    pub fn len(&self) -> usize {
+        with_buf!(self, v => v.len())
+    }
+
+    /// The whole buffer as a kernel argument.
+    pub fn arg(&self) -> ArgValue {
+        with_buf!(self, v => v.kernel_arg())
+    }
+
+    /// `len` zero elements of `dtype`.
+    pub fn zeros(dev: &Device, dtype: DType, len: usize) -> Result<Buf> {
+        let op = "zeros";
+        Ok(match dtype {
+            DType::U8 => Buf::U8(dev.alloc(len).map_err(at(op))?),
+            DType::U32 => Buf::U32(dev.alloc(len).map_err(at(op))?),
+            DType::I16 => Buf::I16(dev.alloc(len).map_err(at(op))?),
+            DType::I32 => Buf::I32(dev.alloc(len).map_err(at(op))?),
+            DType::I64 => Buf::I64(dev.alloc(len).map_err(at(op))?),
+            DType::BF16 => Buf::BF16(dev.alloc(len).map_err(at(op))?),
+            DType::F16 => Buf::F16(dev.alloc(len).map_err(at(op))?),
+            DType::F32 => Buf::F32(dev.alloc(len).map_err(at(op))?),
+            DType::F64 => Buf::F64(dev.alloc(len).map_err(at(op))?),
+            d => return Err(unsupported("storage", d)),
+        })
+    }
+
+    /// A copy of host data on `dev`.
+    pub fn upload(dev: &Device, s: &CpuStorage) -> Result<Buf> {
+        let op = "upload";
+        Ok(match s {
+            CpuStorage::U8(v) => Buf::U8(dev.upload(v).map_err(at(op))?),
+            CpuStorage::U32(v) => Buf::U32(dev.upload(v).map_err(at(op))?),
+            CpuStorage::I16(v) => Buf::I16(dev.upload(v).map_err(at(op))?),
+            CpuStorage::I32(v) => Buf::I32(dev.upload(v).map_err(at(op))?),
+            CpuStorage::I64(v) => Buf::I64(dev.upload(v).map_err(at(op))?),
+            CpuStorage::BF16(v) => Buf::BF16(dev.upload(v).map_err(at(op))?),
+            CpuStorage::F16(v) => Buf::F16(dev.upload(v).map_err(at(op))?),
+            CpuStorage::F32(v) => Buf::F32(dev.upload(v).map_err(at(op))?),
+            CpuStorage::F64(v) => Buf::F64(dev.upload(v).map_err(at(op))?),
+            other => return Err(unsupported("storage", candle_core::backend::BackendStorage::dtype(other))),
+        })
+    }
+
+    /// The whole buffer, copied to the host.
+    pub fn download(&self, dev: &Device) -> Result<CpuStorage> {
+        let op = "download";
+        Ok(match self {
+            Buf::U8(v) => CpuStorage::U8(dev.download(v).map_err(at(op))?),
+            Buf::U32(v) => CpuStorage::U32(dev.download(v).map_err(at(op))?),
+            Buf::I16(v) => CpuStorage::I16(dev.download(v).map_err(at(op))?),
+            Buf::I32(v) => CpuStorage::I32(dev.download(v).map_err(at(op))?),
+            Buf::I64(v) => CpuStorage::I64(dev.download(v).map_err(at(op))?),
+            Buf::BF16(v) => CpuStorage::BF16(dev.download(v).map_err(at(op))?),
+            Buf::F16(v) => CpuStorage::F16(dev.download(v).map_err(at(op))?),
+            Buf::F32(v) => CpuStorage::F32(dev.download(v).map_err(at(op))?),
+            Buf::F64(v) => CpuStorage::F64(dev.download(v).map_err(at(op))?),
+        })
+    }
+
+    /// `len` elements from element `offset`, checked against the buffer.
+    pub fn region(&self, offset: usize, len: usize) -> Result<Region> {
+        Region::new(self.arg(), self.dtype().size_in_bytes(), offset, len, self.len())
+    }
+
+    /// As [`Buf::region`], for an output: borrowing the buffer mutably keeps writes honest.
+    pub fn region_mut(&mut self, offset: usize, len: usize) -> Result<Region> {
+        self.region(offset, len)
+    }
+
+    /// The view `l` reads: from its start offset to the end of the buffer.
+    pub fn from_offset(&self, l: &Layout) -> Result<Region> {
+        let start = l.start_offset();
+        self.region(start, self.len().saturating_sub(start))
+    }
+}
+
+/// A part of a buffer (offset + length) as a kernel argument of any element type of the
+/// buffer's size: the launchers take it for `&[T]` and `&mut [T]` parameters.
+#[derive(Clone, Copy)]
+pub struct Region {
+    arg: ArgValue,
+    /// Bytes per element.
+    elem: usize,
+}
+
+impl Region {
+    fn new(base: ArgValue, elem: usize, offset: usize, len: usize, buf_len: usize) -> Result<Region> {
+        if offset.checked_add(len).is_none_or(|end| end > buf_len) {
+            return Err(invalid("region", format!("{len} elements at {offset} exceed a buffer of {buf_len}")));
+        }
+        match base {
+            ArgValue::Slice { addr, location, .. } => {
+                Ok(Region { arg: ArgValue::Slice { addr: addr + (offset * elem) as u64, len, location }, elem })
+            }
+            _ => Err(invalid("region", "not a buffer")),
+        }
+    }
+
+    /// A whole typed buffer.
+    pub fn of<T>(v: &impl KernelArgSlice<T>) -> Region {
+        Region { arg: v.kernel_arg(), elem: std::mem::size_of::<T>() }
+    }
+
+    /// `len` elements from element `offset` of this region.
+    pub fn sub(&self, offset: usize, len: usize) -> Result<Region> {
+        Region::new(self.arg, self.elem, offset, len, self.len())
+    }
+
+    /// The same memory as elements `k` times smaller (`k` times as many).
+    pub fn split_elems(&self, k: usize) -> Region {
+        match self.arg {
+            ArgValue::Slice { addr, len, location } => {
+                Region { arg: ArgValue::Slice { addr, len: len * k, location }, elem: self.elem / k }
+            }
+            _ => *self,
+        }
+    }
+
+    /// An empty argument (a contiguous layout, an absent parameter).
+    pub fn empty() -> Region {
+        // A dangling, aligned, non-null address: never read (length 0).
+        let addr = std::ptr::NonNull::<u64>::dangling().as_ptr() as u64;
+        Region { arg: ArgValue::Slice { addr, len: 0, location: MemLocation::Host }, elem: 8 }
+    }
+
+    /// Elements.
+    pub fn len(&self) -> usize {
+        match self.arg {
+            ArgValue::Slice { len, .. } => len,
+            _ => 0,
+        }
+    }
+}
+
+impl<T> KernelArgSlice<T> for Region {
+    fn kernel_arg(&self) -> ArgValue {
+        self.arg
+    }
+}
+impl<T> KernelArgSliceMut<T> for Region {}
+
+/// The input of an elementwise kernel for the view `l` of `buf`: its data from the start
+/// offset and the `[dims..., strides...]` layout (empty when contiguous).
+pub struct StridedInput {
+    pub data: Region,
+    pub layout: Region,
+    _layout_buf: Option<DeviceVec<usize>>,
+}
+
+impl StridedInput {
+    pub fn new(dev: &Device, buf: &Buf, l: &Layout) -> Result<StridedInput> {
+        if l.is_contiguous() {
+            let data = buf.region(l.start_offset(), l.shape().elem_count())?;
+            return Ok(StridedInput { data, layout: Region::empty(), _layout_buf: None });
+        }
+        let data = buf.from_offset(l)?;
+        let host: Vec<usize> = l.dims().iter().chain(l.stride()).copied().collect();
+        let lb = dev.upload(&host).map_err(at("layout"))?;
+        let layout = Region::of::<usize>(&lb);
+        Ok(StridedInput { data, layout, _layout_buf: Some(lb) })
+    }
+}
+
+/// Element types a [`Buf`] holds: wrapping and unwrapping typed buffers.
+pub trait BufElem: Copy + Send + Sync + 'static {
+    fn wrap(v: DeviceVec<Self>) -> Buf;
+    fn get(b: &Buf) -> Option<&DeviceVec<Self>>;
+    fn take(b: Buf) -> Option<DeviceVec<Self>>;
+}
+
+macro_rules! buf_elem {
+    ($($T:ty => $V:ident),*) => {$(
+        impl BufElem for $T {
+            fn wrap(v: DeviceVec<Self>) -> Buf {
+                Buf::$V(v)
+            }
+            fn get(b: &Buf) -> Option<&DeviceVec<Self>> {
+                match b {
+                    Buf::$V(v) => Some(v),
+                    _ => None,
+                }
+            }
+            fn take(b: Buf) -> Option<DeviceVec<Self>> {
+                match b {
+                    Buf::$V(v) => Some(v),
+                    _ => None,
+                }
+            }
+        }
+    )*};
+}
+buf_elem!(u8 => U8, u32 => U32, i16 => I16, i32 => I32, i64 => I64, bf16 => BF16, f16 => F16, f32 => F32, f64 => F64);

@@ -1,0 +1,154 @@
+//! [`RocmDevice`]: a kernels device (AMD GPU through HIP, NVIDIA GPU through PTX, or the CPU
+//! executor) as a Candle external-backend device.
+use crate::buffer::Buf;
+use crate::error::{at, invalid};
+use crate::storage::RocmStorage;
+use candle_core::ext_backend::{ExtBackendDevice, ExtStorage};
+use candle_core::{CpuStorage, DType, DeviceLocation, Result, Shape};
+use kernel_dsl::host::{Executor, WaveSize};
+use kernels::runtime::Device;
+use std::any::Any;
+use std::sync::{Arc, Mutex};
+
+/// Backend name in `DeviceLocation::Ext` and in tensor display (`rocm-kernels:0`).
+pub const BACKEND: &str = "rocm-kernels";
+
+/// A device running Candle ops on this project's kernels. Cheap to clone (shared handle).
+#[derive(Clone)]
+pub struct RocmDevice {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    dev: Device,
+    ordinal: usize,
+    name: String,
+    /// Philox stream: seed, and the next counter block (each call takes the next blocks,
+    /// so a seeded sequence of calls is reproducible on every executor).
+    seed: Mutex<(u64, u64)>,
+}
+
+impl RocmDevice {
+    fn wrap(dev: Device, ordinal: usize, what: &str) -> Self {
+        let name = format!("{BACKEND} {what}: {}", dev.name());
+        RocmDevice { inner: Arc::new(Inner { dev, ordinal, name, seed: Mutex::new((299792458, 0)) }) }
+    }
+
+    /// AMD GPU `ordinal` through HIP (`rocm` feature; an error without ROCm or a GPU).
+    pub fn new_rocm(ordinal: usize) -> Result<Self> {
+        let dev = Device::rocm(ordinal).map_err(at("new_rocm"))?;
+        Ok(Self::wrap(dev, ordinal, "AMD GPU (HIP)"))
+    }
+
+    /// NVIDIA GPU `ordinal` running the kernels' PTX (`cuda` feature).
+    pub fn new_cuda(ordinal: usize) -> Result<Self> {
+        let dev = Device::cuda(ordinal).map_err(at("new_cuda"))?;
+        Ok(Self::wrap(dev, ordinal, "NVIDIA GPU (PTX)"))
+    }
+
+    /// The CPU executor of the GPU kernel model, with waves of `wave` lanes (for tests).
+    pub fn new_cpu_executor(wave: WaveSize) -> Self {
+        Self::wrap(Device::cpu(wave), 0, "CPU executor")
+    }
+
+    /// Says which device runs the kernels (e.g. `rocm-kernels CPU executor: cpu (wave 64)`).
+    pub fn name(&self) -> &str {
+        &self.inner.name
+    }
+
+    /// The kernels device the ops launch on.
+    pub fn kernels(&self) -> &Device {
+        &self.inner.dev
+    }
+
+    /// The caching allocator's figures for this device (bytes in use, cached, peak, ...).
+    pub fn memory_stats(&self) -> kernels::runtime::MemoryStats {
+        self.inner.dev.memory_stats()
+    }
+
+    /// This device as a Candle device (`candle_core::Device::Ext`).
+    pub fn as_candle(&self) -> candle_core::Device {
+        candle_core::Device::Ext(Arc::new(self.clone()))
+    }
+
+    /// The `RocmDevice` inside a Candle device, if it is one.
+    pub fn from_candle(d: &candle_core::Device) -> Option<&RocmDevice> {
+        match d {
+            candle_core::Device::Ext(e) => e.as_any().downcast_ref(),
+            _ => None,
+        }
+    }
+
+    fn rand(&self, shape: &Shape, dtype: DType, normal: bool, a: f64, b: f64) -> Result<ExtStorage> {
+        let n = shape.elem_count();
+        let (seed, offset) = {
+            let mut s = self.inner.seed.lock().map_err(|_| invalid("rand", "poisoned lock"))?;
+            let cur = *s;
+            s.1 += kernels::random::ops::blocks_used(n);
+            cur
+        };
+        Ok(self.storage(crate::ops::any::rand(&self.inner.dev, dtype, n, seed, offset, normal, a, b)?))
+    }
+
+    pub(crate) fn storage(&self, buf: Buf) -> ExtStorage {
+        Box::new(RocmStorage::new(buf, self.clone()))
+    }
+}
+
+impl std::fmt::Debug for RocmDevice {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "RocmDevice({})", self.inner.name)
+    }
+}
+
+impl ExtBackendDevice for RocmDevice {
+    fn location(&self) -> DeviceLocation {
+        DeviceLocation::Ext { backend: BACKEND, gpu_id: self.inner.ordinal }
+    }
+
+    fn same_device(&self, other: &dyn ExtBackendDevice) -> bool {
+        other.as_any().downcast_ref::<RocmDevice>().is_some_and(|o| Arc::ptr_eq(&self.inner, &o.inner))
+    }
+
+    fn as_any(&self) -> &dyn Any {
+        self
+    }
+
+    fn zeros(&self, shape: &Shape, dtype: DType) -> Result<ExtStorage> {
+        Ok(self.storage(Buf::zeros(&self.inner.dev, dtype, shape.elem_count())?))
+    }
+
+    unsafe fn alloc_uninit(&self, shape: &Shape, dtype: DType) -> Result<ExtStorage> {
+        self.zeros(shape, dtype)
+    }
+
+    fn storage_from_cpu_storage(&self, s: &CpuStorage) -> Result<ExtStorage> {
+        Ok(self.storage(Buf::upload(&self.inner.dev, s)?))
+    }
+
+    fn rand_uniform(&self, shape: &Shape, dtype: DType, lo: f64, up: f64) -> Result<ExtStorage> {
+        self.rand(shape, dtype, false, lo, up)
+    }
+
+    fn rand_normal(&self, shape: &Shape, dtype: DType, mean: f64, std: f64) -> Result<ExtStorage> {
+        self.rand(shape, dtype, true, mean, std)
+    }
+
+    fn set_seed(&self, seed: u64) -> Result<()> {
+        *self.inner.seed.lock().map_err(|_| invalid("set_seed", "poisoned lock"))? = (seed, 0);
+        Ok(())
+    }
+
+    fn get_current_seed(&self) -> Result<u64> {
+        Ok(self.inner.seed.lock().map_err(|_| invalid("get_current_seed", "poisoned lock"))?.0)
+    }
+
+    fn synchronize(&self) -> Result<()> {
+        self.inner.dev.synchronize().map_err(at("synchronize"))
+    }
+}
+
+/// Shorthand: the CPU executor with waves of `wave` lanes, as a Candle device.
+pub fn cpu_executor(wave: WaveSize) -> candle_core::Device {
+    RocmDevice::new_cpu_executor(wave).as_candle()
+}

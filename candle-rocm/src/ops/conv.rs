@@ -1,0 +1,226 @@
+//! Convolutions as im2col/col2im kernels + the backend's GEMM, pools and upsampling.
+use super::any::any_dispatch;
+use super::matmul::{gemm, GemmOperand, GemmShape};
+use super::{alloc, float_dispatch};
+use crate::buffer::{Buf, BufElem, Region};
+use crate::error::{at, invalid, unsupported};
+use candle_core::conv::{ParamsConv1D, ParamsConv2D, ParamsConvTranspose1D, ParamsConvTranspose2D};
+use candle_core::{DType, Layout, Result};
+use kernels::conv::ops::{self as kc, ConvGeometry};
+use kernels::pool::ops::{self as kp, Nchw};
+use kernels::runtime::Device;
+
+fn dims4(l: &Layout, op: &'static str) -> Result<([usize; 4], [usize; 4])> {
+    match (l.dims(), l.stride()) {
+        ([a, b, c, d], [s0, s1, s2, s3]) => Ok(([*a, *b, *c, *d], [*s0, *s1, *s2, *s3])),
+        _ => Err(invalid(op, format!("expected 4 dims, got {:?}", l.dims()))),
+    }
+}
+
+fn dims3(l: &Layout, op: &'static str) -> Result<([usize; 3], [usize; 3])> {
+    match (l.dims(), l.stride()) {
+        ([a, b, c], [s0, s1, s2]) => Ok(([*a, *b, *c], [*s0, *s1, *s2])),
+        _ => Err(invalid(op, format!("expected 3 dims, got {:?}", l.dims()))),
+    }
+}
+
+/// The whole buffer from offset 0 (kernels taking an explicit offset read through it).
+fn whole(buf: &Buf) -> Result<Region> {
+    buf.region(0, buf.len())
+}
+
+/// The view as a contiguous buffer (the buffer itself or a copy).
+fn contiguous_buf(dev: &Device, buf: &Buf, l: &Layout) -> Result<Option<Buf>> {
+    if l.is_contiguous() && l.start_offset() == 0 && buf.len() == l.shape().elem_count() {
+        return Ok(None);
+    }
+    let mut copy = Buf::zeros(dev, buf.dtype(), l.shape().elem_count())?;
+    super::elementwise::copy_strided(dev, buf, l, &mut copy, 0)?;
+    Ok(Some(copy))
+}
+
+/// `out (b, c_out, spatial) = kernel (c_out, k) x col^T`, `col` contiguous `(b, spatial, k)`.
+#[allow(clippy::too_many_arguments)]
+fn conv_gemm(dev: &Device, col: &Buf, kernel: &Buf, kl: &Layout, b: usize, spatial: usize, k: usize, c_out: usize, op: &'static str) -> Result<Buf> {
+    let kc = contiguous_buf(dev, kernel, kl)?;
+    let kb = kc.as_ref().unwrap_or(kernel);
+    if kb.len() != c_out * k {
+        return Err(invalid(op, format!("kernel has {} elements, {c_out} x {k} expected", kb.len())));
+    }
+    let a = GemmOperand { data: whole(kb)?, batch: 0, row: k, col: 1 };
+    let bm = GemmOperand { data: whole(col)?, batch: spatial * k, row: 1, col: k };
+    float_dispatch!(col.dtype(), op, T => {
+        let mut out = alloc::<T>(dev, b * c_out * spatial, op)?;
+        gemm::<T>(dev, &a, &bm, &mut out, GemmShape { batch: b, m: c_out, n: spatial, k })?;
+        Ok(T::wrap(out))
+    })
+}
+
+pub fn conv2d(dev: &Device, x: &Buf, l: &Layout, kernel: &Buf, kl: &Layout, p: &ParamsConv2D) -> Result<Buf> {
+    const OP: &str = "conv2d";
+    let (dims, strides) = dims4(l, OP)?;
+    let g = ConvGeometry { padding: p.padding, stride: p.stride, dilation: p.dilation };
+    let (h_out, w_out) = (p.out_h(), p.out_w());
+    let k = p.c_in * p.k_h * p.k_w;
+    let mut col = Buf::zeros(dev, x.dtype(), p.b_size * h_out * w_out * k)?;
+    let mut cr = col.region_mut(0, col.len())?;
+    let src = whole(x)?;
+    any_dispatch!(x.dtype(), OP, T => {
+        kc::im2col2d::<T>(dev, &src, dims, strides, l.start_offset(), (p.k_h, p.k_w), g, &mut cr).map(|_| ()).map_err(at(OP))
+    })?;
+    conv_gemm(dev, &col, kernel, kl, p.b_size, h_out * w_out, k, p.c_out, OP)
+}
+
+pub fn conv1d(dev: &Device, x: &Buf, l: &Layout, kernel: &Buf, kl: &Layout, p: &ParamsConv1D) -> Result<Buf> {
+    const OP: &str = "conv1d";
+    let (dims, strides) = dims3(l, OP)?;
+    let g = ConvGeometry { padding: p.padding, stride: p.stride, dilation: p.dilation };
+    let l_out = p.l_out();
+    let k = p.c_in * p.k_size;
+    let mut col = Buf::zeros(dev, x.dtype(), p.b_size * l_out * k)?;
+    let mut cr = col.region_mut(0, col.len())?;
+    let src = whole(x)?;
+    any_dispatch!(x.dtype(), OP, T => {
+        kc::im2col1d::<T>(dev, &src, dims, strides, l.start_offset(), p.k_size, g, &mut cr).map(|_| ()).map_err(at(OP))
+    })?;
+    conv_gemm(dev, &col, kernel, kl, p.b_size, l_out, k, p.c_out, OP)
+}
+
+/// `col (b, spatial_in, c_out * taps) = x^T (spatial_in, c_in) x kernel (c_in, c_out * taps)`.
+fn transpose_col(dev: &Device, x: &Buf, l: &Layout, kernel: &Buf, kl: &Layout, b: usize, c_in: usize, spatial: usize, n: usize, op: &'static str) -> Result<Buf> {
+    let xc = contiguous_buf(dev, x, l)?;
+    let xb = xc.as_ref().unwrap_or(x);
+    let kc = contiguous_buf(dev, kernel, kl)?;
+    let kb = kc.as_ref().unwrap_or(kernel);
+    if kb.len() != c_in * n {
+        return Err(invalid(op, format!("kernel has {} elements, {c_in} x {n} expected", kb.len())));
+    }
+    let a = GemmOperand { data: whole(xb)?, batch: c_in * spatial, row: 1, col: spatial };
+    let bm = GemmOperand { data: whole(kb)?, batch: 0, row: n, col: 1 };
+    float_dispatch!(x.dtype(), op, T => {
+        let mut out = alloc::<T>(dev, b * spatial * n, op)?;
+        gemm::<T>(dev, &a, &bm, &mut out, GemmShape { batch: b, m: spatial, n, k: c_in })?;
+        Ok(T::wrap(out))
+    })
+}
+
+/// Half-type transposed convolutions run in f32 (the intermediate column buffer would
+/// otherwise be rounded before col2im sums it), then round once: `f` on f32 copies.
+fn via_f32(dev: &Device, x: &Buf, l: &Layout, kernel: &Buf, kl: &Layout, f: impl Fn(&Buf, &Layout, &Buf, &Layout) -> Result<Buf>) -> Result<Buf> {
+    let (xf, kf) = (super::any::to_dtype(dev, x, l, DType::F32)?, super::any::to_dtype(dev, kernel, kl, DType::F32)?);
+    let y = f(&xf, &Layout::contiguous(l.shape()), &kf, &Layout::contiguous(kl.shape()))?;
+    super::any::to_dtype(dev, &y, &Layout::contiguous(y.len()), x.dtype())
+}
+
+pub fn conv_transpose2d(dev: &Device, x: &Buf, l: &Layout, kernel: &Buf, kl: &Layout, p: &ParamsConvTranspose2D) -> Result<Buf> {
+    const OP: &str = "conv_transpose2d";
+    if matches!(x.dtype(), DType::F16 | DType::BF16) {
+        return via_f32(dev, x, l, kernel, kl, |x, l, k, kl| conv_transpose2d(dev, x, l, k, kl, p));
+    }
+    let g = ConvGeometry { padding: p.padding, stride: p.stride, dilation: p.dilation };
+    let taps = p.k_h * p.k_w;
+    let col = transpose_col(dev, x, l, kernel, kl, p.b_size, p.c_in, p.i_h * p.i_w, p.c_out * taps, OP)?;
+    let (h_out, w_out) = (p.out_h(), p.out_w());
+    let cr = col.region(0, col.len())?;
+    float_dispatch!(x.dtype(), OP, T => {
+        let mut out = alloc::<T>(dev, p.b_size * p.c_out * h_out * w_out, OP)?;
+        kc::col2im2d::<T>(dev, &cr, (p.b_size, p.i_h, p.i_w, p.c_out), (p.k_h, p.k_w), g, p.output_padding, &mut out).map_err(at(OP))?;
+        Ok(T::wrap(out))
+    })
+}
+
+pub fn conv_transpose1d(dev: &Device, x: &Buf, l: &Layout, kernel: &Buf, kl: &Layout, p: &ParamsConvTranspose1D) -> Result<Buf> {
+    const OP: &str = "conv_transpose1d";
+    if matches!(x.dtype(), DType::F16 | DType::BF16) {
+        return via_f32(dev, x, l, kernel, kl, |x, l, k, kl| conv_transpose1d(dev, x, l, k, kl, p));
+    }
+    let g = ConvGeometry { padding: p.padding, stride: p.stride, dilation: p.dilation };
+    let col = transpose_col(dev, x, l, kernel, kl, p.b_size, p.c_in, p.l_in, p.c_out * p.k_size, OP)?;
+    let l_out = p.l_out();
+    let cr = col.region(0, col.len())?;
+    float_dispatch!(x.dtype(), OP, T => {
+        let mut out = alloc::<T>(dev, p.b_size * p.c_out * l_out, OP)?;
+        kc::col2im1d::<T>(dev, &cr, (p.b_size, p.l_in, p.c_out), p.k_size, g, p.output_padding, &mut out).map_err(at(OP))?;
+        Ok(T::wrap(out))
+    })
+}
+
+fn nchw(l: &Layout, op: &'static str) -> Result<Nchw> {
+    let (dims, strides) = dims4(l, op)?;
+    Ok(Nchw { dims, strides, offset: l.start_offset() })
+}
+
+pub fn max_pool2d(dev: &Device, x: &Buf, l: &Layout, k: (usize, usize), s: (usize, usize)) -> Result<Buf> {
+    const OP: &str = "max_pool2d";
+    let v = nchw(l, OP)?;
+    let (h, w) = (v.dims[2], v.dims[3]);
+    if k.0 == 0 || k.1 == 0 || s.0 == 0 || s.1 == 0 || h < k.0 || w < k.1 {
+        return Err(invalid(OP, format!("kernel {k:?} stride {s:?} on {h}x{w}")));
+    }
+    let n = v.dims[0] * v.dims[1] * ((h - k.0) / s.0 + 1) * ((w - k.1) / s.1 + 1);
+    let src = whole(x)?;
+    any_dispatch!(x.dtype(), OP, T => {
+        let mut out = alloc::<T>(dev, n, OP)?;
+        kp::max_pool2d::<T>(dev, &src, v, k, s, &mut out).map_err(at(OP))?;
+        Ok(T::wrap(out))
+    })
+}
+
+pub fn avg_pool2d(dev: &Device, x: &Buf, l: &Layout, k: (usize, usize), s: (usize, usize)) -> Result<Buf> {
+    const OP: &str = "avg_pool2d";
+    let v = nchw(l, OP)?;
+    let (h, w) = (v.dims[2], v.dims[3]);
+    if k.0 == 0 || k.1 == 0 || s.0 == 0 || s.1 == 0 || h < k.0 || w < k.1 {
+        return Err(invalid(OP, format!("kernel {k:?} stride {s:?} on {h}x{w}")));
+    }
+    let n = v.dims[0] * v.dims[1] * ((h - k.0) / s.0 + 1) * ((w - k.1) / s.1 + 1);
+    let src = whole(x)?;
+    macro_rules! go {
+        ($T:ty) => {{
+            let mut out = alloc::<$T>(dev, n, OP)?;
+            kp::avg_pool2d::<$T>(dev, &src, v, k, s, &mut out).map_err(at(OP))?;
+            Ok(<$T>::wrap(out))
+        }};
+    }
+    match x.dtype() {
+        DType::F32 => go!(f32),
+        DType::F16 => go!(half::f16),
+        DType::BF16 => go!(half::bf16),
+        DType::F64 => go!(f64),
+        d => Err(unsupported(OP, d)),
+    }
+}
+
+pub fn upsample_nearest2d(dev: &Device, x: &Buf, l: &Layout, h_out: usize, w_out: usize) -> Result<Buf> {
+    const OP: &str = "upsample_nearest2d";
+    let v = nchw(l, OP)?;
+    let src = whole(x)?;
+    any_dispatch!(x.dtype(), OP, T => {
+        let mut out = alloc::<T>(dev, v.dims[0] * v.dims[1] * h_out * w_out, OP)?;
+        kp::upsample_nearest2d::<T>(dev, &src, v, (h_out, w_out), &mut out).map_err(at(OP))?;
+        Ok(T::wrap(out))
+    })
+}
+
+pub fn upsample_nearest1d(dev: &Device, x: &Buf, l: &Layout, l_out: usize) -> Result<Buf> {
+    const OP: &str = "upsample_nearest1d";
+    let (dims, strides) = dims3(l, OP)?;
+    let src = whole(x)?;
+    any_dispatch!(x.dtype(), OP, T => {
+        let mut out = alloc::<T>(dev, dims[0] * dims[1] * l_out, OP)?;
+        kp::upsample_nearest1d::<T>(dev, &src, dims, strides, l.start_offset(), l_out, &mut out).map_err(at(OP))?;
+        Ok(T::wrap(out))
+    })
+}
+
+#[allow(clippy::too_many_arguments)]
+pub fn upsample_bilinear2d(dev: &Device, x: &Buf, l: &Layout, h_out: usize, w_out: usize, align: bool, sh: Option<f64>, sw: Option<f64>) -> Result<Buf> {
+    const OP: &str = "upsample_bilinear2d";
+    let v = nchw(l, OP)?;
+    let src = whole(x)?;
+    any_dispatch!(x.dtype(), OP, T => {
+        let mut out = alloc::<T>(dev, v.dims[0] * v.dims[1] * h_out * w_out, OP)?;
+        kp::upsample_bilinear2d::<T>(dev, &src, v, (h_out, w_out), align, sh, sw, &mut out).map_err(at(OP))?;
+        Ok(T::wrap(out))
+    })
+}

@@ -1,0 +1,214 @@
+//! [`RocmStorage`]: a tensor buffer on a [`RocmDevice`], implementing Candle's external
+//! storage trait by dispatching to [`crate::ops`].
+use crate::buffer::Buf;
+use crate::device::RocmDevice;
+use crate::error::invalid;
+use crate::ops;
+use candle_core::conv::{ParamsConv1D, ParamsConv2D, ParamsConvTranspose1D, ParamsConvTranspose2D};
+use candle_core::ext_backend::{ExtBackendStorage, ExtDevice, ExtStorage};
+use candle_core::op::{CmpOp, ReduceOp};
+use candle_core::{CpuStorage, DType, FusedOp, Layout, Result, Shape};
+use std::any::Any;
+use std::sync::Arc;
+
+/// A buffer of one dtype on a [`RocmDevice`].
+pub struct RocmStorage {
+    buf: Buf,
+    device: RocmDevice,
+}
+
+impl RocmStorage {
+    pub(crate) fn new(buf: Buf, device: RocmDevice) -> Self {
+        RocmStorage { buf, device }
+    }
+
+    /// The device holding this buffer.
+    pub fn rocm_device(&self) -> &RocmDevice {
+        &self.device
+    }
+
+    fn dev(&self) -> &kernels::runtime::Device {
+        self.device.kernels()
+    }
+
+    fn wrap(&self, buf: Buf) -> ExtStorage {
+        self.device.storage(buf)
+    }
+}
+
+/// The `RocmStorage` behind another operand of an op on this backend.
+fn peer<'a>(s: &'a ExtStorage, op: &'static str) -> Result<&'a RocmStorage> {
+    s.as_any().downcast_ref::<RocmStorage>().ok_or_else(|| invalid(op, "operand is not on a rocm-kernels device"))
+}
+
+fn peer_mut<'a>(s: &'a mut ExtStorage, op: &'static str) -> Result<&'a mut RocmStorage> {
+    s.as_any_mut().downcast_mut::<RocmStorage>().ok_or_else(|| invalid(op, "operand is not on a rocm-kernels device"))
+}
+
+impl std::fmt::Debug for RocmStorage {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "RocmStorage({:?}, {} elements, {})", self.buf.dtype(), self.buf.len(), self.device.name())
+    }
+}
+
+impl ExtBackendStorage for RocmStorage {
+    fn as_any(&self) -> &dyn Any {
+        self
+    }
+
+    fn as_any_mut(&mut self) -> &mut dyn Any {
+        self
+    }
+
+    fn try_clone(&self, l: &Layout) -> Result<ExtStorage> {
+        // The whole buffer, as Candle's backends do (the layout keeps addressing it).
+        let _ = l;
+        let mut copy = Buf::zeros(self.dev(), self.buf.dtype(), self.buf.len())?;
+        let all = Layout::contiguous(self.buf.len());
+        ops::elementwise::copy_strided(self.dev(), &self.buf, &all, &mut copy, 0)?;
+        Ok(self.wrap(copy))
+    }
+
+    fn dtype(&self) -> DType {
+        self.buf.dtype()
+    }
+
+    fn device(&self) -> ExtDevice {
+        Arc::new(self.device.clone())
+    }
+
+    fn to_cpu_storage(&self) -> Result<CpuStorage> {
+        self.buf.download(self.dev())
+    }
+
+    fn affine(&self, l: &Layout, mul: f64, add: f64) -> Result<ExtStorage> {
+        Ok(self.wrap(ops::elementwise::affine(self.dev(), &self.buf, l, mul, add)?))
+    }
+
+    fn powf(&self, l: &Layout, e: f64) -> Result<ExtStorage> {
+        Ok(self.wrap(ops::elementwise::unary_param(self.dev(), &self.buf, l, e, "powf")?))
+    }
+
+    fn elu(&self, l: &Layout, alpha: f64) -> Result<ExtStorage> {
+        Ok(self.wrap(ops::elementwise::unary_param(self.dev(), &self.buf, l, alpha, "elu")?))
+    }
+
+    fn reduce_op(&self, op: ReduceOp, l: &Layout, dims: &[usize]) -> Result<ExtStorage> {
+        Ok(self.wrap(ops::reduce::reduce(self.dev(), &self.buf, l, op, dims)?))
+    }
+
+    fn cmp(&self, op: CmpOp, rhs: &ExtStorage, l: &Layout, rl: &Layout) -> Result<ExtStorage> {
+        let rhs = peer(rhs, "cmp")?;
+        Ok(self.wrap(ops::any::cmp(self.dev(), op, &self.buf, l, &rhs.buf, rl)?))
+    }
+
+    fn to_dtype(&self, l: &Layout, dtype: DType) -> Result<ExtStorage> {
+        Ok(self.wrap(ops::elementwise::to_dtype(self.dev(), &self.buf, l, dtype)?))
+    }
+
+    fn unary(&self, op: &'static str, l: &Layout) -> Result<ExtStorage> {
+        Ok(self.wrap(ops::elementwise::unary(self.dev(), &self.buf, l, op)?))
+    }
+
+    fn binary(&self, op: &'static str, rhs: &ExtStorage, l: &Layout, rl: &Layout) -> Result<ExtStorage> {
+        let rhs = peer(rhs, op)?;
+        Ok(self.wrap(ops::elementwise::binary(self.dev(), &self.buf, l, &rhs.buf, rl, op)?))
+    }
+
+    fn where_cond(&self, l: &Layout, t: &ExtStorage, tl: &Layout, f: &ExtStorage, fl: &Layout) -> Result<ExtStorage> {
+        let (t, f) = (peer(t, "where_cond")?, peer(f, "where_cond")?);
+        Ok(self.wrap(ops::indexing::where_cond(self.dev(), &self.buf, l, &t.buf, tl, &f.buf, fl)?))
+    }
+
+    fn conv1d(&self, l: &Layout, k: &ExtStorage, kl: &Layout, p: &ParamsConv1D) -> Result<ExtStorage> {
+        let k = peer(k, "conv1d")?;
+        Ok(self.wrap(ops::conv::conv1d(self.dev(), &self.buf, l, &k.buf, kl, p)?))
+    }
+
+    fn conv_transpose1d(&self, l: &Layout, k: &ExtStorage, kl: &Layout, p: &ParamsConvTranspose1D) -> Result<ExtStorage> {
+        let k = peer(k, "conv_transpose1d")?;
+        Ok(self.wrap(ops::conv::conv_transpose1d(self.dev(), &self.buf, l, &k.buf, kl, p)?))
+    }
+
+    fn conv2d(&self, l: &Layout, k: &ExtStorage, kl: &Layout, p: &ParamsConv2D) -> Result<ExtStorage> {
+        let k = peer(k, "conv2d")?;
+        Ok(self.wrap(ops::conv::conv2d(self.dev(), &self.buf, l, &k.buf, kl, p)?))
+    }
+
+    fn conv_transpose2d(&self, l: &Layout, k: &ExtStorage, kl: &Layout, p: &ParamsConvTranspose2D) -> Result<ExtStorage> {
+        let k = peer(k, "conv_transpose2d")?;
+        Ok(self.wrap(ops::conv::conv_transpose2d(self.dev(), &self.buf, l, &k.buf, kl, p)?))
+    }
+
+    fn avg_pool2d(&self, l: &Layout, k: (usize, usize), s: (usize, usize)) -> Result<ExtStorage> {
+        Ok(self.wrap(ops::conv::avg_pool2d(self.dev(), &self.buf, l, k, s)?))
+    }
+
+    fn max_pool2d(&self, l: &Layout, k: (usize, usize), s: (usize, usize)) -> Result<ExtStorage> {
+        Ok(self.wrap(ops::conv::max_pool2d(self.dev(), &self.buf, l, k, s)?))
+    }
+
+    fn upsample_nearest1d(&self, l: &Layout, sz: usize) -> Result<ExtStorage> {
+        Ok(self.wrap(ops::conv::upsample_nearest1d(self.dev(), &self.buf, l, sz)?))
+    }
+
+    fn upsample_nearest2d(&self, l: &Layout, h: usize, w: usize) -> Result<ExtStorage> {
+        Ok(self.wrap(ops::conv::upsample_nearest2d(self.dev(), &self.buf, l, h, w)?))
+    }
+
+    fn upsample_bilinear2d(&self, l: &Layout, h: usize, w: usize, align: bool, sh: Option<f64>, sw: Option<f64>) -> Result<ExtStorage> {
+        Ok(self.wrap(ops::conv::upsample_bilinear2d(self.dev(), &self.buf, l, h, w, align, sh, sw)?))
+    }
+
+    fn gather(&self, l: &Layout, ids: &ExtStorage, il: &Layout, dim: usize) -> Result<ExtStorage> {
+        let ids = peer(ids, "gather")?;
+        Ok(self.wrap(ops::indexing::gather(self.dev(), &self.buf, l, &ids.buf, il, dim)?))
+    }
+
+    fn scatter_set(&mut self, l: &Layout, ids: &ExtStorage, il: &Layout, src: &ExtStorage, sl: &Layout, dim: usize) -> Result<()> {
+        let (ids, src) = (peer(ids, "scatter_set")?, peer(src, "scatter_set")?);
+        let dev = self.device.clone();
+        ops::indexing::scatter(dev.kernels(), &mut self.buf, l, &ids.buf, il, &src.buf, sl, dim, false)
+    }
+
+    fn scatter_add_set(&mut self, l: &Layout, ids: &ExtStorage, il: &Layout, src: &ExtStorage, sl: &Layout, dim: usize) -> Result<()> {
+        let (ids, src) = (peer(ids, "scatter_add")?, peer(src, "scatter_add")?);
+        let dev = self.device.clone();
+        ops::indexing::scatter(dev.kernels(), &mut self.buf, l, &ids.buf, il, &src.buf, sl, dim, true)
+    }
+
+    fn index_select(&self, ids: &ExtStorage, l: &Layout, il: &Layout, dim: usize) -> Result<ExtStorage> {
+        let ids = peer(ids, "index_select")?;
+        Ok(self.wrap(ops::indexing::index_select(self.dev(), &self.buf, l, &ids.buf, il, dim)?))
+    }
+
+    fn index_add(&self, l: &Layout, ids: &ExtStorage, il: &Layout, src: &ExtStorage, sl: &Layout, dim: usize) -> Result<ExtStorage> {
+        let (ids, src) = (peer(ids, "index_add")?, peer(src, "index_add")?);
+        Ok(self.wrap(ops::indexing::index_add(self.dev(), &self.buf, l, &ids.buf, il, &src.buf, sl, dim)?))
+    }
+
+    fn matmul(&self, rhs: &ExtStorage, bmnk: (usize, usize, usize, usize), l: &Layout, rl: &Layout) -> Result<ExtStorage> {
+        let rhs = peer(rhs, "matmul")?;
+        Ok(self.wrap(ops::matmul::matmul(self.dev(), &self.buf, l, &rhs.buf, rl, bmnk)?))
+    }
+
+    fn copy_strided_src(&self, dst: &mut ExtStorage, dst_offset: usize, l: &Layout) -> Result<()> {
+        let dst = peer_mut(dst, "copy_strided_src")?;
+        ops::elementwise::copy_strided(self.dev(), &self.buf, l, &mut dst.buf, dst_offset)
+    }
+
+    fn copy2d(&self, dst: &mut ExtStorage, d1: usize, d2: usize, ss: usize, ds: usize, so: usize, dso: usize) -> Result<()> {
+        let dst = peer_mut(dst, "copy2d")?;
+        ops::elementwise::copy2d(self.dev(), &self.buf, &mut dst.buf, d1, d2, ss, ds, so, dso)
+    }
+
+    fn const_set(&mut self, v: candle_core::scalar::Scalar, l: &Layout) -> Result<()> {
+        let dev = self.device.clone();
+        ops::elementwise::const_set(dev.kernels(), &mut self.buf, l, v)
+    }
+
+    fn fused(&self, op: FusedOp, l: &Layout, rest: &[(&ExtStorage, &Layout)]) -> Result<Option<(ExtStorage, Shape)>> {
+        let rest = rest.iter().map(|(s, l)| Ok((&peer(s, "fused op")?.buf, *l))).collect::<Result<Vec<_>>>()?;
+        Ok(ops::fused::fused(self.dev(), op, &self.buf, l, &rest)?.map(|(b, s)| (self.wrap(b), s)))
+    }
+}

@@ -1,0 +1,652 @@
+//! Op conformance: every op the backend wires, against Candle's own CPU backend, on the
+//! CPU executor with waves of 32 and 64 (and the GPUs the build can reach), over random
+//! inputs with NaN/inf, contiguous, transposed, offset (narrowed), broadcast and empty
+//! layouts, for each dtype the op supports. Tolerances: see `common::tol`.
+mod common;
+
+use candle_core::{DType, Device, IndexOp, Result, Tensor, D};
+use common::*;
+
+const FLOATS: [DType; 3] = [DType::F32, DType::F16, DType::BF16];
+
+/// The same base tensor under several layouts, on `dev`.
+fn views(x: &Tensor, dev: &Device) -> Vec<(&'static str, Tensor)> {
+    let x = x.to_device(dev).unwrap();
+    vec![
+        ("contiguous", x.clone()),
+        ("transposed", x.transpose(0, 2).unwrap()),
+        ("offset", x.narrow(1, 2, 3).unwrap()),
+        ("offset+strided", x.narrow(2, 1, 3).unwrap().transpose(0, 1).unwrap()),
+        ("empty", x.narrow(1, 0, 0).unwrap()),
+    ]
+}
+
+const UNARY: [&str; 20] = [
+    "neg", "exp", "log", "sqrt", "abs", "sqr", "recip", "relu", "gelu", "gelu_erf", "silu", "tanh", "erf", "sin",
+    "cos", "floor", "ceil", "round", "sign", "sigmoid",
+];
+
+fn apply_unary(name: &str, x: &Tensor) -> Result<Tensor> {
+    match name {
+        "neg" => x.neg(),
+        "exp" => x.exp(),
+        "log" => x.log(),
+        "sqrt" => x.sqrt(),
+        "abs" => x.abs(),
+        "sqr" => x.sqr(),
+        "recip" => x.recip(),
+        "relu" => x.relu(),
+        "gelu" => x.gelu(),
+        "gelu_erf" => x.gelu_erf(),
+        "silu" => x.silu(),
+        "tanh" => x.tanh(),
+        "erf" => x.erf(),
+        "sin" => x.sin(),
+        "cos" => x.cos(),
+        "floor" => x.floor(),
+        "ceil" => x.ceil(),
+        "round" => x.round(),
+        "sign" => x.sign(),
+        "sigmoid" => candle_nn::ops::sigmoid(x),
+        _ => unreachable!(),
+    }
+}
+
+#[test]
+fn unary_ops() {
+    for dev in devices() {
+        for dtype in FLOATS {
+            let base = rand(&[4, 6, 5], dtype, 1, true);
+            let finite = rand(&[4, 6, 5], dtype, 1, false);
+            for op in UNARY {
+                // relu(NaN) and sign(NaN): Candle's CPU gives 0, our kernels keep NaN (as
+                // torch.relu / torch.sign): these two are compared on inputs without NaN.
+                let base = if op == "relu" || op == "sign" { &finite } else { &base };
+                // Reference: Candle's CPU op on f32 copies, rounded once to the dtype (Candle's
+                // CPU evaluates some half-type ops, e.g. gelu, in half arithmetic).
+                for (layout, _) in views(base, &Device::Cpu) {
+                    let pick = |d: &Device| views(base, d).into_iter().find(|(n, _)| *n == layout).unwrap().1;
+                    check_ref(&format!("{op} {dtype:?} {layout}"), &dev, tol(dtype),
+                        |d| ref_f32(dtype, &[&pick(d)], |v| apply_unary(op, &v[0])),
+                        |d| apply_unary(op, &pick(d)));
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn affine_powf_elu() {
+    for dev in devices() {
+        for dtype in FLOATS {
+            let base = rand(&[4, 6, 5], dtype, 2, true);
+            let pos = rand(&[4, 6, 5], dtype, 3, false).abs().unwrap();
+            for (layout, _) in views(&base, &Device::Cpu) {
+                let pick = |t: &Tensor, d: &Device| views(t, d).into_iter().find(|(n, _)| *n == layout).unwrap().1;
+                let what = |op: &str| format!("{op} {dtype:?} {layout}");
+                check(&what("affine"), &dev, tol(dtype), |d| pick(&base, d).affine(1.5, -0.25));
+                check(&what("elu"), &dev, tol(dtype), |d| pick(&base, d).elu(0.7));
+                // powf of non-negative inputs (negative bases are NaN in both, unhelpfully).
+                check(&what("powf"), &dev, tol(dtype), |d| pick(&pos, d).powf(1.7));
+            }
+        }
+    }
+}
+
+#[test]
+fn binary_ops_with_broadcast_and_strides() {
+    for dev in devices() {
+        for dtype in FLOATS {
+            let a = rand(&[4, 6, 5], dtype, 4, true);
+            let b = rand(&[4, 6, 5], dtype, 5, true);
+            let row = rand(&[1, 1, 5], dtype, 6, false);
+            let col = rand(&[4, 1, 1], dtype, 7, false);
+            // min/max: Candle's CPU keeps the first operand when the second is NaN, our
+            // kernels propagate NaN (as torch.minimum does): compared on finite inputs.
+            let (af, bf) = (rand(&[4, 6, 5], dtype, 8, false), rand(&[4, 6, 5], dtype, 9, false));
+            for op in ["add", "sub", "mul", "div", "minimum", "maximum"] {
+                let finite = op == "minimum" || op == "maximum";
+                let (a, b) = if finite { (&af, &bf) } else { (&a, &b) };
+                let f = |x: &Tensor, y: &Tensor| -> Result<Tensor> {
+                    match op {
+                        "add" => x.broadcast_add(y),
+                        "sub" => x.broadcast_sub(y),
+                        "mul" => x.broadcast_mul(y),
+                        "div" => x.broadcast_div(y),
+                        "minimum" => x.broadcast_minimum(y),
+                        _ => x.broadcast_maximum(y),
+                    }
+                };
+                let t = tol(dtype);
+                let w = |l: &str| format!("{op} {dtype:?} {l}");
+                check(&w("same shape"), &dev, t, |d| f(&a.to_device(d)?, &b.to_device(d)?));
+                check(&w("rhs transposed"), &dev, t, |d| {
+                    f(&a.to_device(d)?.transpose(0, 1)?, &b.to_device(d)?.transpose(0, 1)?.contiguous()?.transpose(1, 2)?.transpose(1, 2)?)
+                });
+                check(&w("lhs transposed, rhs offset"), &dev, t, |d| {
+                    f(&a.to_device(d)?.narrow(1, 1, 4)?.transpose(0, 2)?, &b.to_device(d)?.narrow(1, 2, 4)?.transpose(0, 2)?)
+                });
+                check(&w("broadcast row"), &dev, t, |d| f(&a.to_device(d)?, &row.to_device(d)?));
+                check(&w("broadcast col (lhs)"), &dev, t, |d| f(&col.to_device(d)?, &b.to_device(d)?));
+                check(&w("empty"), &dev, t, |d| f(&a.to_device(d)?.narrow(1, 0, 0)?, &b.to_device(d)?.narrow(1, 0, 0)?));
+            }
+        }
+    }
+}
+
+#[test]
+fn casts_between_dtypes() {
+    let kinds = [DType::F32, DType::F16, DType::BF16, DType::U8, DType::U32, DType::I64];
+    for dev in devices() {
+        for src in kinds {
+            // Integers: 0..200 (fit every type); floats: fractional values with NaN/inf,
+            // except when casting to integers (NaN/inf/negative to int differ by language).
+            for dst in kinds {
+                let to_int = matches!(dst, DType::U8 | DType::U32 | DType::I64);
+                let base = if matches!(src, DType::U8 | DType::U32 | DType::I64) || to_int {
+                    Tensor::from_vec(values(120, 11, 0.0, 200.0, false), (4, 6, 5), &Device::Cpu).unwrap().to_dtype(src).unwrap()
+                } else {
+                    rand(&[4, 6, 5], src, 12, true)
+                };
+                for (layout, _) in views(&base, &Device::Cpu) {
+                    check(&format!("cast {src:?} -> {dst:?} {layout}"), &dev, EXACT, |d| {
+                        views(&base, d).into_iter().find(|(n, _)| *n == layout).unwrap().1.to_dtype(dst)
+                    });
+                }
+            }
+        }
+    }
+}
+
+/// The tensor in f32 (references computed with one final rounding).
+fn up(x: &Tensor) -> Result<Tensor> {
+    x.to_dtype(DType::F32)
+}
+
+#[test]
+fn reductions() {
+    for dev in devices() {
+        for dtype in FLOATS {
+            // Sums: Candle's CPU adds half types in the half type (one rounding per element),
+            // ours in f32 with one rounding at the end; the reference is Candle's CPU sum of
+            // the f32 values rounded once to the dtype, so one ulp of the dtype (plus f32
+            // ordering error) is the bound.
+            let t = tol(dtype);
+            let base = rand(&[4, 6, 5], dtype, 13, false);
+            let nan = rand(&[4, 6, 5], dtype, 14, true);
+            for (layout, _) in views(&base, &Device::Cpu).into_iter().filter(|(n, _)| *n != "empty") {
+                let pick = |x: &Tensor, d: &Device| views(x, d).into_iter().find(|(n, _)| *n == layout).unwrap().1;
+                for dim in 0..3 {
+                    let w = |op: &str| format!("{op} dim {dim} {dtype:?} {layout}");
+                    check_ref(&w("sum"), &dev, t, |d| up(&pick(&base, d))?.sum_keepdim(dim)?.to_dtype(dtype), |d| pick(&base, d).sum_keepdim(dim));
+                    check(&w("max"), &dev, EXACT, |d| pick(&base, d).max_keepdim(dim));
+                    check(&w("min"), &dev, EXACT, |d| pick(&base, d).min_keepdim(dim));
+                    check(&w("argmax"), &dev, EXACT, |d| pick(&base, d).argmax_keepdim(dim));
+                    check(&w("argmin"), &dev, EXACT, |d| pick(&base, d).argmin_keepdim(dim));
+                    // NaN and inf propagate through sums alike.
+                    check_ref(&w("sum with NaN/inf"), &dev, t, |d| up(&pick(&nan, d))?.sum_keepdim(dim)?.to_dtype(dtype), |d| pick(&nan, d).sum_keepdim(dim));
+                }
+                check_ref(&format!("sum over dims 0,2 {dtype:?} {layout}"), &dev, t, |d| up(&pick(&base, d))?.sum_keepdim((0, 2))?.to_dtype(dtype), |d| pick(&base, d).sum_keepdim((0, 2)));
+                check_ref(&format!("sum_all {dtype:?} {layout}"), &dev, t, |d| up(&pick(&base, d))?.sum_all()?.to_dtype(dtype), |d| pick(&base, d).sum_all());
+            }
+            check(&format!("sum of empty {dtype:?}"), &dev, t, |d| base.to_device(d)?.narrow(1, 0, 0)?.sum_keepdim(2));
+        }
+    }
+}
+
+#[test]
+fn where_cond_with_broadcast() {
+    for dev in devices() {
+        for dtype in [DType::F32, DType::F16, DType::BF16, DType::U8, DType::U32] {
+            let on_true = rand(&[4, 6, 5], DType::F32, 15, false).abs().unwrap().to_dtype(dtype).unwrap();
+            let on_false = rand(&[4, 6, 5], DType::F32, 16, false).abs().unwrap().to_dtype(dtype).unwrap();
+            for cdt in [DType::U8, DType::U32] {
+                let cond = ids(&[4, 6, 5], 2, cdt, 17);
+                let crow = ids(&[1, 6, 1], 2, cdt, 18);
+                let w = |l: &str| format!("where_cond {dtype:?} cond {cdt:?} {l}");
+                check(&w("contiguous"), &dev, EXACT, |d| cond.to_device(d)?.where_cond(&on_true.to_device(d)?, &on_false.to_device(d)?));
+                check(&w("broadcast cond, transposed branch"), &dev, EXACT, |d| {
+                    let c = crow.to_device(d)?.broadcast_as((4, 6, 5))?;
+                    let t = on_true.to_device(d)?.transpose(0, 1)?.contiguous()?.transpose(0, 1)?;
+                    c.where_cond(&t, &on_false.to_device(d)?.narrow(0, 0, 4)?)
+                });
+            }
+        }
+    }
+}
+
+#[test]
+fn index_select_gather_scatter_index_add() {
+    for dev in devices() {
+        for dtype in [DType::F32, DType::F16, DType::BF16, DType::U32, DType::U8] {
+            let src = rand(&[5, 7, 3], DType::F32, 19, false).abs().unwrap().to_dtype(dtype).unwrap();
+            for idt in [DType::U8, DType::U32, DType::I64] {
+                let w = |op: &str| format!("{op} {dtype:?} ids {idt:?}");
+                for dim in 0..3 {
+                    let bound = src.dims()[dim];
+                    let ix = ids(&[9], bound, idt, 20 + dim as u64);
+                    check(&w(&format!("index_select dim {dim}")), &dev, EXACT, |d| src.to_device(d)?.index_select(&ix.to_device(d)?, dim));
+                    // Candle's CPU index_select takes contiguous sources only.
+                    let st = |d: &Device| src.to_device(d)?.transpose(0, 2)?.contiguous()?.transpose(0, 2);
+                    check_ref(&w(&format!("index_select dim {dim} strided src")), &dev, EXACT,
+                        |d| st(d)?.contiguous()?.index_select(&ix.to_device(d)?, dim),
+                        |d| st(d)?.index_select(&ix.to_device(d)?, dim));
+                    let mut gshape = src.dims().to_vec();
+                    gshape[dim] = 4;
+                    let gx = ids(&gshape, bound, idt, 30 + dim as u64);
+                    check(&w(&format!("gather dim {dim}")), &dev, EXACT, |d| src.to_device(d)?.gather(&gx.to_device(d)?, dim));
+                    if matches!(dtype, DType::F32 | DType::F16 | DType::BF16) {
+                        let upd = rand(&gshape, dtype, 40 + dim as u64, false);
+                        let t = tol(dtype);
+                        check(&w(&format!("scatter_add dim {dim}")), &dev, t, |d| {
+                            src.to_device(d)?.scatter_add(&gx.to_device(d)?, &upd.to_device(d)?, dim)
+                        });
+                        let mut ashape = src.dims().to_vec();
+                        ashape[dim] = 9;
+                        let add = rand(&ashape, dtype, 50 + dim as u64, false);
+                        check(&w(&format!("index_add dim {dim}")), &dev, t, |d| {
+                            src.to_device(d)?.index_add(&ix.to_device(d)?, &add.to_device(d)?, dim)
+                        });
+                    }
+                }
+            }
+            check(&format!("embedding-style index_select of empty ids {dtype:?}"), &dev, EXACT, |d| {
+                src.to_device(d)?.index_select(&Tensor::zeros(0, DType::U32, d)?, 0)
+            });
+        }
+    }
+}
+
+#[test]
+fn copies_cat_and_fills() {
+    for dev in devices() {
+        for dtype in [DType::F32, DType::F16, DType::BF16, DType::U8, DType::U32, DType::I64, DType::F64, DType::I32, DType::I16] {
+            let a = rand(&[4, 6, 5], DType::F32, 60, false).abs().unwrap().to_dtype(dtype).unwrap();
+            let b = rand(&[4, 2, 5], DType::F32, 61, false).abs().unwrap().to_dtype(dtype).unwrap();
+            let w = |op: &str| format!("{op} {dtype:?}");
+            for (layout, _) in views(&a, &Device::Cpu) {
+                check(&w(&format!("contiguous() of {layout}")), &dev, EXACT, |d| {
+                    views(&a, d).into_iter().find(|(n, _)| *n == layout).unwrap().1.contiguous()
+                });
+            }
+            check(&w("cat dim 1"), &dev, EXACT, |d| Tensor::cat(&[a.to_device(d)?, b.to_device(d)?], 1));
+            check(&w("cat dim 0"), &dev, EXACT, |d| Tensor::cat(&[a.to_device(d)?, a.to_device(d)?], 0));
+            check(&w("cat dim 2 of transposed"), &dev, EXACT, |d| {
+                Tensor::cat(&[a.to_device(d)?.transpose(0, 1)?, b.to_device(d)?.transpose(0, 1)?], 0)
+            });
+            check(&w("ones"), &dev, EXACT, |d| Tensor::ones((3, 4), dtype, d));
+            check(&w("zeros"), &dev, EXACT, |d| Tensor::zeros((3, 4), dtype, d));
+            check(&w("zero_set of a strided view"), &dev, EXACT, |d| {
+                let t = a.to_device(d)?.copy()?;
+                t.i((.., 1..4, 2..))?.zero_set()?;
+                Ok(t)
+            });
+            check(&w("one_set of a transposed view"), &dev, EXACT, |d| {
+                let t = a.to_device(d)?.copy()?;
+                t.transpose(0, 2)?.one_set()?;
+                Ok(t)
+            });
+            check(&w("slice_set"), &dev, EXACT, |d| {
+                let t = a.to_device(d)?.copy()?;
+                t.slice_set(&b.to_device(d)?, 1, 3)?;
+                Ok(t)
+            });
+        }
+    }
+}
+
+#[test]
+fn matmul_layouts() {
+    for dev in devices() {
+        for dtype in FLOATS {
+            // Sums of k = 17 products: f32 accumulation in both, different order.
+            let t = match dtype {
+                DType::F32 => Tol { rtol: 1e-5, atol: 1e-5 },
+                DType::F16 => Tol { rtol: 2e-3, atol: 4e-3 },
+                _ => Tol { rtol: 1.6e-2, atol: 3e-2 },
+            };
+            let a = rand(&[3, 19, 17], dtype, 70, false);
+            let b = rand(&[3, 17, 21], dtype, 71, false);
+            let w = |l: &str| format!("matmul {dtype:?} {l}");
+            check(&w("batched"), &dev, t, |d| a.to_device(d)?.matmul(&b.to_device(d)?));
+            check(&w("lhs transposed"), &dev, t, |d| {
+                a.to_device(d)?.transpose(1, 2)?.contiguous()?.transpose(1, 2)?.matmul(&b.to_device(d)?)
+            });
+            check(&w("rhs transposed"), &dev, t, |d| {
+                a.to_device(d)?.matmul(&b.to_device(d)?.transpose(1, 2)?.contiguous()?.transpose(1, 2)?)
+            });
+            check(&w("2d with offset"), &dev, t, |d| a.to_device(d)?.i(1)?.matmul(&b.to_device(d)?.i(2)?));
+            check(&w("broadcast batch"), &dev, t, |d| a.to_device(d)?.broadcast_matmul(&b.to_device(d)?.i(0)?));
+            // Batch dims that do not fold into one stride (Candle's CPU rejects them; ours copies).
+            let a4 = |d: &Device| a.to_device(d)?.reshape((3, 1, 19, 17))?.broadcast_as((3, 2, 19, 17))?.transpose(0, 1);
+            let b4 = |d: &Device| b.to_device(d)?.reshape((1, 3, 17, 21))?.broadcast_as((2, 3, 17, 21));
+            check_ref(&w("4d, batch dims transposed"), &dev, t,
+                |d| a4(d)?.contiguous()?.matmul(&b4(d)?.contiguous()?),
+                |d| a4(d)?.matmul(&b4(d)?));
+            check(&w("k = 0"), &dev, t, |d| a.to_device(d)?.narrow(2, 0, 0)?.matmul(&b.to_device(d)?.narrow(1, 0, 0)?));
+        }
+    }
+}
+
+/// Runs `f` on f32 copies of `xs` and rounds the result once to `dtype`: the reference for
+/// fused ops (Candle's CPU evaluates half types with a rounding per step, which is further
+/// from the exact value than one final rounding).
+fn ref_f32(dtype: DType, xs: &[&Tensor], f: impl Fn(&[Tensor]) -> Result<Tensor>) -> Result<Tensor> {
+    let up = xs.iter().map(|x| x.to_dtype(DType::F32)).collect::<Result<Vec<_>>>()?;
+    f(&up)?.to_dtype(dtype)
+}
+
+#[test]
+fn candle_nn_fused_ops() {
+    use candle_nn::ops::{layer_norm, rms_norm, softmax_last_dim};
+    for dev in devices() {
+        for dtype in FLOATS {
+            let t = tol(dtype);
+            let x = rand(&[2, 3, 4, 16], dtype, 80, false);
+            let w16 = rand(&[16], dtype, 81, false);
+            let b16 = rand(&[16], dtype, 82, false);
+            let nan = rand(&[6, 16], dtype, 83, true);
+            let w = |op: &str| format!("{op} {dtype:?}");
+            // `fused(d, inputs)` runs with inputs on `d`; the reference on f32 copies.
+            let fused = |name: &str, inputs: &[&Tensor], f: &dyn Fn(&[Tensor]) -> Result<Tensor>| {
+                check_ref(&w(name), &dev, t,
+                    |d| ref_f32(dtype, &inputs.iter().map(|x| x.to_device(d)).collect::<Result<Vec<_>>>()?.iter().collect::<Vec<_>>(), f),
+                    |d| f(&inputs.iter().map(|x| x.to_device(d)).collect::<Result<Vec<_>>>()?));
+            };
+            fused("softmax_last_dim", &[&x], &|v| softmax_last_dim(&v[0]));
+            fused("softmax with NaN/inf rows", &[&nan], &|v| softmax_last_dim(&v[0]));
+            // Candle's CPU op takes contiguous input only; ours also takes strided views.
+            check_ref(&w("softmax_last_dim of a strided view"), &dev, t,
+                |d| ref_f32(dtype, &[&x.to_device(d)?], |v| softmax_last_dim(&v[0])),
+                |d| softmax_last_dim(&x.to_device(d)?.transpose(2, 3)?.contiguous()?.transpose(2, 3)?));
+            fused("rms_norm", &[&x, &w16], &|v| rms_norm(&v[0], &v[1], 1e-5));
+            fused("layer_norm", &[&x, &w16, &b16], &|v| layer_norm(&v[0], &v[1], &v[2], 1e-5));
+            // Rotary embeddings: x (b, h, t, d) = (2, 3, 4, 16); tables (t, d/2) and (b, t, d/2).
+            let cos = rand(&[4, 8], dtype, 84, false);
+            let sin = rand(&[4, 8], dtype, 85, false);
+            let cos_b = rand(&[2, 4, 8], dtype, 86, false);
+            let sin_b = rand(&[2, 4, 8], dtype, 87, false);
+            let xthd = x.transpose(1, 2).unwrap().contiguous().unwrap();
+            use candle_nn::rotary_emb::{rope, rope_i, rope_thd};
+            fused("rope_i", &[&x, &cos, &sin], &|v| rope_i(&v[0], &v[1], &v[2]));
+            fused("rope_i per-batch tables", &[&x, &cos_b, &sin_b], &|v| rope_i(&v[0], &v[1], &v[2]));
+            fused("rope", &[&x, &cos, &sin], &|v| rope(&v[0], &v[1], &v[2]));
+            fused("rope per-batch tables", &[&x, &cos_b, &sin_b], &|v| rope(&v[0], &v[1], &v[2]));
+            fused("rope_thd", &[&xthd, &cos, &sin], &|v| rope_thd(&v[0], &v[1], &v[2]));
+        }
+    }
+}
+
+#[test]
+fn missing_kernels_are_clear_errors() {
+    let dev = candle_rocm::cpu_executor(candle_rocm::WaveSize::W64);
+    let x = Tensor::new(&[[[[1f32, 2.0], [3.0, 4.0]]]], &dev).unwrap();
+    let e = x.conv2d(&x, 0, 1, 1, 1).unwrap_err().to_string();
+    assert!(e.contains("conv2d") && e.contains("F32"), "{e}");
+    let e = x.max_pool2d(2).unwrap_err().to_string();
+    assert!(e.contains("max_pool2d"), "{e}");
+    let e = Tensor::new(&[1u32, 2], &dev).unwrap().exp().unwrap_err().to_string();
+    assert!(e.contains("exp") && e.contains("U32"), "{e}");
+    // Bad input is an error and leaves the device usable.
+    let y = Tensor::new(&[1f32, 2.0], &dev).unwrap();
+    assert!(y.matmul(&y).is_err());
+    assert_eq!(y.exp().unwrap().to_vec1::<f32>().unwrap()[0], 1f32.exp());
+}
+
+const INTS: [DType; 5] = [DType::U8, DType::U32, DType::I16, DType::I32, DType::I64];
+
+/// Small non-negative integers (valid in every integer dtype), or values of a float dtype.
+fn ints(shape: &[usize], dtype: DType, seed: u64, hi: f32) -> Tensor {
+    let n: usize = shape.iter().product();
+    let v: Vec<f32> = values(n, seed, 0.0, hi, false).iter().map(|x| x.floor()).collect();
+    Tensor::from_vec(v, shape, &Device::Cpu).unwrap().to_dtype(dtype).unwrap()
+}
+
+#[test]
+fn cmp_all_dtypes() {
+    for dev in devices() {
+        for dtype in FLOATS.into_iter().chain([DType::F64]).chain(INTS) {
+            let float = dtype.is_float();
+            let a = if float { rand(&[4, 6, 5], dtype, 90, true) } else { ints(&[4, 6, 5], dtype, 90, 5.0) };
+            let b = if float { rand(&[4, 6, 5], dtype, 91, true) } else { ints(&[4, 6, 5], dtype, 91, 5.0) };
+            let row = if float { rand(&[1, 6, 1], dtype, 92, false) } else { ints(&[1, 6, 1], dtype, 92, 5.0) };
+            for op in ["eq", "ne", "lt", "le", "gt", "ge"] {
+                let f = |x: &Tensor, y: &Tensor| -> Result<Tensor> {
+                    match op {
+                        "eq" => x.broadcast_eq(y),
+                        "ne" => x.broadcast_ne(y),
+                        "lt" => x.broadcast_lt(y),
+                        "le" => x.broadcast_le(y),
+                        "gt" => x.broadcast_gt(y),
+                        _ => x.broadcast_ge(y),
+                    }
+                };
+                let w = |l: &str| format!("cmp {op} {dtype:?} {l}");
+                check(&w("same shape (NaN/inf)"), &dev, EXACT, |d| f(&a.to_device(d)?, &b.to_device(d)?));
+                check(&w("with itself"), &dev, EXACT, |d| f(&a.to_device(d)?, &a.to_device(d)?));
+                check(&w("broadcast, transposed"), &dev, EXACT, |d| f(&a.to_device(d)?.transpose(0, 2)?, &row.to_device(d)?.transpose(0, 2)?));
+                check(&w("offset"), &dev, EXACT, |d| f(&a.to_device(d)?.narrow(1, 1, 3)?, &b.to_device(d)?.narrow(1, 2, 3)?));
+            }
+        }
+    }
+}
+
+#[test]
+fn f64_and_integer_arithmetic() {
+    for dev in devices() {
+        // f64: computed in f64 by our kernels (exp/log/tanh/erf/... series), a few ulp from std.
+        let t64 = Tol { rtol: 1e-13, atol: 1e-14 };
+        let base = rand(&[4, 6, 5], DType::F64, 93, true);
+        let finite = rand(&[4, 6, 5], DType::F64, 93, false);
+        for op in UNARY {
+            let base = if op == "relu" || op == "sign" { &finite } else { &base };
+            for (layout, _) in views(base, &Device::Cpu) {
+                check(&format!("{op} F64 {layout}"), &dev, t64, |d| {
+                    apply_unary(op, &views(base, d).into_iter().find(|(n, _)| *n == layout).unwrap().1)
+                });
+            }
+        }
+        let pos = finite.abs().unwrap();
+        check("powf F64", &dev, t64, |d| pos.to_device(d)?.powf(1.7));
+        check("elu F64", &dev, t64, |d| base.to_device(d)?.elu(0.7));
+        for dtype in [DType::F64].into_iter().chain(INTS) {
+            let float = dtype == DType::F64;
+            let a = if float { rand(&[4, 6, 5], dtype, 94, false) } else { ints(&[4, 6, 5], dtype, 94, 10.0) };
+            // Integer division by zero is undefined in Candle: divisors are 1..10.
+            let b = if float { rand(&[4, 6, 5], dtype, 95, false) } else { (ints(&[4, 6, 5], DType::F32, 95, 9.0) + 1.0).unwrap().to_dtype(dtype).unwrap() };
+            let row = if float { rand(&[1, 1, 5], dtype, 96, false) } else { (ints(&[1, 1, 5], DType::F32, 96, 9.0) + 1.0).unwrap().to_dtype(dtype).unwrap() };
+            let t = if float { t64 } else { EXACT };
+            for op in ["add", "sub", "mul", "div", "minimum", "maximum"] {
+                // u8/u32 subtraction wraps in Candle's CPU backend: compare a >= b only.
+                if op == "sub" && matches!(dtype, DType::U8 | DType::U32) {
+                    continue;
+                }
+                let f = |x: &Tensor, y: &Tensor| -> Result<Tensor> {
+                    match op {
+                        "add" => x.broadcast_add(y),
+                        "sub" => x.broadcast_sub(y),
+                        "mul" => x.broadcast_mul(y),
+                        "div" => x.broadcast_div(y),
+                        "minimum" => x.broadcast_minimum(y),
+                        _ => x.broadcast_maximum(y),
+                    }
+                };
+                let w = |l: &str| format!("{op} {dtype:?} {l}");
+                check(&w("same shape"), &dev, t, |d| f(&a.to_device(d)?, &b.to_device(d)?));
+                check(&w("broadcast, transposed lhs"), &dev, t, |d| f(&a.to_device(d)?.transpose(0, 1)?, &row.to_device(d)?));
+            }
+            check(&format!("affine {dtype:?}"), &dev, t, |d| a.to_device(d)?.transpose(0, 2)?.affine(2.0, 1.0));
+            // (two layouts: the any-dtype reduction kernel runs a 256-wide work-group per
+            // output, slow on the CPU executor)
+            for (layout, _) in views(&a, &Device::Cpu).into_iter().filter(|(n, _)| *n == "contiguous" || *n == "offset+strided") {
+                let pick = |d: &Device| views(&a, d).into_iter().find(|(n, _)| *n == layout).unwrap().1;
+                for dim in 0..3 {
+                    let w = |op: &str| format!("{op} dim {dim} {dtype:?} {layout}");
+                    check(&w("sum"), &dev, t, |d| pick(d).sum_keepdim(dim));
+                    check(&w("max"), &dev, EXACT, |d| pick(d).max_keepdim(dim));
+                    check(&w("min"), &dev, EXACT, |d| pick(d).min_keepdim(dim));
+                    check(&w("argmax"), &dev, EXACT, |d| pick(d).argmax_keepdim(dim));
+                    check(&w("argmin"), &dev, EXACT, |d| pick(d).argmin_keepdim(dim));
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn casts_between_all_stored_dtypes() {
+    let all = [DType::U8, DType::U32, DType::I16, DType::I32, DType::I64, DType::BF16, DType::F16, DType::F32, DType::F64];
+    for dev in devices() {
+        for src in all {
+            for dst in all {
+                // Values valid in both (0..100, integral when either side is an integer).
+                let base = ints(&[4, 6, 5], DType::F32, 97, 100.0);
+                let base = if src.is_float() && dst.is_float() { (base / 7.0).unwrap() } else { base };
+                let base = base.to_dtype(src).unwrap();
+                for (layout, _) in views(&base, &Device::Cpu) {
+                    check(&format!("cast {src:?} -> {dst:?} {layout}"), &dev, EXACT, |d| {
+                        views(&base, d).into_iter().find(|(n, _)| *n == layout).unwrap().1.to_dtype(dst)
+                    });
+                }
+            }
+        }
+        // Float specials through float casts.
+        for (src, dst) in [(DType::F32, DType::BF16), (DType::F64, DType::F16), (DType::BF16, DType::F64)] {
+            let x = rand(&[4, 6, 5], src, 98, true);
+            check(&format!("cast {src:?} -> {dst:?} with NaN/inf"), &dev, EXACT, |d| x.to_device(d)?.to_dtype(dst));
+        }
+    }
+}
+
+#[test]
+fn indexing_of_eight_byte_dtypes_and_scatter_set() {
+    for dev in devices() {
+        for dtype in [DType::I64, DType::F64, DType::F32, DType::U8, DType::BF16] {
+            let src = ints(&[5, 7, 3], dtype, 100, 50.0);
+            for idt in [DType::U32, DType::I64] {
+                let w = |op: &str| format!("{op} {dtype:?} ids {idt:?}");
+                for dim in 0..3 {
+                    let bound = src.dims()[dim];
+                    let ix = ids(&[9], bound, idt, 101 + dim as u64);
+                    check(&w(&format!("index_select dim {dim}")), &dev, EXACT, |d| src.to_device(d)?.index_select(&ix.to_device(d)?, dim));
+                    let mut gshape = src.dims().to_vec();
+                    gshape[dim] = 4;
+                    let gx = ids(&gshape, bound, idt, 110 + dim as u64);
+                    check(&w(&format!("gather dim {dim}")), &dev, EXACT, |d| src.to_device(d)?.gather(&gx.to_device(d)?, dim));
+                    let upd = ints(&gshape, dtype, 120 + dim as u64, 50.0);
+                    check(&w(&format!("scatter_add dim {dim}")), &dev, EXACT, |d| src.to_device(d)?.scatter_add(&gx.to_device(d)?, &upd.to_device(d)?, dim));
+                    // scatter (set): a permutation along `dim` so each destination is written once.
+                    let perm: Vec<u32> = (0..bound as u32).rev().collect();
+                    let mut pshape = src.dims().to_vec();
+                    pshape[dim] = 1;
+                    let px = Tensor::new(perm.as_slice(), &Device::Cpu).unwrap();
+                    let mut view = vec![1usize; 3];
+                    view[dim] = bound;
+                    let px = px.reshape(view).unwrap().broadcast_as(src.dims()).unwrap().contiguous().unwrap().to_dtype(idt).unwrap();
+                    let vals = ints(src.dims(), dtype, 130 + dim as u64, 50.0);
+                    check(&w(&format!("scatter (set) dim {dim}")), &dev, EXACT, |d| src.to_device(d)?.scatter(&px.to_device(d)?, &vals.to_device(d)?, dim));
+                    let mut ashape = src.dims().to_vec();
+                    ashape[dim] = 9;
+                    let add = ints(&ashape, dtype, 140 + dim as u64, 50.0);
+                    check(&w(&format!("index_add dim {dim}")), &dev, EXACT, |d| src.to_device(d)?.index_add(&ix.to_device(d)?, &add.to_device(d)?, dim));
+                }
+            }
+            let cond = ids(&[5, 7, 3], 2, DType::I64, 150);
+            let other = ints(&[5, 7, 3], dtype, 151, 50.0);
+            check(&format!("where_cond {dtype:?} cond I64, transposed"), &dev, EXACT, |d| {
+                cond.to_device(d)?.transpose(0, 2)?.where_cond(&src.to_device(d)?.transpose(0, 2)?, &other.to_device(d)?.transpose(0, 2)?)
+            });
+        }
+    }
+}
+
+#[test]
+fn random_numbers_are_seeded_reproducible_and_plausible() {
+    let devs = devices();
+    for dtype in [DType::F32, DType::F16, DType::BF16, DType::F64] {
+        let mut runs = Vec::new();
+        for dev in &devs {
+            let d = dev.as_candle();
+            d.set_seed(42).unwrap();
+            let u = Tensor::rand(-1f32, 3f32, 20_000, &d).unwrap().to_dtype(dtype).unwrap();
+            let u2 = Tensor::rand(-1f32, 3f32, 20_000, &d).unwrap();
+            let n = Tensor::randn(0f32, 1f32, 20_000, &d).unwrap();
+            let to = |t: &Tensor| t.to_device(&Device::Cpu).unwrap().to_dtype(DType::F64).unwrap().to_vec1::<f64>().unwrap();
+            let (u, u2, n) = (to(&u), to(&u2), to(&n));
+            assert!(u.iter().all(|&v| (-1.0..3.0).contains(&v) || (dtype != DType::F32 && v == 3.0)), "uniform out of range on {}", dev.name());
+            assert_ne!(u, u2, "consecutive draws must differ");
+            let mean = |v: &[f64]| v.iter().sum::<f64>() / v.len() as f64;
+            let var = |v: &[f64]| { let m = mean(v); v.iter().map(|x| (x - m) * (x - m)).sum::<f64>() / v.len() as f64 };
+            // 20,000 draws: mean within ~5 standard errors.
+            assert!((mean(&u) - 1.0).abs() < 0.05, "uniform mean {}", mean(&u));
+            assert!((var(&u) - 16.0 / 12.0).abs() < 0.06, "uniform variance {}", var(&u));
+            assert!(mean(&n).abs() < 0.04 && (var(&n) - 1.0).abs() < 0.05, "normal mean {} variance {}", mean(&n), var(&n));
+            d.set_seed(42).unwrap();
+            let again = to(&Tensor::rand(-1f32, 3f32, 20_000, &d).unwrap().to_dtype(dtype).unwrap());
+            assert_eq!(u, again, "same seed, same numbers on {}", dev.name());
+            runs.push(u);
+        }
+        // Every executor (wave 32, wave 64, GPUs) gives the same bits.
+        assert!(runs.windows(2).all(|w| w[0] == w[1]), "{dtype:?}: executors disagree");
+    }
+}
+
+#[test]
+fn device_identity_and_name() {
+    let a = candle_rocm::RocmDevice::new_cpu_executor(candle_rocm::WaveSize::W32);
+    let b = candle_rocm::RocmDevice::new_cpu_executor(candle_rocm::WaveSize::W32);
+    assert!(a.as_candle().same_device(&a.as_candle()));
+    assert!(!a.as_candle().same_device(&b.as_candle()));
+    assert!(a.name().contains("CPU executor"), "{}", a.name());
+    let x = Tensor::new(&[1f32], &a.as_candle()).unwrap();
+    let y = Tensor::new(&[1f32], &b.as_candle()).unwrap();
+    assert!((&x + &y).is_err(), "ops across two devices must fail");
+    assert!(format!("{x}").contains("rocm-kernels:0"));
+    let _ = D::Minus1;
+}
+
+#[test]
+fn convolutions_pools_upsampling() {
+    for dev in devices() {
+        for dtype in FLOATS {
+            // Sums of c_in * taps products: the reference is Candle's CPU on f32 copies,
+            // rounded once (as for the fused ops); the GEMM accumulates in f32 too.
+            let t = match dtype {
+                DType::F32 => Tol { rtol: 1e-5, atol: 1e-5 },
+                d => tol(d),
+            };
+            let x = rand(&[2, 3, 9, 8], dtype, 160, false);
+            let k = rand(&[4, 3, 3, 2], dtype, 161, false);
+            let x1 = rand(&[2, 3, 11], dtype, 162, false);
+            let k1 = rand(&[4, 3, 3], dtype, 163, false);
+            let kt = rand(&[3, 4, 3, 2], dtype, 164, false);
+            let kt1 = rand(&[3, 4, 3], dtype, 165, false);
+            let w = |op: &str| format!("{op} {dtype:?}");
+            let refd = |d: &Device, xs: &[&Tensor], f: &dyn Fn(&[Tensor]) -> Result<Tensor>| -> Result<Tensor> {
+                let up = xs.iter().map(|x| x.to_device(d)?.to_dtype(DType::F32)).collect::<Result<Vec<_>>>()?;
+                f(&up)?.to_dtype(dtype)
+            };
+            let ours = |d: &Device, xs: &[&Tensor], f: &dyn Fn(&[Tensor]) -> Result<Tensor>| -> Result<Tensor> {
+                f(&xs.iter().map(|x| x.to_device(d)).collect::<Result<Vec<_>>>()?)
+            };
+            let cases: Vec<(&str, Vec<&Tensor>, Box<dyn Fn(&[Tensor]) -> Result<Tensor>>)> = vec![
+                ("conv2d", vec![&x, &k], Box::new(|v| v[0].conv2d(&v[1], 1, 1, 1, 1))),
+                ("conv2d stride 2 dilation 2", vec![&x, &k], Box::new(|v| v[0].conv2d(&v[1], 0, 2, 2, 1))),
+                ("conv2d of a transposed input", vec![&x, &k], Box::new(|v| v[0].transpose(2, 3)?.conv2d(&v[1], 1, 1, 1, 1))),
+                ("conv1d", vec![&x1, &k1], Box::new(|v| v[0].conv1d(&v[1], 1, 2, 1, 1))),
+                ("conv_transpose2d", vec![&x, &kt], Box::new(|v| v[0].conv_transpose2d(&v[1], 1, 1, 2, 1))),
+                ("conv_transpose1d", vec![&x1, &kt1], Box::new(|v| v[0].conv_transpose1d(&v[1], 0, 1, 2, 1, 1))),
+                ("avg_pool2d", vec![&x], Box::new(|v| v[0].avg_pool2d_with_stride((3, 2), (2, 2)))),
+                ("max_pool2d", vec![&x], Box::new(|v| v[0].max_pool2d_with_stride((3, 2), (2, 1)))),
+                ("max_pool2d of a strided view", vec![&x], Box::new(|v| v[0].transpose(2, 3)?.max_pool2d(2))),
+                ("upsample_nearest2d", vec![&x], Box::new(|v| v[0].upsample_nearest2d(13, 17))),
+                ("upsample_nearest1d", vec![&x1], Box::new(|v| v[0].upsample_nearest1d(23))),
+                ("upsample_bilinear2d", vec![&x], Box::new(|v| v[0].upsample_bilinear2d(13, 17, false))),
+                ("upsample_bilinear2d align_corners", vec![&x], Box::new(|v| v[0].upsample_bilinear2d(13, 17, true))),
+            ];
+            for (name, xs, f) in &cases {
+                check_ref(&w(name), &dev, t, |d| refd(d, xs, f.as_ref()), |d| ours(d, xs, f.as_ref()));
+            }
+        }
+    }
+}
