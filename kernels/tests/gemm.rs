@@ -13,10 +13,10 @@ use kernels::runtime::Device;
 /// at wave 32), plus the GPUs of this build.
 fn matrix_executors() -> Vec<Device> {
     let mut v = vec![
-        Device::Cpu(CpuExecutor::new(WaveSize::W64)),
-        Device::Cpu(CpuExecutor::new(WaveSize::W32)),
-        Device::Cpu(CpuExecutor::new(WaveSize::W32).with_matrix_unit(MatrixUnit::MmaSync)),
-        Device::Cpu(CpuExecutor::new(WaveSize::W32).with_matrix_unit(MatrixUnit::Valu)),
+        Device::cpu_with(CpuExecutor::new(WaveSize::W64)),
+        Device::cpu_with(CpuExecutor::new(WaveSize::W32)),
+        Device::cpu_with(CpuExecutor::new(WaveSize::W32).with_matrix_unit(MatrixUnit::MmaSync)),
+        Device::cpu_with(CpuExecutor::new(WaveSize::W32).with_matrix_unit(MatrixUnit::Valu)),
     ];
     v.extend(executors().into_iter().filter(|d| d.is_gpu()));
     v
@@ -134,7 +134,7 @@ fn accumulator_to_a_and_row_reductions_in_every_lowering() {
 
 #[test]
 fn mma_rejects_a_wave_size_its_layout_does_not_have() {
-    let dev = Device::Cpu(CpuExecutor::new(WaveSize::W32).with_matrix_unit(MatrixUnit::Mfma));
+    let dev = Device::cpu_with(CpuExecutor::new(WaveSize::W32).with_matrix_unit(MatrixUnit::Mfma));
     let x = dev.upload(&[f16::ZERO; 256]).unwrap();
     let c = dev.upload(&[0.0f32; 256]).unwrap();
     let mut d = dev.alloc::<f32>(256).unwrap();

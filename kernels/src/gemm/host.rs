@@ -75,7 +75,7 @@ impl<T> Default for Epilogue<'_, T> {
 /// The matrix-unit lowering kernels use on `dev`.
 pub fn lowering_of(dev: &Device) -> Lowering {
     match dev {
-        Device::Cpu(e) => match e.matrix_unit() {
+        Device::Cpu(e) => match e.executor().matrix_unit() {
             MatrixUnit::Mfma => Lowering::Mfma,
             MatrixUnit::Wmma => Lowering::Wmma,
             MatrixUnit::MmaSync => Lowering::MmaSync,
