@@ -21,9 +21,11 @@ pub mod norm;
 pub mod reduce;
 pub mod row;
 pub mod rope;
-pub mod runtime;
 pub mod softmax;
 
 kernel_dsl::embed_kernels!();
+
+/// Devices and buffers (the `kernel-runtime` crate): [`runtime::Device`], [`runtime::DeviceVec`].
+pub use kernel_runtime as runtime;
 
 pub use kernel_dsl::host::{CpuExecutor, Executor, LaunchConfig, LaunchError, WaveSize};

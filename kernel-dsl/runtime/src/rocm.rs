@@ -4,15 +4,15 @@
 //!
 //! The safe `rocm-rs` wrappers are used where they fit: [`Device`](hip::Device) (device
 //! count, `hipSetDevice`), [`Stream`], [`Module`] (`hipModuleLoadData`, unloaded on drop),
-//! [`Function`] (`hipModuleGetFunction`), [`DeviceMemory`] (`hipMalloc`, `hipMemset`,
-//! host-to-device `hipMemcpy`, `hipFree` on drop) and [`Event`]. The raw FFI is used where
-//! they don't: `hipGetDevicePropertiesR0600` (the wrapper's `DeviceProperties` has no
+//! [`Function`] (`hipModuleGetFunction`) and [`Event`]. The raw FFI is used where they
+//! don't: `hipGetDevicePropertiesR0600` (the wrapper's `DeviceProperties` has no
 //! `gcnArchName`), `hipModuleLaunchKernel` with `extra` (the wrapper only passes
-//! `kernelParams`), device-to-host `hipMemcpy` into uninitialised memory, and
-//! device-to-device `hipMemcpyAsync` on the stream (the wrapper's copy is synchronous).
-use super::MemError;
-use kernel_dsl::host::{check_memory, ArgValue, EmbeddedKernels, Executor, Launch, LaunchError, MemLocation};
-use rocm_rs::hip::{self, bindings, ffi, stream_flags, DeviceMemory, Event, Function, Module, Stream};
+//! `kernelParams`), and memory: the caching allocator owns raw `hipMalloc` blocks (the
+//! wrapper's `DeviceMemory` frees on drop), views copy with `hipMemcpy` at an offset, and
+//! device-to-device copies are `hipMemcpyAsync` on the stream.
+use crate::alloc::{CachingAllocator, RawMemory};
+use kernel_dsl::host::{check_memory, EmbeddedKernels, Executor, Launch, LaunchError, MemLocation};
+use rocm_rs::hip::{self, bindings, ffi, stream_flags, Event, Function, Module, Stream};
 use std::collections::hash_map::Entry;
 use std::collections::HashMap;
 use std::ffi::{c_char, c_void};
@@ -54,9 +54,33 @@ fn c_chars(raw: &[c_char]) -> String {
     String::from_utf8_lossy(&bytes).into_owned()
 }
 
-/// One HIP device with a stream.
+/// One HIP device with a stream. Cheap to clone (clones share the device).
+#[derive(Clone)]
 pub struct RocmDevice {
     inner: Arc<Inner>,
+    memory: Arc<CachingAllocator>,
+}
+
+/// The device's memory as the caching allocator sees it (`hipMalloc` / `hipFree`).
+struct RocmMemory(Arc<Inner>);
+
+impl RawMemory for RocmMemory {
+    fn alloc(&self, bytes: usize) -> Result<u64, LaunchError> {
+        self.0.device.set_current().map_err(|e| err("hipSetDevice", e))?;
+        let mut p: *mut c_void = ptr::null_mut();
+        // SAFETY: `p` is a valid out-pointer; `bytes` > 0.
+        check("hipMalloc", unsafe { ffi::hipMalloc(&mut p, bytes) })?;
+        Ok(p as usize as u64)
+    }
+    unsafe fn free(&self, addr: u64, _bytes: usize) {
+        let _ = self.0.device.set_current();
+        // SAFETY: the caller's contract: `addr` came from `hipMalloc`, queued work finished.
+        let _ = unsafe { ffi::hipFree(addr as usize as *mut c_void) };
+    }
+    fn wait_idle(&self) {
+        let _ = self.0.device.set_current();
+        let _ = self.0.stream.synchronize();
+    }
 }
 
 /// A loaded code object, with the aligned copy of its ELF bytes when one was needed.
@@ -100,7 +124,6 @@ impl Drop for Inner {
 const _: fn() = || {
     fn send_sync<T: Send + Sync>() {}
     send_sync::<RocmDevice>();
-    send_sync::<RocmBuffer<f32>>();
     send_sync::<RocmEvent>();
 };
 
@@ -147,17 +170,16 @@ impl RocmDevice {
         // `hipMemset` and `hipMemcpy` run, so a buffer filled by `alloc`/`upload` is ready
         // for the kernels queued after it. Created on the current device, set above.
         let stream = device.get_stream_with_flags(stream_flags::DEFAULT).map_err(|e| err("hipStreamCreateWithFlags", e))?;
-        Ok(RocmDevice {
-            inner: Arc::new(Inner {
-                ordinal,
-                device,
-                name,
-                arch,
-                stream,
-                modules: Mutex::new(HashMap::new()),
-                functions: Mutex::new(HashMap::new()),
-            }),
-        })
+        let inner = Arc::new(Inner {
+            ordinal,
+            device,
+            name,
+            arch,
+            stream,
+            modules: Mutex::new(HashMap::new()),
+            functions: Mutex::new(HashMap::new()),
+        });
+        Ok(RocmDevice { memory: CachingAllocator::new(Box::new(RocmMemory(inner.clone()))), inner })
     }
 
     /// Device name, e.g. `AMD Instinct MI250X`.
@@ -179,15 +201,8 @@ impl RocmDevice {
         self.inner.device.set_current().map_err(|e| err("hipSetDevice", e))
     }
 
-    fn check_owner<T>(&self, buf: &RocmBuffer<T>, op: &'static str) -> Result<(), LaunchError> {
-        if buf.device.ordinal == self.inner.ordinal {
-            Ok(())
-        } else {
-            Err(LaunchError::InvalidArgument {
-                kernel: op,
-                reason: format!("buffer belongs to HIP device {}, not {}", buf.device.ordinal, self.inner.ordinal),
-            })
-        }
+    pub(crate) fn allocator(&self) -> &Arc<CachingAllocator> {
+        &self.memory
     }
 
     /// Waits for all work queued on the stream.
@@ -196,82 +211,40 @@ impl RocmDevice {
         self.inner.stream.synchronize().map_err(|e| err("hipStreamSynchronize", e))
     }
 
-    /// Copies `data` to a new device buffer.
-    pub fn upload<T: Copy>(&self, data: &[T]) -> Result<RocmBuffer<T>, LaunchError> {
-        let mut buf = self.alloc_uninit::<T>(data.len())?;
-        // `hipMemcpy` host-to-device of exactly `data.len()` elements (the buffer's size);
-        // it returns once `data` has been read.
-        buf.mem.copy_from_host(data).map_err(|e| err("hipMemcpy", e))?;
-        Ok(buf)
-    }
-
-    /// A new zero-filled device buffer of `len` elements.
-    pub fn alloc<T: Copy>(&self, len: usize) -> Result<RocmBuffer<T>, LaunchError> {
-        let mut buf = self.alloc_uninit::<T>(len)?;
-        buf.mem.memset(0).map_err(|e| err("hipMemset", e))?;
-        Ok(buf)
-    }
-
-    /// A new device buffer of `len` elements whose contents are not yet written.
-    fn alloc_uninit<T: Copy>(&self, len: usize) -> Result<RocmBuffer<T>, LaunchError> {
-        // `DeviceMemory::new` multiplies without an overflow check.
-        if len.checked_mul(std::mem::size_of::<T>()).is_none() {
-            return Err(LaunchError::InvalidArgument {
-                kernel: "alloc",
-                reason: format!("{len} elements of {} bytes overflow usize", std::mem::size_of::<T>()),
-            });
-        }
+    /// Zeroes `bytes` bytes at `addr` (`hipMemset` on the NULL stream, which the blocking
+    /// stream is ordered with).
+    pub(crate) fn memset_zero(&self, addr: u64, bytes: usize) -> Result<(), LaunchError> {
         self.bind()?;
-        // `hipMalloc` on the current device (a null pointer for zero bytes); `hipFree` on drop.
-        let mem = DeviceMemory::<T>::new(len).map_err(|e| err("hipMalloc", e))?;
-        Ok(RocmBuffer { mem, len, device: self.inner.clone() })
+        // SAFETY: `addr` is a live block of at least `bytes` bytes of this device.
+        check("hipMemset", unsafe { ffi::hipMemset(addr as usize as *mut c_void, 0, bytes) })
     }
 
-    /// Copies a device buffer back (waits for queued work first).
-    pub fn download<T: Copy>(&self, buf: &RocmBuffer<T>) -> Result<Vec<T>, LaunchError> {
-        self.check_owner(buf, "download")?;
+    /// Host-to-device copy of `data` to `addr` (`hipMemcpy`: returns once `data` is read).
+    pub(crate) fn write_raw<T: Copy>(&self, addr: u64, data: &[T]) -> Result<(), LaunchError> {
+        self.bind()?;
+        // SAFETY: `addr` is a live range of `size_of_val(data)` bytes of this device.
+        check("hipMemcpy", unsafe {
+            ffi::hipMemcpy(addr as usize as *mut c_void, data.as_ptr().cast::<c_void>(), std::mem::size_of_val(data), ffi::hipMemcpyKind_hipMemcpyHostToDevice)
+        })
+    }
+
+    /// Device-to-host copy from `addr` into `out` (waits for queued work first).
+    pub(crate) fn read_raw<T: Copy>(&self, addr: u64, out: &mut [std::mem::MaybeUninit<T>]) -> Result<(), LaunchError> {
         self.synchronize()?;
-        let bytes = buf.len * std::mem::size_of::<T>();
-        let mut out = Vec::<T>::with_capacity(buf.len);
-        if bytes > 0 {
-            // SAFETY: `out` has room for `len` elements (`bytes` bytes) and the buffer holds
-            // as many; `hipMemcpy` device-to-host is synchronous, so they are written on return.
-            check("hipMemcpy", unsafe {
-                ffi::hipMemcpy(
-                    out.as_mut_ptr().cast::<c_void>(),
-                    buf.mem.as_ptr().cast_const(),
-                    bytes,
-                    ffi::hipMemcpyKind_hipMemcpyDeviceToHost,
-                )
-            })?;
-        }
-        // SAFETY: all `len` elements were written by the copy above (or `T` has no bytes).
-        unsafe { out.set_len(buf.len) };
-        Ok(out)
+        // SAFETY: `addr` holds `out.len()` elements; `hipMemcpy` device-to-host is
+        // synchronous and writes every byte of `out`.
+        check("hipMemcpy", unsafe {
+            ffi::hipMemcpy(out.as_mut_ptr().cast::<c_void>(), addr as usize as *const c_void, std::mem::size_of_val(out), ffi::hipMemcpyKind_hipMemcpyDeviceToHost)
+        })
     }
 
-    /// Device-to-device copy of `src` into `dst` (same length), queued on the stream.
-    pub fn copy<T: Copy>(&self, src: &RocmBuffer<T>, dst: &mut RocmBuffer<T>) -> Result<(), LaunchError> {
-        if src.len != dst.len {
-            return Err(MemError::length(src.len, dst.len));
-        }
-        self.check_owner(src, "copy")?;
-        self.check_owner(dst, "copy")?;
-        let bytes = src.len * std::mem::size_of::<T>();
-        if bytes == 0 {
-            return Ok(());
-        }
+    /// Device-to-device copy of `bytes` bytes, queued on the stream.
+    pub(crate) fn copy_raw(&self, src: u64, dst: u64, bytes: usize) -> Result<(), LaunchError> {
         self.bind()?;
-        // SAFETY: both buffers are live device allocations of `bytes` bytes; they stay alive
-        // until the copy has run because `RocmBuffer::drop` synchronises the stream first.
+        // SAFETY: both are live ranges of `bytes` bytes of this device, kept alive for the
+        // queued copy by the stream-ordered caching allocator.
         check("hipMemcpyAsync", unsafe {
-            ffi::hipMemcpyAsync(
-                dst.mem.as_ptr(),
-                src.mem.as_ptr().cast_const(),
-                bytes,
-                ffi::hipMemcpyKind_hipMemcpyDeviceToDevice,
-                self.inner.stream.as_raw(),
-            )
+            ffi::hipMemcpyAsync(dst as usize as *mut c_void, src as usize as *const c_void, bytes, ffi::hipMemcpyKind_hipMemcpyDeviceToDevice, self.inner.stream.as_raw())
         })
     }
 
@@ -378,7 +351,7 @@ impl Executor for RocmDevice {
         // holding `segment_size` bytes laid out as the kernel's metadata requires; HIP copies
         // the arguments before returning, so the locals may go away afterwards. Slices live
         // in this device's memory (`check_memory`) and stay alive until the kernel has run
-        // because `RocmBuffer::drop` synchronises the stream.
+        // because the caching allocator reuses memory in stream order.
         check("hipModuleLaunchKernel", unsafe {
             ffi::hipModuleLaunchKernel(
                 f,
@@ -394,42 +367,6 @@ impl Executor for RocmDevice {
                 extra.as_mut_ptr(),
             )
         })
-    }
-}
-
-/// A device buffer on a HIP device; freed on drop, after the work queued before it.
-pub struct RocmBuffer<T> {
-    /// `hipMalloc`ed memory; its `Drop` calls `hipFree`.
-    mem: DeviceMemory<T>,
-    len: usize,
-    device: Arc<Inner>,
-}
-
-impl<T> RocmBuffer<T> {
-    /// Elements.
-    pub fn len(&self) -> usize {
-        self.len
-    }
-    /// `true` when empty.
-    pub fn is_empty(&self) -> bool {
-        self.len == 0
-    }
-    /// The kernel argument for this buffer.
-    pub fn arg(&self) -> ArgValue {
-        ArgValue::Slice {
-            addr: self.mem.as_ptr() as usize as u64,
-            len: self.len,
-            location: MemLocation::Device { backend: "rocm", ordinal: self.device.ordinal },
-        }
-    }
-}
-
-impl<T> Drop for RocmBuffer<T> {
-    fn drop(&mut self) {
-        // Work queued on the stream may still use the memory: wait for it, then the
-        // `mem` field's drop frees it (`hipFree`) with the owning device current.
-        let _ = self.device.device.set_current();
-        let _ = self.device.stream.synchronize();
     }
 }
 

@@ -1,6 +1,6 @@
 //! NVIDIA executor: loads the embedded PTX through the CUDA driver API (`cudarc`, loaded
 //! at run time, so building needs no CUDA install) and launches kernels on one stream.
-use super::MemError;
+use crate::alloc::{CachingAllocator, RawMemory};
 use cudarc::driver::{result, sys};
 use kernel_dsl::host::{check_memory, ArgValue, EmbeddedKernels, Executor, Launch, LaunchError, MemLocation};
 use std::collections::HashMap;
@@ -13,8 +13,40 @@ fn err(call: &'static str, e: result::DriverError) -> LaunchError {
 
 /// One CUDA device with its primary context and a stream. The stream is a blocking one, so
 /// the synchronous copies and memsets (legacy default stream) stay ordered with launches.
+#[derive(Clone)]
 pub struct CudaDevice {
     inner: Arc<Inner>,
+    memory: Arc<CachingAllocator>,
+}
+
+/// The device's memory as the caching allocator sees it.
+struct CudaMemory(Arc<Inner>);
+
+impl RawMemory for CudaMemory {
+    fn alloc(&self, bytes: usize) -> Result<u64, LaunchError> {
+        bind(&self.0)?;
+        // SAFETY: plain allocation of `bytes` > 0 bytes, freed by `free`.
+        unsafe { result::malloc_sync(bytes) }.map_err(|e| err("cuMemAlloc", e))
+    }
+    unsafe fn free(&self, addr: u64, _bytes: usize) {
+        // SAFETY: the caller's contract: `addr` came from `alloc`, queued work has finished.
+        unsafe {
+            let _ = result::ctx::set_current(self.0.ctx);
+            let _ = result::free_sync(addr);
+        }
+    }
+    fn wait_idle(&self) {
+        // SAFETY: valid context and stream.
+        unsafe {
+            let _ = result::ctx::set_current(self.0.ctx);
+            let _ = result::stream::synchronize(self.0.stream);
+        }
+    }
+}
+
+fn bind(inner: &Inner) -> Result<(), LaunchError> {
+    // SAFETY: the context lives as long as `inner`.
+    unsafe { result::ctx::set_current(inner.ctx) }.map_err(|e| err("cuCtxSetCurrent", e))
 }
 
 struct Inner {
@@ -71,8 +103,7 @@ impl CudaDevice {
             let ctx = result::primary_ctx::retain(device).map_err(|e| err("cuDevicePrimaryCtxRetain", e))?;
             result::ctx::set_current(ctx).map_err(|e| err("cuCtxSetCurrent", e))?;
             let stream = result::stream::create(result::stream::StreamKind::Default).map_err(|e| err("cuStreamCreate", e))?;
-            Ok(CudaDevice {
-                inner: Arc::new(Inner {
+            let inner = Arc::new(Inner {
                     ordinal,
                     name,
                     capability: (major, minor),
@@ -81,8 +112,8 @@ impl CudaDevice {
                     stream,
                     modules: Mutex::new(HashMap::new()),
                     functions: Mutex::new(HashMap::new()),
-                }),
-            })
+                });
+            Ok(CudaDevice { memory: CachingAllocator::new(Box::new(CudaMemory(inner.clone()))), inner })
         }
     }
 
@@ -97,8 +128,11 @@ impl CudaDevice {
     }
 
     fn bind(&self) -> Result<(), LaunchError> {
-        // SAFETY: the context lives as long as `inner`.
-        unsafe { result::ctx::set_current(self.inner.ctx) }.map_err(|e| err("cuCtxSetCurrent", e))
+        bind(&self.inner)
+    }
+
+    pub(crate) fn allocator(&self) -> &Arc<CachingAllocator> {
+        &self.memory
     }
 
     /// Waits for all work queued on the stream.
@@ -108,50 +142,38 @@ impl CudaDevice {
         unsafe { result::stream::synchronize(self.inner.stream) }.map_err(|e| err("cuStreamSynchronize", e))
     }
 
-    /// Copies `data` to a new device buffer.
-    pub fn upload<T: Copy>(&self, data: &[T]) -> Result<CudaBuffer<T>, LaunchError> {
-        let buf = self.alloc::<T>(data.len())?;
-        if !data.is_empty() {
-            // SAFETY: `buf` holds `data.len()` elements.
-            unsafe { result::memcpy_htod_sync(buf.ptr, data) }.map_err(|e| err("cuMemcpyHtoD", e))?;
-        }
-        Ok(buf)
-    }
-
-    /// A new zero-filled device buffer of `len` elements.
-    pub fn alloc<T: Copy>(&self, len: usize) -> Result<CudaBuffer<T>, LaunchError> {
+    /// Zeroes `bytes` bytes at `addr` (ordered with the stream).
+    pub(crate) fn memset_zero(&self, addr: u64, bytes: usize) -> Result<(), LaunchError> {
         self.bind()?;
-        let bytes = (len * std::mem::size_of::<T>()).max(1);
-        // SAFETY: plain allocation, zeroed before use, freed by `CudaBuffer::drop`.
-        let ptr = unsafe { result::malloc_sync(bytes) }.map_err(|e| err("cuMemAlloc", e))?;
-        unsafe { result::memset_d8_sync(ptr, 0, bytes) }.map_err(|e| err("cuMemsetD8", e))?;
-        Ok(CudaBuffer { ptr, len, device: self.inner.clone(), _t: std::marker::PhantomData })
+        // SAFETY: `addr` is a live block of at least `bytes` bytes of this device.
+        unsafe { result::memset_d8_sync(addr, 0, bytes) }.map_err(|e| err("cuMemsetD8", e))
     }
 
-    /// Copies a device buffer back (waits for queued work first).
-    pub fn download<T: Copy>(&self, buf: &CudaBuffer<T>) -> Result<Vec<T>, LaunchError> {
+    /// Host-to-device copy of `data` to `addr` (synchronous, after queued work).
+    pub(crate) fn write_raw<T: Copy>(&self, addr: u64, data: &[T]) -> Result<(), LaunchError> {
+        self.bind()?;
+        // SAFETY: `addr` is a live range of `size_of_val(data)` bytes of this device.
+        unsafe { result::memcpy_htod_sync(addr, data) }.map_err(|e| err("cuMemcpyHtoD", e))
+    }
+
+    /// Device-to-host copy from `addr` into `out` (waits for queued work first).
+    pub(crate) fn read_raw<T: Copy>(&self, addr: u64, out: &mut [std::mem::MaybeUninit<T>]) -> Result<(), LaunchError> {
         self.synchronize()?;
-        let mut out = Vec::<T>::with_capacity(buf.len);
-        // SAFETY: `out` has room for `len` elements, all written by the copy before set_len.
+        // SAFETY: `addr` holds `out.len()` elements; `MaybeUninit<T>` has `T`'s layout and
+        // the copy writes every byte of `out`.
         unsafe {
-            if buf.len > 0 {
-                let dst = std::slice::from_raw_parts_mut(out.as_mut_ptr(), buf.len);
-                result::memcpy_dtoh_sync(dst, buf.ptr).map_err(|e| err("cuMemcpyDtoH", e))?;
-            }
-            out.set_len(buf.len);
+            let dst = std::slice::from_raw_parts_mut(out.as_mut_ptr().cast::<T>(), out.len());
+            result::memcpy_dtoh_sync(dst, addr)
         }
-        Ok(out)
+        .map_err(|e| err("cuMemcpyDtoH", e))
     }
 
-    /// Device-to-device copy of `src` into `dst` (same length), queued on the stream.
-    pub fn copy<T: Copy>(&self, src: &CudaBuffer<T>, dst: &mut CudaBuffer<T>) -> Result<(), LaunchError> {
-        if src.len != dst.len {
-            return Err(MemError::length(src.len, dst.len));
-        }
+    /// Device-to-device copy of `bytes` bytes, queued on the stream.
+    pub(crate) fn copy_raw(&self, src: u64, dst: u64, bytes: usize) -> Result<(), LaunchError> {
         self.bind()?;
-        // SAFETY: both buffers hold `len` elements.
-        unsafe { result::memcpy_dtod_async(dst.ptr, src.ptr, src.len * std::mem::size_of::<T>(), self.inner.stream) }
-            .map_err(|e| err("cuMemcpyDtoDAsync", e))
+        // SAFETY: both are live ranges of `bytes` bytes of this device, kept alive for the
+        // queued copy by the stream-ordered caching allocator.
+        unsafe { result::memcpy_dtod_async(dst, src, bytes, self.inner.stream) }.map_err(|e| err("cuMemcpyDtoDAsync", e))
     }
 
     /// Records an event on the stream (for timing).
@@ -250,40 +272,6 @@ impl Executor for CudaDevice {
             )
         }
         .map_err(|e| err("cuLaunchKernel", e))
-    }
-}
-
-/// A device buffer on a CUDA device; freed (stream-ordered) on drop.
-pub struct CudaBuffer<T> {
-    ptr: sys::CUdeviceptr,
-    len: usize,
-    device: Arc<Inner>,
-    _t: std::marker::PhantomData<T>,
-}
-
-impl<T> CudaBuffer<T> {
-    /// Elements.
-    pub fn len(&self) -> usize {
-        self.len
-    }
-    /// `true` when empty.
-    pub fn is_empty(&self) -> bool {
-        self.len == 0
-    }
-    /// The kernel argument for this buffer.
-    pub fn arg(&self) -> ArgValue {
-        ArgValue::Slice { addr: self.ptr, len: self.len, location: MemLocation::Device { backend: "cuda", ordinal: self.device.ordinal } }
-    }
-}
-
-impl<T> Drop for CudaBuffer<T> {
-    fn drop(&mut self) {
-        // SAFETY: allocated by `alloc`; freed after the queued work that may use it.
-        unsafe {
-            let _ = result::ctx::set_current(self.device.ctx);
-            let _ = result::stream::synchronize(self.device.stream);
-            let _ = result::free_sync(self.ptr);
-        }
     }
 }
 
