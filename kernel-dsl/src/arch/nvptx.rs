@@ -5,8 +5,6 @@ use core::arch::nvptx as n;
 unsafe extern "unadjusted" {
     #[link_name = "llvm.nvvm.read.ptx.sreg.laneid"]
     fn sreg_laneid() -> u32;
-    #[link_name = "llvm.nvvm.activemask"]
-    fn activemask() -> u32;
     #[link_name = "llvm.nvvm.shfl.sync.idx.i32"]
     fn shfl_idx(mask: u32, value: u32, lane: u32, clamp: u32) -> u32;
     #[link_name = "llvm.nvvm.vote.ballot.sync"]
@@ -61,18 +59,33 @@ pub fn lane_id() -> u32 {
     unsafe { sreg_laneid() }
 }
 
-/// Reads `value` from lane `src` of the warp (among the active lanes).
+/// The lanes of this warp that exist in the block: all 32, or fewer in the last warp of a
+/// block whose size is not a multiple of 32. Wave operations are called in wave-uniform
+/// control flow, so these are exactly the lanes that take part. Naming them (rather than
+/// `activemask`, the lanes that happen to be converged here) makes `shfl.sync` and
+/// `vote.sync` wait for every lane: after a lane-divergent branch (a bounds check that may
+/// trap, say) the warp is not guaranteed to have reconverged, and an `activemask`
+/// shuffle then silently reads from only some lanes.
+#[inline(always)]
+fn warp_lanes() -> u32 {
+    let first = crate::index::flat_thread_idx() & !31;
+    let n = crate::index::flat_block_dim() - first;
+    if n >= 32 { u32::MAX } else { (1u32 << n) - 1 }
+}
+
+/// Reads `value` from lane `src` of the warp.
 #[inline(always)]
 pub fn shuffle_u32(value: u32, src: u32) -> u32 {
-    // SAFETY: the mask names exactly the active lanes, as shfl.sync requires.
-    unsafe { shfl_idx(activemask(), value, src, 0x1f) }
+    // SAFETY: the mask names the warp's lanes, all of which execute this call (the
+    // wave-uniform rule of `wave`), as shfl.sync requires.
+    unsafe { shfl_idx(warp_lanes(), value, src, 0x1f) }
 }
 
 /// Bit `i` set when lane `i` passes `true`.
 #[inline(always)]
 pub fn ballot(predicate: bool) -> u64 {
     // SAFETY: as above.
-    unsafe { vote_ballot(activemask(), predicate) as u64 }
+    unsafe { vote_ballot(warp_lanes(), predicate) as u64 }
 }
 
 /// Start of the block's launch-sized shared memory.
