@@ -195,7 +195,7 @@ pub fn rd32(b: &[u8], o: usize) -> u32 {
 pub fn rd128(b: &[u8], o: usize) -> [u32; 4] {
     assert!(o + 16 <= b.len());
     // SAFETY: in bounds; 16-byte aligned as the caller's format guarantees.
-    unsafe { (*(b.as_ptr().add(o) as *const crate::indexing::Words4)).0 }
+    unsafe { ld4(b.as_ptr().add(o) as *const crate::indexing::Words4) }
 }
 
 /// The `f16` at an even offset, widened.
@@ -685,6 +685,29 @@ pub const fn matvec_lds_words(dtype: GgmlDType, chunk_units: usize, wave_lanes: 
     (waves * chunk_units / (dtype.block_weights() / 32) * dtype.block_bytes()).div_ceil(16)
 }
 
+/// The four words of an aligned 16-byte block (one vector load).
+///
+/// # Safety
+/// `p` is valid for a 16-byte read and 16-byte aligned.
+#[device]
+#[inline(always)]
+pub unsafe fn ld4(p: *const crate::indexing::Words4) -> [u32; 4] {
+    [(*p).0[0], (*p).0[1], (*p).0[2], (*p).0[3]]
+}
+
+/// Stores four words as one aligned 16-byte block.
+///
+/// # Safety
+/// `p` is valid for a 16-byte write and 16-byte aligned.
+#[device]
+#[inline(always)]
+pub unsafe fn st4(p: *mut crate::indexing::Words4, v: [u32; 4]) {
+    (*p).0[0] = v[0];
+    (*p).0[1] = v[1];
+    (*p).0[2] = v[2];
+    (*p).0[3] = v[3];
+}
+
 /// Copies `src` (a chunk of a weight row) to `dst` in LDS with the widest loads both
 /// allow: the lanes of a wave take consecutive 16-, 4- or 2-byte words, so each load
 /// instruction covers whole cache lines (blocks of 18 or 34 bytes read lane by lane would
@@ -701,17 +724,18 @@ pub fn copy_chunk(src: &[u8], dst: *mut u8, lane: usize, step: usize) {
         if align % 16 == 0 {
             let (m, s16, d16) = (n / 16, sp as *const crate::indexing::Words4, dst as *mut crate::indexing::Words4);
             let mut i = lane;
-            // Four loads in flight per lane before the stores.
+            // Four loads in flight per lane before the stores, word by word through the
+            // aligned block type (whole-struct copies went through local memory on NVPTX).
             while i + 3 * step < m {
-                let (a, b, c, d) = (*s16.add(i), *s16.add(i + step), *s16.add(i + 2 * step), *s16.add(i + 3 * step));
-                *d16.add(i) = a;
-                *d16.add(i + step) = b;
-                *d16.add(i + 2 * step) = c;
-                *d16.add(i + 3 * step) = d;
+                let (a, b, c, d) = (ld4(s16.add(i)), ld4(s16.add(i + step)), ld4(s16.add(i + 2 * step)), ld4(s16.add(i + 3 * step)));
+                st4(d16.add(i), a);
+                st4(d16.add(i + step), b);
+                st4(d16.add(i + 2 * step), c);
+                st4(d16.add(i + 3 * step), d);
                 i += 4 * step;
             }
             while i < m {
-                *d16.add(i) = *s16.add(i);
+                st4(d16.add(i), ld4(s16.add(i)));
                 i += step;
             }
         } else if align % 4 == 0 {
@@ -739,15 +763,17 @@ pub fn copy_chunk(src: &[u8], dst: *mut u8, lane: usize, step: usize) {
     }
 }
 
-/// `y[b * rows + r] = sum_k W[r, k] x[b, k]` for `b < batch <= B::N`, with `x` given as q8_1
+/// The matvec kernels' body: `y[b * rows + r] = sum_k W[r, k] x[b, k]` for `b < batch <= B::N`, with `x` given as q8_1
 /// (`xq`: `batch * cols / 4` words, `xds`: `batch * cols / 16` floats). Wave `r` of the
 /// grid computes row `r`, a chunk of `chunk_units` 32-weight units (a multiple of the wave
 /// size) at a time: the wave copies the chunk's blocks to its part of `lds` with coalesced
 /// loads, then each lane decodes its units from LDS and multiplies them with the q8_1
 /// blocks of every batch row. All waves of a work-group run the same number of chunks
 /// (rows past the end copy and compute nothing) so they can meet at the barriers.
-#[amdgpu_kernel(Q = [Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q2K, Q3K, Q4K, Q5K, Q6K], B = [Batch1, Batch2, Batch4])]
-pub fn matvec<Q: QuantFormat, B: BatchTile>(
+#[device]
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+pub fn matvec_body<Q: QuantFormat, B: BatchTile>(
     w: &[u8],
     xq: &[u32],
     xds: &[f32],
@@ -756,7 +782,8 @@ pub fn matvec<Q: QuantFormat, B: BatchTile>(
     cols: usize,
     batch: usize,
     chunk_units: usize,
-    lds: SharedDyn<crate::indexing::Words4>,
+    lds: *mut u8,
+    lds_bytes: usize,
 ) {
     let ws = wave::size() as usize;
     let row = global_idx_x() / ws;
@@ -768,14 +795,14 @@ pub fn matvec<Q: QuantFormat, B: BatchTile>(
     // Uniform checks that make the unchecked accesses below in bounds: activations for
     // `batch` rows of `cols / 32` units, and this wave's LDS region.
     assert!(batch <= B::N && xq.len() >= batch * xw && xds.len() >= batch * xb && cols % 32 == 0);
-    assert!(chunk_units % ws == 0 && chunk_blocks > 0 && region_off + chunk_bytes <= lds.len() * 16);
+    assert!(chunk_units % ws == 0 && chunk_blocks > 0 && region_off + chunk_bytes <= lds_bytes);
     let active = row < rows;
     let lane = wave::lane_id() as usize;
     let blocks = cols / Q::WEIGHTS;
     let row_bytes = blocks * Q::BYTES;
     let wrow = if active { &w[row * row_bytes..(row + 1) * row_bytes] } else { &w[0..0] };
     // SAFETY: inside the LDS buffer (asserted above).
-    let region = unsafe { (lds.as_ptr() as *mut u8).add(region_off) };
+    let region = unsafe { lds.add(region_off) };
     let mut acc = [0f32; 4];
     let mut blk0 = 0;
     while blk0 < blocks {
@@ -799,7 +826,7 @@ pub fn matvec<Q: QuantFormat, B: BatchTile>(
                     let (lo, hi, d, s) = unsafe {
                         let p = xq.as_ptr().add(b * xw + 8 * u) as *const crate::indexing::Words4;
                         let f = xds.as_ptr().add(b * xb + 2 * u);
-                        ((*p).0, (*p.add(1)).0, *f, *f.add(1))
+                        (ld4(p), ld4(p.add(1)), *f, *f.add(1))
                     };
                     let a = [lo[0], lo[1], lo[2], lo[3], hi[0], hi[1], hi[2], hi[3]];
                     acc[b] += unit_dot::<Q>(&unit, &a, d, s);
@@ -827,6 +854,40 @@ pub fn matvec<Q: QuantFormat, B: BatchTile>(
             }
         }
     }
+}
+
+/// `y[b * rows + r] = sum_k W[r, k] x[b, k]` for up to `B::N` q8_1 activation rows (see
+/// [`matvec_body`]); `lds` holds [`matvec_lds_words`] words.
+#[amdgpu_kernel(Q = [Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4K, Q6K], B = [Batch1, Batch2, Batch4])]
+pub fn matvec<Q: QuantFormat, B: BatchTile>(
+    w: &[u8],
+    xq: &[u32],
+    xds: &[f32],
+    y: &mut [f32],
+    rows: usize,
+    cols: usize,
+    batch: usize,
+    chunk_units: usize,
+    lds: SharedDyn<crate::indexing::Words4>,
+) {
+    matvec_body::<Q, B>(w, xq, xds, y, rows, cols, batch, chunk_units, lds.as_ptr() as *mut u8, lds.len() * 16);
+}
+
+/// [`matvec`](fn@matvec) for `Q2K`, `Q3K` and `Q5K`, in tiles of at most 2 activation rows
+/// (their 4-row tiles needed more than gfx9's 102 scalar registers).
+#[amdgpu_kernel(Q = [Q2K, Q3K, Q5K], B = [Batch1, Batch2])]
+pub fn matvec_tile2<Q: QuantFormat, B: BatchTile>(
+    w: &[u8],
+    xq: &[u32],
+    xds: &[f32],
+    y: &mut [f32],
+    rows: usize,
+    cols: usize,
+    batch: usize,
+    chunk_units: usize,
+    lds: SharedDyn<crate::indexing::Words4>,
+) {
+    matvec_body::<Q, B>(w, xq, xds, y, rows, cols, batch, chunk_units, lds.as_ptr() as *mut u8, lds.len() * 16);
 }
 
 #[cfg(not(any(target_arch = "amdgpu", target_arch = "nvptx64")))]

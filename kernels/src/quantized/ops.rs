@@ -212,18 +212,37 @@ pub fn matvec_q8_1(
     }
     let units = chunk_units(exec, wave_lanes);
     let cfg = cfg.with_dynamic_shared(matvec_lds_words(dtype, units, wave_lanes as usize));
-    // Tiles of at most 4 activation rows, each launch on views of the activations and output.
+    // Tiles of at most 4 activation rows (2 for Q2K/Q3K/Q5K), each launch on views of the
+    // activations and output.
+    let tile = if matches!(dtype, GgmlDType::Q2K | GgmlDType::Q3K | GgmlDType::Q5K) { 2 } else { 4 };
     let mut b0 = 0;
     while b0 < batch {
-        let nb = (batch - b0).min(4);
+        let nb = (batch - b0).min(tile);
         let xq_t = Part(offset(xq.kernel_arg(), b0 * cols / 4 * 4, nb * cols / 4));
         let xds_t = Part(offset(xds.kernel_arg(), b0 * cols / 16 * 4, nb * cols / 16));
         let mut y_t = Part(offset(y.kernel_arg(), b0 * rows * 4, nb * rows));
-        with_format!(dtype, Q => match nb {
-            1 => super::matvec::launch::<Q, Batch1>(exec, cfg, w, &xq_t, &xds_t, &mut y_t, rows, cols, nb, units),
-            2 => super::matvec::launch::<Q, Batch2>(exec, cfg, w, &xq_t, &xds_t, &mut y_t, rows, cols, nb, units),
-            _ => super::matvec::launch::<Q, Batch4>(exec, cfg, w, &xq_t, &xds_t, &mut y_t, rows, cols, nb, units),
-        })?;
+        macro_rules! go {
+            ($k:ident, $q:ty) => {
+                match nb {
+                    1 => super::$k::launch::<$q, Batch1>(exec, cfg, w, &xq_t, &xds_t, &mut y_t, rows, cols, nb, units),
+                    2 => super::$k::launch::<$q, Batch2>(exec, cfg, w, &xq_t, &xds_t, &mut y_t, rows, cols, nb, units),
+                    _ => super::$k::launch::<$q, Batch4>(exec, cfg, w, &xq_t, &xds_t, &mut y_t, rows, cols, nb, units),
+                }
+            };
+        }
+        match dtype {
+            GgmlDType::Q4_0 => go!(matvec, Q4_0),
+            GgmlDType::Q4_1 => go!(matvec, Q4_1),
+            GgmlDType::Q5_0 => go!(matvec, Q5_0),
+            GgmlDType::Q5_1 => go!(matvec, Q5_1),
+            GgmlDType::Q8_0 => go!(matvec, Q8_0),
+            GgmlDType::Q4K => go!(matvec, Q4K),
+            GgmlDType::Q5K => go!(matvec_tile2, Q5K),
+            GgmlDType::Q6K => go!(matvec, Q6K),
+            GgmlDType::Q2K => go!(matvec_tile2, Q2K),
+            GgmlDType::Q3K => go!(matvec_tile2, Q3K),
+            GgmlDType::Q8K => Err(invalid("matvec", "q8_K has no matvec".into())),
+        }?;
         b0 += nb;
     }
     Ok(())
