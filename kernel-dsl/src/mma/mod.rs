@@ -511,6 +511,15 @@ fn wmma_to_a<T: MmaFloat>(c: &FragC<f32>) -> FragA<T> {
     out
 }
 
+/// A scheduling fence: on AMDGPU the compiler may not move instructions across it
+/// (`llvm.amdgcn.sched.barrier(0)`), which bounds how many loads it hoists ahead and so
+/// the registers held at once; nothing elsewhere.
+#[inline(always)]
+pub fn schedule_fence() {
+    #[cfg(target_arch = "amdgpu")]
+    valu::sched_barrier();
+}
+
 /// `a * b + c` for one 16x16x16 tile on the wave's matrix unit (a wave operation).
 #[inline(always)]
 #[track_caller]
