@@ -398,12 +398,12 @@ impl FragC<f32> {
             // Items 0, 1, 4, 5 are row g; 2, 3, 6, 7 row g + 8.
             let (mut lo, mut hi) = (out.v[0], out.v[2 % C_CAP]);
             unroll!(j < C_CAP, {
-                if j % 2 == 1 || j >= 4 {
-                    if (j / 2) % 2 == 0 { lo = op(lo, out.v[j % C_CAP]) } else { hi = op(hi, out.v[j % C_CAP]) }
+                if j % 2 == 1 || j / 4 == 1 {
+                    if (j / 2) & 1 == 0 { lo = op(lo, out.v[j % C_CAP]) } else { hi = op(hi, out.v[j % C_CAP]) }
                 }
             });
             unroll!(j < C_CAP, {
-                out.v[j % C_CAP] = if (j / 2) % 2 == 0 { lo } else { hi };
+                out.v[j % C_CAP] = if (j / 2) & 1 == 0 { lo } else { hi };
             });
         }
         for &mask in layout::row_lane_masks(low) {
