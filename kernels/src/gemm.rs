@@ -4,12 +4,12 @@
 //!
 //! A work-group of 4 waves (2 x 2) computes a `BM x BN` tile of C; each wave a block of
 //! `FM x FN` 16x16 fragments whose shape depends on the lowering ([`wave_frags`]: 4x4 on
-//! `mma.sync` and MFMA, 4x2 on WMMA, 2x2 on the VALU fallback). K advances in steps of
-//! `BK` (32 for 16-bit inputs, 16 for f32) through two shared-memory buffers: the next
-//! step's global loads are issued into registers before the current step's products and
-//! stored to the other buffer after them, one barrier per step. Global loads move 16-byte
-//! vectors along the contiguous dimension (k for row-major A, m for transposed A) where
-//! strides and alignment allow, element loads elsewhere.
+//! `mma.sync`, 4x2 on MFMA, 2x2 on WMMA, 2x1 on the VALU fallback, 1x1 there for f32).
+//! K advances in steps of `BK` (32 for 16-bit inputs, 16 for f32) through a ring of
+//! shared-memory buffers ([`stages`]): on NVIDIA sm_80+ three, filled by `cp.async`
+//! 16-byte copies two steps ahead, with `ldmatrix` fragment loads; elsewhere two, filled
+//! element by element one step ahead. One barrier per step. Operands that are not
+//! contiguous along their rows (transposed A, odd strides) take the element path.
 //!
 //! f32 inputs run as three bf16 products (`hi*hi + hi*lo + lo*hi` with `x = hi + lo`,
 //! about 16 significant bits per product, f32 accumulation); without a matrix unit (the
