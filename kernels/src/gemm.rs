@@ -4,15 +4,16 @@
 //!
 //! A work-group of 4 waves (2 x 2) computes a `BM x BN` tile of C; each wave a block of
 //! `FM x FN` 16x16 fragments whose shape depends on the lowering ([`wave_frags`]: 4x4 on
-//! `mma.sync` and MFMA, 4x2 on WMMA, 2x2 on the VALU fallback). K advances in steps of
-//! `BK` (32 for 16-bit inputs, 16 for f32) through two shared-memory buffers: the next
-//! step's global loads are issued into registers before the current step's products and
-//! stored to the other buffer after them, one barrier per step. Global loads move 16-byte
-//! vectors along the contiguous dimension (k for row-major A, m for transposed A) where
-//! strides and alignment allow, element loads elsewhere.
+//! `mma.sync`, 4x2 on MFMA, 2x2 on WMMA, 2x1 on the VALU fallback, 1x1 there for f32).
+//! K advances in steps of `BK` (32 for 16-bit inputs, 16 for f32) through a ring of
+//! shared-memory buffers ([`stages`]): on NVIDIA sm_80+ three, filled by `cp.async`
+//! 16-byte copies two steps ahead, with `ldmatrix` fragment loads; elsewhere two, filled
+//! element by element one step ahead. One barrier per step. Operands that are not
+//! contiguous along their rows (transposed A, odd strides) take the element path.
 //!
 //! f32 inputs run as three bf16 products (`hi*hi + hi*lo + lo*hi` with `x = hi + lo`,
-//! about 16 significant bits per product, f32 accumulation).
+//! about 16 significant bits per product, f32 accumulation); without a matrix unit (the
+//! VALU lowering) as plain f32 FMAs.
 //!
 //! Also here: [`mma_tile`], [`mma_rows`] and [`mma_pv`], one-wave kernels that exercise the `mma`
 //! primitive (a product, accumulator -> A conversion, row reductions) for the tests.
@@ -49,8 +50,8 @@ fn block_threads() -> usize {
 pub const fn wave_frags<T: GemmElem>(low: Lowering) -> (usize, usize) {
     match (low, T::SPLIT) {
         (Lowering::MmaSync, _) => (4, 4),
-        (Lowering::Mfma, _) | (Lowering::Wmma, false) => (4, 2),
-        (Lowering::Wmma, true) => (2, 2),
+        (Lowering::Mfma, _) => (4, 2),
+        (Lowering::Wmma, _) => (2, 2),
         (Lowering::Valu, false) => (2, 1),
         (Lowering::Valu, true) => (1, 1),
     }
@@ -282,6 +283,30 @@ pub fn gemm_tiled<T: GemmElem>(
         // SAFETY: as above.
         let sb_ptr = unsafe { sa_ptr.add(a_tile) };
         for kk in 0..bk / 16 {
+            if T::SPLIT && low == Lowering::Valu {
+                // No matrix unit: f32 inputs take exact f32 products straight from shared
+                // memory, in the accumulator layout (three emulated bf16 products would
+                // cost more registers than gfx10 has).
+                each!(i in [0, 1, 2, 3] {
+                    each!(j in [0, 1, 2, 3] {
+                        if i < fm && j < fn_ {
+                            let (row0, col0) = ((wy * fm + i) * 16, (wx * fn_ + j) * 16);
+                            acc[i][j] = acc[i][j].map(|r, cc, v| {
+                                let mut v = v;
+                                for q in 0..16 {
+                                    // SAFETY: inside the A and B tiles of this buffer.
+                                    let (x, y) = unsafe {
+                                        ((*sa_ptr.add((row0 + r) * lda + kk * 16 + q)).to_f32(), (*sb_ptr.add((kk * 16 + q) * ldb + col0 + cc)).to_f32())
+                                    };
+                                    v += x * y;
+                                }
+                                v
+                            });
+                        }
+                    });
+                });
+                continue;
+            }
             let mut bf = [FragB::<T::Frag>::zero(); MAX_F];
             let mut bl = [FragB::<T::Frag>::zero(); MAX_F];
             each!(j in [0, 1, 2, 3] {

@@ -398,12 +398,12 @@ impl FragC<f32> {
             // Items 0, 1, 4, 5 are row g; 2, 3, 6, 7 row g + 8.
             let (mut lo, mut hi) = (out.v[0], out.v[2 % C_CAP]);
             unroll!(j < C_CAP, {
-                if j % 2 == 1 || j >= 4 {
-                    if (j / 2) % 2 == 0 { lo = op(lo, out.v[j % C_CAP]) } else { hi = op(hi, out.v[j % C_CAP]) }
+                if j % 2 == 1 || j / 4 == 1 {
+                    if (j / 2) & 1 == 0 { lo = op(lo, out.v[j % C_CAP]) } else { hi = op(hi, out.v[j % C_CAP]) }
                 }
             });
             unroll!(j < C_CAP, {
-                out.v[j % C_CAP] = if (j / 2) % 2 == 0 { lo } else { hi };
+                out.v[j % C_CAP] = if (j / 2) & 1 == 0 { lo } else { hi };
             });
         }
         for &mask in layout::row_lane_masks(low) {
@@ -509,6 +509,15 @@ fn wmma_to_a<T: MmaFloat>(c: &FragC<f32>) -> FragA<T> {
         out.v[k % AB_CAP] = T::from_f32(t[k % 16]);
     });
     out
+}
+
+/// A scheduling fence: on AMDGPU the compiler may not move instructions across it
+/// (`llvm.amdgcn.sched.barrier(0)`), which bounds how many loads it hoists ahead and so
+/// the registers held at once; nothing elsewhere.
+#[inline(always)]
+pub fn schedule_fence() {
+    #[cfg(target_arch = "amdgpu")]
+    valu::sched_barrier();
 }
 
 /// `a * b + c` for one 16x16x16 tile on the wave's matrix unit (a wave operation).

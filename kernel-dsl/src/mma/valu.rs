@@ -12,6 +12,24 @@ macro_rules! each {
     })*};
 }
 
+#[cfg(target_arch = "amdgpu")]
+#[allow(improper_ctypes)]
+unsafe extern "unadjusted" {
+    #[link_name = "llvm.amdgcn.sched.barrier"]
+    fn sched_barrier_raw(mask: i32);
+}
+
+/// Keeps the scheduler from hoisting the next round's shuffles above this point, which
+/// would keep all 48 shuffled words of a product live at once (spills at 128 VGPRs).
+#[inline(always)]
+pub(super) fn sched_barrier() {
+    #[cfg(target_arch = "amdgpu")]
+    // SAFETY: a scheduling hint; no effect on memory or registers.
+    unsafe {
+        sched_barrier_raw(0)
+    }
+}
+
 #[inline(always)]
 fn word<T: MmaInput>(f: &[T], lo: usize, hi: usize) -> u32 {
     f[lo].bits() as u32 | (f[hi].bits() as u32) << 16
@@ -67,6 +85,7 @@ pub(super) fn mma<T: MmaInput>(a: &FragA<T>, b: &FragB<T>, c: FragC<T::Acc>) -> 
                 acc[6 + cc] = crate::arch::mul_add(ah, bv1, acc[6 + cc]);
             });
         });
+        sched_barrier();
     });
     let mut out = c;
     // SAFETY: as above.
@@ -104,6 +123,7 @@ fn mma_i8<T: MmaInput>(a: &FragA<T>, b: &FragB<T>, c: FragC<T::Acc>) -> FragC<T:
                 acc[6 + cc] = acc[6 + cc].wrapping_add(ah * bv1);
             }
         });
+        sched_barrier();
     });
     let mut out = c;
     // SAFETY: as above.
