@@ -24,7 +24,7 @@ bundle() {
     # binaries (the CPU-side tests of the code objects run in `cargo test --workspace`).
     export KERNEL_ARCHS="${KERNEL_ARCHS:-none}"
     # Test binaries of the crates whose kernels run on a GPU, with the CUDA path enabled.
-    cargo test --release -p kernels --features cuda --no-run --message-format=json 2>/dev/null \
+    cargo test --release -p kernels -p candle-rocm --features kernels/cuda,candle-rocm/cuda --no-run --message-format=json 2>/dev/null \
         | python3 -c '
 import json, sys, shutil
 for line in sys.stdin:
@@ -48,6 +48,9 @@ for p in m["packages"]:
         done
         cp -r benches/python "$BIN/python" 2>/dev/null || true
     fi
+    # Our side of the end-to-end LLM benchmark (its peer: benches/candle-peer/build.sh).
+    cargo build --release -p candle-rocm --features cuda --example llama_e2e
+    cp "$TARGET/release/examples/llama_e2e" "$BIN/bench-llama-e2e"
     cp tests/gpu/nvidia.sh tests/gpu/ptxas_report.py "$BIN/"
     # The kernels' PTX, for the ptxas register/spill report on the GPU machine.
     cp "$(ls -t "$TARGET"/release/build/kernels-*/out/gpu/sm_*/kernels.sm_*.ptx | head -1)" "$BIN/kernels.ptx"
@@ -71,6 +74,6 @@ run() {
 case "${1:-all}" in
     bundle) bundle ;;
     run) run ;;
-    all) cargo test -p kernels --features cuda -- --test-threads=1 ;;
+    all) cargo test -p kernels -p candle-rocm --features kernels/cuda,candle-rocm/cuda -- --test-threads=1 ;;
     *) echo "usage: $0 [bundle|run]" >&2; exit 2 ;;
 esac
