@@ -7,8 +7,14 @@ use candle_rocm::{RocmDevice, WaveSize};
 /// The devices every check runs on: the CPU executor with waves of 32 and of 64 and, with
 /// the `cuda` feature and a GPU, the NVIDIA GPU (PTX). A GPU that cannot be opened is
 /// reported once, loudly.
+/// `CANDLE_ROCM_GPU_ONLY=1` (GPU runs) leaves the CPU executors out and requires a GPU.
 pub fn devices() -> Vec<RocmDevice> {
-    let mut v = vec![RocmDevice::new_cpu_executor(WaveSize::W32), RocmDevice::new_cpu_executor(WaveSize::W64)];
+    let gpu_only = std::env::var("CANDLE_ROCM_GPU_ONLY").is_ok_and(|v| v == "1");
+    let mut v = if gpu_only {
+        vec![]
+    } else {
+        vec![RocmDevice::new_cpu_executor(WaveSize::W32), RocmDevice::new_cpu_executor(WaveSize::W64)]
+    };
     if cfg!(feature = "cuda") {
         match RocmDevice::new_cuda(0) {
             Ok(d) => v.push(d),
@@ -21,6 +27,7 @@ pub fn devices() -> Vec<RocmDevice> {
             Err(e) => eprintln!("SKIPPED on rocm: {e}"),
         }
     }
+    assert!(!v.is_empty(), "CANDLE_ROCM_GPU_ONLY=1 but no GPU could be opened");
     v
 }
 
