@@ -52,6 +52,8 @@ for p in m["packages"]:
     cargo build --release -p candle-rocm --features cuda --example llama_e2e
     cp "$TARGET/release/examples/llama_e2e" "$BIN/bench-llama-e2e"
     cp tests/gpu/nvidia.sh tests/gpu/ptxas_report.py "$BIN/"
+    # Test fixtures (Candle-written quantized blocks) the binaries read at run time.
+    cp -r kernels/tests/data "$BIN/data"
     # The kernels' PTX, for the ptxas register/spill report on the GPU machine.
     cp "$(ls -t "$TARGET"/release/build/kernels-*/out/gpu/sm_*/kernels.sm_*.ptx | head -1)" "$BIN/kernels.ptx"
     strip "$BIN"/test-* "$BIN"/bench-* 2>/dev/null || true
@@ -59,6 +61,7 @@ for p in m["packages"]:
 }
 
 run() {
+    if [ -d "$BIN/data" ]; then export KERNELS_TEST_DATA="$BIN/data"; fi
     nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader || true
     status=0
     if command -v ptxas >/dev/null && [ -f "$BIN/kernels.ptx" ]; then
