@@ -104,15 +104,15 @@ impl CudaDevice {
             result::ctx::set_current(ctx).map_err(|e| err("cuCtxSetCurrent", e))?;
             let stream = result::stream::create(result::stream::StreamKind::Default).map_err(|e| err("cuStreamCreate", e))?;
             let inner = Arc::new(Inner {
-                    ordinal,
-                    name,
-                    capability: (major, minor),
-                    ctx,
-                    device,
-                    stream,
-                    modules: Mutex::new(HashMap::new()),
-                    functions: Mutex::new(HashMap::new()),
-                });
+                ordinal,
+                name,
+                capability: (major, minor),
+                ctx,
+                device,
+                stream,
+                modules: Mutex::new(HashMap::new()),
+                functions: Mutex::new(HashMap::new()),
+            });
             Ok(CudaDevice { memory: CachingAllocator::new(Box::new(CudaMemory(inner.clone()))), inner })
         }
     }
