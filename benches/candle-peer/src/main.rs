@@ -1,9 +1,16 @@
-//! The peer of the end-to-end LLM benchmark: the `candle-transformers` llama on Candle's
-//! own CUDA backend (cuBLAS + Candle's CUDA kernels), same code as our side.
+//! The peer of our end-to-end and quantized benchmarks: Candle's own CUDA backend (cuBLAS +
+//! Candle's CUDA kernels), running the same code as our side.
+//!
+//! `candle-peer [llama options]`: the `candle-transformers` llama (see `llama_e2e`).
+//! `candle-peer qmatvec`: Candle's quantized matvec (`QMatMul`) per GGML type and shape.
 mod llama_e2e;
+mod qmatvec;
 
 fn main() -> candle_core::Result<()> {
     let device = candle_core::Device::new_cuda(0)?;
+    if std::env::args().nth(1).as_deref() == Some("qmatvec") {
+        return qmatvec::bench(&device);
+    }
     llama_e2e::bench("candle-cuda", &device)?;
     Ok(())
 }

@@ -1,0 +1,99 @@
+//! Candle's own CUDA quantized matrix-vector products (`QMatMul::forward`, which quantizes
+//! the activations to q8_1 and runs Candle's matvec kernel for batches up to 8), on the same
+//! weight shapes and with the same block data as our `quantized` benchmark
+//! (`benches/src/bin/quantized.rs`). Time per forward from CUDA events around a loop of
+//! forwards on Candle's stream, median of 5: the figure to compare with our
+//! "matvec + quantize" column. Prints one JSON list (`candle_quantized.json`).
+use candle_core::cuda_backend::cudarc::driver::sys::CUevent_flags;
+use candle_core::quantized::{ggml_file::qtensor_from_ggml, GgmlDType, QMatMul};
+use candle_core::{Device, Module, Result, Tensor};
+
+/// The same random blocks as our benchmark: xorshift bytes with every block's f16 scales
+/// set to 0.01 (finite, non-saturating).
+fn weights(dtype: GgmlDType, rows: usize, cols: usize) -> Vec<u8> {
+    let mut s = 0x9E37_79B9_7F4A_7C15u64 ^ rows as u64;
+    let n = rows * cols / dtype.block_size() * dtype.type_size();
+    let mut v: Vec<u8> = (0..n)
+        .map(|_| {
+            s ^= s << 13;
+            s ^= s >> 7;
+            s ^= s << 17;
+            s as u8
+        })
+        .collect();
+    let scale = half::f16::from_f32(0.01).to_bits().to_le_bytes();
+    let offsets: &[usize] = match dtype {
+        GgmlDType::Q4_0 | GgmlDType::Q5_0 | GgmlDType::Q8_0 => &[0],
+        GgmlDType::Q4_1 | GgmlDType::Q5_1 | GgmlDType::Q4K | GgmlDType::Q5K => &[0, 2],
+        GgmlDType::Q2K => &[80, 82],
+        GgmlDType::Q3K => &[108],
+        GgmlDType::Q6K => &[208],
+        _ => &[],
+    };
+    for b in v.chunks_mut(dtype.type_size()) {
+        for &o in offsets {
+            b[o..o + 2].copy_from_slice(&scale);
+        }
+    }
+    v
+}
+
+fn gpu_us(device: &Device, iters: usize, mut f: impl FnMut() -> Result<()>) -> Result<f64> {
+    let stream = device.as_cuda_device()?.cuda_stream();
+    let ev = |s: &std::sync::Arc<candle_core::cuda_backend::cudarc::driver::CudaStream>| {
+        s.record_event(Some(CUevent_flags::CU_EVENT_DEFAULT)).map_err(|e| candle_core::Error::Msg(format!("{e:?}")))
+    };
+    for _ in 0..3 {
+        f()?;
+    }
+    let mut reps = Vec::new();
+    for _ in 0..5 {
+        let a = ev(&stream)?;
+        for _ in 0..iters {
+            f()?;
+        }
+        let b = ev(&stream)?;
+        let ms = a.elapsed_ms(&b).map_err(|e| candle_core::Error::Msg(format!("{e:?}")))?;
+        reps.push(ms as f64 / iters as f64 * 1e3);
+    }
+    reps.sort_by(|a, b| a.total_cmp(b));
+    Ok(reps[2])
+}
+
+pub fn bench(device: &Device) -> Result<()> {
+    let types = [
+        ("q4_0", GgmlDType::Q4_0),
+        ("q8_0", GgmlDType::Q8_0),
+        ("q4_K", GgmlDType::Q4K),
+        ("q6_K", GgmlDType::Q6K),
+        ("q4_1", GgmlDType::Q4_1),
+        ("q5_0", GgmlDType::Q5_0),
+        ("q5_1", GgmlDType::Q5_1),
+        ("q2_K", GgmlDType::Q2K),
+        ("q3_K", GgmlDType::Q3K),
+        ("q5_K", GgmlDType::Q5K),
+    ];
+    let shapes = [(4096usize, 4096usize), (14336, 4096), (4096, 14336), (128256, 4096)];
+    let mut out = Vec::new();
+    for (name, dtype) in types {
+        for (rows, cols) in shapes {
+            let w = weights(dtype, rows, cols);
+            let q = qtensor_from_ggml(dtype, &w, vec![rows, cols], device)?;
+            let mm = QMatMul::from_qtensor(q)?;
+            for batch in [1usize, 8] {
+                if batch == 8 && (rows, cols) != (4096, 14336) {
+                    continue;
+                }
+                let x: Vec<f32> = (0..batch * cols).map(|i| ((i * 7919) % 1000) as f32 / 500.0 - 1.0).collect();
+                let x = Tensor::from_vec(x, (batch, cols), device)?;
+                let bytes = w.len();
+                let iters = if bytes >= 64 << 20 { 10 } else if bytes >= 1 << 20 { 50 } else { 200 };
+                let us = gpu_us(device, iters, || mm.forward(&x).map(|_| ()))?;
+                eprintln!("candle-cuda {name:>5} {rows:>6}x{cols:<6} b{batch}: {us:8.2} us");
+                out.push(format!("{{\"dtype\":\"{name}\",\"rows\":{rows},\"cols\":{cols},\"batch\":{batch},\"us\":{us:.3}}}"));
+            }
+        }
+    }
+    println!("[{}]", out.join(",\n"));
+    Ok(())
+}
