@@ -14,9 +14,10 @@ use candle_transformers::models::stable_diffusion::unet_2d::{BlockConfig, UNet2D
 use candle_transformers::models::stable_diffusion::vae::{AutoEncoderKL, AutoEncoderKLConfig};
 use std::collections::HashMap;
 
-/// Two levels (32 then 64 channels, one downsample/upsample), as SD's: a cross-attention
-/// level (4 heads of 8), a plain ResNet level, the cross-attention mid block; 8 groups of
-/// 4 or 8 channels in every group norm; text context of 32 features.
+/// Two levels (32 then 64 channels, one downsample/upsample), as SD 1.x's: a
+/// cross-attention level (4 heads of 8, 1x1-convolution projections), a plain ResNet level,
+/// the cross-attention mid block; 8 groups of 4 or 8 channels in every group norm; text
+/// context of 32 features.
 fn unet_config() -> UNet2DConditionModelConfig {
     UNet2DConditionModelConfig {
         blocks: vec![
@@ -27,6 +28,22 @@ fn unet_config() -> UNet2DConditionModelConfig {
         norm_num_groups: 8,
         cross_attention_dim: 32,
         ..Default::default()
+    }
+}
+
+/// The SD 2.x variants of [`unet_config`]: linear projections around the transformers,
+/// two transformer blocks per attention, used below with an odd latent size (the stride-2 downsampler pads to 4x5 and the upsampler goes
+/// back to 7x9 instead of doubling). Sliced attention stays off: candle-transformers
+/// 0.11.1's `sliced_attention` fails on Candle's own CPU backend (it stacks the slices
+/// into a rank-4 tensor that `reshape_batch_dim_to_heads` rejects).
+fn unet_v2_config() -> UNet2DConditionModelConfig {
+    UNet2DConditionModelConfig {
+        blocks: vec![
+            BlockConfig { out_channels: 32, use_cross_attn: Some(2), attention_head_dim: 4 },
+            BlockConfig { out_channels: 64, use_cross_attn: None, attention_head_dim: 4 },
+        ],
+        use_linear_projection: true,
+        ..unet_config()
     }
 }
 
@@ -43,8 +60,10 @@ fn vae_config() -> AutoEncoderKLConfig {
     }
 }
 
-const LATENT: [usize; 4] = [2, 4, 8, 8]; // batch 2: SD's conditional + unconditional pass
-const TEXT: [usize; 3] = [2, 7, 32];
+/// Batch 2: SD's conditional and unconditional passes.
+const LATENT: [usize; 4] = [2, 4, 8, 8];
+const LATENT_V2: [usize; 4] = [1, 4, 7, 9];
+const TEXT_LEN: usize = 7;
 const TIMESTEP: f64 = 261.0;
 
 /// Deterministic random weights with Candle's shapes (built through a `VarMap` by `build`):
@@ -76,8 +95,8 @@ fn weights(build: impl Fn(VarBuilder) -> Result<()>, seed: u64) -> HashMap<Strin
         .collect()
 }
 
-fn build_unet(vb: VarBuilder) -> Result<UNet2DConditionModel> {
-    UNet2DConditionModel::new(vb, 4, 4, false, unet_config())
+fn build_unet(vb: VarBuilder, cfg: UNet2DConditionModelConfig) -> Result<UNet2DConditionModel> {
+    UNet2DConditionModel::new(vb, 4, 4, false, cfg)
 }
 
 fn build_vae(vb: VarBuilder) -> Result<AutoEncoderKL> {
@@ -96,12 +115,13 @@ fn on(w: &HashMap<String, Tensor>, dtype: DType, dev: &Device) -> Result<VarBuil
     Ok(VarBuilder::from_tensors(w, dtype, dev))
 }
 
-/// The predicted noise of one UNet step, back on the CPU.
-fn unet(w: &HashMap<String, Tensor>, seed: u64, dtype: DType, dev: &Device) -> Result<Tensor> {
-    let model = build_unet(on(w, dtype, dev)?)?;
-    let latent = input(&LATENT, seed ^ 1).to_dtype(dtype)?.to_device(dev)?;
-    let text = input(&TEXT, seed ^ 2).to_dtype(dtype)?.to_device(dev)?;
-    model.forward(&latent, TIMESTEP, &text)?.to_device(&Device::Cpu)
+/// The predicted noise of one UNet step on a `latent`-shaped input, back on the CPU.
+fn unet(w: &HashMap<String, Tensor>, cfg: UNet2DConditionModelConfig, latent: [usize; 4], seed: u64, dtype: DType, dev: &Device) -> Result<Tensor> {
+    let text_dim = cfg.cross_attention_dim;
+    let model = build_unet(on(w, dtype, dev)?, cfg)?;
+    let xs = input(&latent, seed ^ 1).to_dtype(dtype)?.to_device(dev)?;
+    let text = input(&[latent[0], TEXT_LEN, text_dim], seed ^ 2).to_dtype(dtype)?.to_device(dev)?;
+    model.forward(&xs, TIMESTEP, &text)?.to_device(&Device::Cpu)
 }
 
 /// The decoded image of one latent, back on the CPU.
@@ -135,18 +155,16 @@ fn rms_err(a: &Tensor, b: &Tensor) -> f64 {
     (num / den).sqrt()
 }
 
-type Run = fn(&HashMap<String, Tensor>, u64, DType, &Device) -> Result<Tensor>;
-
 /// Runs `model` at `dtype` on Candle's CPU and on every device under test; every output
 /// must be within `bound` (max error relative to the output's scale) of Candle's, and for
 /// half types our RMS error against the f32 CPU run within twice Candle's own.
-fn check(what: &str, w: &HashMap<String, Tensor>, model: Run, dtype: DType, bound: f64) {
+fn check(what: &str, model: impl Fn(u64, DType, &Device) -> Result<Tensor>, dtype: DType, bound: f64) {
     let seed = 2024;
-    let want = model(w, seed, dtype, &Device::Cpu).unwrap();
-    let exact = model(w, seed, DType::F32, &Device::Cpu).unwrap();
+    let want = model(seed, dtype, &Device::Cpu).unwrap();
+    let exact = model(seed, DType::F32, &Device::Cpu).unwrap();
     let cpu_rms = rms_err(&exact, &want);
     for dev in common::devices() {
-        let got = model(w, seed, dtype, &dev.as_candle()).unwrap_or_else(|e| panic!("{what} {dtype:?} on {}: {e}", dev.name()));
+        let got = model(seed, dtype, &dev.as_candle()).unwrap_or_else(|e| panic!("{what} {dtype:?} on {}: {e}", dev.name()));
         assert_eq!(got.dtype(), dtype, "{what}: output dtype");
         let e = rel_err(&want, &got);
         let ours = rms_err(&exact, &got);
@@ -164,12 +182,14 @@ fn check(what: &str, w: &HashMap<String, Tensor>, model: Run, dtype: DType, boun
     }
 }
 
-fn unet_weights() -> HashMap<String, Tensor> {
-    weights(|vb| build_unet(vb).map(|_| ()), 7)
+fn unet_check(cfg: fn() -> UNet2DConditionModelConfig, latent: [usize; 4], what: &str, dtype: DType, bound: f64) {
+    let w = weights(|vb| build_unet(vb, cfg()).map(|_| ()), 7);
+    check(what, |seed, dtype, dev| unet(&w, cfg(), latent, seed, dtype, dev), dtype, bound);
 }
 
-fn vae_weights() -> HashMap<String, Tensor> {
-    weights(|vb| build_vae(vb).map(|_| ()), 11)
+fn vae_check(dtype: DType, bound: f64) {
+    let w = weights(|vb| build_vae(vb).map(|_| ()), 11);
+    check("vae decode", |seed, dtype, dev| vae(&w, seed, dtype, dev), dtype, bound);
 }
 
 /// f32: both sides compute in f32, with different summation orders (our convolutions are
@@ -180,12 +200,17 @@ fn vae_weights() -> HashMap<String, Tensor> {
 /// output by percents.
 #[test]
 fn unet_f32_matches_cpu() {
-    check("unet", &unet_weights(), unet, DType::F32, 1e-4);
+    unet_check(unet_config, LATENT, "unet", DType::F32, 1e-4);
+}
+
+#[test]
+fn unet_v2_odd_latent_f32_matches_cpu() {
+    unet_check(unet_v2_config, LATENT_V2, "unet (SD 2.x variant, 7x9 latent)", DType::F32, 1e-4);
 }
 
 #[test]
 fn vae_decode_f32_matches_cpu() {
-    check("vae decode", &vae_weights(), vae, DType::F32, 1e-4);
+    vae_check(DType::F32, 1e-4);
 }
 
 /// f16 (what SD workers run; 11-bit mantissa, 2^-11 = 0.05% per rounding): activations are
@@ -195,10 +220,15 @@ fn vae_decode_f32_matches_cpu() {
 /// stay within twice Candle's own f16 error.
 #[test]
 fn unet_f16_matches_cpu() {
-    check("unet", &unet_weights(), unet, DType::F16, 2e-2);
+    unet_check(unet_config, LATENT, "unet", DType::F16, 2e-2);
+}
+
+#[test]
+fn unet_v2_odd_latent_f16_matches_cpu() {
+    unet_check(unet_v2_config, LATENT_V2, "unet (SD 2.x variant, 7x9 latent)", DType::F16, 2e-2);
 }
 
 #[test]
 fn vae_decode_f16_matches_cpu() {
-    check("vae decode", &vae_weights(), vae, DType::F16, 2e-2);
+    vae_check(DType::F16, 2e-2);
 }
