@@ -11,8 +11,9 @@ fn err(call: &'static str, e: result::DriverError) -> LaunchError {
     LaunchError::Backend { backend: "cuda", call, message: format!("{e:?}") }
 }
 
-/// One CUDA device with its primary context and a stream. The stream is a blocking one, so
-/// the synchronous copies and memsets (legacy default stream) stay ordered with launches.
+/// One CUDA device with its primary context and a stream. Launches, memsets, uploads and
+/// device copies are all queued on that stream, so they run in the order they were issued;
+/// only reads ([`Device::read`](crate::Device::read)) and [`CudaDevice::synchronize`] wait.
 #[derive(Clone)]
 pub struct CudaDevice {
     inner: Arc<Inner>,
@@ -142,18 +143,34 @@ impl CudaDevice {
         unsafe { result::stream::synchronize(self.inner.stream) }.map_err(|e| err("cuStreamSynchronize", e))
     }
 
-    /// Zeroes `bytes` bytes at `addr` (ordered with the stream).
+    /// Zeroes `bytes` bytes at `addr`, queued on the stream (`cuMemsetD8Async`): the host
+    /// does not wait, kernels queued later see zeros, kernels queued earlier do not.
     pub(crate) fn memset_zero(&self, addr: u64, bytes: usize) -> Result<(), LaunchError> {
         self.bind()?;
-        // SAFETY: `addr` is a live block of at least `bytes` bytes of this device.
-        unsafe { result::memset_d8_sync(addr, 0, bytes) }.map_err(|e| err("cuMemsetD8", e))
+        // SAFETY: `addr` is a live block of at least `bytes` bytes of this device, kept alive
+        // for the queued memset by the stream-ordered caching allocator.
+        unsafe { result::memset_d8_async(addr, 0, bytes, self.inner.stream) }.map_err(|e| err("cuMemsetD8Async", e))
     }
 
-    /// Host-to-device copy of `data` to `addr` (synchronous, after queued work).
+    /// Host-to-device copy of `data` to `addr`, queued on the stream after the work queued
+    /// before it (`cuMemcpyHtoDAsync`); `data` may be reused or freed once this returns.
+    ///
+    /// Why not `cuMemcpyHtoD`: for pageable memory "a stream sync is performed before the
+    /// copy is initiated" (CUDA Driver API, "API synchronization behavior", Memcpy,
+    /// Synchronous), which drains the GPU on every layout or geometry upload of an op.
+    /// The asynchronous form from pageable memory is, per the same page (Asynchronous):
+    /// "might be synchronous with respect to host" and "If pageable memory must first be
+    /// staged to pinned memory, the driver may synchronize with the stream and stage the copy
+    /// into pinned memory": the driver stages the pageable source before returning (it holds
+    /// no reference to `data` afterwards), at worst after waiting for the stream, never
+    /// before work queued earlier on it. `kernels/tests/runtime.rs` checks both properties
+    /// (source reused right after the call; a kernel queued before the write reads the old data).
     pub(crate) fn write_raw<T: Copy>(&self, addr: u64, data: &[T]) -> Result<(), LaunchError> {
         self.bind()?;
-        // SAFETY: `addr` is a live range of `size_of_val(data)` bytes of this device.
-        unsafe { result::memcpy_htod_sync(addr, data) }.map_err(|e| err("cuMemcpyHtoD", e))
+        // SAFETY: `addr` is a live range of `size_of_val(data)` bytes of this device, kept
+        // alive for the queued copy by the stream-ordered caching allocator; the source is
+        // staged by the driver before the call returns (see above).
+        unsafe { result::memcpy_htod_async(addr, data, self.inner.stream) }.map_err(|e| err("cuMemcpyHtoDAsync", e))
     }
 
     /// Device-to-host copy from `addr` into `out` (waits for queued work first).
@@ -279,6 +296,12 @@ impl Executor for CudaDevice {
 pub struct CudaEvent {
     ev: sys::CUevent,
 }
+
+// SAFETY: a CUDA event handle may be used from any thread of the process (the driver API
+// is thread-safe); the event is destroyed once, by its owner.
+unsafe impl Send for CudaEvent {}
+// SAFETY: as for `Send`: `&CudaEvent` only synchronizes on the event and reads its time.
+unsafe impl Sync for CudaEvent {}
 
 impl CudaEvent {
     /// Milliseconds from `self` to `end` (waits for `end`).

@@ -297,6 +297,49 @@ impl Device {
     }
 }
 
+/// A point on a device's queue, for timing work between two of them
+/// ([`Device::record_event`]).
+pub enum DeviceEvent {
+    /// The CPU executor runs each launch before returning: the host clock.
+    Cpu(std::time::Instant),
+    /// A CUDA event recorded on the device's stream.
+    #[cfg(feature = "cuda")]
+    Cuda(cuda::CudaEvent),
+    /// A HIP event recorded on the device's stream.
+    #[cfg(feature = "rocm")]
+    Rocm(rocm::RocmEvent),
+}
+
+impl DeviceEvent {
+    /// Milliseconds of queue time from `self` to `end` (waits for `end` on a GPU). An error
+    /// when the two events come from different kinds of device.
+    pub fn elapsed_ms(&self, end: &DeviceEvent) -> Result<f64, LaunchError> {
+        match (self, end) {
+            (DeviceEvent::Cpu(a), DeviceEvent::Cpu(b)) => Ok(b.saturating_duration_since(*a).as_secs_f64() * 1e3),
+            #[cfg(feature = "cuda")]
+            (DeviceEvent::Cuda(a), DeviceEvent::Cuda(b)) => a.elapsed_ms(b).map(f64::from),
+            #[cfg(feature = "rocm")]
+            (DeviceEvent::Rocm(a), DeviceEvent::Rocm(b)) => a.elapsed_ms(b).map(f64::from),
+            #[allow(unreachable_patterns)]
+            _ => Err(bad("elapsed_ms", "events of different devices".into())),
+        }
+    }
+}
+
+impl Device {
+    /// Records an event after the work queued so far (the host clock on the CPU executor,
+    /// whose launches finish before they return). Two events time the work between them.
+    pub fn record_event(&self) -> Result<DeviceEvent, LaunchError> {
+        match self {
+            Device::Cpu(_) => Ok(DeviceEvent::Cpu(std::time::Instant::now())),
+            #[cfg(feature = "cuda")]
+            Device::Cuda(d) => d.record_event().map(DeviceEvent::Cuda),
+            #[cfg(feature = "rocm")]
+            Device::Rocm(d) => d.record_event().map(DeviceEvent::Rocm),
+        }
+    }
+}
+
 impl Executor for Device {
     fn name(&self) -> String {
         match self {
