@@ -78,6 +78,24 @@ impl Buf {
         })
     }
 
+    /// `len` elements of `dtype` with unspecified contents (a reused block keeps old data),
+    /// for outputs that are written in full before they are read.
+    pub fn uninit(dev: &Device, dtype: DType, len: usize) -> Result<Buf> {
+        let op = "alloc_uninit";
+        Ok(match dtype {
+            DType::U8 => Buf::U8(dev.alloc_uninit(len).map_err(at(op))?),
+            DType::U32 => Buf::U32(dev.alloc_uninit(len).map_err(at(op))?),
+            DType::I16 => Buf::I16(dev.alloc_uninit(len).map_err(at(op))?),
+            DType::I32 => Buf::I32(dev.alloc_uninit(len).map_err(at(op))?),
+            DType::I64 => Buf::I64(dev.alloc_uninit(len).map_err(at(op))?),
+            DType::BF16 => Buf::BF16(dev.alloc_uninit(len).map_err(at(op))?),
+            DType::F16 => Buf::F16(dev.alloc_uninit(len).map_err(at(op))?),
+            DType::F32 => Buf::F32(dev.alloc_uninit(len).map_err(at(op))?),
+            DType::F64 => Buf::F64(dev.alloc_uninit(len).map_err(at(op))?),
+            d => return Err(unsupported("storage", d)),
+        })
+    }
+
     /// A copy of host data on `dev`.
     pub fn upload(dev: &Device, s: &CpuStorage) -> Result<Buf> {
         let op = "upload";
