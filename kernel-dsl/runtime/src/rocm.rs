@@ -217,7 +217,7 @@ impl RocmDevice {
         self.bind()?;
         // SAFETY: `addr` is a live block of at least `bytes` bytes of this device, kept alive
         // for the queued memset by the stream-ordered caching allocator.
-        check("hipMemsetD8Async", unsafe { ffi::hipMemsetD8Async(addr as usize as ffi::hipDeviceptr_t, 0, bytes, self.inner.stream.as_raw()) })
+        check("hipMemsetD8Async", unsafe { bindings::hipMemsetD8Async(addr as usize as bindings::hipDeviceptr_t, 0, bytes, self.inner.stream.as_raw()) })
     }
 
     /// Host-to-device copy of `data` to `addr`, queued on the stream after the work queued
@@ -236,8 +236,8 @@ impl RocmDevice {
         // alive by the stream-ordered caching allocator; HIP only reads through the source
         // pointer (the binding's `*mut` is a C signature artefact).
         check("hipMemcpyHtoDAsync", unsafe {
-            ffi::hipMemcpyHtoDAsync(
-                addr as usize as ffi::hipDeviceptr_t,
+            bindings::hipMemcpyHtoDAsync(
+                addr as usize as bindings::hipDeviceptr_t,
                 data.as_ptr().cast_mut().cast::<c_void>(),
                 std::mem::size_of_val(data),
                 self.inner.stream.as_raw(),
