@@ -216,7 +216,7 @@ impl<T> KernelArgSliceMut<T> for Region {}
 pub struct StridedInput {
     pub data: Region,
     pub layout: Region,
-    _layout_buf: Option<DeviceVec<usize>>,
+    _layout_buf: Option<std::sync::Arc<DeviceVec<usize>>>,
 }
 
 impl StridedInput {
@@ -227,8 +227,9 @@ impl StridedInput {
         }
         let data = buf.from_offset(l)?;
         let host: Vec<usize> = l.dims().iter().chain(l.stride()).copied().collect();
-        let lb = dev.upload(&host).map_err(at("layout"))?;
-        let layout = Region::of::<usize>(&lb);
+        // Shared with every op on the same layout: uploaded once, not per op.
+        let lb = dev.upload_shared(&host).map_err(at("layout"))?;
+        let layout = Region::of::<usize>(&*lb);
         Ok(StridedInput { data, layout, _layout_buf: Some(lb) })
     }
 }

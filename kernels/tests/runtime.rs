@@ -174,3 +174,24 @@ fn a_written_host_slice_may_be_reused_as_soon_as_write_returns() {
         assert_eq!(dev.download(&v).unwrap(), want, "{}: the copy took the data as it was at the call", dev.name());
     }
 }
+
+#[test]
+fn shared_uploads_are_uploaded_once_per_distinct_array() {
+    for dev in devices() {
+        let a = dev.upload_shared(&[4, 8, 8, 1]).unwrap();
+        let before = dev.memory_stats();
+        let b = dev.upload_shared(&[4, 8, 8, 1]).unwrap();
+        let c = dev.upload_shared(&[4, 8, 1, 4]).unwrap();
+        let after = dev.memory_stats();
+        assert!(std::sync::Arc::ptr_eq(&a, &b), "{}: same contents, same buffer", dev.name());
+        assert!(!std::sync::Arc::ptr_eq(&a, &c));
+        assert_eq!(after.live_blocks, before.live_blocks + 1, "{}: only the new array took a block", dev.name());
+        assert_eq!((dev.download(&b).unwrap(), dev.download(&c).unwrap()), (vec![4, 8, 8, 1], vec![4, 8, 1, 4]));
+        assert_eq!(dev.shared_uploads_len(), 2);
+        // A clone shares the cache; `empty_cache` drops it.
+        assert!(std::sync::Arc::ptr_eq(&dev.clone().upload_shared(&[4, 8, 1, 4]).unwrap(), &c));
+        drop((a, b, c));
+        dev.empty_cache();
+        assert_eq!((dev.shared_uploads_len(), dev.memory_stats().live_blocks), (0, 0), "{}", dev.name());
+    }
+}

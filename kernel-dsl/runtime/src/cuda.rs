@@ -18,6 +18,7 @@ fn err(call: &'static str, e: result::DriverError) -> LaunchError {
 pub struct CudaDevice {
     inner: Arc<Inner>,
     memory: Arc<CachingAllocator>,
+    shared: Arc<crate::shared::SharedUploads>,
 }
 
 /// The device's memory as the caching allocator sees it.
@@ -114,7 +115,7 @@ impl CudaDevice {
                 modules: Mutex::new(HashMap::new()),
                 functions: Mutex::new(HashMap::new()),
             });
-            Ok(CudaDevice { memory: CachingAllocator::new(Box::new(CudaMemory(inner.clone()))), inner })
+            Ok(CudaDevice { memory: CachingAllocator::new(Box::new(CudaMemory(inner.clone()))), shared: Default::default(), inner })
         }
     }
 
@@ -134,6 +135,10 @@ impl CudaDevice {
 
     pub(crate) fn allocator(&self) -> &Arc<CachingAllocator> {
         &self.memory
+    }
+
+    pub(crate) fn shared_uploads(&self) -> &crate::shared::SharedUploads {
+        &self.shared
     }
 
     /// Waits for all work queued on the stream.

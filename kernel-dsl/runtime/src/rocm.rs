@@ -59,6 +59,7 @@ fn c_chars(raw: &[c_char]) -> String {
 pub struct RocmDevice {
     inner: Arc<Inner>,
     memory: Arc<CachingAllocator>,
+    shared: Arc<crate::shared::SharedUploads>,
 }
 
 /// The device's memory as the caching allocator sees it (`hipMalloc` / `hipFree`).
@@ -179,7 +180,7 @@ impl RocmDevice {
             modules: Mutex::new(HashMap::new()),
             functions: Mutex::new(HashMap::new()),
         });
-        Ok(RocmDevice { memory: CachingAllocator::new(Box::new(RocmMemory(inner.clone()))), inner })
+        Ok(RocmDevice { memory: CachingAllocator::new(Box::new(RocmMemory(inner.clone()))), shared: Default::default(), inner })
     }
 
     /// Device name, e.g. `AMD Instinct MI250X`.
@@ -203,6 +204,10 @@ impl RocmDevice {
 
     pub(crate) fn allocator(&self) -> &Arc<CachingAllocator> {
         &self.memory
+    }
+
+    pub(crate) fn shared_uploads(&self) -> &crate::shared::SharedUploads {
+        &self.shared
     }
 
     /// Waits for all work queued on the stream.
