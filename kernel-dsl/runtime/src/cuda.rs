@@ -59,7 +59,10 @@ struct Inner {
     device: sys::CUdevice,
     stream: sys::CUstream,
     modules: Mutex<HashMap<usize, sys::CUmodule>>,
-    functions: Mutex<HashMap<(usize, &'static str), sys::CUfunction>>,
+    /// Keyed by the addresses of the binaries and of the symbol text (launchers pass the
+    /// same `&'static str` every time; hashing two words instead of the mangled name keeps
+    /// the lookup off the launch path's profile).
+    functions: Mutex<HashMap<(usize, usize, usize), sys::CUfunction>>,
 }
 
 // SAFETY: CUDA handles are usable from any thread once the context is made current,
@@ -208,7 +211,7 @@ impl CudaDevice {
     }
 
     fn function(&self, binaries: &'static EmbeddedKernels, symbol: &'static str) -> Result<sys::CUfunction, LaunchError> {
-        let key = (binaries as *const EmbeddedKernels as usize, symbol);
+        let key = (binaries as *const EmbeddedKernels as usize, symbol.as_ptr() as usize, symbol.len());
         if let Some(f) = self.inner.functions.lock().unwrap().get(&key) {
             return Ok(*f);
         }
@@ -267,21 +270,44 @@ impl Executor for CudaDevice {
             .map_err(|e| err("cuFuncSetAttribute", e))?;
         }
         // One 8-byte cell per slot; CUDA reads each parameter's size from the cell start.
-        let mut cells: Vec<u64> = Vec::with_capacity(launch.kernel.abi.len());
+        // On the stack for every kernel of this project (a few dozen slots at most): no heap
+        // allocation per launch.
+        const STACK_SLOTS: usize = 48;
+        let slots: usize = launch.args.iter().map(|a| if matches!(a, ArgValue::Slice { .. }) { 2 } else { 1 }).sum();
+        let (mut cell_stack, mut cell_heap) = ([0u64; STACK_SLOTS], Vec::new());
+        let cells: &mut [u64] = if slots <= STACK_SLOTS {
+            &mut cell_stack[..slots]
+        } else {
+            cell_heap.resize(slots, 0);
+            &mut cell_heap
+        };
+        let mut n = 0;
         for a in launch.args {
             match *a {
                 ArgValue::Slice { addr, len, .. } => {
                     // Empty host slices (`&[]`) are never read: pass a null pointer.
-                    cells.push(if len == 0 { 0 } else { addr });
-                    cells.push(len as u64);
+                    cells[n] = if len == 0 { 0 } else { addr };
+                    cells[n + 1] = len as u64;
+                    n += 2;
+                    continue;
                 }
-                ArgValue::U8(v) => cells.push(v as u64),
-                ArgValue::U16(v) => cells.push(v as u64),
-                ArgValue::U32(v) => cells.push(v as u64),
-                ArgValue::U64(v) => cells.push(v),
+                ArgValue::U8(v) => cells[n] = v as u64,
+                ArgValue::U16(v) => cells[n] = v as u64,
+                ArgValue::U32(v) => cells[n] = v as u64,
+                ArgValue::U64(v) => cells[n] = v,
             }
+            n += 1;
         }
-        let mut params: Vec<*mut c_void> = cells.iter_mut().map(|c| c as *mut u64 as *mut c_void).collect();
+        let (mut param_stack, mut param_heap) = ([std::ptr::null_mut::<c_void>(); STACK_SLOTS], Vec::new());
+        let params: &mut [*mut c_void] = if slots <= STACK_SLOTS {
+            &mut param_stack[..slots]
+        } else {
+            param_heap.resize(slots, std::ptr::null_mut());
+            &mut param_heap
+        };
+        for (p, c) in params.iter_mut().zip(cells.iter_mut()) {
+            *p = c as *mut u64 as *mut c_void;
+        }
         // SAFETY: parameters match the entry's layout (checked at build time against the PTX).
         unsafe {
             result::launch_kernel(
@@ -290,7 +316,7 @@ impl Executor for CudaDevice {
                 (c.block.x, c.block.y, c.block.z),
                 launch.shared_bytes as u32,
                 self.inner.stream,
-                &mut params,
+                params,
             )
         }
         .map_err(|e| err("cuLaunchKernel", e))
