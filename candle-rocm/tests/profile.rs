@@ -51,8 +51,10 @@ fn a_small_graph_counts_each_backend_op_once() -> Result<()> {
         let c = (&b + &a)?;
         let s = c.sum_keepdim(0)?;
         let got = s.to_vec1::<f32>()?;
-        let wall = t.elapsed().as_secs_f64() * 1e3;
         let p = dev.take_profile()?;
+        // Measured after the take, which waits for the last event: every op's interval lies
+        // between `t` and now.
+        let wall = t.elapsed().as_secs_f64() * 1e3;
         let want: f32 = [0.5f32, -1.0, 2.0, 3.5].iter().map(|x| x.exp() + x).sum();
         assert!((got[0] - want).abs() <= 1e-5 * want.abs(), "{}: {got:?} vs {want}", dev.name());
         let want_counts: BTreeMap<_, _> = [
