@@ -78,6 +78,24 @@ impl Buf {
         })
     }
 
+    /// `len` elements of `dtype` with unspecified contents (a reused block keeps old data),
+    /// for outputs that are written in full before they are read.
+    pub fn uninit(dev: &Device, dtype: DType, len: usize) -> Result<Buf> {
+        let op = "alloc_uninit";
+        Ok(match dtype {
+            DType::U8 => Buf::U8(dev.alloc_uninit(len).map_err(at(op))?),
+            DType::U32 => Buf::U32(dev.alloc_uninit(len).map_err(at(op))?),
+            DType::I16 => Buf::I16(dev.alloc_uninit(len).map_err(at(op))?),
+            DType::I32 => Buf::I32(dev.alloc_uninit(len).map_err(at(op))?),
+            DType::I64 => Buf::I64(dev.alloc_uninit(len).map_err(at(op))?),
+            DType::BF16 => Buf::BF16(dev.alloc_uninit(len).map_err(at(op))?),
+            DType::F16 => Buf::F16(dev.alloc_uninit(len).map_err(at(op))?),
+            DType::F32 => Buf::F32(dev.alloc_uninit(len).map_err(at(op))?),
+            DType::F64 => Buf::F64(dev.alloc_uninit(len).map_err(at(op))?),
+            d => return Err(unsupported("storage", d)),
+        })
+    }
+
     /// A copy of host data on `dev`.
     pub fn upload(dev: &Device, s: &CpuStorage) -> Result<Buf> {
         let op = "upload";
@@ -198,7 +216,7 @@ impl<T> KernelArgSliceMut<T> for Region {}
 pub struct StridedInput {
     pub data: Region,
     pub layout: Region,
-    _layout_buf: Option<DeviceVec<usize>>,
+    _layout_buf: Option<std::sync::Arc<DeviceVec<usize>>>,
 }
 
 impl StridedInput {
@@ -209,8 +227,9 @@ impl StridedInput {
         }
         let data = buf.from_offset(l)?;
         let host: Vec<usize> = l.dims().iter().chain(l.stride()).copied().collect();
-        let lb = dev.upload(&host).map_err(at("layout"))?;
-        let layout = Region::of::<usize>(&lb);
+        // Shared with every op on the same layout: uploaded once, not per op.
+        let lb = dev.upload_shared(&host).map_err(at("layout"))?;
+        let layout = Region::of::<usize>(&*lb);
         Ok(StridedInput { data, layout, _layout_buf: Some(lb) })
     }
 }

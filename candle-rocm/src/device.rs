@@ -2,6 +2,7 @@
 //! executor) as a Candle external-backend device.
 use crate::buffer::Buf;
 use crate::error::{at, invalid};
+use crate::profile::{Profile, Profiler};
 use crate::storage::RocmStorage;
 use candle_core::ext_backend::{ExtBackendDevice, ExtStorage};
 use candle_core::{CpuStorage, DType, DeviceLocation, Result, Shape};
@@ -26,12 +27,15 @@ struct Inner {
     /// Philox stream: seed, and the next counter block (each call takes the next blocks,
     /// so a seeded sequence of calls is reproducible on every executor).
     seed: Mutex<(u64, u64)>,
+    profiler: Profiler,
 }
 
 impl RocmDevice {
     fn wrap(dev: Device, ordinal: usize, what: &str) -> Self {
         let name = format!("{BACKEND} {what}: {}", dev.name());
-        RocmDevice { inner: Arc::new(Inner { dev, ordinal, name, seed: Mutex::new((299792458, 0)) }) }
+        let profiler = Profiler::default();
+        profiler.set(std::env::var("CANDLE_ROCM_PROFILE").is_ok_and(|v| !v.is_empty() && v != "0"));
+        RocmDevice { inner: Arc::new(Inner { dev, ordinal, name, seed: Mutex::new((299792458, 0)), profiler }) }
     }
 
     /// AMD GPU `ordinal` through HIP (`rocm` feature; an error without ROCm or a GPU).
@@ -64,6 +68,32 @@ impl RocmDevice {
     /// The caching allocator's figures for this device (bytes in use, cached, peak, ...).
     pub fn memory_stats(&self) -> kernels::runtime::MemoryStats {
         self.inner.dev.memory_stats()
+    }
+
+    /// Turns the per-op profile on or off (see [`crate::profile`]; also on when the device
+    /// is opened with `CANDLE_ROCM_PROFILE=1`). Calls recorded so far are kept.
+    pub fn set_profiling(&self, on: bool) {
+        self.inner.profiler.set(on);
+    }
+
+    /// `true` while ops are profiled.
+    pub fn is_profiling(&self) -> bool {
+        self.inner.profiler.is_on()
+    }
+
+    /// The per-op sums of the calls profiled since the last call (waits for the last one),
+    /// and starts a new profile.
+    pub fn take_profile(&self) -> Result<Profile> {
+        self.inner.profiler.take()
+    }
+
+    /// Runs the backend op `f` (named by `op` only when profiling), timed when profiling.
+    pub(crate) fn profiled<R>(&self, op: impl FnOnce() -> std::borrow::Cow<'static, str>, dtype: DType, f: impl FnOnce() -> Result<R>) -> Result<R> {
+        if self.inner.profiler.is_on() {
+            self.inner.profiler.time(&self.inner.dev, op(), dtype, f)
+        } else {
+            f()
+        }
     }
 
     /// This device as a Candle device (`candle_core::Device::Ext`).
@@ -115,15 +145,20 @@ impl ExtBackendDevice for RocmDevice {
     }
 
     fn zeros(&self, shape: &Shape, dtype: DType) -> Result<ExtStorage> {
-        Ok(self.storage(Buf::zeros(&self.inner.dev, dtype, shape.elem_count())?))
+        let buf = self.profiled(|| "zeros".into(), dtype, || Buf::zeros(&self.inner.dev, dtype, shape.elem_count()))?;
+        Ok(self.storage(buf))
     }
 
     unsafe fn alloc_uninit(&self, shape: &Shape, dtype: DType) -> Result<ExtStorage> {
-        self.zeros(shape, dtype)
+        // No fill: the caller writes every element before reading (the trait's contract).
+        let buf = self.profiled(|| "alloc_uninit".into(), dtype, || Buf::uninit(&self.inner.dev, dtype, shape.elem_count()))?;
+        Ok(self.storage(buf))
     }
 
     fn storage_from_cpu_storage(&self, s: &CpuStorage) -> Result<ExtStorage> {
-        Ok(self.storage(Buf::upload(&self.inner.dev, s)?))
+        use candle_core::backend::BackendStorage;
+        let buf = self.profiled(|| "upload".into(), s.dtype(), || Buf::upload(&self.inner.dev, s))?;
+        Ok(self.storage(buf))
     }
 
     fn rand_uniform(&self, shape: &Shape, dtype: DType, lo: f64, up: f64) -> Result<ExtStorage> {

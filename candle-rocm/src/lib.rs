@@ -24,8 +24,10 @@ pub mod buffer;
 pub mod device;
 pub mod error;
 pub mod ops;
+pub mod profile;
 pub mod storage;
 
 pub use device::{cpu_executor, RocmDevice, BACKEND};
+pub use profile::{OpStat, Profile};
 pub use kernel_dsl::host::WaveSize;
 pub use storage::RocmStorage;

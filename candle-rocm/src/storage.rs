@@ -9,6 +9,7 @@ use candle_core::ext_backend::{ExtBackendStorage, ExtDevice, ExtStorage};
 use candle_core::op::{CmpOp, ReduceOp};
 use candle_core::{CpuStorage, DType, FusedOp, Layout, Result, Shape};
 use std::any::Any;
+use std::borrow::Cow;
 use std::sync::Arc;
 
 /// A buffer of one dtype on a [`RocmDevice`].
@@ -34,6 +35,16 @@ impl RocmStorage {
     fn wrap(&self, buf: Buf) -> ExtStorage {
         self.device.storage(buf)
     }
+
+    /// Runs the op `f` producing a new buffer, profiled as `op` on this buffer's dtype.
+    fn run(&self, op: impl FnOnce() -> Cow<'static, str>, f: impl FnOnce() -> Result<Buf>) -> Result<ExtStorage> {
+        Ok(self.wrap(self.device.profiled(op, self.buf.dtype(), f)?))
+    }
+}
+
+/// A profile name `"{kind}.{detail}"`, built only when profiling.
+fn named(kind: &str, detail: impl std::fmt::Debug) -> Cow<'static, str> {
+    Cow::Owned(format!("{kind}.{detail:?}").to_lowercase())
 }
 
 /// The `RocmStorage` behind another operand of an op on this backend.
@@ -63,10 +74,15 @@ impl ExtBackendStorage for RocmStorage {
     fn try_clone(&self, l: &Layout) -> Result<ExtStorage> {
         // The whole buffer, as Candle's backends do (the layout keeps addressing it).
         let _ = l;
-        let mut copy = Buf::zeros(self.dev(), self.buf.dtype(), self.buf.len())?;
-        let all = Layout::contiguous(self.buf.len());
-        ops::elementwise::copy_strided(self.dev(), &self.buf, &all, &mut copy, 0)?;
-        Ok(self.wrap(copy))
+        self.run(
+            || "try_clone".into(),
+            || {
+                let mut copy = Buf::uninit(self.dev(), self.buf.dtype(), self.buf.len())?;
+                let all = Layout::contiguous(self.buf.len());
+                ops::elementwise::copy_strided(self.dev(), &self.buf, &all, &mut copy, 0)?;
+                Ok(copy)
+            },
+        )
     }
 
     fn dtype(&self) -> DType {
@@ -78,137 +94,162 @@ impl ExtBackendStorage for RocmStorage {
     }
 
     fn to_cpu_storage(&self) -> Result<CpuStorage> {
-        self.buf.download(self.dev())
+        self.device.profiled(|| "download".into(), self.buf.dtype(), || self.buf.download(self.dev()))
     }
 
     fn affine(&self, l: &Layout, mul: f64, add: f64) -> Result<ExtStorage> {
-        Ok(self.wrap(ops::elementwise::affine(self.dev(), &self.buf, l, mul, add)?))
+        self.run(|| "affine".into(), || ops::elementwise::affine(self.dev(), &self.buf, l, mul, add))
     }
 
     fn powf(&self, l: &Layout, e: f64) -> Result<ExtStorage> {
-        Ok(self.wrap(ops::elementwise::unary_param(self.dev(), &self.buf, l, e, "powf")?))
+        self.run(|| "powf".into(), || ops::elementwise::unary_param(self.dev(), &self.buf, l, e, "powf"))
     }
 
     fn elu(&self, l: &Layout, alpha: f64) -> Result<ExtStorage> {
-        Ok(self.wrap(ops::elementwise::unary_param(self.dev(), &self.buf, l, alpha, "elu")?))
+        self.run(|| "elu".into(), || ops::elementwise::unary_param(self.dev(), &self.buf, l, alpha, "elu"))
     }
 
     fn reduce_op(&self, op: ReduceOp, l: &Layout, dims: &[usize]) -> Result<ExtStorage> {
-        Ok(self.wrap(ops::reduce::reduce(self.dev(), &self.buf, l, op, dims)?))
+        self.run(|| named("reduce", op), || ops::reduce::reduce(self.dev(), &self.buf, l, op, dims))
     }
 
     fn cmp(&self, op: CmpOp, rhs: &ExtStorage, l: &Layout, rl: &Layout) -> Result<ExtStorage> {
         let rhs = peer(rhs, "cmp")?;
-        Ok(self.wrap(ops::any::cmp(self.dev(), op, &self.buf, l, &rhs.buf, rl)?))
+        self.run(
+            || {
+                Cow::Borrowed(match op {
+                    CmpOp::Eq => "cmp.eq",
+                    CmpOp::Ne => "cmp.ne",
+                    CmpOp::Le => "cmp.le",
+                    CmpOp::Ge => "cmp.ge",
+                    CmpOp::Lt => "cmp.lt",
+                    CmpOp::Gt => "cmp.gt",
+                })
+            },
+            || ops::any::cmp(self.dev(), op, &self.buf, l, &rhs.buf, rl))
     }
 
     fn to_dtype(&self, l: &Layout, dtype: DType) -> Result<ExtStorage> {
-        Ok(self.wrap(ops::elementwise::to_dtype(self.dev(), &self.buf, l, dtype)?))
+        self.run(|| named("to_dtype", dtype), || ops::elementwise::to_dtype(self.dev(), &self.buf, l, dtype))
     }
 
     fn unary(&self, op: &'static str, l: &Layout) -> Result<ExtStorage> {
-        Ok(self.wrap(ops::elementwise::unary(self.dev(), &self.buf, l, op)?))
+        self.run(|| Cow::Owned(format!("unary.{op}")), || ops::elementwise::unary(self.dev(), &self.buf, l, op))
     }
 
     fn binary(&self, op: &'static str, rhs: &ExtStorage, l: &Layout, rl: &Layout) -> Result<ExtStorage> {
         let rhs = peer(rhs, op)?;
-        Ok(self.wrap(ops::elementwise::binary(self.dev(), &self.buf, l, &rhs.buf, rl, op)?))
+        self.run(|| Cow::Owned(format!("binary.{op}")), || ops::elementwise::binary(self.dev(), &self.buf, l, &rhs.buf, rl, op))
     }
 
     fn where_cond(&self, l: &Layout, t: &ExtStorage, tl: &Layout, f: &ExtStorage, fl: &Layout) -> Result<ExtStorage> {
         let (t, f) = (peer(t, "where_cond")?, peer(f, "where_cond")?);
-        Ok(self.wrap(ops::indexing::where_cond(self.dev(), &self.buf, l, &t.buf, tl, &f.buf, fl)?))
+        self.run(|| "where_cond".into(), || ops::indexing::where_cond(self.dev(), &self.buf, l, &t.buf, tl, &f.buf, fl))
     }
 
     fn conv1d(&self, l: &Layout, k: &ExtStorage, kl: &Layout, p: &ParamsConv1D) -> Result<ExtStorage> {
         let k = peer(k, "conv1d")?;
-        Ok(self.wrap(ops::conv::conv1d(self.dev(), &self.buf, l, &k.buf, kl, p)?))
+        self.run(|| "conv1d".into(), || ops::conv::conv1d(self.dev(), &self.buf, l, &k.buf, kl, p))
     }
 
     fn conv_transpose1d(&self, l: &Layout, k: &ExtStorage, kl: &Layout, p: &ParamsConvTranspose1D) -> Result<ExtStorage> {
         let k = peer(k, "conv_transpose1d")?;
-        Ok(self.wrap(ops::conv::conv_transpose1d(self.dev(), &self.buf, l, &k.buf, kl, p)?))
+        self.run(|| "conv_transpose1d".into(), || ops::conv::conv_transpose1d(self.dev(), &self.buf, l, &k.buf, kl, p))
     }
 
     fn conv2d(&self, l: &Layout, k: &ExtStorage, kl: &Layout, p: &ParamsConv2D) -> Result<ExtStorage> {
         let k = peer(k, "conv2d")?;
-        Ok(self.wrap(ops::conv::conv2d(self.dev(), &self.buf, l, &k.buf, kl, p)?))
+        self.run(|| "conv2d".into(), || ops::conv::conv2d(self.dev(), &self.buf, l, &k.buf, kl, p))
     }
 
     fn conv_transpose2d(&self, l: &Layout, k: &ExtStorage, kl: &Layout, p: &ParamsConvTranspose2D) -> Result<ExtStorage> {
         let k = peer(k, "conv_transpose2d")?;
-        Ok(self.wrap(ops::conv::conv_transpose2d(self.dev(), &self.buf, l, &k.buf, kl, p)?))
+        self.run(|| "conv_transpose2d".into(), || ops::conv::conv_transpose2d(self.dev(), &self.buf, l, &k.buf, kl, p))
     }
 
     fn avg_pool2d(&self, l: &Layout, k: (usize, usize), s: (usize, usize)) -> Result<ExtStorage> {
-        Ok(self.wrap(ops::conv::avg_pool2d(self.dev(), &self.buf, l, k, s)?))
+        self.run(|| "avg_pool2d".into(), || ops::conv::avg_pool2d(self.dev(), &self.buf, l, k, s))
     }
 
     fn max_pool2d(&self, l: &Layout, k: (usize, usize), s: (usize, usize)) -> Result<ExtStorage> {
-        Ok(self.wrap(ops::conv::max_pool2d(self.dev(), &self.buf, l, k, s)?))
+        self.run(|| "max_pool2d".into(), || ops::conv::max_pool2d(self.dev(), &self.buf, l, k, s))
     }
 
     fn upsample_nearest1d(&self, l: &Layout, sz: usize) -> Result<ExtStorage> {
-        Ok(self.wrap(ops::conv::upsample_nearest1d(self.dev(), &self.buf, l, sz)?))
+        self.run(|| "upsample_nearest1d".into(), || ops::conv::upsample_nearest1d(self.dev(), &self.buf, l, sz))
     }
 
     fn upsample_nearest2d(&self, l: &Layout, h: usize, w: usize) -> Result<ExtStorage> {
-        Ok(self.wrap(ops::conv::upsample_nearest2d(self.dev(), &self.buf, l, h, w)?))
+        self.run(|| "upsample_nearest2d".into(), || ops::conv::upsample_nearest2d(self.dev(), &self.buf, l, h, w))
     }
 
     fn upsample_bilinear2d(&self, l: &Layout, h: usize, w: usize, align: bool, sh: Option<f64>, sw: Option<f64>) -> Result<ExtStorage> {
-        Ok(self.wrap(ops::conv::upsample_bilinear2d(self.dev(), &self.buf, l, h, w, align, sh, sw)?))
+        self.run(|| "upsample_bilinear2d".into(), || ops::conv::upsample_bilinear2d(self.dev(), &self.buf, l, h, w, align, sh, sw))
     }
 
     fn gather(&self, l: &Layout, ids: &ExtStorage, il: &Layout, dim: usize) -> Result<ExtStorage> {
         let ids = peer(ids, "gather")?;
-        Ok(self.wrap(ops::indexing::gather(self.dev(), &self.buf, l, &ids.buf, il, dim)?))
+        self.run(|| "gather".into(), || ops::indexing::gather(self.dev(), &self.buf, l, &ids.buf, il, dim))
     }
 
     fn scatter_set(&mut self, l: &Layout, ids: &ExtStorage, il: &Layout, src: &ExtStorage, sl: &Layout, dim: usize) -> Result<()> {
         let (ids, src) = (peer(ids, "scatter_set")?, peer(src, "scatter_set")?);
-        let dev = self.device.clone();
-        ops::indexing::scatter(dev.kernels(), &mut self.buf, l, &ids.buf, il, &src.buf, sl, dim, false)
+        let (dev, dtype) = (self.device.clone(), self.buf.dtype());
+        dev.profiled(|| "scatter_set".into(), dtype, || ops::indexing::scatter(dev.kernels(), &mut self.buf, l, &ids.buf, il, &src.buf, sl, dim, false))
     }
 
     fn scatter_add_set(&mut self, l: &Layout, ids: &ExtStorage, il: &Layout, src: &ExtStorage, sl: &Layout, dim: usize) -> Result<()> {
         let (ids, src) = (peer(ids, "scatter_add")?, peer(src, "scatter_add")?);
-        let dev = self.device.clone();
-        ops::indexing::scatter(dev.kernels(), &mut self.buf, l, &ids.buf, il, &src.buf, sl, dim, true)
+        let (dev, dtype) = (self.device.clone(), self.buf.dtype());
+        dev.profiled(|| "scatter_add_set".into(), dtype, || ops::indexing::scatter(dev.kernels(), &mut self.buf, l, &ids.buf, il, &src.buf, sl, dim, true))
     }
 
     fn index_select(&self, ids: &ExtStorage, l: &Layout, il: &Layout, dim: usize) -> Result<ExtStorage> {
         let ids = peer(ids, "index_select")?;
-        Ok(self.wrap(ops::indexing::index_select(self.dev(), &self.buf, l, &ids.buf, il, dim)?))
+        self.run(|| "index_select".into(), || ops::indexing::index_select(self.dev(), &self.buf, l, &ids.buf, il, dim))
     }
 
     fn index_add(&self, l: &Layout, ids: &ExtStorage, il: &Layout, src: &ExtStorage, sl: &Layout, dim: usize) -> Result<ExtStorage> {
         let (ids, src) = (peer(ids, "index_add")?, peer(src, "index_add")?);
-        Ok(self.wrap(ops::indexing::index_add(self.dev(), &self.buf, l, &ids.buf, il, &src.buf, sl, dim)?))
+        self.run(|| "index_add".into(), || ops::indexing::index_add(self.dev(), &self.buf, l, &ids.buf, il, &src.buf, sl, dim))
     }
 
     fn matmul(&self, rhs: &ExtStorage, bmnk: (usize, usize, usize, usize), l: &Layout, rl: &Layout) -> Result<ExtStorage> {
         let rhs = peer(rhs, "matmul")?;
-        Ok(self.wrap(ops::matmul::matmul(self.dev(), &self.buf, l, &rhs.buf, rl, bmnk)?))
+        self.run(|| "matmul".into(), || ops::matmul::matmul(self.dev(), &self.buf, l, &rhs.buf, rl, bmnk))
     }
 
     fn copy_strided_src(&self, dst: &mut ExtStorage, dst_offset: usize, l: &Layout) -> Result<()> {
         let dst = peer_mut(dst, "copy_strided_src")?;
-        ops::elementwise::copy_strided(self.dev(), &self.buf, l, &mut dst.buf, dst_offset)
+        self.device.profiled(|| "copy_strided".into(), self.buf.dtype(), || ops::elementwise::copy_strided(self.dev(), &self.buf, l, &mut dst.buf, dst_offset))
     }
 
     fn copy2d(&self, dst: &mut ExtStorage, d1: usize, d2: usize, ss: usize, ds: usize, so: usize, dso: usize) -> Result<()> {
         let dst = peer_mut(dst, "copy2d")?;
-        ops::elementwise::copy2d(self.dev(), &self.buf, &mut dst.buf, d1, d2, ss, ds, so, dso)
+        self.device.profiled(|| "copy2d".into(), self.buf.dtype(), || ops::elementwise::copy2d(self.dev(), &self.buf, &mut dst.buf, d1, d2, ss, ds, so, dso))
     }
 
     fn const_set(&mut self, v: candle_core::scalar::Scalar, l: &Layout) -> Result<()> {
-        let dev = self.device.clone();
-        ops::elementwise::const_set(dev.kernels(), &mut self.buf, l, v)
+        let (dev, dtype) = (self.device.clone(), self.buf.dtype());
+        dev.profiled(|| "const_set".into(), dtype, || ops::elementwise::const_set(dev.kernels(), &mut self.buf, l, v))
     }
 
     fn fused(&self, op: FusedOp, l: &Layout, rest: &[(&ExtStorage, &Layout)]) -> Result<Option<(ExtStorage, Shape)>> {
         let rest = rest.iter().map(|(s, l)| Ok((&peer(s, "fused op")?.buf, *l))).collect::<Result<Vec<_>>>()?;
-        Ok(ops::fused::fused(self.dev(), op, &self.buf, l, &rest)?.map(|(b, s)| (self.wrap(b), s)))
+        let name = || -> Cow<'static, str> {
+            match op {
+                FusedOp::SoftmaxLastDim => "fused.softmax_last_dim",
+                FusedOp::Sigmoid => "fused.sigmoid",
+                FusedOp::RmsNorm { .. } => "fused.rms_norm",
+                FusedOp::LayerNorm { .. } => "fused.layer_norm",
+                FusedOp::RopeI => "fused.rope_i",
+                FusedOp::Rope => "fused.rope",
+                FusedOp::RopeThd => "fused.rope_thd",
+                _ => "fused.other",
+            }
+            .into()
+        };
+        let r = self.device.profiled(name, self.buf.dtype(), || ops::fused::fused(self.dev(), op, &self.buf, l, &rest))?;
+        Ok(r.map(|(b, s)| (self.wrap(b), s)))
     }
 }

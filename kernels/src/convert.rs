@@ -77,7 +77,7 @@ pub mod ops {
     pub type Strided<'a> = Option<(&'a [usize], &'a [usize])>;
 
     /// The layout argument of a view, uploaded to `dev` (empty for contiguous reads).
-    pub(crate) struct LayoutArg(Option<DeviceVec<usize>>);
+    pub(crate) struct LayoutArg(Option<std::sync::Arc<DeviceVec<usize>>>);
 
     impl LayoutArg {
         /// Checks `view` against `elems` and `len` and uploads it.
@@ -89,7 +89,7 @@ pub mod ops {
                     Vec::new()
                 }
             };
-            Ok(LayoutArg(if layout.is_empty() { None } else { Some(dev.upload(&layout)?) }))
+            Ok(LayoutArg(if layout.is_empty() { None } else { Some(dev.upload_shared(&layout)?) }))
         }
 
         /// The kernel argument.

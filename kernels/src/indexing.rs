@@ -693,7 +693,7 @@ pub mod ops {
     /// of 0 broadcasts), checked on the host and uploaded once as the kernels' `layout`.
     pub struct View {
         host: Vec<usize>,
-        buf: DeviceVec<usize>,
+        buf: std::sync::Arc<DeviceVec<usize>>,
     }
 
     impl View {
@@ -709,7 +709,7 @@ pub mod ops {
                 .try_fold(0usize, |a, (&d, &s)| d.saturating_sub(1).checked_mul(s).and_then(|o| a.checked_add(o)))
                 .ok_or_else(|| bad(format!("dims {dims:?} strides {strides:?}: offsets overflow usize")))?;
             let host: Vec<usize> = dims.iter().chain(strides).copied().collect();
-            let buf = dev.upload(&host)?;
+            let buf = dev.upload_shared(&host)?;
             Ok(View { host, buf })
         }
 

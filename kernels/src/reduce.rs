@@ -485,12 +485,12 @@ mod host {
             return Ok(());
         };
         match &p {
-            // Contiguous rows pass an empty layout without a buffer: an upload is a
-            // synchronous allocation and copy, which cost few-row launches half their time.
+            // Contiguous rows pass an empty layout without a buffer; other layouts come from
+            // the device's shared uploads (one upload per distinct layout).
             ReducePlan::Rows { cols, layout, .. } if layout.is_empty() => super::reduce_rows::launch::<T, Op>(dev, cfg, input, &[] as &[usize; 0], out, *cols as u32),
             ReducePlan::Rows { cols, layout, .. } => {
-                let layout = dev.upload(layout)?;
-                super::reduce_rows::launch::<T, Op>(dev, cfg, input, &layout, out, *cols as u32)
+                let layout = dev.upload_shared(layout)?;
+                super::reduce_rows::launch::<T, Op>(dev, cfg, input, &*layout, out, *cols as u32)
             }
             ReducePlan::WaveRows { cols, .. } => super::reduce_rows_wave::launch::<T, Op>(dev, cfg, input, out, *cols as u32),
             ReducePlan::Cols { outer, r, inner } => super::reduce_cols::launch::<T, Op>(dev, cfg, input, out, *outer as u32, *r as u32, *inner as u32),
@@ -511,12 +511,12 @@ mod host {
             return Ok(());
         };
         match &p {
-            // Contiguous rows pass an empty layout without a buffer: an upload is a
-            // synchronous allocation and copy, which cost few-row launches half their time.
+            // Contiguous rows pass an empty layout without a buffer; other layouts come from
+            // the device's shared uploads (one upload per distinct layout).
             ReducePlan::Rows { cols, layout, .. } if layout.is_empty() => super::argreduce_rows::launch::<T, Op>(dev, cfg, input, &[] as &[usize; 0], out, *cols as u32),
             ReducePlan::Rows { cols, layout, .. } => {
-                let layout = dev.upload(layout)?;
-                super::argreduce_rows::launch::<T, Op>(dev, cfg, input, &layout, out, *cols as u32)
+                let layout = dev.upload_shared(layout)?;
+                super::argreduce_rows::launch::<T, Op>(dev, cfg, input, &*layout, out, *cols as u32)
             }
             ReducePlan::WaveRows { cols, .. } => super::argreduce_rows_wave::launch::<T, Op>(dev, cfg, input, out, *cols as u32),
             ReducePlan::Cols { outer, r, inner } => super::argreduce_cols::launch::<T, Op>(dev, cfg, input, out, *outer as u32, *r as u32, *inner as u32),

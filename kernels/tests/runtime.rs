@@ -95,3 +95,103 @@ fn many_operations_keep_memory_flat() {
         assert_eq!(s.backend_frees, s.backend_allocations, "every block went back");
     }
 }
+
+/// Queues enough work that, on a GPU, the kernels queued next are still waiting when the
+/// host issues the writes that follow them (a write that did not wait its turn would then
+/// change what they read). Nothing to do on the CPU executor, which runs launches in order.
+fn keep_busy(dev: &Device) {
+    if !dev.is_gpu() {
+        return;
+    }
+    let n = 1 << 24;
+    let a = dev.alloc::<f32>(n).unwrap();
+    let mut b = dev.alloc_uninit::<f32>(n).unwrap();
+    for _ in 0..40 {
+        ew::unary::launch::<f32, Exp>(dev, ew::launch_config(n), &a, &[], &mut b).unwrap();
+    }
+}
+
+fn assert_exp_of(got: &[f32], xs: &[f32], what: &str) {
+    for (i, (g, x)) in got.iter().zip(xs).enumerate() {
+        let want = (*x as f64).exp();
+        assert!(((*g as f64) - want).abs() <= 2e-6 * want.abs().max(1.0), "{what}: element {i}: {g} vs exp({x}) = {want}");
+    }
+}
+
+#[test]
+fn writes_and_memsets_are_ordered_after_queued_kernels() {
+    for dev in devices() {
+        let n = if dev.is_gpu() { 1 << 22 } else { 4096 };
+        let xs: Vec<f32> = (0..n).map(|i| (i % 601) as f32 * 0.01 - 3.0).collect();
+        let later: Vec<f32> = (0..n).map(|i| (i % 7) as f32 + 100.0).collect();
+        let name = dev.name();
+
+        // 1. A write into the buffer a queued kernel reads.
+        let mut x = dev.upload(&xs).unwrap();
+        let mut y = dev.alloc_uninit::<f32>(n).unwrap();
+        keep_busy(&dev);
+        ew::unary::launch::<f32, Exp>(&dev, ew::launch_config(n), &x, &[], &mut y).unwrap();
+        dev.write(x.view_mut(..).unwrap(), &later).unwrap();
+        assert_exp_of(&dev.download(&y).unwrap(), &xs, &format!("{name}: kernel queued before a write"));
+        assert_eq!(dev.download(&x).unwrap(), later, "{name}: the write landed");
+
+        // 2. The block of a dropped input, reused by the caching allocator for an upload.
+        let x = dev.upload(&xs).unwrap();
+        keep_busy(&dev);
+        ew::unary::launch::<f32, Exp>(&dev, ew::launch_config(n), &x, &[], &mut y).unwrap();
+        drop(x);
+        let before = dev.memory_stats();
+        let z = dev.upload(&later).unwrap();
+        let after = dev.memory_stats();
+        assert_eq!((after.backend_allocations, after.cache_hits), (before.backend_allocations, before.cache_hits + 1), "{name}: the upload reused the cached block");
+        assert_exp_of(&dev.download(&y).unwrap(), &xs, &format!("{name}: kernel queued before an upload into its input's reused block"));
+        assert_eq!(dev.download(&z).unwrap(), later);
+        drop(z);
+
+        // 3. The same for a zero-filled allocation (memset) of the reused block.
+        let x = dev.upload(&xs).unwrap();
+        keep_busy(&dev);
+        ew::unary::launch::<f32, Exp>(&dev, ew::launch_config(n), &x, &[], &mut y).unwrap();
+        drop(x);
+        let zeros = dev.alloc::<f32>(n).unwrap();
+        assert_exp_of(&dev.download(&y).unwrap(), &xs, &format!("{name}: kernel queued before a memset of its input's reused block"));
+        assert!(dev.download(&zeros).unwrap().iter().all(|&v| v == 0.0), "{name}: alloc zero-fills");
+    }
+}
+
+#[test]
+fn a_written_host_slice_may_be_reused_as_soon_as_write_returns() {
+    for dev in devices() {
+        let n = if dev.is_gpu() { 1 << 20 } else { 4096 };
+        let want: Vec<u32> = (0..n as u32).map(|i| i.wrapping_mul(2654435761)).collect();
+        let mut src = want.clone();
+        let mut v = dev.alloc_uninit::<u32>(n).unwrap();
+        keep_busy(&dev);
+        dev.write(v.view_mut(..).unwrap(), &src).unwrap();
+        // Overwritten and freed before the queued copy can have run on a GPU.
+        src.iter_mut().for_each(|s| *s = !*s);
+        drop(src);
+        assert_eq!(dev.download(&v).unwrap(), want, "{}: the copy took the data as it was at the call", dev.name());
+    }
+}
+
+#[test]
+fn shared_uploads_are_uploaded_once_per_distinct_array() {
+    for dev in devices() {
+        let a = dev.upload_shared(&[4, 8, 8, 1]).unwrap();
+        let before = dev.memory_stats();
+        let b = dev.upload_shared(&[4, 8, 8, 1]).unwrap();
+        let c = dev.upload_shared(&[4, 8, 1, 4]).unwrap();
+        let after = dev.memory_stats();
+        assert!(std::sync::Arc::ptr_eq(&a, &b), "{}: same contents, same buffer", dev.name());
+        assert!(!std::sync::Arc::ptr_eq(&a, &c));
+        assert_eq!(after.live_blocks, before.live_blocks + 1, "{}: only the new array took a block", dev.name());
+        assert_eq!((dev.download(&b).unwrap(), dev.download(&c).unwrap()), (vec![4, 8, 8, 1], vec![4, 8, 1, 4]));
+        assert_eq!(dev.shared_uploads_len(), 2);
+        // A clone shares the cache; `empty_cache` drops it.
+        assert!(std::sync::Arc::ptr_eq(&dev.clone().upload_shared(&[4, 8, 1, 4]).unwrap(), &c));
+        drop((a, b, c));
+        dev.empty_cache();
+        assert_eq!((dev.shared_uploads_len(), dev.memory_stats().live_blocks), (0, 0), "{}", dev.name());
+    }
+}

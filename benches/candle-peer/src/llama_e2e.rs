@@ -55,8 +55,30 @@ pub fn random_model(cfg: &Config, dtype: DType, device: &Device) -> Result<Llama
     Llama::load(vb, cfg)
 }
 
+/// The two timed parts of [`run`].
+#[allow(dead_code)] // used by our side only (`--profile`)
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Phase {
+    Prefill,
+    Decode,
+}
+
 /// Prefill `prompt_tokens` pseudo-random tokens, then `decode_steps` greedy steps.
 pub fn run(model: &Llama, cfg: &Config, dtype: DType, device: &Device, prompt_tokens: usize, decode_steps: usize) -> Result<Report> {
+    run_phased(model, cfg, dtype, device, prompt_tokens, decode_steps, &mut |_| Ok(()))
+}
+
+/// [`run`], calling `at(Some(phase))` before each phase's timed part and `at(None)` after
+/// the last one (outside the timed parts: a profiler collects there).
+pub fn run_phased(
+    model: &Llama,
+    cfg: &Config,
+    dtype: DType,
+    device: &Device,
+    prompt_tokens: usize,
+    decode_steps: usize,
+    at: &mut dyn FnMut(Option<Phase>) -> Result<()>,
+) -> Result<Report> {
     let mut cache = Cache::new(true, dtype, cfg, device)?;
     let mut s = 0x9e3779b97f4a7c15u64;
     let prompt: Vec<u32> = (0..prompt_tokens)
@@ -65,6 +87,7 @@ pub fn run(model: &Llama, cfg: &Config, dtype: DType, device: &Device, prompt_to
             ((s >> 33) % cfg.vocab_size as u64) as u32
         })
         .collect();
+    at(Some(Phase::Prefill))?;
     device.synchronize()?;
     let t = Instant::now();
     let input = Tensor::new(prompt.as_slice(), device)?.unsqueeze(0)?;
@@ -72,6 +95,7 @@ pub fn run(model: &Llama, cfg: &Config, dtype: DType, device: &Device, prompt_to
     let mut next = logits.argmax(D::Minus1)?.to_dtype(DType::U32)?.flatten_all()?.to_vec1::<u32>()?[0];
     let prefill_s = t.elapsed().as_secs_f64();
     let mut tokens = vec![next];
+    at(Some(Phase::Decode))?;
     let t = Instant::now();
     for i in 0..decode_steps {
         let input = Tensor::new(&[next], device)?.unsqueeze(0)?;
@@ -80,6 +104,7 @@ pub fn run(model: &Llama, cfg: &Config, dtype: DType, device: &Device, prompt_to
         tokens.push(next);
     }
     let decode_s = t.elapsed().as_secs_f64();
+    at(None)?;
     Ok(Report { prompt_tokens, decode_steps, prefill_s, decode_s, tokens })
 }
 
@@ -100,7 +125,13 @@ pub fn args() -> (usize, usize, DType, usize) {
 }
 
 /// Warm-up, then `reps` timed runs; prints one JSON line per run and returns the best.
+#[allow(dead_code)] // our side calls bench_keep
 pub fn bench(backend: &str, device: &Device) -> Result<Report> {
+    Ok(bench_keep(backend, device)?.0)
+}
+
+/// [`bench`], also returning the model and its configuration for more runs.
+pub fn bench_keep(backend: &str, device: &Device) -> Result<(Report, Llama, Config)> {
     let (prompt, steps, dtype, reps) = args();
     let cfg = config_1b();
     let model = random_model(&cfg, dtype, device)?;
@@ -119,5 +150,5 @@ pub fn bench(backend: &str, device: &Device) -> Result<Report> {
             best = Some(r);
         }
     }
-    Ok(best.expect("reps >= 1"))
+    Ok((best.expect("reps >= 1"), model, cfg))
 }

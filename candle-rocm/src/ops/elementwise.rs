@@ -8,9 +8,10 @@ use kernels::elementwise as ew;
 use kernels::indexing::ops as ix;
 use kernels::runtime::{Device, DeviceVec};
 
-/// Allocates the contiguous output of `n` elements and wraps it.
+/// Allocates the contiguous output of `n` elements, uninitialized: every caller's kernel
+/// writes all of them (a zero fill would be one more queued memset per op).
 fn out<T: Copy>(dev: &Device, n: usize, op: &'static str) -> Result<DeviceVec<T>> {
-    dev.alloc::<T>(n).map_err(at(op))
+    dev.alloc_uninit::<T>(n).map_err(at(op))
 }
 
 /// Candle's unary op `name` (`UnaryOpT::NAME`) on the view `l`.

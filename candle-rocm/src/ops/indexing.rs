@@ -35,7 +35,7 @@ fn ids(dev: &Device, buf: &Buf, l: &Layout, op: &'static str) -> Result<Ids> {
             _ => Err(invalid(op, "u8 ids did not widen to u32")),
         },
         DType::U32 | DType::I64 => {
-            let mut copy = Buf::zeros(dev, buf.dtype(), n)?;
+            let mut copy = Buf::uninit(dev, buf.dtype(), n)?;
             super::elementwise::copy_strided(dev, buf, l, &mut copy, 0)?;
             match copy {
                 Buf::U32(v) => Ok(Ids::U32(v)),
@@ -169,7 +169,7 @@ fn contiguous_bits<B>(dev: &Device, buf: &Buf, l: &Layout, keep: &mut Option<Buf
     if l.is_contiguous() {
         return buf.region(l.start_offset(), n);
     }
-    let mut copy = Buf::zeros(dev, buf.dtype(), n)?;
+    let mut copy = Buf::uninit(dev, buf.dtype(), n)?;
     super::elementwise::copy_strided(dev, buf, l, &mut copy, 0)?;
     let r = copy.region(0, n)?;
     *keep = Some(copy);
@@ -243,7 +243,7 @@ pub fn index_add(dev: &Device, dst: &Buf, l: &Layout, id: &Buf, il: &Layout, src
     }
     let ids = ids(dev, id, il, OP)?;
     let (left, right) = (prod(&dd[..dim]), prod(&dd[dim + 1..]));
-    let mut out = Buf::zeros(dev, dst.dtype(), l.shape().elem_count())?;
+    let mut out = Buf::uninit(dev, dst.dtype(), l.shape().elem_count())?;
     super::elementwise::copy_strided(dev, dst, l, &mut out, 0)?;
     let n_out = out.len();
     let mut o = out.region_mut(0, n_out)?;

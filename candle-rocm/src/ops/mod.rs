@@ -44,7 +44,7 @@ pub fn contiguous<'a, T: BufElem>(dev: &Device, buf: &'a Buf, l: &Layout, keep: 
     if l.is_contiguous() && l.start_offset() == 0 && v.len() == n {
         return Ok(v);
     }
-    let mut copy = Buf::zeros(dev, buf.dtype(), n)?;
+    let mut copy = Buf::uninit(dev, buf.dtype(), n)?;
     elementwise::copy_strided(dev, buf, l, &mut copy, 0)?;
     *keep = T::take(copy);
     keep.as_ref().ok_or_else(|| invalid(op, "copy of another dtype"))

@@ -11,12 +11,14 @@ fn err(call: &'static str, e: result::DriverError) -> LaunchError {
     LaunchError::Backend { backend: "cuda", call, message: format!("{e:?}") }
 }
 
-/// One CUDA device with its primary context and a stream. The stream is a blocking one, so
-/// the synchronous copies and memsets (legacy default stream) stay ordered with launches.
+/// One CUDA device with its primary context and a stream. Launches, memsets, uploads and
+/// device copies are all queued on that stream, so they run in the order they were issued;
+/// only reads ([`Device::read`](crate::Device::read)) and [`CudaDevice::synchronize`] wait.
 #[derive(Clone)]
 pub struct CudaDevice {
     inner: Arc<Inner>,
     memory: Arc<CachingAllocator>,
+    shared: Arc<crate::shared::SharedUploads>,
 }
 
 /// The device's memory as the caching allocator sees it.
@@ -57,7 +59,10 @@ struct Inner {
     device: sys::CUdevice,
     stream: sys::CUstream,
     modules: Mutex<HashMap<usize, sys::CUmodule>>,
-    functions: Mutex<HashMap<(usize, &'static str), sys::CUfunction>>,
+    /// Keyed by the addresses of the binaries and of the symbol text (launchers pass the
+    /// same `&'static str` every time; hashing two words instead of the mangled name keeps
+    /// the lookup off the launch path's profile).
+    functions: Mutex<HashMap<(usize, usize, usize), sys::CUfunction>>,
 }
 
 // SAFETY: CUDA handles are usable from any thread once the context is made current,
@@ -113,7 +118,7 @@ impl CudaDevice {
                 modules: Mutex::new(HashMap::new()),
                 functions: Mutex::new(HashMap::new()),
             });
-            Ok(CudaDevice { memory: CachingAllocator::new(Box::new(CudaMemory(inner.clone()))), inner })
+            Ok(CudaDevice { memory: CachingAllocator::new(Box::new(CudaMemory(inner.clone()))), shared: Default::default(), inner })
         }
     }
 
@@ -135,6 +140,10 @@ impl CudaDevice {
         &self.memory
     }
 
+    pub(crate) fn shared_uploads(&self) -> &crate::shared::SharedUploads {
+        &self.shared
+    }
+
     /// Waits for all work queued on the stream.
     pub fn synchronize(&self) -> Result<(), LaunchError> {
         self.bind()?;
@@ -142,18 +151,34 @@ impl CudaDevice {
         unsafe { result::stream::synchronize(self.inner.stream) }.map_err(|e| err("cuStreamSynchronize", e))
     }
 
-    /// Zeroes `bytes` bytes at `addr` (ordered with the stream).
+    /// Zeroes `bytes` bytes at `addr`, queued on the stream (`cuMemsetD8Async`): the host
+    /// does not wait, kernels queued later see zeros, kernels queued earlier do not.
     pub(crate) fn memset_zero(&self, addr: u64, bytes: usize) -> Result<(), LaunchError> {
         self.bind()?;
-        // SAFETY: `addr` is a live block of at least `bytes` bytes of this device.
-        unsafe { result::memset_d8_sync(addr, 0, bytes) }.map_err(|e| err("cuMemsetD8", e))
+        // SAFETY: `addr` is a live block of at least `bytes` bytes of this device, kept alive
+        // for the queued memset by the stream-ordered caching allocator.
+        unsafe { result::memset_d8_async(addr, 0, bytes, self.inner.stream) }.map_err(|e| err("cuMemsetD8Async", e))
     }
 
-    /// Host-to-device copy of `data` to `addr` (synchronous, after queued work).
+    /// Host-to-device copy of `data` to `addr`, queued on the stream after the work queued
+    /// before it (`cuMemcpyHtoDAsync`); `data` may be reused or freed once this returns.
+    ///
+    /// Why not `cuMemcpyHtoD`: for pageable memory "a stream sync is performed before the
+    /// copy is initiated" (CUDA Driver API, "API synchronization behavior", Memcpy,
+    /// Synchronous), which drains the GPU on every layout or geometry upload of an op.
+    /// The asynchronous form from pageable memory is, per the same page (Asynchronous):
+    /// "might be synchronous with respect to host" and "If pageable memory must first be
+    /// staged to pinned memory, the driver may synchronize with the stream and stage the copy
+    /// into pinned memory": the driver stages the pageable source before returning (it holds
+    /// no reference to `data` afterwards), at worst after waiting for the stream, never
+    /// before work queued earlier on it. `kernels/tests/runtime.rs` checks both properties
+    /// (source reused right after the call; a kernel queued before the write reads the old data).
     pub(crate) fn write_raw<T: Copy>(&self, addr: u64, data: &[T]) -> Result<(), LaunchError> {
         self.bind()?;
-        // SAFETY: `addr` is a live range of `size_of_val(data)` bytes of this device.
-        unsafe { result::memcpy_htod_sync(addr, data) }.map_err(|e| err("cuMemcpyHtoD", e))
+        // SAFETY: `addr` is a live range of `size_of_val(data)` bytes of this device, kept
+        // alive for the queued copy by the stream-ordered caching allocator; the source is
+        // staged by the driver before the call returns (see above).
+        unsafe { result::memcpy_htod_async(addr, data, self.inner.stream) }.map_err(|e| err("cuMemcpyHtoDAsync", e))
     }
 
     /// Device-to-host copy from `addr` into `out` (waits for queued work first).
@@ -186,7 +211,7 @@ impl CudaDevice {
     }
 
     fn function(&self, binaries: &'static EmbeddedKernels, symbol: &'static str) -> Result<sys::CUfunction, LaunchError> {
-        let key = (binaries as *const EmbeddedKernels as usize, symbol);
+        let key = (binaries as *const EmbeddedKernels as usize, symbol.as_ptr() as usize, symbol.len());
         if let Some(f) = self.inner.functions.lock().unwrap().get(&key) {
             return Ok(*f);
         }
@@ -245,21 +270,44 @@ impl Executor for CudaDevice {
             .map_err(|e| err("cuFuncSetAttribute", e))?;
         }
         // One 8-byte cell per slot; CUDA reads each parameter's size from the cell start.
-        let mut cells: Vec<u64> = Vec::with_capacity(launch.kernel.abi.len());
+        // On the stack for every kernel of this project (a few dozen slots at most): no heap
+        // allocation per launch.
+        const STACK_SLOTS: usize = 48;
+        let slots: usize = launch.args.iter().map(|a| if matches!(a, ArgValue::Slice { .. }) { 2 } else { 1 }).sum();
+        let (mut cell_stack, mut cell_heap) = ([0u64; STACK_SLOTS], Vec::new());
+        let cells: &mut [u64] = if slots <= STACK_SLOTS {
+            &mut cell_stack[..slots]
+        } else {
+            cell_heap.resize(slots, 0);
+            &mut cell_heap
+        };
+        let mut n = 0;
         for a in launch.args {
             match *a {
                 ArgValue::Slice { addr, len, .. } => {
                     // Empty host slices (`&[]`) are never read: pass a null pointer.
-                    cells.push(if len == 0 { 0 } else { addr });
-                    cells.push(len as u64);
+                    cells[n] = if len == 0 { 0 } else { addr };
+                    cells[n + 1] = len as u64;
+                    n += 2;
+                    continue;
                 }
-                ArgValue::U8(v) => cells.push(v as u64),
-                ArgValue::U16(v) => cells.push(v as u64),
-                ArgValue::U32(v) => cells.push(v as u64),
-                ArgValue::U64(v) => cells.push(v),
+                ArgValue::U8(v) => cells[n] = v as u64,
+                ArgValue::U16(v) => cells[n] = v as u64,
+                ArgValue::U32(v) => cells[n] = v as u64,
+                ArgValue::U64(v) => cells[n] = v,
             }
+            n += 1;
         }
-        let mut params: Vec<*mut c_void> = cells.iter_mut().map(|c| c as *mut u64 as *mut c_void).collect();
+        let (mut param_stack, mut param_heap) = ([std::ptr::null_mut::<c_void>(); STACK_SLOTS], Vec::new());
+        let params: &mut [*mut c_void] = if slots <= STACK_SLOTS {
+            &mut param_stack[..slots]
+        } else {
+            param_heap.resize(slots, std::ptr::null_mut());
+            &mut param_heap
+        };
+        for (p, c) in params.iter_mut().zip(cells.iter_mut()) {
+            *p = c as *mut u64 as *mut c_void;
+        }
         // SAFETY: parameters match the entry's layout (checked at build time against the PTX).
         unsafe {
             result::launch_kernel(
@@ -268,7 +316,7 @@ impl Executor for CudaDevice {
                 (c.block.x, c.block.y, c.block.z),
                 launch.shared_bytes as u32,
                 self.inner.stream,
-                &mut params,
+                params,
             )
         }
         .map_err(|e| err("cuLaunchKernel", e))
@@ -279,6 +327,12 @@ impl Executor for CudaDevice {
 pub struct CudaEvent {
     ev: sys::CUevent,
 }
+
+// SAFETY: a CUDA event handle may be used from any thread of the process (the driver API
+// is thread-safe); the event is destroyed once, by its owner.
+unsafe impl Send for CudaEvent {}
+// SAFETY: as for `Send`: `&CudaEvent` only synchronizes on the event and reads its time.
+unsafe impl Sync for CudaEvent {}
 
 impl CudaEvent {
     /// Milliseconds from `self` to `end` (waits for `end`).

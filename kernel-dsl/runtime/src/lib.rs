@@ -19,6 +19,7 @@
 //! assert_eq!(dev.download(&y).unwrap(), vec![2.0, 3.0]);
 //! ```
 mod alloc;
+mod shared;
 #[cfg(feature = "cuda")]
 pub mod cuda;
 #[cfg(feature = "rocm")]
@@ -39,6 +40,7 @@ use std::sync::Arc;
 pub struct CpuDevice {
     exec: CpuExecutor,
     memory: Arc<CachingAllocator>,
+    shared: Arc<shared::SharedUploads>,
     id: u64,
 }
 
@@ -82,7 +84,12 @@ impl Device {
 
     /// A device over a configured CPU executor.
     pub fn cpu_with(exec: CpuExecutor) -> Device {
-        Device::Cpu(CpuDevice { exec, memory: CachingAllocator::new(Box::new(HostMemory)), id: NEXT_CPU_ID.fetch_add(1, Ordering::Relaxed) })
+        Device::Cpu(CpuDevice {
+            exec,
+            memory: CachingAllocator::new(Box::new(HostMemory)),
+            shared: Default::default(),
+            id: NEXT_CPU_ID.fetch_add(1, Ordering::Relaxed),
+        })
     }
 
     /// CUDA device `ordinal`; an error without the `cuda` feature, driver or GPU.
@@ -198,6 +205,35 @@ impl Device {
         Ok(v)
     }
 
+    /// A read-only device copy of `data` (a layout, launch geometry), shared with every
+    /// other call on this device (and its clones) with the same contents: the first call
+    /// uploads, later ones return the same buffer. Bounded: the cache starts over after a
+    /// few thousand distinct arrays.
+    pub fn upload_shared(&self, data: &[usize]) -> Result<Arc<DeviceVec<usize>>, LaunchError> {
+        let cache = self.shared_uploads();
+        if let Some(v) = cache.get(data) {
+            return Ok(v);
+        }
+        let v = Arc::new(self.upload(data)?);
+        cache.insert(data, v.clone());
+        Ok(v)
+    }
+
+    /// Distinct arrays held by [`Device::upload_shared`]'s cache.
+    pub fn shared_uploads_len(&self) -> usize {
+        self.shared_uploads().len()
+    }
+
+    fn shared_uploads(&self) -> &shared::SharedUploads {
+        match self {
+            Device::Cpu(c) => &c.shared,
+            #[cfg(feature = "cuda")]
+            Device::Cuda(d) => d.shared_uploads(),
+            #[cfg(feature = "rocm")]
+            Device::Rocm(d) => d.shared_uploads(),
+        }
+    }
+
     /// Copies `data` into `dst` (same length), after the work queued before it.
     pub fn write<T: Copy>(&self, dst: DeviceViewMut<'_, T>, data: &[T]) -> Result<(), LaunchError> {
         self.check_here("write", dst.location)?;
@@ -280,8 +316,10 @@ impl Device {
         self.allocator().stats()
     }
 
-    /// Returns the cached (free) blocks to the backend.
+    /// Returns the cached (free) blocks to the backend, after dropping the arrays kept by
+    /// [`Device::upload_shared`].
     pub fn empty_cache(&self) {
+        self.shared_uploads().clear();
         self.allocator().empty_cache()
     }
 
@@ -293,6 +331,49 @@ impl Device {
             Device::Cuda(d) => d.synchronize(),
             #[cfg(feature = "rocm")]
             Device::Rocm(d) => d.synchronize(),
+        }
+    }
+}
+
+/// A point on a device's queue, for timing work between two of them
+/// ([`Device::record_event`]).
+pub enum DeviceEvent {
+    /// The CPU executor runs each launch before returning: the host clock.
+    Cpu(std::time::Instant),
+    /// A CUDA event recorded on the device's stream.
+    #[cfg(feature = "cuda")]
+    Cuda(cuda::CudaEvent),
+    /// A HIP event recorded on the device's stream.
+    #[cfg(feature = "rocm")]
+    Rocm(rocm::RocmEvent),
+}
+
+impl DeviceEvent {
+    /// Milliseconds of queue time from `self` to `end` (waits for `end` on a GPU). An error
+    /// when the two events come from different kinds of device.
+    pub fn elapsed_ms(&self, end: &DeviceEvent) -> Result<f64, LaunchError> {
+        match (self, end) {
+            (DeviceEvent::Cpu(a), DeviceEvent::Cpu(b)) => Ok(b.saturating_duration_since(*a).as_secs_f64() * 1e3),
+            #[cfg(feature = "cuda")]
+            (DeviceEvent::Cuda(a), DeviceEvent::Cuda(b)) => a.elapsed_ms(b).map(f64::from),
+            #[cfg(feature = "rocm")]
+            (DeviceEvent::Rocm(a), DeviceEvent::Rocm(b)) => a.elapsed_ms(b).map(f64::from),
+            #[allow(unreachable_patterns)]
+            _ => Err(bad("elapsed_ms", "events of different devices".into())),
+        }
+    }
+}
+
+impl Device {
+    /// Records an event after the work queued so far (the host clock on the CPU executor,
+    /// whose launches finish before they return). Two events time the work between them.
+    pub fn record_event(&self) -> Result<DeviceEvent, LaunchError> {
+        match self {
+            Device::Cpu(_) => Ok(DeviceEvent::Cpu(std::time::Instant::now())),
+            #[cfg(feature = "cuda")]
+            Device::Cuda(d) => d.record_event().map(DeviceEvent::Cuda),
+            #[cfg(feature = "rocm")]
+            Device::Rocm(d) => d.record_event().map(DeviceEvent::Rocm),
         }
     }
 }

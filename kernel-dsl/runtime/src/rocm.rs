@@ -8,8 +8,8 @@
 //! don't: `hipGetDevicePropertiesR0600` (the wrapper's `DeviceProperties` has no
 //! `gcnArchName`), `hipModuleLaunchKernel` with `extra` (the wrapper only passes
 //! `kernelParams`), and memory: the caching allocator owns raw `hipMalloc` blocks (the
-//! wrapper's `DeviceMemory` frees on drop), views copy with `hipMemcpy` at an offset, and
-//! device-to-device copies are `hipMemcpyAsync` on the stream.
+//! wrapper's `DeviceMemory` frees on drop), uploads and memsets are `hipMemcpyHtoDAsync` / `hipMemsetD8Async`
+//! and device-to-device copies `hipMemcpyAsync`, all on the stream; reads use `hipMemcpy`.
 use crate::alloc::{CachingAllocator, RawMemory};
 use kernel_dsl::host::{check_memory, EmbeddedKernels, Executor, Launch, LaunchError, MemLocation};
 use rocm_rs::hip::{self, bindings, ffi, stream_flags, Event, Function, Module, Stream};
@@ -59,6 +59,7 @@ fn c_chars(raw: &[c_char]) -> String {
 pub struct RocmDevice {
     inner: Arc<Inner>,
     memory: Arc<CachingAllocator>,
+    shared: Arc<crate::shared::SharedUploads>,
 }
 
 /// The device's memory as the caching allocator sees it (`hipMalloc` / `hipFree`).
@@ -166,9 +167,9 @@ impl RocmDevice {
             });
         }
 
-        // A blocking stream (flags 0): it is ordered with the NULL stream, on which
-        // `hipMemset` and `hipMemcpy` run, so a buffer filled by `alloc`/`upload` is ready
-        // for the kernels queued after it. Created on the current device, set above.
+        // A blocking stream (flags 0): launches, memsets, uploads and device copies are all
+        // queued on it; only reads (`hipMemcpy` device-to-host on the NULL stream, after a
+        // stream synchronize) wait. Created on the current device, set above.
         let stream = device.get_stream_with_flags(stream_flags::DEFAULT).map_err(|e| err("hipStreamCreateWithFlags", e))?;
         let inner = Arc::new(Inner {
             ordinal,
@@ -179,7 +180,7 @@ impl RocmDevice {
             modules: Mutex::new(HashMap::new()),
             functions: Mutex::new(HashMap::new()),
         });
-        Ok(RocmDevice { memory: CachingAllocator::new(Box::new(RocmMemory(inner.clone()))), inner })
+        Ok(RocmDevice { memory: CachingAllocator::new(Box::new(RocmMemory(inner.clone()))), shared: Default::default(), inner })
     }
 
     /// Device name, e.g. `AMD Instinct MI250X`.
@@ -205,26 +206,47 @@ impl RocmDevice {
         &self.memory
     }
 
+    pub(crate) fn shared_uploads(&self) -> &crate::shared::SharedUploads {
+        &self.shared
+    }
+
     /// Waits for all work queued on the stream.
     pub fn synchronize(&self) -> Result<(), LaunchError> {
         self.bind()?;
         self.inner.stream.synchronize().map_err(|e| err("hipStreamSynchronize", e))
     }
 
-    /// Zeroes `bytes` bytes at `addr` (`hipMemset` on the NULL stream, which the blocking
-    /// stream is ordered with).
+    /// Zeroes `bytes` bytes at `addr`, queued on the stream (`hipMemsetD8Async`): the host
+    /// does not wait, kernels queued later see zeros, kernels queued earlier do not.
     pub(crate) fn memset_zero(&self, addr: u64, bytes: usize) -> Result<(), LaunchError> {
         self.bind()?;
-        // SAFETY: `addr` is a live block of at least `bytes` bytes of this device.
-        check("hipMemset", unsafe { ffi::hipMemset(addr as usize as *mut c_void, 0, bytes) })
+        // SAFETY: `addr` is a live block of at least `bytes` bytes of this device, kept alive
+        // for the queued memset by the stream-ordered caching allocator.
+        check("hipMemsetD8Async", unsafe { bindings::hipMemsetD8Async(addr as usize as bindings::hipDeviceptr_t, 0, bytes, self.inner.stream.as_raw()) })
     }
 
-    /// Host-to-device copy of `data` to `addr` (`hipMemcpy`: returns once `data` is read).
+    /// Host-to-device copy of `data` to `addr`, queued on the stream after the work queued
+    /// before it (`hipMemcpyHtoDAsync`); `data` may be reused or freed once this returns.
+    ///
+    /// `hipMemcpy` runs on the NULL stream, which the blocking stream is ordered with: a
+    /// wait for all queued work on every layout upload of an op. The HIP API reference
+    /// (`hip_runtime_api.h`, `hipMemcpyAsync`) warns: "If host or dest are not pinned, the
+    /// memory copy will be performed synchronously": from pageable memory the call consumes
+    /// `data` before returning (at worst after the stream's earlier work), so `data` may be
+    /// freed afterwards. Not run here (no AMD GPU): `kernels/tests/runtime.rs` checks the
+    /// ordering and the reuse of the source on a GPU.
     pub(crate) fn write_raw<T: Copy>(&self, addr: u64, data: &[T]) -> Result<(), LaunchError> {
         self.bind()?;
-        // SAFETY: `addr` is a live range of `size_of_val(data)` bytes of this device.
-        check("hipMemcpy", unsafe {
-            ffi::hipMemcpy(addr as usize as *mut c_void, data.as_ptr().cast::<c_void>(), std::mem::size_of_val(data), ffi::hipMemcpyKind_hipMemcpyHostToDevice)
+        // SAFETY: `addr` is a live range of `size_of_val(data)` bytes of this device, kept
+        // alive by the stream-ordered caching allocator; HIP only reads through the source
+        // pointer (the binding's `*mut` is a C signature artefact).
+        check("hipMemcpyHtoDAsync", unsafe {
+            bindings::hipMemcpyHtoDAsync(
+                addr as usize as bindings::hipDeviceptr_t,
+                data.as_ptr().cast_mut().cast::<c_void>(),
+                std::mem::size_of_val(data),
+                self.inner.stream.as_raw(),
+            )
         })
     }
 
