@@ -299,123 +299,39 @@ pub fn gather<T: Pod, I: IndexType>(
     }
 }
 
-/// Runs `$body` with `$j` = 0 .. [`SCATTER_BATCH`]` - 1` as straight-line code (values
-/// indexed by `$j` stay in registers).
-#[cfg(not(target_arch = "amdgpu"))]
-macro_rules! each_of_batch {
-    ($j:ident, $body:block) => {
-        each_of_batch!(@ $j, $body, 0 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15)
-    };
-    (@ $j:ident, $body:block, $($i:literal)*) => {
-        $({
-            let $j: usize = $i;
-            $body
-        })*
-    };
-}
-#[cfg(target_arch = "amdgpu")]
-macro_rules! each_of_batch {
-    ($j:ident, $body:block) => {
-        each_of_batch!(@ $j, $body, 0 1 2 3)
-    };
-    (@ $j:ident, $body:block, $($i:literal)*) => {
-        $({
-            let $j: usize = $i;
-            $body
-        })*
-    };
-}
+/// Work-items (and tile slots) of one [`scatter_add`](fn@scatter_add) work-group: a round
+/// holds `wave::size()` sources of each of `256 / wave::size()` columns.
+pub const SCATTER_TILE: usize = 256;
 
-/// Sources one `scatter_add` work-item takes per step: their ids, values and current
-/// destination values are all loaded before the first add (that many loads in flight
-/// instead of one read-modify-write at a time). 16 on NVIDIA (and the CPU executor); 4 on
-/// AMD, where larger batches needed more than gfx90a's 102 scalar registers.
-#[cfg(not(target_arch = "amdgpu"))]
-pub const SCATTER_BATCH: usize = 16;
-/// See above.
-#[cfg(target_arch = "amdgpu")]
-pub const SCATTER_BATCH: usize = 4;
-
-// `each_of_batch!` writes out exactly SCATTER_BATCH steps.
-#[cfg(not(target_arch = "amdgpu"))]
-const _: () = assert!(SCATTER_BATCH == 16);
-#[cfg(target_arch = "amdgpu")]
-const _: () = assert!(SCATTER_BATCH == 4);
-
-/// Marks a skipped (out-of-range) source in a batch.
-const SKIP: usize = usize::MAX;
-
-/// Adds the `n` sources `s[i * right + r]` to `d[ids[i * right + r] * right + r]` in
-/// order `i = 0, 1, ...`, exactly as one add after the other: in batches of
-/// [`SCATTER_BATCH`] whose loads all go out first; a source whose destination an earlier
-/// source of the batch also hits starts from that one's result instead of the loaded value,
-/// and stores go out in order, so every destination sees the same adds, in the same order
-/// and with the same rounding, as the one-by-one loop.
-#[device]
-#[inline(always)]
-fn scatter_column<T: Float, I: IndexType>(s: &[T], ix: &[I], d: &mut [T], n: usize, dst_dim: usize, right: usize, r: usize) {
-    const B: usize = SCATTER_BATCH;
-    if d.is_empty() {
-        // No destination: every id is out of range.
-        return;
-    }
-    let last = d.len() - 1;
-    let mut i = 0;
-    while i + B <= n {
-        let (mut pos, mut add, mut cur) = ([SKIP; B], [0.0f32; B], [0.0f32; B]);
-        each_of_batch!(j, {
-            let k = (i + j) * right + r;
-            // SAFETY: i + j < n and r < right, so k < n * right == s.len() == ix.len().
-            unsafe {
-                if let Some(id) = ix.get_unchecked(k).to_index(dst_dim) {
-                    pos[j] = id * right + r;
-                }
-                add[j] = s.get_unchecked(k).to_f32();
-            }
-        });
-        each_of_batch!(j, {
-            // A skipped source loads a real element too (no branch) and drops it below.
-            // SAFETY: id < dst_dim and r < right: below dst_dim * right == d.len(); the
-            // clamp keeps SKIP at the last element.
-            cur[j] = unsafe { d.get_unchecked(pos[j].min(last)) }.to_f32();
-        });
-        each_of_batch!(j, {
-            // The latest earlier source of the batch with the same destination, if any.
-            each_of_batch!(e, {
-                if e < j && pos[e] == pos[j] {
-                    cur[j] = cur[e];
-                }
-            });
-            cur[j] = T::from_f32(cur[j] + add[j]).to_f32();
-        });
-        each_of_batch!(j, {
-            if pos[j] != SKIP {
-                // SAFETY: as above.
-                unsafe { *d.get_unchecked_mut(pos[j]) = T::from_f32(cur[j]) };
-            }
-        });
-        i += B;
-    }
-    while i < n {
-        let k = i * right + r;
-        // SAFETY: as above.
-        unsafe {
-            if let Some(id) = ix.get_unchecked(k).to_index(dst_dim) {
-                let o = d.get_unchecked_mut(id * right + r);
-                *o = T::from_f32(o.to_f32() + s.get_unchecked(k).to_f32());
-            }
-        }
-        i += 1;
-    }
-}
+/// An empty tile slot of [`scatter_add`](fn@scatter_add): no source there (past `n` or
+/// past the last column), or its id is out of range.
+const NO_TARGET: u32 = u32::MAX;
 
 /// `dst[l, ids[l, i, r], r] += src[l, i, r]` for `i` in order (out-of-range ids skipped),
 /// with `dst` contiguous `(left, dst_dim, right)` and `src`, `ids` contiguous
-/// `(left, n, right)`. One work-item per `(l, r)`: deterministic, no atomics, bit-for-bit
-/// the sequential loop's result (see `scatter_column`); f16/bf16 round to their type after
-/// each add (computed in `f32`). Launch with [`scatter_config`]`(left, right)` (at most 64
-/// work-items per group: `ptxas` spilled the batch at the 64 registers of 1024).
-#[amdgpu_kernel(T = [f32, f16, bf16], I = [u32, i64], max_threads = 64)]
+/// `(left, n, right)`; deterministic, no atomics, bit for bit the sequential loop's result
+/// (Candle's CPU order; f16/bf16 round to their type after each add, computed in `f32`).
+///
+/// A work-group takes `C = 256 / wave::size()` adjacent `(l, r)` columns, one wave per
+/// column, and walks their sources in rounds of one source per lane:
+/// 1. the work-group loads the round's `wave::size() x C` ids and sources coalesced (C
+///    adjacent columns per source row; the next round's loads go out before this round's
+///    adds) into a shared tile;
+/// 2. each lane finds, among the earlier lanes of its column, the latest with the same
+///    destination (`prev`), and whether a later lane has it too;
+/// 3. the first lane of each destination has the work-group load the destination's
+///    current value (adjacent columns of a destination row in one access);
+/// 4. the adds run in lane order per destination: a lane adds its source to its `prev`'s
+///    result (a shuffle), as soon as that is final; destinations are independent, so a
+///    round takes as many steps as its longest run of one destination;
+/// 5. the last lane of each destination has its result stored, and the next round starts.
+///
+/// Each destination thus sees the adds in source order with the rounding of each; every
+/// round has one dependent global access (3) where the per-column loop had one per source.
+/// `dst_dim` must be below `u32::MAX` (the tile keeps 32-bit destinations; otherwise
+/// nothing is written: [`ops::scatter_add`] rejects such shapes). Launch with
+/// [`scatter_config`]`(left, right)` (work-groups of [`SCATTER_TILE`] work-items).
+#[amdgpu_kernel(T = [f32, f16, bf16], I = [u32, i64], max_threads = 256)]
 pub fn scatter_add<T: Float, I: IndexType>(
     src: &[T],
     ids: &[I],
@@ -424,20 +340,100 @@ pub fn scatter_add<T: Float, I: IndexType>(
     n: usize,
     dst_dim: usize,
     right: usize,
+    mut target: Shared<u32, SCATTER_TILE>,
+    mut value: Shared<f32, SCATTER_TILE>,
+    mut flag: Shared<u32, SCATTER_TILE>,
 ) {
     let (Some(plane), Some(dplane), Some(columns)) = (n.checked_mul(right), dst_dim.checked_mul(right), left.checked_mul(right)) else { return };
-    // One flat loop over the (l, r) columns, x fastest then y: l and r vary per work-item,
-    // so their slices live in vector registers (gfx90a ran out of scalar ones with a
-    // loop per dimension).
-    let (y, ys) = grid_y();
-    let (mut w, step) = (y * global_size_x() + global_idx_x(), ys * global_size_x());
-    while w < columns {
-        let (l, r) = divmod(w, right);
-        let s = &src[l * plane..][..plane];
-        let ix = &ids[l * plane..][..plane];
-        let d = &mut dst[l * dplane..][..dplane];
-        scatter_column(s, ix, d, n, dst_dim, right, r);
-        w += step;
+    if dst_dim >= NO_TARGET as usize {
+        return;
+    }
+    let lanes = wave::size() as usize;
+    let cols = (flat_block_dim() as usize / lanes).min(SCATTER_TILE / lanes);
+    if cols == 0 {
+        return;
+    }
+    let f = flat_thread_idx() as usize;
+    // Cooperative role: source row `row` of column `c` in every round (C adjacent columns
+    // per row: coalesced); wave role: wave `wc`'s lane `lane` takes source `lane` of column `wc`.
+    let (row, c) = divmod(f, cols);
+    let coop = f < cols * lanes;
+    let slot = c * lanes + row;
+    let (wc, lane) = (wave::wave_id() as usize, wave::lane_id() as usize);
+    let in_wave_role = wc < cols;
+    let me = wc * lanes + lane;
+    let mut blk = block_idx_x() as usize;
+    while blk * cols < columns {
+        let w = blk * cols + c;
+        let col_ok = coop && w < columns;
+        let (l, r) = if col_ok { divmod(w, right) } else { (0, 0) };
+        let (s, ix) = (&src[(l * plane).min(src.len())..], &ids[(l * plane).min(ids.len())..]);
+        // This work-item's source `i` of its column: (destination row or NO_TARGET, value).
+        let fetch = |i: usize| -> (u32, f32) {
+            if col_ok && i < n {
+                let k = i * right + r;
+                (ix[k].to_index(dst_dim).map_or(NO_TARGET, |d| d as u32), s[k].to_f32())
+            } else {
+                (NO_TARGET, 0.0)
+            }
+        };
+        let (mut next_t, mut next_v) = fetch(row);
+        let mut base = 0;
+        while base < n {
+            if coop {
+                target[slot] = next_t;
+                value[slot] = next_v;
+            }
+            barrier();
+            (next_t, next_v) = fetch(base + lanes + row);
+            // 2. Earlier lane with the same destination, and whether a later one has it.
+            let (mut t, mut v, mut prev, mut last) = (NO_TARGET, 0.0f32, lane, true);
+            if in_wave_role {
+                t = target[me];
+                v = value[me];
+                let mut k = 0;
+                while k < lanes {
+                    if target[wc * lanes + k] == t {
+                        if k < lane {
+                            prev = k;
+                        } else if k > lane {
+                            last = false;
+                        }
+                    }
+                    k += 1;
+                }
+                flag[me] = (t != NO_TARGET && prev == lane) as u32;
+            }
+            barrier();
+            // 3. Current values of the round's destinations (first lane of each).
+            if coop && flag[slot] != 0 {
+                value[slot] = dst[l * dplane + target[slot] as usize * right + r].to_f32();
+            }
+            barrier();
+            // 4. The adds, in lane order per destination.
+            if in_wave_role {
+                let mut acc = T::from_f32(value[me] + v).to_f32();
+                let mut done = t == NO_TARGET || prev == lane;
+                while wave::any(!done) {
+                    let p = wave::shuffle(acc, prev as u32);
+                    let p_done = wave::shuffle(done as u32, prev as u32) != 0;
+                    if !done && p_done {
+                        acc = T::from_f32(p + v).to_f32();
+                        done = true;
+                    }
+                }
+                value[me] = acc;
+                flag[me] = (t != NO_TARGET && last) as u32;
+            }
+            barrier();
+            // 5. Each destination's final value of the round.
+            if coop && flag[slot] != 0 {
+                dst[l * dplane + target[slot] as usize * right + r] = T::from_f32(value[slot]);
+            }
+            barrier();
+            base += lanes;
+        }
+        blk += grid_dim_x() as usize;
     }
 }
 
@@ -644,13 +640,13 @@ pub fn cat_rows<T: Pod>(
 }
 
 /// Launch shape of [`scatter_add`](fn@scatter_add) for `left * right` columns: work-groups
-/// of 32 work-items (one wave on NVIDIA), so that the few columns of a large scatter
-/// spread over as many compute units as possible (4096 columns: 128 groups instead of 16
-/// of 256); at most 65535 groups (the kernel loops over the rest).
+/// of [`SCATTER_TILE`] work-items, one per 4 columns (a work-group takes 8 columns on waves
+/// of 32, 4 on waves of 64; groups past the last column return at once), at most 65535
+/// (the kernel loops over the rest).
 #[cfg(not(any(target_arch = "amdgpu", target_arch = "nvptx64")))]
 pub fn scatter_config(left: usize, right: usize) -> kernel_dsl::host::LaunchConfig {
-    let groups = left.saturating_mul(right).div_ceil(32).clamp(1, 65535);
-    kernel_dsl::host::LaunchConfig::new(kernel_dsl::Dim3::x(groups as u32), kernel_dsl::Dim3::x(32))
+    let groups = left.saturating_mul(right).div_ceil(4).clamp(1, 65535);
+    kernel_dsl::host::LaunchConfig::new(kernel_dsl::Dim3::x(groups as u32), kernel_dsl::Dim3::x(SCATTER_TILE as u32))
 }
 
 /// Work-items per work-group of every launch here.
@@ -918,6 +914,9 @@ pub mod ops {
         let lens = [arg_len(src), arg_len(ids), arg_len(dst)];
         if check_scatter("scatter_add", lens, [left, n, dst_dim, right])? == 0 {
             return Ok(());
+        }
+        if dst_dim >= u32::MAX as usize {
+            return Err(invalid("scatter_add", format!("dst_dim {dst_dim}: the ordered kernel addresses destinations below u32::MAX")));
         }
         super::scatter_add::launch::<T, I>(exec, super::scatter_config(left, right), src, ids, dst, left, n, dst_dim, right)
     }
