@@ -318,7 +318,8 @@ const NO_TARGET: u32 = u32::MAX;
 ///    adjacent columns per source row; the next round's loads go out before this round's
 ///    adds) into a shared tile;
 /// 2. each lane finds, among the earlier lanes of its column, the latest with the same
-///    destination (`prev`), and whether a later lane has it too;
+///    destination (`prev`), and whether a later lane has it too (ballots over the bits of
+///    the destination rows);
 /// 3. the first lane of each destination has the work-group load the destination's
 ///    current value (adjacent columns of a destination row in one access);
 /// 4. the adds run in lane order per destination: a lane adds its source to its `prev`'s
@@ -345,95 +346,107 @@ pub fn scatter_add<T: Float, I: IndexType>(
     mut flag: Shared<u32, SCATTER_TILE>,
 ) {
     let (Some(plane), Some(dplane), Some(columns)) = (n.checked_mul(right), dst_dim.checked_mul(right), left.checked_mul(right)) else { return };
-    if dst_dim >= NO_TARGET as usize {
+    // One check up front for all accesses below (then unchecked: fewer scalar registers).
+    let (Some(src_len), Some(dst_len)) = (left.checked_mul(plane), left.checked_mul(dplane)) else { return };
+    if dst_dim >= NO_TARGET as usize || src.len() < src_len || ids.len() < src_len || dst.len() < dst_len {
         return;
     }
-    let lanes = wave::size() as usize;
-    let cols = (flat_block_dim() as usize / lanes).min(SCATTER_TILE / lanes);
-    if cols == 0 {
+    let lanes = wave::size();
+    let cols = (flat_block_dim() / lanes).min(SCATTER_TILE as u32 / lanes);
+    // Work-group g (a 2-D grid, x fastest) takes columns g * cols ..
+    let g = block_idx_y() as usize * grid_dim_x() as usize + block_idx_x() as usize;
+    if cols == 0 || g.saturating_mul(cols as usize) >= columns {
         return;
     }
-    let f = flat_thread_idx() as usize;
-    // Cooperative role: source row `row` of column `c` in every round (C adjacent columns
-    // per row: coalesced); wave role: wave `wc`'s lane `lane` takes source `lane` of column `wc`.
-    let (row, c) = divmod(f, cols);
+    let f = flat_thread_idx();
+    // Cooperative role: source `row` of column `c` in every round (C adjacent columns per
+    // source row: coalesced); wave role: lane `lane` of wave `wc` takes source `lane` of
+    // column `wc`.
+    let (row, c) = (f / cols, f % cols);
     let coop = f < cols * lanes;
-    let slot = c * lanes + row;
-    let (wc, lane) = (wave::wave_id() as usize, wave::lane_id() as usize);
+    let slot = (c * lanes + row) as usize;
+    let (wc, lane) = (wave::wave_id(), wave::lane_id());
     let in_wave_role = wc < cols;
-    let me = wc * lanes + lane;
-    let mut blk = block_idx_x() as usize;
-    while blk * cols < columns {
-        let w = blk * cols + c;
-        let col_ok = coop && w < columns;
-        let (l, r) = if col_ok { divmod(w, right) } else { (0, 0) };
-        let (s, ix) = (&src[(l * plane).min(src.len())..], &ids[(l * plane).min(ids.len())..]);
-        // This work-item's source `i` of its column: (destination row or NO_TARGET, value).
-        let fetch = |i: usize| -> (u32, f32) {
-            if col_ok && i < n {
-                let k = i * right + r;
-                (ix[k].to_index(dst_dim).map_or(NO_TARGET, |d| d as u32), s[k].to_f32())
-            } else {
-                (NO_TARGET, 0.0)
-            }
-        };
-        let (mut next_t, mut next_v) = fetch(row);
-        let mut base = 0;
-        while base < n {
-            if coop {
-                target[slot] = next_t;
-                value[slot] = next_v;
-            }
-            barrier();
-            (next_t, next_v) = fetch(base + lanes + row);
-            // 2. Earlier lane with the same destination, and whether a later one has it.
-            let (mut t, mut v, mut prev, mut last) = (NO_TARGET, 0.0f32, lane, true);
-            if in_wave_role {
-                t = target[me];
-                v = value[me];
-                let mut k = 0;
-                while k < lanes {
-                    if target[wc * lanes + k] == t {
-                        if k < lane {
-                            prev = k;
-                        } else if k > lane {
-                            last = false;
-                        }
-                    }
-                    k += 1;
-                }
-                flag[me] = (t != NO_TARGET && prev == lane) as u32;
-            }
-            barrier();
-            // 3. Current values of the round's destinations (first lane of each).
-            if coop && flag[slot] != 0 {
-                value[slot] = dst[l * dplane + target[slot] as usize * right + r].to_f32();
-            }
-            barrier();
-            // 4. The adds, in lane order per destination.
-            if in_wave_role {
-                let mut acc = T::from_f32(value[me] + v).to_f32();
-                let mut done = t == NO_TARGET || prev == lane;
-                while wave::any(!done) {
-                    let p = wave::shuffle(acc, prev as u32);
-                    let p_done = wave::shuffle(done as u32, prev as u32) != 0;
-                    if !done && p_done {
-                        acc = T::from_f32(p + v).to_f32();
-                        done = true;
-                    }
-                }
-                value[me] = acc;
-                flag[me] = (t != NO_TARGET && last) as u32;
-            }
-            barrier();
-            // 5. Each destination's final value of the round.
-            if coop && flag[slot] != 0 {
-                dst[l * dplane + target[slot] as usize * right + r] = T::from_f32(value[slot]);
-            }
-            barrier();
-            base += lanes;
+    let me = (wc * lanes + lane) as usize;
+    let w = g * cols as usize + c as usize;
+    let col_ok = coop && w < columns;
+    let (l, r) = if col_ok { divmod(w, right) } else { (0, 0) };
+    // This work-item's column: source i at src_col + i * right, destination t at dst_col + t * right.
+    let (src_col, dst_col) = (l * plane + r, l * dplane + r);
+    let (lanes, row) = (lanes as usize, row as usize);
+    // Source `i` of this work-item's column: (destination row or NO_TARGET, value).
+    let fetch = |i: usize| -> (u32, f32) {
+        if col_ok && i < n {
+            let k = src_col + i * right;
+            // SAFETY: l < left, i < n, r < right: k < left * plane <= src.len(), ids.len().
+            unsafe { (ids.get_unchecked(k).to_index(dst_dim).map_or(NO_TARGET, |d| d as u32), src.get_unchecked(k).to_f32()) }
+        } else {
+            (NO_TARGET, 0.0)
         }
-        blk += grid_dim_x() as usize;
+    };
+    let (mut next_t, mut next_v) = fetch(row);
+    let mut base = 0;
+    while base < n {
+        if coop {
+            target[slot] = next_t;
+            value[slot] = next_v;
+        }
+        barrier();
+        (next_t, next_v) = fetch(base + lanes + row);
+        // 2. Earlier lane with the same destination, and whether a later one has it.
+        let (mut t, mut v, mut prev, mut last) = (NO_TARGET, 0.0f32, lane, true);
+        if in_wave_role {
+            t = target[me];
+            v = value[me];
+            // The lanes with the same destination, one ballot per bit of a destination
+            // row (12 for 4096 rows) instead of a compare per lane.
+            let bits = usize::BITS - (dst_dim.max(2) - 1).leading_zeros();
+            let mut same = wave::ballot(t != NO_TARGET);
+            let mut b = 0;
+            while b < bits {
+                let set = (t >> b) & 1 != 0;
+                let m = wave::ballot(set);
+                same &= if set { m } else { !m };
+                b += 1;
+            }
+            let below = same & ((1u64 << lane) - 1);
+            if below != 0 {
+                prev = 63 - below.leading_zeros();
+            }
+            last = same & !(((1u64 << lane) << 1).wrapping_sub(1)) == 0;
+            flag[me] = (t != NO_TARGET && prev == lane) as u32;
+        }
+        barrier();
+        // 3. Current values of the round's destinations (first lane of each).
+        if coop && flag[slot] != 0 {
+            // SAFETY: a flagged slot holds a destination row below dst_dim, so the offset
+            // is below left * dplane <= dst.len().
+            value[slot] = unsafe { dst.get_unchecked(dst_col + target[slot] as usize * right) }.to_f32();
+        }
+        barrier();
+        // 4. The adds, in lane order per destination.
+        if in_wave_role {
+            let mut acc = T::from_f32(value[me] + v).to_f32();
+            let mut done = t == NO_TARGET || prev == lane;
+            while wave::any(!done) {
+                let p = wave::shuffle(acc, prev);
+                let p_done = wave::shuffle(done as u32, prev) != 0;
+                if !done && p_done {
+                    acc = T::from_f32(p + v).to_f32();
+                    done = true;
+                }
+            }
+            value[me] = acc;
+            flag[me] = (t != NO_TARGET && last) as u32;
+        }
+        barrier();
+        // 5. Each destination's final value of the round.
+        if coop && flag[slot] != 0 {
+            // SAFETY: as in 3.
+            unsafe { *dst.get_unchecked_mut(dst_col + target[slot] as usize * right) = T::from_f32(value[slot]) };
+        }
+        barrier();
+        base += lanes;
     }
 }
 
@@ -641,12 +654,13 @@ pub fn cat_rows<T: Pod>(
 
 /// Launch shape of [`scatter_add`](fn@scatter_add) for `left * right` columns: work-groups
 /// of [`SCATTER_TILE`] work-items, one per 4 columns (a work-group takes 8 columns on waves
-/// of 32, 4 on waves of 64; groups past the last column return at once), at most 65535
-/// (the kernel loops over the rest).
+/// of 32, 4 on waves of 64; groups past the last column return at once), in a 2-D grid of
+/// at most 65535 x 65535 groups.
 #[cfg(not(any(target_arch = "amdgpu", target_arch = "nvptx64")))]
 pub fn scatter_config(left: usize, right: usize) -> kernel_dsl::host::LaunchConfig {
-    let groups = left.saturating_mul(right).div_ceil(4).clamp(1, 65535);
-    kernel_dsl::host::LaunchConfig::new(kernel_dsl::Dim3::x(groups as u32), kernel_dsl::Dim3::x(SCATTER_TILE as u32))
+    let groups = left.saturating_mul(right).div_ceil(4).max(1);
+    let (gx, gy) = (groups.min(65535), groups.div_ceil(65535).min(65535));
+    kernel_dsl::host::LaunchConfig::new(kernel_dsl::Dim3::new(gx as u32, gy as u32, 1), kernel_dsl::Dim3::x(SCATTER_TILE as u32))
 }
 
 /// Work-items per work-group of every launch here.
@@ -917,6 +931,9 @@ pub mod ops {
         }
         if dst_dim >= u32::MAX as usize {
             return Err(invalid("scatter_add", format!("dst_dim {dst_dim}: the ordered kernel addresses destinations below u32::MAX")));
+        }
+        if left.saturating_mul(right).div_ceil(4) > 65535 * 65535 {
+            return Err(invalid("scatter_add", format!("{left} x {right} columns exceed the launch grid (65535^2 work-groups of 4 columns)")));
         }
         super::scatter_add::launch::<T, I>(exec, super::scatter_config(left, right), src, ids, dst, left, n, dst_dim, right)
     }
