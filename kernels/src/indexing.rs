@@ -299,13 +299,30 @@ pub fn gather<T: Pod, I: IndexType>(
     }
 }
 
-/// Work-items (and tile slots) of one [`scatter_add`](fn@scatter_add) work-group: a round
-/// holds `wave::size()` sources of each of `256 / wave::size()` columns.
+/// Work-items of one [`scatter_add`](fn@scatter_add) work-group: a round holds
+/// `2 * wave::size()` sources of each of `256 / wave::size()` columns.
 pub const SCATTER_TILE: usize = 256;
+
+/// Tile slots of a [`scatter_add`](fn@scatter_add) round: two sources per work-item.
+const SCATTER_SLOTS: usize = 2 * SCATTER_TILE;
 
 /// An empty tile slot of [`scatter_add`](fn@scatter_add): no source there (past `n` or
 /// past the last column), or its id is out of range.
 const NO_TARGET: u32 = u32::MAX;
+
+/// Lanes of `mask` above `lane`.
+#[device]
+#[inline(always)]
+fn lanes_above(mask: u64, lane: u32) -> u64 {
+    mask & !(((1u64 << lane) << 1).wrapping_sub(1))
+}
+
+/// Highest lane of `mask`, or `none` when it is empty.
+#[device]
+#[inline(always)]
+fn highest_lane(mask: u64, none: u32) -> u32 {
+    if mask != 0 { 63 - mask.leading_zeros() } else { none }
+}
 
 /// `dst[l, ids[l, i, r], r] += src[l, i, r]` for `i` in order (out-of-range ids skipped),
 /// with `dst` contiguous `(left, dst_dim, right)` and `src`, `ids` contiguous
@@ -313,25 +330,27 @@ const NO_TARGET: u32 = u32::MAX;
 /// (Candle's CPU order; f16/bf16 round to their type after each add, computed in `f32`).
 ///
 /// A work-group takes `C = 256 / wave::size()` adjacent `(l, r)` columns, one wave per
-/// column, and walks their sources in rounds of one source per lane:
-/// 1. the work-group loads the round's `wave::size() x C` ids and sources coalesced (C
-///    adjacent columns per source row; the next round's loads go out before this round's
-///    adds) into a shared tile;
-/// 2. each lane finds, among the earlier lanes of its column, the latest with the same
-///    destination (`prev`), and whether a later lane has it too (ballots over the bits of
-///    the destination rows);
-/// 3. the first lane of each destination has the work-group load the destination's
-///    current value (adjacent columns of a destination row in one access);
-/// 4. the adds run in lane order per destination: a lane adds its source to its `prev`'s
-///    result (a shuffle), as soon as that is final; destinations are independent, so a
-///    round takes as many steps as its longest run of one destination;
-/// 5. the last lane of each destination has its result stored, and the next round starts.
+/// column, and walks their sources in rounds of `2 * wave::size()`: lane `j` holds sources
+/// `j` (half A) and `wave::size() + j` (half B) of the round.
+/// 1. The work-group loads the round's ids and sources coalesced (C adjacent columns per
+///    source row; the next round's loads go out before this round's adds) into a shared tile.
+/// 2. Each lane finds, for each of its sources, the latest earlier source of the round with
+///    the same destination (`prev`: a lower lane of the same half, or for half B any lane
+///    of half A), and whether a later one has it too: one ballot per bit of a destination
+///    row and half (12 bits for 4096 rows).
+/// 3. Sources without a `prev` have the work-group load their destination's current value
+///    (adjacent columns of a destination row in one access).
+/// 4. The adds run in source order per destination: a source is added to its `prev`'s
+///    result (a shuffle) as soon as that is final; destinations are independent, so a half
+///    takes as many steps as its longest run of one destination.
+/// 5. The last source of each destination has its result stored; the next round starts.
 ///
-/// Each destination thus sees the adds in source order with the rounding of each; every
-/// round has one dependent global access (3) where the per-column loop had one per source.
-/// `dst_dim` must be below `u32::MAX` (the tile keeps 32-bit destinations; otherwise
-/// nothing is written: [`ops::scatter_add`] rejects such shapes). Launch with
-/// [`scatter_config`]`(left, right)` (work-groups of [`SCATTER_TILE`] work-items).
+/// Each destination thus sees the adds in source order with the rounding of each, and a
+/// round has one dependent global access (3) for `2 * wave::size()` sources of a column,
+/// where a loop per column had one per source. `dst_dim` must be below `u32::MAX` (the
+/// tile keeps 32-bit destinations; otherwise nothing is written: [`ops::scatter_add`]
+/// rejects such shapes). Launch with [`scatter_config`]`(left, right)` (work-groups of
+/// [`SCATTER_TILE`] work-items).
 #[amdgpu_kernel(T = [f32, f16, bf16], I = [u32, i64], max_threads = 256)]
 pub fn scatter_add<T: Float, I: IndexType>(
     src: &[T],
@@ -341,9 +360,9 @@ pub fn scatter_add<T: Float, I: IndexType>(
     n: usize,
     dst_dim: usize,
     right: usize,
-    mut target: Shared<u32, SCATTER_TILE>,
-    mut value: Shared<f32, SCATTER_TILE>,
-    mut flag: Shared<u32, SCATTER_TILE>,
+    mut target: Shared<u32, SCATTER_SLOTS>,
+    mut value: Shared<f32, SCATTER_SLOTS>,
+    mut flag: Shared<u32, SCATTER_SLOTS>,
 ) {
     let (Some(plane), Some(dplane), Some(columns)) = (n.checked_mul(right), dst_dim.checked_mul(right), left.checked_mul(right)) else { return };
     // One check up front for all accesses below (then unchecked: fewer scalar registers).
@@ -359,15 +378,17 @@ pub fn scatter_add<T: Float, I: IndexType>(
         return;
     }
     let f = flat_thread_idx();
-    // Cooperative role: source `row` of column `c` in every round (C adjacent columns per
-    // source row: coalesced); wave role: lane `lane` of wave `wc` takes source `lane` of
-    // column `wc`.
+    // Cooperative role: sources `row` and `lanes + row` of column `c` in every round (C
+    // adjacent columns per source row: coalesced), tile slots `sa` and `sb`; wave role:
+    // lane `lane` of wave `wc` takes the same two sources of column `wc`, slots `ma`, `mb`.
     let (row, c) = (f / cols, f % cols);
     let coop = f < cols * lanes;
-    let slot = (c * lanes + row) as usize;
+    let sa = (c * 2 * lanes + row) as usize;
+    let sb = sa + lanes as usize;
     let (wc, lane) = (wave::wave_id(), wave::lane_id());
     let in_wave_role = wc < cols;
-    let me = (wc * lanes + lane) as usize;
+    let ma = (wc * 2 * lanes + lane) as usize;
+    let mb = ma + lanes as usize;
     let w = g * cols as usize + c as usize;
     let col_ok = coop && w < columns;
     let (l, r) = if col_ok { divmod(w, right) } else { (0, 0) };
@@ -384,69 +405,107 @@ pub fn scatter_add<T: Float, I: IndexType>(
             (NO_TARGET, 0.0)
         }
     };
-    let (mut next_t, mut next_v) = fetch(row);
+    // Bits that tell destination rows apart.
+    let bits = usize::BITS - (dst_dim.max(2) - 1).leading_zeros();
+    let (mut next_a, mut next_b) = (fetch(row), fetch(lanes + row));
     let mut base = 0;
     while base < n {
         if coop {
-            target[slot] = next_t;
-            value[slot] = next_v;
+            (target[sa], value[sa]) = next_a;
+            (target[sb], value[sb]) = next_b;
         }
         barrier();
-        (next_t, next_v) = fetch(base + lanes + row);
-        // 2. Earlier lane with the same destination, and whether a later one has it.
-        let (mut t, mut v, mut prev, mut last) = (NO_TARGET, 0.0f32, lane, true);
+        (next_a, next_b) = (fetch(base + 2 * lanes + row), fetch(base + 3 * lanes + row));
+        // 2. Matching destinations. A source's `prev` is a lane (`prev_a`, `prev_b`: same
+        // half; `from_a`: half A's lane that half B's source continues, possibly this
+        // lane), or none (= lane).
+        let (mut ta, mut tb, mut va, mut vb) = (NO_TARGET, NO_TARGET, 0.0f32, 0.0f32);
+        let (mut prev_a, mut prev_b, mut from_a, mut last_a, mut last_b) = (lane, lane, lane, true, true);
+        // Half B's source is the first of its destination in half B but continues half A.
+        let mut continues_a = false;
         if in_wave_role {
-            t = target[me];
-            v = value[me];
-            // The lanes with the same destination, one ballot per bit of a destination
-            // row (12 for 4096 rows) instead of a compare per lane.
-            let bits = usize::BITS - (dst_dim.max(2) - 1).leading_zeros();
-            let mut same = wave::ballot(t != NO_TARGET);
-            let mut b = 0;
-            while b < bits {
-                let set = (t >> b) & 1 != 0;
-                let m = wave::ballot(set);
-                same &= if set { m } else { !m };
-                b += 1;
+            (ta, va, tb, vb) = (target[ma], value[ma], target[mb], value[mb]);
+            // Lanes whose A (B) destination equals this lane's A (B) destination, and the
+            // A lanes with this lane's B destination / the B lanes with its A destination.
+            let (mut aa, mut bb) = (wave::ballot(ta != NO_TARGET), wave::ballot(tb != NO_TARGET));
+            let (mut ab, mut ba) = (aa, bb);
+            let mut bit = 0;
+            while bit < bits {
+                let (xa, xb) = ((ta >> bit) & 1 != 0, (tb >> bit) & 1 != 0);
+                let (ma_bits, mb_bits) = (wave::ballot(xa), wave::ballot(xb));
+                aa &= if xa { ma_bits } else { !ma_bits };
+                ba &= if xa { mb_bits } else { !mb_bits };
+                bb &= if xb { mb_bits } else { !mb_bits };
+                ab &= if xb { ma_bits } else { !ma_bits };
+                bit += 1;
             }
-            let below = same & ((1u64 << lane) - 1);
-            if below != 0 {
-                prev = 63 - below.leading_zeros();
-            }
-            last = same & !(((1u64 << lane) << 1).wrapping_sub(1)) == 0;
-            flag[me] = (t != NO_TARGET && prev == lane) as u32;
+            let below = (1u64 << lane) - 1;
+            prev_a = highest_lane(aa & below, lane);
+            prev_b = highest_lane(bb & below, lane);
+            from_a = highest_lane(ab, lane);
+            last_a = ta != NO_TARGET && lanes_above(aa, lane) == 0 && ba == 0;
+            last_b = tb != NO_TARGET && lanes_above(bb, lane) == 0;
+            continues_a = prev_b == lane && ab != 0;
+            let head_b = prev_b == lane && ab == 0;
+            flag[ma] = (ta != NO_TARGET && prev_a == lane) as u32;
+            flag[mb] = (tb != NO_TARGET && head_b) as u32;
         }
         barrier();
-        // 3. Current values of the round's destinations (first lane of each).
-        if coop && flag[slot] != 0 {
-            // SAFETY: a flagged slot holds a destination row below dst_dim, so the offset
-            // is below left * dplane <= dst.len().
-            value[slot] = unsafe { dst.get_unchecked(dst_col + target[slot] as usize * right) }.to_f32();
+        // 3. Current values of the round's destinations (first source of each).
+        if coop {
+            // SAFETY (both): a flagged slot holds a destination row below dst_dim, so the
+            // offset is below left * dplane <= dst.len().
+            if flag[sa] != 0 {
+                value[sa] = unsafe { dst.get_unchecked(dst_col + target[sa] as usize * right) }.to_f32();
+            }
+            if flag[sb] != 0 {
+                value[sb] = unsafe { dst.get_unchecked(dst_col + target[sb] as usize * right) }.to_f32();
+            }
         }
         barrier();
-        // 4. The adds, in lane order per destination.
+        // 4. The adds, in source order per destination: half A, then half B.
         if in_wave_role {
-            let mut acc = T::from_f32(value[me] + v).to_f32();
-            let mut done = t == NO_TARGET || prev == lane;
+            let mut acc_a = T::from_f32(value[ma] + va).to_f32();
+            let mut done = ta == NO_TARGET || prev_a == lane;
             while wave::any(!done) {
-                let p = wave::shuffle(acc, prev);
-                let p_done = wave::shuffle(done as u32, prev) != 0;
+                let p = wave::shuffle(acc_a, prev_a);
+                let p_done = wave::shuffle(done as u32, prev_a) != 0;
                 if !done && p_done {
-                    acc = T::from_f32(p + v).to_f32();
+                    acc_a = T::from_f32(p + va).to_f32();
                     done = true;
                 }
             }
-            value[me] = acc;
-            flag[me] = (t != NO_TARGET && last) as u32;
+            // Half B's first source of a destination continues half A's last one with it.
+            let a_last = wave::shuffle(acc_a, from_a);
+            let start = if continues_a { a_last } else { value[mb] };
+            let mut acc_b = T::from_f32(start + vb).to_f32();
+            let mut done = tb == NO_TARGET || prev_b == lane;
+            while wave::any(!done) {
+                let p = wave::shuffle(acc_b, prev_b);
+                let p_done = wave::shuffle(done as u32, prev_b) != 0;
+                if !done && p_done {
+                    acc_b = T::from_f32(p + vb).to_f32();
+                    done = true;
+                }
+            }
+            value[ma] = acc_a;
+            value[mb] = acc_b;
+            flag[ma] = last_a as u32;
+            flag[mb] = last_b as u32;
         }
         barrier();
         // 5. Each destination's final value of the round.
-        if coop && flag[slot] != 0 {
+        if coop {
             // SAFETY: as in 3.
-            unsafe { *dst.get_unchecked_mut(dst_col + target[slot] as usize * right) = T::from_f32(value[slot]) };
+            if flag[sa] != 0 {
+                unsafe { *dst.get_unchecked_mut(dst_col + target[sa] as usize * right) = T::from_f32(value[sa]) };
+            }
+            if flag[sb] != 0 {
+                unsafe { *dst.get_unchecked_mut(dst_col + target[sb] as usize * right) = T::from_f32(value[sb]) };
+            }
         }
         barrier();
-        base += lanes;
+        base += 2 * lanes;
     }
 }
 

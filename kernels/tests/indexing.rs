@@ -476,21 +476,25 @@ fn scatter_add_sequential<T: TestFloat + Data, I: Ix>(src: &[T], id: &[I], dst0:
 }
 
 /// `scatter_add` against the sequential loop, bit for bit (NaN matches any NaN: GPUs give
-/// their canonical NaN), on id patterns that stress the work-group kernel's rounds (one
-/// source per lane and column per round, 8 or 4 columns per work-group): runs of one
+/// their canonical NaN), on id patterns that stress the work-group kernel's rounds (two
+/// sources per lane and column per round, 8 or 4 columns per work-group): runs of one
 /// destination longer than a round and crossing rounds, one destination for all sources
-/// (every round one chain of a wave's length) with inf/NaN sources, a permutation of
-/// destination rows shared by all columns (the benchmark's pattern), and short patterns
-/// with out-of-range ids; column counts that leave partial work-groups, `n` that leaves
+/// (every round two chains of a wave's length) with inf/NaN sources, a permutation of
+/// destination rows shared by all columns (the benchmark's pattern), short patterns
+/// with out-of-range ids, and a lane's two sources of a round (`i`, `i + wave size`)
+/// with one destination; column counts that leave partial work-groups, `n` that leaves
 /// a partial last round.
 fn run_scatter_add_rounds<T: TestFloat + Data, I: Ix>() {
     type Case = (&'static str, [usize; 4], fn(usize, usize, usize) -> i64);
-    let cases: [Case; 5] = [
+    let cases: [Case; 7] = [
         ("3 destinations, long runs", [1, 300, 3, 19], |_l, i, r| ((i / 37 + r) % 3) as i64),
         ("one destination", [2, 130, 4, 11], |_l, _i, _r| 2),
         ("row permutation", [2, 150, 150, 37], |_l, i, _r| ((i * 97 + 5) % 150) as i64),
         ("i mod 7, out of range", [3, 97, 7, 10], |l, i, r| if (i + r) % 5 == 2 { -1 - l as i64 } else if (i + r) % 11 == 3 { 7 } else { ((i + l) % 7) as i64 }),
         ("single column", [1, 1000, 9, 1], |_l, i, _r| ((i * i) % 9) as i64),
+        // A round's two sources of one lane (i and i + wave size) hit the same destination.
+        ("i mod 32", [1, 200, 40, 13], |_l, i, _r| (i % 32) as i64),
+        ("i mod 64", [2, 300, 64, 5], |_l, i, r| ((i + r / 3) % 64) as i64),
     ];
     for exec in executors() {
         for (k, (label, shape, id_of)) in cases.iter().enumerate() {
