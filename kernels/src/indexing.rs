@@ -345,8 +345,10 @@ fn highest_lane(mask: u64, none: u32) -> u32 {
 ///    takes as many steps as its longest run of one destination.
 /// 5. The last source of each destination has its result stored; the next round starts.
 ///
-/// Each destination thus sees the adds in source order with the rounding of each, and a
-/// round has one dependent global access (3) for `2 * wave::size()` sources of a column,
+/// `halves` = 1 keeps half B empty (rounds of `wave::size()` sources; AMD code objects
+/// always run so). Each destination thus sees the adds in source order with the rounding
+/// of each, and a round has one dependent global access (3) for `2 * wave::size()`
+/// sources of a column,
 /// where a loop per column had one per source. `dst_dim` must be below `u32::MAX` (the
 /// tile keeps 32-bit destinations; otherwise nothing is written: [`ops::scatter_add`]
 /// rejects such shapes). Launch with [`scatter_config`]`(left, right)` (work-groups of
@@ -360,6 +362,7 @@ pub fn scatter_add<T: Float, I: IndexType>(
     n: usize,
     dst_dim: usize,
     right: usize,
+    halves: u32,
     mut target: Shared<u32, SCATTER_SLOTS>,
     mut value: Shared<f32, SCATTER_SLOTS>,
     mut flag: Shared<u32, SCATTER_SLOTS>,
@@ -405,9 +408,14 @@ pub fn scatter_add<T: Float, I: IndexType>(
             (NO_TARGET, 0.0)
         }
     };
+    // Sources per lane and round: 2, or 1 (`halves` = 1, and always on AMD, where the
+    // second half's masks spilled gfx9's scalar registers): half B stays empty.
+    let two = !cfg!(target_arch = "amdgpu") && halves >= 2;
+    let step = if two { 2 * lanes } else { lanes };
+    let fetch_b = |i: usize| if two { fetch(i) } else { (NO_TARGET, 0.0) };
     // Bits that tell destination rows apart.
     let bits = usize::BITS - (dst_dim.max(2) - 1).leading_zeros();
-    let (mut next_a, mut next_b) = (fetch(row), fetch(lanes + row));
+    let (mut next_a, mut next_b) = (fetch(row), fetch_b(lanes + row));
     let mut base = 0;
     while base < n {
         if coop {
@@ -415,7 +423,7 @@ pub fn scatter_add<T: Float, I: IndexType>(
             (target[sb], value[sb]) = next_b;
         }
         barrier();
-        (next_a, next_b) = (fetch(base + 2 * lanes + row), fetch(base + 3 * lanes + row));
+        (next_a, next_b) = (fetch(base + step + row), fetch_b(base + step + lanes + row));
         // 2. Matching destinations. A source's `prev` is a lane (`prev_a`, `prev_b`: same
         // half; `from_a`: half A's lane that half B's source continues, possibly this
         // lane), or none (= lane).
@@ -424,17 +432,31 @@ pub fn scatter_add<T: Float, I: IndexType>(
         // Half B's source is the first of its destination in half B but continues half A.
         let mut continues_a = false;
         if in_wave_role {
-            (ta, va, tb, vb) = (target[ma], value[ma], target[mb], value[mb]);
+            (ta, va) = (target[ma], value[ma]);
+            if two {
+                (tb, vb) = (target[mb], value[mb]);
+            }
             // Lanes whose A (B) destination equals this lane's A (B) destination, and the
             // A lanes with this lane's B destination / the B lanes with its A destination.
             let (mut aa, mut bb) = (wave::ballot(ta != NO_TARGET), wave::ballot(tb != NO_TARGET));
             let (mut ab, mut ba) = (aa, bb);
+            // Two passes over the bits, one per destination of this lane (A, then B): fewer
+            // masks live at once (a single pass spilled gfx9's scalar registers).
             let mut bit = 0;
             while bit < bits {
-                let (xa, xb) = ((ta >> bit) & 1 != 0, (tb >> bit) & 1 != 0);
-                let (ma_bits, mb_bits) = (wave::ballot(xa), wave::ballot(xb));
+                let xa = (ta >> bit) & 1 != 0;
+                let ma_bits = wave::ballot(xa);
                 aa &= if xa { ma_bits } else { !ma_bits };
-                ba &= if xa { mb_bits } else { !mb_bits };
+                if two {
+                    let mb_bits = wave::ballot((tb >> bit) & 1 != 0);
+                    ba &= if xa { mb_bits } else { !mb_bits };
+                }
+                bit += 1;
+            }
+            bit = 0;
+            while two && bit < bits {
+                let xb = (tb >> bit) & 1 != 0;
+                let (ma_bits, mb_bits) = (wave::ballot((ta >> bit) & 1 != 0), wave::ballot(xb));
                 bb &= if xb { mb_bits } else { !mb_bits };
                 ab &= if xb { ma_bits } else { !ma_bits };
                 bit += 1;
@@ -458,7 +480,7 @@ pub fn scatter_add<T: Float, I: IndexType>(
             if flag[sa] != 0 {
                 value[sa] = unsafe { dst.get_unchecked(dst_col + target[sa] as usize * right) }.to_f32();
             }
-            if flag[sb] != 0 {
+            if two && flag[sb] != 0 {
                 value[sb] = unsafe { dst.get_unchecked(dst_col + target[sb] as usize * right) }.to_f32();
             }
         }
@@ -476,16 +498,19 @@ pub fn scatter_add<T: Float, I: IndexType>(
                 }
             }
             // Half B's first source of a destination continues half A's last one with it.
-            let a_last = wave::shuffle(acc_a, from_a);
-            let start = if continues_a { a_last } else { value[mb] };
-            let mut acc_b = T::from_f32(start + vb).to_f32();
-            let mut done = tb == NO_TARGET || prev_b == lane;
-            while wave::any(!done) {
-                let p = wave::shuffle(acc_b, prev_b);
-                let p_done = wave::shuffle(done as u32, prev_b) != 0;
-                if !done && p_done {
-                    acc_b = T::from_f32(p + vb).to_f32();
-                    done = true;
+            let mut acc_b = 0.0;
+            if two {
+                let a_last = wave::shuffle(acc_a, from_a);
+                let start = if continues_a { a_last } else { value[mb] };
+                acc_b = T::from_f32(start + vb).to_f32();
+                let mut done = tb == NO_TARGET || prev_b == lane;
+                while wave::any(!done) {
+                    let p = wave::shuffle(acc_b, prev_b);
+                    let p_done = wave::shuffle(done as u32, prev_b) != 0;
+                    if !done && p_done {
+                        acc_b = T::from_f32(p + vb).to_f32();
+                        done = true;
+                    }
                 }
             }
             value[ma] = acc_a;
@@ -500,12 +525,12 @@ pub fn scatter_add<T: Float, I: IndexType>(
             if flag[sa] != 0 {
                 unsafe { *dst.get_unchecked_mut(dst_col + target[sa] as usize * right) = T::from_f32(value[sa]) };
             }
-            if flag[sb] != 0 {
+            if two && flag[sb] != 0 {
                 unsafe { *dst.get_unchecked_mut(dst_col + target[sb] as usize * right) = T::from_f32(value[sb]) };
             }
         }
         barrier();
-        base += 2 * lanes;
+        base += step;
     }
 }
 
@@ -994,7 +1019,7 @@ pub mod ops {
         if left.saturating_mul(right).div_ceil(4) > 65535 * 65535 {
             return Err(invalid("scatter_add", format!("{left} x {right} columns exceed the launch grid (65535^2 work-groups of 4 columns)")));
         }
-        super::scatter_add::launch::<T, I>(exec, super::scatter_config(left, right), src, ids, dst, left, n, dst_dim, right)
+        super::scatter_add::launch::<T, I>(exec, super::scatter_config(left, right), src, ids, dst, left, n, dst_dim, right, 2)
     }
 
     /// `dst[l, ids[i], r] += src[l, i, r]` (out-of-range ids skipped): `dst` contiguous

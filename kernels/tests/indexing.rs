@@ -512,12 +512,21 @@ fn run_scatter_add_rounds<T: TestFloat + Data, I: Ix>() {
             }
             let want = scatter_add_sequential(&src, &id, &dst0, *shape);
             let (ds, di) = (exec.upload(&src).unwrap(), exec.upload(&id).unwrap());
-            let mut dd = exec.upload(&dst0).unwrap();
-            ops::scatter_add(&exec, &ds, &di, &mut dd, left, n, dst_dim, right).unwrap();
-            let got = exec.download(&dd).unwrap();
-            for (e, (g, w)) in got.iter().zip(&want).enumerate() {
-                let same = g.bits() == w.bits() || (g.to_f64().is_nan() && w.to_f64().is_nan());
-                assert!(same, "{what}: element {e}: got {g:?}, want {w:?}");
+            // The checked launcher (two sources per lane and round), then the raw launch
+            // with one (`halves` = 1: what AMD code objects always run).
+            for halves in [2u32, 1] {
+                let mut dd = exec.upload(&dst0).unwrap();
+                if halves == 2 {
+                    ops::scatter_add(&exec, &ds, &di, &mut dd, left, n, dst_dim, right).unwrap();
+                } else {
+                    let cfg = kernels::indexing::scatter_config(left, right);
+                    kernels::indexing::scatter_add::launch::<T, I>(&exec, cfg, &ds, &di, &mut dd, left, n, dst_dim, right, 1).unwrap();
+                }
+                let got = exec.download(&dd).unwrap();
+                for (e, (g, w)) in got.iter().zip(&want).enumerate() {
+                    let same = g.bits() == w.bits() || (g.to_f64().is_nan() && w.to_f64().is_nan());
+                    assert!(same, "{what} (halves {halves}): element {e}: got {g:?}, want {w:?}");
+                }
             }
         }
     }
@@ -774,7 +783,9 @@ fn tiny_grids_cover_every_element() {
             let id: Vec<u32> = ids(left * n * right, dst_dim, 4, false);
             let di = exec.upload(&id).unwrap();
             let mut dd = exec.alloc::<f32>(left * dst_dim * right).unwrap();
-            ix::scatter_add::launch::<f32, u32>(&exec, cfg, &s, &di, &mut dd, left, n, dst_dim, right).unwrap();
+            // scatter_add's work-groups cooperate over a tile (8 or 4 columns of
+            // SCATTER_TILE work-items): it takes its own launch shape, any block elsewhere.
+            ix::scatter_add::launch::<f32, u32>(&exec, ix::scatter_config(left, right), &s, &di, &mut dd, left, n, dst_dim, right, 2).unwrap();
             let mut want = vec![0.0f32; left * dst_dim * right];
             for l in 0..left {
                 for i in 0..n {
