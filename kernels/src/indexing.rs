@@ -14,9 +14,11 @@
 //! Speed: all of these are memory-bound. Row copies (`index_select`, `copy2d`) move one
 //! 16-byte vector per work-item and step when both rows start on 16 bytes; work-items run
 //! along the contiguous (`right`) dimension so every wave's accesses are coalesced; every
-//! loop is grid-stride, so any launch shape is correct. `scatter_add` / `index_add` are
-//! deterministic without atomics: one work-item per `(left, right)` position adds its `n`
-//! sources in order (Candle's CUDA strategy), f16/bf16 through `f32` for each add.
+//! loop is grid-stride, so any launch shape is correct (`scatter_add` excepted: it takes
+//! [`scatter_config`]). `scatter_add` / `index_add` are deterministic without atomics:
+//! every destination gets its sources added in source order (Candle's CPU order),
+//! f16/bf16 through `f32` for each add; `index_add` with one work-item per `(left, right)`
+//! position, `scatter_add` with a wave per position and rounds of two sources per lane.
 //!
 //! The checked host wrappers are in [`ops`]; the raw launchers (`index_select::launch` ...)
 //! check nothing beyond the kernel model (bounds-checked slices).
