@@ -14,9 +14,11 @@
 //! Speed: all of these are memory-bound. Row copies (`index_select`, `copy2d`) move one
 //! 16-byte vector per work-item and step when both rows start on 16 bytes; work-items run
 //! along the contiguous (`right`) dimension so every wave's accesses are coalesced; every
-//! loop is grid-stride, so any launch shape is correct. `scatter_add` / `index_add` are
-//! deterministic without atomics: one work-item per `(left, right)` position adds its `n`
-//! sources in order (Candle's CUDA strategy), f16/bf16 through `f32` for each add.
+//! loop is grid-stride, so any launch shape is correct (`scatter_add` excepted: it takes
+//! [`scatter_config`]). `scatter_add` / `index_add` are deterministic without atomics:
+//! every destination gets its sources added in source order (Candle's CPU order),
+//! f16/bf16 through `f32` for each add; `index_add` with one work-item per `(left, right)`
+//! position, `scatter_add` with a wave per position and rounds of two sources per lane.
 //!
 //! The checked host wrappers are in [`ops`]; the raw launchers (`index_select::launch` ...)
 //! check nothing beyond the kernel model (bounds-checked slices).
@@ -299,123 +301,61 @@ pub fn gather<T: Pod, I: IndexType>(
     }
 }
 
-/// Runs `$body` with `$j` = 0 .. [`SCATTER_BATCH`]` - 1` as straight-line code (values
-/// indexed by `$j` stay in registers).
-#[cfg(not(target_arch = "amdgpu"))]
-macro_rules! each_of_batch {
-    ($j:ident, $body:block) => {
-        each_of_batch!(@ $j, $body, 0 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15)
-    };
-    (@ $j:ident, $body:block, $($i:literal)*) => {
-        $({
-            let $j: usize = $i;
-            $body
-        })*
-    };
-}
-#[cfg(target_arch = "amdgpu")]
-macro_rules! each_of_batch {
-    ($j:ident, $body:block) => {
-        each_of_batch!(@ $j, $body, 0 1 2 3)
-    };
-    (@ $j:ident, $body:block, $($i:literal)*) => {
-        $({
-            let $j: usize = $i;
-            $body
-        })*
-    };
-}
+/// Work-items of one [`scatter_add`](fn@scatter_add) work-group: a round holds
+/// `2 * wave::size()` sources of each of `256 / wave::size()` columns.
+pub const SCATTER_TILE: usize = 256;
 
-/// Sources one `scatter_add` work-item takes per step: their ids, values and current
-/// destination values are all loaded before the first add (that many loads in flight
-/// instead of one read-modify-write at a time). 16 on NVIDIA (and the CPU executor); 4 on
-/// AMD, where larger batches needed more than gfx90a's 102 scalar registers.
-#[cfg(not(target_arch = "amdgpu"))]
-pub const SCATTER_BATCH: usize = 16;
-/// See above.
-#[cfg(target_arch = "amdgpu")]
-pub const SCATTER_BATCH: usize = 4;
+/// Tile slots of a [`scatter_add`](fn@scatter_add) round: two sources per work-item.
+const SCATTER_SLOTS: usize = 2 * SCATTER_TILE;
 
-// `each_of_batch!` writes out exactly SCATTER_BATCH steps.
-#[cfg(not(target_arch = "amdgpu"))]
-const _: () = assert!(SCATTER_BATCH == 16);
-#[cfg(target_arch = "amdgpu")]
-const _: () = assert!(SCATTER_BATCH == 4);
+/// An empty tile slot of [`scatter_add`](fn@scatter_add): no source there (past `n` or
+/// past the last column), or its id is out of range.
+const NO_TARGET: u32 = u32::MAX;
 
-/// Marks a skipped (out-of-range) source in a batch.
-const SKIP: usize = usize::MAX;
-
-/// Adds the `n` sources `s[i * right + r]` to `d[ids[i * right + r] * right + r]` in
-/// order `i = 0, 1, ...`, exactly as one add after the other: in batches of
-/// [`SCATTER_BATCH`] whose loads all go out first; a source whose destination an earlier
-/// source of the batch also hits starts from that one's result instead of the loaded value,
-/// and stores go out in order, so every destination sees the same adds, in the same order
-/// and with the same rounding, as the one-by-one loop.
+/// Lanes of `mask` above `lane`.
 #[device]
 #[inline(always)]
-fn scatter_column<T: Float, I: IndexType>(s: &[T], ix: &[I], d: &mut [T], n: usize, dst_dim: usize, right: usize, r: usize) {
-    const B: usize = SCATTER_BATCH;
-    if d.is_empty() {
-        // No destination: every id is out of range.
-        return;
-    }
-    let last = d.len() - 1;
-    let mut i = 0;
-    while i + B <= n {
-        let (mut pos, mut add, mut cur) = ([SKIP; B], [0.0f32; B], [0.0f32; B]);
-        each_of_batch!(j, {
-            let k = (i + j) * right + r;
-            // SAFETY: i + j < n and r < right, so k < n * right == s.len() == ix.len().
-            unsafe {
-                if let Some(id) = ix.get_unchecked(k).to_index(dst_dim) {
-                    pos[j] = id * right + r;
-                }
-                add[j] = s.get_unchecked(k).to_f32();
-            }
-        });
-        each_of_batch!(j, {
-            // A skipped source loads a real element too (no branch) and drops it below.
-            // SAFETY: id < dst_dim and r < right: below dst_dim * right == d.len(); the
-            // clamp keeps SKIP at the last element.
-            cur[j] = unsafe { d.get_unchecked(pos[j].min(last)) }.to_f32();
-        });
-        each_of_batch!(j, {
-            // The latest earlier source of the batch with the same destination, if any.
-            each_of_batch!(e, {
-                if e < j && pos[e] == pos[j] {
-                    cur[j] = cur[e];
-                }
-            });
-            cur[j] = T::from_f32(cur[j] + add[j]).to_f32();
-        });
-        each_of_batch!(j, {
-            if pos[j] != SKIP {
-                // SAFETY: as above.
-                unsafe { *d.get_unchecked_mut(pos[j]) = T::from_f32(cur[j]) };
-            }
-        });
-        i += B;
-    }
-    while i < n {
-        let k = i * right + r;
-        // SAFETY: as above.
-        unsafe {
-            if let Some(id) = ix.get_unchecked(k).to_index(dst_dim) {
-                let o = d.get_unchecked_mut(id * right + r);
-                *o = T::from_f32(o.to_f32() + s.get_unchecked(k).to_f32());
-            }
-        }
-        i += 1;
-    }
+fn lanes_above(mask: u64, lane: u32) -> u64 {
+    mask & !(((1u64 << lane) << 1).wrapping_sub(1))
+}
+
+/// Highest lane of `mask`, or `none` when it is empty.
+#[device]
+#[inline(always)]
+fn highest_lane(mask: u64, none: u32) -> u32 {
+    if mask != 0 { 63 - mask.leading_zeros() } else { none }
 }
 
 /// `dst[l, ids[l, i, r], r] += src[l, i, r]` for `i` in order (out-of-range ids skipped),
 /// with `dst` contiguous `(left, dst_dim, right)` and `src`, `ids` contiguous
-/// `(left, n, right)`. One work-item per `(l, r)`: deterministic, no atomics, bit-for-bit
-/// the sequential loop's result (see `scatter_column`); f16/bf16 round to their type after
-/// each add (computed in `f32`). Launch with [`scatter_config`]`(left, right)` (at most 64
-/// work-items per group: `ptxas` spilled the batch at the 64 registers of 1024).
-#[amdgpu_kernel(T = [f32, f16, bf16], I = [u32, i64], max_threads = 64)]
+/// `(left, n, right)`; deterministic, no atomics, bit for bit the sequential loop's result
+/// (Candle's CPU order; f16/bf16 round to their type after each add, computed in `f32`).
+///
+/// A work-group takes `C = 256 / wave::size()` adjacent `(l, r)` columns, one wave per
+/// column, and walks their sources in rounds of `2 * wave::size()`: lane `j` holds sources
+/// `j` (half A) and `wave::size() + j` (half B) of the round.
+/// 1. The work-group loads the round's ids and sources coalesced (C adjacent columns per
+///    source row; the next round's loads go out before this round's adds) into a shared tile.
+/// 2. Each lane finds, for each of its sources, the latest earlier source of the round with
+///    the same destination (`prev`: a lower lane of the same half, or for half B any lane
+///    of half A), and whether a later one has it too: one ballot per bit of a destination
+///    row and half (12 bits for 4096 rows).
+/// 3. Sources without a `prev` have the work-group load their destination's current value
+///    (adjacent columns of a destination row in one access).
+/// 4. The adds run in source order per destination: a source is added to its `prev`'s
+///    result (a shuffle) as soon as that is final; destinations are independent, so a half
+///    takes as many steps as its longest run of one destination.
+/// 5. The last source of each destination has its result stored; the next round starts.
+///
+/// `halves` = 1 keeps half B empty (rounds of `wave::size()` sources; AMD code objects
+/// always run so). Each destination thus sees the adds in source order with the rounding
+/// of each, and a round has one dependent global access (3) for `2 * wave::size()`
+/// sources of a column,
+/// where a loop per column had one per source. `dst_dim` must be below `u32::MAX` (the
+/// tile keeps 32-bit destinations; otherwise nothing is written: [`ops::scatter_add`]
+/// rejects such shapes). Launch with [`scatter_config`]`(left, right)` (work-groups of
+/// [`SCATTER_TILE`] work-items).
+#[amdgpu_kernel(T = [f32, f16, bf16], I = [u32, i64], max_threads = 256)]
 pub fn scatter_add<T: Float, I: IndexType>(
     src: &[T],
     ids: &[I],
@@ -424,20 +364,175 @@ pub fn scatter_add<T: Float, I: IndexType>(
     n: usize,
     dst_dim: usize,
     right: usize,
+    halves: u32,
+    mut target: Shared<u32, SCATTER_SLOTS>,
+    mut value: Shared<f32, SCATTER_SLOTS>,
+    mut flag: Shared<u32, SCATTER_SLOTS>,
 ) {
     let (Some(plane), Some(dplane), Some(columns)) = (n.checked_mul(right), dst_dim.checked_mul(right), left.checked_mul(right)) else { return };
-    // One flat loop over the (l, r) columns, x fastest then y: l and r vary per work-item,
-    // so their slices live in vector registers (gfx90a ran out of scalar ones with a
-    // loop per dimension).
-    let (y, ys) = grid_y();
-    let (mut w, step) = (y * global_size_x() + global_idx_x(), ys * global_size_x());
-    while w < columns {
-        let (l, r) = divmod(w, right);
-        let s = &src[l * plane..][..plane];
-        let ix = &ids[l * plane..][..plane];
-        let d = &mut dst[l * dplane..][..dplane];
-        scatter_column(s, ix, d, n, dst_dim, right, r);
-        w += step;
+    // One check up front for all accesses below (then unchecked: fewer scalar registers).
+    let (Some(src_len), Some(dst_len)) = (left.checked_mul(plane), left.checked_mul(dplane)) else { return };
+    if dst_dim >= NO_TARGET as usize || src.len() < src_len || ids.len() < src_len || dst.len() < dst_len {
+        return;
+    }
+    let lanes = wave::size();
+    let cols = (flat_block_dim() / lanes).min(SCATTER_TILE as u32 / lanes);
+    // Work-group g (a 2-D grid, x fastest) takes columns g * cols ..
+    let g = block_idx_y() as usize * grid_dim_x() as usize + block_idx_x() as usize;
+    if cols == 0 || g.saturating_mul(cols as usize) >= columns {
+        return;
+    }
+    let f = flat_thread_idx();
+    // Cooperative role: sources `row` and `lanes + row` of column `c` in every round (C
+    // adjacent columns per source row: coalesced), tile slots `sa` and `sb`; wave role:
+    // lane `lane` of wave `wc` takes the same two sources of column `wc`, slots `ma`, `mb`.
+    let (row, c) = (f / cols, f % cols);
+    let coop = f < cols * lanes;
+    let sa = (c * 2 * lanes + row) as usize;
+    let sb = sa + lanes as usize;
+    let (wc, lane) = (wave::wave_id(), wave::lane_id());
+    let in_wave_role = wc < cols;
+    let ma = (wc * 2 * lanes + lane) as usize;
+    let mb = ma + lanes as usize;
+    let w = g * cols as usize + c as usize;
+    let col_ok = coop && w < columns;
+    let (l, r) = if col_ok { divmod(w, right) } else { (0, 0) };
+    // This work-item's column: source i at src_col + i * right, destination t at dst_col + t * right.
+    let (src_col, dst_col) = (l * plane + r, l * dplane + r);
+    let (lanes, row) = (lanes as usize, row as usize);
+    // Source `i` of this work-item's column: (destination row or NO_TARGET, value).
+    let fetch = |i: usize| -> (u32, f32) {
+        if col_ok && i < n {
+            let k = src_col + i * right;
+            // SAFETY: l < left, i < n, r < right: k < left * plane <= src.len(), ids.len().
+            unsafe { (ids.get_unchecked(k).to_index(dst_dim).map_or(NO_TARGET, |d| d as u32), src.get_unchecked(k).to_f32()) }
+        } else {
+            (NO_TARGET, 0.0)
+        }
+    };
+    // Sources per lane and round: 2, or 1 (`halves` = 1, and always on AMD, where the
+    // second half's masks spilled gfx9's scalar registers): half B stays empty.
+    let two = !cfg!(target_arch = "amdgpu") && halves >= 2;
+    let step = if two { 2 * lanes } else { lanes };
+    let fetch_b = |i: usize| if two { fetch(i) } else { (NO_TARGET, 0.0) };
+    // Bits that tell destination rows apart.
+    let bits = usize::BITS - (dst_dim.max(2) - 1).leading_zeros();
+    let (mut next_a, mut next_b) = (fetch(row), fetch_b(lanes + row));
+    let mut base = 0;
+    while base < n {
+        if coop {
+            (target[sa], value[sa]) = next_a;
+            (target[sb], value[sb]) = next_b;
+        }
+        barrier();
+        (next_a, next_b) = (fetch(base + step + row), fetch_b(base + step + lanes + row));
+        // 2. Matching destinations. A source's `prev` is a lane (`prev_a`, `prev_b`: same
+        // half; `from_a`: half A's lane that half B's source continues, possibly this
+        // lane), or none (= lane).
+        let (mut ta, mut tb, mut va, mut vb) = (NO_TARGET, NO_TARGET, 0.0f32, 0.0f32);
+        let (mut prev_a, mut prev_b, mut from_a, mut last_a, mut last_b) = (lane, lane, lane, true, true);
+        // Half B's source is the first of its destination in half B but continues half A.
+        let mut continues_a = false;
+        if in_wave_role {
+            (ta, va) = (target[ma], value[ma]);
+            if two {
+                (tb, vb) = (target[mb], value[mb]);
+            }
+            // Lanes whose A (B) destination equals this lane's A (B) destination, and the
+            // A lanes with this lane's B destination / the B lanes with its A destination.
+            let (mut aa, mut bb) = (wave::ballot(ta != NO_TARGET), wave::ballot(tb != NO_TARGET));
+            let (mut ab, mut ba) = (aa, bb);
+            // Two passes over the bits, one per destination of this lane (A, then B): fewer
+            // masks live at once (a single pass spilled gfx9's scalar registers).
+            let mut bit = 0;
+            while bit < bits {
+                let xa = (ta >> bit) & 1 != 0;
+                let ma_bits = wave::ballot(xa);
+                aa &= if xa { ma_bits } else { !ma_bits };
+                if two {
+                    let mb_bits = wave::ballot((tb >> bit) & 1 != 0);
+                    ba &= if xa { mb_bits } else { !mb_bits };
+                }
+                bit += 1;
+            }
+            bit = 0;
+            while two && bit < bits {
+                let xb = (tb >> bit) & 1 != 0;
+                let (ma_bits, mb_bits) = (wave::ballot((ta >> bit) & 1 != 0), wave::ballot(xb));
+                bb &= if xb { mb_bits } else { !mb_bits };
+                ab &= if xb { ma_bits } else { !ma_bits };
+                bit += 1;
+            }
+            let below = (1u64 << lane) - 1;
+            prev_a = highest_lane(aa & below, lane);
+            prev_b = highest_lane(bb & below, lane);
+            from_a = highest_lane(ab, lane);
+            last_a = ta != NO_TARGET && lanes_above(aa, lane) == 0 && ba == 0;
+            last_b = tb != NO_TARGET && lanes_above(bb, lane) == 0;
+            continues_a = prev_b == lane && ab != 0;
+            let head_b = prev_b == lane && ab == 0;
+            flag[ma] = (ta != NO_TARGET && prev_a == lane) as u32;
+            flag[mb] = (tb != NO_TARGET && head_b) as u32;
+        }
+        barrier();
+        // 3. Current values of the round's destinations (first source of each).
+        if coop {
+            // SAFETY (both): a flagged slot holds a destination row below dst_dim, so the
+            // offset is below left * dplane <= dst.len().
+            if flag[sa] != 0 {
+                value[sa] = unsafe { dst.get_unchecked(dst_col + target[sa] as usize * right) }.to_f32();
+            }
+            if two && flag[sb] != 0 {
+                value[sb] = unsafe { dst.get_unchecked(dst_col + target[sb] as usize * right) }.to_f32();
+            }
+        }
+        barrier();
+        // 4. The adds, in source order per destination: half A, then half B.
+        if in_wave_role {
+            let mut acc_a = T::from_f32(value[ma] + va).to_f32();
+            let mut done = ta == NO_TARGET || prev_a == lane;
+            while wave::any(!done) {
+                let p = wave::shuffle(acc_a, prev_a);
+                let p_done = wave::shuffle(done as u32, prev_a) != 0;
+                if !done && p_done {
+                    acc_a = T::from_f32(p + va).to_f32();
+                    done = true;
+                }
+            }
+            // Half B's first source of a destination continues half A's last one with it.
+            let mut acc_b = 0.0;
+            if two {
+                let a_last = wave::shuffle(acc_a, from_a);
+                let start = if continues_a { a_last } else { value[mb] };
+                acc_b = T::from_f32(start + vb).to_f32();
+                let mut done = tb == NO_TARGET || prev_b == lane;
+                while wave::any(!done) {
+                    let p = wave::shuffle(acc_b, prev_b);
+                    let p_done = wave::shuffle(done as u32, prev_b) != 0;
+                    if !done && p_done {
+                        acc_b = T::from_f32(p + vb).to_f32();
+                        done = true;
+                    }
+                }
+            }
+            value[ma] = acc_a;
+            value[mb] = acc_b;
+            flag[ma] = last_a as u32;
+            flag[mb] = last_b as u32;
+        }
+        barrier();
+        // 5. Each destination's final value of the round.
+        if coop {
+            // SAFETY: as in 3.
+            if flag[sa] != 0 {
+                unsafe { *dst.get_unchecked_mut(dst_col + target[sa] as usize * right) = T::from_f32(value[sa]) };
+            }
+            if two && flag[sb] != 0 {
+                unsafe { *dst.get_unchecked_mut(dst_col + target[sb] as usize * right) = T::from_f32(value[sb]) };
+            }
+        }
+        barrier();
+        base += step;
     }
 }
 
@@ -644,13 +739,14 @@ pub fn cat_rows<T: Pod>(
 }
 
 /// Launch shape of [`scatter_add`](fn@scatter_add) for `left * right` columns: work-groups
-/// of 32 work-items (one wave on NVIDIA), so that the few columns of a large scatter
-/// spread over as many compute units as possible (4096 columns: 128 groups instead of 16
-/// of 256); at most 65535 groups (the kernel loops over the rest).
+/// of [`SCATTER_TILE`] work-items, one per 4 columns (a work-group takes 8 columns on waves
+/// of 32, 4 on waves of 64; groups past the last column return at once), in a 2-D grid of
+/// at most 65535 x 65535 groups.
 #[cfg(not(any(target_arch = "amdgpu", target_arch = "nvptx64")))]
 pub fn scatter_config(left: usize, right: usize) -> kernel_dsl::host::LaunchConfig {
-    let groups = left.saturating_mul(right).div_ceil(32).clamp(1, 65535);
-    kernel_dsl::host::LaunchConfig::new(kernel_dsl::Dim3::x(groups as u32), kernel_dsl::Dim3::x(32))
+    let groups = left.saturating_mul(right).div_ceil(4).max(1);
+    let (gx, gy) = (groups.min(65535), groups.div_ceil(65535).min(65535));
+    kernel_dsl::host::LaunchConfig::new(kernel_dsl::Dim3::new(gx as u32, gy as u32, 1), kernel_dsl::Dim3::x(SCATTER_TILE as u32))
 }
 
 /// Work-items per work-group of every launch here.
@@ -919,7 +1015,13 @@ pub mod ops {
         if check_scatter("scatter_add", lens, [left, n, dst_dim, right])? == 0 {
             return Ok(());
         }
-        super::scatter_add::launch::<T, I>(exec, super::scatter_config(left, right), src, ids, dst, left, n, dst_dim, right)
+        if dst_dim >= u32::MAX as usize {
+            return Err(invalid("scatter_add", format!("dst_dim {dst_dim}: the ordered kernel addresses destinations below u32::MAX")));
+        }
+        if left.saturating_mul(right).div_ceil(4) > 65535 * 65535 {
+            return Err(invalid("scatter_add", format!("{left} x {right} columns exceed the launch grid (65535^2 work-groups of 4 columns)")));
+        }
+        super::scatter_add::launch::<T, I>(exec, super::scatter_config(left, right), src, ids, dst, left, n, dst_dim, right, 2)
     }
 
     /// `dst[l, ids[i], r] += src[l, i, r]` (out-of-range ids skipped): `dst` contiguous

@@ -345,6 +345,46 @@ pub const fn col_block(r: usize, elem_bytes: usize) -> (u32, u32) {
 /// Work-items of a column-kernel work-group.
 pub const COL_THREADS: usize = 1024;
 
+/// `Op` over `input[a][k][b]` for `k` in `k0..k1` of a contiguous `(outer, r, inner)`
+/// input, by the work-items of a column-kernel work-group (work-item `(tx, ty)` folds
+/// every `by`-th element of column `b` from `k0 + ty`, four loads in flight, then the
+/// partials meet in shared memory); the result is in work-items `ty == 0`.
+#[device]
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+fn fold_column_range<T: Float, Op: ReduceOp>(input: &[T], a: usize, b: usize, r: usize, inner: usize, k0: usize, k1: usize, partials: &mut Shared<f32, COL_THREADS>) -> f32 {
+    let (tx, ty) = (thread_idx_x() as usize, thread_idx_y() as usize);
+    let (bx, by) = (block_dim_x() as usize, block_dim_y() as usize);
+    let mut acc = Op::INIT;
+    if b < inner {
+        let col = column(input, a * r * inner + b, r, inner);
+        let k1 = k1.min(r);
+        // SAFETY (each `at`): k < k1 <= r, checked by `column`.
+        let at = |k: usize| unsafe { col.get_unchecked(k * inner) }.to_f32();
+        let mut k = k0 + ty;
+        while k + 3 * by < k1 {
+            let (x0, x1, x2, x3) = (at(k), at(k + by), at(k + 2 * by), at(k + 3 * by));
+            acc = Op::combine(Op::combine(acc, x0), Op::combine(Op::combine(x1, x2), x3));
+            k += 4 * by;
+        }
+        while k < k1 {
+            acc = Op::combine(acc, at(k));
+            k += by;
+        }
+    }
+    partials[ty * bx + tx] = acc;
+    barrier();
+    let mut v = partials[tx];
+    if ty == 0 {
+        let mut y = 1;
+        while y < by {
+            v = Op::combine(v, partials[y * bx + tx]);
+            y += 1;
+        }
+    }
+    v
+}
+
 /// `out[a][b] = Op over k of input[a][k][b]` for a contiguous `(outer, r, inner)` input
 /// and an `(outer, inner)` output. A work-group covers `bx` neighbouring columns
 /// (coalesced loads) with `by` work-items per column, each folding every `by`-th element
@@ -354,41 +394,75 @@ pub const COL_THREADS: usize = 1024;
 #[amdgpu_kernel(T = [f32, f16, bf16], Op = [Sum, Mean, Max, Min])]
 pub fn reduce_cols<T: Float, Op: ReduceOp>(input: &[T], out: &mut [T], outer: u32, r: u32, inner: u32, mut partials: Shared<f32, COL_THREADS>) {
     let (outer, r, inner) = (outer as usize, r as usize, inner as usize);
-    let (tx, ty) = (thread_idx_x() as usize, thread_idx_y() as usize);
-    let (bx, by) = (block_dim_x() as usize, block_dim_y() as usize);
+    let bx = block_dim_x() as usize;
     // Work-group g covers columns [tile * bx, tile * bx + bx) of outer index a.
     let tiles = inner.div_ceil(bx);
     let g = block_idx_x() as usize;
-    let (a, b) = (g / tiles, (g % tiles) * bx + tx);
+    let (a, b) = (g / tiles, (g % tiles) * bx + thread_idx_x() as usize);
     if a < outer {
-        let mut acc = Op::INIT;
-        if b < inner {
-            let col = column(input, a * r * inner + b, r, inner);
-            // SAFETY (each `at`): k < r, checked by `column`.
-            let at = |k: usize| unsafe { col.get_unchecked(k * inner) }.to_f32();
-            let mut k = ty;
-            while k + 3 * by < r {
-                let (x0, x1, x2, x3) = (at(k), at(k + by), at(k + 2 * by), at(k + 3 * by));
-                acc = Op::combine(Op::combine(acc, x0), Op::combine(Op::combine(x1, x2), x3));
-                k += 4 * by;
-            }
-            while k < r {
-                acc = Op::combine(acc, at(k));
-                k += by;
-            }
-        }
-        partials[ty * bx + tx] = acc;
-        barrier();
-        if ty == 0 && b < inner {
-            let mut v = partials[tx];
-            let mut y = 1;
-            while y < by {
-                v = Op::combine(v, partials[y * bx + tx]);
-                y += 1;
-            }
+        let v = fold_column_range::<T, Op>(input, a, b, r, inner, 0, r, &mut partials);
+        if thread_idx_y() == 0 && b < inner {
             out[a * inner + b] = T::from_f32(Op::finish(v, r));
         }
     }
+}
+
+/// First pass of a column reduction split over `grid_dim_y()` work-groups per column
+/// tile (more work-groups, hence more loads in flight, than [`reduce_cols`](fn@reduce_cols)
+/// has when the output is narrow: bf16 4096 x 4096 summed over the first dimension is 128
+/// work-groups for 132 compute units): work-group `(g, s)` folds rows
+/// `s * ceil(r / splits) ..` of the columns of `g` (as in `reduce_cols`) into
+/// `part[(s * outer + a) * inner + b]` (no `finish`). Second pass:
+/// [`reduce_cols_finish`](fn@reduce_cols_finish).
+#[amdgpu_kernel(T = [f32, f16, bf16], Op = [Sum, Mean, Max, Min])]
+pub fn reduce_cols_part<T: Float, Op: ReduceOp>(input: &[T], part: &mut [f32], outer: u32, r: u32, inner: u32, mut partials: Shared<f32, COL_THREADS>) {
+    let (outer, r, inner) = (outer as usize, r as usize, inner as usize);
+    let bx = block_dim_x() as usize;
+    let tiles = inner.div_ceil(bx);
+    let g = block_idx_x() as usize;
+    let (s, splits) = (block_idx_y() as usize, grid_dim_y() as usize);
+    let (a, b) = (g / tiles, (g % tiles) * bx + thread_idx_x() as usize);
+    if a < outer {
+        let chunk = r.div_ceil(splits);
+        let k0 = (s * chunk).min(r);
+        let v = fold_column_range::<T, Op>(input, a, b, r, inner, k0, k0 + chunk, &mut partials);
+        if thread_idx_y() == 0 && b < inner {
+            part[(s * outer + a) * inner + b] = v;
+        }
+    }
+}
+
+/// Second pass of [`reduce_cols_part`](fn@reduce_cols_part): `out[o] = finish(Op over s of
+/// part[s * out.len() + o], r)`, the splits in order. Launch with one work-item per output
+/// (any 1-D grid: the loop is grid-stride).
+#[amdgpu_kernel(T = [f32, f16, bf16], Op = [Sum, Mean, Max, Min])]
+pub fn reduce_cols_finish<T: Float, Op: ReduceOp>(part: &[f32], out: &mut [T], splits: u32, r: u32) {
+    let n = out.len();
+    let part = &part[..n * splits as usize];
+    let mut o = global_idx_x();
+    while o < n {
+        let mut v = part[o];
+        let mut s = 1;
+        while s < splits as usize {
+            v = Op::combine(v, part[s * n + o]);
+            s += 1;
+        }
+        out[o] = T::from_f32(Op::finish(v, r as usize));
+        o += global_size_x();
+    }
+}
+
+/// Splits of a column reduction over `r` rows whose [`reduce_cols`](fn@reduce_cols) grid
+/// has `groups` work-groups: enough for about 1024 work-groups (8 per compute unit of an
+/// H100), each at least 256 rows; 1 (no split) from 512 work-groups or under 512 rows.
+pub const fn col_splits(groups: usize, r: usize) -> usize {
+    if groups >= 512 || groups == 0 {
+        return 1;
+    }
+    let s = 1024 / groups;
+    let most = r / 256;
+    let s = if s < most { s } else { most };
+    if s > 1 { if s > 65535 { 65535 } else { s } } else { 1 }
 }
 
 /// Index (`0..r`) of the extreme element along `r`, shapes and launch as in
@@ -493,7 +567,18 @@ mod host {
                 super::reduce_rows::launch::<T, Op>(dev, cfg, input, &*layout, out, *cols as u32)
             }
             ReducePlan::WaveRows { cols, .. } => super::reduce_rows_wave::launch::<T, Op>(dev, cfg, input, out, *cols as u32),
-            ReducePlan::Cols { outer, r, inner } => super::reduce_cols::launch::<T, Op>(dev, cfg, input, out, *outer as u32, *r as u32, *inner as u32),
+            ReducePlan::Cols { outer, r, inner } => {
+                let splits = super::col_splits(cfg.grid.x as usize, *r);
+                if splits > 1 {
+                    // Split rows: partials in scratch, then a second pass (see `reduce_cols_part`).
+                    let mut part = dev.scratch::<f32>(splits * outer * inner)?;
+                    let cfg1 = LaunchConfig::new(Dim3::new(cfg.grid.x, splits as u32, 1), cfg.block);
+                    super::reduce_cols_part::launch::<T, Op>(dev, cfg1, input, &mut part, *outer as u32, *r as u32, *inner as u32)?;
+                    let cfg2 = crate::indexing::elements_config(outer * inner);
+                    return super::reduce_cols_finish::launch::<T, Op>(dev, cfg2, &part, out, splits as u32, *r as u32);
+                }
+                super::reduce_cols::launch::<T, Op>(dev, cfg, input, out, *outer as u32, *r as u32, *inner as u32)
+            }
         }
     }
 

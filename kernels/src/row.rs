@@ -307,6 +307,106 @@ impl RowTile {
     }
 }
 
+/// Several short rows held by one wave: rows of at most `CHUNK * wave::size()` elements
+/// ([`ShortRows::fits`]: 256 on waves of 32) take one chunk per lane, so a wave holds
+/// [`tile_chunks`] rows at once (tile chunk `k` = this lane's chunk of row `first + k`):
+/// every register of the tile holds row data (a row per wave would leave the other
+/// chunks as padding), the rows' loads are in flight together, and their wave
+/// reductions interleave ([`ShortRows::wave_reduce`]).
+pub struct ShortRows {
+    /// Values in `f32`; positions past a row (or rows past the last) hold the load's `pad`.
+    pub v: [[f32; CHUNK]; TILE_CHUNKS],
+    /// Rows (tile chunks) per wave: [`tile_chunks`] of the element type.
+    pub rows: usize,
+    /// First row of this wave.
+    pub first: usize,
+    /// First element of this lane's chunk in each row.
+    pub e: usize,
+}
+
+impl ShortRows {
+    /// `true` when rows of `cols` elements take one chunk per lane.
+    #[inline(always)]
+    pub fn fits(cols: usize) -> bool {
+        cols <= CHUNK * wave::size() as usize
+    }
+
+    /// Rows each wave takes for elements of `T` (see [`short_rows_config`]).
+    #[inline(always)]
+    pub fn per_wave<T>() -> usize {
+        tile_chunks(core::mem::size_of::<T>())
+    }
+
+    /// First row of the wave with global index `global_idx_x() / wave::size()`, or `None`
+    /// when all of its rows are past `rows` (wave-uniform).
+    #[inline(always)]
+    pub fn first_row<T>(rows: usize) -> Option<usize> {
+        let first = global_idx_x() / wave::size() as usize * Self::per_wave::<T>();
+        if first < rows { Some(first) } else { None }
+    }
+
+    /// Loads this lane's chunk of rows `first ..` of `input` (`rows` rows of `cols`).
+    #[inline(always)]
+    pub fn load<T: Float>(input: &[T], rows: usize, cols: usize, first: usize, pad: f32) -> ShortRows {
+        let mut t = ShortRows { v: [[pad; CHUNK]; TILE_CHUNKS], rows: Self::per_wave::<T>(), first, e: wave::lane_id() as usize * CHUNK };
+        each_tile_chunk!(k, t.rows, {
+            let r = first + k;
+            if r < rows && t.e < cols {
+                t.v[k] = load_chunk(&input[r * cols..r * cols + cols], t.e, pad);
+            }
+        });
+        t
+    }
+
+    /// `f` folded over each row's chunk of this lane (padding included, as
+    /// [`RowTile::fold_padded`]).
+    #[inline(always)]
+    pub fn fold_padded(&self, init: f32, f: impl Fn(f32, f32) -> f32) -> [f32; TILE_CHUNKS] {
+        let mut acc = [init; TILE_CHUNKS];
+        each_tile_chunk!(k, self.rows, {
+            each_lane!(j, {
+                acc[k] = f(acc[k], self.v[k][j]);
+            });
+        });
+        acc
+    }
+
+    /// Butterfly reduction over the wave of each row's value, the rows' exchanges
+    /// interleaved: `op` over all lanes, in every lane (as [`wave::reduce`] per row).
+    #[inline(always)]
+    pub fn wave_reduce(&self, mut v: [f32; TILE_CHUNKS], op: impl Fn(f32, f32) -> f32) -> [f32; TILE_CHUNKS] {
+        let mut offset = wave::size() / 2;
+        while offset > 0 {
+            each_tile_chunk!(k, self.rows, {
+                v[k] = op(v[k], wave::shuffle_xor(v[k], offset));
+            });
+            offset /= 2;
+        }
+        v
+    }
+
+    /// Writes `f(k, row chunk)` to this lane's chunk of each row of `out` (rows as in
+    /// [`ShortRows::load`]).
+    #[inline(always)]
+    pub fn store<T: Float>(&self, out: &mut [T], rows: usize, cols: usize, f: impl Fn(usize, &[f32; CHUNK]) -> [f32; CHUNK]) {
+        each_tile_chunk!(k, self.rows, {
+            let r = self.first + k;
+            if r < rows && self.e < cols {
+                store_chunk(&mut out[r * cols..r * cols + cols], self.e, &f(k, &self.v[k]));
+            }
+        });
+    }
+}
+
+/// Launch shape for [`ShortRows`] kernels: `rows` rows, `per_wave` of them per wave
+/// ([`tile_chunks_on`] of the device's kernels), work-groups of 256 work-items.
+#[cfg(not(any(target_arch = "amdgpu", target_arch = "nvptx64")))]
+pub fn short_rows_config(rows: usize, per_wave: usize, wave_lanes: u32) -> kernel_dsl::host::LaunchConfig {
+    let waves_per_group = (256 / wave_lanes.clamp(32, 64)) as usize;
+    let groups = rows.div_ceil(waves_per_group * per_wave.max(1)).max(1);
+    kernel_dsl::host::LaunchConfig::new(kernel_dsl::Dim3::x(groups as u32), kernel_dsl::Dim3::x(256))
+}
+
 /// Calls `f(chunk, first element)` for each of this work-item's chunks of `row`, in order,
 /// streaming: full chunks two at a time (both loaded before either is used, so two
 /// vector loads are in flight per work-item) without per-chunk branches, then the row's

@@ -8,7 +8,7 @@
 //! online softmax: one streaming pass computes the maximum and the exponential sum together
 //! (rescaling the sum when the maximum grows), a second pass writes the result.
 use crate::reduce::{block_reduce, MAX_WAVES};
-use crate::row::{for_each_chunk, for_each_chunk_of, for_each_row_of_wave, map_chunks, map_chunks_of, RowTile, CHUNK};
+use crate::row::{for_each_chunk, for_each_chunk_of, for_each_row_of_wave, map_chunks, map_chunks_of, RowTile, ShortRows, CHUNK};
 
 /// The register tile of one work-item.
 type Tile = RowTile;
@@ -176,6 +176,60 @@ pub fn softmax_wave<T: Float>(input: &[T], out: &mut [T], cols: u32) {
     });
 }
 
+/// [`softmax`](fn@softmax) for many short rows ([`ShortRows::fits`]: at most
+/// `8 * wave::size()` elements): a wave takes [`ShortRows::per_wave`] rows at once, one
+/// chunk of each per lane (4 bf16 rows of 256 on an H100, where a wave per row left three
+/// of its four tile chunks as padding); same arithmetic, in the same order, as
+/// [`softmax_wave`](fn@softmax_wave)'s register tiles. Launch with
+/// [`crate::row::short_rows_config`].
+#[amdgpu_kernel(T = [f32, f16, bf16], max_threads = 256)]
+pub fn softmax_short<T: Float>(input: &[T], out: &mut [T], cols: u32) {
+    let cols = cols as usize;
+    if cols == 0 || !ShortRows::fits(cols) {
+        return;
+    }
+    let rows = out.len() / cols;
+    let Some(first) = ShortRows::first_row::<T>(rows) else { return };
+    let mut t = ShortRows::load(input, rows, cols, first, f32::NEG_INFINITY);
+    let m = t.wave_reduce(t.fold_padded(f32::NEG_INFINITY, f32::max), f32::max);
+    each_tile_chunk!(k, t.rows, {
+        each_lane!(j, {
+            t.v[k][j] = (t.v[k][j] - m[k]).exp();
+        });
+    });
+    let s = t.wave_reduce(t.fold_padded(0.0, |a, b| a + b), |a, b| a + b);
+    let mut inv = [0.0f32; crate::row::TILE_CHUNKS];
+    each_tile_chunk!(k, t.rows, {
+        inv[k] = 1.0 / s[k];
+    });
+    t.store(out, rows, cols, |k, v| v.map(|e| e * inv[k]));
+}
+
+/// [`log_softmax`](fn@log_softmax) for many short rows, as [`softmax_short`](fn@softmax_short).
+#[amdgpu_kernel(T = [f32, f16, bf16], max_threads = 256)]
+pub fn log_softmax_short<T: Float>(input: &[T], out: &mut [T], cols: u32) {
+    let cols = cols as usize;
+    if cols == 0 || !ShortRows::fits(cols) {
+        return;
+    }
+    let rows = out.len() / cols;
+    let Some(first) = ShortRows::first_row::<T>(rows) else { return };
+    let t = ShortRows::load(input, rows, cols, first, f32::NEG_INFINITY);
+    let m = t.wave_reduce(t.fold_padded(f32::NEG_INFINITY, f32::max), f32::max);
+    let mut part = [0.0f32; crate::row::TILE_CHUNKS];
+    each_tile_chunk!(k, t.rows, {
+        each_lane!(j, {
+            part[k] += (t.v[k][j] - m[k]).exp();
+        });
+    });
+    let s = t.wave_reduce(part, |a, b| a + b);
+    let mut lse = [0.0f32; crate::row::TILE_CHUNKS];
+    each_tile_chunk!(k, t.rows, {
+        lse[k] = m[k] + s[k].ln();
+    });
+    t.store(out, rows, cols, |k, v| v.map(|e| e - lse[k]));
+}
+
 /// [`log_softmax`](fn@log_softmax) with one wave per row, as [`softmax_wave`](fn@softmax_wave).
 #[amdgpu_kernel(T = [f32, f16, bf16], max_threads = 256)]
 pub fn log_softmax_wave<T: Float>(input: &[T], out: &mut [T], cols: u32) {
@@ -221,6 +275,10 @@ mod host {
     pub fn softmax_last_dim<T: Float + ScalarArg>(dev: &Device, x: &DeviceVec<T>, y: &mut DeviceVec<T>, cols: usize) -> Result<(), LaunchError> {
         let rows = crate::row::check_rows("softmax", x.len(), y.len(), cols)?;
         if crate::row::use_wave_rows(rows, cols) {
+            if cols <= crate::row::CHUNK * dev.wave_lanes() as usize {
+                let cfg = crate::row::short_rows_config(rows, crate::row::tile_chunks_on(dev, std::mem::size_of::<T>()), dev.wave_lanes());
+                return super::softmax_short::launch::<T>(dev, cfg, x, y, cols as u32);
+            }
             return super::softmax_wave::launch::<T>(dev, crate::row::wave_rows_config(rows, dev.wave_lanes()), x, y, cols as u32);
         }
         let cfg = crate::row::launch_config_on(dev, "softmax", rows, cols, std::mem::size_of::<T>())?;
@@ -231,6 +289,10 @@ mod host {
     pub fn log_softmax_last_dim<T: Float + ScalarArg>(dev: &Device, x: &DeviceVec<T>, y: &mut DeviceVec<T>, cols: usize) -> Result<(), LaunchError> {
         let rows = crate::row::check_rows("log_softmax", x.len(), y.len(), cols)?;
         if crate::row::use_wave_rows(rows, cols) {
+            if cols <= crate::row::CHUNK * dev.wave_lanes() as usize {
+                let cfg = crate::row::short_rows_config(rows, crate::row::tile_chunks_on(dev, std::mem::size_of::<T>()), dev.wave_lanes());
+                return super::log_softmax_short::launch::<T>(dev, cfg, x, y, cols as u32);
+            }
             return super::log_softmax_wave::launch::<T>(dev, crate::row::wave_rows_config(rows, dev.wave_lanes()), x, y, cols as u32);
         }
         let cfg = crate::row::launch_config_on(dev, "log_softmax", rows, cols, std::mem::size_of::<T>())?;

@@ -458,6 +458,89 @@ fn scatter_add_matches_the_sequential_order_bit_for_bit() {
     run_scatter_add_sequential_bits::<bf16, i64>();
 }
 
+/// The sequential loop `dst[l, ids[l, i, r], r] += src[l, i, r]` in `T` (one rounding per add).
+fn scatter_add_sequential<T: TestFloat + Data, I: Ix>(src: &[T], id: &[I], dst0: &[T], [left, n, dst_dim, right]: [usize; 4]) -> Vec<T> {
+    let mut want = dst0.to_vec();
+    for l in 0..left {
+        for i in 0..n {
+            for r in 0..right {
+                let k = (l * n + i) * right + r;
+                if let Some(d) = id[k].row(dst_dim) {
+                    let o = &mut want[(l * dst_dim + d) * right + r];
+                    *o = <T as kernel_dsl::Float>::from_f32(kernel_dsl::Float::to_f32(*o) + kernel_dsl::Float::to_f32(src[k]));
+                }
+            }
+        }
+    }
+    want
+}
+
+/// `scatter_add` against the sequential loop, bit for bit (NaN matches any NaN: GPUs give
+/// their canonical NaN), on id patterns that stress the work-group kernel's rounds (two
+/// sources per lane and column per round, 8 or 4 columns per work-group): runs of one
+/// destination longer than a round and crossing rounds, one destination for all sources
+/// (every round two chains of a wave's length) with inf/NaN sources, a permutation of
+/// destination rows shared by all columns (the benchmark's pattern), short patterns
+/// with out-of-range ids, and a lane's two sources of a round (`i`, `i + wave size`)
+/// with one destination; column counts that leave partial work-groups, `n` that leaves
+/// a partial last round.
+fn run_scatter_add_rounds<T: TestFloat + Data, I: Ix>() {
+    type Case = (&'static str, [usize; 4], fn(usize, usize, usize) -> i64);
+    let cases: [Case; 7] = [
+        ("3 destinations, long runs", [1, 300, 3, 19], |_l, i, r| ((i / 37 + r) % 3) as i64),
+        ("one destination", [2, 130, 4, 11], |_l, _i, _r| 2),
+        ("row permutation", [2, 150, 150, 37], |_l, i, _r| ((i * 97 + 5) % 150) as i64),
+        ("i mod 7, out of range", [3, 97, 7, 10], |l, i, r| if (i + r) % 5 == 2 { -1 - l as i64 } else if (i + r) % 11 == 3 { 7 } else { ((i + l) % 7) as i64 }),
+        ("single column", [1, 1000, 9, 1], |_l, i, _r| ((i * i) % 9) as i64),
+        // A round's two sources of one lane (i and i + wave size) hit the same destination.
+        ("i mod 32", [1, 200, 40, 13], |_l, i, _r| (i % 32) as i64),
+        ("i mod 64", [2, 300, 64, 5], |_l, i, r| ((i + r / 3) % 64) as i64),
+    ];
+    for exec in executors() {
+        for (k, (label, shape, id_of)) in cases.iter().enumerate() {
+            let [left, n, dst_dim, right] = *shape;
+            let what = format!("scatter_add{} {label} {left}x{n}x{right} into dim {dst_dim} on {}", name::<T, I>(), exec.name());
+            let src: Vec<T> = inputs(left * n * right, -3.0, 3.0, 300 + k as u64, k == 1).into_iter().map(<T as TestFloat>::from_f64).collect();
+            let dst0: Vec<T> = inputs(left * dst_dim * right, -1.0, 1.0, 310 + k as u64, false).into_iter().map(<T as TestFloat>::from_f64).collect();
+            let mut id = Vec::with_capacity(left * n * right);
+            for l in 0..left {
+                for i in 0..n {
+                    for r in 0..right {
+                        id.push(I::from_i64(id_of(l, i, r)));
+                    }
+                }
+            }
+            let want = scatter_add_sequential(&src, &id, &dst0, *shape);
+            let (ds, di) = (exec.upload(&src).unwrap(), exec.upload(&id).unwrap());
+            // The checked launcher (two sources per lane and round), then the raw launch
+            // with one (`halves` = 1: what AMD code objects always run).
+            for halves in [2u32, 1] {
+                let mut dd = exec.upload(&dst0).unwrap();
+                if halves == 2 {
+                    ops::scatter_add(&exec, &ds, &di, &mut dd, left, n, dst_dim, right).unwrap();
+                } else {
+                    let cfg = kernels::indexing::scatter_config(left, right);
+                    kernels::indexing::scatter_add::launch::<T, I>(&exec, cfg, &ds, &di, &mut dd, left, n, dst_dim, right, 1).unwrap();
+                }
+                let got = exec.download(&dd).unwrap();
+                for (e, (g, w)) in got.iter().zip(&want).enumerate() {
+                    let same = g.bits() == w.bits() || (g.to_f64().is_nan() && w.to_f64().is_nan());
+                    assert!(same, "{what} (halves {halves}): element {e}: got {g:?}, want {w:?}");
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn scatter_add_rounds_match_the_sequential_order() {
+    run_scatter_add_rounds::<f32, u32>();
+    run_scatter_add_rounds::<f32, i64>();
+    run_scatter_add_rounds::<f16, u32>();
+    run_scatter_add_rounds::<bf16, u32>();
+    run_scatter_add_rounds::<bf16, i64>();
+}
+
 /// 1000 adds of 1.0 into one f32 element: exact, so the count of adds is checked exactly.
 #[test]
 fn scatter_add_counts_every_repeated_index() {
@@ -700,7 +783,9 @@ fn tiny_grids_cover_every_element() {
             let id: Vec<u32> = ids(left * n * right, dst_dim, 4, false);
             let di = exec.upload(&id).unwrap();
             let mut dd = exec.alloc::<f32>(left * dst_dim * right).unwrap();
-            ix::scatter_add::launch::<f32, u32>(&exec, cfg, &s, &di, &mut dd, left, n, dst_dim, right).unwrap();
+            // scatter_add's work-groups cooperate over a tile (8 or 4 columns of
+            // SCATTER_TILE work-items): it takes its own launch shape, any block elsewhere.
+            ix::scatter_add::launch::<f32, u32>(&exec, ix::scatter_config(left, right), &s, &di, &mut dd, left, n, dst_dim, right, 2).unwrap();
             let mut want = vec![0.0f32; left * dst_dim * right];
             for l in 0..left {
                 for i in 0..n {

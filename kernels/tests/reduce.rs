@@ -40,6 +40,9 @@ fn cases() -> Vec<Case> {
         (vec![0, 5], None, vec![1]),              // no outputs
         (vec![2048, 19], None, vec![1]),          // many rows: a wave per row
         (vec![2049, 1], None, vec![1]),           // many rows of one element
+        (vec![600, 40], None, vec![0]),           // long narrow columns: rows split in 2
+        (vec![3, 1500, 70], None, vec![1]),       // split in 5 (chunks of 300 rows)
+        (vec![1025, 5, 40], None, vec![0, 1]),    // split in 20, a partial last chunk
     ]
 }
 
@@ -200,6 +203,14 @@ fn plans_pick_the_kernel_the_shape_wants() {
     assert_eq!(p(&[2, 3, 5, 7], &[1, 2]), ReducePlan::Cols { outer: 2, r: 15, inner: 7 });
     assert!(matches!(p(&[2, 3, 5, 7], &[0, 2]), ReducePlan::Rows { rows: 21, cols: 10, ref layout } if !layout.is_empty()));
     assert_eq!(p(&[8, 1, 16], &[0, 1]), ReducePlan::Cols { outer: 1, r: 8, inner: 16 });
+    // Column reductions with few work-groups split their rows (about 1024 groups, at
+    // least 256 rows each): bf16 4096 x 4096 over dim 0 is 128 groups of 32 columns.
+    assert_eq!(reduce::col_splits(128, 4096), 8);
+    assert_eq!(reduce::col_splits(2, 600), 2);
+    assert_eq!(reduce::col_splits(1, 5125), 20);
+    assert_eq!(reduce::col_splits(1000, 64), 1);
+    assert_eq!(reduce::col_splits(512, 1 << 20), 1);
+    assert_eq!(reduce::col_splits(4, 300), 1);
 }
 
 #[test]
