@@ -1,5 +1,6 @@
 //! cuBLAS (through `cudarc`, `libcublas` loaded at run time) for the GEMMs of an NVIDIA
-//! device: one handle per GPU, bound to the calling device's stream for every call.
+//! device: one handle per device stream (a cuBLAS handle's workspace must not be shared by
+//! work on two streams), bound to that stream before every call.
 use super::layout::{ColMajorGemm, MAX_BATCH};
 use super::BlasCall;
 use candle_core::DType;
@@ -9,7 +10,7 @@ use std::collections::HashMap;
 use std::ffi::c_void;
 use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 
-/// A cuBLAS handle of one GPU (created with the GPU's primary context current).
+/// A cuBLAS handle of one device stream (created with the GPU's primary context current).
 pub struct Cublas {
     handle: Mutex<sys::cublasHandle_t>,
     version: i32,
@@ -29,15 +30,17 @@ fn status(call: &str, s: sys::cublasStatus_t) -> Result<(), String> {
     }
 }
 
-/// The handle of `dev`'s GPU, created on first use; the error says why cuBLAS is
+/// The handle of `dev`'s stream, created on first use; the error says why cuBLAS is
 /// unavailable (library missing, handle creation failed), the same answer each time.
+/// Handles live for the process (a later device whose stream reuses the address gets the
+/// same handle, equally valid: same GPU context, stream re-bound before each call).
 pub fn for_device(dev: &CudaDevice) -> Result<Arc<Cublas>, String> {
-    static HANDLES: OnceLock<Mutex<HashMap<usize, Result<Arc<Cublas>, String>>>> = OnceLock::new();
+    static HANDLES: OnceLock<Mutex<HashMap<(usize, usize), Result<Arc<Cublas>, String>>>> = OnceLock::new();
     let mut map = HANDLES
         .get_or_init(Default::default)
         .lock()
         .unwrap_or_else(PoisonError::into_inner);
-    map.entry(dev.ordinal())
+    map.entry((dev.ordinal(), dev.raw_stream() as usize))
         .or_insert_with(|| create(dev))
         .clone()
 }

@@ -22,16 +22,16 @@ use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 
 const OP: &str = "conv2d (MIOpen)";
 
-/// The MIOpen handle of `dev`'s GPU, created on first use (the same answer each time).
+/// The MIOpen handle of `dev`'s stream, created on first use (the same answer each time).
 fn handle(dev: &RocmDevice) -> std::result::Result<Arc<Mutex<miopen::Handle>>, String> {
     static HANDLES: OnceLock<
-        Mutex<HashMap<usize, std::result::Result<Arc<Mutex<miopen::Handle>>, String>>>,
+        Mutex<HashMap<(usize, usize), std::result::Result<Arc<Mutex<miopen::Handle>>, String>>>,
     > = OnceLock::new();
     let mut map = HANDLES
         .get_or_init(Default::default)
         .lock()
         .unwrap_or_else(PoisonError::into_inner);
-    map.entry(dev.ordinal())
+    map.entry((dev.ordinal(), dev.stream().as_raw() as usize))
         .or_insert_with(|| {
             dev.bind_device().map_err(|e| e.to_string())?;
             miopen::Handle::new()

@@ -2,9 +2,9 @@
 //! rocBLAS on an AMD device (`rocm` feature); the backend's own kernel everywhere else,
 //! for layouts a BLAS cannot take, and when the library cannot be loaded.
 //!
-//! [`ops::matmul::gemm`](crate::ops::matmul::gemm) asks [`try_gemm`] first. The library
-//! handle belongs to the GPU (one per ordinal, created on first use) and is bound to the
-//! calling device's stream for each call, so BLAS work stays ordered with the kernels.
+//! [`ops::matmul::gemm`](crate::ops::matmul::gemm) asks [`try_gemm`] first. Each device
+//! stream gets its own library handle (created on first use), bound to that stream for
+//! each call, so BLAS work stays ordered with the kernels.
 //!
 //! Forcing the backend's kernel (to compare both on one GPU, or to rule the BLAS out):
 //! [`with_kernel_gemm`] for the GEMMs issued inside a closure on the current thread, or

@@ -1,5 +1,6 @@
-//! rocBLAS (rocm-rs 0.4.2 bindings) for the GEMMs of an AMD device: one handle per GPU,
-//! bound to the calling device's stream for every call.
+//! rocBLAS (rocm-rs 0.4.2 bindings) for the GEMMs of an AMD device: one handle per device
+//! stream (a handle's workspace must not be shared by two streams), bound to that stream
+//! before every call.
 //!
 //! NOT RUN: no AMD GPU or ROCm install was available while this was written; it
 //! type-checks (`SKIP_BINDGEN=1 cargo check -p candle-rocm --features rocm`, as CI does)
@@ -51,7 +52,7 @@ unsafe extern "C" {
     ) -> ffi::rocblas_status;
 }
 
-/// A rocBLAS handle of one GPU.
+/// A rocBLAS handle of one device stream.
 pub struct Rocblas {
     handle: Mutex<Handle>,
 }
@@ -64,14 +65,14 @@ fn status(call: &str, s: ffi::rocblas_status) -> Result<(), String> {
     }
 }
 
-/// The handle of `dev`'s GPU, created on first use (the same answer each time).
+/// The handle of `dev`'s stream, created on first use (the same answer each time).
 pub fn for_device(dev: &RocmDevice) -> Result<Arc<Rocblas>, String> {
-    static HANDLES: OnceLock<Mutex<HashMap<usize, Result<Arc<Rocblas>, String>>>> = OnceLock::new();
+    static HANDLES: OnceLock<Mutex<HashMap<(usize, usize), Result<Arc<Rocblas>, String>>>> = OnceLock::new();
     let mut map = HANDLES
         .get_or_init(Default::default)
         .lock()
         .unwrap_or_else(PoisonError::into_inner);
-    map.entry(dev.ordinal())
+    map.entry((dev.ordinal(), dev.stream().as_raw() as usize))
         .or_insert_with(|| {
             dev.bind_device().map_err(|e| e.to_string())?;
             let h = Handle::new().map_err(|e| format!("rocblas_create_handle: {e}"))?;
