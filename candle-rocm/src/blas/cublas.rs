@@ -45,14 +45,33 @@ pub fn for_device(dev: &CudaDevice) -> Result<Arc<Cublas>, String> {
         .clone()
 }
 
+/// The cuBLAS functions this module calls.
+const USED: [&str; 7] = [
+    "cublasCreate_v2",
+    "cublasGetVersion_v2",
+    "cublasSetMathMode",
+    "cublasSetStream_v2",
+    "cublasSgemmStridedBatched",
+    "cublasDgemmStridedBatched",
+    "cublasGemmStridedBatchedEx",
+];
+
 fn create(dev: &CudaDevice) -> Result<Arc<Cublas>, String> {
     // SAFETY: only tries to dlopen the library names cudarc knows.
     if !unsafe { sys::is_culib_present() } {
         return Err("libcublas not found (cudarc looks for libcublas.so and libcublas.so.12/.11/...; put its directory on LD_LIBRARY_PATH)".into());
     }
+    // cudarc resolves each function on first call and panics when it is missing: check
+    // every function used here now, so an old or foreign library is "no cuBLAS: ..."
+    // instead of a panic in the middle of a matmul.
+    for name in USED {
+        // SAFETY: looks a symbol up without calling it; the library was found above.
+        if unsafe { sys::culib().get::<unsafe extern "C" fn()>(name.as_bytes()) }.is_err() {
+            return Err(format!("the loaded libcublas has no {name}"));
+        }
+    }
     dev.bind_context().map_err(|e| e.to_string())?;
-    // cudarc panics on a missing symbol; an old or foreign library must not take the
-    // process down, so the first calls run under `catch_unwind`.
+    // Belt and braces: the first calls also run under `catch_unwind`.
     let made = std::panic::catch_unwind(|| -> Result<(sys::cublasHandle_t, i32), String> {
         let mut h: sys::cublasHandle_t = std::ptr::null_mut();
         // SAFETY: `h` is a valid out-pointer; the device's context is current.
@@ -236,5 +255,27 @@ unsafe fn launch(
             }
             d => return Err(format!("no cuBLAS GEMM for {d:?}")),
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every function this module calls resolves in the libcublas on the search path (no
+    /// GPU needed: only dlopen/dlsym). Without a libcublas it is skipped, loudly.
+    #[test]
+    fn every_function_used_is_in_libcublas() {
+        // SAFETY: only tries to dlopen the library names cudarc knows.
+        if !unsafe { sys::is_culib_present() } {
+            eprintln!("SKIPPED: no libcublas on the library search path (LD_LIBRARY_PATH)");
+            return;
+        }
+        for name in USED {
+            // SAFETY: looks a symbol up without calling it.
+            let found = unsafe { sys::culib().get::<unsafe extern "C" fn()>(name.as_bytes()) };
+            assert!(found.is_ok(), "libcublas has no {name}");
+        }
+        eprintln!("all {} cuBLAS functions found", USED.len());
     }
 }
