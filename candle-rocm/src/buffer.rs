@@ -202,6 +202,15 @@ impl Region {
             _ => 0,
         }
     }
+
+    /// Address of the first element in the memory of its device (a device pointer on a
+    /// GPU), for libraries such as cuBLAS that take raw pointers.
+    pub fn addr(&self) -> u64 {
+        match self.arg {
+            ArgValue::Slice { addr, .. } => addr,
+            _ => 0,
+        }
+    }
 }
 
 impl<T> KernelArgSlice<T> for Region {

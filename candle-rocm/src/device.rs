@@ -41,13 +41,24 @@ impl RocmDevice {
     /// AMD GPU `ordinal` through HIP (`rocm` feature; an error without ROCm or a GPU).
     pub fn new_rocm(ordinal: usize) -> Result<Self> {
         let dev = Device::rocm(ordinal).map_err(at("new_rocm"))?;
-        Ok(Self::wrap(dev, ordinal, "AMD GPU (HIP)"))
+        let blas = crate::blas::describe(&dev).unwrap_or_default();
+        Ok(Self::wrap(dev, ordinal, &format!("AMD GPU (HIP, {blas})")))
     }
 
-    /// NVIDIA GPU `ordinal` running the kernels' PTX (`cuda` feature).
+    /// NVIDIA GPU `ordinal` running the kernels' PTX (`cuda` feature). Loads cuBLAS for
+    /// matmul; the name says whether it loaded (`NVIDIA GPU (PTX, cuBLAS 13.0.2)`) or why
+    /// not (`(PTX, no cuBLAS: <reason>)`, matmul then runs on the backend's kernel).
     pub fn new_cuda(ordinal: usize) -> Result<Self> {
         let dev = Device::cuda(ordinal).map_err(at("new_cuda"))?;
-        Ok(Self::wrap(dev, ordinal, "NVIDIA GPU (PTX)"))
+        let blas = crate::blas::describe(&dev).unwrap_or_default();
+        Ok(Self::wrap(dev, ordinal, &format!("NVIDIA GPU (PTX, {blas})")))
+    }
+
+    /// What runs this device's matmuls when the layout allows: `Some("cuBLAS 13.0.2")`,
+    /// `Some("rocBLAS")`, `Some("no cuBLAS: <reason>")`; `None` on the CPU executor (the
+    /// backend's `matmul_simple` kernel). See [`crate::blas`] to force the kernel.
+    pub fn gemm_library(&self) -> Option<String> {
+        crate::blas::describe(&self.inner.dev)
     }
 
     /// The CPU executor of the GPU kernel model, with waves of `wave` lanes (for tests).

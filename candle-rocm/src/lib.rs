@@ -20,6 +20,7 @@
 //! Dtypes and ops without a kernel (f8e4m3/f6/f4 storage, unary math on integers,
 //! quantized tensors) return a Candle error naming the op and dtype; nothing falls back
 //! to the CPU silently.
+pub mod blas;
 pub mod buffer;
 pub mod device;
 pub mod error;

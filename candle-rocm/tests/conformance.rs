@@ -328,6 +328,171 @@ fn matmul_layouts() {
     }
 }
 
+/// Tolerance of a product with inner size `k` of values in [-3, 3], against a reference
+/// computed in f32 and rounded once to `dtype`: f32 accumulation in another order differs
+/// by at most `k * 2^-24 * sum |a||b| <= 9 k^2 2^-24` (both sides: twice that), and the
+/// final rounding to a half type by one unit in the last place of the result.
+fn product_tol(dtype: DType, k: usize) -> Tol {
+    let acc = 2.0 * 9.0 * (k * k) as f64 * f64::powi(2.0, -24);
+    match dtype {
+        DType::F16 => Tol {
+            rtol: f64::powi(2.0, -10),
+            atol: acc + 1e-4,
+        },
+        DType::BF16 => Tol {
+            rtol: f64::powi(2.0, -7),
+            atol: acc + 1e-3,
+        },
+        DType::F64 => Tol {
+            rtol: 0.0,
+            atol: 2.0 * 9.0 * (k * k) as f64 * f64::powi(2.0, -53),
+        },
+        _ => Tol {
+            rtol: 0.0,
+            atol: acc,
+        },
+    }
+}
+
+/// The product in f32 (f64 for f64) on `d`, rounded once to the inputs' dtype.
+fn matmul_ref(a: &Tensor, b: &Tensor) -> Result<Tensor> {
+    let up = if a.dtype() == DType::F64 {
+        DType::F64
+    } else {
+        DType::F32
+    };
+    a.to_dtype(up)?
+        .matmul(&b.to_dtype(up)?)?
+        .to_dtype(a.dtype())
+}
+
+#[test]
+fn matmul_odd_shapes() {
+    // (batch, m, k, n): single rows and columns (decode's m = 1), k = 1, sizes that are
+    // not multiples of any tile, and a larger k.
+    let shapes = [
+        (1, 1, 33, 1),
+        (2, 1, 64, 37),
+        (1, 37, 5, 1),
+        (5, 7, 1, 3),
+        (2, 33, 129, 65),
+    ];
+    for dev in devices() {
+        for dtype in FLOATS {
+            for (si, &(bs, m, k, n)) in shapes.iter().enumerate() {
+                let t = product_tol(dtype, k);
+                let a = rand(&[bs, m, k], dtype, 80 + si as u64, false);
+                let b = rand(&[bs, k, n], dtype, 90 + si as u64, false);
+                let w = |l: &str| format!("matmul {dtype:?} {bs}x{m}x{k}x{n} {l}");
+                check_ref(
+                    &w("contiguous"),
+                    &dev,
+                    t,
+                    |d| matmul_ref(&a.to_device(d)?, &b.to_device(d)?),
+                    |d| a.to_device(d)?.matmul(&b.to_device(d)?),
+                );
+                let bt = |d: &Device| {
+                    b.to_device(d)?
+                        .transpose(1, 2)?
+                        .contiguous()?
+                        .transpose(1, 2)
+                };
+                let at = |d: &Device| {
+                    a.to_device(d)?
+                        .transpose(1, 2)?
+                        .contiguous()?
+                        .transpose(1, 2)
+                };
+                check_ref(
+                    &w("both transposed"),
+                    &dev,
+                    t,
+                    |d| matmul_ref(&at(d)?, &bt(d)?),
+                    |d| at(d)?.matmul(&bt(d)?),
+                );
+            }
+        }
+    }
+}
+
+/// f64 matmul runs on a vendor BLAS (dgemm) only: on a GPU whose BLAS loaded it matches
+/// Candle's CPU in every layout; elsewhere it is a clear error.
+#[test]
+fn matmul_f64_needs_a_vendor_blas() {
+    let a = rand(&[3, 19, 17], DType::F64, 70, false);
+    let b = rand(&[3, 17, 21], DType::F64, 71, false);
+    for dev in devices() {
+        let t = product_tol(DType::F64, 17);
+        if dev.gemm_library().is_some_and(|l| !l.starts_with("no ")) {
+            check("matmul F64 batched", &dev, t, |d| {
+                a.to_device(d)?.matmul(&b.to_device(d)?)
+            });
+            check("matmul F64 rhs transposed", &dev, t, |d| {
+                a.to_device(d)?.matmul(
+                    &b.to_device(d)?
+                        .transpose(1, 2)?
+                        .contiguous()?
+                        .transpose(1, 2)?,
+                )
+            });
+            // Every other column of a wider matrix: no BLAS layout, copied first.
+            let wide = |d: &Device| {
+                Tensor::cat(&[&b, &b], 2)?
+                    .to_device(d)?
+                    .reshape((3, 17, 21, 2))?
+                    .narrow(3, 0, 1)?
+                    .squeeze(3)
+            };
+            check_ref(
+                "matmul F64 strided columns",
+                &dev,
+                t,
+                |d| a.to_device(d)?.matmul(&wide(d)?.contiguous()?),
+                |d| a.to_device(d)?.matmul(&wide(d)?),
+            );
+            let e = candle_rocm::blas::with_kernel_gemm(|| {
+                a.to_device(&dev.as_candle())?
+                    .matmul(&b.to_device(&dev.as_candle())?)
+            });
+            assert!(
+                e.is_err_and(|e| e.to_string().contains("switched off")),
+                "f64 with the BLAS switched off must fail"
+            );
+        } else {
+            let e = a
+                .to_device(&dev.as_candle())
+                .unwrap()
+                .matmul(&b.to_device(&dev.as_candle()).unwrap())
+                .unwrap_err()
+                .to_string();
+            assert!(e.contains("F64 matmul needs a vendor BLAS"), "{e}");
+        }
+    }
+}
+
+/// More than 65535 products in one batch (the launch grid's and some BLAS kernels' limit):
+/// split into several calls. GPUs only (on the CPU executor 65537 work-groups take minutes).
+#[test]
+fn matmul_batch_beyond_65535() {
+    let a = rand(&[65537, 2, 3], DType::F32, 75, false);
+    let b = rand(&[65537, 3, 2], DType::F32, 76, false);
+    for dev in devices() {
+        if !dev.kernels().is_gpu() {
+            eprintln!("SKIPPED on {}: 65537 work-groups are for GPUs", dev.name());
+            continue;
+        }
+        let t = product_tol(DType::F32, 3);
+        check("matmul batch 65537", &dev, t, |d| {
+            a.to_device(d)?.matmul(&b.to_device(d)?)
+        });
+        candle_rocm::blas::with_kernel_gemm(|| {
+            check("matmul batch 65537 (kernel)", &dev, t, |d| {
+                a.to_device(d)?.matmul(&b.to_device(d)?)
+            })
+        });
+    }
+}
+
 /// Runs `f` on f32 copies of `xs` and rounds the result once to `dtype`: the reference for
 /// fused ops (Candle's CPU evaluates half types with a rounding per step, which is further
 /// from the exact value than one final rounding).

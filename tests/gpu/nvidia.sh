@@ -60,8 +60,26 @@ for p in m["packages"]:
     du -sh "$BIN"
 }
 
+# candle-rocm's matmul loads cuBLAS at run time (cudarc looks for libcublas.so, .so.12,
+# .so.11, ...: not .so.13). Puts the toolkit's libraries on the search path, links a
+# libcublas.so to a versioned one when the toolkit has no unversioned name, and makes
+# "cuBLAS did not load" a test failure (CANDLE_ROCM_REQUIRE_BLAS=1) instead of a skip.
+cublas_setup() {
+    local lib=/usr/local/cuda/lib64
+    if [ -d "$lib" ]; then export LD_LIBRARY_PATH="$lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"; fi
+    ls "$lib"/libcublas.so* 2>/dev/null || echo "no libcublas in $lib"
+    if [ ! -e "$lib/libcublas.so" ] && ls "$lib"/libcublas.so.[0-9]* >/dev/null 2>&1; then
+        local link; link="$(mktemp -d)"
+        ln -s "$(ls "$lib"/libcublas.so.[0-9]* | head -1)" "$link/libcublas.so"
+        export LD_LIBRARY_PATH="$link:$LD_LIBRARY_PATH"
+        echo "linked $link/libcublas.so -> $(readlink "$link/libcublas.so")"
+    fi
+    export CANDLE_ROCM_REQUIRE_BLAS="${CANDLE_ROCM_REQUIRE_BLAS:-1}"
+}
+
 run() {
     if [ -d "$BIN/data" ]; then export KERNELS_TEST_DATA="$BIN/data"; fi
+    cublas_setup
     nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader || true
     status=0
     if command -v ptxas >/dev/null && [ -f "$BIN/kernels.ptx" ]; then

@@ -58,6 +58,10 @@ fn conv_gemm(dev: &Device, col: &Buf, kernel: &Buf, kl: &Layout, b: usize, spati
 
 pub fn conv2d(dev: &Device, x: &Buf, l: &Layout, kernel: &Buf, kl: &Layout, p: &ParamsConv2D) -> Result<Buf> {
     const OP: &str = "conv2d";
+    #[cfg(feature = "rocm")]
+    if let Some(y) = crate::blas::miopen::conv2d(dev, x, l, kernel, kl, p)? {
+        return Ok(y);
+    }
     let (dims, strides) = dims4(l, OP)?;
     let g = ConvGeometry { padding: p.padding, stride: p.stride, dilation: p.dilation };
     let (h_out, w_out) = (p.out_h(), p.out_w());

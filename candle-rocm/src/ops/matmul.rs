@@ -4,7 +4,7 @@
 use super::{alloc, float_dispatch};
 use crate::buffer::{Buf, BufElem, Region};
 use crate::error::{at, invalid};
-use candle_core::{Layout, Result};
+use candle_core::{DType, Layout, Result};
 use kernels::runtime::{Device, DeviceVec};
 
 /// One GEMM operand: element `(bi, i, j)` is `data[bi * batch + i * row + j * col]`.
@@ -25,11 +25,49 @@ pub struct GemmShape {
     pub k: usize,
 }
 
+/// Checks that `c` holds `batch x m x n` elements and that every element the operands
+/// address lies inside their regions.
+fn check_operands(a: &GemmOperand, b: &GemmOperand, c_len: usize, s: GemmShape) -> Result<()> {
+    const OP: &str = "matmul";
+    let GemmShape { batch, m, n, k } = s;
+    if Some(c_len) != batch.checked_mul(m).and_then(|v| v.checked_mul(n)) {
+        return Err(invalid(
+            OP,
+            format!("output has {c_len} elements, {batch}x{m}x{n} expected"),
+        ));
+    }
+    if c_len == 0 {
+        return Ok(());
+    }
+    for (name, o, rows, cols) in [("lhs", a, m, k), ("rhs", b, k, n)] {
+        if rows * cols == 0 {
+            continue;
+        }
+        let last = [(batch - 1, o.batch), (rows - 1, o.row), (cols - 1, o.col)]
+            .iter()
+            .try_fold(0usize, |acc, &(i, st)| {
+                i.checked_mul(st).and_then(|v| acc.checked_add(v))
+            });
+        match last {
+            Some(last) if last < o.data.len() => {}
+            _ => {
+                return Err(invalid(
+                    OP,
+                    format!("{name} reaches past element {} of its buffer", o.data.len()),
+                ))
+            }
+        }
+    }
+    Ok(())
+}
+
 /// The GEMM contract: `c[bi] = a[bi] * b[bi]` with `c` contiguous `(batch, m, n)`, `f32`
-/// accumulation. Operands are checked to stay inside their regions. Today: the
-/// `kernels::matmul_simple` tiled kernel on every device (a BLAS or the project's MMA GEMM
-/// can take its place here without touching the layout mapping).
-pub fn gemm<T: kernel_dsl::Float + kernel_dsl::host::ScalarArg + 'static>(
+/// accumulation. Operands are checked to stay inside their regions. On a GPU whose vendor
+/// BLAS is loaded (cuBLAS, rocBLAS: [`crate::blas`]) and layouts it can take, the BLAS;
+/// otherwise, and on the CPU executor, the `kernels::matmul_simple` tiled kernel.
+pub fn gemm<
+    T: kernel_dsl::Float + kernel_dsl::host::ScalarArg + candle_core::WithDType + 'static,
+>(
     dev: &Device,
     a: &GemmOperand,
     b: &GemmOperand,
@@ -38,20 +76,12 @@ pub fn gemm<T: kernel_dsl::Float + kernel_dsl::host::ScalarArg + 'static>(
 ) -> Result<()> {
     const OP: &str = "matmul";
     let GemmShape { batch, m, n, k } = s;
-    if c.len() != batch * m * n {
-        return Err(invalid(OP, format!("output has {} elements, {batch}x{m}x{n} expected", c.len())));
-    }
+    check_operands(a, b, c.len(), s)?;
     if batch * m * n == 0 {
         return Ok(());
     }
-    for (name, o, rows, cols) in [("lhs", a, m, k), ("rhs", b, k, n)] {
-        if rows * cols == 0 {
-            continue;
-        }
-        let last = (batch - 1) * o.batch + (rows - 1) * o.row + (cols - 1) * o.col;
-        if last >= o.data.len() {
-            return Err(invalid(OP, format!("{name} reaches element {last} of {}", o.data.len())));
-        }
+    if crate::blas::try_gemm(dev, T::DTYPE, a, b, &Region::of::<T>(c), s)? {
+        return Ok(());
     }
     // The grid's z counts batch entries: at most 65535 per launch on every vendor.
     const Z: usize = 65535;
@@ -121,9 +151,70 @@ pub fn matmul(dev: &Device, lhs: &Buf, ll: &Layout, rhs: &Buf, rl: &Layout, (bat
     };
     let a = get(lhs, ll, m, k)?;
     let b = get(rhs, rl, k, n)?;
+    if lhs.dtype() == DType::F64 {
+        return gemm_f64(dev, lhs, ll, rhs, rl, &a, &b, GemmShape { batch, m, n, k });
+    }
     float_dispatch!(lhs.dtype(), OP, T => {
         let mut c = alloc::<T>(dev, batch * m * n, OP)?;
         gemm::<T>(dev, &a, &b, &mut c, GemmShape { batch, m, n, k })?;
         Ok(T::wrap(c))
     })
+}
+
+/// f64 matmul: the vendor BLAS only (dgemm); the backend has no f64 GEMM kernel, so without
+/// one (CPU executor, library missing, [`with_kernel_gemm`](crate::blas::with_kernel_gemm))
+/// this is an error saying so. Operands without a BLAS layout are copied contiguous first.
+#[allow(clippy::too_many_arguments)]
+fn gemm_f64(
+    dev: &Device,
+    lhs: &Buf,
+    ll: &Layout,
+    rhs: &Buf,
+    rl: &Layout,
+    a: &GemmOperand,
+    b: &GemmOperand,
+    s: GemmShape,
+) -> Result<Buf> {
+    const OP: &str = "matmul";
+    let GemmShape { batch, m, n, k } = s;
+    let c = dev
+        .alloc::<f64>(batch * m * n)
+        .map_err(crate::error::at(OP))?;
+    check_operands(a, b, c.len(), s)?;
+    if batch * m * n == 0 || k == 0 {
+        return Ok(f64::wrap(c));
+    }
+    let cr = Region::of::<f64>(&c);
+    if crate::blas::try_gemm(dev, DType::F64, a, b, &cr, s)? {
+        return Ok(f64::wrap(c));
+    }
+    let no_blas = || {
+        let why = crate::blas::describe(dev).unwrap_or_else(|| "the CPU executor".into());
+        invalid(OP, format!("F64 matmul needs a vendor BLAS (dgemm), the backend has no f64 GEMM kernel; this device: {why}{}",
+            if crate::blas::blas_allowed() { "" } else { " (vendor BLAS switched off)" }))
+    };
+    if !crate::blas::available(dev) || !crate::blas::blas_allowed() {
+        return Err(no_blas());
+    }
+    // A layout without a BLAS form: contiguous copies always have one.
+    let mut keep = (None, None);
+    let ac = super::contiguous::<f64>(dev, lhs, ll, &mut keep.0, OP)?;
+    let bc = super::contiguous::<f64>(dev, rhs, rl, &mut keep.1, OP)?;
+    let a2 = GemmOperand {
+        data: Region::of::<f64>(ac),
+        batch: m * k,
+        row: k,
+        col: 1,
+    };
+    let b2 = GemmOperand {
+        data: Region::of::<f64>(bc),
+        batch: k * n,
+        row: n,
+        col: 1,
+    };
+    check_operands(&a2, &b2, c.len(), s)?;
+    if crate::blas::try_gemm(dev, DType::F64, &a2, &b2, &cr, s)? {
+        return Ok(f64::wrap(c));
+    }
+    Err(no_blas())
 }

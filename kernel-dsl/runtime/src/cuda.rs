@@ -136,6 +136,24 @@ impl CudaDevice {
         bind(&self.inner)
     }
 
+    /// The device ordinal.
+    pub fn ordinal(&self) -> usize {
+        self.inner.ordinal
+    }
+
+    /// Makes this device's (primary) context current on the calling thread, as every
+    /// method here does first; for libraries (cuBLAS) called directly on its memory.
+    pub fn bind_context(&self) -> Result<(), LaunchError> {
+        self.bind()
+    }
+
+    /// The stream all launches and device copies of this device are queued on. Work a
+    /// library queues on it stays ordered with the kernels; the handle is valid while this
+    /// device (or a clone) lives. Buffer addresses are the kernel arguments' `addr`s.
+    pub fn raw_stream(&self) -> sys::CUstream {
+        self.inner.stream
+    }
+
     pub(crate) fn allocator(&self) -> &Arc<CachingAllocator> {
         &self.memory
     }

@@ -202,6 +202,24 @@ impl RocmDevice {
         self.inner.device.set_current().map_err(|e| err("hipSetDevice", e))
     }
 
+    /// The device ordinal.
+    pub fn ordinal(&self) -> usize {
+        self.inner.ordinal
+    }
+
+    /// Makes this device current on the calling thread (`hipSetDevice`), as every method
+    /// here does first; for libraries (rocBLAS, MIOpen) called directly on its memory.
+    pub fn bind_device(&self) -> Result<(), LaunchError> {
+        self.bind()
+    }
+
+    /// The stream all launches and device copies of this device are queued on. Work a
+    /// library queues on it stays ordered with the kernels; it lives as long as this device
+    /// (or a clone). Buffer addresses are the kernel arguments' `addr`s.
+    pub fn stream(&self) -> &Stream {
+        &self.inner.stream
+    }
+
     pub(crate) fn allocator(&self) -> &Arc<CachingAllocator> {
         &self.memory
     }
