@@ -305,8 +305,11 @@ pub fn gather<T: Pod, I: IndexType>(
 /// `2 * wave::size()` sources of each of `256 / wave::size()` columns.
 pub const SCATTER_TILE: usize = 256;
 
-/// Tile slots of a [`scatter_add`](fn@scatter_add) round: two sources per work-item.
-const SCATTER_SLOTS: usize = 2 * SCATTER_TILE;
+/// Tile slots of a [`scatter_add`](fn@scatter_add) round: two sources per work-item, in
+/// columns of `2 * wave::size() + 4` slots (the padding spreads the cooperative accesses,
+/// 8 columns x 4 sources per warp of 32, over all 32 shared-memory banks): at most
+/// `256 / lanes * (2 * lanes + 4)` = 544 slots for waves of 32 or more.
+const SCATTER_SLOTS: usize = 2 * SCATTER_TILE + 32;
 
 /// An empty tile slot of [`scatter_add`](fn@scatter_add): no source there (past `n` or
 /// past the last column), or its id is out of range.
@@ -388,11 +391,12 @@ pub fn scatter_add<T: Float, I: IndexType>(
     // lane `lane` of wave `wc` takes the same two sources of column `wc`, slots `ma`, `mb`.
     let (row, c) = (f / cols, f % cols);
     let coop = f < cols * lanes;
-    let sa = (c * 2 * lanes + row) as usize;
+    let stride = 2 * lanes + 4;
+    let sa = (c * stride + row) as usize;
     let sb = sa + lanes as usize;
     let (wc, lane) = (wave::wave_id(), wave::lane_id());
     let in_wave_role = wc < cols;
-    let ma = (wc * 2 * lanes + lane) as usize;
+    let ma = (wc * stride + lane) as usize;
     let mb = ma + lanes as usize;
     let w = g * cols as usize + c as usize;
     let col_ok = coop && w < columns;
