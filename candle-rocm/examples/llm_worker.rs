@@ -59,14 +59,20 @@ fn parse() -> Result<Args, String> {
     Ok(a)
 }
 
+/// An error's message without the backtrace Candle may attach (`RUST_BACKTRACE`).
+fn msg(e: impl std::fmt::Display) -> String {
+    let s = e.to_string();
+    s.split("\n   0: ").next().unwrap_or_default().trim_end().to_string()
+}
+
 /// `rocm:N`, `cuda:N`, `cpu`, `cpu-executor[:32|:64]`.
 fn device(spec: &str) -> Result<(Device, String), String> {
     let (kind, n) = spec.split_once(':').unwrap_or((spec, ""));
     let ordinal = || if n.is_empty() { Ok(0) } else { n.parse::<usize>().map_err(|e| format!("--device {spec}: {e}")) };
     let ours = |d: RocmDevice| (d.as_candle(), d.name().to_string());
     Ok(match kind {
-        "rocm" => ours(RocmDevice::new_rocm(ordinal()?).map_err(|e| e.to_string())?),
-        "cuda" => ours(RocmDevice::new_cuda(ordinal()?).map_err(|e| e.to_string())?),
+        "rocm" => ours(RocmDevice::new_rocm(ordinal()?).map_err(msg)?),
+        "cuda" => ours(RocmDevice::new_cuda(ordinal()?).map_err(msg)?),
         "cpu-executor" => ours(RocmDevice::new_cpu_executor(if n == "32" { WaveSize::W32 } else { WaveSize::W64 })),
         "cpu" => (Device::Cpu, "Candle CPU backend".into()),
         _ => return Err(format!("--device {spec}: rocm:N, cuda:N, cpu or cpu-executor")),
@@ -75,9 +81,9 @@ fn device(spec: &str) -> Result<(Device, String), String> {
 
 fn run(a: Args) -> Result<(), String> {
     let (dev, name) = device(&a.device)?;
-    let tok = gguf_llama::load_tokenizer(&a.tokenizer).map_err(|e| e.to_string())?;
+    let tok = gguf_llama::load_tokenizer(&a.tokenizer).map_err(msg)?;
     let t0 = Instant::now();
-    let mut m = gguf_llama::load(&a.model, &dev).map_err(|e| e.to_string())?;
+    let mut m = gguf_llama::load(&a.model, &dev).map_err(msg)?;
     eprintln!("model {} ({:?}) on {name}, loaded in {:.2} s", a.model.display(), m.dtype, t0.elapsed().as_secs_f64());
     let prompt = tok.encode(a.prompt.as_str(), false).map_err(|e| format!("tokenizing the prompt: {e}"))?.get_ids().to_vec();
     if prompt.is_empty() {
@@ -89,7 +95,7 @@ fn run(a: Args) -> Result<(), String> {
         }
     }
     let mut sampler = LogitsProcessor::new(a.seed, a.temperature, a.top_p);
-    let e = |x: candle_core::Error| x.to_string();
+    let e = |x: candle_core::Error| msg(x);
     let (mut tokens, mut printed) = (prompt.clone(), 0usize);
     let mut out = std::io::stdout();
     print!("{}", a.prompt);
