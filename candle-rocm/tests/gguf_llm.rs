@@ -137,5 +137,12 @@ fn tokenizer_round_trip() {
     assert!(ids.iter().all(|&i| (i as usize) < LlamaShape::TINY.vocab));
     assert!(ids.len() < text.len(), "merges shorten the text ({} ids for {} bytes)", ids.len(), text.len());
     assert_eq!(tok.decode(&ids, true).unwrap(), text);
+    // The 1b/8b vocabulary (128256 ids) is built the same way.
+    let big = dir.join("big.json");
+    gguf_llama::write_tokenizer(&big, LlamaShape::LLAMA_8B.vocab).unwrap();
+    let tok = gguf_llama::load_tokenizer(&big).unwrap();
+    assert_eq!(tok.get_vocab_size(true), LlamaShape::LLAMA_8B.vocab);
+    let ids = tok.encode(text, false).unwrap().get_ids().to_vec();
+    assert_eq!(tok.decode(&ids, true).unwrap(), text);
     std::fs::remove_dir_all(&dir).ok();
 }
