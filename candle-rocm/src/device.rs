@@ -4,7 +4,8 @@ use crate::buffer::Buf;
 use crate::error::{at, invalid};
 use crate::profile::{Profile, Profiler};
 use crate::storage::RocmStorage;
-use candle_core::ext_backend::{ExtBackendDevice, ExtStorage};
+use candle_core::ext_backend::{ExtBackendDevice, ExtQStorage, ExtStorage};
+use candle_core::quantized::GgmlDType;
 use candle_core::{CpuStorage, DType, DeviceLocation, Result, Shape};
 use kernel_dsl::host::{Executor, WaveSize};
 use kernels::runtime::Device;
@@ -191,6 +192,11 @@ impl ExtBackendDevice for RocmDevice {
 
     fn synchronize(&self) -> Result<()> {
         self.inner.dev.synchronize().map_err(at("synchronize"))
+    }
+
+    /// GGUF tensor data kept on the device ([`crate::quantized::RocmQStorage`]).
+    fn qstorage_from_data(&self, data: &[u8], dtype: GgmlDType) -> Result<ExtQStorage> {
+        crate::quantized::qstorage(self, data, dtype)
     }
 }
 

@@ -17,8 +17,9 @@
 //! assert!((y.to_vec1::<f32>().unwrap()[0] - (1f32.exp() + 1.0)).abs() < 1e-5);
 //! ```
 //!
-//! Dtypes and ops without a kernel (f8e4m3/f6/f4 storage, unary math on integers,
-//! quantized tensors) return a Candle error naming the op and dtype; nothing falls back
+//! Quantized GGUF tensors (`QTensor`, `QMatMul`) run on the quantized kernels
+//! ([`quantized`]). Dtypes and ops without a kernel (f8e4m3/f6/f4 storage, unary math on
+//! integers) return a Candle error naming the op and dtype; nothing falls back
 //! to the CPU silently.
 pub mod blas;
 pub mod buffer;
@@ -26,9 +27,11 @@ pub mod device;
 pub mod error;
 pub mod ops;
 pub mod profile;
+pub mod quantized;
 pub mod storage;
 
 pub use device::{cpu_executor, RocmDevice, BACKEND};
 pub use profile::{OpStat, Profile};
 pub use kernel_dsl::host::WaveSize;
+pub use quantized::RocmQStorage;
 pub use storage::RocmStorage;

@@ -23,6 +23,11 @@ impl RocmStorage {
         RocmStorage { buf, device }
     }
 
+    /// The typed device buffer.
+    pub fn buf(&self) -> &Buf {
+        &self.buf
+    }
+
     /// The device holding this buffer.
     pub fn rocm_device(&self) -> &RocmDevice {
         &self.device

@@ -51,12 +51,17 @@ for p in m["packages"]:
     # Our side of the end-to-end LLM benchmark (its peer: benches/candle-peer/build.sh).
     cargo build --release -p candle-rocm --features cuda --example llama_e2e
     cp "$TARGET/release/examples/llama_e2e" "$BIN/bench-llama-e2e"
+    # The GGUF LLM worker and the random-GGUF writer (README, "Quantized models").
+    cargo build --release -p candle-rocm --features cuda --example llm_worker
+    cp "$TARGET/release/examples/llm_worker" "$BIN/llm-worker"
+    cargo build --release -p gguf-llama
+    cp "$TARGET/release/gguf-llama" "$BIN/gguf-llama"
     cp tests/gpu/nvidia.sh tests/gpu/ptxas_report.py "$BIN/"
     # Test fixtures (Candle-written quantized blocks) the binaries read at run time.
     cp -r kernels/tests/data "$BIN/data"
     # The kernels' PTX, for the ptxas register/spill report on the GPU machine.
     cp "$(ls -t "$TARGET"/release/build/kernels-*/out/gpu/sm_*/kernels.sm_*.ptx | head -1)" "$BIN/kernels.ptx"
-    strip "$BIN"/test-* "$BIN"/bench-* 2>/dev/null || true
+    strip "$BIN"/test-* "$BIN"/bench-* "$BIN"/llm-worker "$BIN"/gguf-llama 2>/dev/null || true
     du -sh "$BIN"
 }
 

@@ -1,0 +1,238 @@
+//! [`RocmQStorage`]: Candle's quantized tensors (`QStorage::Ext`, GGUF weights) on a
+//! [`RocmDevice`], running on the `kernels::quantized` kernels.
+//!
+//! - The GGML block bytes stay on the device as they are in the GGUF file; `f32`, `f16`
+//!   and `bf16` tensors (norm weights, unquantized files) are kept as typed buffers.
+//! - `dequantize`: the `dequantize` kernel (every block format, bit-identical to Candle's
+//!   CPU result), or a cast for the float formats. [`RocmQStorage::dequantize_to`] gives
+//!   `f16`/`bf16` directly.
+//! - `fwd` (`QMatMul::forward`, `xs @ W^T`): for 1..=8 activation rows, the activations are
+//!   quantized to q8_1 on the device and the int8 matvec runs on the blocks; larger batches
+//!   (and the float formats) dequantize the weight to the activations' dtype and run the
+//!   backend's GEMM ([`crate::ops::matmul::gemm`]). Activations may be `f32`, `f16` or
+//!   `bf16`; the result has their dtype, as on Candle's CPU.
+//! - `quantize` / `quantize_onto` quantize **on the host** with Candle's CPU code (the
+//!   source is copied to the host first) and upload the blocks: quantizing weights is a
+//!   load-time step, not a per-token one.
+//!
+//! Formats: every block format of the kernels (`Q4_0`, `Q4_1`, `Q5_0`, `Q5_1`, `Q8_0`,
+//! `Q2K` .. `Q6K`; `Q8K` dequantizes and runs through the GEMM path, having no matvec) plus
+//! `F32`/`F16`/`BF16`. `Q8_1` (an activation format GGUF files do not hold) is a clear error.
+use crate::buffer::Buf;
+use crate::device::RocmDevice;
+use crate::error::{at, invalid};
+use crate::ops::matmul::{gemm, GemmOperand, GemmShape};
+use crate::ops::{alloc, float_dispatch};
+use crate::storage::RocmStorage;
+use candle_core::ext_backend::{ExtBackendQStorage, ExtDevice, ExtQStorage, ExtStorage};
+use candle_core::quantized::{GgmlDType, QTensor};
+use candle_core::{CpuStorage, DType, Layout, Result, Shape, Tensor};
+use half::{bf16, f16};
+use kernels::quantized::ops as qops;
+use kernels::quantized::GgmlDType as KDType;
+use kernels::runtime::DeviceVec;
+use std::sync::Arc;
+
+/// Most activation rows that take the int8 matvec; more take dequantize + GEMM.
+pub const MATVEC_MAX_ROWS: usize = qops::MAX_BATCH;
+
+/// The kernels' format for a Candle block format (`None`: a float format or `Q8_1`).
+pub fn kernel_format(dtype: GgmlDType) -> Option<KDType> {
+    Some(match dtype {
+        GgmlDType::Q4_0 => KDType::Q4_0,
+        GgmlDType::Q4_1 => KDType::Q4_1,
+        GgmlDType::Q5_0 => KDType::Q5_0,
+        GgmlDType::Q5_1 => KDType::Q5_1,
+        GgmlDType::Q8_0 => KDType::Q8_0,
+        GgmlDType::Q2K => KDType::Q2K,
+        GgmlDType::Q3K => KDType::Q3K,
+        GgmlDType::Q4K => KDType::Q4K,
+        GgmlDType::Q5K => KDType::Q5K,
+        GgmlDType::Q6K => KDType::Q6K,
+        GgmlDType::Q8K => KDType::Q8K,
+        GgmlDType::F32 | GgmlDType::F16 | GgmlDType::BF16 | GgmlDType::Q8_1 => return None,
+    })
+}
+
+/// The data of a quantized tensor on the device.
+enum Data {
+    /// GGML blocks of a kernels format, as raw bytes.
+    Blocks(KDType, DeviceVec<u8>),
+    /// An `f32`/`f16`/`bf16` tensor.
+    Float(Buf),
+}
+
+/// A quantized (GGUF) tensor on a [`RocmDevice`]: Candle's `QStorage::Ext`.
+pub struct RocmQStorage {
+    dtype: GgmlDType,
+    data: Data,
+    device: RocmDevice,
+}
+
+/// Elements of `T` from little-endian bytes (`bytes.len()` a multiple of the size: checked).
+fn from_le<T, const N: usize>(bytes: &[u8], f: fn([u8; N]) -> T) -> Vec<T> {
+    bytes.chunks_exact(N).map(|c| f(c.try_into().expect("chunks of N bytes"))).collect()
+}
+
+impl RocmQStorage {
+    /// The tensor whose GGML data (as in a GGUF file) is `data`, uploaded to `device`.
+    pub fn from_data(device: &RocmDevice, data: &[u8], dtype: GgmlDType) -> Result<Self> {
+        const OP: &str = "qstorage_from_data";
+        let dev = device.kernels();
+        let block = dtype.type_size();
+        if data.len() % block != 0 {
+            return Err(invalid(OP, format!("{} bytes are not whole {dtype:?} blocks of {block} bytes", data.len())));
+        }
+        let data = match (dtype, kernel_format(dtype)) {
+            (_, Some(k)) => Data::Blocks(k, dev.upload(data).map_err(at(OP))?),
+            (GgmlDType::F32, None) => Data::Float(Buf::upload(dev, &CpuStorage::F32(from_le(data, f32::from_le_bytes)))?),
+            (GgmlDType::F16, None) => Data::Float(Buf::upload(dev, &CpuStorage::F16(from_le(data, |b: [u8; 2]| f16::from_bits(u16::from_le_bytes(b)))))?),
+            (GgmlDType::BF16, None) => Data::Float(Buf::upload(dev, &CpuStorage::BF16(from_le(data, |b: [u8; 2]| bf16::from_bits(u16::from_le_bytes(b)))))?),
+            _ => return Err(invalid(OP, format!("{dtype:?} tensors are not supported (an activation format; GGUF weights never use it)"))),
+        };
+        Ok(RocmQStorage { dtype, data, device: device.clone() })
+    }
+
+    /// Weights held (block weights times blocks).
+    pub fn elem_count(&self) -> usize {
+        match &self.data {
+            Data::Blocks(k, b) => b.len() / k.block_bytes() * k.block_weights(),
+            Data::Float(b) => b.len(),
+        }
+    }
+
+    /// Every weight dequantized to `dtype` (`f32`, `f16` or `bf16`), as a flat buffer of
+    /// `elem_count` elements.
+    pub fn dequantize_to(&self, elem_count: usize, dtype: DType) -> Result<Buf> {
+        const OP: &str = "dequantize";
+        if elem_count != self.elem_count() {
+            return Err(invalid(OP, format!("{elem_count} elements asked of a {:?} tensor of {}", self.dtype, self.elem_count())));
+        }
+        let dev = self.device.kernels();
+        match &self.data {
+            Data::Blocks(k, w) => float_dispatch!(dtype, OP, T => {
+                let mut out = alloc::<T>(dev, elem_count, OP)?;
+                qops::dequantize::<T>(dev, *k, w, &mut out).map_err(at(OP))?;
+                Ok(<T as crate::buffer::BufElem>::wrap(out))
+            }),
+            Data::Float(b) => crate::ops::elementwise::to_dtype(dev, b, &Layout::contiguous(b.len()), dtype),
+        }
+    }
+
+    /// `xs (m x k) @ W^T` with `W` `(n, k)`: `xs` is the contiguous buffer `x` of dtype
+    /// `T`; the result is `m x n` of `T`.
+    fn matmul_t(&self, x: &Buf, m: usize, n: usize, k: usize) -> Result<Buf> {
+        const OP: &str = "qmatmul";
+        let dev = self.device.kernels();
+        if let Data::Blocks(kd, w) = &self.data {
+            if (1..=MATVEC_MAX_ROWS).contains(&m) && kd.has_matvec() {
+                let mut y = alloc::<f32>(dev, m * n, OP)?;
+                let xr = x.region(0, m * k)?;
+                float_dispatch!(x.dtype(), OP, T => qops::matvec::<T>(dev, *kd, w, &xr, &mut y, n, k, m).map_err(at(OP)))?;
+                let y = Buf::F32(y);
+                return if x.dtype() == DType::F32 { Ok(y) } else { crate::ops::elementwise::to_dtype(dev, &y, &Layout::contiguous(m * n), x.dtype()) };
+            }
+        }
+        let wt = self.dequantize_to(n * k, x.dtype())?;
+        float_dispatch!(x.dtype(), OP, T => {
+            let mut c = alloc::<T>(dev, m * n, OP)?;
+            // a = xs (m x k, row-major); b = W^T (k x n): element (i, j) = W[j, i].
+            let a = GemmOperand { data: x.region(0, m * k)?, batch: 0, row: k, col: 1 };
+            let b = GemmOperand { data: wt.region(0, n * k)?, batch: 0, row: 1, col: k };
+            gemm::<T>(dev, &a, &b, &mut c, GemmShape { batch: 1, m, n, k })?;
+            Ok(<T as crate::buffer::BufElem>::wrap(c))
+        })
+    }
+}
+
+impl ExtBackendQStorage for RocmQStorage {
+    fn dtype(&self) -> GgmlDType {
+        self.dtype
+    }
+
+    fn device(&self) -> ExtDevice {
+        Arc::new(self.device.clone())
+    }
+
+    fn storage_size_in_bytes(&self) -> usize {
+        match &self.data {
+            Data::Blocks(_, b) => b.len(),
+            Data::Float(b) => b.len() * b.dtype().size_in_bytes(),
+        }
+    }
+
+    fn data(&self) -> Result<Vec<u8>> {
+        let dev = self.device.kernels();
+        Ok(match &self.data {
+            Data::Blocks(_, b) => dev.download(b).map_err(at("qdata"))?,
+            Data::Float(b) => match b.download(dev)? {
+                CpuStorage::F32(v) => v.iter().flat_map(|x| x.to_le_bytes()).collect(),
+                CpuStorage::F16(v) => v.iter().flat_map(|x| x.to_bits().to_le_bytes()).collect(),
+                CpuStorage::BF16(v) => v.iter().flat_map(|x| x.to_bits().to_le_bytes()).collect(),
+                other => return Err(invalid("qdata", format!("float tensor of {:?}", candle_core::backend::BackendStorage::dtype(&other)))),
+            },
+        })
+    }
+
+    /// Quantizes on the host (Candle's CPU code), then uploads.
+    fn quantize(&mut self, src: &ExtStorage) -> Result<()> {
+        self.quantize_onto(&src.to_cpu_storage()?)
+    }
+
+    /// Quantizes on the host (Candle's CPU code), then uploads.
+    fn quantize_onto(&mut self, src: &CpuStorage) -> Result<()> {
+        const OP: &str = "quantize";
+        let x: Vec<f32> = match src {
+            CpuStorage::F32(v) => v.clone(),
+            CpuStorage::F16(v) => v.iter().map(|x| x.to_f32()).collect(),
+            CpuStorage::BF16(v) => v.iter().map(|x| x.to_f32()).collect(),
+            CpuStorage::F64(v) => v.iter().map(|x| *x as f32).collect(),
+            other => return Err(invalid(OP, format!("source of dtype {:?}", candle_core::backend::BackendStorage::dtype(other)))),
+        };
+        if x.len() != self.elem_count() {
+            return Err(invalid(OP, format!("{} source values for a {:?} tensor of {}", x.len(), self.dtype, self.elem_count())));
+        }
+        let n = x.len();
+        let q = QTensor::quantize(&Tensor::from_vec(x, n, &candle_core::Device::Cpu)?, self.dtype)?;
+        *self = RocmQStorage::from_data(&self.device, &q.data()?, self.dtype)?;
+        Ok(())
+    }
+
+    fn dequantize(&self, elem_count: usize) -> Result<ExtStorage> {
+        Ok(self.device.storage(self.dequantize_to(elem_count, DType::F32)?))
+    }
+
+    fn fwd(&self, self_shape: &Shape, xs: &ExtStorage, l: &Layout) -> Result<(ExtStorage, Shape)> {
+        const OP: &str = "qmatmul";
+        let (n, k) = self_shape.dims2()?;
+        if n * k != self.elem_count() {
+            return Err(invalid(OP, format!("shape {self_shape:?} for a tensor of {} weights", self.elem_count())));
+        }
+        let dims = l.dims();
+        if dims.len() < 2 || dims[dims.len() - 1] != k {
+            return Err(invalid(OP, format!("input of shape {dims:?} for weights {self_shape:?} (rank >= 2, last dim {k})")));
+        }
+        let x = xs.as_any().downcast_ref::<RocmStorage>().ok_or_else(|| invalid(OP, "input is not on a rocm-kernels device"))?;
+        let dev = self.device.kernels();
+        let m = l.shape().elem_count() / k;
+        let xb = x.buf();
+        let copy;
+        let xc = if l.is_contiguous() && l.start_offset() == 0 && xb.len() == m * k {
+            xb
+        } else {
+            let mut c = Buf::zeros(dev, xb.dtype(), m * k)?;
+            crate::ops::elementwise::copy_strided(dev, xb, l, &mut c, 0)?;
+            copy = c;
+            &copy
+        };
+        let y = self.matmul_t(xc, m, n, k)?;
+        let mut out = dims.to_vec();
+        *out.last_mut().expect("rank >= 2") = n;
+        Ok((self.device.storage(y), Shape::from(out)))
+    }
+}
+
+/// `qstorage_from_data` of [`RocmDevice`].
+pub(crate) fn qstorage(device: &RocmDevice, data: &[u8], dtype: GgmlDType) -> Result<ExtQStorage> {
+    Ok(Box::new(RocmQStorage::from_data(device, data, dtype)?))
+}

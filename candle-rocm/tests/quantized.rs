@@ -1,0 +1,205 @@
+//! Quantized tensors (`QStorage::Ext`, `RocmQStorage`) against Candle's CPU backend and an
+//! f64 reference, for every GGML format, on the CPU executor (waves 32 and 64) and the GPU
+//! when there is one.
+//!
+//! Tolerances. `dequantize` is exact: the kernels do Candle's float operations in Candle's
+//! order. `QMatMul::forward` is not: both sides quantize the activations before the integer
+//! dot products (ours: q8_1, `d = amax / 127` per 32 values, f32 scale; Candle's CPU: q8_0
+//! or q8_1 with an f16 scale per 32 values, or q8_K with `d = amax / 127` per 256 values).
+//! Rounding `x` to a step `d` moves it by at most `d / 2`, and the f16 rounding of the
+//! scale adds at most `127 * d * 2^-11 < 0.07 d`, so for an output `y = sum_i w_i x_i` with
+//! the dequantized weights `w` (exact, checked separately) the error of either side is at
+//! most `sum_i |w_i| * 0.57 * amax(block of x_i) / 127` plus f32 accumulation
+//! (`k * 2^-24 * sum |w_i x_i|`, with room). Each side is checked against that bound around
+//! the f64 product of the dequantized weights (ours with 32-value blocks, Candle's with
+//! the 256-value block, which bounds every scheme it uses); the GEMM path (batch 17) does
+//! no activation rounding, so ours gets only the f32 term there. On top of the worst-case
+//! bound, the RMS error of our matvec must stay within twice the RMS of independent
+//! uniform roundings (`d^2 / 12` per term): a systematic error (a wrong scale, a lost
+//! block) fails this even where the worst-case bound is loose.
+mod common;
+
+use candle_core::quantized::{GgmlDType, QMatMul, QTensor};
+use candle_core::{DType, Device, Module, Tensor};
+use common::{devices, values};
+
+/// Every GGML format the backend stores (all but the activation format Q8_1).
+const FORMATS: [GgmlDType; 14] = [
+    GgmlDType::Q4_0,
+    GgmlDType::Q4_1,
+    GgmlDType::Q5_0,
+    GgmlDType::Q5_1,
+    GgmlDType::Q8_0,
+    GgmlDType::Q2K,
+    GgmlDType::Q3K,
+    GgmlDType::Q4K,
+    GgmlDType::Q5K,
+    GgmlDType::Q6K,
+    GgmlDType::Q8K,
+    GgmlDType::F32,
+    GgmlDType::F16,
+    GgmlDType::BF16,
+];
+
+const ROWS: usize = 16;
+const COLS: usize = 256;
+
+fn weights(seed: u64) -> Tensor {
+    Tensor::from_vec(values(ROWS * COLS, seed, -1.0, 1.0, false), (ROWS, COLS), &Device::Cpu).unwrap()
+}
+
+fn f32s(t: &Tensor) -> Vec<f32> {
+    t.to_device(&Device::Cpu).unwrap().to_dtype(DType::F32).unwrap().flatten_all().unwrap().to_vec1().unwrap()
+}
+
+/// Per output `(b, r)`: the f64 product, and the activation-rounding bounds with blocks of
+/// 32 and of 256 values (see the module doc), plus `sum |w x|`.
+struct Reference {
+    exact: Vec<f64>,
+    bound32: Vec<f64>,
+    bound256: Vec<f64>,
+    rms32: f64,
+    abs: Vec<f64>,
+}
+
+fn reference(w: &[f32], x: &[f32], batch: usize) -> Reference {
+    let amax = |b: usize, i: usize, blk: usize| -> f64 {
+        let s = b * COLS + i / blk * blk;
+        x[s..s + blk].iter().fold(0f64, |m, v| m.max(v.abs() as f64))
+    };
+    let (mut exact, mut bound32, mut bound256, mut abs) = (vec![], vec![], vec![], vec![]);
+    let mut var = 0f64;
+    for b in 0..batch {
+        for r in 0..ROWS {
+            let (mut e, mut b32, mut b256, mut a) = (0f64, 0f64, 0f64, 0f64);
+            for i in 0..COLS {
+                let (wi, xi) = (w[r * COLS + i] as f64, x[b * COLS + i] as f64);
+                e += wi * xi;
+                a += (wi * xi).abs();
+                let (d32, d256) = (amax(b, i, 32) / 127.0, amax(b, i, 256) / 127.0);
+                b32 += wi.abs() * 0.57 * d32;
+                b256 += wi.abs() * 0.57 * d256;
+                var += wi * wi * d32 * d32 / 12.0;
+            }
+            exact.push(e);
+            bound32.push(b32);
+            bound256.push(b256);
+            abs.push(a);
+        }
+    }
+    Reference { exact, bound32, bound256, rms32: (var / (batch * ROWS) as f64).sqrt(), abs }
+}
+
+/// f32 accumulation over `COLS` terms, with room (different summation orders).
+fn f32_slack(abs: f64) -> f64 {
+    4.0 * COLS as f64 * f32::EPSILON as f64 * abs + 1e-6
+}
+
+fn check_within(what: &str, got: &[f32], r: &Reference, bound: impl Fn(usize) -> f64) {
+    for (i, g) in got.iter().enumerate() {
+        let err = (*g as f64 - r.exact[i]).abs();
+        assert!(err <= bound(i), "{what}: output {i}: {g} vs f64 {} (error {err:.3e} > bound {:.3e})", r.exact[i], bound(i));
+    }
+}
+
+#[test]
+fn quantize_dequantize_every_format() {
+    for dev in devices() {
+        let d = dev.as_candle();
+        for (fi, dtype) in FORMATS.iter().copied().enumerate() {
+            let w = weights(100 + fi as u64);
+            let cpu = QTensor::quantize(&w, dtype).unwrap();
+            // Quantizing a tensor on our device (host quantization, uploaded) gives Candle's bytes.
+            let ours = QTensor::quantize(&w.to_device(&d).unwrap(), dtype).unwrap_or_else(|e| panic!("{dtype:?} on {}: {e}", dev.name()));
+            assert!(matches!(ours.device(), Device::Ext(_)), "{dtype:?}: quantized tensor left the device");
+            assert_eq!(ours.data().unwrap().as_ref(), cpu.data().unwrap().as_ref(), "{dtype:?} on {}: block bytes", dev.name());
+            assert_eq!(ours.storage_size_in_bytes(), cpu.storage_size_in_bytes());
+            // Dequantize: bit for bit Candle's CPU result.
+            let (want, got) = (f32s(&cpu.dequantize(&Device::Cpu).unwrap()), ours.dequantize(&d).unwrap());
+            assert!(matches!(got.device(), Device::Ext(_)));
+            let got = f32s(&got);
+            assert_eq!(want.len(), got.len());
+            let bad = want.iter().zip(&got).filter(|(a, b)| a.to_bits() != b.to_bits()).count();
+            assert_eq!(bad, 0, "{dtype:?} on {}: {bad} dequantized values differ from Candle's CPU", dev.name());
+        }
+    }
+}
+
+#[test]
+fn qmatmul_every_format_and_batch() {
+    for dev in devices() {
+        let d = dev.as_candle();
+        for (fi, dtype) in FORMATS.iter().copied().enumerate() {
+            let cpu_q = QTensor::quantize(&weights(200 + fi as u64), dtype).unwrap();
+            let wq = f32s(&cpu_q.dequantize(&Device::Cpu).unwrap());
+            let ours_q = QTensor::quantize(&weights(200 + fi as u64).to_device(&d).unwrap(), dtype).unwrap();
+            let (cpu_mm, ours_mm) = (QMatMul::from_qtensor(cpu_q).unwrap(), QMatMul::from_qtensor(ours_q).unwrap());
+            let float_format = matches!(dtype, GgmlDType::F32 | GgmlDType::F16 | GgmlDType::BF16);
+            for batch in [1usize, 3, 8, 17] {
+                let x = values(batch * COLS, 300 + batch as u64, -2.0, 2.0, false);
+                let xt = Tensor::from_vec(x.clone(), (1, batch, COLS), &Device::Cpu).unwrap();
+                let what = format!("{dtype:?} batch {batch} on {}", dev.name());
+                let got = ours_mm.forward(&xt.to_device(&d).unwrap()).unwrap_or_else(|e| panic!("{what}: {e}"));
+                assert!(matches!(got.device(), Device::Ext(_)), "{what}: result left the device");
+                assert_eq!(got.dims(), &[1, batch, ROWS], "{what}: shape");
+                let got = f32s(&got);
+                let want = f32s(&cpu_mm.forward(&xt).unwrap());
+                let r = reference(&wq, &x, batch);
+                // Float formats are plain matmuls on both sides (QMatMul dequantizes them).
+                let quantized_acts = !float_format && batch <= 8 && dtype != GgmlDType::Q8K;
+                check_within(&format!("{what}: ours"), &got, &r, |i| f32_slack(r.abs[i]) + if quantized_acts { r.bound32[i] } else { 0.0 });
+                check_within(&format!("{what}: Candle CPU"), &want, &r, |i| f32_slack(r.abs[i]) + if float_format { 0.0 } else { r.bound256[i] });
+                if quantized_acts {
+                    let mse = got.iter().zip(&r.exact).map(|(g, e)| (*g as f64 - e).powi(2)).sum::<f64>() / got.len() as f64;
+                    assert!(mse.sqrt() <= 2.0 * r.rms32 + 1e-6, "{what}: RMS error {:.3e} vs {:.3e} expected of q8_1 rounding", mse.sqrt(), r.rms32);
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn qmatmul_half_activations() {
+    // f16/bf16 activations: q8_1 from the half values (batch 3), dequantize to the half type
+    // + GEMM (batch 17); the reference uses the half-rounded inputs, and the result is
+    // rounded once to the half type (relative 2^-11 / 2^-8 of |y|, on top of the bounds).
+    for dev in devices() {
+        let d = dev.as_candle();
+        for dtype in [GgmlDType::Q4_0, GgmlDType::Q4K] {
+            let cpu_q = QTensor::quantize(&weights(400), dtype).unwrap();
+            let wq = f32s(&cpu_q.dequantize(&Device::Cpu).unwrap());
+            let mm = QMatMul::from_qtensor(QTensor::quantize(&weights(400).to_device(&d).unwrap(), dtype).unwrap()).unwrap();
+            for (act, half_ulp) in [(DType::F16, 2f64.powi(-11)), (DType::BF16, 2f64.powi(-8))] {
+                for batch in [3usize, 17] {
+                    let xt = Tensor::from_vec(values(batch * COLS, 500 + batch as u64, -2.0, 2.0, false), (batch, COLS), &Device::Cpu).unwrap().to_dtype(act).unwrap();
+                    let x = f32s(&xt);
+                    let what = format!("{dtype:?} {act:?} batch {batch} on {}", dev.name());
+                    let y = mm.forward(&xt.to_device(&d).unwrap()).unwrap_or_else(|e| panic!("{what}: {e}"));
+                    assert_eq!(y.dtype(), act, "{what}: dtype");
+                    let r = reference(&wq, &x, batch);
+                    // The GEMM path multiplies half weights: their rounding is at most half_ulp relative.
+                    check_within(&what, &f32s(&y), &r, |i| {
+                        half_ulp * (r.exact[i].abs() + 1e-3) + f32_slack(r.abs[i]) + if batch <= 8 { r.bound32[i] } else { half_ulp * r.abs[i] }
+                    });
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn unsupported_format_and_bad_input_are_errors() {
+    for dev in devices() {
+        let d = dev.as_candle();
+        let w = weights(7).to_device(&d).unwrap();
+        let e = QTensor::quantize(&w, GgmlDType::Q8_1).err().expect("Q8_1 weights must be refused");
+        assert!(e.to_string().contains("Q8_1"), "error names the format: {e}");
+        // Data that is not whole blocks.
+        let bad = candle_core::quantized::QStorage::from_data(std::borrow::Cow::Borrowed(&[0u8; 19][..]), &d, GgmlDType::Q4_0);
+        assert!(bad.is_err(), "19 bytes are not Q4_0 blocks");
+        // An input whose last dim is not the weights' columns.
+        let mm = QMatMul::from_qtensor(QTensor::quantize(&w, GgmlDType::Q4_0).unwrap()).unwrap();
+        let x = Tensor::zeros((2, COLS / 2), DType::F32, &d).unwrap();
+        assert!(mm.forward(&x).is_err(), "mismatched input must be an error");
+    }
+}
