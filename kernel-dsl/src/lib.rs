@@ -55,7 +55,7 @@ pub mod host;
 
 pub use index::*;
 pub use shared::{Shared, SharedDyn};
-pub use sync::barrier;
+pub use sync::{barrier, barrier_global};
 pub use types::{bf16, f16, CastFrom, Element, Float};
 
 /// Marks a function as a GPU kernel.
@@ -81,7 +81,7 @@ pub mod prelude {
     pub use crate::index::*;
     pub use crate::math::FloatMath;
     pub use crate::shared::{Shared, SharedDyn};
-    pub use crate::sync::barrier;
+    pub use crate::sync::{barrier, barrier_global};
     pub use crate::types::{bf16, f16, CastFrom, Element, Float};
     pub use crate::wave;
     #[cfg(not(any(target_arch = "amdgpu", target_arch = "nvptx64")))]

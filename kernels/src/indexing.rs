@@ -535,7 +535,8 @@ pub fn scatter_add<T: Float, I: IndexType>(
                 unsafe { *dst.get_unchecked_mut(dst_col + target[sb] as usize * right) = T::from_f32(value[sb]) };
             }
         }
-        barrier();
+        // The next round's step 3 may load, in another work-item, what step 5 just stored.
+        barrier_global();
         base += step;
     }
 }

@@ -67,6 +67,22 @@ pub fn barrier() {
     compiler_fence(Ordering::SeqCst);
 }
 
+/// [`barrier`] plus global-memory ordering between the work-group's work-items (see
+/// `crate::sync::barrier_global`). gfx9: [`barrier`] (its `vmcnt` wait covers stores, and a
+/// work-group never spans two CUs' L1). Later generations: a release fence before and an
+/// acquire fence after the barrier. Rust's fences are system-scope (rustc has no
+/// `syncscope` and no inline assembly on this target), so LLVM emits the store wait
+/// (`s_waitcnt_vscnt` on gfx10/11) and cache invalidations (`buffer_gl0_inv` +
+/// `buffer_gl1_inv`) of system scope: one more invalidation than work-group scope needs.
+#[inline(always)]
+pub fn barrier_global() {
+    #[cfg(not(amdgpu_gen = "gfx9"))]
+    core::sync::atomic::fence(Ordering::Release);
+    barrier();
+    #[cfg(not(amdgpu_gen = "gfx9"))]
+    core::sync::atomic::fence(Ordering::Acquire);
+}
+
 /// Lanes per wave (64 on CDNA, 32 on RDNA).
 #[inline(always)]
 pub fn wave_size() -> u32 {

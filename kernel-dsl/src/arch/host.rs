@@ -31,6 +31,14 @@ pub fn barrier() {
     item::barrier()
 }
 
+/// [`barrier`]: the executor's work-items share one memory, so global writes before the
+/// barrier are seen after it.
+#[inline]
+#[track_caller]
+pub fn barrier_global() {
+    item::barrier()
+}
+
 /// Lanes per wave, as configured on the executor (32 or 64).
 #[inline]
 pub fn wave_size() -> u32 {

@@ -46,6 +46,12 @@ pub fn barrier() {
     unsafe { n::_syncthreads() };
 }
 
+/// [`barrier`]: `bar.sync` already orders global memory among the block's threads.
+#[inline(always)]
+pub fn barrier_global() {
+    barrier();
+}
+
 /// Lanes per warp.
 #[inline(always)]
 pub fn wave_size() -> u32 {
