@@ -4,6 +4,8 @@
 #   tests/gpu/nvidia.sh            # machine with Rust and an NVIDIA GPU: build and run
 #   tests/gpu/nvidia.sh bundle     # machine with Rust, no GPU: build binaries into .device-bin/
 #   tests/gpu/nvidia.sh run        # GPU machine without Rust: run what `bundle` built
+#   tests/gpu/nvidia.sh report DIR # GPU machine: the tests (GPU only) and every benchmark
+#                                  # against its peer, in one call, results under DIR
 #
 # `bundle` + `run` is how the project's H100 checks are made: the GPU machine has CUDA and
 # PyTorch but no Rust toolchain, so x86-64 binaries built here travel there.
@@ -19,7 +21,11 @@ fi
 TARGET="${CARGO_TARGET_DIR:-target}"
 
 bundle() {
+    # Keep the benchmark peer (benches/candle-peer/build.sh writes it here; an hour to rebuild).
+    local peer=""
+    if [ -f "$BIN/candle-peer" ]; then peer="$(mktemp)" && cp "$BIN/candle-peer" "$peer"; fi
     rm -rf "$BIN" && mkdir -p "$BIN"
+    if [ -n "$peer" ]; then mv "$peer" "$BIN/candle-peer" && chmod +x "$BIN/candle-peer"; fi
     # The NVIDIA machine needs the PTX only: leave the AMD code objects out of these
     # binaries (the CPU-side tests of the code objects run in `cargo test --workspace`).
     export KERNEL_ARCHS="${KERNEL_ARCHS:-none}"
@@ -97,9 +103,55 @@ run() {
     exit $status
 }
 
+# One GPU call for everything a session reports: the tests on the GPU only, then each
+# benchmark next to its peer in the same run (PyTorch; Candle's own CUDA backend when
+# `candle-peer`, built by benches/candle-peer/build.sh, is in the bundle). Every step has
+# its own time limit and its own log under DIR; `summary.txt` lists each step's exit code.
+report() {
+    local out="${1:?usage: nvidia.sh report DIR}"
+    mkdir -p "$out"
+    if [ -d "$BIN/data" ]; then export KERNELS_TEST_DATA="$BIN/data"; fi
+    cublas_setup > "$out/cublas.txt" 2>&1
+    nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader > "$out/gpu.txt" 2>&1 || true
+    step() { # step NAME SECONDS CMD...: runs CMD with a limit, logs to DIR/NAME.log
+        local name="$1" limit="$2"; shift 2
+        local rc=0
+        timeout "$limit" "$@" > "$out/$name.log" 2>&1 || rc=$?
+        echo "$name rc=$rc $(grep -E '^test result' "$out/$name.log" | tail -1)" | tee -a "$out/summary.txt"
+    }
+    export CANDLE_ROCM_GPU_ONLY=1
+    for t in "$BIN"/test-*; do
+        step "$(basename "$t")" 180 "$t" --test-threads=1
+    done
+    local py="$BIN/python"
+    mkdir -p "$out/llm" "$out/quantized" "$out/gemm" "$out/e2e"
+    step bench-llm 240 "$BIN/bench-llm" --out "$out/llm"
+    step torch-llm 240 python3 "$py/torch_llm.py" --out "$out/llm"
+    step report-llm 30 python3 "$py/report_llm.py" "$out/llm"
+    step bench-quantized 180 "$BIN/bench-quantized" --out "$out/quantized"
+    step torch-quantized 120 python3 "$py/torch_quantized.py" --out "$out/quantized"
+    if [ -x "$BIN/candle-peer" ]; then
+        local rc=0
+        timeout 180 "$BIN/candle-peer" qmatvec > "$out/quantized/candle_quantized.json" 2> "$out/candle-qmatvec.log" || rc=$?
+        echo "candle-qmatvec rc=$rc" | tee -a "$out/summary.txt"
+    fi
+    step report-quantized 30 python3 "$py/report_quantized.py" "$out/quantized"
+    step bench-gemm 240 "$BIN/bench-gemm" --out "$out/gemm"
+    step torch-gemm 240 python3 "$py/torch_gemm.py" --out "$out/gemm"
+    step report-gemm 30 python3 "$py/report_gemm.py" "$out/gemm"
+    if [ -x "$BIN/candle-peer" ]; then
+        local rc=0
+        timeout 240 "$BIN/candle-peer" > "$out/e2e/peer.jsonl" 2> "$out/e2e/peer.err" || rc=$?
+        echo "e2e-peer rc=$rc" | tee -a "$out/summary.txt"
+    fi
+    step e2e-ours 300 "$BIN/bench-llama-e2e" --device cuda --profile "$out/e2e/profile"
+    CANDLE_ROCM_BLAS=0 step e2e-ours-kernel-gemm 240 "$BIN/bench-llama-e2e" --device cuda --steps 32 --reps 1
+}
+
 case "${1:-all}" in
     bundle) bundle ;;
     run) run ;;
+    report) report "${2:-}" ;;
     all) cargo test -p kernels -p candle-rocm --features kernels/cuda,candle-rocm/cuda -- --test-threads=1 ;;
-    *) echo "usage: $0 [bundle|run]" >&2; exit 2 ;;
+    *) echo "usage: $0 [bundle|run|report DIR]" >&2; exit 2 ;;
 esac
