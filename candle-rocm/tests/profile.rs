@@ -6,7 +6,8 @@ mod common;
 use candle_core::{DType, Result, Tensor};
 use candle_nn::{VarBuilder, VarMap};
 use candle_rocm::{Profile, RocmDevice};
-use candle_transformers::models::llama::{Cache, Config, Llama};
+use candle_transformers::models::llama::{Cache, Llama};
+use common::models::small_llama_config;
 use std::collections::BTreeMap;
 use std::time::Instant;
 
@@ -78,31 +79,12 @@ fn a_small_graph_counts_each_backend_op_once() -> Result<()> {
     Ok(())
 }
 
-fn config(layers: usize) -> Config {
-    Config {
-        hidden_size: 64,
-        intermediate_size: 128,
-        vocab_size: 96,
-        num_hidden_layers: layers,
-        num_attention_heads: 4,
-        num_key_value_heads: 2,
-        use_flash_attn: false,
-        rms_norm_eps: 1e-5,
-        rope_theta: 10_000.0,
-        bos_token_id: None,
-        eos_token_id: None,
-        rope_scaling: None,
-        max_position_embeddings: 32,
-        tie_word_embeddings: false,
-    }
-}
-
 #[test]
 fn a_small_llama_profiles_the_ops_its_structure_implies() -> Result<()> {
     for dev in common::devices() {
         for layers in [1usize, 3] {
             let d = dev.as_candle();
-            let cfg = config(layers);
+            let cfg = small_llama_config(layers);
             let vm = VarMap::new();
             let model = Llama::load(VarBuilder::from_varmap(&vm, DType::F32, &d), &cfg)?;
             let mut cache = Cache::new(true, DType::F32, &cfg, &d)?;

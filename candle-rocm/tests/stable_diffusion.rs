@@ -12,6 +12,7 @@ use candle_core::{DType, Device, Result, Tensor};
 use candle_nn::{VarBuilder, VarMap};
 use candle_transformers::models::stable_diffusion::unet_2d::{BlockConfig, UNet2DConditionModel, UNet2DConditionModelConfig};
 use candle_transformers::models::stable_diffusion::vae::{AutoEncoderKL, AutoEncoderKLConfig};
+use common::models::{rel_err, rms_err, seeded_weights};
 use std::collections::HashMap;
 
 /// Two levels (32 then 64 channels, one downsample/upsample), as SD 1.x's: a
@@ -80,25 +81,11 @@ fn seed() -> u64 {
 fn weights(build: impl Fn(VarBuilder) -> Result<()>, seed: u64) -> HashMap<String, Tensor> {
     let vm = VarMap::new();
     build(VarBuilder::from_varmap(&vm, DType::F32, &Device::Cpu)).unwrap();
-    let data = vm.data().lock().unwrap();
-    data.iter()
-        .map(|(k, v)| {
-            let t = v.as_tensor();
-            let flat = t.flatten_all().unwrap().to_vec1::<f32>().unwrap();
-            if flat.iter().all(|x| *x == flat[0]) {
-                return (k.clone(), t.clone());
-            }
-            let std = match t.dims() {
-                [_] => 0.05,
-                [_, rest @ ..] => 1.0 / (rest.iter().product::<usize>() as f32).sqrt(),
-                [] => 1.0,
-            };
-            let b = 3f32.sqrt() * std;
-            let name_seed = k.bytes().fold(seed, |h, c| h.wrapping_mul(0x100_0000_01b3) ^ c as u64);
-            let vals = common::values(flat.len(), name_seed, -b, b, false);
-            (k.clone(), Tensor::from_vec(vals, t.shape(), &Device::Cpu).unwrap())
-        })
-        .collect()
+    seeded_weights(&vm, seed, |_, dims| match dims {
+        [_] => 0.05,
+        [_, rest @ ..] => 1.0 / (rest.iter().product::<usize>() as f32).sqrt(),
+        [] => 1.0,
+    })
 }
 
 fn build_unet(vb: VarBuilder, cfg: UNet2DConditionModelConfig) -> Result<UNet2DConditionModel> {
@@ -137,30 +124,6 @@ fn vae(w: &HashMap<String, Tensor>, seed: u64, dtype: DType, dev: &Device) -> Re
     model.decode(&latent)?.to_device(&Device::Cpu)
 }
 
-fn flat(t: &Tensor) -> Vec<f32> {
-    t.flatten_all().unwrap().to_dtype(DType::F32).unwrap().to_vec1::<f32>().unwrap()
-}
-
-/// Largest `|a - b|` relative to the largest `|a|`.
-fn rel_err(a: &Tensor, b: &Tensor) -> f64 {
-    assert_eq!(a.dims(), b.dims(), "output shape");
-    let (a, b) = (flat(a), flat(b));
-    assert!(b.iter().all(|x| x.is_finite()), "non-finite output");
-    let scale = a.iter().fold(0f32, |m, x| m.max(x.abs())) as f64;
-    a.iter().zip(&b).fold(0f64, |m, (x, y)| m.max((*x as f64 - *y as f64).abs())) / scale
-}
-
-/// Root-mean-square of `a - b` over the whole output, relative to the RMS of `a`.
-fn rms_err(a: &Tensor, b: &Tensor) -> f64 {
-    assert_eq!(a.dims(), b.dims(), "output shape");
-    let (mut num, mut den) = (0f64, 0f64);
-    for (x, y) in flat(a).into_iter().zip(flat(b)) {
-        num += (x as f64 - y as f64).powi(2);
-        den += (x as f64).powi(2);
-    }
-    (num / den).sqrt()
-}
-
 /// Runs `model` at `dtype` on Candle's CPU and on every device under test; every output
 /// must be within `bound` (max error relative to the output's scale) of Candle's, and for
 /// half types our RMS error against the f32 CPU run within twice Candle's own.
@@ -168,12 +131,12 @@ fn check(what: &str, model: impl Fn(u64, DType, &Device) -> Result<Tensor>, dtyp
     let seed = seed();
     let want = model(seed, dtype, &Device::Cpu).unwrap();
     let exact = model(seed, DType::F32, &Device::Cpu).unwrap();
-    let cpu_rms = rms_err(&exact, &want);
+    let cpu_rms = rms_err(std::slice::from_ref(&exact), std::slice::from_ref(&want));
     for dev in common::devices() {
         let got = model(seed, dtype, &dev.as_candle()).unwrap_or_else(|e| panic!("{what} {dtype:?} on {}: {e}", dev.name()));
         assert_eq!(got.dtype(), dtype, "{what}: output dtype");
         let e = rel_err(&want, &got);
-        let ours = rms_err(&exact, &got);
+        let ours = rms_err(std::slice::from_ref(&exact), std::slice::from_ref(&got));
         eprintln!(
             "{what} {dtype:?} on {}: max error vs Candle CPU {e:.2e} of the output scale; RMS error vs the f32 run: ours {ours:.2e}, Candle CPU {cpu_rms:.2e}",
             dev.name()

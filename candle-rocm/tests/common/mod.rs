@@ -4,6 +4,8 @@
 use candle_core::{DType, Device, Result, Tensor};
 use candle_rocm::{RocmDevice, WaveSize};
 
+pub mod models;
+
 /// The devices every check runs on: the CPU executor with waves of 32 and of 64 and, with
 /// the `cuda` feature and a GPU, the NVIDIA GPU (PTX). A GPU that cannot be opened is
 /// reported once, loudly.
