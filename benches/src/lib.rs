@@ -8,6 +8,7 @@
 //!
 //! Run on an NVIDIA GPU with `tests/gpu/nvidia.sh` (see README).
 pub mod bench_kernels;
+pub mod quant_blocks;
 
 use kernels::runtime::{Device, DeviceVec};
 

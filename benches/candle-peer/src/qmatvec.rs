@@ -8,34 +8,12 @@ use candle_core::cuda_backend::cudarc::driver::sys::CUevent_flags;
 use candle_core::quantized::{ggml_file::qtensor_from_ggml, GgmlDType, QMatMul};
 use candle_core::{Device, Module, Result, Tensor};
 
-/// The same random blocks as our benchmark: xorshift bytes with every block's f16 scales
-/// set to 0.01 (finite, non-saturating).
-fn weights(dtype: GgmlDType, rows: usize, cols: usize) -> Vec<u8> {
-    let mut s = 0x9E37_79B9_7F4A_7C15u64 ^ rows as u64;
-    let n = rows * cols / dtype.block_size() * dtype.type_size();
-    let mut v: Vec<u8> = (0..n)
-        .map(|_| {
-            s ^= s << 13;
-            s ^= s >> 7;
-            s ^= s << 17;
-            s as u8
-        })
-        .collect();
-    let scale = half::f16::from_f32(0.01).to_bits().to_le_bytes();
-    let offsets: &[usize] = match dtype {
-        GgmlDType::Q4_0 | GgmlDType::Q5_0 | GgmlDType::Q8_0 => &[0],
-        GgmlDType::Q4_1 | GgmlDType::Q5_1 | GgmlDType::Q4K | GgmlDType::Q5K => &[0, 2],
-        GgmlDType::Q2K => &[80, 82],
-        GgmlDType::Q3K => &[108],
-        GgmlDType::Q6K => &[208],
-        _ => &[],
-    };
-    for b in v.chunks_mut(dtype.type_size()) {
-        for &o in offsets {
-            b[o..o + 2].copy_from_slice(&scale);
-        }
-    }
-    v
+#[path = "../../src/quant_blocks.rs"]
+mod quant_blocks;
+
+/// The same blocks as our benchmark (`benches/src/quant_blocks.rs`).
+fn weights(name: &str, dtype: GgmlDType, rows: usize, cols: usize) -> Vec<u8> {
+    quant_blocks::random_blocks(name, dtype.block_size(), dtype.type_size(), rows, cols)
 }
 
 fn gpu_us(device: &Device, iters: usize, mut f: impl FnMut() -> Result<()>) -> Result<f64> {
@@ -77,7 +55,7 @@ pub fn bench(device: &Device) -> Result<()> {
     let mut out = Vec::new();
     for (name, dtype) in types {
         for (rows, cols) in shapes {
-            let w = weights(dtype, rows, cols);
+            let w = weights(name, dtype, rows, cols);
             let q = qtensor_from_ggml(dtype, &w, vec![rows, cols], device)?;
             let mm = QMatMul::from_qtensor(q)?;
             for batch in [1usize, 8] {

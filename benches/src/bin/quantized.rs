@@ -14,33 +14,8 @@ use kernels::quantized::{ops, GgmlDType};
 use kernels::runtime::DeviceVec;
 use std::io::Write;
 
-/// Random bytes with every block's f16 scales set to small finite values.
 fn weights(dtype: GgmlDType, rows: usize, cols: usize) -> Vec<u8> {
-    let mut s = 0x9E37_79B9_7F4A_7C15u64 ^ rows as u64;
-    let n = rows * cols / dtype.block_weights() * dtype.block_bytes();
-    let mut v: Vec<u8> = (0..n)
-        .map(|_| {
-            s ^= s << 13;
-            s ^= s >> 7;
-            s ^= s << 17;
-            s as u8
-        })
-        .collect();
-    let scale = half::f16::from_f32(0.01).to_bits().to_le_bytes();
-    let offsets: &[usize] = match dtype {
-        GgmlDType::Q4_0 | GgmlDType::Q5_0 | GgmlDType::Q8_0 => &[0],
-        GgmlDType::Q4_1 | GgmlDType::Q5_1 | GgmlDType::Q4K | GgmlDType::Q5K => &[0, 2],
-        GgmlDType::Q2K => &[80, 82],
-        GgmlDType::Q3K => &[108],
-        GgmlDType::Q6K => &[208],
-        GgmlDType::Q8K => &[],
-    };
-    for b in v.chunks_mut(dtype.block_bytes()) {
-        for &o in offsets {
-            b[o..o + 2].copy_from_slice(&scale);
-        }
-    }
-    v
+    benches::quant_blocks::random_blocks(dtype.name(), dtype.block_weights(), dtype.block_bytes(), rows, cols)
 }
 
 fn main() {
