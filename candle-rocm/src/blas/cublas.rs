@@ -160,62 +160,19 @@ unsafe fn launch(
         b as usize as *const c_void,
         c as usize as *mut c_void,
     );
+    // The typed (f32, f64) calls: same arguments, alpha = 1 and beta = 0 of the type.
+    macro_rules! typed {
+        ($f:ident, $t:ty) => {{
+            let (one, zero): ($t, $t) = (1.0, 0.0);
+            (stringify!($f), sys::$f(h, ta, tb, p.m, p.n, p.k, &one, av.cast(), p.lda, p.stride_a, bv.cast(), p.ldb, p.stride_b, &zero, cv.cast(), p.ldc, p.stride_c, nb))
+        }};
+    }
     // SAFETY: the caller's contract (valid pointers and sizes); alpha/beta are host values
     // (the handle's default pointer mode).
     unsafe {
         Ok(match dtype {
-            DType::F32 => {
-                let (one, zero) = (1f32, 0f32);
-                (
-                    "cublasSgemmStridedBatched",
-                    sys::cublasSgemmStridedBatched(
-                        h,
-                        ta,
-                        tb,
-                        p.m,
-                        p.n,
-                        p.k,
-                        &one,
-                        av.cast(),
-                        p.lda,
-                        p.stride_a,
-                        bv.cast(),
-                        p.ldb,
-                        p.stride_b,
-                        &zero,
-                        cv.cast(),
-                        p.ldc,
-                        p.stride_c,
-                        nb,
-                    ),
-                )
-            }
-            DType::F64 => {
-                let (one, zero) = (1f64, 0f64);
-                (
-                    "cublasDgemmStridedBatched",
-                    sys::cublasDgemmStridedBatched(
-                        h,
-                        ta,
-                        tb,
-                        p.m,
-                        p.n,
-                        p.k,
-                        &one,
-                        av.cast(),
-                        p.lda,
-                        p.stride_a,
-                        bv.cast(),
-                        p.ldb,
-                        p.stride_b,
-                        &zero,
-                        cv.cast(),
-                        p.ldc,
-                        p.stride_c,
-                        nb,
-                    ),
-                )
-            }
+            DType::F32 => typed!(cublasSgemmStridedBatched, f32),
+            DType::F64 => typed!(cublasDgemmStridedBatched, f64),
             DType::F16 | DType::BF16 => {
                 let ty = if dtype == DType::F16 {
                     Ty::CUDA_R_16F
