@@ -19,7 +19,10 @@ fn objdump_candidates() -> Vec<String> {
 
 /// Disassembly of `bytes` for `arch`, or why there is none.
 fn disassemble(arch: &str, bytes: &[u8]) -> Result<String, String> {
-    let path = std::env::temp_dir().join(format!("matrix_units_{}_{arch}.co", std::process::id()));
+    // One file per call: the tests run in parallel and disassemble the same architectures.
+    static CALLS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    let call = CALLS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let path = std::env::temp_dir().join(format!("matrix_units_{}_{call}_{arch}.co", std::process::id()));
     std::fs::write(&path, bytes).map_err(|e| e.to_string())?;
     let mut why = Vec::new();
     for tool in objdump_candidates() {
@@ -139,8 +142,11 @@ fn amd_barriers_wait_for_memory_first() {
             if l.split_whitespace().next() != Some(barrier) {
                 continue;
             }
+            // Lane shuffles (`ds_bpermute`, ...) use the LDS unit but no LDS memory, so the
+            // compiler may move them between the wait and the barrier.
+            let shuffle = |s: &str| ["ds_bpermute", "ds_permute", "ds_swizzle"].iter().any(|p| s.starts_with(p));
             let is_memory = |s: &&str| {
-                ["global_", "buffer_", "flat_", "ds_", "scratch_", "s_load", "s_buffer_load"].iter().any(|p| s.starts_with(p))
+                (["global_", "buffer_", "flat_", "ds_", "scratch_", "s_load", "s_buffer_load"].iter().any(|p| s.starts_with(p)) && !shuffle(s))
                     || s.ends_with(">:")
             };
             let start = lines[..i].iter().rposition(is_memory).map_or(0, |p| p + 1);
