@@ -3,7 +3,7 @@
 fn main() {
     let dir = std::env::var("CARGO_MANIFEST_DIR").expect("cargo sets CARGO_MANIFEST_DIR");
     println!("cargo:src={dir}/src/lib.rs");
-    println!("cargo:rustc-check-cfg=cfg(amdgpu_gen, values(\"gfx9\", \"gfx10\", \"gfx11\"))");
+    println!("cargo:rustc-check-cfg=cfg(amdgpu_gen, values(\"gfx9\", \"gfx10\", \"gfx11\", \"gfx12\"))");
     println!("cargo:rustc-check-cfg=cfg(amdgpu_arch, values(any()))");
     println!("cargo:rustc-check-cfg=cfg(amdgpu_dot, values(\"sdot4\", \"sudot4\"))");
     println!("cargo:rerun-if-changed=build.rs");

@@ -39,7 +39,8 @@ impl Target {
 }
 
 /// The ISA generation of an AMD architecture, passed to kernel-dsl as `amdgpu_gen`
-/// (it selects instruction encodings such as `s_waitcnt`).
+/// (it selects instruction encodings such as the memory waits: one `s_waitcnt` on gfx9-11,
+/// split `s_wait_*cnt` counters on gfx12).
 pub fn amdgpu_gen(arch: &str) -> Result<&'static str, BuildError> {
     let digits = arch.strip_prefix("gfx").ok_or_else(|| BuildError::UnsupportedArch(arch.to_string()))?;
     let valid = digits.len() >= 3 && digits.chars().all(|c| c.is_ascii_hexdigit());
@@ -47,6 +48,7 @@ pub fn amdgpu_gen(arch: &str) -> Result<&'static str, BuildError> {
         (true, 3, Some(b'9')) => Ok("gfx9"),
         (true, 4, _) if digits.starts_with("10") => Ok("gfx10"),
         (true, 4, _) if digits.starts_with("11") => Ok("gfx11"),
+        (true, 4, _) if digits.starts_with("12") => Ok("gfx12"),
         _ => Err(BuildError::UnsupportedArch(arch.to_string())),
     }
 }
@@ -230,7 +232,7 @@ impl CompileJob<'_> {
         let mut c = self.rustc.command();
         c.args(["--crate-type", "rlib", "--crate-name", "kernel_dsl"]);
         common(&mut c);
-        c.args(["--check-cfg", "cfg(amdgpu_gen, values(\"gfx9\", \"gfx10\", \"gfx11\"))"]);
+        c.args(["--check-cfg", "cfg(amdgpu_gen, values(\"gfx9\", \"gfx10\", \"gfx11\", \"gfx12\"))"]);
         c.args(["--check-cfg", "cfg(amdgpu_arch, values(any()))"]);
         c.args(["--check-cfg", "cfg(amdgpu_dot, values(\"sdot4\", \"sudot4\"))"]);
         c.args(crate::sysroot::LIBRARY_FLAGS);

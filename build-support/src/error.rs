@@ -32,7 +32,7 @@ pub enum BuildError {
         message: String,
     },
     /// The architecture cannot be targeted.
-    #[error("unsupported AMD architecture `{0}`: supported are gfx9xx (CDNA/Vega), gfx10xx (RDNA1/2) and gfx11xx (RDNA3)")]
+    #[error("unsupported AMD architecture `{0}`: supported are gfx9xx (CDNA/Vega), gfx10xx (RDNA1/2), gfx11xx (RDNA3/3.5) and gfx12xx (RDNA4)")]
     UnsupportedArch(String),
     /// The code object disagrees with the launcher.
     #[error("kernel ABI mismatch: {0}")]

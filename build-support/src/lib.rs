@@ -24,7 +24,9 @@
 //! 5. writes `$OUT_DIR/kernel_binaries.rs`, which `embed_kernels!()` includes: the code
 //!    objects, the PTX and each kernel's VGPR/SGPR/LDS/scratch/spill figures.
 //!
-//! Environment: `KERNEL_ARCHS` (comma list, default `gfx90a,gfx942,gfx1100,gfx1030`),
+//! Environment: `KERNEL_ARCHS` (comma list, default
+//! `gfx90a,gfx942,gfx950,gfx1030,gfx1100,gfx1101,gfx1151,gfx1200,gfx1201`; gfx12 has no
+//! WMMA lowering yet, its `mma` kernels use the VALU lowering, see `kernel_dsl::mma`),
 //! `KERNEL_PTX` (`0` to skip PTX), `KERNEL_PTX_ARCH` (default `sm_80`), `KERNEL_RUSTC`,
 //! `KERNEL_SYSROOT_CACHE`, `KERNEL_SKIP_GPU_BUILD=1` (embed nothing; CPU executor only).
 pub mod check;
@@ -41,7 +43,7 @@ pub use build::{BuildReport, KernelBuild};
 pub use error::BuildError;
 
 /// AMD architectures built when `KERNEL_ARCHS` is not set.
-pub const DEFAULT_ARCHS: &[&str] = &["gfx90a", "gfx942", "gfx1100", "gfx1030"];
+pub const DEFAULT_ARCHS: &[&str] = &["gfx90a", "gfx942", "gfx950", "gfx1030", "gfx1100", "gfx1101", "gfx1151", "gfx1200", "gfx1201"];
 
 /// PTX target when `KERNEL_PTX_ARCH` is not set (Ampere and newer, H100 included).
 pub const DEFAULT_PTX_ARCH: &str = "sm_80";

@@ -643,9 +643,16 @@ pub struct Occupancy {
 /// | arch | wave | VGPRs/SIMD-lane (`getTotalNumVGPRs`) | VGPR granule (`getVGPRAllocGranule`) | max waves/SIMD (`getMaxWavesPerEU`) | SIMDs per CU/WGP (`getEUsPerCU`) | LDS per CU/WGP (`getLocalMemorySize`) | max LDS per WG | WG slots (`getMaxWorkGroupsPerCU` barriers) | SGPR limit (`getOccupancyWithNumSGPRs`) |
 /// |---|---|---|---|---|---|---|---|---|---|
 /// | gfx90a (CDNA2), gfx940/941/942 (CDNA3) | 64 | 512 unified VGPR+AGPR | 8 | 8 | 4 | 64 KiB | 64 KiB | 16 | ≤80:10, ≤88:9, ≤100:8, else 7 |
+/// | gfx950 (CDNA4) | 64 | 512 unified VGPR+AGPR | 8 | 8 | 4 | 160 KiB | 160 KiB | 16 | ≤80:10, ≤88:9, ≤100:8, else 7 |
 /// | gfx1030–gfx1036 (RDNA2) | 32 (64) | 1024 (512) | 16 (8) | 16 | 4 (WGP mode) | 128 KiB (WGP) | 64 KiB | 32 | not limiting |
 /// | gfx1100, gfx1101 (RDNA3, 1.5× VGPRs) | 32 (64) | 1536 (768) | 24 (12) | 16 | 4 (WGP mode) | 128 KiB (WGP) | 64 KiB | 32 | not limiting |
 /// | gfx1102, gfx1103 (RDNA3) | 32 (64) | 1024 (512) | 16 (8) | 16 | 4 (WGP mode) | 128 KiB (WGP) | 64 KiB | 32 | not limiting |
+/// | gfx1151 (RDNA3.5), gfx1200, gfx1201 (RDNA4) | 32 (64) | 1536 (768) | 24 (12) | 16 | 4 (WGP mode) | 128 KiB (WGP) | 64 KiB | 32 | not limiting |
+///
+/// gfx950, gfx1151 and gfx12 rows were checked against LLVM 22's `llc`: a 100-VGPR
+/// kernel reports occupancy 12 on gfx1100/gfx1151/gfx1200/gfx1201 (1536 VGPRs) and 9 on
+/// gfx1102 (1024); 160 KiB of LDS compiles for gfx950 and is rejected (over 64 KiB) for
+/// gfx942, gfx1151 and gfx1200.
 ///
 /// LDS is allocated in 512-byte blocks (128 dwords, "LDS is allocated in 128 dword
 /// blocks", `AMDGPUAsmPrinter::getSIProgramInfo`; `GRANULATED_LDS_SIZE` in AMDGPUUsage).
@@ -656,7 +663,7 @@ pub struct Occupancy {
 /// (2 SIMDs, 64 KiB, 16 barriers), which gives the same per-SIMD ratios.
 #[derive(Clone, Copy, Debug)]
 struct ArchTable {
-    /// true: gfx90a/gfx94x (wave64 only, unified VGPR/AGPR file, gfx9 SGPR rule).
+    /// true: gfx90a/gfx94x/gfx950 (wave64 only, unified VGPR/AGPR file, gfx9 SGPR rule).
     cdna: bool,
     /// VGPRs per SIMD lane for wave32 (RDNA) or wave64 (CDNA).
     vgprs_per_simd: u32,
@@ -693,6 +700,12 @@ const RDNA_1024: ArchTable = ArchTable {
     max_workgroups_per_cu: 32,
 };
 
+const CDNA4: ArchTable = ArchTable {
+    lds_per_cu: 160 * 1024,
+    max_lds_per_workgroup: 160 * 1024,
+    ..CDNA
+};
+
 const RDNA_1536: ArchTable = ArchTable {
     vgprs_per_simd: 1536,
     vgpr_granule: 24,
@@ -704,8 +717,9 @@ fn arch_table(arch: &str) -> Option<ArchTable> {
     let arch = arch_from_target(arch.trim())?;
     Some(match arch.as_str() {
         "gfx90a" | "gfx940" | "gfx941" | "gfx942" => CDNA,
+        "gfx950" => CDNA4,
         "gfx1030" | "gfx1031" | "gfx1032" | "gfx1033" | "gfx1034" | "gfx1035" | "gfx1036" => RDNA_1024,
-        "gfx1100" | "gfx1101" => RDNA_1536,
+        "gfx1100" | "gfx1101" | "gfx1151" | "gfx1200" | "gfx1201" => RDNA_1536,
         "gfx1102" | "gfx1103" => RDNA_1024,
         _ => return None,
     })
@@ -722,7 +736,8 @@ fn arch_table(arch: &str) -> Option<ArchTable> {
 ///   the unified `alignTo(arch_vgpr, 4) + agpr` into `.vgpr_count`.
 /// * SGPRs: gfx9 table of `getOccupancyWithNumSGPRs` on CDNA; never limiting on RDNA.
 /// * LDS: `.group_segment_fixed_size + dynamic_lds_bytes`, rounded up to 512 bytes;
-///   workgroups per CU = LDS per CU / that. More than 64 KiB per workgroup: 0 waves.
+///   workgroups per CU = LDS per CU / that. More than the per-workgroup maximum (64 KiB;
+///   160 KiB on gfx950): 0 waves.
 /// * Hardware: `max_waves` per SIMD and at most 16 (CDNA) / 32 (RDNA WGP) multi-wave
 ///   workgroups per CU; a workgroup larger than 1024 work-items or than
 ///   `.max_flat_workgroup_size` cannot launch (0 waves).
@@ -730,8 +745,8 @@ fn arch_table(arch: &str) -> Option<ArchTable> {
 ///   (`limit * simds / waves_per_workgroup`, rounded down), the smallest wins, and the
 ///   result is `ceil(workgroups * waves_per_workgroup / simds)` capped at `max_waves`.
 ///
-/// A `workgroup_size` of 0 is treated as 1. Scratch is not modelled. Architectures: gfx90a, gfx940, gfx941, gfx942, gfx1030–gfx1036,
-/// gfx1100–gfx1103 (a target id or a name with `:feature±` suffixes is accepted too).
+/// A `workgroup_size` of 0 is treated as 1. Scratch is not modelled. Architectures: gfx90a, gfx940, gfx941, gfx942, gfx950,
+/// gfx1030–gfx1036, gfx1100–gfx1103, gfx1151, gfx1200, gfx1201 (a target id or a name with `:feature±` suffixes is accepted too).
 /// The figures and their sources are listed on the table in the source
 /// (`ArchTable`).
 ///

@@ -545,6 +545,12 @@ fn occupancy_cdna() {
     assert_eq!(occupancy("gfx90a", &kernel(8, 14, 0, 64), 256, 70_000), occ(0, "lds"));
     // Whole workgroups: 1024 work-items = 16 waves; 5 waves/SIMD of VGPRs fit only one group.
     assert_eq!(occupancy("gfx90a", &kernel(96, 14, 0, 64), 1024, 0), occ(4, "vgpr"));
+    // gfx950: 160 KiB of LDS per CU and per group. 40 KiB -> 4 groups of 4 waves -> 4
+    // waves per SIMD (1 on gfx90a above); 70,000 bytes launch (2 groups); over 160 KiB not.
+    assert_eq!(occupancy("gfx950", &kernel(8, 14, 40 * 1024, 64), 256, 0), occ(4, "lds"));
+    assert_eq!(occupancy("gfx950", &kernel(8, 14, 0, 64), 256, 70_000), occ(2, "lds"));
+    assert_eq!(occupancy("gfx950", &kernel(8, 14, 0, 64), 256, 160 * 1024 + 1), occ(0, "lds"));
+    assert_eq!(occupancy("gfx950", &kernel(128, 14, 0, 64), 256, 0), occ(4, "vgpr"));
     // Larger than the kernel's .max_flat_workgroup_size: not launchable.
     let mut small = kernel(8, 14, 0, 64);
     small.max_flat_workgroup_size = 256;
@@ -559,6 +565,12 @@ fn occupancy_rdna() {
     assert_eq!(occupancy("gfx1100", &kernel(128, 18, 0, 32), 256, 0), occ(10, "vgpr"));
     // gfx1030: 1024 VGPRs, granule 16: 128 -> 8 waves.
     assert_eq!(occupancy("gfx1030", &kernel(128, 18, 0, 32), 256, 0), occ(8, "vgpr"));
+    // gfx1151 (RDNA3.5) and gfx1200/gfx1201 (RDNA4) have gfx1100's 1536 registers: 100 ->
+    // 120 -> 12 waves, what LLVM 22's llc reports for a 100-VGPR kernel on each.
+    for arch in ["gfx1100", "gfx1151", "gfx1200", "gfx1201"] {
+        assert_eq!(occupancy(arch, &kernel(100, 18, 0, 32), 256, 0), occ(12, "vgpr"), "{arch}");
+        assert_eq!(occupancy(arch, &kernel(128, 18, 0, 32), 256, 0), occ(10, "vgpr"), "{arch}");
+    }
     // gfx1102 has the smaller register file.
     assert_eq!(occupancy("gfx1102", &kernel(128, 18, 0, 32), 256, 0), occ(8, "vgpr"));
     // SGPRs never limit on RDNA.

@@ -1,7 +1,11 @@
-//! The `mma` kernels really use the matrix units: the gfx9 code objects contain `v_mfma`,
-//! the gfx11 ones `v_wmma`, and the PTX `mma.sync` (plus `ldmatrix` and `cp.async` in the
-//! GEMM). Code objects are disassembled with the newest `llvm-objdump` found; an
-//! architecture that disassembler cannot decode is skipped with the reason printed.
+//! The `mma` kernels really use the matrix units: the gfx9 code objects (gfx90a, gfx942,
+//! gfx950) contain `v_mfma`, the gfx11 ones (gfx1100, gfx1101, gfx1151) `v_wmma`, the gfx12
+//! ones neither (their VALU lowering, until gfx12 WMMA is lowered), and the PTX `mma.sync`
+//! (plus `ldmatrix` and `cp.async` in the GEMM). Every work-group barrier waits for the
+//! wave's loads and LDS accesses first, with the wait encoding of its generation (split
+//! `s_wait_*` counters on gfx12). Code objects are disassembled with the newest
+//! `llvm-objdump` found; an architecture that disassembler cannot decode is skipped with
+//! the reason printed.
 use std::process::Command;
 
 /// Kernels that must contain matrix instructions on every architecture with a matrix unit.
@@ -15,7 +19,10 @@ fn objdump_candidates() -> Vec<String> {
 
 /// Disassembly of `bytes` for `arch`, or why there is none.
 fn disassemble(arch: &str, bytes: &[u8]) -> Result<String, String> {
-    let path = std::env::temp_dir().join(format!("matrix_units_{}_{arch}.co", std::process::id()));
+    // One file per call: the tests run in parallel and disassemble the same architectures.
+    static CALLS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    let call = CALLS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let path = std::env::temp_dir().join(format!("matrix_units_{}_{call}_{arch}.co", std::process::id()));
     std::fs::write(&path, bytes).map_err(|e| e.to_string())?;
     let mut why = Vec::new();
     for tool in objdump_candidates() {
@@ -53,13 +60,6 @@ fn amd_code_objects_use_the_matrix_units() {
     }
     let mut checked = 0;
     for co in b.code_objects {
-        let want = if co.arch.starts_with("gfx9") {
-            "v_mfma"
-        } else if co.arch.starts_with("gfx11") {
-            "v_wmma"
-        } else {
-            continue; // no matrix unit: the VALU lowering
-        };
         let listing = match disassemble(co.arch, co.bytes) {
             Ok(l) => l,
             Err(why) => {
@@ -67,12 +67,100 @@ fn amd_code_objects_use_the_matrix_units() {
                 continue;
             }
         };
+        if co.arch.starts_with("gfx12") {
+            // The VALU lowering: gfx12 WMMA (other operand widths than gfx11) is not lowered yet.
+            for k in MMA_KERNELS {
+                let f = function(&listing, k);
+                assert!(!f.contains("v_wmma") && !f.contains("v_mfma"), "{k} on {}: unexpected matrix instruction", co.arch);
+            }
+            continue;
+        }
+        let want = if co.arch.starts_with("gfx9") {
+            "v_mfma"
+        } else if co.arch.starts_with("gfx11") {
+            "v_wmma"
+        } else {
+            continue; // no matrix unit: the VALU lowering
+        };
         for k in MMA_KERNELS {
             assert!(function(&listing, k).contains(want), "{k} on {} has no {want}", co.arch);
         }
         checked += 1;
     }
     eprintln!("checked matrix instructions in {checked} code objects");
+}
+
+/// Counters that the wait instructions on `lines` drain to zero: `vm`/`lgkm` from gfx9-11
+/// `s_waitcnt vmcnt(0) lgkmcnt(0)`, `load`/`store`/`ds`/... from gfx12 `s_wait_loadcnt_dscnt 0x0`.
+fn drained(lines: &[&str]) -> Vec<String> {
+    let mut out = Vec::new();
+    for l in lines {
+        let mut words = l.split_whitespace();
+        let Some(op) = words.next() else { continue };
+        if op == "s_waitcnt" {
+            for w in words.take_while(|w| !w.starts_with("//")) {
+                if let Some(c) = w.strip_suffix("cnt(0)") {
+                    out.push(c.to_string());
+                }
+            }
+        } else if let Some(counters) = op.strip_prefix("s_wait_") {
+            if words.next() == Some("0x0") {
+                out.extend(counters.split('_').filter_map(|c| c.strip_suffix("cnt")).map(str::to_string));
+            }
+        }
+    }
+    out
+}
+
+/// Every barrier of every kernel on every AMD architecture is preceded, after the last
+/// memory instruction, by waits that drain global loads and LDS (and, on gfx12, stores):
+/// `kernel_dsl::barrier`'s `wait_memory`, in the generation's own encoding.
+#[test]
+fn amd_barriers_wait_for_memory_first() {
+    let b = &kernels::__KERNEL_BINARIES;
+    if b.code_objects.is_empty() {
+        eprintln!("SKIPPED: kernels was built without AMD code objects (KERNEL_ARCHS / KERNEL_SKIP_GPU_BUILD)");
+        return;
+    }
+    let mut checked = 0;
+    for co in b.code_objects {
+        let listing = match disassemble(co.arch, co.bytes) {
+            Ok(l) => l,
+            Err(why) => {
+                eprintln!("SKIPPED {}: cannot disassemble ({why}); apt-get install llvm-22 to check it", co.arch);
+                continue;
+            }
+        };
+        let gfx12 = co.arch.starts_with("gfx12");
+        let (barrier, need): (&str, &[&str]) = if gfx12 { ("s_barrier_signal", &["load", "store", "ds"]) } else { ("s_barrier", &["vm", "lgkm"]) };
+        if gfx12 {
+            assert!(!listing.lines().any(|l| l.trim_start().starts_with("s_waitcnt ")), "{}: legacy s_waitcnt in a gfx12 code object", co.arch);
+        }
+        let lines: Vec<&str> = listing.lines().map(str::trim_start).collect();
+        let mut barriers = 0;
+        for (i, l) in lines.iter().enumerate() {
+            if l.split_whitespace().next() != Some(barrier) {
+                continue;
+            }
+            // Lane shuffles (`ds_bpermute`, ...) use the LDS unit but no LDS memory, so the
+            // compiler may move them between the wait and the barrier.
+            let shuffle = |s: &str| ["ds_bpermute", "ds_permute", "ds_swizzle"].iter().any(|p| s.starts_with(p));
+            let is_memory = |s: &&str| {
+                (["global_", "buffer_", "flat_", "ds_", "scratch_", "s_load", "s_buffer_load"].iter().any(|p| s.starts_with(p)) && !shuffle(s))
+                    || s.ends_with(">:")
+            };
+            let start = lines[..i].iter().rposition(is_memory).map_or(0, |p| p + 1);
+            let got = drained(&lines[start..i]);
+            for c in need {
+                assert!(got.iter().any(|g| g == c), "{}: barrier at line {i} not preceded by a {c}cnt(0) wait: {:?}", co.arch, &lines[start..=i]);
+            }
+            barriers += 1;
+        }
+        assert!(barriers > 0, "{}: no {barrier} found", co.arch);
+        checked += 1;
+        eprintln!("{}: {barriers} barriers wait for memory first", co.arch);
+    }
+    eprintln!("checked barriers in {checked} code objects");
 }
 
 #[test]

@@ -5,10 +5,24 @@
 use core::arch::amdgpu as a;
 use core::sync::atomic::{compiler_fence, Ordering};
 
+#[cfg(not(amdgpu_gen = "gfx12"))]
 #[allow(improper_ctypes)]
 unsafe extern "unadjusted" {
     #[link_name = "llvm.amdgcn.s.waitcnt"]
     fn s_waitcnt(simm16: i32);
+}
+
+// gfx12 split the counters; LLVM 22 copies a legacy `llvm.amdgcn.s.waitcnt` immediate
+// there unchanged (a gfx11-encoded `s_waitcnt`), so gfx12 uses its own wait intrinsics.
+#[cfg(amdgpu_gen = "gfx12")]
+#[allow(improper_ctypes)]
+unsafe extern "unadjusted" {
+    #[link_name = "llvm.amdgcn.s.wait.loadcnt"]
+    fn s_wait_loadcnt(count: i16);
+    #[link_name = "llvm.amdgcn.s.wait.storecnt"]
+    fn s_wait_storecnt(count: i16);
+    #[link_name = "llvm.amdgcn.s.wait.dscnt"]
+    fn s_wait_dscnt(count: i16);
 }
 
 macro_rules! id_fns {
@@ -46,16 +60,29 @@ id_fns! {
     grid_dim_z => packet_u32(20).div_ceil(packet_u16(8));
 }
 
-/// `s_waitcnt vmcnt(0) lgkmcnt(0)` (expcnt not waited), encoded for the ISA generation
-/// that build-support passes as `--cfg amdgpu_gen="gfxN"`.
+/// Waits until this wave's outstanding global loads and LDS accesses are done: `s_waitcnt
+/// vmcnt(0) lgkmcnt(0)` (expcnt not waited), encoded for the ISA generation that
+/// build-support passes as `--cfg amdgpu_gen="gfxN"`; on gfx12 `s_wait_loadcnt 0`,
+/// `s_wait_storecnt 0` and `s_wait_dscnt 0` (LLVM merges them into
+/// `s_wait_storecnt 0` + `s_wait_loadcnt_dscnt 0`).
 #[inline(always)]
 fn wait_memory() {
     #[cfg(amdgpu_gen = "gfx11")]
     const WAIT_VM_LGKM: i32 = 0x0007; // gfx11: expcnt[2:0], lgkmcnt[9:4], vmcnt[15:10]
-    #[cfg(not(amdgpu_gen = "gfx11"))]
+    #[cfg(not(any(amdgpu_gen = "gfx11", amdgpu_gen = "gfx12")))]
     const WAIT_VM_LGKM: i32 = 0x0070; // gfx9/gfx10: vmcnt[3:0]+[15:14], expcnt[6:4], lgkmcnt[11:8]
-    // SAFETY: s_waitcnt only stalls the wave.
-    unsafe { s_waitcnt(WAIT_VM_LGKM) }
+    // SAFETY: waits only stall the wave.
+    #[cfg(not(amdgpu_gen = "gfx12"))]
+    unsafe {
+        s_waitcnt(WAIT_VM_LGKM)
+    }
+    // SAFETY: as above.
+    #[cfg(amdgpu_gen = "gfx12")]
+    unsafe {
+        s_wait_loadcnt(0);
+        s_wait_storecnt(0);
+        s_wait_dscnt(0);
+    }
 }
 
 /// Work-group barrier with work-group-scope memory ordering for LDS and global memory.

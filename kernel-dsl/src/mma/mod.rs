@@ -8,10 +8,10 @@
 //!
 //! | [`Lowering`] | targets | wave | A/B items | C items |
 //! |---|---|---|---|---|
-//! | `Mfma` | gfx90a, gfx942 (`v_mfma_*_16x16x16*`; i8 on gfx942: `16x16x32`, half zero) | 64 | 4 | 4 |
-//! | `Wmma` | gfx11 (`v_wmma_*_16x16x16_*`) | 32 | 16 (lanes 16-31 repeat 0-15) | 8 |
+//! | `Mfma` | gfx90a, gfx942, gfx950 (`v_mfma_*_16x16x16*`; i8 on gfx942/950: `16x16x32`, half zero) | 64 | 4 | 4 |
+//! | `Wmma` | gfx11: gfx1100, gfx1101, gfx1151 (`v_wmma_*_16x16x16_*`) | 32 | 16 (lanes 16-31 repeat 0-15) | 8 |
 //! | `MmaSync` | NVIDIA sm_80+ (two `mma.sync.m16n8k16` per tile) | 32 | 8 | 8 |
-//! | `Valu` | gfx1030, NVIDIA before sm_80 (shuffles + FMAs, `MmaSync` layout) | 32 | 8 | 8 |
+//! | `Valu` | gfx1030, **gfx1200/gfx1201** (gfx12 WMMA not lowered yet), NVIDIA before sm_80 (shuffles + FMAs, `MmaSync` layout) | 32 | 8 | 8 |
 //!
 //! Kernels never depend on the layout: they build fragments with `from_fn(|row, k| ..)`
 //! and read results with [`FragC::coord`] / [`FragC::for_each`], which ask the layout.
@@ -94,7 +94,9 @@ impl Lowering {
 const DEVICE_LOWERING: Lowering = Lowering::Mfma;
 #[cfg(all(target_arch = "amdgpu", amdgpu_gen = "gfx11"))]
 const DEVICE_LOWERING: Lowering = Lowering::Wmma;
-#[cfg(all(target_arch = "amdgpu", amdgpu_gen = "gfx10"))]
+// gfx12 has WMMA, but with other operand widths and layouts than gfx11 (8 halves per
+// lane, no repeated half-wave); until that lowering exists, gfx12 uses the VALU one.
+#[cfg(all(target_arch = "amdgpu", any(amdgpu_gen = "gfx10", amdgpu_gen = "gfx12")))]
 const DEVICE_LOWERING: Lowering = Lowering::Valu;
 #[cfg(all(target_arch = "nvptx64", target_feature = "sm_80"))]
 const DEVICE_LOWERING: Lowering = Lowering::MmaSync;
