@@ -51,39 +51,46 @@ fn function<'a>(listing: &'a str, name: &str) -> &'a str {
     &body[..end]
 }
 
-#[test]
-fn amd_code_objects_use_the_matrix_units() {
+/// The disassembly of every AMD code object `kernels` embeds, by architecture; those the
+/// installed `llvm-objdump` cannot decode are left out with a SKIPPED line saying why.
+fn amd_listings() -> Vec<(&'static str, String)> {
     let b = &kernels::__KERNEL_BINARIES;
     if b.code_objects.is_empty() {
         eprintln!("SKIPPED: kernels was built without AMD code objects (KERNEL_ARCHS / KERNEL_SKIP_GPU_BUILD)");
-        return;
     }
-    let mut checked = 0;
-    for co in b.code_objects {
-        let listing = match disassemble(co.arch, co.bytes) {
-            Ok(l) => l,
+    b.code_objects
+        .iter()
+        .filter_map(|co| match disassemble(co.arch, co.bytes) {
+            Ok(l) => Some((co.arch, l)),
             Err(why) => {
                 eprintln!("SKIPPED {}: cannot disassemble ({why}); apt-get install llvm-22 to check it", co.arch);
-                continue;
+                None
             }
-        };
-        if co.arch.starts_with("gfx12") {
+        })
+        .collect()
+}
+
+#[test]
+fn amd_code_objects_use_the_matrix_units() {
+    let mut checked = 0;
+    for (arch, listing) in amd_listings() {
+        if arch.starts_with("gfx12") {
             // The VALU lowering: gfx12 WMMA (other operand widths than gfx11) is not lowered yet.
             for k in MMA_KERNELS {
                 let f = function(&listing, k);
-                assert!(!f.contains("v_wmma") && !f.contains("v_mfma"), "{k} on {}: unexpected matrix instruction", co.arch);
+                assert!(!f.contains("v_wmma") && !f.contains("v_mfma"), "{k} on {}: unexpected matrix instruction", arch);
             }
             continue;
         }
-        let want = if co.arch.starts_with("gfx9") {
+        let want = if arch.starts_with("gfx9") {
             "v_mfma"
-        } else if co.arch.starts_with("gfx11") {
+        } else if arch.starts_with("gfx11") {
             "v_wmma"
         } else {
             continue; // no matrix unit: the VALU lowering
         };
         for k in MMA_KERNELS {
-            assert!(function(&listing, k).contains(want), "{k} on {} has no {want}", co.arch);
+            assert!(function(&listing, k).contains(want), "{k} on {} has no {want}", arch);
         }
         checked += 1;
     }
@@ -117,24 +124,12 @@ fn drained(lines: &[&str]) -> Vec<String> {
 /// `kernel_dsl::barrier`'s `wait_memory`, in the generation's own encoding.
 #[test]
 fn amd_barriers_wait_for_memory_first() {
-    let b = &kernels::__KERNEL_BINARIES;
-    if b.code_objects.is_empty() {
-        eprintln!("SKIPPED: kernels was built without AMD code objects (KERNEL_ARCHS / KERNEL_SKIP_GPU_BUILD)");
-        return;
-    }
     let mut checked = 0;
-    for co in b.code_objects {
-        let listing = match disassemble(co.arch, co.bytes) {
-            Ok(l) => l,
-            Err(why) => {
-                eprintln!("SKIPPED {}: cannot disassemble ({why}); apt-get install llvm-22 to check it", co.arch);
-                continue;
-            }
-        };
-        let gfx12 = co.arch.starts_with("gfx12");
+    for (arch, listing) in amd_listings() {
+        let gfx12 = arch.starts_with("gfx12");
         let (barrier, need): (&str, &[&str]) = if gfx12 { ("s_barrier_signal", &["load", "store", "ds"]) } else { ("s_barrier", &["vm", "lgkm"]) };
         if gfx12 {
-            assert!(!listing.lines().any(|l| l.trim_start().starts_with("s_waitcnt ")), "{}: legacy s_waitcnt in a gfx12 code object", co.arch);
+            assert!(!listing.lines().any(|l| l.trim_start().starts_with("s_waitcnt ")), "{}: legacy s_waitcnt in a gfx12 code object", arch);
         }
         let lines: Vec<&str> = listing.lines().map(str::trim_start).collect();
         let mut barriers = 0;
@@ -152,13 +147,13 @@ fn amd_barriers_wait_for_memory_first() {
             let start = lines[..i].iter().rposition(is_memory).map_or(0, |p| p + 1);
             let got = drained(&lines[start..i]);
             for c in need {
-                assert!(got.iter().any(|g| g == c), "{}: barrier at line {i} not preceded by a {c}cnt(0) wait: {:?}", co.arch, &lines[start..=i]);
+                assert!(got.iter().any(|g| g == c), "{}: barrier at line {i} not preceded by a {c}cnt(0) wait: {:?}", arch, &lines[start..=i]);
             }
             barriers += 1;
         }
-        assert!(barriers > 0, "{}: no {barrier} found", co.arch);
+        assert!(barriers > 0, "{}: no {barrier} found", arch);
         checked += 1;
-        eprintln!("{}: {barriers} barriers wait for memory first", co.arch);
+        eprintln!("{}: {barriers} barriers wait for memory first", arch);
     }
     eprintln!("checked barriers in {checked} code objects");
 }
