@@ -2,13 +2,12 @@
 //! device: one handle per device stream (a cuBLAS handle's workspace must not be shared by
 //! work on two streams), bound to that stream before every call.
 use super::layout::{ColMajorGemm, MAX_BATCH};
-use super::BlasCall;
+use super::{BlasCall, PerStream};
 use candle_core::DType;
 use cudarc::cublas::sys::{self, cublasOperation_t as Op, cudaDataType as Ty};
 use kernels::runtime::cuda::CudaDevice;
-use std::collections::HashMap;
 use std::ffi::c_void;
-use std::sync::{Arc, Mutex, OnceLock, PoisonError};
+use std::sync::{Arc, Mutex, PoisonError};
 
 /// A cuBLAS handle of one device stream (created with the GPU's primary context current).
 pub struct Cublas {
@@ -35,14 +34,8 @@ fn status(call: &str, s: sys::cublasStatus_t) -> Result<(), String> {
 /// Handles live for the process (a later device whose stream reuses the address gets the
 /// same handle, equally valid: same GPU context, stream re-bound before each call).
 pub fn for_device(dev: &CudaDevice) -> Result<Arc<Cublas>, String> {
-    static HANDLES: OnceLock<Mutex<HashMap<(usize, usize), Result<Arc<Cublas>, String>>>> = OnceLock::new();
-    let mut map = HANDLES
-        .get_or_init(Default::default)
-        .lock()
-        .unwrap_or_else(PoisonError::into_inner);
-    map.entry((dev.ordinal(), dev.raw_stream() as usize))
-        .or_insert_with(|| create(dev))
-        .clone()
+    static HANDLES: PerStream<Cublas> = PerStream::new();
+    HANDLES.get((dev.ordinal(), dev.raw_stream() as usize), || create(dev))
 }
 
 /// The cuBLAS functions this module calls.

@@ -7,7 +7,7 @@
 //! forward algorithm takes), the output is contiguous NCHW. The algorithm comes from
 //! `miopenFindConvolutionForwardAlgorithm` (MIOpen caches its answers in its find-db);
 //! the workspace is a scratch buffer from the device's caching allocator.
-use super::blas_allowed;
+use super::{blas_allowed, PerStream};
 use crate::buffer::{Buf, BufElem, Region};
 use crate::error::{at, invalid};
 use crate::ops::{alloc, contiguous, float_dispatch};
@@ -16,29 +16,18 @@ use candle_core::{DType, Layout, Result};
 use kernels::runtime::rocm::RocmDevice;
 use kernels::runtime::Device;
 use rocm_rs::miopen::{self, ffi, ConvolutionDescriptor, TensorDescriptor};
-use std::collections::HashMap;
 use std::ffi::c_void;
-use std::sync::{Arc, Mutex, OnceLock, PoisonError};
+use std::sync::{Arc, Mutex, PoisonError};
 
 const OP: &str = "conv2d (MIOpen)";
 
 /// The MIOpen handle of `dev`'s stream, created on first use (the same answer each time).
 fn handle(dev: &RocmDevice) -> std::result::Result<Arc<Mutex<miopen::Handle>>, String> {
-    static HANDLES: OnceLock<
-        Mutex<HashMap<(usize, usize), std::result::Result<Arc<Mutex<miopen::Handle>>, String>>>,
-    > = OnceLock::new();
-    let mut map = HANDLES
-        .get_or_init(Default::default)
-        .lock()
-        .unwrap_or_else(PoisonError::into_inner);
-    map.entry((dev.ordinal(), dev.stream().as_raw() as usize))
-        .or_insert_with(|| {
-            dev.bind_device().map_err(|e| e.to_string())?;
-            miopen::Handle::new()
-                .map(|h| Arc::new(Mutex::new(h)))
-                .map_err(|e| format!("miopenCreate: {e}"))
-        })
-        .clone()
+    static HANDLES: PerStream<Mutex<miopen::Handle>> = PerStream::new();
+    HANDLES.get((dev.ordinal(), dev.stream().as_raw() as usize), || {
+        dev.bind_device().map_err(|e| e.to_string())?;
+        miopen::Handle::new().map(|h| Arc::new(Mutex::new(h))).map_err(|e| format!("miopenCreate: {e}"))
+    })
 }
 
 fn i32_of(v: usize) -> Result<i32> {

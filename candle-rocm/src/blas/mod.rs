@@ -29,6 +29,32 @@ use std::cell::Cell;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::OnceLock;
 
+/// Library handles by (device ordinal, stream), each created on first use; the same answer
+/// (the handle, or why it could not be made) comes back every time. Handles live for the
+/// process.
+#[cfg(any(feature = "cuda", feature = "rocm"))]
+type HandleMap<T> = std::collections::HashMap<(usize, usize), std::result::Result<std::sync::Arc<T>, String>>;
+
+#[cfg(any(feature = "cuda", feature = "rocm"))]
+pub(crate) struct PerStream<T>(OnceLock<std::sync::Mutex<HandleMap<T>>>);
+
+#[cfg(any(feature = "cuda", feature = "rocm"))]
+impl<T> PerStream<T> {
+    pub(crate) const fn new() -> Self {
+        PerStream(OnceLock::new())
+    }
+
+    /// The handle of `key`, made by `create` the first time.
+    pub(crate) fn get(
+        &self,
+        key: (usize, usize),
+        create: impl FnOnce() -> std::result::Result<std::sync::Arc<T>, String>,
+    ) -> std::result::Result<std::sync::Arc<T>, String> {
+        let mut map = self.0.get_or_init(Default::default).lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        map.entry(key).or_insert_with(create).clone()
+    }
+}
+
 /// GEMMs handed to a vendor BLAS in this process (one per [`try_gemm`] that ran one).
 static BLAS_GEMMS: AtomicU64 = AtomicU64::new(0);
 

@@ -6,13 +6,12 @@
 //! type-checks (`SKIP_BINDGEN=1 cargo check -p candle-rocm --features rocm`, as CI does)
 //! and follows the same layout plan as the cuBLAS path, which was run on an H100.
 use super::layout::{ColMajorGemm, MAX_BATCH};
-use super::BlasCall;
+use super::{BlasCall, PerStream};
 use candle_core::DType;
 use kernels::runtime::rocm::RocmDevice;
 use rocm_rs::rocblas::{ffi, Handle};
-use std::collections::HashMap;
 use std::ffi::c_void;
-use std::sync::{Arc, Mutex, OnceLock, PoisonError};
+use std::sync::{Arc, Mutex, PoisonError};
 
 // rocm-rs 0.4.2 binds `rocblas_gemm_strided_batched_ex` but does not re-export it (its
 // bindings module is crate-private), so it is declared here, as `rocblas.h` (ROCm 6.x)
@@ -67,20 +66,12 @@ fn status(call: &str, s: ffi::rocblas_status) -> Result<(), String> {
 
 /// The handle of `dev`'s stream, created on first use (the same answer each time).
 pub fn for_device(dev: &RocmDevice) -> Result<Arc<Rocblas>, String> {
-    static HANDLES: OnceLock<Mutex<HashMap<(usize, usize), Result<Arc<Rocblas>, String>>>> = OnceLock::new();
-    let mut map = HANDLES
-        .get_or_init(Default::default)
-        .lock()
-        .unwrap_or_else(PoisonError::into_inner);
-    map.entry((dev.ordinal(), dev.stream().as_raw() as usize))
-        .or_insert_with(|| {
-            dev.bind_device().map_err(|e| e.to_string())?;
-            let h = Handle::new().map_err(|e| format!("rocblas_create_handle: {e}"))?;
-            Ok(Arc::new(Rocblas {
-                handle: Mutex::new(h),
-            }))
-        })
-        .clone()
+    static HANDLES: PerStream<Rocblas> = PerStream::new();
+    HANDLES.get((dev.ordinal(), dev.stream().as_raw() as usize), || {
+        dev.bind_device().map_err(|e| e.to_string())?;
+        let h = Handle::new().map_err(|e| format!("rocblas_create_handle: {e}"))?;
+        Ok(Arc::new(Rocblas { handle: Mutex::new(h) }))
+    })
 }
 
 impl Rocblas {
