@@ -3,9 +3,14 @@
 #
 #   tests/gpu/nvidia.sh            # machine with Rust and an NVIDIA GPU: build and run
 #   tests/gpu/nvidia.sh bundle     # machine with Rust, no GPU: build binaries into .device-bin/
+#   tests/gpu/nvidia.sh pack DIR   # compress the bundle into DIR/bundle.tar.xz (the `device`
+#                                  # tool carries at most 64 MiB); on the GPU machine:
+#                                  # tar -xJf DIR/bundle.tar.xz -C /tmp && /tmp/.device-bin/nvidia.sh report ...
 #   tests/gpu/nvidia.sh run        # GPU machine without Rust: run what `bundle` built
-#   tests/gpu/nvidia.sh report DIR # GPU machine: the tests (GPU only) and every benchmark
-#                                  # against its peer, in one call, results under DIR
+#   tests/gpu/nvidia.sh report DIR [PART...]
+#                                  # GPU machine: the tests (GPU only) and every benchmark
+#                                  # against its peer, results under DIR; PARTs (default
+#                                  # all): tests llm quantized gemm e2e
 #
 # `bundle` + `run` is how the project's H100 checks are made: the GPU machine has CUDA and
 # PyTorch but no Rust toolchain, so x86-64 binaries built here travel there.
@@ -119,39 +124,64 @@ report() {
         timeout "$limit" "$@" > "$out/$name.log" 2>&1 || rc=$?
         echo "$name rc=$rc $(grep -E '^test result' "$out/$name.log" | tail -1)" | tee -a "$out/summary.txt"
     }
+    # Parts to run (default: all). One `run` call has a 10-minute limit, so a session
+    # splits the report over calls: `report DIR tests`, `report DIR llm quantized`, ...
+    shift || true
+    local parts="${*:-tests llm quantized gemm e2e}"
+    has() { case " $parts " in *" $1 "*) return 0 ;; *) return 1 ;; esac; }
     export CANDLE_ROCM_GPU_ONLY=1
-    for t in "$BIN"/test-*; do
-        step "$(basename "$t")" 180 "$t" --test-threads=1
-    done
+    if has tests; then
+        for t in "$BIN"/test-*; do
+            step "$(basename "$t")" 180 "$t" --test-threads=1
+        done
+    fi
     local py="$BIN/python"
     mkdir -p "$out/llm" "$out/quantized" "$out/gemm" "$out/e2e"
-    step bench-llm 240 "$BIN/bench-llm" --out "$out/llm"
-    step torch-llm 240 python3 "$py/torch_llm.py" --out "$out/llm"
-    step report-llm 30 python3 "$py/report_llm.py" "$out/llm"
-    step bench-quantized 180 "$BIN/bench-quantized" --out "$out/quantized"
-    step torch-quantized 120 python3 "$py/torch_quantized.py" --out "$out/quantized"
-    if [ -x "$BIN/candle-peer" ]; then
-        local rc=0
-        timeout 180 "$BIN/candle-peer" qmatvec > "$out/quantized/candle_quantized.json" 2> "$out/candle-qmatvec.log" || rc=$?
-        echo "candle-qmatvec rc=$rc" | tee -a "$out/summary.txt"
+    if has llm; then
+        step bench-llm 240 "$BIN/bench-llm" --out "$out/llm"
+        step torch-llm 240 python3 "$py/torch_llm.py" --out "$out/llm"
+        step report-llm 30 python3 "$py/report_llm.py" "$out/llm"
     fi
-    step report-quantized 30 python3 "$py/report_quantized.py" "$out/quantized"
-    step bench-gemm 240 "$BIN/bench-gemm" --out "$out/gemm"
-    step torch-gemm 240 python3 "$py/torch_gemm.py" --out "$out/gemm"
-    step report-gemm 30 python3 "$py/report_gemm.py" "$out/gemm"
-    if [ -x "$BIN/candle-peer" ]; then
-        local rc=0
-        timeout 240 "$BIN/candle-peer" > "$out/e2e/peer.jsonl" 2> "$out/e2e/peer.err" || rc=$?
-        echo "e2e-peer rc=$rc" | tee -a "$out/summary.txt"
+    if has quantized; then
+        step bench-quantized 180 "$BIN/bench-quantized" --out "$out/quantized"
+        step torch-quantized 120 python3 "$py/torch_quantized.py" --out "$out/quantized"
+        if [ -x "$BIN/candle-peer" ]; then
+            local rc=0
+            timeout 180 "$BIN/candle-peer" qmatvec > "$out/quantized/candle_quantized.json" 2> "$out/candle-qmatvec.log" || rc=$?
+            echo "candle-qmatvec rc=$rc" | tee -a "$out/summary.txt"
+        fi
+        step report-quantized 30 python3 "$py/report_quantized.py" "$out/quantized"
     fi
-    step e2e-ours 300 "$BIN/bench-llama-e2e" --device cuda --profile "$out/e2e/profile"
-    CANDLE_ROCM_BLAS=0 step e2e-ours-kernel-gemm 240 "$BIN/bench-llama-e2e" --device cuda --steps 32 --reps 1
+    if has gemm; then
+        step bench-gemm 240 "$BIN/bench-gemm" --out "$out/gemm"
+        step torch-gemm 240 python3 "$py/torch_gemm.py" --out "$out/gemm"
+        step report-gemm 30 python3 "$py/report_gemm.py" "$out/gemm"
+    fi
+    if has e2e; then
+        if [ -x "$BIN/candle-peer" ]; then
+            local rc=0
+            timeout 240 "$BIN/candle-peer" > "$out/e2e/peer.jsonl" 2> "$out/e2e/peer.err" || rc=$?
+            echo "e2e-peer rc=$rc" | tee -a "$out/summary.txt"
+        fi
+        step e2e-ours 300 "$BIN/bench-llama-e2e" --device cuda --profile "$out/e2e/profile"
+        CANDLE_ROCM_BLAS=0 step e2e-ours-kernel-gemm 240 "$BIN/bench-llama-e2e" --device cuda --steps 32 --reps 1
+    fi
+}
+
+pack() {
+    local dir="${1:?usage: nvidia.sh pack DIR}"
+    mkdir -p "$dir"
+    # One stream with a dictionary larger than a binary: the PTX every binary embeds is
+    # stored once (417 MB -> 18 MB).
+    tar -cf - "$BIN" | xz --lzma2=preset=3,dict=256MiB -T1 > "$dir/bundle.tar.xz"
+    du -h "$dir/bundle.tar.xz"
 }
 
 case "${1:-all}" in
     bundle) bundle ;;
+    pack) pack "${2:-}" ;;
     run) run ;;
-    report) report "${2:-}" ;;
+    report) shift; report "$@" ;;
     all) cargo test -p kernels -p candle-rocm --features kernels/cuda,candle-rocm/cuda -- --test-threads=1 ;;
     *) echo "usage: $0 [bundle|run|report DIR]" >&2; exit 2 ;;
 esac

@@ -2,8 +2,9 @@
 //! events: square f16/bf16 products 1024..8192 and LLM projection shapes (M tokens x K
 //! against a K x N weight), plus a correctness spot check of each shape class.
 //!
-//! `gemm [--out DIR] [--quick]`: writes `DIR/rust_gemm.json`; `python/torch_gemm.py` times
-//! `torch.matmul` on the same shapes and `python/report_gemm.py` merges both.
+//! `gemm [--out DIR] [--quick] [--shape MxNxK --dtype bf16|f16|f32]`: writes
+//! `DIR/rust_gemm.json`; `python/torch_gemm.py` times `torch.matmul` on the same shapes and
+//! `python/report_gemm.py` merges both. `--shape` times that one product only (for `ncu`).
 use benches::time;
 use half::{bf16, f16};
 use kernel_dsl::host::ScalarArg;
@@ -58,6 +59,17 @@ fn main() {
     let quick = args.iter().any(|a| a == "--quick");
     let Some(dev) = benches::gpu() else { return };
     let mut rows = Vec::new();
+    let value = |flag: &str| args.iter().position(|a| a == flag).and_then(|i| args.get(i + 1));
+    if let Some(shape) = value("--shape") {
+        let d: Vec<usize> = shape.split('x').map(|v| v.parse().expect("--shape MxNxK")).collect();
+        let [m, n, k] = d[..] else { panic!("--shape MxNxK") };
+        match value("--dtype").map(String::as_str).unwrap_or("bf16") {
+            "f16" => run::<f16>(&dev, m, n, k, &mut rows),
+            "f32" => run::<f32>(&dev, m, n, k, &mut rows),
+            _ => run::<bf16>(&dev, m, n, k, &mut rows),
+        }
+        return;
+    }
     let squares: &[usize] = if quick { &[1024, 4096] } else { &[1024, 2048, 4096, 8192] };
     let tokens: &[usize] = if quick { &[1, 4096] } else { &[1, 16, 64, 256, 1024, 4096] };
     let weights = [(4096, 4096), (4096, 14336), (14336, 4096)]; // (K, N)
