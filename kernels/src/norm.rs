@@ -72,18 +72,20 @@ pub fn rms_norm<T: Float>(input: &[T], weight: &[T], out: &mut [T], cols: u32, e
     }
 }
 
-/// LayerNorm of rows that fit the work-group's register tiles ([`RowTile::fits`]):
+/// LayerNorm of rows that fit the work-group's register tiles of
+/// [`affine_row_chunks`](crate::row::affine_row_chunks) chunks per work-item:
 /// `out = (x - mean) / sqrt(var + eps) * weight + bias` with the biased variance
 /// `mean((x - mean)^2)`; `weight` and `bias` have `cols` elements or are empty (1 and 0).
 /// The row is read once; the sums of `x - x[0]` and of its square come from the registers
 /// in one work-group reduction (the shift keeps the variance free of cancellation for rows
 /// whose mean is large against their spread, as in [`layer_norm_long`](fn@layer_norm_long)).
-/// Longer rows abort the launch: use [`layer_norm_long`](fn@layer_norm_long), or
-/// [`layer_norm_rows`], which picks.
+/// Launch with [`layer_norm_launch_config`]. Longer rows abort the launch: use
+/// [`layer_norm_long`](fn@layer_norm_long), or [`layer_norm_rows`], which picks.
 #[amdgpu_kernel(T = [f32, f16, bf16])]
 pub fn layer_norm<T: Float>(input: &[T], weight: &[T], bias: &[T], out: &mut [T], cols: u32, eps: f32, mut partials: Shared<f32, MAX_WAVES>, mut partials2: Shared<f32, MAX_WAVES>) {
     let cols = cols as usize;
-    assert!(Tile::fits::<T>(cols));
+    let chunks = crate::row::affine_row_chunks(core::mem::size_of::<T>(), cols);
+    assert!(Tile::fits_with(cols, chunks));
     if cols == 0 {
         return;
     }
@@ -96,7 +98,7 @@ pub fn layer_norm<T: Float>(input: &[T], weight: &[T], bias: &[T], out: &mut [T]
     let inv_n = 1.0 / cols as f32;
     let k0 = x[0].to_f32();
     // Padding reads as k0, so it adds nothing to either sum.
-    let tile = Tile::load(x, k0);
+    let tile = Tile::load_with(x, k0, flat_thread_idx() as usize, flat_block_dim() as usize, chunks);
     let s = tile.fold_padded(0.0, |a, v| a + (v - k0));
     let q = tile.fold_padded(0.0, |a, v| a + (v - k0) * (v - k0));
     let (s, q) = block_sum2(s, q, &mut partials, &mut partials2);
@@ -226,6 +228,16 @@ pub fn launch_config<T>(rows: usize, cols: usize) -> Result<kernel_dsl::host::La
     crate::row::launch_config("norm", rows, cols, core::mem::size_of::<T>())
 }
 
+/// Launch shape of [`layer_norm`](fn@layer_norm) for `rows` rows of `cols` elements, sized
+/// like [`launch_config`] for NVIDIA GPUs and the CPU executor but with
+/// [`affine_row_chunks`](crate::row::affine_row_chunks) (16-bit rows up to 8192 take twice
+/// the work-items [`rms_norm`](fn@rms_norm) does).
+#[cfg(not(any(target_arch = "amdgpu", target_arch = "nvptx64")))]
+pub fn layer_norm_launch_config<T>(rows: usize, cols: usize) -> Result<kernel_dsl::host::LaunchConfig, kernel_dsl::host::LaunchError> {
+    let size = core::mem::size_of::<T>();
+    crate::row::launch_config_chunks("layer_norm", rows, cols, size, crate::row::affine_row_chunks(size, cols))
+}
+
 #[cfg(not(any(target_arch = "amdgpu", target_arch = "nvptx64")))]
 mod host {
     use crate::runtime::{Device, DeviceVec};
@@ -282,8 +294,9 @@ mod host {
             return super::layer_norm_wave::launch::<T>(dev, crate::row::wave_rows_config(rows, dev.wave_lanes()), x, param(weight), param(bias), y, cols as u32, eps);
         }
         let size = std::mem::size_of::<T>();
-        let cfg = crate::row::launch_config_on(dev, "layer_norm", rows, cols, size)?;
-        if cols <= crate::row::tile_chunks_on(dev, size) * crate::row::CHUNK * cfg.block.x as usize {
+        let chunks = crate::row::affine_row_chunks_on(dev, size, cols);
+        let cfg = crate::row::launch_config_chunks("layer_norm", rows, cols, size, chunks)?;
+        if cols <= chunks * crate::row::CHUNK * cfg.block.x as usize {
             super::layer_norm::launch::<T>(dev, cfg, x, param(weight), param(bias), y, cols as u32, eps)
         } else {
             super::layer_norm_long::launch::<T>(dev, cfg, x, param(weight), param(bias), y, cols as u32, eps)

@@ -452,6 +452,110 @@ pub fn reduce_cols_finish<T: Float, Op: ReduceOp>(part: &[f32], out: &mut [T], s
     }
 }
 
+/// Work-items along the columns of a [`reduce_cols_vec`](fn@reduce_cols_vec) work-group;
+/// each holds [`CHUNK`](crate::row::CHUNK) neighbouring columns, so a wave reads 256
+/// contiguous elements of a row (512 bytes of bf16, 1 KiB of f32) per load.
+pub const VEC_COL_LANES: u32 = 32;
+/// Work-items along the rows of a [`reduce_cols_vec`](fn@reduce_cols_vec) work-group.
+pub const VEC_COL_ROWS: u32 = 8;
+/// Shared-memory partials of [`reduce_cols_vec`](fn@reduce_cols_vec): one per column of
+/// every work-item.
+pub const VEC_COL_PARTIALS: usize = (VEC_COL_LANES * VEC_COL_ROWS) as usize * crate::row::CHUNK;
+
+/// `Op` over the rows of long columns, as vectors: for a contiguous `(outer, r, inner)`
+/// input with `inner` a multiple of [`CHUNK`](crate::row::CHUNK). Work-group `(g, s)` of
+/// a `(outer * ceil(inner / 256), splits)` grid (block 32 x 8) covers 256 columns of
+/// outer index `g / tiles` and rows `s * ceil(r / splits) ..`; work-item `(tx, ty)` folds
+/// the 8 columns at `tx * 8` over every 8th of those rows (two 8-element loads in flight),
+/// then the 8 partial rows meet in shared memory in a fixed order. With one split it
+/// writes `finish` to `out`; with several, the plain partial to `part[(s * outer + a) *
+/// inner + b]` for [`reduce_cols_finish`](fn@reduce_cols_finish). The vector loads (16
+/// bytes a work-item, 512 bytes and more a wave) are what the scalar
+/// [`reduce_cols`](fn@reduce_cols) lacks on long columns.
+#[amdgpu_kernel(T = [f32, f16, bf16], Op = [Sum, Mean, Max, Min], max_threads = 256)]
+pub fn reduce_cols_vec<T: Float, Op: ReduceOp>(input: &[T], part: &mut [f32], out: &mut [T], outer: u32, r: u32, inner: u32, mut partials: Shared<f32, VEC_COL_PARTIALS>) {
+    use crate::row::CHUNK;
+    let (outer, r, inner) = (outer as usize, r as usize, inner as usize);
+    let (tx, ty) = (thread_idx_x() as usize, thread_idx_y() as usize);
+    let (bx, by) = (block_dim_x() as usize, block_dim_y() as usize);
+    if inner % CHUNK != 0 || outer * r * inner > input.len() || bx * by * CHUNK > VEC_COL_PARTIALS {
+        panic!("reduce_cols_vec: shape, buffer or block do not match");
+    }
+    let width = bx * CHUNK;
+    let tiles = inner.div_ceil(width);
+    let g = block_idx_x() as usize;
+    let (s, splits) = (block_idx_y() as usize, grid_dim_y() as usize);
+    let (a, b) = (g / tiles, (g % tiles) * width + tx * CHUNK);
+    let chunk = r.div_ceil(splits);
+    let k0 = (s * chunk).min(r);
+    let k1 = (k0 + chunk).min(r);
+    let mut acc = [Op::INIT; CHUNK];
+    if a < outer && b < inner {
+        let vec = crate::row::vectorizable(input.as_ptr());
+        let base = a * r * inner + b;
+        let mut k = k0 + ty;
+        // SAFETY (each load): k < k1 <= r and b + CHUNK <= inner (inner is a multiple of
+        // CHUNK), so the chunk lies in `input` (checked above); base + k * inner is a
+        // multiple of CHUNK.
+        while k + by < k1 {
+            let x0 = unsafe { crate::row::load_full(input, base + k * inner, vec) };
+            let x1 = unsafe { crate::row::load_full(input, base + (k + by) * inner, vec) };
+            each_lane!(j, {
+                acc[j] = Op::combine(acc[j], Op::combine(x0[j], x1[j]));
+            });
+            k += 2 * by;
+        }
+        if k < k1 {
+            let x0 = unsafe { crate::row::load_full(input, base + k * inner, vec) };
+            each_lane!(j, {
+                acc[j] = Op::combine(acc[j], x0[j]);
+            });
+        }
+    }
+    each_lane!(j, {
+        partials[(ty * bx + tx) * CHUNK + j] = acc[j];
+    });
+    barrier();
+    if ty == 0 && a < outer && b < inner {
+        let mut y = 1;
+        while y < by {
+            each_lane!(j, {
+                acc[j] = Op::combine(acc[j], partials[(y * bx + tx) * CHUNK + j]);
+            });
+            y += 1;
+        }
+        if splits == 1 {
+            each_lane!(j, {
+                out[a * inner + b + j] = T::from_f32(Op::finish(acc[j], r));
+            });
+        } else {
+            each_lane!(j, {
+                part[(s * outer + a) * inner + b + j] = acc[j];
+            });
+        }
+    }
+}
+
+/// Splits of a [`reduce_cols_vec`](fn@reduce_cols_vec) launch whose first pass has
+/// `groups` work-groups of 256 work-items over `r` rows: about 1024 work-groups (8 per
+/// compute unit of an H100, all resident at once), each at least 64 rows.
+pub const fn vec_col_splits(groups: usize, r: usize) -> usize {
+    if groups == 0 || groups >= 1024 {
+        return 1;
+    }
+    let s = 1024 / groups;
+    let most = r / 64;
+    let s = if s < most { s } else { most };
+    if s > 1 { if s > 65535 { 65535 } else { s } } else { 1 }
+}
+
+/// `true` when a column reduction over `r` rows of `inner` columns takes
+/// [`reduce_cols_vec`](fn@reduce_cols_vec): whole chunks of columns, and columns long
+/// enough (256 rows) that the scalar kernel's narrow loads are what limits it.
+pub const fn vec_cols(r: usize, inner: usize) -> bool {
+    inner % crate::row::CHUNK == 0 && inner >= 128 && r >= 256
+}
+
 /// Splits of a column reduction over `r` rows whose [`reduce_cols`](fn@reduce_cols) grid
 /// has `groups` work-groups: enough for about 1024 work-groups (8 per compute unit of an
 /// H100), each at least 256 rows; 1 (no split) from 512 work-groups or under 512 rows.
@@ -567,6 +671,11 @@ mod host {
                 super::reduce_rows::launch::<T, Op>(dev, cfg, input, &*layout, out, *cols as u32)
             }
             ReducePlan::WaveRows { cols, .. } => super::reduce_rows_wave::launch::<T, Op>(dev, cfg, input, out, *cols as u32),
+            ReducePlan::Cols { outer, r, inner } if super::vec_cols(*r, *inner) => {
+                let tiles = inner.div_ceil((super::VEC_COL_LANES as usize) * crate::row::CHUNK);
+                let splits = super::vec_col_splits(outer * tiles, *r);
+                reduce_long_columns::<T, Op>(dev, input, (*outer, *r, *inner), splits, out)
+            }
             ReducePlan::Cols { outer, r, inner } => {
                 let splits = super::col_splits(cfg.grid.x as usize, *r);
                 if splits > 1 {
@@ -580,6 +689,43 @@ mod host {
                 super::reduce_cols::launch::<T, Op>(dev, cfg, input, out, *outer as u32, *r as u32, *inner as u32)
             }
         }
+    }
+
+    /// The column reduction of a contiguous `(outer, r, inner)` `input` into `out`
+    /// (`outer * inner`) by [`reduce_cols_vec`](fn@super::reduce_cols_vec) with its rows
+    /// split `splits` ways (1: one pass; more: partials in scratch, then
+    /// [`reduce_cols_finish`](fn@super::reduce_cols_finish) in split order). [`reduce`]
+    /// picks it and the split count ([`vec_cols`](super::vec_cols),
+    /// [`vec_col_splits`](super::vec_col_splits)); public for tests of both passes.
+    pub fn reduce_long_columns<T: Float, Op: ReduceOp>(
+        dev: &Device,
+        input: &DeviceVec<T>,
+        (outer, r, inner): (usize, usize, usize),
+        splits: usize,
+        out: &mut DeviceVec<T>,
+    ) -> Result<(), LaunchError> {
+        let bad = |reason: String| Err(LaunchError::InvalidArgument { kernel: "reduce_cols_vec", reason });
+        if inner % crate::row::CHUNK != 0 || splits == 0 || splits > 65535 {
+            return bad(format!("inner {inner} must be a multiple of {}, splits {splits} in 1..=65535", crate::row::CHUNK));
+        }
+        let n = outer.checked_mul(r).and_then(|v| v.checked_mul(inner));
+        if n.is_none_or(|n| n > input.len() || n > u32::MAX as usize) || outer * inner != out.len() {
+            return bad(format!("input {} / output {} do not hold {outer} x {r} x {inner}", input.len(), out.len()));
+        }
+        if outer * inner == 0 {
+            return Ok(());
+        }
+        let tiles = inner.div_ceil((super::VEC_COL_LANES as usize) * crate::row::CHUNK);
+        let block = Dim3::new(super::VEC_COL_LANES, super::VEC_COL_ROWS, 1);
+        let cfg1 = LaunchConfig::new(Dim3::new((outer * tiles) as u32, splits as u32, 1), block);
+        if splits == 1 {
+            let mut none = dev.scratch::<f32>(0)?;
+            return super::reduce_cols_vec::launch::<T, Op>(dev, cfg1, input, &mut none, out, outer as u32, r as u32, inner as u32);
+        }
+        let mut part = dev.scratch::<f32>(splits * outer * inner)?;
+        super::reduce_cols_vec::launch::<T, Op>(dev, cfg1, input, &mut part, out, outer as u32, r as u32, inner as u32)?;
+        let cfg2 = crate::indexing::elements_config(outer * inner);
+        super::reduce_cols_finish::launch::<T, Op>(dev, cfg2, &part, out, splits as u32, r as u32)
     }
 
     /// As [`reduce`], writing the index (along the reduced dimensions, row-major) of the

@@ -54,8 +54,56 @@ pub const fn tile_chunks(elem_bytes: usize) -> usize {
     }
 }
 
-/// Chunks per work-item of every [`RowTile`] on AMD GPUs, and of 32-bit types everywhere.
+/// Chunks per work-item of every [`RowTile`] on AMD GPUs, and of short 32-bit rows everywhere.
 pub const AMD_TILE_CHUNKS: usize = 2;
+
+/// f32 rows longer than this take [`TILE_CHUNKS`] chunks per work-item where 16-bit types
+/// do (NVIDIA, the CPU executor): 16384 f32 columns then run on 512 work-items instead
+/// of 1024 (two rows per compute unit overlap one row's reductions with the other's
+/// loads, as the streaming path's 512 did), and rows up to 32768 are read once instead
+/// of twice. The registers are those of the 16-bit tiles, which hold f32 values too.
+pub const F32_WIDE_TILE_COLS: usize = 8192;
+
+/// Chunks per work-item of the [`RowTile`]s of rows of `cols` elements of `elem_bytes`
+/// bytes on the architecture this is compiled for: [`tile_chunks`], except for long f32
+/// rows ([`F32_WIDE_TILE_COLS`]).
+pub const fn row_chunks(elem_bytes: usize, cols: usize) -> usize {
+    if !cfg!(target_arch = "amdgpu") && elem_bytes == 4 && cols > F32_WIDE_TILE_COLS {
+        TILE_CHUNKS
+    } else {
+        tile_chunks(elem_bytes)
+    }
+}
+
+/// Chunks per work-item of kernels that hold a weight and a bias chunk beside each value
+/// chunk (LayerNorm): [`row_chunks`], except 2 for 16-bit rows up to
+/// [`F32_WIDE_TILE_COLS`] on NVIDIA, where 4 chunks (32 values, their weights and biases)
+/// spilled under the 64-register cap of 1024-item kernels (ptxas sm_90: 156 bytes for
+/// f16 LayerNorm).
+pub const fn affine_row_chunks(elem_bytes: usize, cols: usize) -> usize {
+    if elem_bytes == 2 && cols <= F32_WIDE_TILE_COLS {
+        AMD_TILE_CHUNKS
+    } else {
+        row_chunks(elem_bytes, cols)
+    }
+}
+
+/// [`affine_row_chunks`] of the kernels `dev` runs.
+#[cfg(not(any(target_arch = "amdgpu", target_arch = "nvptx64")))]
+pub fn affine_row_chunks_on(dev: &crate::runtime::Device, elem_bytes: usize, cols: usize) -> usize {
+    row_chunks_on(dev, elem_bytes, cols).min(affine_row_chunks(elem_bytes, cols))
+}
+
+/// [`row_chunks`] of the kernels `dev` runs.
+#[cfg(not(any(target_arch = "amdgpu", target_arch = "nvptx64")))]
+pub fn row_chunks_on(dev: &crate::runtime::Device, elem_bytes: usize, cols: usize) -> usize {
+    #[cfg(feature = "rocm")]
+    if matches!(dev, crate::runtime::Device::Rocm(_)) {
+        return AMD_TILE_CHUNKS;
+    }
+    let _ = dev;
+    row_chunks(elem_bytes, cols)
+}
 
 /// [`tile_chunks`] of the kernels `dev` runs (the host is compiled with the NVIDIA / CPU
 /// value; an AMD device runs code objects built with [`AMD_TILE_CHUNKS`]).
@@ -81,7 +129,7 @@ struct Vector<T>([T; CHUNK]);
 /// of `T` is a multiple of 16 bytes).
 #[device]
 #[inline(always)]
-fn vectorizable<T>(s: *const T) -> bool {
+pub(crate) fn vectorizable<T>(s: *const T) -> bool {
     core::mem::size_of::<T>() >= 2 && (s as usize) % 16 == 0
 }
 
@@ -218,7 +266,13 @@ impl RowTile {
     /// `true` when a row of `cols` elements of `T` fits the tiles of the work-group.
     #[inline(always)]
     pub fn fits<T>(cols: usize) -> bool {
-        cols <= tile_chunks(core::mem::size_of::<T>()) * CHUNK * flat_block_dim() as usize
+        Self::fits_with(cols, row_chunks(core::mem::size_of::<T>(), cols))
+    }
+
+    /// `true` when a row of `cols` elements fits tiles of `chunks` chunks per work-item.
+    #[inline(always)]
+    pub fn fits_with(cols: usize, chunks: usize) -> bool {
+        cols <= chunks * CHUNK * flat_block_dim() as usize
     }
 
     /// `true` when a row of `cols` elements of `T` fits the tiles of one wave's lanes.
@@ -243,7 +297,13 @@ impl RowTile {
     /// lane of the wave that owns the row, for instance).
     #[inline(always)]
     pub fn load_of<T: Float>(row: &[T], pad: f32, part: usize, parts: usize) -> RowTile {
-        let mut t = RowTile { v: [[pad; CHUNK]; TILE_CHUNKS], chunks: tile_chunks(core::mem::size_of::<T>()), part, parts };
+        Self::load_with(row, pad, part, parts, row_chunks(core::mem::size_of::<T>(), row.len()))
+    }
+
+    /// [`RowTile::load_of`] with `chunks` (at most [`TILE_CHUNKS`]) chunks per work-item.
+    #[inline(always)]
+    pub fn load_with<T: Float>(row: &[T], pad: f32, part: usize, parts: usize, chunks: usize) -> RowTile {
+        let mut t = RowTile { v: [[pad; CHUNK]; TILE_CHUNKS], chunks, part, parts };
         let vec = vectorizable(row.as_ptr());
         each_tile_chunk!(k, t.chunks, {
             let e = t.start(k);
@@ -518,7 +578,7 @@ pub fn use_wave_rows(rows: usize, cols: usize) -> bool {
 /// reductions with another's loads.
 #[cfg(not(any(target_arch = "amdgpu", target_arch = "nvptx64")))]
 pub fn row_threads(cols: usize, elem_bytes: usize) -> u32 {
-    row_threads_for(cols, elem_bytes, tile_chunks(elem_bytes))
+    row_threads_for(cols, elem_bytes, row_chunks(elem_bytes, cols))
 }
 
 /// [`row_threads`] for kernels whose tiles hold `chunks` chunks per work-item.
@@ -544,13 +604,19 @@ pub fn reduce_threads(cols: usize) -> u32 {
 /// Launch shape for a row kernel: one work-group per row, [`row_threads`] work-items.
 #[cfg(not(any(target_arch = "amdgpu", target_arch = "nvptx64")))]
 pub fn launch_config(kernel: &'static str, rows: usize, cols: usize, elem_bytes: usize) -> Result<kernel_dsl::host::LaunchConfig, kernel_dsl::host::LaunchError> {
-    launch_config_for(kernel, rows, cols, elem_bytes, tile_chunks(elem_bytes))
+    launch_config_for(kernel, rows, cols, elem_bytes, row_chunks(elem_bytes, cols))
 }
 
-/// [`launch_config`] for the kernels `dev` runs ([`tile_chunks_on`]).
+/// [`launch_config`] for kernels whose tiles hold `chunks` chunks per work-item.
+#[cfg(not(any(target_arch = "amdgpu", target_arch = "nvptx64")))]
+pub fn launch_config_chunks(kernel: &'static str, rows: usize, cols: usize, elem_bytes: usize, chunks: usize) -> Result<kernel_dsl::host::LaunchConfig, kernel_dsl::host::LaunchError> {
+    launch_config_for(kernel, rows, cols, elem_bytes, chunks)
+}
+
+/// [`launch_config`] for the kernels `dev` runs ([`row_chunks_on`]).
 #[cfg(not(any(target_arch = "amdgpu", target_arch = "nvptx64")))]
 pub fn launch_config_on(dev: &crate::runtime::Device, kernel: &'static str, rows: usize, cols: usize, elem_bytes: usize) -> Result<kernel_dsl::host::LaunchConfig, kernel_dsl::host::LaunchError> {
-    launch_config_for(kernel, rows, cols, elem_bytes, tile_chunks_on(dev, elem_bytes))
+    launch_config_for(kernel, rows, cols, elem_bytes, row_chunks_on(dev, elem_bytes, cols))
 }
 
 #[cfg(not(any(target_arch = "amdgpu", target_arch = "nvptx64")))]

@@ -108,8 +108,11 @@ pub fn log_softmax<T: Float>(input: &[T], out: &mut [T], cols: u32, mut partials
     let y = &mut out[start..end];
     if Tile::fits::<T>(cols) {
         let tile = Tile::load(x, f32::NEG_INFINITY);
-        let m = block_reduce(tile.fold(cols, f32::NEG_INFINITY, f32::max), &mut partials, f32::max);
-        let s = block_reduce(tile.fold(cols, 0.0, |a, v| a + (v - m).exp()), &mut partials, |a, b| a + b);
+        // As in `softmax`: -inf padding leaves the maximum alone and adds exp(-inf - m) = 0
+        // (or NaN when m = -inf, where the row's own terms are NaN too), so the folds skip
+        // per-element bounds tests (registers: 4-chunk f32 tiles spilled with them).
+        let m = block_reduce(tile.fold_padded(f32::NEG_INFINITY, f32::max), &mut partials, f32::max);
+        let s = block_reduce(tile.fold_padded(0.0, |a, v| a + (v - m).exp()), &mut partials, |a, b| a + b);
         let lse = m + s.ln();
         tile.store(y, |v, _| v.map(|e| e - lse));
     } else {

@@ -43,6 +43,8 @@ fn cases() -> Vec<Case> {
         (vec![600, 40], None, vec![0]),           // long narrow columns: rows split in 2
         (vec![3, 1500, 70], None, vec![1]),       // split in 5 (chunks of 300 rows)
         (vec![1025, 5, 40], None, vec![0, 1]),    // split in 20, a partial last chunk
+        (vec![701, 136], None, vec![0]),          // vector columns: one partial tile, 10 splits
+        (vec![3, 300, 264], None, vec![1]),       // vector columns: 2 tiles (8 columns in the second)
     ]
 }
 
@@ -211,6 +213,12 @@ fn plans_pick_the_kernel_the_shape_wants() {
     assert_eq!(reduce::col_splits(1000, 64), 1);
     assert_eq!(reduce::col_splits(512, 1 << 20), 1);
     assert_eq!(reduce::col_splits(4, 300), 1);
+    // Long columns in whole chunks take the vector kernel: 4096 x 4096 over dim 0 is 16
+    // tiles of 256 columns, split 64 ways (1024 groups of 64 rows).
+    assert!(reduce::vec_cols(4096, 4096) && !reduce::vec_cols(4096, 4100) && !reduce::vec_cols(100, 4096) && !reduce::vec_cols(4096, 64));
+    assert_eq!(reduce::vec_col_splits(16, 4096), 64);
+    assert_eq!(reduce::vec_col_splits(1, 701), 10);
+    assert_eq!(reduce::vec_col_splits(1024, 4096), 1);
 }
 
 #[test]
@@ -235,4 +243,38 @@ fn bad_reductions_are_typed_errors_and_write_nothing() {
     assert_eq!(exec.download(&y).unwrap(), vec![0.0; 3]);
     reduce::reduce::<f32, Mean>(&exec, &e, &[3, 0], &[0, 1], &[1], &mut y).unwrap();
     assert!(exec.download(&y).unwrap().iter().all(|v| v.is_nan()));
+}
+
+/// The vector column kernel itself, one pass and split, against f64: every op, a partial
+/// tile, a partial last split, and its typed errors.
+#[test]
+fn vector_columns_in_one_pass_and_split() {
+    for exec in executors() {
+        let (outer, r, inner) = (2, 45, 272);
+        let x: Vec<f32> = inputs(outer * r * inner, 0.5, 1.5, 7, false).into_iter().map(|v| v as f32).collect();
+        let dx = exec.upload(&x).unwrap();
+        for splits in [1, 4, 45] {
+            for op in [Op::Sum, Op::Mean, Op::Max, Op::Min] {
+                let mut dy = exec.alloc::<f32>(outer * inner).unwrap();
+                let shape = (outer, r, inner);
+                match op {
+                    Op::Sum => reduce::reduce_long_columns::<f32, Sum>(&exec, &dx, shape, splits, &mut dy),
+                    Op::Mean => reduce::reduce_long_columns::<f32, Mean>(&exec, &dx, shape, splits, &mut dy),
+                    Op::Max => reduce::reduce_long_columns::<f32, Max>(&exec, &dx, shape, splits, &mut dy),
+                    Op::Min => reduce::reduce_long_columns::<f32, Min>(&exec, &dx, shape, splits, &mut dy),
+                }
+                .unwrap();
+                let want: Vec<f64> = (0..outer * inner)
+                    .map(|o| reference(op, &(0..r).map(|k| x[(o / inner * r + k) * inner + o % inner] as f64).collect::<Vec<_>>()))
+                    .collect();
+                assert_close_with(&exec.download(&dy).unwrap(), &want, r as f64 * 6e-8 + 3e-6, 0.0, &format!("{op:?} splits={splits} on {}", exec.name()));
+            }
+        }
+        let mut dy = exec.alloc::<f32>(outer * inner).unwrap();
+        let msg = |e: Result<(), kernel_dsl::host::LaunchError>| e.unwrap_err().to_string();
+        assert!(msg(reduce::reduce_long_columns::<f32, Sum>(&exec, &dx, (outer, r, 270), 1, &mut dy)).contains("multiple of 8"));
+        assert!(msg(reduce::reduce_long_columns::<f32, Sum>(&exec, &dx, (outer, r + 1, inner), 1, &mut dy)).contains("do not hold"));
+        assert!(msg(reduce::reduce_long_columns::<f32, Sum>(&exec, &dx, (outer, r, inner), 0, &mut dy)).contains("splits 0"));
+        assert!(exec.download(&dy).unwrap().iter().all(|&v| v == 0.0), "a rejected call wrote");
+    }
 }

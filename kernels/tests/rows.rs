@@ -250,12 +250,13 @@ fn checked_row_launchers_reject_bad_shapes_and_write_nothing() {
 #[test]
 fn layer_norm_tile_kernel_refuses_rows_longer_than_its_tiles() {
     let exec = kernels::runtime::Device::cpu(kernel_dsl::host::WaveSize::W64);
-    let cols = 20000;
+    // f32 rows past row::F32_WIDE_TILE_COLS hold 4 chunks of 8 per work-item: 32768 fit.
+    let cols = 40000;
     let x = exec.upload(&vec![1.0f32; cols]).unwrap();
     let mut y = exec.alloc::<f32>(cols).unwrap();
     let none = exec.upload::<f32>(&[]).unwrap();
-    let r = norm::layer_norm::launch::<f32>(&exec, norm::launch_config::<f32>(1, cols).unwrap(), &x, &none, &none, &mut y, cols as u32, 1e-5);
-    assert!(r.is_err(), "a 20000-element row does not fit 1024 work-items x 16");
+    let r = norm::layer_norm::launch::<f32>(&exec, norm::layer_norm_launch_config::<f32>(1, cols).unwrap(), &x, &none, &none, &mut y, cols as u32, 1e-5);
+    assert!(r.is_err(), "a 40000-element row does not fit 1024 work-items x 32");
     // The checked launcher picks the streaming kernel for it.
     norm::layer_norm_rows::<f32>(&exec, &x, None, None, &mut y, cols, 1e-5).unwrap();
     assert!(exec.download(&y).unwrap().iter().all(|v| *v == 0.0));
