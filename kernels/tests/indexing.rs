@@ -641,6 +641,17 @@ fn run_where_cond<T: Data, C: Cond>() {
         let (dt, df) = (exec.upload(&tc).unwrap(), exec.upload(&fc).unwrap());
         ops::where_cond(&exec, (&dc, Some(&cv)), (&dt, None), (&df, None), &mut dout).unwrap();
         assert_same(&exec.download(&dout).unwrap(), &want, &format!("where_cond{} mixed on {}", name::<T, C>(), exec.name()));
+
+        // Views of different dims (same element count): the condition as (b * t, d) rows,
+        // on_true as (b, t, d) with a padded row stride; each view decomposes on its own.
+        let cv2 = View::new(&exec, &[b * t, d], &[1, 0]).unwrap();
+        let pitch = d + 2;
+        let tp: Vec<T> = data(b * t * pitch, 404, true);
+        let tv2 = View::new(&exec, &[b, t, d], &[t * pitch, pitch, 1]).unwrap();
+        let want: Vec<T> = (0..b * t * d).map(|i| if c[i / d].truth() { tp[(i / d) * pitch + i % d] } else { fc[i] }).collect();
+        let dt = exec.upload(&tp).unwrap();
+        ops::where_cond(&exec, (&dc, Some(&cv2)), (&dt, Some(&tv2)), (&df, None), &mut dout).unwrap();
+        assert_same(&exec.download(&dout).unwrap(), &want, &format!("where_cond{} unequal dims on {}", name::<T, C>(), exec.name()));
     }
 }
 
