@@ -299,33 +299,49 @@ fn copies_cat_and_fills() {
 fn matmul_layouts() {
     for dev in devices() {
         for dtype in FLOATS {
-            // Sums of k = 17 products: f32 accumulation in both, different order.
-            let t = match dtype {
-                DType::F32 => Tol { rtol: 1e-5, atol: 1e-5 },
-                DType::F16 => Tol { rtol: 2e-3, atol: 4e-3 },
-                _ => Tol { rtol: 1.6e-2, atol: 3e-2 },
-            };
-            let a = rand(&[3, 19, 17], dtype, 70, false);
-            let b = rand(&[3, 17, 21], dtype, 71, false);
-            let w = |l: &str| format!("matmul {dtype:?} {l}");
-            check(&w("batched"), &dev, t, |d| a.to_device(d)?.matmul(&b.to_device(d)?));
-            check(&w("lhs transposed"), &dev, t, |d| {
-                a.to_device(d)?.transpose(1, 2)?.contiguous()?.transpose(1, 2)?.matmul(&b.to_device(d)?)
-            });
-            check(&w("rhs transposed"), &dev, t, |d| {
-                a.to_device(d)?.matmul(&b.to_device(d)?.transpose(1, 2)?.contiguous()?.transpose(1, 2)?)
-            });
-            check(&w("2d with offset"), &dev, t, |d| a.to_device(d)?.i(1)?.matmul(&b.to_device(d)?.i(2)?));
-            check(&w("broadcast batch"), &dev, t, |d| a.to_device(d)?.broadcast_matmul(&b.to_device(d)?.i(0)?));
-            // Batch dims that do not fold into one stride (Candle's CPU rejects them; ours copies).
-            let a4 = |d: &Device| a.to_device(d)?.reshape((3, 1, 19, 17))?.broadcast_as((3, 2, 19, 17))?.transpose(0, 1);
-            let b4 = |d: &Device| b.to_device(d)?.reshape((1, 3, 17, 21))?.broadcast_as((2, 3, 17, 21));
-            check_ref(&w("4d, batch dims transposed"), &dev, t,
-                |d| a4(d)?.contiguous()?.matmul(&b4(d)?.contiguous()?),
-                |d| a4(d)?.matmul(&b4(d)?));
-            check(&w("k = 0"), &dev, t, |d| a.to_device(d)?.narrow(2, 0, 0)?.matmul(&b.to_device(d)?.narrow(1, 0, 0)?));
+            matmul_layout_cases(&dev, dtype);
         }
     }
+}
+
+/// The f16/bf16 GEMMs of GPUs without a vendor BLAS (`kernels::gemm`, matrix units), run
+/// on the CPU executor's emulation of each lowering (waves of 32 and 64), on every layout.
+#[test]
+fn matmul_layouts_on_the_matrix_unit_kernel() {
+    for dev in devices() {
+        for dtype in [DType::F16, DType::BF16] {
+            candle_rocm::ops::matmul::with_mma_gemm_on_cpu(|| matmul_layout_cases(&dev, dtype));
+        }
+    }
+}
+
+fn matmul_layout_cases(dev: &candle_rocm::RocmDevice, dtype: DType) {
+    let dev = dev.clone();
+    // Sums of k = 17 products: f32 accumulation in both, different order.
+    let t = match dtype {
+        DType::F32 => Tol { rtol: 1e-5, atol: 1e-5 },
+        DType::F16 => Tol { rtol: 2e-3, atol: 4e-3 },
+        _ => Tol { rtol: 1.6e-2, atol: 3e-2 },
+    };
+    let a = rand(&[3, 19, 17], dtype, 70, false);
+    let b = rand(&[3, 17, 21], dtype, 71, false);
+    let w = |l: &str| format!("matmul {dtype:?} {l}");
+    check(&w("batched"), &dev, t, |d| a.to_device(d)?.matmul(&b.to_device(d)?));
+    check(&w("lhs transposed"), &dev, t, |d| {
+        a.to_device(d)?.transpose(1, 2)?.contiguous()?.transpose(1, 2)?.matmul(&b.to_device(d)?)
+    });
+    check(&w("rhs transposed"), &dev, t, |d| {
+        a.to_device(d)?.matmul(&b.to_device(d)?.transpose(1, 2)?.contiguous()?.transpose(1, 2)?)
+    });
+    check(&w("2d with offset"), &dev, t, |d| a.to_device(d)?.i(1)?.matmul(&b.to_device(d)?.i(2)?));
+    check(&w("broadcast batch"), &dev, t, |d| a.to_device(d)?.broadcast_matmul(&b.to_device(d)?.i(0)?));
+    // Batch dims that do not fold into one stride (Candle's CPU rejects them; ours copies).
+    let a4 = |d: &Device| a.to_device(d)?.reshape((3, 1, 19, 17))?.broadcast_as((3, 2, 19, 17))?.transpose(0, 1);
+    let b4 = |d: &Device| b.to_device(d)?.reshape((1, 3, 17, 21))?.broadcast_as((2, 3, 17, 21));
+    check_ref(&w("4d, batch dims transposed"), &dev, t,
+        |d| a4(d)?.contiguous()?.matmul(&b4(d)?.contiguous()?),
+        |d| a4(d)?.matmul(&b4(d)?));
+    check(&w("k = 0"), &dev, t, |d| a.to_device(d)?.narrow(2, 0, 0)?.matmul(&b.to_device(d)?.narrow(1, 0, 0)?));
 }
 
 /// Tolerance of a product with inner size `k` of values in [-3, 3], against a reference

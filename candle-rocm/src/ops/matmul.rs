@@ -61,10 +61,36 @@ fn check_operands(a: &GemmOperand, b: &GemmOperand, c_len: usize, s: GemmShape) 
     Ok(())
 }
 
+thread_local! {
+    static MMA_ON_CPU: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// Runs `f` with the f16/bf16 GEMMs it issues on the CPU executor taking the matrix-unit
+/// kernel (`kernels::gemm`, emulated lane by lane) that GPUs without a vendor BLAS take,
+/// instead of `kernels::matmul_simple`: tests of that path without a GPU.
+pub fn with_mma_gemm_on_cpu<R>(f: impl FnOnce() -> R) -> R {
+    struct Restore(bool);
+    impl Drop for Restore {
+        fn drop(&mut self) {
+            MMA_ON_CPU.with(|k| k.set(self.0));
+        }
+    }
+    let _restore = Restore(MMA_ON_CPU.with(|k| k.replace(true)));
+    f()
+}
+
+/// `true` when f16/bf16 products of `dev` take `kernels::gemm` (matrix units): on GPUs,
+/// and on the CPU executor inside [`with_mma_gemm_on_cpu`].
+fn mma_gemm(dev: &Device, dtype: DType) -> bool {
+    matches!(dtype, DType::F16 | DType::BF16) && (!matches!(dev, Device::Cpu(_)) || MMA_ON_CPU.with(|k| k.get()))
+}
+
 /// The GEMM contract: `c[bi] = a[bi] * b[bi]` with `c` contiguous `(batch, m, n)`, `f32`
 /// accumulation. Operands are checked to stay inside their regions. On a GPU whose vendor
-/// BLAS is loaded (cuBLAS, rocBLAS: [`crate::blas`]) and layouts it can take, the BLAS;
-/// otherwise, and on the CPU executor, the `kernels::matmul_simple` tiled kernel.
+/// BLAS is loaded (cuBLAS, rocBLAS: [`crate::blas`]) and layouts it can take, the BLAS.
+/// Otherwise f16/bf16 on a GPU take `kernels::gemm` (matrix units: MFMA, WMMA, `mma.sync`,
+/// tiled and pipelined), and f32/f64 and the CPU executor the `kernels::matmul_simple`
+/// tiled kernel (exact f32 products: `kernels::gemm` runs f32 as three bf16 products).
 pub fn gemm<
     T: kernel_dsl::Float + kernel_dsl::host::ScalarArg + candle_core::WithDType + 'static,
 >(
@@ -95,6 +121,14 @@ pub fn gemm<
         };
         let (ra, rb) = (sub(a)?, sub(b)?);
         let mut rc = c_all.sub(start * m * n, nb * m * n)?;
+        if mma_gemm(dev, T::DTYPE) {
+            use kernels::gemm::Strides;
+            let strides = |o: &GemmOperand| Strides { batch: o.batch, row: o.row, col: o.col };
+            let shape = kernels::gemm::GemmShape { batch: nb, m, n, k };
+            float16_gemm::<T>(dev, shape, &ra, strides(a), &rb, strides(b), &mut rc).map_err(at(OP))?;
+            start += nb;
+            continue;
+        }
         let cfg = kernels::matmul_simple::launch_config(nb, m, n);
         kernels::matmul_simple::matmul_simple::launch::<T>(
             dev, cfg, &ra, &rb, &mut rc, m, n, k, a.batch, a.row, a.col, b.batch, b.row, b.col,
@@ -103,6 +137,26 @@ pub fn gemm<
         start += nb;
     }
     Ok(())
+}
+
+/// `kernels::gemm::matmul_strided` for the 16-bit float types (the only ones
+/// [`mma_gemm`] sends there), `c` contiguous.
+fn float16_gemm<T: candle_core::WithDType>(
+    dev: &Device,
+    shape: kernels::gemm::GemmShape,
+    a: &Region,
+    a_s: kernels::gemm::Strides,
+    b: &Region,
+    b_s: kernels::gemm::Strides,
+    c: &mut Region,
+) -> std::result::Result<(), kernels::runtime::LaunchError> {
+    use kernels::gemm::{matmul_strided, Epilogue};
+    let (ldc, cbs) = (shape.n, shape.m * shape.n);
+    match T::DTYPE {
+        DType::F16 => matmul_strided::<half::f16>(dev, shape, a, a_s, b, b_s, c, ldc, cbs, &Epilogue::default()),
+        DType::BF16 => matmul_strided::<half::bf16>(dev, shape, a, a_s, b, b_s, c, ldc, cbs, &Epilogue::default()),
+        d => Err(kernels::runtime::LaunchError::InvalidArgument { kernel: "matmul", reason: format!("{d:?} has no matrix-unit GEMM") }),
+    }
 }
 
 /// The view `l` of `buf` as a GEMM operand of `batch` matrices `rows x cols`, or `None`

@@ -1,7 +1,8 @@
 //! The checked GEMM launcher: shapes, strides and sizes validated before anything runs.
 use super::{block_tile, gemm_tiled, stage_elems, stages, GemmElem, WAVES_M, WAVES_N};
 use crate::runtime::{Device, DeviceVec};
-use kernel_dsl::host::{LaunchConfig, LaunchError, MatrixUnit, ScalarArg};
+use crate::dtype::host::arg_len;
+use kernel_dsl::host::{KernelArgSlice, KernelArgSliceMut, LaunchConfig, LaunchError, MatrixUnit, ScalarArg};
 use kernel_dsl::mma::Lowering;
 use kernel_dsl::Dim3;
 
@@ -122,6 +123,43 @@ fn to_u32(name: &str, v: usize) -> Result<u32, LaunchError> {
     u32::try_from(v).map_err(|_| invalid(format!("{name} = {v} does not fit 32 bits")))
 }
 
+/// Element strides of a GEMM operand: element `(z, i, j)` of the batch of matrices is at
+/// `z * batch + i * row + j * col`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Strides {
+    /// Between batch entries.
+    pub batch: usize,
+    /// Between rows.
+    pub row: usize,
+    /// Between columns.
+    pub col: usize,
+}
+
+impl Operand {
+    /// This operand's [`Strides`] for a matrix stored as described.
+    pub fn strides(&self) -> Strides {
+        if self.transposed {
+            Strides { batch: self.batch_stride, row: 1, col: self.ld }
+        } else {
+            Strides { batch: self.batch_stride, row: self.ld, col: 1 }
+        }
+    }
+}
+
+/// One past the largest element index of `batch` matrices `rows x cols` with strides `s`
+/// (0 when empty), or an error on overflow.
+fn strided_extent(name: &str, s: Strides, rows: usize, cols: usize, batch: usize) -> Result<usize, LaunchError> {
+    if batch == 0 || rows == 0 || cols == 0 {
+        return Ok(0);
+    }
+    (batch - 1)
+        .checked_mul(s.batch)
+        .and_then(|x| x.checked_add((rows - 1).checked_mul(s.row)?))
+        .and_then(|x| x.checked_add((cols - 1).checked_mul(s.col)?))
+        .and_then(|x| x.checked_add(1))
+        .ok_or_else(|| invalid(format!("{name}: index overflow")))
+}
+
 /// `C[z] = act(alpha * A[z] B[z] + bias)` for every batch entry `z`, with `C` row-major
 /// (leading dimension `ldc`, batch stride `c_batch_stride`), on the matrix units of `dev`.
 /// Checks every size first: a bad one is `LaunchError::InvalidArgument` and nothing runs.
@@ -139,11 +177,37 @@ pub fn matmul<T: GemmElem + ScalarArg>(
     c_batch_stride: usize,
     epilogue: &Epilogue<'_, T>,
 ) -> Result<(), LaunchError> {
+    let GemmShape { m, n, k, .. } = shape;
+    extent("A", &a_op, m, k, shape.batch)?;
+    extent("B", &b_op, k, n, shape.batch)?;
+    matmul_strided(dev, shape, a, a_op.strides(), b, b_op.strides(), c, ldc, c_batch_stride, epilogue)
+}
+
+/// [`matmul`] with operands given by element strides ([`Strides`]: any row and column
+/// strides, broadcast batch entries with a batch stride of 0) over any buffer or view
+/// the launchers take. Row-contiguous 16-byte aligned operands move through the fast copy
+/// path; others element by element. `C` must not overlap itself across batch entries.
+#[allow(clippy::too_many_arguments)]
+pub fn matmul_strided<T: GemmElem + ScalarArg>(
+    dev: &Device,
+    shape: GemmShape,
+    a: &(impl KernelArgSlice<T> + ?Sized),
+    a_s: Strides,
+    b: &(impl KernelArgSlice<T> + ?Sized),
+    b_s: Strides,
+    c: &mut (impl KernelArgSliceMut<T> + ?Sized),
+    ldc: usize,
+    c_batch_stride: usize,
+    epilogue: &Epilogue<'_, T>,
+) -> Result<(), LaunchError> {
     let GemmShape { batch, m, n, k } = shape;
-    let need_a = extent("A", &a_op, m, k, batch)?;
-    let need_b = extent("B", &b_op, k, n, batch)?;
-    let need_c = extent("C", &Operand { transposed: false, ld: ldc, batch_stride: c_batch_stride }, m, n, batch)?;
-    for (name, need, have) in [("A", need_a, a.len()), ("B", need_b, b.len()), ("C", need_c, c.len())] {
+    if ldc < n {
+        return Err(invalid(format!("C: leading dimension {ldc} is smaller than the {n} columns")));
+    }
+    let need_a = strided_extent("A", a_s, m, k, batch)?;
+    let need_b = strided_extent("B", b_s, k, n, batch)?;
+    let need_c = strided_extent("C", Strides { batch: c_batch_stride, row: ldc, col: 1 }, m, n, batch)?;
+    for (name, need, have) in [("A", need_a, arg_len(a)), ("B", need_b, arg_len(b)), ("C", need_c, arg_len(c))] {
         if have < need {
             return Err(invalid(format!("{name} has {have} elements; the shape needs {need}")));
         }
@@ -153,7 +217,7 @@ pub fn matmul<T: GemmElem + ScalarArg>(
             return Err(invalid(format!("bias has {} elements; n = {n}", bias.len())));
         }
     }
-    if batch > 1 && c_batch_stride < need_c / batch.max(1) && c_batch_stride < m.saturating_sub(1) * ldc + n {
+    if batch > 1 && m * n > 0 && c_batch_stride < m.saturating_sub(1) * ldc + n {
         return Err(invalid(format!("C batch stride {c_batch_stride} makes batch entries overlap")));
     }
     if batch == 0 || m == 0 || n == 0 {
@@ -165,8 +229,6 @@ pub fn matmul<T: GemmElem + ScalarArg>(
     if gy > 65535 || batch > 65535 {
         return Err(invalid(format!("{m} rows ({gy} tiles) or batch {batch} exceed the 65535 grid limit")));
     }
-    let (a_rs, a_cs) = if a_op.transposed { (1, a_op.ld) } else { (a_op.ld, 1) };
-    let (b_rs, b_cs) = if b_op.transposed { (1, b_op.ld) } else { (b_op.ld, 1) };
     let lanes = low.wave_lanes();
     let cfg = LaunchConfig::new(
         Dim3::new(to_u32("n tiles", gx)?, gy as u32, batch as u32),
@@ -194,13 +256,13 @@ pub fn matmul<T: GemmElem + ScalarArg>(
         to_u32("m", m)?,
         to_u32("n", n)?,
         to_u32("k", k)?,
-        to_u32("A row stride", a_rs)?,
-        to_u32("A column stride", a_cs)?,
-        to_u32("B row stride", b_rs)?,
-        to_u32("B column stride", b_cs)?,
+        to_u32("A row stride", a_s.row)?,
+        to_u32("A column stride", a_s.col)?,
+        to_u32("B row stride", b_s.row)?,
+        to_u32("B column stride", b_s.col)?,
         to_u32("ldc", ldc)?,
-        a_op.batch_stride,
-        b_op.batch_stride,
+        a_s.batch,
+        b_s.batch,
         c_batch_stride,
         epilogue.alpha,
         act,
