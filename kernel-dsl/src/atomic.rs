@@ -21,10 +21,47 @@ impl AtomicF32 {
     pub fn store(&self, v: f32, order: Ordering) {
         self.0.store(v.to_bits(), order)
     }
-    /// Adds `v`, returning the previous value (compare-and-swap loop).
+    /// Adds `v`, returning the previous value: one `atom.add.f32` on NVIDIA for
+    /// `Relaxed` (global memory: subnormal inputs and results flush to zero), else a
+    /// compare-and-swap loop.
     #[inline(always)]
     pub fn fetch_add(&self, v: f32, order: Ordering) -> f32 {
+        #[cfg(target_arch = "nvptx64")]
+        if matches!(order, Ordering::Relaxed) {
+            let prev: u32;
+            // SAFETY: `self` is a valid, aligned f32 in global or shared memory (generic
+            // address); relaxed atomic add at GPU scope, as `Relaxed` asks.
+            unsafe {
+                core::arch::asm!(
+                    "atom.relaxed.gpu.add.f32 {0}, [{1}], {2};",
+                    out(reg32) prev,
+                    in(reg64) self as *const Self as u64,
+                    in(reg32) v.to_bits(),
+                    options(nostack),
+                );
+            }
+            return f32::from_bits(prev);
+        }
         self.fetch_update(order, |x| x + v)
+    }
+
+    /// Adds `v` and discards the previous value: one `red.add.f32` (no round trip;
+    /// subnormals flush to zero in global memory) on NVIDIA, else
+    /// [`AtomicF32::fetch_add`]. Relaxed order.
+    #[inline(always)]
+    pub fn add(&self, v: f32) {
+        #[cfg(target_arch = "nvptx64")]
+        // SAFETY: as in `fetch_add`.
+        unsafe {
+            core::arch::asm!(
+                "red.relaxed.gpu.add.f32 [{0}], {1};",
+                in(reg64) self as *const Self as u64,
+                in(reg32) v.to_bits(),
+                options(nostack),
+            );
+        }
+        #[cfg(not(target_arch = "nvptx64"))]
+        self.fetch_add(v, Ordering::Relaxed);
     }
     /// Stores the maximum of the current value and `v`, returning the previous value.
     #[inline(always)]

@@ -542,7 +542,9 @@ pub fn scatter_add<T: Float, I: IndexType>(
 }
 
 /// [`scatter_add`](fn@scatter_add) for `f32` with every element in parallel: each adds
-/// itself to its destination with an atomic (compare-and-swap) add, so the order of the
+/// itself to its destination with an atomic add (`red.add.f32` on NVIDIA, a
+/// compare-and-swap loop elsewhere; NVIDIA's flushes subnormal values to zero, as CUDA's
+/// `atomicAdd` and so PyTorch do), so the order of the
 /// additions to one destination is unspecified and sums may differ in the last bits from
 /// run to run (PyTorch's CUDA `scatter_add_` behaves the same way). Out-of-range ids are
 /// skipped. Launch with [`elements_config`]`(left * n * right)`.
@@ -560,7 +562,7 @@ pub fn scatter_add_unordered<I: IndexType>(src: &[f32], ids: &[I], dst: &[Atomic
         let (id, v) = unsafe { (ids.get_unchecked(e).to_index(dst_dim), *src.get_unchecked(e)) };
         if let Some(id) = id {
             // SAFETY: l < left, id < dst_dim, r < right: the offset is below left * dplane.
-            unsafe { dst.get_unchecked(l * dplane + id * right + r) }.fetch_add(v, Ordering::Relaxed);
+            unsafe { dst.get_unchecked(l * dplane + id * right + r) }.add(v);
         }
         e += global_size_x();
     }
