@@ -160,11 +160,14 @@ report() {
     if has e2e; then
         if [ -x "$BIN/candle-peer" ]; then
             local rc=0
-            timeout 240 "$BIN/candle-peer" > "$out/e2e/peer.jsonl" 2> "$out/e2e/peer.err" || rc=$?
+            timeout 240 "$BIN/candle-peer" --reps 5 > "$out/e2e/peer.jsonl" 2> "$out/e2e/peer.err" || rc=$?
             echo "e2e-peer rc=$rc" | tee -a "$out/summary.txt"
         fi
-        step e2e-ours 300 "$BIN/bench-llama-e2e" --device cuda --profile "$out/e2e/profile"
-        CANDLE_ROCM_BLAS=0 step e2e-ours-kernel-gemm 240 "$BIN/bench-llama-e2e" --device cuda --steps 32 --reps 1
+        step e2e-ours 300 "$BIN/bench-llama-e2e" --device cuda --reps 5 --profile "$out/e2e/profile"
+        CANDLE_ROCM_BLAS=0 step e2e-ours-kernel-gemm 240 "$BIN/bench-llama-e2e" --device cuda --reps 3
+        grep '^{' "$out/e2e-ours.log" > "$out/e2e/ours.jsonl" || true
+        grep '^{' "$out/e2e-ours-kernel-gemm.log" > "$out/e2e/ours_kernel_gemm.jsonl" || true
+        step report-e2e 30 python3 "$py/report_e2e.py" "$out/e2e/ours.jsonl" "$out/e2e/peer.jsonl" "$out/e2e/ours_kernel_gemm.jsonl"
     fi
 }
 
