@@ -36,7 +36,8 @@ def main():
         sys.exit("no runs in one of the inputs")
     extra = load(sys.argv[3]) if len(sys.argv) > 3 else []
     r0 = ours[0]
-    print(f"llama 1B-shaped, {r0['dtype']}, prompt {r0['prompt']} tokens, {r0['steps']} decode steps")
+    what = r0.get("model") or f"llama 1B-shaped, {r0['dtype']}"
+    print(f"{what}, prompt {r0['prompt']} tokens, {r0['steps']} decode steps")
     print()
     print("| backend | prefill tok/s (median) | decode tok/s (median) | runs: prefill / decode |")
     print("|---|---|---|---|")

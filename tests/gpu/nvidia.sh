@@ -10,7 +10,7 @@
 #   tests/gpu/nvidia.sh report DIR [PART...]
 #                                  # GPU machine: the tests (GPU only) and every benchmark
 #                                  # against its peer, results under DIR; PARTs (default
-#                                  # all): tests llm quantized gemm e2e
+#                                  # all): tests llm quantized gemm e2e qe2e
 #
 # `bundle` + `run` is how the project's H100 checks are made: the GPU machine has CUDA and
 # PyTorch but no Rust toolchain, so x86-64 binaries built here travel there.
@@ -63,8 +63,9 @@ for p in m["packages"]:
     cargo build --release -p candle-rocm --features cuda --example llama_e2e
     cp "$TARGET/release/examples/llama_e2e" "$BIN/bench-llama-e2e"
     # The GGUF LLM worker and the random-GGUF writer (README, "Quantized models").
-    cargo build --release -p candle-rocm --features cuda --example llm_worker
+    cargo build --release -p candle-rocm --features cuda --example llm_worker --example qllama_e2e
     cp "$TARGET/release/examples/llm_worker" "$BIN/llm-worker"
+    cp "$TARGET/release/examples/qllama_e2e" "$BIN/bench-qllama-e2e"
     cargo build --release -p gguf-llama
     cp "$TARGET/release/gguf-llama" "$BIN/gguf-llama"
     cp tests/gpu/nvidia.sh tests/gpu/ptxas_report.py "$BIN/"
@@ -127,7 +128,7 @@ report() {
     # Parts to run (default: all). One `run` call has a 10-minute limit, so a session
     # splits the report over calls: `report DIR tests`, `report DIR llm quantized`, ...
     shift || true
-    local parts="${*:-tests llm quantized gemm e2e}"
+    local parts="${*:-tests llm quantized gemm e2e qe2e}"
     has() { case " $parts " in *" $1 "*) return 0 ;; *) return 1 ;; esac; }
     export CANDLE_ROCM_GPU_ONLY=1
     if has tests; then
@@ -168,6 +169,24 @@ report() {
         grep '^{' "$out/e2e-ours.log" > "$out/e2e/ours.jsonl" || true
         grep '^{' "$out/e2e-ours-kernel-gemm.log" > "$out/e2e/ours_kernel_gemm.jsonl" || true
         step report-e2e 30 python3 "$py/report_e2e.py" "$out/e2e/ours.jsonl" "$out/e2e/peer.jsonl" "$out/e2e/ours_kernel_gemm.jsonl"
+    fi
+    if has qe2e; then
+        # GGUF llama, 8B shapes (Llama-3-8B: 32 layers, 4096 hidden, 14336 MLP, 128256
+        # vocabulary), random weights written here by gguf-llama, on both backends.
+        mkdir -p "$out/qe2e"
+        for ty in ${QE2E_TYPES:-q4_0 q4k}; do
+            local f="${QE2E_DIR:-/tmp}/llama8b_$ty.gguf"
+            step "gguf-$ty" 300 "$BIN/gguf-llama" --out "$f" --type "$ty" --shape 8b
+            if [ -x "$BIN/candle-peer" ]; then
+                local rc=0
+                timeout 240 "$BIN/candle-peer" qllama "$f" --reps 3 > "$out/qe2e/peer_$ty.jsonl" 2> "$out/qe2e/peer_$ty.err" || rc=$?
+                echo "qe2e-peer-$ty rc=$rc" | tee -a "$out/summary.txt"
+            fi
+            step "qe2e-ours-$ty" 240 "$BIN/bench-qllama-e2e" "$f" --device cuda --reps 3
+            grep '^{' "$out/qe2e-ours-$ty.log" > "$out/qe2e/ours_$ty.jsonl" || true
+            step "report-qe2e-$ty" 30 python3 "$py/report_e2e.py" "$out/qe2e/ours_$ty.jsonl" "$out/qe2e/peer_$ty.jsonl"
+            rm -f "$f"
+        done
     fi
 }
 
