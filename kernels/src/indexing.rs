@@ -669,7 +669,9 @@ pub fn where_cond<T: Pod, C: CondType>(
             out[i] = if c[i].is_true() { t[i] } else { f[i] };
             i += step;
         }
-    } else if let Some(v) = SharedViews::<3>::new([cond_layout, true_layout, false_layout], n, [cond.len(), on_true.len(), on_false.len()]) {
+    } else if let Some(v) = SharedViews::<3>::new([cond_layout, true_layout, false_layout], n, [cond.len(), on_true.len(), on_false.len()]).filter(|_| !cfg!(target_arch = "amdgpu")) {
+        // (Not on AMD: its uniform sizes and strides beside the per-view path's spilled
+        // scalar registers on gfx90a, 100 SGPRs + 4 spilled.)
         while i < n {
             let [oc, ot, of] = v.offsets(i as u32);
             // SAFETY: `SharedViews::new` checked that every view's largest offset lies in
@@ -689,8 +691,9 @@ pub fn where_cond<T: Pod, C: CondType>(
     }
 }
 
-/// Most dimensions [`where_cond`](fn@where_cond) decomposes once for all its views.
-const WHERE_DIMS: usize = 6;
+/// Most dimensions [`where_cond`](fn@where_cond) decomposes once for all its views (4:
+/// attention masks are 4-D).
+const WHERE_DIMS: usize = 4;
 
 /// `V` views (`[dims..., strides...]`, or empty for contiguous) of one shape, held in
 /// registers with 32-bit sizes: an element index is split into coordinates once and every
