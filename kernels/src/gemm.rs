@@ -476,18 +476,21 @@ pub fn gemm_tiled<T: GemmElem>(
             let k_full = k0 + bk <= k;
             let buf_a = smem_at.add(at);
             let buf_b = buf_a.add(a_tile * size);
+            // The element path stores through a pointer derived from `smem` itself, which
+            // the compiler knows to be shared memory (shared stores, no conversion).
+            let elems_a = (smem_ptr as *mut u8).wrapping_add(at) as *mut T;
             // SAFETY (all arms): every buffer fits in `smem` (checked above), every valid
             // element lies in its buffer (checked above), and `chunked` checked the
             // alignment of chunked operands; whole tiles lie wholly in range.
             match a_plan {
                 Some(p) if a_rows_full && k_full => unsafe { p.copy_whole(a_next, buf_a) },
                 Some(p) => unsafe { p.copy_edge(a, a_base + k0, (rows_a, k - k0), buf_a) },
-                None => copy_elems(a, a_base + k0 * a_cs, (a_rs, a_cs), (rows_a, k - k0), (bm, bk), buf_a.as_ptr(), lda),
+                None => copy_elems(a, a_base + k0 * a_cs, (a_rs, a_cs), (rows_a, k - k0), (bm, bk), elems_a, lda),
             }
             match b_plan {
                 Some(p) if b_cols_full && k_full => unsafe { p.copy_whole(b_next, buf_b) },
                 Some(p) => unsafe { p.copy_edge(b, b_base + k0 * b_rs, (k - k0, cols_b), buf_b) },
-                None => copy_elems(b, b_base + k0 * b_rs, (b_rs, b_cs), (k - k0, cols_b), (bk, bn), buf_b.as_ptr(), ldb),
+                None => copy_elems(b, b_base + k0 * b_rs, (b_rs, b_cs), (k - k0, cols_b), (bk, bn), elems_a.wrapping_add(a_tile), ldb),
             }
             a_next = a_next.wrapping_add(bk);
             b_next = b_next.wrapping_add(bk * b_rs);
