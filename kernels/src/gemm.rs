@@ -5,11 +5,27 @@
 //! A work-group of 4 waves (2 x 2) computes a `BM x BN` tile of C; each wave a block of
 //! `FM x FN` 16x16 fragments whose shape depends on the lowering ([`wave_frags`]: 4x4 on
 //! `mma.sync`, 4x2 on MFMA, 2x2 on WMMA, 2x1 on the VALU fallback, 1x1 there for f32).
-//! K advances in steps of `BK` (32 for 16-bit inputs, 16 for f32) through a ring of
-//! shared-memory buffers ([`stages`]): on NVIDIA sm_80+ three, filled by `cp.async`
-//! 16-byte copies two steps ahead, with `ldmatrix` fragment loads; elsewhere two, filled
-//! element by element one step ahead. One barrier per step. Operands that are not
-//! contiguous along their rows (transposed A, odd strides) take the element path.
+//! K advances in steps of `BK` ([`k_step`]: 64 for 16-bit inputs on `mma.sync`, 32 for
+//! 16-bit inputs elsewhere, 16 for f32) through a ring of shared-memory buffers
+//! ([`stages`]): on NVIDIA sm_80+ three, filled by `cp.async` 16-byte copies two steps
+//! ahead, with `ldmatrix` fragment loads; elsewhere two, filled element by element one
+//! step ahead. One barrier per step. Operands that are not contiguous along their rows
+//! (transposed A, odd strides) take the element path.
+//!
+//! The K loop carries almost no address math on `mma.sync`:
+//! - Copies: before the loop each work-item fixes its chunks of the A and B tiles
+//!   (`Chunks`: first row and column, a constant row step and count); per step it moves
+//!   one source pointer by a constant and issues each chunk with one 64-bit add and one
+//!   `cp.async` at a constant shared offset. Tiles wholly in range (all rows of A / columns
+//!   of B of the block and a full K step) take that path without per-chunk checks; edge
+//!   tiles compare constants with two per-step values and zero-fill exactly as before.
+//! - Fragment loads: the shared buffers are addressed through 32-bit [`SharedAddr`]s; each
+//!   lane's `ldmatrix` row offset is computed once, so a step adds the buffer offset once
+//!   and every fragment load is `ldmatrix [addr + constant]`.
+//! - The ring: buffer offsets rotate by compare-and-reset (no `%`).
+//!
+//! The CPU executor runs the same chunk plans (synchronous copies), so its tests cover
+//! them; AMD targets keep the element path (gfx9 scalar-register budget).
 //!
 //! f32 inputs run as three bf16 products (`hi*hi + hi*lo + lo*hi` with `x = hi + lo`,
 //! about 16 significant bits per product, f32 accumulation); without a matrix unit (the
@@ -17,7 +33,7 @@
 //!
 //! Also here: [`mma_tile`], [`mma_rows`] and [`mma_pv`], one-wave kernels that exercise the `mma`
 //! primitive (a product, accumulator -> A conversion, row reductions) for the tests.
-use kernel_dsl::mma::{self, FragA, FragB, FragC, Lowering, MmaFloat};
+use kernel_dsl::mma::{self, FragA, FragB, FragC, Lowering, MmaFloat, SharedAddr};
 use kernel_dsl::prelude::*;
 
 /// Waves per work-group along M and N.
@@ -98,10 +114,19 @@ impl GemmElem for f32 {
     fn lo(self) -> bf16 { bf16::from_f32(self - bf16::from_f32(self).to_f32()) }
 }
 
+/// K step per shared-memory buffer: twice the type's [`GemmElem::BK`] for 16-bit inputs
+/// on `mma.sync` (64: half the barriers, waits and copy rounds per product), else `BK`.
+pub const fn k_step<T: GemmElem>(low: Lowering) -> usize {
+    match (low, T::SPLIT) {
+        (Lowering::MmaSync, false) => 2 * T::BK,
+        _ => T::BK,
+    }
+}
+
 /// Tile sizes of one launch: `(BM, BN, BK)`.
 pub const fn block_tile<T: GemmElem>(low: Lowering) -> (usize, usize, usize) {
     let (fm, fn_) = wave_frags::<T>(low);
-    (WAVES_M * 16 * fm, WAVES_N * 16 * fn_, T::BK)
+    (WAVES_M * 16 * fm, WAVES_N * 16 * fn_, k_step::<T>(low))
 }
 
 /// Shared-memory buffers in the copy pipeline: 3 where copies are asynchronous
@@ -129,51 +154,224 @@ fn chunked<T>(src: &[T], base: usize, rs: usize, cs: usize, batch_stride: usize)
     cs == 1 && rs % per == 0 && batch_stride % per == 0 && aligned
 }
 
+/// One work-item's share of the 16-byte chunks of a `rows x cols` tile (source row stride
+/// `rs`, shared row stride `ld`), fixed for the whole K loop: chunk `i` (of `count`) is
+/// tile row `r0 + i * rstep`, columns `c0 .. c0 + 16 bytes`. Work-item `t` takes chunks
+/// `t, t + threads, ..` in row-major order, so consecutive work-items read consecutive
+/// 16 bytes of a row.
+#[derive(Clone, Copy)]
+struct Chunks {
+    r0: usize,
+    c0: usize,
+    rstep: usize,
+    count: usize,
+    /// Elements from the tile's source origin to chunk 0, and between chunks.
+    src0: usize,
+    src_step: usize,
+    /// Bytes from the tile's shared origin to chunk 0, and between chunks.
+    dst0: usize,
+    dst_step: usize,
+}
+
+impl Chunks {
+    /// The plan, or `None` when the chunks do not split evenly over the work-group (a
+    /// constant on a GPU; such tiles take the element path).
+    #[inline(always)]
+    fn new<T>((rows, cols): (usize, usize), rs: usize, ld: usize) -> Option<Chunks> {
+        let size = core::mem::size_of::<T>();
+        let per = 16 / size;
+        let (tid, threads) = (flat_thread_idx() as usize, block_threads());
+        let per_row = cols / per;
+        if cols % per != 0 || per_row == 0 || threads % per_row != 0 || (rows * per_row) % threads != 0 {
+            return None;
+        }
+        let (r0, c0, rstep) = (tid / per_row, (tid % per_row) * per, threads / per_row);
+        Some(Chunks {
+            r0,
+            c0,
+            rstep,
+            count: rows * per_row / threads,
+            src0: r0 * rs + c0,
+            src_step: rstep * rs,
+            dst0: (r0 * ld + c0) * size,
+            dst_step: rstep * ld * size,
+        })
+    }
+
+    /// Copies this work-item's chunks of a tile that lies wholly in range: `first` is the
+    /// source address of chunk 0 (`origin + src0`), `dst` the tile's shared origin. Per
+    /// chunk one 64-bit add and one `cp.async` (constant shared offsets).
+    ///
+    /// # Safety
+    /// Every chunk of the tile is readable, 16-byte aligned global memory; the tile fits
+    /// in shared memory at `dst`.
+    #[inline(always)]
+    unsafe fn copy_whole<T>(&self, first: *const T, dst: SharedAddr) {
+        let (mut from, to) = (first, dst.add(self.dst0));
+        let mut i = 0;
+        while i < self.count {
+            // SAFETY: the caller's contract.
+            unsafe { mma::copy::copy_16_whole_at(to.add(i * self.dst_step), from as *const u8) };
+            from = from.wrapping_add(self.src_step);
+            i += 1;
+        }
+    }
+
+    /// Copies this work-item's chunks of the tile at `src[origin..]` whose valid part is
+    /// `rows_valid x cols_valid`, zero-filling the rest (per chunk: whole, partial or none).
+    /// The checks compare constants with two per-call values (rows left below chunk 0,
+    /// valid bytes of this work-item's columns), so nothing per chunk stays live across
+    /// the K loop.
+    ///
+    /// # Safety
+    /// Every valid element lies in `src`, valid chunks start 16-byte aligned; the tile fits
+    /// in shared memory at `dst`.
+    #[inline(always)]
+    unsafe fn copy_edge<T>(&self, src: &[T], origin: usize, (rows_valid, cols_valid): (usize, usize), dst: SharedAddr) {
+        let size = core::mem::size_of::<T>();
+        let per = 16 / size;
+        let to = dst.add(self.dst0);
+        // Chunk i is in range when r0 + i * rstep < rows_valid.
+        let rows_left = rows_valid.saturating_sub(self.r0).min(u32::MAX as usize) as u32;
+        let bytes = (cols_valid.saturating_sub(self.c0).min(per) * size) as u32;
+        let mut from = src.as_ptr().wrapping_add(origin + self.src0);
+        let mut i = 0;
+        while i < self.count {
+            let valid = if ((i * self.rstep) as u32) < rows_left { bytes } else { 0 };
+            // SAFETY: the caller's contract; a chunk with nothing valid reads no bytes.
+            unsafe {
+                let at = if valid > 0 { from } else { src.as_ptr() };
+                mma::copy::copy_16_at(to.add(i * self.dst_step), at as *const u8, valid);
+            }
+            from = from.wrapping_add(self.src_step);
+            i += 1;
+        }
+    }
+}
+
 /// Copies the `rows x cols` tile whose element `(r, c)` is `src[base + r * rs + c * cs]`
-/// (zero outside `rows_valid x cols_valid`) to shared memory at `dst` (row stride `ld`):
-/// as asynchronous 16-byte chunks when `chunks` ([`chunked`]), else element by element
-/// (consecutive work-items on the source's contiguous dimension).
+/// (zero outside `rows_valid x cols_valid`) to shared memory at `dst` (row stride `ld`)
+/// element by element, consecutive work-items on the source's contiguous dimension.
 #[inline(always)]
 #[allow(clippy::too_many_arguments)]
-fn copy_tile<T: GemmElem>(
+fn copy_elems<T: GemmElem>(
     src: &[T],
     base: usize,
     (rs, cs): (usize, usize),
     (rows_valid, cols_valid): (usize, usize),
     (rows, cols): (usize, usize),
-    chunks: bool,
     dst: *mut T,
     ld: usize,
 ) {
     let (tid, threads) = (flat_thread_idx() as usize, block_threads());
-    if chunks {
-        let per = 16 / core::mem::size_of::<T>();
-        let total = rows * cols / per;
-        let mut ch = tid;
-        while ch < total {
-            let (r, c) = (ch / (cols / per), (ch % (cols / per)) * per);
-            let valid = if r < rows_valid { cols_valid.saturating_sub(c).min(per) } else { 0 };
-            // SAFETY: the launcher checked that every valid element lies in `src`, and
-            // `chunked` that valid chunks are 16-byte aligned; (r, c) lies in the tile
-            // and the tile in the shared buffer (checked by the kernel).
-            unsafe {
-                let from = if valid > 0 { src.as_ptr().add(base + r * rs + c) } else { src.as_ptr() };
-                mma::copy::copy_16(dst.add(r * ld + c) as *mut u8, from as *const u8, (valid * core::mem::size_of::<T>()) as u32);
-            }
-            ch += threads;
-        }
-    } else {
-        let along_rows = rs == 1 && cs != 1;
-        let mut e = tid;
-        while e < rows * cols {
-            let (r, c) = if along_rows { (e % rows, e / rows) } else { (e / cols, e % cols) };
-            // SAFETY: the kernel checked once that every in-range element lies in `src`.
-            let v = if r < rows_valid && c < cols_valid { unsafe { *src.get_unchecked(base + r * rs + c * cs) } } else { T::ZERO };
-            // SAFETY: as above.
-            unsafe { *dst.add(r * ld + c) = v };
-            e += threads;
-        }
+    let along_rows = rs == 1 && cs != 1;
+    let mut e = tid;
+    while e < rows * cols {
+        let (r, c) = if along_rows { (e % rows, e / rows) } else { (e / cols, e % cols) };
+        // SAFETY: the kernel checked once that every in-range element lies in `src`.
+        let v = if r < rows_valid && c < cols_valid { unsafe { *src.get_unchecked(base + r * rs + c * cs) } } else { T::ZERO };
+        // SAFETY: (r, c) lies in the tile and the tile in the shared buffer.
+        unsafe { *dst.add(r * ld + c) = v };
+        e += threads;
     }
+}
+
+/// [`mma_k16`] without a matrix unit for f32 inputs: exact f32 products straight from
+/// shared memory, in the accumulator layout (three emulated bf16 products would cost more
+/// registers than gfx10 has).
+#[cfg_attr(any(target_arch = "amdgpu", target_arch = "nvptx64"), inline(always))]
+#[cfg_attr(not(any(target_arch = "amdgpu", target_arch = "nvptx64")), inline(never))]
+fn f32_k16_valu<T: GemmElem>(
+    acc: &mut [[FragC<f32>; MAX_F]; MAX_F],
+    (fm, fn_): (usize, usize),
+    (sa, sb): (*const T, *const T),
+    (lda, ldb): (usize, usize),
+    (wy, wx): (usize, usize),
+    kk: usize,
+) {
+    each!(i in [0, 1, 2, 3] {
+        each!(j in [0, 1, 2, 3] {
+            if i < fm && j < fn_ {
+                let (row0, col0) = ((wy * fm + i) * 16, (wx * fn_ + j) * 16);
+                acc[i][j] = acc[i][j].map(|r, cc, v| {
+                    let mut v = v;
+                    for q in 0..16 {
+                        // SAFETY: inside the A and B tiles of this buffer.
+                        let (x, y) = unsafe {
+                            ((*sa.add((row0 + r) * lda + kk * 16 + q)).to_f32(), (*sb.add((kk * 16 + q) * ldb + col0 + cc)).to_f32())
+                        };
+                        v += x * y;
+                    }
+                    v
+                });
+            }
+        });
+    });
+}
+
+/// One 16-deep slice `kk` of a K step: this wave's `fm x fn` fragments of A and B read
+/// from the buffer and multiplied into `acc`. 16-bit inputs load through
+/// [`FragA::load_shared_at`] from the lane addresses `sa_lane`/`sb_lane` plus constant
+/// offsets; f32 inputs (split into bf16 hi + lo) element by element from `sa`/`sb`, as
+/// three products. (Not inlined on the CPU executor, whose work-item stacks would
+/// otherwise hold every unrolled copy's locals.)
+#[cfg_attr(any(target_arch = "amdgpu", target_arch = "nvptx64"), inline(always))]
+#[cfg_attr(not(any(target_arch = "amdgpu", target_arch = "nvptx64")), inline(never))]
+#[allow(clippy::too_many_arguments)]
+fn mma_k16<T: GemmElem>(
+    acc: &mut [[FragC<f32>; MAX_F]; MAX_F],
+    (fm, fn_): (usize, usize),
+    (sa, sb): (*const T, *const T),
+    (sa_lane, sb_lane): (SharedAddr, SharedAddr),
+    (lda, ldb): (usize, usize),
+    (wy, wx): (usize, usize),
+    kk: usize,
+) {
+    let size = core::mem::size_of::<T>();
+    let mut bf = [FragB::<T::Frag>::zero(); MAX_F];
+    let mut bl = [FragB::<T::Frag>::zero(); MAX_F];
+    each!(j in [0, 1, 2, 3] {
+        if j < fn_ {
+            let col0 = (wx * fn_ + j) * 16;
+            // SAFETY: rows kk*16.. + 16 and columns col0..col0 + 16 of the B tile.
+            let bt = |q: usize, cc: usize| unsafe { *sb.add((kk * 16 + q) * ldb + col0 + cc) };
+            bf[j] = if T::SPLIT {
+                FragB::from_fn(|q, cc| bt(q, cc).hi())
+            } else {
+                // SAFETY: as above (sb_lane is this wave's column block plus the lane
+                // offset); ldb and the columns are multiples of 8.
+                unsafe { FragB::load_shared_at(sb_lane.add((kk * 16 * ldb + j * 16) * size), ldb) }
+            };
+            if T::SPLIT {
+                bl[j] = FragB::from_fn(|q, cc| bt(q, cc).lo());
+            }
+        }
+    });
+    // One A fragment (and its row of products) at a time keeps fewer registers live.
+    each!(i in [0, 1, 2, 3] {
+        if i < fm {
+            let row0 = (wy * fm + i) * 16;
+            // SAFETY: rows row0..row0 + 16 and columns kk*16..kk*16 + 16 of the A tile.
+            let at = |r: usize, q: usize| unsafe { *sa.add((row0 + r) * lda + kk * 16 + q) };
+            let af = if T::SPLIT {
+                FragA::from_fn(|r, q| at(r, q).hi())
+            } else {
+                // SAFETY: as above (sa_lane is this wave's row block plus the lane offset);
+                // rows are 16-byte aligned (lda, kk*16 multiples of 8).
+                unsafe { FragA::load_shared_at(sa_lane.add((i * 16 * lda + kk * 16) * size), lda) }
+            };
+            let al = if T::SPLIT { FragA::from_fn(|r, q| at(r, q).lo()) } else { FragA::zero() };
+            each!(j in [0, 1, 2, 3] {
+                if j < fn_ {
+                    acc[i][j] = mma::mma(&af, &bf[j], acc[i][j]);
+                    if T::SPLIT {
+                        acc[i][j] = mma::mma(&af, &bl[j], acc[i][j]);
+                        acc[i][j] = mma::mma(&al, &bf[j], acc[i][j]);
+                    }
+                }
+            });
+        }
+    });
 }
 
 #[inline(always)]
@@ -247,109 +445,91 @@ pub fn gemm_tiled<T: GemmElem>(
     let cols_b = n.saturating_sub(n0);
     let a_base = z * a_bs + m0 * a_rs;
     let b_base = z * b_bs + n0 * b_cs;
-    // Chunked copies only where they are asynchronous (elsewhere the element path alone
-    // keeps the kernel within the gfx9 scalar-register budget).
-    let a_chunks = mma::copy::is_async() && chunked(a, a_base, a_rs, a_cs, a_bs);
-    let b_chunks = mma::copy::is_async() && chunked(b, b_base, b_rs, b_cs, b_bs);
+    // Chunked copies where they are asynchronous, and on the CPU executor (which checks
+    // the same plan); on AMD the element path alone keeps the kernel within the gfx9
+    // scalar-register budget.
+    let chunks_here = mma::copy::is_async() || cfg!(not(any(target_arch = "amdgpu", target_arch = "nvptx64")));
+    let a_plan = if chunks_here && chunked(a, a_base, a_rs, a_cs, a_bs) { Chunks::new::<T>((bm, bk), a_rs, lda) } else { None };
+    let b_plan = if chunks_here && chunked(b, b_base, b_rs, b_cs, b_bs) { Chunks::new::<T>((bk, bn), b_rs, ldb) } else { None };
+    // Tiles whose rows (A) or columns (B) all lie in range: with a full K step, their
+    // chunks copy without per-chunk checks.
+    let (a_rows_full, b_cols_full) = (m0 + bm <= m, n0 + bn <= n);
+    let size = core::mem::size_of::<T>();
     let smem_ptr = smem.as_ptr();
+    let smem_at = SharedAddr::new(smem_ptr);
+    let stage_bytes = stage * size;
+    let ring_bytes = nstages * stage_bytes;
+    // The next buffer of the ring after the one at byte offset `at`.
+    let next = |at: usize| if at + stage_bytes == ring_bytes { 0 } else { at + stage_bytes };
     let steps = k.div_ceil(bk);
     let mut acc = [[FragC::<f32>::zero(); MAX_F]; MAX_F];
 
-    // Starts the copies of K step `step` into buffer `step % nstages` (one commit group).
-    let load = |step: usize| {
+    // Source addresses of this work-item's first A and B chunk in the next K step to load
+    // (each step moves them by a constant).
+    let mut a_next = a.as_ptr().wrapping_add(a_base + a_plan.map_or(0, |p| p.src0));
+    let mut b_next = b.as_ptr().wrapping_add(b_base + b_plan.map_or(0, |p| p.src0));
+    // Starts the copies of K step `step` into the buffer at byte offset `at` (one commit
+    // group, empty past the last step). Called for steps 0, 1, 2, .. in order.
+    let mut load = |step: usize, at: usize| {
         if step < steps {
             let k0 = step * bk;
-            // SAFETY: every buffer fits in `smem` (checked above).
-            let buf = unsafe { smem_ptr.add((step % nstages) * stage) };
-            copy_tile(a, a_base + k0 * a_cs, (a_rs, a_cs), (rows_a, k - k0), (bm, bk), a_chunks, buf, lda);
-            // SAFETY: as above.
-            let buf_b = unsafe { buf.add(a_tile) };
-            copy_tile(b, b_base + k0 * b_rs, (b_rs, b_cs), (k - k0, cols_b), (bk, bn), b_chunks, buf_b, ldb);
+            let k_full = k0 + bk <= k;
+            let buf_a = smem_at.add(at);
+            let buf_b = buf_a.add(a_tile * size);
+            // The element path stores through a pointer derived from `smem` itself, which
+            // the compiler knows to be shared memory (shared stores, no conversion).
+            let elems_a = (smem_ptr as *mut u8).wrapping_add(at) as *mut T;
+            // SAFETY (all arms): every buffer fits in `smem` (checked above), every valid
+            // element lies in its buffer (checked above), and `chunked` checked the
+            // alignment of chunked operands; whole tiles lie wholly in range.
+            match a_plan {
+                Some(p) if a_rows_full && k_full => unsafe { p.copy_whole(a_next, buf_a) },
+                Some(p) => unsafe { p.copy_edge(a, a_base + k0, (rows_a, k - k0), buf_a) },
+                None => copy_elems(a, a_base + k0 * a_cs, (a_rs, a_cs), (rows_a, k - k0), (bm, bk), elems_a, lda),
+            }
+            match b_plan {
+                Some(p) if b_cols_full && k_full => unsafe { p.copy_whole(b_next, buf_b) },
+                Some(p) => unsafe { p.copy_edge(b, b_base + k0 * b_rs, (k - k0, cols_b), buf_b) },
+                None => copy_elems(b, b_base + k0 * b_rs, (b_rs, b_cs), (k - k0, cols_b), (bk, bn), elems_a.wrapping_add(a_tile), ldb),
+            }
+            a_next = a_next.wrapping_add(bk);
+            b_next = b_next.wrapping_add(bk * b_rs);
         }
         mma::copy::commit();
     };
 
+    // This lane's fragment-load addresses relative to a buffer (ldmatrix rows on
+    // `mma.sync`, else the tile origins): per step one add, per load a constant offset.
+    let a_lane = ((wy * fm * 16) * lda + FragA::<T::Frag>::lane_offset(lda)) * size;
+    let b_lane = (a_tile + wx * fn_ * 16 + FragB::<T::Frag>::lane_offset(ldb)) * size;
+    let mut fill = 0;
     for s in 0..nstages - 1 {
-        load(s);
+        load(s, fill);
+        fill = next(fill);
     }
+    let mut read = 0;
     for step in 0..steps {
         // Step `step`'s group is done once at most nstages - 2 younger ones are pending.
         mma::copy::wait_groups(nstages as u32 - 2);
         barrier();
         // Refills the buffer read in step - 1, which every wave has left (barrier above).
-        load(step + nstages - 1);
+        load(step + nstages - 1, fill);
+        fill = next(fill);
         // SAFETY: as above.
-        let sa_ptr = unsafe { smem_ptr.add((step % nstages) * stage) } as *const T;
+        let sa_ptr = unsafe { (smem_ptr as *const u8).add(read) } as *const T;
         // SAFETY: as above.
         let sb_ptr = unsafe { sa_ptr.add(a_tile) };
-        for kk in 0..bk / 16 {
-            if T::SPLIT && low == Lowering::Valu {
-                // No matrix unit: f32 inputs take exact f32 products straight from shared
-                // memory, in the accumulator layout (three emulated bf16 products would
-                // cost more registers than gfx10 has).
-                each!(i in [0, 1, 2, 3] {
-                    each!(j in [0, 1, 2, 3] {
-                        if i < fm && j < fn_ {
-                            let (row0, col0) = ((wy * fm + i) * 16, (wx * fn_ + j) * 16);
-                            acc[i][j] = acc[i][j].map(|r, cc, v| {
-                                let mut v = v;
-                                for q in 0..16 {
-                                    // SAFETY: inside the A and B tiles of this buffer.
-                                    let (x, y) = unsafe {
-                                        ((*sa_ptr.add((row0 + r) * lda + kk * 16 + q)).to_f32(), (*sb_ptr.add((kk * 16 + q) * ldb + col0 + cc)).to_f32())
-                                    };
-                                    v += x * y;
-                                }
-                                v
-                            });
-                        }
-                    });
-                });
-                continue;
+        let (sa_lane, sb_lane) = (smem_at.add(read + a_lane), smem_at.add(read + b_lane));
+        read = next(read);
+        each!(kk in [0, 1, 2, 3] {
+            if kk < bk / 16 {
+                if T::SPLIT && low == Lowering::Valu {
+                    f32_k16_valu::<T>(&mut acc, (fm, fn_), (sa_ptr, sb_ptr), (lda, ldb), (wy, wx), kk);
+                } else {
+                    mma_k16::<T>(&mut acc, (fm, fn_), (sa_ptr, sb_ptr), (sa_lane, sb_lane), (lda, ldb), (wy, wx), kk);
+                }
             }
-            let mut bf = [FragB::<T::Frag>::zero(); MAX_F];
-            let mut bl = [FragB::<T::Frag>::zero(); MAX_F];
-            each!(j in [0, 1, 2, 3] {
-                if j < fn_ {
-                    let col0 = (wx * fn_ + j) * 16;
-                    // SAFETY: rows kk*16.. + 16 and columns col0..col0 + 16 of the B tile.
-                    let bt = |q: usize, cc: usize| unsafe { *sb_ptr.add((kk * 16 + q) * ldb + col0 + cc) };
-                    bf[j] = if T::SPLIT {
-                        FragB::from_fn(|q, cc| bt(q, cc).hi())
-                    } else {
-                        // SAFETY: as above; ldb and col0 are multiples of 8.
-                        unsafe { FragB::load_shared(sb_ptr.add(kk * 16 * ldb + col0) as *const T::Frag, ldb) }
-                    };
-                    if T::SPLIT {
-                        bl[j] = FragB::from_fn(|q, cc| bt(q, cc).lo());
-                    }
-                }
-            });
-            // One A fragment (and its row of products) at a time keeps fewer registers live.
-            each!(i in [0, 1, 2, 3] {
-                if i < fm {
-                    let row0 = (wy * fm + i) * 16;
-                    // SAFETY: rows row0..row0 + 16 and columns kk*16..kk*16 + 16 of the A tile.
-                    let at = |r: usize, q: usize| unsafe { *sa_ptr.add((row0 + r) * lda + kk * 16 + q) };
-                    let af = if T::SPLIT {
-                        FragA::from_fn(|r, q| at(r, q).hi())
-                    } else {
-                        // SAFETY: as above; rows are 16-byte aligned (lda, kk*16 multiples of 8).
-                        unsafe { FragA::load_shared(sa_ptr.add(row0 * lda + kk * 16) as *const T::Frag, lda) }
-                    };
-                    let al = if T::SPLIT { FragA::from_fn(|r, q| at(r, q).lo()) } else { FragA::zero() };
-                    each!(j in [0, 1, 2, 3] {
-                        if j < fn_ {
-                            acc[i][j] = mma::mma(&af, &bf[j], acc[i][j]);
-                            if T::SPLIT {
-                                acc[i][j] = mma::mma(&af, &bl[j], acc[i][j]);
-                                acc[i][j] = mma::mma(&al, &bf[j], acc[i][j]);
-                            }
-                        }
-                    });
-                }
-            });
-        }
+        });
     }
 
     let has_bias = !bias.is_empty();

@@ -254,6 +254,10 @@ fn gemm_all_shapes<T: TestFloat + GemmElem>() {
             let (ta, tb) = (i % 2 == 1, i / 2 % 2 == 1);
             check_gemm::<T>(&dev, GemmShape { batch: 1, m, n, k }, ta, tb, 0, i % 4);
         }
+        // Tiles wholly in range (the chunked copies' fast path on mma.sync, 128 x 128 tiles)
+        // next to partial ones in every direction, batched, and one full K step plus a
+        // partial one.
+        check_gemm::<T>(&dev, GemmShape { batch: 2, m: 130, n: 136, k: 72 }, false, false, 8, 0);
         // Every transpose combination, batched, with gaps between batch entries.
         for t in 0..4 {
             check_gemm::<T>(&dev, GemmShape { batch: 3, m: 33, n: 40, k: 48 }, t % 2 == 1, t / 2 == 1, 8, t);

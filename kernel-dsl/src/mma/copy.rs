@@ -2,6 +2,79 @@
 //! (`cp.async` on NVIDIA sm_80+): issue chunks with [`copy_16`], close a group with
 //! [`commit`], wait with [`wait_groups`] (then a barrier before other work-items read).
 //! Elsewhere (AMD, the CPU executor) the copy happens at once and the waits do nothing.
+//!
+//! [`SharedAddr`] names a shared-memory location the way these instructions (and
+//! `ldmatrix`, see [`FragA::load_shared_at`](super::FragA::load_shared_at)) take it: on
+//! NVIDIA a 32-bit shared-window address, converted from a pointer once, so per-copy
+//! address math stays 32-bit; elsewhere a plain pointer.
+
+/// A byte address in work-group shared memory: the shared-window offset (`u32`) on NVIDIA,
+/// a pointer elsewhere. Build it once with [`SharedAddr::new`], then step it with
+/// [`SharedAddr::add`] (a 32-bit add on NVIDIA).
+#[derive(Clone, Copy)]
+pub struct SharedAddr {
+    #[cfg(target_arch = "nvptx64")]
+    raw: u32,
+    #[cfg(not(target_arch = "nvptx64"))]
+    raw: *mut u8,
+}
+
+impl SharedAddr {
+    /// The address of `p`, a pointer into work-group shared memory (not checked).
+    #[inline(always)]
+    pub fn new<T>(p: *const T) -> SharedAddr {
+        #[cfg(target_arch = "nvptx64")]
+        {
+            let shared: u64;
+            // SAFETY: a pure address conversion; no memory is touched.
+            unsafe {
+                core::arch::asm!("cvta.to.shared.u64 {0}, {1};", out(reg64) shared, in(reg64) p as u64, options(pure, nomem, nostack));
+            }
+            SharedAddr { raw: shared as u32 }
+        }
+        #[cfg(not(target_arch = "nvptx64"))]
+        {
+            SharedAddr { raw: p as *mut u8 }
+        }
+    }
+    /// The address `bytes` further on (wrapping; stays meaningful only inside the
+    /// shared-memory block it started in).
+    #[inline(always)]
+    #[allow(clippy::should_implement_trait)]
+    pub fn add(self, bytes: usize) -> SharedAddr {
+        #[cfg(target_arch = "nvptx64")]
+        {
+            SharedAddr { raw: self.raw.wrapping_add(bytes as u32) }
+        }
+        #[cfg(not(target_arch = "nvptx64"))]
+        {
+            SharedAddr { raw: self.raw.wrapping_add(bytes) }
+        }
+    }
+    /// The same location as a generic pointer (for ordinary loads and stores).
+    #[inline(always)]
+    pub fn as_ptr<T>(self) -> *mut T {
+        #[cfg(target_arch = "nvptx64")]
+        {
+            let generic: u64;
+            // SAFETY: a pure address conversion; no memory is touched.
+            unsafe {
+                core::arch::asm!("cvta.shared.u64 {0}, {1};", out(reg64) generic, in(reg64) self.raw as u64, options(pure, nomem, nostack));
+            }
+            generic as *mut T
+        }
+        #[cfg(not(target_arch = "nvptx64"))]
+        {
+            self.raw as *mut T
+        }
+    }
+    /// The raw 32-bit shared-window address (NVIDIA).
+    #[cfg(target_arch = "nvptx64")]
+    #[inline(always)]
+    pub(crate) fn raw(self) -> u32 {
+        self.raw
+    }
+}
 
 /// Copies `valid` bytes (0..=16) from `src` to the shared-memory address `dst` and fills
 /// the rest of the 16 bytes with zeros.
@@ -11,14 +84,22 @@
 /// is not 0, `src` is 16-byte aligned global memory with `valid` readable bytes.
 #[inline(always)]
 pub unsafe fn copy_16(dst: *mut u8, src: *const u8, valid: u32) {
+    // SAFETY: the caller's contract.
+    unsafe { copy_16_at(SharedAddr::new(dst), src, valid) }
+}
+
+/// [`copy_16`] to a [`SharedAddr`] (no address conversion per copy).
+///
+/// # Safety
+/// As [`copy_16`], with `dst` in place of the destination pointer.
+#[inline(always)]
+pub unsafe fn copy_16_at(dst: SharedAddr, src: *const u8, valid: u32) {
     #[cfg(all(target_arch = "nvptx64", target_feature = "sm_80"))]
     // SAFETY: the caller's contract; cp.async reads `valid` bytes and zero-fills the rest.
     unsafe {
-        let shared: u64;
-        core::arch::asm!("cvta.to.shared.u64 {0}, {1};", out(reg64) shared, in(reg64) dst as u64, options(pure, nomem, nostack));
         core::arch::asm!(
             "cp.async.cg.shared.global [{0}], [{1}], 16, {2};",
-            in(reg32) shared as u32,
+            in(reg32) dst.raw(),
             in(reg64) src as u64,
             in(reg32) valid,
             options(nostack),
@@ -27,6 +108,7 @@ pub unsafe fn copy_16(dst: *mut u8, src: *const u8, valid: u32) {
     #[cfg(not(all(target_arch = "nvptx64", target_feature = "sm_80")))]
     // SAFETY: the caller's contract.
     unsafe {
+        let dst: *mut u8 = dst.as_ptr();
         let mut chunk = [0u8; 16];
         if valid == 16 {
             chunk = core::ptr::read(src as *const [u8; 16]);
@@ -36,6 +118,29 @@ pub unsafe fn copy_16(dst: *mut u8, src: *const u8, valid: u32) {
             }
         }
         core::ptr::write(dst as *mut [u8; 16], chunk);
+    }
+}
+
+/// [`copy_16_at`] of a whole chunk (`valid` = 16, no zero fill).
+///
+/// # Safety
+/// As [`copy_16_at`] with 16 readable bytes at `src`.
+#[inline(always)]
+pub unsafe fn copy_16_whole_at(dst: SharedAddr, src: *const u8) {
+    #[cfg(all(target_arch = "nvptx64", target_feature = "sm_80"))]
+    // SAFETY: the caller's contract.
+    unsafe {
+        core::arch::asm!(
+            "cp.async.cg.shared.global [{0}], [{1}], 16;",
+            in(reg32) dst.raw(),
+            in(reg64) src as u64,
+            options(nostack),
+        );
+    }
+    #[cfg(not(all(target_arch = "nvptx64", target_feature = "sm_80")))]
+    // SAFETY: the caller's contract.
+    unsafe {
+        copy_16_at(dst, src, 16)
     }
 }
 

@@ -47,6 +47,7 @@ mod nvptx;
 #[cfg(any(target_arch = "amdgpu", target_arch = "nvptx64"))]
 mod valu;
 
+pub use copy::SharedAddr;
 pub use layout::{a_coord, b_coord, c_coord, c_locate};
 
 use crate::types::{bf16, f16, Element};
@@ -283,18 +284,41 @@ impl<T: MmaInput> FragA<T> {
     /// `ldmatrix`) `base` and `ld * size_of::<T>()` are multiples of 16 bytes.
     #[inline(always)]
     pub unsafe fn load_shared(base: *const T, ld: usize) -> Self {
-        #[cfg(all(target_arch = "nvptx64", target_feature = "sm_80"))]
-        if T::KIND != InputKind::I8 {
-            let l = lane();
-            let q = l / 8;
+        let at = SharedAddr::new(base).add(Self::lane_offset(ld) * core::mem::size_of::<T>());
+        // SAFETY: the caller's contract.
+        unsafe { Self::load_shared_at(at, ld) }
+    }
+    /// Elements from a tile's origin to the address this lane passes to
+    /// [`load_shared_at`](Self::load_shared_at) (the row it names for `ldmatrix`; 0 where
+    /// fragments are loaded element by element). Loop-invariant: compute it once.
+    #[inline(always)]
+    pub fn lane_offset(ld: usize) -> usize {
+        if uses_ldmatrix::<T>() {
+            let (l, q) = (lane(), lane() / 8);
             // Lane l names row (l % 8) + 8 (q % 2), columns 8 (q / 2) .. + 8 of matrix q;
             // register q then holds items 2q, 2q + 1 of the mma.sync A layout.
+            (l % 8 + 8 * (q % 2)) * ld + 8 * (q / 2)
+        } else {
+            0
+        }
+    }
+    /// [`load_shared`](Self::load_shared) from `at` = the tile's origin plus
+    /// [`lane_offset`](Self::lane_offset)`(ld)` elements: per load one `ldmatrix` on a
+    /// 32-bit address (constant tile offsets fold into its immediate).
+    ///
+    /// # Safety
+    /// As [`load_shared`](Self::load_shared) for the tile at `at` minus the lane offset.
+    #[inline(always)]
+    pub unsafe fn load_shared_at(at: SharedAddr, ld: usize) -> Self {
+        #[cfg(all(target_arch = "nvptx64", target_feature = "sm_80"))]
+        if uses_ldmatrix::<T>() {
             // SAFETY: the caller's contract.
-            let w = unsafe { nvptx::ldmatrix_x4::<false>(base.add((l % 8 + 8 * (q % 2)) * ld + 8 * (q / 2)) as *const u8) };
+            let w = unsafe { nvptx::ldmatrix_x4::<false>(at.raw()) };
             // SAFETY: T is a 16-bit type here.
             return FragA { v: unsafe { cast(unpack16(w)) } };
         }
-        // SAFETY: the caller's contract.
+        let base: *const T = at.as_ptr();
+        // SAFETY: the caller's contract (the lane offset is 0 on this path).
         Self::from_fn(|r, k| unsafe { *base.add(r * ld + k) })
     }
 }
@@ -308,20 +332,45 @@ impl<T: MmaInput> FragB<T> {
     /// As [`FragA::load_shared`].
     #[inline(always)]
     pub unsafe fn load_shared(base: *const T, ld: usize) -> Self {
-        #[cfg(all(target_arch = "nvptx64", target_feature = "sm_80"))]
-        if T::KIND != InputKind::I8 {
-            let l = lane();
-            let q = l / 8;
+        let at = SharedAddr::new(base).add(Self::lane_offset(ld) * core::mem::size_of::<T>());
+        // SAFETY: the caller's contract.
+        unsafe { Self::load_shared_at(at, ld) }
+    }
+    /// As [`FragA::lane_offset`], for [`load_shared_at`](Self::load_shared_at).
+    #[inline(always)]
+    pub fn lane_offset(ld: usize) -> usize {
+        if uses_ldmatrix::<T>() {
+            let (l, q) = (lane(), lane() / 8);
             // Matrix q covers k 8 (q % 2) .. + 8 and columns 8 (q / 2) .. + 8; transposed,
             // register q holds items 2q, 2q + 1 of the mma.sync B layout.
+            (l % 8 + 8 * (q % 2)) * ld + 8 * (q / 2)
+        } else {
+            0
+        }
+    }
+    /// As [`FragA::load_shared_at`] (`ldmatrix.x4.trans` on `MmaSync`).
+    ///
+    /// # Safety
+    /// As [`FragA::load_shared_at`].
+    #[inline(always)]
+    pub unsafe fn load_shared_at(at: SharedAddr, ld: usize) -> Self {
+        #[cfg(all(target_arch = "nvptx64", target_feature = "sm_80"))]
+        if uses_ldmatrix::<T>() {
             // SAFETY: the caller's contract.
-            let w = unsafe { nvptx::ldmatrix_x4::<true>(base.add((l % 8 + 8 * (q % 2)) * ld + 8 * (q / 2)) as *const u8) };
+            let w = unsafe { nvptx::ldmatrix_x4::<true>(at.raw()) };
             // SAFETY: T is a 16-bit type here.
             return FragB { v: unsafe { cast(unpack16(w)) } };
         }
-        // SAFETY: the caller's contract.
+        let base: *const T = at.as_ptr();
+        // SAFETY: the caller's contract (the lane offset is 0 on this path).
         Self::from_fn(|k, c| unsafe { *base.add(k * ld + c) })
     }
+}
+
+/// `true` where 16x16 fragments of `T` load with `ldmatrix` (NVIDIA sm_80+, 16-bit inputs).
+#[inline(always)]
+fn uses_ldmatrix<T: MmaInput>() -> bool {
+    cfg!(all(target_arch = "nvptx64", target_feature = "sm_80")) && T::KIND != InputKind::I8
 }
 
 /// Four registers of two 16-bit values each, as 8 values (low half first).

@@ -77,27 +77,26 @@ pub(super) fn mma<T: MmaInput>(a: &FragA<T>, b: &FragB<T>, c: FragC<T::Acc>) -> 
 }
 
 /// `ldmatrix.sync.aligned.m8n8.x4[.trans].shared.b16`: four 8x8 matrices of 16-bit
-/// values; each lane passes the address of one matrix row (lanes 8q..8q+7: matrix q).
+/// values; each lane passes the 32-bit shared-window address of one matrix row (lanes
+/// 8q..8q+7: matrix q).
 ///
 /// # Safety
 /// `row` is a 16-byte aligned shared-memory address with 16 readable bytes.
 #[inline(always)]
-pub(super) unsafe fn ldmatrix_x4<const TRANS: bool>(row: *const u8) -> [u32; 4] {
+pub(super) unsafe fn ldmatrix_x4<const TRANS: bool>(row: u32) -> [u32; 4] {
     let (mut w0, mut w1, mut w2, mut w3): (u32, u32, u32, u32);
     // SAFETY: the caller's contract.
     unsafe {
-        let shared: u64;
-        asm!("cvta.to.shared.u64 {0}, {1};", out(reg64) shared, in(reg64) row as u64, options(pure, nomem, nostack));
         if TRANS {
             asm!(
                 "ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {{{0}, {1}, {2}, {3}}}, [{4}];",
-                out(reg32) w0, out(reg32) w1, out(reg32) w2, out(reg32) w3, in(reg32) shared as u32,
+                out(reg32) w0, out(reg32) w1, out(reg32) w2, out(reg32) w3, in(reg32) row,
                 options(readonly, nostack),
             );
         } else {
             asm!(
                 "ldmatrix.sync.aligned.m8n8.x4.shared.b16 {{{0}, {1}, {2}, {3}}}, [{4}];",
-                out(reg32) w0, out(reg32) w1, out(reg32) w2, out(reg32) w3, in(reg32) shared as u32,
+                out(reg32) w0, out(reg32) w1, out(reg32) w2, out(reg32) w3, in(reg32) row,
                 options(readonly, nostack),
             );
         }
