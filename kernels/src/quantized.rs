@@ -156,8 +156,9 @@ pub trait QuantFormat: 'static {
     /// The unit subtracts per-16 minimums (`Unit::n`).
     const HALF_MIN: bool = false;
     /// 16-byte words one lane loads ahead for the next LDS chunk of [`matvec`](fn@matvec)
-    /// ([`LANE_UNITS`] units per lane; at most [`MAX_PREFETCH`]).
-    const PREFETCH: usize = (LANE_UNITS * Self::BYTES).div_ceil(Self::WEIGHTS / 32 * 16);
+    /// ([`LANE_UNITS`] units per lane; at most [`MAX_PREFETCH`]). None in AMD code objects:
+    /// the registers held across the compute step spilled on gfx942/gfx950.
+    const PREFETCH: usize = if cfg!(target_arch = "amdgpu") { 0 } else { (LANE_UNITS * Self::BYTES).div_ceil(Self::WEIGHTS / 32 * 16) };
     /// Weight `j` of the block `b` (exactly `BYTES` long), as Candle computes it.
     fn weight(b: &[u8], j: usize) -> f32;
     /// Unit `u` (weights `32u .. 32u + 32`) of the block `b`.
@@ -696,8 +697,17 @@ pub const fn batch_tile(dtype: GgmlDType, amd: bool) -> usize {
     }
 }
 
-/// Work-items per work-group of [`matvec`](fn@matvec): one wave per weight row.
+/// Work-items per work-group of [`matvec`](fn@matvec) on AMD GPUs: 2 or 4 waves, one
+/// weight row each.
 pub const MATVEC_BLOCK: u32 = 128;
+
+/// Work-items per work-group of [`matvec`](fn@matvec): [`MATVEC_BLOCK`] on AMD GPUs, one
+/// wave elsewhere (NVIDIA: a work-group barrier then waits for one warp only, so warps of
+/// different rows do not wait for each other between chunks; the CPU executor runs the
+/// same shape).
+pub const fn matvec_block(amd: bool, wave_lanes: u32) -> u32 {
+    if amd { MATVEC_BLOCK } else { wave_lanes }
+}
 
 /// 32-weight units per lane in one LDS chunk of [`matvec`](fn@matvec) on AMD GPUs: up to
 /// 17 KiB of LDS per work-group would cap a gfx9 compute unit's 64 KiB at a few work-groups.
@@ -710,13 +720,15 @@ pub const LANE_UNITS: usize = if cfg!(target_arch = "amdgpu") { LANE_UNITS_AMD }
 /// Units per lane decoded and multiplied together (their activation loads in flight at
 /// once); a chunk's [`LANE_UNITS`] take `LANE_UNITS / PASS_UNITS` passes.
 pub const PASS_UNITS: usize = if LANE_UNITS < 2 { LANE_UNITS } else { 2 };
+/// [`matvec`](fn@matvec) loads batch row 0's activations before decoding the units.
+pub const HOIST_ACTS: bool = !cfg!(target_arch = "amdgpu");
 /// Capacity of the prefetch registers ([`QuantFormat::PREFETCH`] of every format).
 pub const MAX_PREFETCH: usize = 9;
 
 /// 16-byte LDS words [`matvec`](fn@matvec) needs for chunks of `chunk_units` 32-weight
-/// units per wave (a multiple of the wave size): one chunk per wave of a work-group.
-pub const fn matvec_lds_words(dtype: GgmlDType, chunk_units: usize, wave_lanes: usize) -> usize {
-    let waves = MATVEC_BLOCK as usize / wave_lanes;
+/// units per wave (a multiple of the wave size): one chunk per wave of a work-group of
+/// `waves` waves.
+pub const fn matvec_lds_words(dtype: GgmlDType, chunk_units: usize, waves: usize) -> usize {
     (waves * chunk_units / (dtype.block_weights() / 32) * dtype.block_bytes()).div_ceil(16)
 }
 
@@ -835,11 +847,12 @@ pub fn chunk_load(src: &[u8], lane: usize, step: usize, p: usize, pre: &mut [[u3
 
 /// Second half of a chunk copy: stores what [`chunk_load`] loaded (`aligned`: the chunk is
 /// 16-byte aligned and `pre` holds its first `p` words per lane) and copies the rest of
-/// `src` directly; unaligned chunks are copied whole by [`copy_chunk`].
+/// `src` directly; unaligned chunks (and every chunk when `p = 0`) are copied whole by
+/// [`copy_chunk`].
 #[device]
 #[inline(always)]
 pub fn chunk_store(src: &[u8], dst: *mut u8, lane: usize, step: usize, p: usize, pre: &[[u32; 4]; MAX_PREFETCH], aligned: bool) {
-    if !aligned {
+    if !aligned || p == 0 {
         copy_chunk(src, dst, lane, step);
         return;
     }
@@ -914,7 +927,7 @@ pub fn matvec_body<Q: QuantFormat, B: BatchTile>(
     let mut acc = [0f32; 8];
     let mut pre = [[0u32; 4]; MAX_PREFETCH];
     let mut pre_ok = false;
-    if active {
+    if Q::PREFETCH > 0 && active {
         let first = chunk_of(0);
         pre_ok = chunk_aligned16(first, region);
         if pre_ok {
@@ -929,7 +942,7 @@ pub fn matvec_body<Q: QuantFormat, B: BatchTile>(
         }
         barrier();
         let next = blk0 + chunk_blocks;
-        if active && next < blocks {
+        if Q::PREFETCH > 0 && active && next < blocks {
             let src = chunk_of(next);
             pre_ok = chunk_aligned16(src, region);
             if pre_ok {
@@ -944,6 +957,34 @@ pub fn matvec_body<Q: QuantFormat, B: BatchTile>(
             // Explicitly unrolled (constant indices keep the units, activations and sums in
             // registers; LLVM left the larger loops rolled, with the arrays in local memory).
             for pass in 0..LANE_UNITS / PASS_UNITS {
+                // The q8_1 blocks of batch row `b` for this pass's units (independent loads;
+                // units past the chunk load nothing).
+                let acts = |b: usize| {
+                    let mut a = [[0u32; 8]; 4];
+                    let mut ds = [[0f32; 2]; 4];
+                    unroll!([0, 1, 2, 3], jj => {
+                        let k = lane + (pass * PASS_UNITS + jj) * ws;
+                        if jj < PASS_UNITS && k < n_units {
+                            let u = u0 + k;
+                            // SAFETY: b < batch and u < cols / 32, so words b * xw + 8u .. + 8
+                            // and floats b * xb + 2u .. + 2 are inside the lengths asserted
+                            // above; `xq` starts on 16 bytes (checked by the launchers) and
+                            // 8u words are 32 bytes.
+                            unsafe {
+                                let p = xq.as_ptr().add(b * xw + 8 * u) as *const crate::indexing::Words4;
+                                let f = xds.as_ptr().add(b * xb + 2 * u);
+                                let (lo, hi) = (ld4(p), ld4(p.add(1)));
+                                a[jj] = [lo[0], lo[1], lo[2], lo[3], hi[0], hi[1], hi[2], hi[3]];
+                                ds[jj] = [*f, *f.add(1)];
+                            }
+                        }
+                    });
+                    (a, ds)
+                };
+                // Row 0's activation loads go out before the units are decoded from LDS, so
+                // their latency overlaps the decoding (not in AMD code objects: the longer
+                // live ranges spilled scalar registers on gfx942/gfx950).
+                let first = if HOIST_ACTS { acts(0) } else { ([[0u32; 8]; 4], [[0f32; 2]; 4]) };
                 let mut units = [unit1([0; 8], 0.0, 0.0); 4];
                 unroll!([0, 1, 2, 3], jj => {
                     let k = lane + (pass * PASS_UNITS + jj) * ws;
@@ -954,25 +995,7 @@ pub fn matvec_body<Q: QuantFormat, B: BatchTile>(
                 });
                 unroll!([0, 1, 2, 3, 4, 5, 6, 7], b => {
                     if b < B::N && b < batch {
-                        let mut a = [[0u32; 8]; 4];
-                        let mut ds = [[0f32; 2]; 4];
-                        unroll!([0, 1, 2, 3], jj => {
-                            let k = lane + (pass * PASS_UNITS + jj) * ws;
-                            if jj < PASS_UNITS && k < n_units {
-                                let u = u0 + k;
-                                // SAFETY: b < batch and u < cols / 32, so words b * xw + 8u .. + 8
-                                // and floats b * xb + 2u .. + 2 are inside the lengths asserted
-                                // above; `xq` starts on 16 bytes (checked by the launchers) and
-                                // 8u words are 32 bytes.
-                                unsafe {
-                                    let p = xq.as_ptr().add(b * xw + 8 * u) as *const crate::indexing::Words4;
-                                    let f = xds.as_ptr().add(b * xb + 2 * u);
-                                    let (lo, hi) = (ld4(p), ld4(p.add(1)));
-                                    a[jj] = [lo[0], lo[1], lo[2], lo[3], hi[0], hi[1], hi[2], hi[3]];
-                                    ds[jj] = [*f, *f.add(1)];
-                                }
-                            }
-                        });
+                        let (a, ds) = if b == 0 && HOIST_ACTS { first } else { acts(b) };
                         unroll!([0, 1, 2, 3], jj => {
                             let k = lane + (pass * PASS_UNITS + jj) * ws;
                             if jj < PASS_UNITS && k < n_units {

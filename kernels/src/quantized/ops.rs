@@ -1,7 +1,7 @@
 //! Checked launches of the quantized kernels: every shape, byte length and alignment is
 //! validated first (bad input: [`LaunchError::InvalidArgument`], nothing launched or
 //! written); empty outputs are a no-op.
-use super::{batch_tile, matvec_lds_words, Batch1, Batch2, Batch4, Batch8, GgmlDType, LANE_UNITS_AMD, LANE_UNITS_OTHER, MATVEC_BLOCK};
+use super::{batch_tile, matvec_lds_words, Batch1, Batch2, Batch4, Batch8, GgmlDType, LANE_UNITS_AMD, LANE_UNITS_OTHER, matvec_block};
 use super::{Q2K, Q3K, Q4K, Q4_0, Q4_1, Q5K, Q5_0, Q5_1, Q6K, Q8K, Q8_0};
 use crate::runtime::{Device, DeviceVec};
 use kernel_dsl::host::{ArgValue, Executor, KernelArgSlice, KernelArgSliceMut, LaunchConfig, LaunchError, MemLocation, ScalarArg};
@@ -143,6 +143,7 @@ pub fn quantize_q8_1<T: Float + ScalarArg>(
 /// launch shape.
 #[allow(clippy::too_many_arguments)]
 fn check_matvec(
+    amd: bool,
     wave_lanes: u32,
     dtype: GgmlDType,
     w: &(impl KernelArgSlice<u8> + ?Sized),
@@ -174,11 +175,12 @@ fn check_matvec(
     }
     check_aligned(K, "w", w)?;
     check_aligned(K, "xq", xq)?;
-    let groups = (rows * wave_lanes as usize).div_ceil(MATVEC_BLOCK as usize);
+    let block = matvec_block(amd, wave_lanes);
+    let groups = (rows * wave_lanes as usize).div_ceil(block as usize);
     if groups > u32::MAX as usize {
         return Err(invalid(K, format!("{rows} rows need more than 2^32 work-groups")));
     }
-    Ok(LaunchConfig::new(Dim3::x(groups.max(1) as u32), Dim3::x(MATVEC_BLOCK)))
+    Ok(LaunchConfig::new(Dim3::x(groups.max(1) as u32), Dim3::x(block)))
 }
 
 /// `true` when `exec` launches on an AMD GPU (smaller LDS chunks and batch tiles).
@@ -208,12 +210,12 @@ pub fn matvec_q8_1(
     cols: usize,
     batch: usize,
 ) -> Result<(), LaunchError> {
-    let cfg = check_matvec(wave_lanes, dtype, w, xq, xds, y, rows, cols, batch)?;
+    let cfg = check_matvec(on_amd(exec), wave_lanes, dtype, w, xq, xds, y, rows, cols, batch)?;
     if rows == 0 {
         return Ok(());
     }
     let units = chunk_units(exec, wave_lanes);
-    let cfg = cfg.with_dynamic_shared(matvec_lds_words(dtype, units, wave_lanes as usize));
+    let cfg = cfg.with_dynamic_shared(matvec_lds_words(dtype, units, (cfg.block.x / wave_lanes) as usize));
     // One launch for the whole batch where the tile allows (NVIDIA, CPU executor: 8 rows);
     // otherwise tiles of 4 (AMD) or 2 (Q2K/Q3K/Q5K), each launch on views of the
     // activations and output.
@@ -291,7 +293,7 @@ pub fn matvec<T: Float + ScalarArg>(
         return Err(invalid(K, format!("`x` has {} elements; {batch} x {cols} needed", slice_of(x).1)));
     }
     let (mut xq, mut xds): (DeviceVec<u32>, DeviceVec<f32>) = (dev.scratch(n / 4)?, dev.scratch(n / 16)?);
-    check_matvec(dev.wave_lanes(), dtype, w, &xq, &xds, y, rows, cols, batch)?;
+    check_matvec(on_amd(dev), dev.wave_lanes(), dtype, w, &xq, &xds, y, rows, cols, batch)?;
     if rows == 0 {
         return Ok(());
     }
