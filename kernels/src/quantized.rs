@@ -156,9 +156,19 @@ pub trait QuantFormat: 'static {
     /// The unit subtracts per-16 minimums (`Unit::n`).
     const HALF_MIN: bool = false;
     /// 16-byte words one lane loads ahead for the next LDS chunk of [`matvec`](fn@matvec)
-    /// ([`LANE_UNITS`] units per lane; at most [`MAX_PREFETCH`]). None in AMD code objects:
+    /// ([`LANE_UNITS`] units per lane, at most [`MAX_PREFETCH`]: the rest of a chunk is
+    /// copied when it is stored). None in AMD code objects:
     /// the registers held across the compute step spilled on gfx942/gfx950.
-    const PREFETCH: usize = if cfg!(target_arch = "amdgpu") { 0 } else { (LANE_UNITS * Self::BYTES).div_ceil(Self::WEIGHTS / 32 * 16) };
+    const PREFETCH: usize = {
+        let words = (LANE_UNITS * Self::BYTES).div_ceil(Self::WEIGHTS / 32 * 16);
+        if cfg!(target_arch = "amdgpu") {
+            0
+        } else if words > MAX_PREFETCH {
+            MAX_PREFETCH
+        } else {
+            words
+        }
+    };
     /// Weight `j` of the block `b` (exactly `BYTES` long), as Candle computes it.
     fn weight(b: &[u8], j: usize) -> f32;
     /// Unit `u` (weights `32u .. 32u + 32`) of the block `b`.
@@ -720,10 +730,12 @@ pub const LANE_UNITS: usize = if cfg!(target_arch = "amdgpu") { LANE_UNITS_AMD }
 /// Units per lane decoded and multiplied together (their activation loads in flight at
 /// once); a chunk's [`LANE_UNITS`] take `LANE_UNITS / PASS_UNITS` passes.
 pub const PASS_UNITS: usize = if LANE_UNITS < 2 { LANE_UNITS } else { 2 };
-/// [`matvec`](fn@matvec) loads batch row 0's activations before decoding the units.
+/// [`matvec`](fn@matvec) loads the activations before decoding the units (batch 1 only:
+/// with 8 rows `Q8_0` spilled on sm_90).
 pub const HOIST_ACTS: bool = !cfg!(target_arch = "amdgpu");
-/// Capacity of the prefetch registers ([`QuantFormat::PREFETCH`] of every format).
-pub const MAX_PREFETCH: usize = 9;
+/// Capacity of the prefetch registers, 16-byte words per lane (`Q8_0` needs 9 for a whole
+/// chunk; with 9, its 2- and 8-row tiles spilled on sm_90).
+pub const MAX_PREFETCH: usize = 8;
 
 /// 16-byte LDS words [`matvec`](fn@matvec) needs for chunks of `chunk_units` 32-weight
 /// units per wave (a multiple of the wave size): one chunk per wave of a work-group of
@@ -836,7 +848,7 @@ pub fn chunk_aligned16(src: &[u8], dst: *mut u8) -> bool {
 pub fn chunk_load(src: &[u8], lane: usize, step: usize, p: usize, pre: &mut [[u32; 4]; MAX_PREFETCH]) {
     let m = src.len() / 16;
     let s16 = src.as_ptr() as *const crate::indexing::Words4;
-    unroll!([0, 1, 2, 3, 4, 5, 6, 7, 8], t => {
+    unroll!([0, 1, 2, 3, 4, 5, 6, 7], t => {
         let i = lane + t * step;
         if t < p && i < m {
             // SAFETY: word i < m lies inside `src`, which starts on 16 bytes (chunk_aligned16).
@@ -861,7 +873,7 @@ pub fn chunk_store(src: &[u8], dst: *mut u8, lane: usize, step: usize, p: usize,
     // SAFETY: every word index is below m, inside `src` and inside `dst` (sized by the
     // caller for the chunk); both start on 16 bytes (`aligned`).
     unsafe {
-        unroll!([0, 1, 2, 3, 4, 5, 6, 7, 8], t => {
+        unroll!([0, 1, 2, 3, 4, 5, 6, 7], t => {
             let i = lane + t * step;
             if t < p && i < m {
                 st4(d16.add(i), pre[t]);
@@ -981,10 +993,10 @@ pub fn matvec_body<Q: QuantFormat, B: BatchTile>(
                     });
                     (a, ds)
                 };
-                // Row 0's activation loads go out before the units are decoded from LDS, so
-                // their latency overlaps the decoding (not in AMD code objects: the longer
-                // live ranges spilled scalar registers on gfx942/gfx950).
-                let first = if HOIST_ACTS { acts(0) } else { ([[0u32; 8]; 4], [[0f32; 2]; 4]) };
+                // Batch 1: the activation loads go out before the units are decoded from LDS,
+                // so their latency overlaps the decoding ([`HOIST_ACTS`]).
+                let hoist = HOIST_ACTS && B::N == 1;
+                let first = if hoist { acts(0) } else { ([[0u32; 8]; 4], [[0f32; 2]; 4]) };
                 let mut units = [unit1([0; 8], 0.0, 0.0); 4];
                 unroll!([0, 1, 2, 3], jj => {
                     let k = lane + (pass * PASS_UNITS + jj) * ws;
@@ -995,7 +1007,7 @@ pub fn matvec_body<Q: QuantFormat, B: BatchTile>(
                 });
                 unroll!([0, 1, 2, 3, 4, 5, 6, 7], b => {
                     if b < B::N && b < batch {
-                        let (a, ds) = if b == 0 && HOIST_ACTS { first } else { acts(b) };
+                        let (a, ds) = if b == 0 && hoist { first } else { acts(b) };
                         unroll!([0, 1, 2, 3], jj => {
                             let k = lane + (pass * PASS_UNITS + jj) * ws;
                             if jj < PASS_UNITS && k < n_units {
