@@ -155,6 +155,20 @@ pub trait QuantFormat: 'static {
     const MIN: bool = false;
     /// The unit subtracts per-16 minimums (`Unit::n`).
     const HALF_MIN: bool = false;
+    /// 16-byte words one lane loads ahead for the next LDS chunk of [`matvec`](fn@matvec)
+    /// ([`LANE_UNITS`] units per lane, at most [`MAX_PREFETCH`]: the rest of a chunk is
+    /// copied when it is stored). None in AMD code objects:
+    /// the registers held across the compute step spilled on gfx942/gfx950.
+    const PREFETCH: usize = {
+        let words = (LANE_UNITS * Self::BYTES).div_ceil(Self::WEIGHTS / 32 * 16);
+        if cfg!(target_arch = "amdgpu") {
+            0
+        } else if words > MAX_PREFETCH {
+            MAX_PREFETCH
+        } else {
+            words
+        }
+    };
     /// Weight `j` of the block `b` (exactly `BYTES` long), as Candle computes it.
     fn weight(b: &[u8], j: usize) -> f32;
     /// Unit `u` (weights `32u .. 32u + 32`) of the block `b`.
@@ -653,8 +667,7 @@ pub fn quantize_q8_1<T: Float>(x: &[T], xq: &mut [u32], xds: &mut [f32]) {
     }
 }
 
-/// Batch tiles of [`matvec`](fn@matvec): at most `N` activation rows per launch (the
-/// launcher splits larger batches; wider tiles ran out of gfx9's 102 scalar registers).
+/// Batch tiles of [`matvec`](fn@matvec): at most `N` activation rows per launch.
 pub trait BatchTile: 'static {
     /// Most activation rows.
     const N: usize;
@@ -674,14 +687,60 @@ pub struct Batch4;
 impl BatchTile for Batch4 {
     const N: usize = 4;
 }
+/// Up to 8 activation rows, every batch of the matvec in one launch that reads the weights
+/// once, on NVIDIA and the CPU executor. In AMD code objects it is a 4-row tile (8-row
+/// tiles needed more than gfx9's 102 scalar registers): the launcher runs AMD batches in
+/// tiles of at most 4 ([`batch_tile`]).
+pub struct Batch8;
+impl BatchTile for Batch8 {
+    const N: usize = if cfg!(target_arch = "amdgpu") { 4 } else { 8 };
+}
 
-/// Work-items per work-group of [`matvec`](fn@matvec): one wave per weight row.
+/// Most activation rows one [`matvec`](fn@matvec) launch takes: 2 for `Q2K`, `Q3K` and
+/// `Q5K` (their wider tiles needed more than gfx9's 102 scalar registers), 4 for the
+/// others on AMD GPUs, 8 elsewhere.
+pub const fn batch_tile(dtype: GgmlDType, amd: bool) -> usize {
+    match dtype {
+        GgmlDType::Q2K | GgmlDType::Q3K | GgmlDType::Q5K => 2,
+        _ if amd => 4,
+        _ => 8,
+    }
+}
+
+/// Work-items per work-group of [`matvec`](fn@matvec) on AMD GPUs: 2 or 4 waves, one
+/// weight row each.
 pub const MATVEC_BLOCK: u32 = 128;
 
+/// Work-items per work-group of [`matvec`](fn@matvec): [`MATVEC_BLOCK`] on AMD GPUs, one
+/// wave elsewhere (NVIDIA: a work-group barrier then waits for one warp only, so warps of
+/// different rows do not wait for each other between chunks; the CPU executor runs the
+/// same shape).
+pub const fn matvec_block(amd: bool, wave_lanes: u32) -> u32 {
+    if amd { MATVEC_BLOCK } else { wave_lanes }
+}
+
+/// 32-weight units per lane in one LDS chunk of [`matvec`](fn@matvec) on AMD GPUs: up to
+/// 17 KiB of LDS per work-group would cap a gfx9 compute unit's 64 KiB at a few work-groups.
+pub const LANE_UNITS_AMD: usize = 1;
+/// 32-weight units per lane in one LDS chunk on NVIDIA and the CPU executor (LDS is
+/// plentiful: more bytes in flight per barrier).
+pub const LANE_UNITS_OTHER: usize = 4;
+/// The most units per lane per chunk the device code of this target handles.
+pub const LANE_UNITS: usize = if cfg!(target_arch = "amdgpu") { LANE_UNITS_AMD } else { LANE_UNITS_OTHER };
+/// Units per lane decoded and multiplied together (their activation loads in flight at
+/// once); a chunk's [`LANE_UNITS`] take `LANE_UNITS / PASS_UNITS` passes.
+pub const PASS_UNITS: usize = if LANE_UNITS < 2 { LANE_UNITS } else { 2 };
+/// [`matvec`](fn@matvec) loads the activations before decoding the units (batch 1 only:
+/// with 8 rows `Q8_0` spilled on sm_90).
+pub const HOIST_ACTS: bool = !cfg!(target_arch = "amdgpu");
+/// Capacity of the prefetch registers, 16-byte words per lane (`Q8_0` needs 9 for a whole
+/// chunk; with 9, its 2- and 8-row tiles spilled on sm_90).
+pub const MAX_PREFETCH: usize = 8;
+
 /// 16-byte LDS words [`matvec`](fn@matvec) needs for chunks of `chunk_units` 32-weight
-/// units per wave (a multiple of the wave size): one chunk per wave of a work-group.
-pub const fn matvec_lds_words(dtype: GgmlDType, chunk_units: usize, wave_lanes: usize) -> usize {
-    let waves = MATVEC_BLOCK as usize / wave_lanes;
+/// units per wave (a multiple of the wave size): one chunk per wave of a work-group of
+/// `waves` waves.
+pub const fn matvec_lds_words(dtype: GgmlDType, chunk_units: usize, waves: usize) -> usize {
     (waves * chunk_units / (dtype.block_weights() / 32) * dtype.block_bytes()).div_ceil(16)
 }
 
@@ -763,13 +822,82 @@ pub fn copy_chunk(src: &[u8], dst: *mut u8, lane: usize, step: usize) {
     }
 }
 
-/// The matvec kernels' body: `y[b * rows + r] = sum_k W[r, k] x[b, k]` for `b < batch <= B::N`, with `x` given as q8_1
-/// (`xq`: `batch * cols / 4` words, `xds`: `batch * cols / 16` floats). Wave `r` of the
-/// grid computes row `r`, a chunk of `chunk_units` 32-weight units (a multiple of the wave
-/// size) at a time: the wave copies the chunk's blocks to its part of `lds` with coalesced
-/// loads, then each lane decodes its units from LDS and multiplies them with the q8_1
-/// blocks of every batch row. All waves of a work-group run the same number of chunks
-/// (rows past the end copy and compute nothing) so they can meet at the barriers.
+/// `body` once per listed constant, with `$i` bound to it (a loop unrolled by hand).
+macro_rules! unroll {
+    ([$($n:literal),*], $i:ident => $body:block) => {
+        $({
+            let $i: usize = $n;
+            $body
+        })*
+    };
+}
+
+/// `true` when `src` (a chunk of a weight row) and its LDS destination `dst` allow the
+/// 16-byte copy of [`chunk_load`] / [`chunk_store`].
+#[device]
+#[inline(always)]
+pub fn chunk_aligned16(src: &[u8], dst: *mut u8) -> bool {
+    (src.as_ptr() as usize | dst as usize | src.len()) % 16 == 0
+}
+
+/// First half of a chunk copy: this lane's 16-byte words `lane + t * step` (`t < p`, inside
+/// `src`) loaded into `pre`, so the loads are in flight while the previous chunk is
+/// computed. Only for chunks where [`chunk_aligned16`] holds.
+#[device]
+#[inline(always)]
+pub fn chunk_load(src: &[u8], lane: usize, step: usize, p: usize, pre: &mut [[u32; 4]; MAX_PREFETCH]) {
+    let m = src.len() / 16;
+    let s16 = src.as_ptr() as *const crate::indexing::Words4;
+    unroll!([0, 1, 2, 3, 4, 5, 6, 7], t => {
+        let i = lane + t * step;
+        if t < p && i < m {
+            // SAFETY: word i < m lies inside `src`, which starts on 16 bytes (chunk_aligned16).
+            pre[t] = unsafe { ld4(s16.add(i)) };
+        }
+    });
+}
+
+/// Second half of a chunk copy: stores what [`chunk_load`] loaded (`aligned`: the chunk is
+/// 16-byte aligned and `pre` holds its first `p` words per lane) and copies the rest of
+/// `src` directly; unaligned chunks (and every chunk when `p = 0`) are copied whole by
+/// [`copy_chunk`].
+#[device]
+#[inline(always)]
+pub fn chunk_store(src: &[u8], dst: *mut u8, lane: usize, step: usize, p: usize, pre: &[[u32; 4]; MAX_PREFETCH], aligned: bool) {
+    if !aligned || p == 0 {
+        copy_chunk(src, dst, lane, step);
+        return;
+    }
+    let m = src.len() / 16;
+    let (s16, d16) = (src.as_ptr() as *const crate::indexing::Words4, dst as *mut crate::indexing::Words4);
+    // SAFETY: every word index is below m, inside `src` and inside `dst` (sized by the
+    // caller for the chunk); both start on 16 bytes (`aligned`).
+    unsafe {
+        unroll!([0, 1, 2, 3, 4, 5, 6, 7], t => {
+            let i = lane + t * step;
+            if t < p && i < m {
+                st4(d16.add(i), pre[t]);
+            }
+        });
+        let mut i = lane + p * step;
+        while i < m {
+            st4(d16.add(i), ld4(s16.add(i)));
+            i += step;
+        }
+    }
+}
+
+/// The matvec kernels' body: `y[b * rows + r] = sum_k W[r, k] x[b, k]` for
+/// `b < batch <= B::N`, with `x` given as q8_1 (`xq`: `batch * cols / 4` words, `xds`:
+/// `batch * cols / 16` floats). Wave `r` of the grid computes row `r`, a chunk of
+/// `chunk_units` 32-weight units (a multiple of the wave size, at most [`LANE_UNITS`] per
+/// lane) at a time: the wave stores the chunk's blocks to its part of `lds` (loaded into
+/// registers with coalesced 16-byte loads while the previous chunk was computed), then each
+/// lane decodes its units from LDS once, loads the q8_1 blocks of all its units for one
+/// batch row at a time (independent loads, one latency per batch row) and multiplies them
+/// with every unit. The weights are read once for the whole batch. All waves of a
+/// work-group run the same number of chunks (rows past the end copy and compute nothing)
+/// so they can meet at the barriers.
 #[device]
 #[inline(always)]
 #[allow(clippy::too_many_arguments)]
@@ -793,9 +921,10 @@ pub fn matvec_body<Q: QuantFormat, B: BatchTile>(
     let chunk_bytes = chunk_blocks * Q::BYTES;
     let region_off = wave::wave_id() as usize * chunk_bytes;
     // Uniform checks that make the unchecked accesses below in bounds: activations for
-    // `batch` rows of `cols / 32` units, and this wave's LDS region.
-    assert!(batch <= B::N && xq.len() >= batch * xw && xds.len() >= batch * xb && cols % 32 == 0);
-    assert!(chunk_units % ws == 0 && chunk_blocks > 0 && region_off + chunk_bytes <= lds_bytes);
+    // `batch` rows of `cols / 32` units, this wave's LDS region, the lane units.
+    assert!(batch <= B::N && B::N <= 8 && xq.len() >= batch * xw && xds.len() >= batch * xb && cols % 32 == 0);
+    assert!(LANE_UNITS <= 4 && chunk_units % ws == 0 && chunk_units <= LANE_UNITS * ws && chunk_blocks > 0 && region_off + chunk_bytes <= lds_bytes);
+    assert!(Q::PREFETCH <= MAX_PREFETCH);
     let active = row < rows;
     let lane = wave::lane_id() as usize;
     let blocks = cols / Q::WEIGHTS;
@@ -803,44 +932,99 @@ pub fn matvec_body<Q: QuantFormat, B: BatchTile>(
     let wrow = if active { &w[row * row_bytes..(row + 1) * row_bytes] } else { &w[0..0] };
     // SAFETY: inside the LDS buffer (asserted above).
     let region = unsafe { lds.add(region_off) };
-    let mut acc = [0f32; 4];
+    let chunk_of = |blk0: usize| {
+        let nblk = if blocks - blk0 < chunk_blocks { blocks - blk0 } else { chunk_blocks };
+        &wrow[blk0 * Q::BYTES..(blk0 + nblk) * Q::BYTES]
+    };
+    let mut acc = [0f32; 8];
+    let mut pre = [[0u32; 4]; MAX_PREFETCH];
+    let mut pre_ok = false;
+    if Q::PREFETCH > 0 && active {
+        let first = chunk_of(0);
+        pre_ok = chunk_aligned16(first, region);
+        if pre_ok {
+            chunk_load(first, lane, ws, Q::PREFETCH, &mut pre);
+        }
+    }
     let mut blk0 = 0;
     while blk0 < blocks {
         let nblk = if blocks - blk0 < chunk_blocks { blocks - blk0 } else { chunk_blocks };
         if active {
-            copy_chunk(&wrow[blk0 * Q::BYTES..(blk0 + nblk) * Q::BYTES], region, lane, ws);
+            chunk_store(chunk_of(blk0), region, lane, ws, Q::PREFETCH, &pre, pre_ok);
         }
         barrier();
-        let mut k = lane;
-        while active && k < nblk * upb {
+        let next = blk0 + chunk_blocks;
+        if Q::PREFETCH > 0 && active && next < blocks {
+            let src = chunk_of(next);
+            pre_ok = chunk_aligned16(src, region);
+            if pre_ok {
+                chunk_load(src, lane, ws, Q::PREFETCH, &mut pre);
+            }
+        }
+        if active {
             // SAFETY: the region holds the chunk's nblk * BYTES bytes (<= chunk_bytes).
             let chunk = unsafe { core::slice::from_raw_parts(region as *const u8, nblk * Q::BYTES) };
-            let (blk, part) = (k / upb, k % upb);
-            let unit = Q::unit(&chunk[blk * Q::BYTES..(blk + 1) * Q::BYTES], part);
-            let u = blk0 * upb + k;
-            for b in 0..B::N {
-                if b < batch {
-                    // SAFETY: b < batch and u < cols / 32, so words b * xw + 8u .. + 8 and
-                    // floats b * xb + 2u .. + 2 are inside the lengths asserted above; `xq`
-                    // starts on 16 bytes (checked by the launchers) and 8u words are 32 bytes.
-                    let (lo, hi, d, s) = unsafe {
-                        let p = xq.as_ptr().add(b * xw + 8 * u) as *const crate::indexing::Words4;
-                        let f = xds.as_ptr().add(b * xb + 2 * u);
-                        (ld4(p), ld4(p.add(1)), *f, *f.add(1))
-                    };
-                    let a = [lo[0], lo[1], lo[2], lo[3], hi[0], hi[1], hi[2], hi[3]];
-                    acc[b] += unit_dot::<Q>(&unit, &a, d, s);
-                }
+            let n_units = nblk * upb;
+            let u0 = blk0 * upb;
+            // Explicitly unrolled (constant indices keep the units, activations and sums in
+            // registers; LLVM left the larger loops rolled, with the arrays in local memory).
+            for pass in 0..LANE_UNITS / PASS_UNITS {
+                // The q8_1 blocks of batch row `b` for this pass's units (independent loads;
+                // units past the chunk load nothing).
+                let acts = |b: usize| {
+                    let mut a = [[0u32; 8]; 4];
+                    let mut ds = [[0f32; 2]; 4];
+                    unroll!([0, 1, 2, 3], jj => {
+                        let k = lane + (pass * PASS_UNITS + jj) * ws;
+                        if jj < PASS_UNITS && k < n_units {
+                            let u = u0 + k;
+                            // SAFETY: b < batch and u < cols / 32, so words b * xw + 8u .. + 8
+                            // and floats b * xb + 2u .. + 2 are inside the lengths asserted
+                            // above; `xq` starts on 16 bytes (checked by the launchers) and
+                            // 8u words are 32 bytes.
+                            unsafe {
+                                let p = xq.as_ptr().add(b * xw + 8 * u) as *const crate::indexing::Words4;
+                                let f = xds.as_ptr().add(b * xb + 2 * u);
+                                let (lo, hi) = (ld4(p), ld4(p.add(1)));
+                                a[jj] = [lo[0], lo[1], lo[2], lo[3], hi[0], hi[1], hi[2], hi[3]];
+                                ds[jj] = [*f, *f.add(1)];
+                            }
+                        }
+                    });
+                    (a, ds)
+                };
+                // Batch 1: the activation loads go out before the units are decoded from LDS,
+                // so their latency overlaps the decoding ([`HOIST_ACTS`]).
+                let hoist = HOIST_ACTS && B::N == 1;
+                let first = if hoist { acts(0) } else { ([[0u32; 8]; 4], [[0f32; 2]; 4]) };
+                let mut units = [unit1([0; 8], 0.0, 0.0); 4];
+                unroll!([0, 1, 2, 3], jj => {
+                    let k = lane + (pass * PASS_UNITS + jj) * ws;
+                    if jj < PASS_UNITS && k < n_units {
+                        let blk = k / upb;
+                        units[jj] = Q::unit(&chunk[blk * Q::BYTES..(blk + 1) * Q::BYTES], k % upb);
+                    }
+                });
+                unroll!([0, 1, 2, 3, 4, 5, 6, 7], b => {
+                    if b < B::N && b < batch {
+                        let (a, ds) = if b == 0 && hoist { first } else { acts(b) };
+                        unroll!([0, 1, 2, 3], jj => {
+                            let k = lane + (pass * PASS_UNITS + jj) * ws;
+                            if jj < PASS_UNITS && k < n_units {
+                                acc[b] += unit_dot::<Q>(&units[jj], &a[jj], ds[jj][0], ds[jj][1]);
+                            }
+                        });
+                    }
+                });
             }
-            k += ws;
         }
         barrier();
-        blk0 += chunk_blocks;
+        blk0 = next;
     }
     if active {
         // Every wave sum before any lane-divergent store: on NVIDIA a shuffle after a
         // divergent branch may see only the lanes that reconverged.
-        let mut sums = [0f32; 4];
+        let mut sums = [0f32; 8];
         for b in 0..B::N {
             if b < batch {
                 sums[b] = wave::sum(acc[b]);
@@ -858,7 +1042,7 @@ pub fn matvec_body<Q: QuantFormat, B: BatchTile>(
 
 /// `y[b * rows + r] = sum_k W[r, k] x[b, k]` for up to `B::N` q8_1 activation rows (see
 /// [`matvec_body`]); `lds` holds [`matvec_lds_words`] words.
-#[amdgpu_kernel(Q = [Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4K, Q6K], B = [Batch1, Batch2, Batch4])]
+#[amdgpu_kernel(Q = [Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4K, Q6K], B = [Batch1, Batch2, Batch4, Batch8], max_threads = 128)]
 pub fn matvec<Q: QuantFormat, B: BatchTile>(
     w: &[u8],
     xq: &[u32],
@@ -875,7 +1059,7 @@ pub fn matvec<Q: QuantFormat, B: BatchTile>(
 
 /// [`matvec`](fn@matvec) for `Q2K`, `Q3K` and `Q5K`, in tiles of at most 2 activation rows
 /// (their 4-row tiles needed more than gfx9's 102 scalar registers).
-#[amdgpu_kernel(Q = [Q2K, Q3K, Q5K], B = [Batch1, Batch2])]
+#[amdgpu_kernel(Q = [Q2K, Q3K, Q5K], B = [Batch1, Batch2], max_threads = 128)]
 pub fn matvec_tile2<Q: QuantFormat, B: BatchTile>(
     w: &[u8],
     xq: &[u32],

@@ -421,6 +421,23 @@ fn matvec_long_rows() {
     }
 }
 
+/// Rows whose byte length is a multiple of 16 (every chunk goes through the register
+/// prefetch of the next chunk) over several chunks with a partial last one, every batch
+/// size in one launch.
+#[test]
+fn matvec_aligned_rows_every_batch() {
+    for dev in executors() {
+        for dtype in matvec_formats() {
+            // 200 blocks of 32 or 40 super-blocks: a multiple of 16 bytes for every format.
+            let cols = if dtype.block_weights() == 32 { 200 * 32 } else { 40 * 256 };
+            assert_eq!(cols / dtype.block_weights() * dtype.block_bytes() % 16, 0);
+            for batch in 1..=8 {
+                check_matvec(&dev, dtype, 5, cols, batch, 1300 + batch as u64 + dtype as u64, false);
+            }
+        }
+    }
+}
+
 #[test]
 fn matvec_many_rows() {
     for dev in executors() {

@@ -1,7 +1,7 @@
 //! Checked launches of the quantized kernels: every shape, byte length and alignment is
 //! validated first (bad input: [`LaunchError::InvalidArgument`], nothing launched or
 //! written); empty outputs are a no-op.
-use super::{matvec_lds_words, Batch1, Batch2, Batch4, GgmlDType, MATVEC_BLOCK};
+use super::{batch_tile, matvec_lds_words, Batch1, Batch2, Batch4, Batch8, GgmlDType, LANE_UNITS_AMD, LANE_UNITS_OTHER, matvec_block};
 use super::{Q2K, Q3K, Q4K, Q4_0, Q4_1, Q5K, Q5_0, Q5_1, Q6K, Q8K, Q8_0};
 use crate::runtime::{Device, DeviceVec};
 use kernel_dsl::host::{ArgValue, Executor, KernelArgSlice, KernelArgSliceMut, LaunchConfig, LaunchError, MemLocation, ScalarArg};
@@ -143,6 +143,7 @@ pub fn quantize_q8_1<T: Float + ScalarArg>(
 /// launch shape.
 #[allow(clippy::too_many_arguments)]
 fn check_matvec(
+    amd: bool,
     wave_lanes: u32,
     dtype: GgmlDType,
     w: &(impl KernelArgSlice<u8> + ?Sized),
@@ -174,20 +175,23 @@ fn check_matvec(
     }
     check_aligned(K, "w", w)?;
     check_aligned(K, "xq", xq)?;
-    let groups = (rows * wave_lanes as usize).div_ceil(MATVEC_BLOCK as usize);
+    let block = matvec_block(amd, wave_lanes);
+    let groups = (rows * wave_lanes as usize).div_ceil(block as usize);
     if groups > u32::MAX as usize {
         return Err(invalid(K, format!("{rows} rows need more than 2^32 work-groups")));
     }
-    Ok(LaunchConfig::new(Dim3::x(groups.max(1) as u32), Dim3::x(MATVEC_BLOCK)))
+    Ok(LaunchConfig::new(Dim3::x(groups.max(1) as u32), Dim3::x(block)))
 }
 
-/// 32-weight units a wave stages in LDS per step: 4 per lane where LDS is plentiful (NVIDIA:
-/// more bytes in flight per barrier; the CPU executor runs the same), 1 per lane on AMD
-/// GPUs (up to 17 KiB of LDS per work-group would cap a gfx9 compute unit's 64 KiB at a
-/// few work-groups).
+/// `true` when `exec` launches on an AMD GPU (smaller LDS chunks and batch tiles).
+fn on_amd(exec: &(impl Executor + ?Sized)) -> bool {
+    matches!(exec.memory(), MemLocation::Device { backend: "rocm", .. })
+}
+
+/// 32-weight units a wave stages in LDS per step ([`LANE_UNITS_AMD`] or
+/// [`LANE_UNITS_OTHER`] per lane; the CPU executor runs the NVIDIA shape).
 fn chunk_units(exec: &(impl Executor + ?Sized), wave_lanes: u32) -> usize {
-    let amd = matches!(exec.memory(), MemLocation::Device { backend: "rocm", .. });
-    wave_lanes as usize * if amd { 1 } else { 4 }
+    wave_lanes as usize * if on_amd(exec) { LANE_UNITS_AMD } else { LANE_UNITS_OTHER }
 }
 
 /// `y[b * rows + r] = sum_k W[r, k] x[b * cols + k]` for `b < batch` (1..=8) with
@@ -206,15 +210,16 @@ pub fn matvec_q8_1(
     cols: usize,
     batch: usize,
 ) -> Result<(), LaunchError> {
-    let cfg = check_matvec(wave_lanes, dtype, w, xq, xds, y, rows, cols, batch)?;
+    let cfg = check_matvec(on_amd(exec), wave_lanes, dtype, w, xq, xds, y, rows, cols, batch)?;
     if rows == 0 {
         return Ok(());
     }
     let units = chunk_units(exec, wave_lanes);
-    let cfg = cfg.with_dynamic_shared(matvec_lds_words(dtype, units, wave_lanes as usize));
-    // Tiles of at most 4 activation rows (2 for Q2K/Q3K/Q5K), each launch on views of the
+    let cfg = cfg.with_dynamic_shared(matvec_lds_words(dtype, units, (cfg.block.x / wave_lanes) as usize));
+    // One launch for the whole batch where the tile allows (NVIDIA, CPU executor: 8 rows);
+    // otherwise tiles of 4 (AMD) or 2 (Q2K/Q3K/Q5K), each launch on views of the
     // activations and output.
-    let tile = if matches!(dtype, GgmlDType::Q2K | GgmlDType::Q3K | GgmlDType::Q5K) { 2 } else { 4 };
+    let tile = batch_tile(dtype, on_amd(exec));
     let mut b0 = 0;
     while b0 < batch {
         let nb = (batch - b0).min(tile);
@@ -226,7 +231,8 @@ pub fn matvec_q8_1(
                 match nb {
                     1 => super::$k::launch::<$q, Batch1>(exec, cfg, w, &xq_t, &xds_t, &mut y_t, rows, cols, nb, units),
                     2 => super::$k::launch::<$q, Batch2>(exec, cfg, w, &xq_t, &xds_t, &mut y_t, rows, cols, nb, units),
-                    _ => super::$k::launch::<$q, Batch4>(exec, cfg, w, &xq_t, &xds_t, &mut y_t, rows, cols, nb, units),
+                    3 | 4 => super::$k::launch::<$q, Batch4>(exec, cfg, w, &xq_t, &xds_t, &mut y_t, rows, cols, nb, units),
+                    _ => super::$k::launch::<$q, Batch8>(exec, cfg, w, &xq_t, &xds_t, &mut y_t, rows, cols, nb, units),
                 }
             };
         }
@@ -287,7 +293,7 @@ pub fn matvec<T: Float + ScalarArg>(
         return Err(invalid(K, format!("`x` has {} elements; {batch} x {cols} needed", slice_of(x).1)));
     }
     let (mut xq, mut xds): (DeviceVec<u32>, DeviceVec<f32>) = (dev.scratch(n / 4)?, dev.scratch(n / 16)?);
-    check_matvec(dev.wave_lanes(), dtype, w, &xq, &xds, y, rows, cols, batch)?;
+    check_matvec(on_amd(dev), dev.wave_lanes(), dtype, w, &xq, &xds, y, rows, cols, batch)?;
     if rows == 0 {
         return Ok(());
     }
