@@ -8,8 +8,10 @@
 //!   `f16`/`bf16` directly.
 //! - `fwd` (`QMatMul::forward`, `xs @ W^T`): for 1..=8 activation rows, the activations are
 //!   quantized to q8_1 on the device and the int8 matvec runs on the blocks; larger batches
-//!   (and the float formats) dequantize the weight to the activations' dtype and run the
-//!   backend's GEMM ([`crate::ops::matmul::gemm`]). Activations may be `f32`, `f16` or
+//!   (and the float formats) dequantize the weight and run the backend's GEMM
+//!   ([`crate::ops::matmul::gemm`]): block formats with `f32` activations as an f16 GEMM
+//!   with f32 accumulation (tensor cores; the activations cast to f16 and the result back
+//!   to f32), otherwise in the activations' dtype. Activations may be `f32`, `f16` or
 //!   `bf16`; the result has their dtype, as on Candle's CPU.
 //! - `quantize` / `quantize_onto` quantize **on the host** with Candle's CPU code (the
 //!   source is copied to the host first) and upload the blocks: quantizing weights is a
@@ -132,6 +134,17 @@ impl RocmQStorage {
                 let y = Buf::F32(y);
                 return if x.dtype() == DType::F32 { Ok(y) } else { crate::ops::elementwise::to_dtype(dev, &y, &Layout::contiguous(m * n), x.dtype()) };
             }
+        }
+        if matches!(self.data, Data::Blocks(..)) && x.dtype() == DType::F32 {
+            // Block formats at more than MATVEC_MAX_ROWS rows (prefill): f16 weights and
+            // activations, f32 accumulation, on the tensor cores (cuBLAS/rocBLAS GemmEx or
+            // kernels::gemm) instead of an f32 GEMM. The weights' 4..8-bit codes times f16
+            // scales are exact or nearly so in f16; activations keep 11 bits (Candle's CUDA
+            // backend quantizes them to 8 bits, q8_1, on this path).
+            let f16_layout = Layout::contiguous(m * k);
+            let x16 = crate::ops::elementwise::to_dtype(dev, x, &f16_layout, DType::F16)?;
+            let y16 = self.matmul_t(&x16, m, n, k)?;
+            return crate::ops::elementwise::to_dtype(dev, &y16, &Layout::contiguous(m * n), DType::F32);
         }
         let wt = self.dequantize_to(n * k, x.dtype())?;
         float_dispatch!(x.dtype(), OP, T => {

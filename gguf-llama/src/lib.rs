@@ -150,10 +150,10 @@ pub fn write_gguf(path: &Path, shape: &LlamaShape, storage: Storage, seed: u64) 
         Storage::Quantized(d) | Storage::Dequantized(d) => d,
     };
     let e = |x: candle_core::Error| err(path, x);
-    let mut tensors = Vec::new();
-    for (name, (rows, cols), norm) in shape.tensors() {
-        let s = name_seed(seed, &name);
-        let q = if norm {
+    // One tensor: seeded values, quantized with Candle's CPU code.
+    let make = |name: &str, (rows, cols): (usize, usize), norm: bool| -> Result<QTensor> {
+        let s = name_seed(seed, name);
+        Ok(if norm {
             let v = seeded_values(cols, s, 0.9, 1.1);
             QTensor::quantize(&Tensor::from_vec(v, cols, &Device::Cpu).map_err(e)?, GgmlDType::F32).map_err(e)?
         } else {
@@ -164,8 +164,28 @@ pub fn write_gguf(path: &Path, shape: &LlamaShape, storage: Storage, seed: u64) 
                 Storage::Quantized(_) => q,
                 Storage::Dequantized(_) => QTensor::quantize(&q.dequantize(&Device::Cpu).map_err(e)?, GgmlDType::F32).map_err(e)?,
             }
-        };
-        tensors.push((name, q));
+        })
+    };
+    // Tensors are independent (each has its own seed): quantize them on all cores (the
+    // k-quant quantizers are slow: an 8B-shaped Q4_K file took over 5 minutes on one),
+    // then write them in the model's order.
+    let specs = shape.tensors();
+    let next = std::sync::atomic::AtomicUsize::new(0);
+    let done: std::sync::Mutex<Vec<Option<Result<QTensor>>>> = std::sync::Mutex::new((0..specs.len()).map(|_| None).collect());
+    let workers = std::thread::available_parallelism().map_or(1, |n| n.get()).min(specs.len().max(1));
+    std::thread::scope(|sc| {
+        for _ in 0..workers {
+            sc.spawn(|| loop {
+                let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                let Some((name, dims, norm)) = specs.get(i) else { break };
+                let q = make(name, *dims, *norm);
+                done.lock().unwrap_or_else(|p| p.into_inner())[i] = Some(q);
+            });
+        }
+    });
+    let mut tensors = Vec::with_capacity(specs.len());
+    for ((name, ..), q) in specs.iter().zip(done.into_inner().unwrap_or_else(|p| p.into_inner())) {
+        tensors.push((name.clone(), q.expect("every tensor was made")?));
     }
     use gguf_file::Value as V;
     let (bos, eos) = special_ids(shape.vocab);

@@ -38,10 +38,15 @@ bundle() {
     cargo test --release -p kernels -p candle-rocm --features kernels/cuda,candle-rocm/cuda --no-run --message-format=json 2>/dev/null \
         | python3 -c '
 import json, sys, shutil
+seen = set()
 for line in sys.stdin:
     m = json.loads(line)
     if m.get("reason") == "compiler-artifact" and m.get("profile", {}).get("test") and m.get("executable"):
         name = m["target"]["name"]
+        # Two crates have a test of this name (kernels and candle-rocm: quantized): keep both.
+        if name in seen:
+            name = m["package_id"].split("#")[0].rstrip("/").split("/")[-1].replace("-", "_") + "-" + name
+        seen.add(name)
         shutil.copy(m["executable"], sys.argv[1] + "/test-" + name)
         print("bundled test", name)
 ' "$BIN"

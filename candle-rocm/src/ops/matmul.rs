@@ -79,10 +79,18 @@ pub fn with_mma_gemm_on_cpu<R>(f: impl FnOnce() -> R) -> R {
     f()
 }
 
-/// `true` when f16/bf16 products of `dev` take `kernels::gemm` (matrix units): on GPUs,
-/// and on the CPU executor inside [`with_mma_gemm_on_cpu`].
-fn mma_gemm(dev: &Device, dtype: DType) -> bool {
-    matches!(dtype, DType::F16 | DType::BF16) && (!matches!(dev, Device::Cpu(_)) || MMA_ON_CPU.with(|k| k.get()))
+/// Fewest rows of C for which a GPU without a vendor BLAS runs an f16/bf16 product on
+/// `kernels::gemm`: its work-group tile is 64..128 rows, so decode's one-row products
+/// waste nearly all of it (H100, llama 1B without cuBLAS: decode fell from 51 to 16
+/// tokens/s with every product on it); fewer rows stay on `matmul_simple`.
+pub const MMA_MIN_ROWS: usize = 64;
+
+/// `true` when f16/bf16 products of `dev` with `m` rows take `kernels::gemm` (matrix
+/// units): on GPUs from [`MMA_MIN_ROWS`] rows, and on the CPU executor inside
+/// [`with_mma_gemm_on_cpu`] (any size, for tests).
+fn mma_gemm(dev: &Device, dtype: DType, m: usize) -> bool {
+    matches!(dtype, DType::F16 | DType::BF16)
+        && if matches!(dev, Device::Cpu(_)) { MMA_ON_CPU.with(|k| k.get()) } else { m >= MMA_MIN_ROWS }
 }
 
 /// The GEMM contract: `c[bi] = a[bi] * b[bi]` with `c` contiguous `(batch, m, n)`, `f32`
@@ -121,7 +129,7 @@ pub fn gemm<
         };
         let (ra, rb) = (sub(a)?, sub(b)?);
         let mut rc = c_all.sub(start * m * n, nb * m * n)?;
-        if mma_gemm(dev, T::DTYPE) {
+        if mma_gemm(dev, T::DTYPE, m) {
             use kernels::gemm::Strides;
             let strides = |o: &GemmOperand| Strides { batch: o.batch, row: o.row, col: o.col };
             let shape = kernels::gemm::GemmShape { batch: nb, m, n, k };
