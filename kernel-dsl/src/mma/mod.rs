@@ -293,14 +293,9 @@ impl<T: MmaInput> FragA<T> {
     /// fragments are loaded element by element). Loop-invariant: compute it once.
     #[inline(always)]
     pub fn lane_offset(ld: usize) -> usize {
-        if uses_ldmatrix::<T>() {
-            let (l, q) = (lane(), lane() / 8);
-            // Lane l names row (l % 8) + 8 (q % 2), columns 8 (q / 2) .. + 8 of matrix q;
-            // register q then holds items 2q, 2q + 1 of the mma.sync A layout.
-            (l % 8 + 8 * (q % 2)) * ld + 8 * (q / 2)
-        } else {
-            0
-        }
+        // Lane l names row (l % 8) + 8 (q % 2), columns 8 (q / 2) .. + 8 of matrix q = l / 8;
+        // register q then holds items 2q, 2q + 1 of the mma.sync A layout.
+        ldmatrix_lane_offset::<T>(ld)
     }
     /// [`load_shared`](Self::load_shared) from `at` = the tile's origin plus
     /// [`lane_offset`](Self::lane_offset)`(ld)` elements: per load one `ldmatrix` on a
@@ -339,14 +334,9 @@ impl<T: MmaInput> FragB<T> {
     /// As [`FragA::lane_offset`], for [`load_shared_at`](Self::load_shared_at).
     #[inline(always)]
     pub fn lane_offset(ld: usize) -> usize {
-        if uses_ldmatrix::<T>() {
-            let (l, q) = (lane(), lane() / 8);
-            // Matrix q covers k 8 (q % 2) .. + 8 and columns 8 (q / 2) .. + 8; transposed,
-            // register q holds items 2q, 2q + 1 of the mma.sync B layout.
-            (l % 8 + 8 * (q % 2)) * ld + 8 * (q / 2)
-        } else {
-            0
-        }
+        // Matrix q = l / 8 covers k 8 (q % 2) .. + 8 and columns 8 (q / 2) .. + 8; transposed,
+        // register q holds items 2q, 2q + 1 of the mma.sync B layout.
+        ldmatrix_lane_offset::<T>(ld)
     }
     /// As [`FragA::load_shared_at`] (`ldmatrix.x4.trans` on `MmaSync`).
     ///
@@ -371,6 +361,19 @@ impl<T: MmaInput> FragB<T> {
 #[inline(always)]
 fn uses_ldmatrix<T: MmaInput>() -> bool {
     cfg!(all(target_arch = "nvptx64", target_feature = "sm_80")) && T::KIND != InputKind::I8
+}
+
+/// Elements from a 16 x 16 tile's origin (row stride `ld`) to the row this lane names for
+/// `ldmatrix.x4` (row `l % 8 + 8 (q % 2)`, column `8 (q / 2)` with `q = l / 8`); 0 where
+/// fragments load element by element. The same for A and (transposed) B fragments.
+#[inline(always)]
+fn ldmatrix_lane_offset<T: MmaInput>(ld: usize) -> usize {
+    if uses_ldmatrix::<T>() {
+        let (l, q) = (lane(), lane() / 8);
+        (l % 8 + 8 * (q % 2)) * ld + 8 * (q / 2)
+    } else {
+        0
+    }
 }
 
 /// Four registers of two 16-bit values each, as 8 values (low half first).
