@@ -669,16 +669,6 @@ pub fn where_cond<T: Pod, C: CondType>(
             out[i] = if c[i].is_true() { t[i] } else { f[i] };
             i += step;
         }
-    } else if let Some(v) = SharedViews::<3>::new([cond_layout, true_layout, false_layout], n, [cond.len(), on_true.len(), on_false.len()]).filter(|_| !cfg!(target_arch = "amdgpu")) {
-        // (Not on AMD: its uniform sizes and strides beside the per-view path's spilled
-        // scalar registers on gfx90a, 100 SGPRs + 4 spilled.)
-        while i < n {
-            let [oc, ot, of] = v.offsets(i as u32);
-            // SAFETY: `SharedViews::new` checked that every view's largest offset lies in
-            // its buffer (the host checked each view against its buffer too).
-            out[i] = unsafe { if cond.get_unchecked(oc).is_true() { *on_true.get_unchecked(ot) } else { *on_false.get_unchecked(of) } };
-            i += step;
-        }
     } else {
         while i < n {
             out[i] = if cond[view_offset(i, cond_layout)].is_true() {
@@ -688,103 +678,6 @@ pub fn where_cond<T: Pod, C: CondType>(
             };
             i += step;
         }
-    }
-}
-
-/// Most dimensions [`where_cond`](fn@where_cond) decomposes once for all its views (4:
-/// attention masks are 4-D).
-const WHERE_DIMS: usize = 4;
-
-/// `V` views (`[dims..., strides...]`, or empty for contiguous) of one shape, held in
-/// registers with 32-bit sizes: an element index is split into coordinates once and every
-/// view's offset comes from them (Candle broadcasts all operands of an op to the output's
-/// shape, so they share dims; a separate [`view_offset`] per view repeats the divisions
-/// and reads each layout from memory for every element).
-struct SharedViews<const V: usize> {
-    /// Dims, right-aligned (leading entries 1).
-    dims: [u32; WHERE_DIMS],
-    /// Per view, its strides right-aligned (a contiguous view gets the shape's own).
-    strides: [[u32; WHERE_DIMS]; V],
-    /// Dimensions in use.
-    nd: usize,
-}
-
-impl<const V: usize> SharedViews<V> {
-    /// The views, when their non-empty layouts all have the same dims (at most
-    /// [`WHERE_DIMS`]), `n` elements and every offset fit 32 bits, and each view's largest
-    /// offset lies inside its buffer (`lens`); else `None`. Loops run over all
-    /// [`WHERE_DIMS`] slots (constant trip counts: the arrays stay in registers).
-    #[inline(always)]
-    fn new(layouts: [&[usize]; V], n: usize, lens: [usize; V]) -> Option<Self> {
-        let shape = match layouts.iter().find(|l| !l.is_empty()) {
-            Some(l) => *l,
-            None => return None,
-        };
-        let nd = shape.len() / 2;
-        if nd > WHERE_DIMS || n == 0 || n > u32::MAX as usize {
-            return None;
-        }
-        let first = WHERE_DIMS - nd;
-        let mut v = SharedViews { dims: [1; WHERE_DIMS], strides: [[0; WHERE_DIMS]; V], nd };
-        for d in 0..WHERE_DIMS {
-            if d >= first {
-                v.dims[d] = shape[d - first] as u32;
-            }
-        }
-        for k in 0..V {
-            let l = layouts[k];
-            let mut last = 0usize;
-            if l.is_empty() {
-                // Contiguous: the shape's row-major strides; the last element is n - 1.
-                let mut run = 1u32;
-                for d in (0..WHERE_DIMS).rev() {
-                    v.strides[k][d] = run;
-                    run = run.wrapping_mul(v.dims[d]);
-                }
-                last = n - 1;
-            } else {
-                if l.len() != 2 * nd {
-                    return None;
-                }
-                for d in 0..WHERE_DIMS {
-                    if d >= first {
-                        let (dim, stride) = (l[d - first], l[nd + d - first]);
-                        if dim != shape[d - first] || stride > u32::MAX as usize {
-                            return None;
-                        }
-                        v.strides[k][d] = stride as u32;
-                        last += (dim.max(1) - 1) * stride;
-                    }
-                }
-            }
-            if last >= lens[k] || last > u32::MAX as usize {
-                return None;
-            }
-        }
-        Some(v)
-    }
-
-    /// Each view's offset of element `i` (`i < n`).
-    #[inline(always)]
-    fn offsets(&self, i: u32) -> [usize; V] {
-        let mut off = [0u32; V];
-        let mut rem = i;
-        let mut d = WHERE_DIMS;
-        while d > 0 {
-            d -= 1;
-            // Uniform: the unused leading slots (size 1) cost nothing.
-            if d >= WHERE_DIMS - self.nd {
-                let dim = core::num::NonZeroU32::new(self.dims[d]).unwrap_or(core::num::NonZeroU32::MIN);
-                let (q, r) = (rem / dim, rem % dim);
-                let mut k = 0;
-                while k < V {
-                    off[k] += r * self.strides[k][d];
-                    k += 1;
-                }
-                rem = q;
-            }
-        }
-        off.map(|o| o as usize)
     }
 }
 
