@@ -20,11 +20,10 @@ fn main() -> candle_core::Result<()> {
     let a: Vec<String> = std::env::args().collect();
     let value = |k: &str| a.iter().position(|x| x == k).and_then(|i| a.get(i + 1)).filter(|v| !v.starts_with("--")).cloned();
     let which = value("--device").unwrap_or_else(|| "cuda".into());
+    // `cpu`: the CPU executor with waves of 32 (a smoke test); else `RocmDevice::from_spec`.
     let dev = match which.as_str() {
-        "rocm" => RocmDevice::new_rocm(0)?,
-        "cuda" => RocmDevice::new_cuda(0)?,
         "cpu" => RocmDevice::new_cpu_executor(candle_rocm::WaveSize::W32),
-        o => return Err(candle_core::Error::Msg(format!("--device {o}: rocm, cuda or cpu"))),
+        spec => RocmDevice::from_spec(spec)?,
     };
     eprintln!("device: {}", dev.name());
     // The timed runs are never profiled (CANDLE_ROCM_PROFILE is for other programs).

@@ -11,7 +11,7 @@
 //! `--temperature T` samples, `--top-p P` with it keeps the top-p mass; `--seed N`.
 //! A model for tests and benchmarks: `cargo run -p gguf-llama -- --out m.gguf --type q4_0`.
 use candle_core::{Device, Tensor};
-use candle_rocm::{RocmDevice, WaveSize};
+use candle_rocm::RocmDevice;
 use candle_transformers::generation::LogitsProcessor;
 use std::io::Write;
 use std::path::PathBuf;
@@ -65,18 +65,14 @@ fn msg(e: impl std::fmt::Display) -> String {
     s.split("\n   0: ").next().unwrap_or_default().trim_end().to_string()
 }
 
-/// `rocm:N`, `cuda:N`, `cpu`, `cpu-executor[:32|:64]`.
+/// `cpu` (Candle's own CPU backend), or one of ours ([`RocmDevice::from_spec`]: `rocm:N`,
+/// `cuda:N`, `cpu-executor[:32|:64]`).
 fn device(spec: &str) -> Result<(Device, String), String> {
-    let (kind, n) = spec.split_once(':').unwrap_or((spec, ""));
-    let ordinal = || if n.is_empty() { Ok(0) } else { n.parse::<usize>().map_err(|e| format!("--device {spec}: {e}")) };
-    let ours = |d: RocmDevice| (d.as_candle(), d.name().to_string());
-    Ok(match kind {
-        "rocm" => ours(RocmDevice::new_rocm(ordinal()?).map_err(msg)?),
-        "cuda" => ours(RocmDevice::new_cuda(ordinal()?).map_err(msg)?),
-        "cpu-executor" => ours(RocmDevice::new_cpu_executor(if n == "32" { WaveSize::W32 } else { WaveSize::W64 })),
-        "cpu" => (Device::Cpu, "Candle CPU backend".into()),
-        _ => return Err(format!("--device {spec}: rocm:N, cuda:N, cpu or cpu-executor")),
-    })
+    if spec == "cpu" {
+        return Ok((Device::Cpu, "Candle CPU backend".into()));
+    }
+    let d = RocmDevice::from_spec(spec).map_err(msg)?;
+    Ok((d.as_candle(), d.name().to_string()))
 }
 
 fn run(a: Args) -> Result<(), String> {

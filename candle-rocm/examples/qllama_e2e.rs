@@ -14,11 +14,10 @@ use candle_rocm::RocmDevice;
 fn main() -> candle_core::Result<()> {
     let a: Vec<String> = std::env::args().collect();
     let which = a.iter().position(|x| x == "--device").and_then(|i| a.get(i + 1)).cloned().unwrap_or_else(|| "cuda".into());
+    // `cpu`: the CPU executor with waves of 32 (a smoke test); else `RocmDevice::from_spec`.
     let dev = match which.as_str() {
-        "rocm" => RocmDevice::new_rocm(0)?,
-        "cuda" => RocmDevice::new_cuda(0)?,
         "cpu" => RocmDevice::new_cpu_executor(candle_rocm::WaveSize::W32),
-        o => return Err(candle_core::Error::Msg(format!("--device {o}: rocm, cuda or cpu"))),
+        spec => RocmDevice::from_spec(spec)?,
     };
     eprintln!("device: {}", dev.name());
     dev.set_profiling(false);

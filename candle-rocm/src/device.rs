@@ -67,6 +67,26 @@ impl RocmDevice {
         Self::wrap(Device::cpu(wave), 0, "CPU executor")
     }
 
+    /// The device a command-line flag names: `rocm[:N]` (AMD GPU), `cuda[:N]` (NVIDIA GPU
+    /// running the PTX), `cpu-executor[:32|:64]` (the CPU executor, waves of 64 unless
+    /// `:32`); ordinals default to 0. An unknown name or a bad ordinal is an error that
+    /// lists the choices.
+    pub fn from_spec(spec: &str) -> Result<Self> {
+        let (kind, n) = spec.split_once(':').unwrap_or((spec, ""));
+        let bad = |why: String| candle_core::Error::Msg(format!("device {spec:?}: {why} (rocm[:N], cuda[:N], cpu-executor[:32|:64])"));
+        let ordinal = || if n.is_empty() { Ok(0) } else { n.parse::<usize>().map_err(|e| bad(e.to_string())) };
+        match kind {
+            "rocm" => Self::new_rocm(ordinal()?),
+            "cuda" => Self::new_cuda(ordinal()?),
+            "cpu-executor" => match n {
+                "" | "64" => Ok(Self::new_cpu_executor(WaveSize::W64)),
+                "32" => Ok(Self::new_cpu_executor(WaveSize::W32)),
+                _ => Err(bad("waves of 32 or 64".into())),
+            },
+            _ => Err(bad("unknown device".into())),
+        }
+    }
+
     /// Says which device runs the kernels (e.g. `rocm-kernels CPU executor: cpu (wave 64)`).
     pub fn name(&self) -> &str {
         &self.inner.name
@@ -203,4 +223,19 @@ impl ExtBackendDevice for RocmDevice {
 /// Shorthand: the CPU executor with waves of `wave` lanes, as a Candle device.
 pub fn cpu_executor(wave: WaveSize) -> candle_core::Device {
     RocmDevice::new_cpu_executor(wave).as_candle()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::RocmDevice;
+
+    #[test]
+    fn device_specs_parse_or_name_the_choices() {
+        assert!(RocmDevice::from_spec("cpu-executor").unwrap().name().contains("wave 64"));
+        assert!(RocmDevice::from_spec("cpu-executor:32").unwrap().name().contains("wave 32"));
+        for bad in ["gpu", "cpu-executor:16", "cuda:x", "rocm:-1"] {
+            let e = RocmDevice::from_spec(bad).err().unwrap_or_else(|| panic!("{bad} parsed")).to_string();
+            assert!(e.contains(bad) && e.contains("rocm[:N], cuda[:N], cpu-executor[:32|:64]"), "{bad}: {e}");
+        }
+    }
 }
