@@ -44,6 +44,11 @@ fn run() -> Result<(), String> {
     let sh = LlamaShape::by_name(&shape).ok_or_else(|| format!("unknown --shape {shape} (tiny, 1b, 8b)"))?;
     let tok = tok.unwrap_or_else(|| out.with_file_name("tokenizer.json"));
     let storage = if deq { Storage::Dequantized(dtype) } else { Storage::Quantized(dtype) };
+    for f in [&out, &tok] {
+        if let Some(dir) = f.parent().filter(|d| !d.as_os_str().is_empty()) {
+            std::fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+        }
+    }
     let t0 = std::time::Instant::now();
     write_gguf(&out, &sh, storage, seed).map_err(|e| e.to_string())?;
     write_tokenizer(&tok, sh.vocab).map_err(|e| e.to_string())?;
