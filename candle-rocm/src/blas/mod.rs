@@ -71,13 +71,19 @@ thread_local! {
 /// Runs `f` with every GEMM it issues on this thread going to the backend's own kernel
 /// instead of the vendor BLAS (restored afterwards, also on panic).
 pub fn with_kernel_gemm<R>(f: impl FnOnce() -> R) -> R {
-    struct Restore(bool);
+    with_thread_flag(&KERNEL_ONLY, f)
+}
+
+/// Runs `f` with the thread-local `flag` set, restoring its previous value afterwards (also
+/// on panic).
+pub(crate) fn with_thread_flag<R>(flag: &'static std::thread::LocalKey<Cell<bool>>, f: impl FnOnce() -> R) -> R {
+    struct Restore(&'static std::thread::LocalKey<Cell<bool>>, bool);
     impl Drop for Restore {
         fn drop(&mut self) {
-            KERNEL_ONLY.with(|k| k.set(self.0));
+            self.0.with(|k| k.set(self.1));
         }
     }
-    let _restore = Restore(KERNEL_ONLY.with(|k| k.replace(true)));
+    let _restore = Restore(flag, flag.with(|k| k.replace(true)));
     f()
 }
 

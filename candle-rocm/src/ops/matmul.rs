@@ -69,14 +69,7 @@ thread_local! {
 /// kernel (`kernels::gemm`, emulated lane by lane) that GPUs without a vendor BLAS take,
 /// instead of `kernels::matmul_simple`: tests of that path without a GPU.
 pub fn with_mma_gemm_on_cpu<R>(f: impl FnOnce() -> R) -> R {
-    struct Restore(bool);
-    impl Drop for Restore {
-        fn drop(&mut self) {
-            MMA_ON_CPU.with(|k| k.set(self.0));
-        }
-    }
-    let _restore = Restore(MMA_ON_CPU.with(|k| k.replace(true)));
-    f()
+    crate::blas::with_thread_flag(&MMA_ON_CPU, f)
 }
 
 /// Fewest rows of C for which a GPU without a vendor BLAS runs an f16/bf16 product on
