@@ -549,6 +549,12 @@ pub const fn vec_col_splits(groups: usize, r: usize) -> usize {
     if s > 1 { if s > 65535 { 65535 } else { s } } else { 1 }
 }
 
+/// Column tiles of a [`reduce_cols_vec`](fn@reduce_cols_vec) launch over `inner` columns
+/// (each tile: [`VEC_COL_LANES`] work-items of [`CHUNK`](crate::row::CHUNK) columns).
+pub const fn vec_col_tiles(inner: usize) -> usize {
+    inner.div_ceil(VEC_COL_LANES as usize * crate::row::CHUNK)
+}
+
 /// `true` when a column reduction over `r` rows of `inner` columns takes
 /// [`reduce_cols_vec`](fn@reduce_cols_vec): whole chunks of columns, and columns long
 /// enough (256 rows) that the scalar kernel's narrow loads are what limits it.
@@ -672,8 +678,7 @@ mod host {
             }
             ReducePlan::WaveRows { cols, .. } => super::reduce_rows_wave::launch::<T, Op>(dev, cfg, input, out, *cols as u32),
             ReducePlan::Cols { outer, r, inner } if super::vec_cols(*r, *inner) => {
-                let tiles = inner.div_ceil((super::VEC_COL_LANES as usize) * crate::row::CHUNK);
-                let splits = super::vec_col_splits(outer * tiles, *r);
+                let splits = super::vec_col_splits(outer * super::vec_col_tiles(*inner), *r);
                 reduce_long_columns::<T, Op>(dev, input, (*outer, *r, *inner), splits, out)
             }
             ReducePlan::Cols { outer, r, inner } => {
@@ -683,8 +688,7 @@ mod host {
                     let mut part = dev.scratch::<f32>(splits * outer * inner)?;
                     let cfg1 = LaunchConfig::new(Dim3::new(cfg.grid.x, splits as u32, 1), cfg.block);
                     super::reduce_cols_part::launch::<T, Op>(dev, cfg1, input, &mut part, *outer as u32, *r as u32, *inner as u32)?;
-                    let cfg2 = crate::indexing::elements_config(outer * inner);
-                    return super::reduce_cols_finish::launch::<T, Op>(dev, cfg2, &part, out, splits as u32, *r as u32);
+                    return finish_split_columns::<T, Op>(dev, &part, out, splits, *r);
                 }
                 super::reduce_cols::launch::<T, Op>(dev, cfg, input, out, *outer as u32, *r as u32, *inner as u32)
             }
@@ -715,7 +719,7 @@ mod host {
         if outer * inner == 0 {
             return Ok(());
         }
-        let tiles = inner.div_ceil((super::VEC_COL_LANES as usize) * crate::row::CHUNK);
+        let tiles = super::vec_col_tiles(inner);
         let block = Dim3::new(super::VEC_COL_LANES, super::VEC_COL_ROWS, 1);
         let cfg1 = LaunchConfig::new(Dim3::new((outer * tiles) as u32, splits as u32, 1), block);
         if splits == 1 {
@@ -724,8 +728,14 @@ mod host {
         }
         let mut part = dev.scratch::<f32>(splits * outer * inner)?;
         super::reduce_cols_vec::launch::<T, Op>(dev, cfg1, input, &mut part, out, outer as u32, r as u32, inner as u32)?;
-        let cfg2 = crate::indexing::elements_config(outer * inner);
-        super::reduce_cols_finish::launch::<T, Op>(dev, cfg2, &part, out, splits as u32, r as u32)
+        finish_split_columns::<T, Op>(dev, &part, out, splits, r)
+    }
+
+    /// The second pass of both split column reductions: `out` from the `splits` partial
+    /// rows in `part` ([`reduce_cols_finish`](fn@super::reduce_cols_finish), split order).
+    fn finish_split_columns<T: Float, Op: ReduceOp>(dev: &Device, part: &DeviceVec<f32>, out: &mut DeviceVec<T>, splits: usize, r: usize) -> Result<(), LaunchError> {
+        let cfg = crate::indexing::elements_config(out.len());
+        super::reduce_cols_finish::launch::<T, Op>(dev, cfg, part, out, splits as u32, r as u32)
     }
 
     /// As [`reduce`], writing the index (along the reduced dimensions, row-major) of the

@@ -109,12 +109,8 @@ pub fn row_chunks_on(dev: &crate::runtime::Device, elem_bytes: usize, cols: usiz
 /// value; an AMD device runs code objects built with [`AMD_TILE_CHUNKS`]).
 #[cfg(not(any(target_arch = "amdgpu", target_arch = "nvptx64")))]
 pub fn tile_chunks_on(dev: &crate::runtime::Device, elem_bytes: usize) -> usize {
-    #[cfg(feature = "rocm")]
-    if matches!(dev, crate::runtime::Device::Rocm(_)) {
-        return AMD_TILE_CHUNKS;
-    }
-    let _ = dev;
-    tile_chunks(elem_bytes)
+    // Rows of no columns take the plain tile size.
+    row_chunks_on(dev, elem_bytes, 0)
 }
 
 /// Largest work-group the row kernels are launched with.
