@@ -46,7 +46,9 @@ pub const MAX_F: usize = 4;
 pub const PAD: usize = 8;
 
 /// Runs `$body` with `$i` bound to each listed constant (straight-line code, so fragment
-/// arrays are indexed by constants and stay in registers).
+/// arrays are indexed by constants and stay in registers). Also the quantized matvec's
+/// hand-unrolled passes (`crate::each`).
+#[macro_export]
 macro_rules! each {
     ($i:ident in [$($n:literal),*] $body:block) => {$({
         #[allow(non_upper_case_globals)]

@@ -24,6 +24,7 @@
 //!   whole batch.
 //!
 //! The checked host entry points are in [`ops`].
+use crate::each;
 use kernel_dsl::prelude::*;
 
 /// Weights per k-quant super-block.
@@ -822,16 +823,6 @@ pub fn copy_chunk(src: &[u8], dst: *mut u8, lane: usize, step: usize) {
     }
 }
 
-/// `body` once per listed constant, with `$i` bound to it (a loop unrolled by hand).
-macro_rules! unroll {
-    ([$($n:literal),*], $i:ident => $body:block) => {
-        $({
-            let $i: usize = $n;
-            $body
-        })*
-    };
-}
-
 /// `true` when `src` (a chunk of a weight row) and its LDS destination `dst` allow the
 /// 16-byte copy of [`chunk_load`] / [`chunk_store`].
 #[device]
@@ -848,7 +839,7 @@ pub fn chunk_aligned16(src: &[u8], dst: *mut u8) -> bool {
 pub fn chunk_load(src: &[u8], lane: usize, step: usize, p: usize, pre: &mut [[u32; 4]; MAX_PREFETCH]) {
     let m = src.len() / 16;
     let s16 = src.as_ptr() as *const crate::indexing::Words4;
-    unroll!([0, 1, 2, 3, 4, 5, 6, 7], t => {
+    each!(t in [0, 1, 2, 3, 4, 5, 6, 7] {
         let i = lane + t * step;
         if t < p && i < m {
             // SAFETY: word i < m lies inside `src`, which starts on 16 bytes (chunk_aligned16).
@@ -873,7 +864,7 @@ pub fn chunk_store(src: &[u8], dst: *mut u8, lane: usize, step: usize, p: usize,
     // SAFETY: every word index is below m, inside `src` and inside `dst` (sized by the
     // caller for the chunk); both start on 16 bytes (`aligned`).
     unsafe {
-        unroll!([0, 1, 2, 3, 4, 5, 6, 7], t => {
+        each!(t in [0, 1, 2, 3, 4, 5, 6, 7] {
             let i = lane + t * step;
             if t < p && i < m {
                 st4(d16.add(i), pre[t]);
@@ -974,7 +965,7 @@ pub fn matvec_body<Q: QuantFormat, B: BatchTile>(
                 let acts = |b: usize| {
                     let mut a = [[0u32; 8]; 4];
                     let mut ds = [[0f32; 2]; 4];
-                    unroll!([0, 1, 2, 3], jj => {
+                    each!(jj in [0, 1, 2, 3] {
                         let k = lane + (pass * PASS_UNITS + jj) * ws;
                         if jj < PASS_UNITS && k < n_units {
                             let u = u0 + k;
@@ -998,17 +989,17 @@ pub fn matvec_body<Q: QuantFormat, B: BatchTile>(
                 let hoist = HOIST_ACTS && B::N == 1;
                 let first = if hoist { acts(0) } else { ([[0u32; 8]; 4], [[0f32; 2]; 4]) };
                 let mut units = [unit1([0; 8], 0.0, 0.0); 4];
-                unroll!([0, 1, 2, 3], jj => {
+                each!(jj in [0, 1, 2, 3] {
                     let k = lane + (pass * PASS_UNITS + jj) * ws;
                     if jj < PASS_UNITS && k < n_units {
                         let blk = k / upb;
                         units[jj] = Q::unit(&chunk[blk * Q::BYTES..(blk + 1) * Q::BYTES], k % upb);
                     }
                 });
-                unroll!([0, 1, 2, 3, 4, 5, 6, 7], b => {
+                each!(b in [0, 1, 2, 3, 4, 5, 6, 7] {
                     if b < B::N && b < batch {
                         let (a, ds) = if b == 0 && hoist { first } else { acts(b) };
-                        unroll!([0, 1, 2, 3], jj => {
+                        each!(jj in [0, 1, 2, 3] {
                             let k = lane + (pass * PASS_UNITS + jj) * ws;
                             if jj < PASS_UNITS && k < n_units {
                                 acc[b] += unit_dot::<Q>(&units[jj], &a[jj], ds[jj][0], ds[jj][1]);
