@@ -780,8 +780,10 @@ fn param(entry: &str, toks: &[Token]) -> Result<PtxParam, PtxError> {
     })
 }
 
-/// `text` with a `.maxntid max, 1, 1` directive on every `.entry` that has none, between
-/// the parameter list and the body, where `max = max_threads(entry name)`. Idempotent.
+/// `text` with a `.maxntid max, 1, 1` directive on every `.entry`, between the parameter
+/// list and the body, where `max = max_threads(entry name)`; a `.maxntid` already there
+/// is replaced (a cached PTX file carries the bound of the build that wrote it, and a
+/// changed `max_threads` alone leaves the compiled code as it was). Idempotent.
 pub fn with_max_threads(text: &str, max_threads: impl Fn(&str) -> u32) -> String {
     let mut out = String::with_capacity(text.len() + 64);
     let mut entry: Option<u32> = None;
@@ -791,12 +793,11 @@ pub fn with_max_threads(text: &str, max_threads: impl Fn(&str) -> u32) -> String
             let name = rest.split(|c: char| c == '(' || c.is_whitespace()).next().unwrap_or("");
             entry = Some(max_threads(name));
         }
+        if entry.is_some() && t.starts_with(".maxntid") {
+            continue;
+        }
         if let (Some(max), true) = (entry, t.starts_with('{')) {
-            // The directives between `)` and `{` were passed already; add ours unless one
-            // is there.
-            if !out.rsplit(".entry ").next().unwrap_or("").contains(".maxntid") {
-                out.push_str(&format!(".maxntid {max}, 1, 1\n"));
-            }
+            out.push_str(&format!(".maxntid {max}, 1, 1\n"));
             entry = None;
         }
         out.push_str(line);
@@ -818,5 +819,9 @@ mod max_threads_tests {
         assert!(once.contains(")\n.maxntid 1024, 1, 1\n{"), "{once}");
         assert!(once.contains(".entry b()\n.maxntid 256, 1, 1\n{"), "{once}");
         assert_eq!(with_max_threads(&once, bound), once, "idempotent");
+        // A changed bound replaces the old directive.
+        let again = with_max_threads(&once, |_| 512);
+        assert_eq!(again.matches(".maxntid").count(), 2, "{again}");
+        assert_eq!(again.matches(".maxntid 512, 1, 1").count(), 2, "{again}");
     }
 }

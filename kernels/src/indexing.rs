@@ -541,32 +541,62 @@ pub fn scatter_add<T: Float, I: IndexType>(
     }
 }
 
+/// Elements per work-item and round of [`scatter_add_unordered`](fn@scatter_add_unordered).
+pub const UNORDERED_ROUND: usize = 4;
+
+/// Runs `$body` with `$k` = 0 .. [`UNORDERED_ROUND`]` - 1` as straight-line code.
+macro_rules! each_round_slot {
+    ($k:ident, $body:block) => {
+        { let $k: usize = 0; $body }
+        { let $k: usize = 1; $body }
+        { let $k: usize = 2; $body }
+        { let $k: usize = 3; $body }
+    };
+}
+const _: () = assert!(UNORDERED_ROUND == 4);
+
 /// [`scatter_add`](fn@scatter_add) for `f32` with every element in parallel: each adds
 /// itself to its destination with an atomic add (`red.add.f32` on NVIDIA, a
 /// compare-and-swap loop elsewhere; NVIDIA's flushes subnormal values to zero, as CUDA's
 /// `atomicAdd` and so PyTorch do), so the order of the
 /// additions to one destination is unspecified and sums may differ in the last bits from
 /// run to run (PyTorch's CUDA `scatter_add_` behaves the same way). Out-of-range ids are
-/// skipped. Launch with [`elements_config`]`(left * n * right)`.
+/// skipped. Any 1-D launch is correct; [`elements_config`]`(left * n * right / UNORDERED_ROUND)` fills the GPU.
 #[amdgpu_kernel(I = [u32, i64])]
 pub fn scatter_add_unordered<I: IndexType>(src: &[f32], ids: &[I], dst: &[AtomicF32], left: usize, n: usize, dst_dim: usize, right: usize) {
     let (Some(rows), Some(dplane)) = (left.checked_mul(n), dst_dim.checked_mul(right)) else { return };
     let Some(total) = rows.checked_mul(right) else { return };
     let (src, ids) = (&src[..total], &ids[..total]);
     let dst = &dst[..left * dplane];
+    let step = global_size_x();
     let mut e = global_idx_x();
+    // Four elements a grid apart per round: their id and value loads are all in flight
+    // before the first add (one element at a time waited on the id, then on the value).
     while e < total {
-        let (row, r) = divmod(e, right);
-        let l = divmod(row, n).0;
-        // SAFETY: e < total == ids.len() == src.len().
-        let (id, v) = unsafe { (ids.get_unchecked(e).to_index(dst_dim), *src.get_unchecked(e)) };
-        if let Some(id) = id {
-            // SAFETY: l < left, id < dst_dim, r < right: the offset is below left * dplane.
-            unsafe { dst.get_unchecked(l * dplane + id * right + r) }.add(v);
-        }
-        e += global_size_x();
+        let mut id = [None; UNORDERED_ROUND];
+        let mut v = [0.0f32; UNORDERED_ROUND];
+        each_round_slot!(k, {
+            let ek = e + k * step;
+            if ek < total {
+                // SAFETY: ek < total == ids.len() == src.len().
+                unsafe {
+                    id[k] = ids.get_unchecked(ek).to_index(dst_dim);
+                    v[k] = *src.get_unchecked(ek);
+                }
+            }
+        });
+        each_round_slot!(k, {
+            if let Some(t) = id[k] {
+                let (row, r) = divmod(e + k * step, right);
+                let l = divmod(row, n).0;
+                // SAFETY: l < left, t < dst_dim, r < right: the offset is below left * dplane.
+                unsafe { dst.get_unchecked(l * dplane + t * right + r) }.add(v[k]);
+            }
+        });
+        e += UNORDERED_ROUND * step;
     }
 }
+
 
 /// `dst[l, ids[i], r] += src[l, i, r]` for `i` in order (out-of-range ids skipped), with
 /// `dst` contiguous `(left, dst_dim, right)`, `src` contiguous `(left, ids.len(), right)`.
@@ -983,7 +1013,7 @@ pub mod ops {
         // The kernel sees `dst` as atomics: same bits and layout (`AtomicF32` is a
         // transparent `u32`), and `&mut` here means no one else uses it meanwhile.
         let atomic = AsAtomic(dst.kernel_arg());
-        super::scatter_add_unordered::launch::<I>(exec, super::elements_config(src_elems), src, ids, &atomic, left, n, dst_dim, right)
+        super::scatter_add_unordered::launch::<I>(exec, super::elements_config(src_elems.div_ceil(super::UNORDERED_ROUND)), src, ids, &atomic, left, n, dst_dim, right)
     }
 
     /// Checks a scatter-add's `[src, ids, dst]` lengths against `[left, n, dst_dim, right]`;

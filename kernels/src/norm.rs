@@ -2,12 +2,15 @@
 //! and LayerNorm, one work-group per row, f32 accumulation, optional affine weights.
 //!
 //! Rows that fit the register tiles (up to 16384 elements with 1024 work-items, 32768 of
-//! 16-bit types on NVIDIA) are read from memory once; LayerNorm takes the sums of
+//! 16-bit types on NVIDIA) and are whole 16-byte-aligned chunks
+//! ([`whole_chunks`](crate::row::whole_chunks): a width that is a multiple of 8 in buffers
+//! that start aligned, as every allocation does) are read from memory once, with one
+//! vector load per chunk and no scalar alternative in the code; LayerNorm takes the sums of
 //! `x - x[0]` and of its square from the registers in one work-group reduction (the shift
-//! keeps a large mean from cancelling). Longer rows stream the input twice: once for the
-//! statistics, once to write.
+//! keeps a large mean from cancelling). Longer rows, and misaligned ones (views at odd
+//! offsets, odd widths), stream the input twice: once for the statistics, once to write.
 use crate::reduce::{block_reduce, block_sum2, MAX_WAVES};
-use crate::row::{for_each_chunk, for_each_chunk_of, for_each_row_of_wave, load_chunk, load_chunk_scalar, map_chunks, map_chunks_of, RowTile, CHUNK};
+use crate::row::{for_each_chunk, for_each_chunk_of, for_each_row_of_wave, load_chunk_as, load_chunk_scalar, map_chunks, map_chunks_of, row_chunks, whole_chunks, RowTile, CHUNK};
 
 /// The register tile of one work-item.
 type Tile = RowTile;
@@ -19,8 +22,37 @@ use kernel_dsl::prelude::*;
 #[device]
 #[inline(always)]
 fn affine_chunk<T: Float>(v: &[f32; CHUNK], shift: f32, scale: f32, weight: &[T], bias: &[T], e: usize) -> [f32; CHUNK] {
+    affine_chunk_as::<T, false>(v, shift, scale, weight, bias, e)
+}
+
+/// [`affine_chunk`]; with `WHOLE` the weight and bias are [`whole_chunks`] (or empty).
+#[device]
+#[inline(always)]
+fn affine_chunk_as<T: Float, const WHOLE: bool>(v: &[f32; CHUNK], shift: f32, scale: f32, weight: &[T], bias: &[T], e: usize) -> [f32; CHUNK] {
     // An empty slice loads as all padding: weight 1, bias 0.
-    affine_with(v, shift, scale, load_chunk(weight, e, 1.0), load_chunk(bias, e, 0.0))
+    affine_with(v, shift, scale, load_chunk_as::<T, WHOLE>(weight, e, 1.0), load_chunk_as::<T, WHOLE>(bias, e, 0.0))
+}
+
+/// `true` when a row kernel's row `x`, output `y` and parameters `p` (each empty or
+/// of `x.len()` elements) are [`whole_chunks`]: the straight-line vector path applies.
+#[device]
+#[inline(always)]
+fn all_whole<T>(x: &[T], y: &[T], p: &[T], q: &[T]) -> bool {
+    whole_chunks(x) && whole_chunks(y) && whole_chunks(p) && whole_chunks(q)
+}
+
+/// The register-tile RMSNorm of one row of whole chunks (see [`rms_norm`](fn@rms_norm)):
+/// `x`, `y` and `w` are [`whole_chunks`].
+#[device]
+#[inline(always)]
+fn rms_norm_tile<T: Float>(x: &[T], w: &[T], y: &mut [T], eps: f32, partials: &mut Shared<f32, MAX_WAVES>) {
+    let cols = x.len();
+    let none: &[T] = &[];
+    let tile = Tile::load_as::<T, true>(x, 0.0, flat_thread_idx() as usize, flat_block_dim() as usize, row_chunks(core::mem::size_of::<T>(), cols));
+    // Zero padding adds nothing to the sum of squares.
+    let ss = block_reduce(tile.fold_padded(0.0, |a, v| a + v * v), partials, |a, b| a + b);
+    let scale = (ss / cols as f32 + eps).rsqrt();
+    tile.store_as::<T, true>(y, |v, e| affine_chunk_as::<T, true>(v, 0.0, scale, w, none, e));
 }
 
 /// [`affine_chunk`] with element-by-element weight loads: fewer registers than vector
@@ -53,12 +85,10 @@ pub fn rms_norm<T: Float>(input: &[T], weight: &[T], out: &mut [T], cols: u32, e
     let w = if weight.is_empty() { weight } else { &weight[..cols] };
     let y = &mut out[start..end];
     let none: &[T] = &[];
-    if Tile::fits::<T>(cols) {
-        let tile = Tile::load(x, 0.0);
-        // Zero padding adds nothing to the sum of squares.
-        let ss = block_reduce(tile.fold_padded(0.0, |a, v| a + v * v), &mut partials, |a, b| a + b);
-        let scale = (ss / cols as f32 + eps).rsqrt();
-        tile.store(y, |v, e| affine_chunk(v, 0.0, scale, w, none, e));
+    // Rows of whole aligned chunks that fit the tiles: read once. Others (longer, or
+    // misaligned views and odd widths, rare): two streaming passes.
+    if Tile::fits::<T>(cols) && all_whole(x, y, w, none) {
+        rms_norm_tile(x, w, y, eps, &mut partials);
     } else {
         let mut s = 0.0f32;
         for_each_chunk(x, 0.0, |v, _| {
@@ -95,18 +125,41 @@ pub fn layer_norm<T: Float>(input: &[T], weight: &[T], bias: &[T], out: &mut [T]
     let w = if weight.is_empty() { weight } else { &weight[..cols] };
     let b = if bias.is_empty() { bias } else { &bias[..cols] };
     let y = &mut out[start..end];
-    let inv_n = 1.0 / cols as f32;
+    // Misaligned views and odd widths (rare): the two streaming passes of `layer_norm_long`.
+    if all_whole(x, y, w, b) {
+        layer_norm_tile(x, w, b, y, eps, chunks, &mut partials, &mut partials2);
+    } else {
+        layer_norm_stream(x, w, b, y, eps, &mut partials, &mut partials2);
+    }
+}
+
+/// The register-tile LayerNorm of one non-empty row of whole chunks (see
+/// [`layer_norm`](fn@layer_norm)): `x`, `y`, `w` and `b` are [`whole_chunks`].
+#[device]
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+fn layer_norm_tile<T: Float>(
+    x: &[T],
+    w: &[T],
+    b: &[T],
+    y: &mut [T],
+    eps: f32,
+    chunks: usize,
+    partials: &mut Shared<f32, MAX_WAVES>,
+    partials2: &mut Shared<f32, MAX_WAVES>,
+) {
+    let inv_n = 1.0 / x.len() as f32;
     let k0 = x[0].to_f32();
     // Padding reads as k0, so it adds nothing to either sum.
-    let tile = Tile::load_with(x, k0, flat_thread_idx() as usize, flat_block_dim() as usize, chunks);
+    let tile = Tile::load_as::<T, true>(x, k0, flat_thread_idx() as usize, flat_block_dim() as usize, chunks);
     let s = tile.fold_padded(0.0, |a, v| a + (v - k0));
     let q = tile.fold_padded(0.0, |a, v| a + (v - k0) * (v - k0));
-    let (s, q) = block_sum2(s, q, &mut partials, &mut partials2);
+    let (s, q) = block_sum2(s, q, partials, partials2);
     let (s, q) = (s * inv_n, q * inv_n);
     // Clamp rounding below zero, but keep a NaN (from inf inputs) a NaN.
     let var = q - s * s;
     let rstd = ((if var < 0.0 { 0.0 } else { var }) + eps).rsqrt();
-    tile.store(y, |v, e| affine_chunk(v, k0 + s, rstd, w, b, e));
+    tile.store_as::<T, true>(y, |v, e| affine_chunk_as::<T, true>(v, k0 + s, rstd, w, b, e));
 }
 
 /// LayerNorm of rows of any length, as [`layer_norm`](fn@layer_norm), streaming the row twice: once for
@@ -121,6 +174,14 @@ pub fn layer_norm_long<T: Float>(input: &[T], weight: &[T], bias: &[T], out: &mu
     let w = if weight.is_empty() { weight } else { &weight[..cols] };
     let b = if bias.is_empty() { bias } else { &bias[..cols] };
     let y = &mut out[start..end];
+    layer_norm_stream(x, w, b, y, eps, &mut partials, &mut partials2);
+}
+
+/// LayerNorm of one row in two streaming passes (see [`layer_norm_long`](fn@layer_norm_long)).
+#[device]
+#[inline(always)]
+fn layer_norm_stream<T: Float>(x: &[T], w: &[T], b: &[T], y: &mut [T], eps: f32, partials: &mut Shared<f32, MAX_WAVES>, partials2: &mut Shared<f32, MAX_WAVES>) {
+    let cols = x.len();
     let inv_n = 1.0 / cols as f32;
     let k0 = if cols == 0 { 0.0 } else { x[0].to_f32() };
     let (mut s, mut q) = (0.0f32, 0.0f32);
@@ -132,7 +193,7 @@ pub fn layer_norm_long<T: Float>(input: &[T], weight: &[T], bias: &[T], out: &mu
             q += d * d;
         });
     });
-    let (s, q) = block_sum2(s, q, &mut partials, &mut partials2);
+    let (s, q) = block_sum2(s, q, partials, partials2);
     let (s, q) = (s * inv_n, q * inv_n);
     let mean = k0 + s;
     // Clamp rounding below zero, but keep a NaN (from inf inputs) a NaN.

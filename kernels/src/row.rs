@@ -178,6 +178,34 @@ pub unsafe fn store_full<T: Float>(s: &mut [T], e: usize, v: &[f32; CHUNK], vec:
     }
 }
 
+/// `true` when `s` is made of whole 16-byte-aligned chunks: it starts on 16 bytes and its
+/// length is a multiple of [`CHUNK`] (16-bit and 32-bit elements), or it is empty. The row kernels test
+/// their rows (and weights) once and take a straight-line vector path when they are
+/// ([`RowTile::load_as`], [`load_chunk_as`]); the same for every row of a launch whose
+/// buffers start aligned.
+#[device]
+#[inline(always)]
+pub fn whole_chunks<T>(s: &[T]) -> bool {
+    // An empty slice's dangling pointer is only aligned to `T`: it qualifies (nothing to load).
+    s.is_empty() || (s.len() % CHUNK == 0 && vectorizable(s.as_ptr()))
+}
+
+/// [`load_chunk`]; with `WHOLE` the caller has checked [`whole_chunks`]`(s)` (an empty `s`
+/// qualifies and reads as `pad`): one vector load, no scalar alternative.
+#[device]
+#[inline(always)]
+pub fn load_chunk_as<T: Float, const WHOLE: bool>(s: &[T], e: usize, pad: f32) -> [f32; CHUNK] {
+    if !WHOLE {
+        return load_chunk(s, e, pad);
+    }
+    if e + CHUNK <= s.len() {
+        // SAFETY: in bounds (checked); 16-byte aligned by `whole_chunks(s)`.
+        unsafe { load_full(s, e, true) }
+    } else {
+        [pad; CHUNK]
+    }
+}
+
 /// The chunk of `s` starting at element `e`, in `f32`; elements past the end read as `pad`.
 #[device]
 #[inline(always)]
@@ -299,7 +327,26 @@ impl RowTile {
     /// [`RowTile::load_of`] with `chunks` (at most [`TILE_CHUNKS`]) chunks per work-item.
     #[inline(always)]
     pub fn load_with<T: Float>(row: &[T], pad: f32, part: usize, parts: usize, chunks: usize) -> RowTile {
+        Self::load_as::<T, false>(row, pad, part, parts, chunks)
+    }
+
+    /// [`RowTile::load_with`]; with `WHOLE` the caller has checked [`whole_chunks`]`(row)`,
+    /// and every chunk is one vector load (or padding past the row): no scalar alternative
+    /// for the compiler to predicate into the loop (ptxas sm_90 issued the eight scalar
+    /// loads of a misaligned row, switched off, beside every vector load).
+    #[inline(always)]
+    pub fn load_as<T: Float, const WHOLE: bool>(row: &[T], pad: f32, part: usize, parts: usize, chunks: usize) -> RowTile {
         let mut t = RowTile { v: [[pad; CHUNK]; TILE_CHUNKS], chunks, part, parts };
+        if WHOLE {
+            each_tile_chunk!(k, t.chunks, {
+                let e = t.start(k);
+                if e + CHUNK <= row.len() {
+                    // SAFETY: in bounds (checked); 16-byte aligned by `whole_chunks(row)`.
+                    t.v[k] = unsafe { load_full(row, e, true) };
+                }
+            });
+            return t;
+        }
         let vec = vectorizable(row.as_ptr());
         each_tile_chunk!(k, t.chunks, {
             let e = t.start(k);
@@ -350,6 +397,23 @@ impl RowTile {
     /// chunk's values and its first element index.
     #[inline(always)]
     pub fn store<T: Float>(&self, out: &mut [T], f: impl Fn(&[f32; CHUNK], usize) -> [f32; CHUNK]) {
+        self.store_as::<T, false>(out, f)
+    }
+
+    /// [`RowTile::store`]; with `WHOLE` the caller has checked [`whole_chunks`]`(out)` and
+    /// every chunk is one vector store (see [`RowTile::load_as`]).
+    #[inline(always)]
+    pub fn store_as<T: Float, const WHOLE: bool>(&self, out: &mut [T], f: impl Fn(&[f32; CHUNK], usize) -> [f32; CHUNK]) {
+        if WHOLE {
+            each_tile_chunk!(k, self.chunks, {
+                let e = self.start(k);
+                if e + CHUNK <= out.len() {
+                    // SAFETY: in bounds (checked); 16-byte aligned by `whole_chunks(out)`.
+                    unsafe { store_full(out, e, &f(&self.v[k], e), true) };
+                }
+            });
+            return;
+        }
         let vec = vectorizable(out.as_ptr());
         each_tile_chunk!(k, self.chunks, {
             let e = self.start(k);

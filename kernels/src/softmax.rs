@@ -2,13 +2,15 @@
 //! one work-group per row, numerically stable (the row maximum is subtracted first), f32
 //! accumulation for every element type.
 //!
-//! Rows of up to 16 elements per work-item (16384 with 1024 work-items) are read from
+//! Rows of up to 16 elements per work-item (16384 with 1024 work-items) in whole
+//! 16-byte-aligned chunks ([`whole_chunks`](crate::row::whole_chunks)) are read from
 //! memory once: each work-item keeps its share in registers ([`RowTile`]), so `exp` runs
-//! once per element and the row is written straight from registers. Longer rows use the
-//! online softmax: one streaming pass computes the maximum and the exponential sum together
-//! (rescaling the sum when the maximum grows), a second pass writes the result.
+//! once per element and the row is written straight from registers. Longer rows, and
+//! misaligned ones, use the online softmax: one streaming pass computes the maximum and
+//! the exponential sum together (rescaling the sum when the maximum grows), a second pass
+//! writes the result.
 use crate::reduce::{block_reduce, MAX_WAVES};
-use crate::row::{for_each_chunk, for_each_chunk_of, for_each_row_of_wave, map_chunks, map_chunks_of, RowTile, ShortRows, CHUNK};
+use crate::row::{for_each_chunk, for_each_chunk_of, for_each_row_of_wave, map_chunks, map_chunks_of, row_chunks, whole_chunks, RowTile, ShortRows, CHUNK};
 
 /// The register tile of one work-item.
 type Tile = RowTile;
@@ -32,8 +34,9 @@ impl MaxExpSum {
     #[inline(always)]
     pub fn merge(self, o: MaxExpSum) -> MaxExpSum {
         let max = self.max.max(o.max);
-        // A side that has seen nothing (max = -inf) contributes 0, not exp(-inf - -inf).
-        let scale = |p: MaxExpSum| if p.max == f32::NEG_INFINITY { 0.0 } else { p.sum * (p.max - max).exp() };
+        // A side that has seen only -inf (max = -inf) contributes its sum as is: 0, or NaN
+        // when it saw a NaN (not exp(-inf - -inf)).
+        let scale = |p: MaxExpSum| if p.max == f32::NEG_INFINITY { p.sum } else { p.sum * (p.max - max).exp() };
         MaxExpSum { max, sum: scale(self) + scale(o) }
     }
 
@@ -48,6 +51,14 @@ impl MaxExpSum {
         if m != f32::NEG_INFINITY {
             each_lane!(j, {
                 s += (v[j] - m).exp();
+            });
+        } else {
+            // Only -inf and NaN here (`max` skips NaN): a NaN must still poison the sum
+            // (a row whose last chunk holds one NaN and -inf padding).
+            each_lane!(j, {
+                if v[j] != v[j] {
+                    s = f32::NAN;
+                }
             });
         }
         self.merge(MaxExpSum { max: m, sum: s })
@@ -64,7 +75,7 @@ pub fn row_max_and_exp_sum<T: Float>(x: &[T], partials: &mut Shared<f32, MAX_WAV
     // NaN inputs: f32::max ignores them, but exp(NaN - m) makes the sum NaN, so the whole
     // row comes out NaN, as in the reference.
     let m = block_reduce(acc.max, partials, f32::max);
-    let s = if acc.max == f32::NEG_INFINITY { 0.0 } else { acc.sum * (acc.max - m).exp() };
+    let s = if acc.max == f32::NEG_INFINITY { acc.sum } else { acc.sum * (acc.max - m).exp() };
     (m, block_reduce(s, partials, |a, b| a + b))
 }
 
@@ -77,24 +88,35 @@ pub fn softmax<T: Float>(input: &[T], out: &mut [T], cols: u32, mut partials: Sh
     let (start, end) = (row * cols, row * cols + cols);
     let x = &input[start..end];
     let y = &mut out[start..end];
-    if Tile::fits::<T>(cols) {
-        let mut tile = Tile::load(x, f32::NEG_INFINITY);
-        // -inf padding leaves the maximum alone, and exp(-inf - m) = 0 the sum.
-        let m = block_reduce(tile.fold_padded(f32::NEG_INFINITY, f32::max), &mut partials, f32::max);
-        // exp once per element, kept in the tile; padding becomes exp(-inf) = 0.
-        each_tile_chunk!(k, tile.chunks, {
-            each_lane!(j, {
-                tile.v[k][j] = (tile.v[k][j] - m).exp();
-            });
-        });
-        let s = block_reduce(tile.fold_padded(0.0, |a, b| a + b), &mut partials, |a, b| a + b);
-        let inv = 1.0 / s;
-        tile.store(y, |v, _| v.map(|e| e * inv));
+    // Rows of whole aligned chunks that fit the tiles: read once. Others (longer, or
+    // misaligned views and odd widths, rare): the online softmax's two streaming passes.
+    if Tile::fits::<T>(cols) && whole_chunks(x) && whole_chunks(y) {
+        softmax_tile(x, y, &mut partials);
     } else {
         let (m, s) = row_max_and_exp_sum(x, &mut partials);
         let inv = 1.0 / s;
         map_chunks(x, y, |v, _| v.map(|e| (e - m).exp() * inv));
     }
+}
+
+/// The register-tile softmax of one row (see [`softmax`](fn@softmax)); `x` and `y` are
+/// [`whole_chunks`].
+#[device]
+#[inline(always)]
+fn softmax_tile<T: Float>(x: &[T], y: &mut [T], partials: &mut Shared<f32, MAX_WAVES>) {
+    let chunks = row_chunks(core::mem::size_of::<T>(), x.len());
+    let mut tile = Tile::load_as::<T, true>(x, f32::NEG_INFINITY, flat_thread_idx() as usize, flat_block_dim() as usize, chunks);
+    // -inf padding leaves the maximum alone, and exp(-inf - m) = 0 the sum.
+    let m = block_reduce(tile.fold_padded(f32::NEG_INFINITY, f32::max), partials, f32::max);
+    // exp once per element, kept in the tile; padding becomes exp(-inf) = 0.
+    each_tile_chunk!(k, tile.chunks, {
+        each_lane!(j, {
+            tile.v[k][j] = (tile.v[k][j] - m).exp();
+        });
+    });
+    let s = block_reduce(tile.fold_padded(0.0, |a, b| a + b), partials, |a, b| a + b);
+    let inv = 1.0 / s;
+    tile.store_as::<T, true>(y, |v, _| v.map(|e| e * inv));
 }
 
 /// `out[r][c] = x[r][c] - max_r - ln(sum_c exp(x[r][c] - max_r))`. Launch with
@@ -106,20 +128,31 @@ pub fn log_softmax<T: Float>(input: &[T], out: &mut [T], cols: u32, mut partials
     let (start, end) = (row * cols, row * cols + cols);
     let x = &input[start..end];
     let y = &mut out[start..end];
-    if Tile::fits::<T>(cols) {
-        let tile = Tile::load(x, f32::NEG_INFINITY);
-        // As in `softmax`: -inf padding leaves the maximum alone and adds exp(-inf - m) = 0
-        // (or NaN when m = -inf, where the row's own terms are NaN too), so the folds skip
-        // per-element bounds tests (registers: 4-chunk f32 tiles spilled with them).
-        let m = block_reduce(tile.fold_padded(f32::NEG_INFINITY, f32::max), &mut partials, f32::max);
-        let s = block_reduce(tile.fold_padded(0.0, |a, v| a + (v - m).exp()), &mut partials, |a, b| a + b);
-        let lse = m + s.ln();
-        tile.store(y, |v, _| v.map(|e| e - lse));
+    // Rows of whole aligned chunks that fit the tiles: read once. Others (longer, or
+    // misaligned views and odd widths, rare): the online softmax's two streaming passes.
+    if Tile::fits::<T>(cols) && whole_chunks(x) && whole_chunks(y) {
+        log_softmax_tile(x, y, &mut partials);
     } else {
         let (m, s) = row_max_and_exp_sum(x, &mut partials);
         let lse = m + s.ln();
         map_chunks(x, y, |v, _| v.map(|e| e - lse));
     }
+}
+
+/// The register-tile log-softmax of one row (see [`log_softmax`](fn@log_softmax)); `x`
+/// and `y` are [`whole_chunks`].
+#[device]
+#[inline(always)]
+fn log_softmax_tile<T: Float>(x: &[T], y: &mut [T], partials: &mut Shared<f32, MAX_WAVES>) {
+    let chunks = row_chunks(core::mem::size_of::<T>(), x.len());
+    let tile = Tile::load_as::<T, true>(x, f32::NEG_INFINITY, flat_thread_idx() as usize, flat_block_dim() as usize, chunks);
+    // As in `softmax`: -inf padding leaves the maximum alone and adds exp(-inf - m) = 0
+    // (or NaN when m = -inf, where the row's own terms are NaN too), so the folds skip
+    // per-element bounds tests (registers: 4-chunk f32 tiles spilled with them).
+    let m = block_reduce(tile.fold_padded(f32::NEG_INFINITY, f32::max), partials, f32::max);
+    let s = block_reduce(tile.fold_padded(0.0, |a, v| a + (v - m).exp()), partials, |a, b| a + b);
+    let lse = m + s.ln();
+    tile.store_as::<T, true>(y, |v, _| v.map(|e| e - lse));
 }
 
 /// `(max, exp-sum)` of this wave's lanes merged into every lane.

@@ -214,11 +214,12 @@ fn plans_pick_the_kernel_the_shape_wants() {
     assert_eq!(reduce::col_splits(512, 1 << 20), 1);
     assert_eq!(reduce::col_splits(4, 300), 1);
     // Long columns in whole chunks take the vector kernel: 4096 x 4096 over dim 0 is 16
-    // tiles of 256 columns, split 64 ways (1024 groups of 64 rows).
+    // tiles of 256 columns, split 8 ways (128 groups of 512 rows).
     assert!(reduce::vec_cols(4096, 4096) && !reduce::vec_cols(4096, 4100) && !reduce::vec_cols(100, 4096) && !reduce::vec_cols(4096, 64));
-    assert_eq!(reduce::vec_col_splits(16, 4096), 64);
-    assert_eq!(reduce::vec_col_splits(1, 701), 10);
-    assert_eq!(reduce::vec_col_splits(1024, 4096), 1);
+    assert_eq!(reduce::vec_col_splits(16, 4096), 8);
+    assert_eq!(reduce::vec_col_splits(1, 701), 2);
+    assert_eq!(reduce::vec_col_splits(1, 1 << 20), 128);
+    assert_eq!(reduce::vec_col_splits(128, 4096), 1);
 }
 
 #[test]

@@ -89,6 +89,19 @@ impl Bench<'_> {
         }
     }
 
+    /// The column sum of `rows x cols` over dim 0 with each split count of its first pass
+    /// (what [`reduce::vec_col_splits`] picks from).
+    fn sweep_col_splits<T: Float + ScalarArg>(&mut self, rows: usize, cols: usize) {
+        let dev = self.dev;
+        let x = dev.upload(&data::<T>(rows * cols, 4)).unwrap();
+        let mut y: DeviceVec<T> = dev.alloc(cols).unwrap();
+        let bytes = rows * cols * std::mem::size_of::<T>();
+        for splits in [1usize, 4, 8, 16, 32, 64] {
+            let us = time(dev, bytes, || reduce::reduce_long_columns::<T, Sum>(dev, &x, (1, rows, cols), splits, &mut y).unwrap());
+            println!("sweep {:<5} sum over dim 0 of {rows}x{cols}, {splits:>2} splits: {us:8.2} us {:6.0} GB/s", T::NAME, bytes as f64 / us / 1e3);
+        }
+    }
+
     fn reductions<T: Float + ScalarArg>(&mut self, rows: usize, cols: usize) {
         let dev = self.dev;
         let sz = std::mem::size_of::<T>();
@@ -217,6 +230,8 @@ fn main() {
             b.sweep::<f32>(r, c);
             b.sweep::<bf16>(r, c);
         }
+        b.sweep_col_splits::<f32>(4096, 4096);
+        b.sweep_col_splits::<bf16>(4096, 4096);
         return;
     }
     let row_shapes: &[(usize, usize)] = if quick {

@@ -121,7 +121,10 @@ fn entry(def: &KernelDef, inst: &Instance) -> TokenStream {
 /// Device expansion of one kernel.
 pub fn expand_device(def: &KernelDef) -> TokenStream {
     let mut func = def.func.clone();
-    func.attrs.push(syn::parse_quote!(#[inline]));
+    // Each instance's entry is the body's only caller: always inline it (a body over
+    // LLVM's size threshold, such as a row kernel with an aligned and a general path,
+    // otherwise became a call with its arguments through parameter space).
+    func.attrs.push(syn::parse_quote!(#[inline(always)]));
     let entries: Vec<_> = def.instances.iter().map(|i| entry(def, i)).collect();
     let module = format_ident!("__gpu_entry_{}", def.name());
     quote! {
