@@ -42,6 +42,7 @@
 mod arch;
 pub mod atomic;
 pub mod dot;
+pub mod hint;
 mod index;
 pub mod math;
 pub mod mma;

@@ -7,10 +7,13 @@
 //! that start aligned, as every allocation does) are read from memory once, with one
 //! vector load per chunk and no scalar alternative in the code; LayerNorm takes the sums of
 //! `x - x[0]` and of its square from the registers in one work-group reduction (the shift
-//! keeps a large mean from cancelling). Longer rows, and misaligned ones (views at odd
-//! offsets, odd widths), stream the input twice: once for the statistics, once to write.
+//! keeps a large mean from cancelling). On NVIDIA and the CPU executor 16-bit rows stay
+//! packed in registers ([`PackedTile`]): four chunks per work-item fit the 64-register cap of
+//! 1024-item kernels, and RMSNorm's weight loads go out with the row's. Longer rows, and
+//! misaligned ones (views at odd offsets, odd widths), stream the input twice: once for
+//! the statistics, once to write.
 use crate::reduce::{block_reduce, block_sum2, MAX_WAVES};
-use crate::row::{for_each_chunk, for_each_chunk_of, for_each_row_of_wave, load_chunk_as, load_chunk_scalar, map_chunks, map_chunks_of, row_chunks, whole_chunks, RowTile, CHUNK};
+use crate::row::{for_each_chunk, for_each_chunk_of, for_each_row_of_wave, load_chunk_as, load_chunk_scalar, map_chunks, map_chunks_of, row_chunks, whole_chunks, PackedTile, RowTile, CHUNK};
 
 /// The register tile of one work-item.
 type Tile = RowTile;
@@ -47,6 +50,38 @@ fn all_whole<T>(x: &[T], y: &[T], p: &[T], q: &[T]) -> bool {
 #[inline(always)]
 fn rms_norm_tile<T: Float>(x: &[T], w: &[T], y: &mut [T], eps: f32, partials: &mut Shared<f32, MAX_WAVES>) {
     let cols = x.len();
+    if core::mem::size_of::<T>() == 2 && !cfg!(target_arch = "amdgpu") {
+        // 16-bit rows stay packed (see `PackedTile`), which leaves registers for the
+        // weights: their loads go out with the row's, ahead of the reduction.
+        let (part, parts) = (flat_thread_idx() as usize, flat_block_dim() as usize);
+        let chunks = row_chunks(core::mem::size_of::<T>(), cols);
+        let mut t = PackedTile::load_whole(x, part, parts, chunks);
+        let mut wt = PackedTile::load_whole(w, part, parts, chunks);
+        let mut ss = 0.0f32;
+        crate::each_tile_chunk!(k, t.chunks, {
+            // Chunks past the row read as 0: nothing to the sum of squares.
+            let v = t.get(k, cols, 0.0);
+            each_lane!(j, {
+                ss += v[j] * v[j];
+            });
+        });
+        let ss = block_reduce(ss, partials, |a, b| a + b);
+        let scale = (ss / cols as f32 + eps).rsqrt();
+        // Unpack both after the reduction (ptxas otherwise unpacked the weights early and
+        // kept twice their registers alive across it).
+        t.refresh();
+        wt.refresh();
+        crate::each_tile_chunk!(k, t.chunks, {
+            let e = t.start(k);
+            if e + CHUNK <= y.len() {
+                // An empty weight row reads as 1.
+                let r = affine_with(&t.get(k, cols, 0.0), 0.0, scale, wt.get(k, w.len(), 1.0), [0.0; CHUNK]);
+                // SAFETY: in bounds (checked); aligned by `whole_chunks(y)`.
+                unsafe { crate::row::store_full(y, e, &r, true) };
+            }
+        });
+        return;
+    }
     let none: &[T] = &[];
     let tile = Tile::load_as::<T, true>(x, 0.0, flat_thread_idx() as usize, flat_block_dim() as usize, row_chunks(core::mem::size_of::<T>(), cols));
     // Zero padding adds nothing to the sum of squares.
@@ -103,7 +138,7 @@ pub fn rms_norm<T: Float>(input: &[T], weight: &[T], out: &mut [T], cols: u32, e
 }
 
 /// LayerNorm of rows that fit the work-group's register tiles of
-/// [`affine_row_chunks`](crate::row::affine_row_chunks) chunks per work-item:
+/// [`row_chunks`](crate::row::row_chunks) chunks per work-item:
 /// `out = (x - mean) / sqrt(var + eps) * weight + bias` with the biased variance
 /// `mean((x - mean)^2)`; `weight` and `bias` have `cols` elements or are empty (1 and 0).
 /// The row is read once; the sums of `x - x[0]` and of its square come from the registers
@@ -114,7 +149,7 @@ pub fn rms_norm<T: Float>(input: &[T], weight: &[T], out: &mut [T], cols: u32, e
 #[amdgpu_kernel(T = [f32, f16, bf16])]
 pub fn layer_norm<T: Float>(input: &[T], weight: &[T], bias: &[T], out: &mut [T], cols: u32, eps: f32, mut partials: Shared<f32, MAX_WAVES>, mut partials2: Shared<f32, MAX_WAVES>) {
     let cols = cols as usize;
-    let chunks = crate::row::affine_row_chunks(core::mem::size_of::<T>(), cols);
+    let chunks = row_chunks(core::mem::size_of::<T>(), cols);
     assert!(Tile::fits_with(cols, chunks));
     if cols == 0 {
         return;
@@ -150,8 +185,38 @@ fn layer_norm_tile<T: Float>(
 ) {
     let inv_n = 1.0 / x.len() as f32;
     let k0 = x[0].to_f32();
+    let (part, parts) = (flat_thread_idx() as usize, flat_block_dim() as usize);
+    if core::mem::size_of::<T>() == 2 && !cfg!(target_arch = "amdgpu") {
+        // 16-bit rows stay packed (see `PackedTile`): four chunks fit beside the weight
+        // and bias loads.
+        let mut t = PackedTile::load_whole(x, part, parts, chunks);
+        let (mut s, mut q) = (0.0f32, 0.0f32);
+        crate::each_tile_chunk!(k, t.chunks, {
+            // Padding reads as k0, so it adds nothing to either sum.
+            let v = t.get(k, x.len(), k0);
+            each_lane!(j, {
+                let d = v[j] - k0;
+                s += d;
+                q += d * d;
+            });
+        });
+        let (s, q) = block_sum2(s, q, partials, partials2);
+        let (s, q) = (s * inv_n, q * inv_n);
+        let var = q - s * s;
+        let rstd = ((if var < 0.0 { 0.0 } else { var }) + eps).rsqrt();
+        t.refresh();
+        crate::each_tile_chunk!(k, t.chunks, {
+            let e = t.start(k);
+            if e + CHUNK <= y.len() {
+                let r = affine_chunk_as::<T, true>(&t.get(k, x.len(), k0), k0 + s, rstd, w, b, e);
+                // SAFETY: in bounds (checked); aligned by `whole_chunks(y)`.
+                unsafe { crate::row::store_full(y, e, &r, true) };
+            }
+        });
+        return;
+    }
     // Padding reads as k0, so it adds nothing to either sum.
-    let tile = Tile::load_as::<T, true>(x, k0, flat_thread_idx() as usize, flat_block_dim() as usize, chunks);
+    let tile = Tile::load_as::<T, true>(x, k0, part, parts, chunks);
     let s = tile.fold_padded(0.0, |a, v| a + (v - k0));
     let q = tile.fold_padded(0.0, |a, v| a + (v - k0) * (v - k0));
     let (s, q) = block_sum2(s, q, partials, partials2);
@@ -289,14 +354,12 @@ pub fn launch_config<T>(rows: usize, cols: usize) -> Result<kernel_dsl::host::La
     crate::row::launch_config("norm", rows, cols, core::mem::size_of::<T>())
 }
 
-/// Launch shape of [`layer_norm`](fn@layer_norm) for `rows` rows of `cols` elements, sized
-/// like [`launch_config`] for NVIDIA GPUs and the CPU executor but with
-/// [`affine_row_chunks`](crate::row::affine_row_chunks) (16-bit rows up to 8192 take twice
-/// the work-items [`rms_norm`](fn@rms_norm) does).
+/// Launch shape of [`layer_norm`](fn@layer_norm) for `rows` rows of `cols` elements: that
+/// of [`launch_config`] (16-bit rows keep four chunks per work-item packed on NVIDIA, see
+/// [`PackedTile`](crate::row::PackedTile)).
 #[cfg(not(any(target_arch = "amdgpu", target_arch = "nvptx64")))]
 pub fn layer_norm_launch_config<T>(rows: usize, cols: usize) -> Result<kernel_dsl::host::LaunchConfig, kernel_dsl::host::LaunchError> {
-    let size = core::mem::size_of::<T>();
-    crate::row::launch_config_chunks("layer_norm", rows, cols, size, crate::row::affine_row_chunks(size, cols))
+    crate::row::launch_config("layer_norm", rows, cols, core::mem::size_of::<T>())
 }
 
 #[cfg(not(any(target_arch = "amdgpu", target_arch = "nvptx64")))]
@@ -355,7 +418,7 @@ mod host {
             return super::layer_norm_wave::launch::<T>(dev, crate::row::wave_rows_config(rows, dev.wave_lanes()), x, param(weight), param(bias), y, cols as u32, eps);
         }
         let size = std::mem::size_of::<T>();
-        let chunks = crate::row::affine_row_chunks_on(dev, size, cols);
+        let chunks = crate::row::row_chunks_on(dev, size, cols);
         let cfg = crate::row::launch_config_chunks("layer_norm", rows, cols, size, chunks)?;
         if cols <= chunks * crate::row::CHUNK * cfg.block.x as usize {
             super::layer_norm::launch::<T>(dev, cfg, x, param(weight), param(bias), y, cols as u32, eps)

@@ -75,25 +75,6 @@ pub const fn row_chunks(elem_bytes: usize, cols: usize) -> usize {
     }
 }
 
-/// Chunks per work-item of kernels that hold a weight and a bias chunk beside each value
-/// chunk (LayerNorm): [`row_chunks`], except 2 for 16-bit rows up to
-/// [`F32_WIDE_TILE_COLS`] on NVIDIA, where 4 chunks (32 values, their weights and biases)
-/// spilled under the 64-register cap of 1024-item kernels (ptxas sm_90: 156 bytes for
-/// f16 LayerNorm).
-pub const fn affine_row_chunks(elem_bytes: usize, cols: usize) -> usize {
-    if elem_bytes == 2 && cols <= F32_WIDE_TILE_COLS {
-        AMD_TILE_CHUNKS
-    } else {
-        row_chunks(elem_bytes, cols)
-    }
-}
-
-/// [`affine_row_chunks`] of the kernels `dev` runs.
-#[cfg(not(any(target_arch = "amdgpu", target_arch = "nvptx64")))]
-pub fn affine_row_chunks_on(dev: &crate::runtime::Device, elem_bytes: usize, cols: usize) -> usize {
-    row_chunks_on(dev, elem_bytes, cols).min(affine_row_chunks(elem_bytes, cols))
-}
-
 /// [`row_chunks`] of the kernels `dev` runs.
 #[cfg(not(any(target_arch = "amdgpu", target_arch = "nvptx64")))]
 pub fn row_chunks_on(dev: &crate::runtime::Device, elem_bytes: usize, cols: usize) -> usize {
@@ -422,6 +403,74 @@ impl RowTile {
                 unsafe { store_full(out, e, &f(&self.v[k], e), vec) };
             } else if e < out.len() {
                 store_chunk(out, e, &f(&self.v[k], e));
+            }
+        });
+    }
+}
+
+/// A work-item's share of a row of whole chunks ([`whole_chunks`]) of a 16-bit type, at
+/// [`RowTile`]'s positions, held packed as loaded (half the registers of a [`RowTile`])
+/// and unpacked to `f32` where used. A kernel that reads it before and after a work-group
+/// reduction calls [`PackedTile::refresh`] in between, so that the compiler unpacks it a
+/// second time instead of keeping the first unpacked copy alive across the reduction:
+/// LayerNorm holds four chunks so under the 64-register cap of 1024-item kernels.
+pub struct PackedTile<T> {
+    v: [[T; CHUNK]; TILE_CHUNKS],
+    /// Chunks in use.
+    pub chunks: usize,
+    part: usize,
+    parts: usize,
+}
+
+impl<T: Float> PackedTile<T> {
+    /// Loads `chunks` chunks (at most [`TILE_CHUNKS`]) of `row`, which is [`whole_chunks`],
+    /// for the `part`-th of `parts` work-items sharing it.
+    #[inline(always)]
+    pub fn load_whole(row: &[T], part: usize, parts: usize, chunks: usize) -> PackedTile<T> {
+        let mut t = PackedTile { v: [[T::ZERO; CHUNK]; TILE_CHUNKS], chunks, part, parts };
+        each_tile_chunk!(k, t.chunks, {
+            let e = t.start(k);
+            if e + CHUNK <= row.len() {
+                // SAFETY: in bounds (checked); 16-byte aligned by `whole_chunks(row)`.
+                t.v[k] = unsafe { core::ptr::read(row.as_ptr().add(e) as *const Vector<T>) }.0;
+            }
+        });
+        t
+    }
+
+    /// First element of chunk `k`.
+    #[inline(always)]
+    pub fn start(&self, k: usize) -> usize {
+        (k * self.parts + self.part) * CHUNK
+    }
+
+    /// Chunk `k` in `f32`, or all `pad` when it starts at or past `len` (the row's length).
+    #[inline(always)]
+    pub fn get(&self, k: usize, len: usize, pad: f32) -> [f32; CHUNK] {
+        let mut v = [pad; CHUNK];
+        if self.start(k) < len {
+            each_pair!(j, {
+                [v[j], v[j + 1]] = T::to_f32x2([self.v[k][j], self.v[k][j + 1]]);
+            });
+        }
+        v
+    }
+
+    /// Passes every packed word through [`kernel_dsl::hint::opaque_u32`] (see the type's
+    /// documentation). 16-bit types only (a no-op for others).
+    #[inline(always)]
+    pub fn refresh(&mut self) {
+        if core::mem::size_of::<T>() != 2 {
+            return;
+        }
+        each_tile_chunk!(k, self.chunks, {
+            // SAFETY: eight 16-bit values are four 32-bit words (size checked above); the
+            // array is aligned for `T`, so the words are read and written unaligned.
+            unsafe {
+                let p = self.v[k].as_mut_ptr() as *mut [u32; 4];
+                let mut w = core::ptr::read_unaligned(p);
+                w = [kernel_dsl::hint::opaque_u32(w[0]), kernel_dsl::hint::opaque_u32(w[1]), kernel_dsl::hint::opaque_u32(w[2]), kernel_dsl::hint::opaque_u32(w[3])];
+                core::ptr::write_unaligned(p, w);
             }
         });
     }
