@@ -102,6 +102,32 @@ impl Bench<'_> {
         }
     }
 
+    /// `cat` of three 4096 x 1024 inputs along dim 1 with the work-group rows of
+    /// `rows_config` and with 1/2 and 1/4 of them (each work-item then copies 2 or 4 rows,
+    /// two at a time).
+    fn sweep_cat<T: Float + ScalarArg + kernels::indexing::Pod>(&mut self) {
+        let dev = self.dev;
+        let (rows, w) = (4096usize, 1024usize);
+        let parts: Vec<DeviceVec<T>> = (0..3).map(|k| dev.upload(&data::<T>(rows * w, 11 + k)).unwrap()).collect();
+        let mut out: DeviceVec<T> = dev.alloc(3 * rows * w).unwrap();
+        let none: DeviceVec<T> = dev.alloc(0).unwrap();
+        let bytes = 3 * rows * w * std::mem::size_of::<T>();
+        let units = w * std::mem::size_of::<T>() / 16;
+        let shape = [rows, w];
+        let inputs: Vec<(&DeviceVec<T>, &[usize])> = parts.iter().map(|p| (p, &shape[..])).collect();
+        let us = time(dev, bytes, || kernels::indexing::ops::cat::<T, DeviceVec<T>>(dev, &inputs, 1, &mut out).unwrap());
+        println!("sweep {:<5} cat 3x{rows}x{w} dim 1, ops::cat: {us:8.2} us {:6.0} GB/s", T::NAME, 2.0 * bytes as f64 / us / 1e3);
+        for div in [1u32, 2, 4, 8] {
+            let mut cfg = kernels::indexing::rows_config(rows, units);
+            cfg.grid.y = cfg.grid.y.div_ceil(div);
+            cfg.grid.z = 3;
+            let us = time(dev, bytes, || {
+                kernels::indexing::cat_rows::launch::<T>(dev, cfg, &parts[0], &parts[1], &parts[2], &none, &mut out, rows, 3 * w, 0, w, w, w, 0).unwrap()
+            });
+            println!("sweep {:<5} cat 3x{rows}x{w} dim 1, grid y / {div}: {us:8.2} us {:6.0} GB/s", T::NAME, 2.0 * bytes as f64 / us / 1e3);
+        }
+    }
+
     fn reductions<T: Float + ScalarArg>(&mut self, rows: usize, cols: usize) {
         let dev = self.dev;
         let sz = std::mem::size_of::<T>();
@@ -230,8 +256,12 @@ fn main() {
             b.sweep::<f32>(r, c);
             b.sweep::<bf16>(r, c);
         }
+        b.sweep_cat::<f32>();
+        b.sweep_cat::<bf16>();
         b.sweep_col_splits::<f32>(4096, 4096);
         b.sweep_col_splits::<bf16>(4096, 4096);
+        b.sweep_cat::<f32>();
+        b.sweep_cat::<bf16>();
         return;
     }
     let row_shapes: &[(usize, usize)] = if quick {
