@@ -561,8 +561,10 @@ const _: () = assert!(UNORDERED_ROUND == 4);
 /// `atomicAdd` and so PyTorch do), so the order of the
 /// additions to one destination is unspecified and sums may differ in the last bits from
 /// run to run (PyTorch's CUDA `scatter_add_` behaves the same way). Out-of-range ids are
-/// skipped. Any 1-D launch is correct; [`elements_config`]`(left * n * right / UNORDERED_ROUND)` fills the GPU.
-#[amdgpu_kernel(I = [u32, i64])]
+/// skipped. Any 1-D launch of work-groups of at most 256 is correct;
+/// [`elements_config`]`(left * n * right / UNORDERED_ROUND)` fills the GPU (the 256 bound
+/// leaves ptxas the registers of the four-element rounds: it spilled 12 bytes at 1024).
+#[amdgpu_kernel(I = [u32, i64], max_threads = 256)]
 pub fn scatter_add_unordered<I: IndexType>(src: &[f32], ids: &[I], dst: &[AtomicF32], left: usize, n: usize, dst_dim: usize, right: usize) {
     let (Some(rows), Some(dplane)) = (left.checked_mul(n), dst_dim.checked_mul(right)) else { return };
     let Some(total) = rows.checked_mul(right) else { return };
@@ -737,28 +739,12 @@ pub fn copy2d<T: Pod>(
 /// Inputs one [`cat_rows`](fn@cat_rows) launch copies.
 pub const CAT_INPUTS: usize = 4;
 
-/// Rows each work-item of a [`cat_rows`](fn@cat_rows) launch copies (two at a time), for a
-/// [`rows_config`] grid of `groups` work-groups: as many as keep at least 768 work-groups
-/// (six per compute unit of an H100), up to 8. H100, 3 inputs of 4096 x 1024 along dim 1
-/// (`bench-llm --sweep`): 1 row per work-item 46.3 us f32 / 24.9 us bf16, 2 rows 41.0 /
-/// 21.9, 4 rows 39.6 / 21.0, 8 rows 39.4 / 20.2.
-pub const fn cat_rows_per_item(groups: usize) -> u32 {
-    let mut k = 1;
-    while k < 8 && groups / (2 * k) >= 768 {
-        k *= 2;
-    }
-    k as u32
-}
-
 /// Up to [`CAT_INPUTS`] inputs of a concatenation in one launch: `out` holds `rows` rows
 /// of `out_width` elements; row `i` of input `k` (`w_k` elements, contiguous `(rows, w_k)`)
 /// goes to `out[i * out_width + at + w_0 + .. + w_{k-1} ..]`. The grid's z index picks the
 /// input (unused inputs are empty with width 0), so a work-group copies one input like
 /// [`copy2d`](fn@copy2d), as 16-byte blocks when both rows are aligned. Launch with
-/// [`rows_config`]`(rows, widest input row in units)` and grid z = the number of inputs;
-/// a grid y of a fraction of that ([`cat_rows_per_item`]) has each work-item copy several
-/// rows, two at a time on NVIDIA and the CPU executor (both rows' loads before either
-/// store).
+/// [`rows_config`]`(rows, widest input row in units)` and grid z = the number of inputs.
 #[amdgpu_kernel(T = [f32, f16, bf16, u8, u32], max_threads = 256)]
 pub fn cat_rows<T: Pod>(
     a: &[T],
@@ -784,59 +770,10 @@ pub fn cat_rows<T: Pod>(
     };
     let (x, xs) = (global_idx_x(), global_size_x());
     let (mut i, ys) = grid_y();
-    // Two rows a grid apart per step where both exist: both rows' loads go out before the
-    // stores ([`copy_row_pair`]). Not on AMD, where the pair's addresses spilled gfx90a's
-    // scalar registers: a row per step there.
-    if !cfg!(target_arch = "amdgpu") {
-        while i + ys < rows {
-            let (b0, b1) = (i * out_width + at + off, (i + ys) * out_width + at + off);
-            copy_row_pair(&src[i * w..][..w], &src[(i + ys) * w..][..w], out, b0, b1, x, xs);
-            i += 2 * ys;
-        }
-    }
     while i < rows {
         let base = i * out_width + at + off;
         copy_row(&src[i * w..][..w], &mut out[base..][..w], x, xs);
         i += ys;
-    }
-}
-
-/// [`copy_row`] of two source rows of the same length into `out` at `b0` and `b1`, both
-/// rows' 16-byte blocks loaded before either is stored (twice the bytes in flight per
-/// work-item); falls back to two [`copy_row`]s when any row is misaligned.
-#[device]
-#[inline(always)]
-fn copy_row_pair<T: Pod>(s0: &[T], s1: &[T], out: &mut [T], b0: usize, b1: usize, x: usize, step: usize) {
-    let n = s0.len();
-    let size = core::mem::size_of::<T>();
-    let (d0, d1) = (&out[b0..b0 + n], &out[b1..b1 + n]);
-    let aligned = (s0.as_ptr() as usize | s1.as_ptr() as usize | d0.as_ptr() as usize | d1.as_ptr() as usize) % 16 == 0;
-    if !(16 % size == 0 && aligned && s1.len() == n) {
-        copy_row(s0, &mut out[b0..b0 + n], x, step);
-        copy_row(s1, &mut out[b1..b1 + n], x, step);
-        return;
-    }
-    let lanes = 16 / size;
-    let blocks = n / lanes;
-    let mut c = x;
-    while c < blocks {
-        // SAFETY: (c + 1) * lanes <= n elements of each row (the slices above are checked);
-        // all four start 16-byte aligned and a block is 16 bytes.
-        unsafe {
-            let (f0, f1) = (s0.as_ptr().add(c * lanes) as *const Words4, s1.as_ptr().add(c * lanes) as *const Words4);
-            let v0 = [(*f0).0[0], (*f0).0[1], (*f0).0[2], (*f0).0[3]];
-            let v1 = [(*f1).0[0], (*f1).0[1], (*f1).0[2], (*f1).0[3]];
-            let (t0, t1) = (out.as_mut_ptr().add(b0 + c * lanes) as *mut Words4, out.as_mut_ptr().add(b1 + c * lanes) as *mut Words4);
-            (*t0).0 = v0;
-            (*t1).0 = v1;
-        }
-        c += step;
-    }
-    let mut e = blocks * lanes + x;
-    while e < n {
-        out[b0 + e] = s0[e];
-        out[b1 + e] = s1[e];
-        e += step;
     }
 }
 
@@ -1288,8 +1225,6 @@ pub mod ops {
             }
             let mut cfg = super::rows_config(rows, units);
             cfg.grid.z = group.len() as u32;
-            let groups = cfg.grid.x as usize * cfg.grid.y as usize * group.len();
-            cfg.grid.y = cfg.grid.y.div_ceil(super::cat_rows_per_item(groups));
             super::cat_rows::launch::<T>(exec, cfg, &bufs[0], &bufs[1], &bufs[2], &bufs[3], out, rows, out_width, at, widths[0], widths[1], widths[2], widths[3])?;
             at += widths.iter().sum::<usize>();
         }

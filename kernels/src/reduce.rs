@@ -35,13 +35,20 @@ pub fn block_reduce(v: f32, partials: &mut Shared<f32, MAX_WAVES>, op: impl Fn(f
         partials[wave::wave_id() as usize] = w;
     }
     barrier();
-    let waves = flat_block_dim() / wave::size();
-    let mut r = partials[0];
-    let mut k = 1;
-    while k < waves as usize {
-        r = op(r, partials[k]);
-        k += 1;
+    // Every wave folds the per-wave results with shuffles, a lane each, as a tree over the
+    // first `waves` lanes (five steps for 32 waves, where a sequential fold in every
+    // work-item read all 32 from shared memory); lane 0's total goes to every lane.
+    let (waves, lane) = (flat_block_dim() / wave::size(), wave::lane_id());
+    let mut r = partials[lane.min(waves - 1) as usize];
+    let mut offset = waves.next_power_of_two() / 2;
+    while offset > 0 {
+        let o = wave::shuffle(r, (lane + offset).min(wave::size() - 1));
+        if lane + offset < waves {
+            r = op(r, o);
+        }
+        offset /= 2;
     }
+    let r = wave::shuffle(r, 0);
     // Everyone has read the partials before anyone writes the next reduction's.
     barrier();
     r

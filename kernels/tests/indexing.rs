@@ -750,41 +750,6 @@ fn run_cat<T: Data>() {
     }
 }
 
-/// `cat_rows` launched with fewer work-group rows than rows, as `ops::cat` does for large
-/// tensors: each work-item copies several rows, two at a time where two remain (odd row
-/// counts leave one), through the 16-byte path for aligned widths and the element path
-/// otherwise.
-fn run_cat_rows_pairs<T: Data>() {
-    for exec in executors() {
-        for (rows, widths) in [(7usize, [8usize, 16, 24]), (9, [5, 3, 7]), (6, [16, 1, 8])] {
-            let parts: Vec<(Vec<T>, Vec<usize>)> = widths.iter().enumerate().map(|(k, &w)| (data(rows * w, 900 + k as u64, true), vec![rows, w])).collect();
-            let want = ref_cat(&parts, 1);
-            let bufs: Vec<DeviceVec<T>> = parts.iter().map(|(v, _)| exec.upload(v).unwrap()).collect();
-            let none: DeviceVec<T> = exec.alloc(0).unwrap();
-            let out_width: usize = widths.iter().sum();
-            for gy in [1u32, 2, 3] {
-                let mut dout = exec.upload(&vec![T::from_f64(0.007); want.len()]).unwrap();
-                let cfg = kernel_dsl::host::LaunchConfig::new(kernel_dsl::Dim3::new(1, gy, 3), kernel_dsl::Dim3::new(4, 2, 1));
-                kernels::indexing::cat_rows::launch::<T>(&exec, cfg, &bufs[0], &bufs[1], &bufs[2], &none, &mut dout, rows, out_width, 0, widths[0], widths[1], widths[2], 0).unwrap();
-                assert_same(&exec.download(&dout).unwrap(), &want, &format!("cat_rows<{}> {rows} rows of {widths:?}, grid y {gy} on {}", T::NAME, exec.name()));
-            }
-        }
-    }
-}
-
-#[test]
-fn cat_rows_copies_several_rows_per_work_item() {
-    run_cat_rows_pairs::<f32>();
-    run_cat_rows_pairs::<bf16>();
-    run_cat_rows_pairs::<u8>();
-    // At least 768 work-groups remain: f32 (12288 groups) and bf16 (6144) 3x4096x1024 take 8.
-    assert_eq!(kernels::indexing::cat_rows_per_item(12288), 8);
-    assert_eq!(kernels::indexing::cat_rows_per_item(6144), 8);
-    assert_eq!(kernels::indexing::cat_rows_per_item(3072), 4);
-    assert_eq!(kernels::indexing::cat_rows_per_item(1536), 2);
-    assert_eq!(kernels::indexing::cat_rows_per_item(1535), 1);
-}
-
 #[test]
 fn cat_along_first_middle_and_last_dims() {
     run_cat::<f32>();
