@@ -168,6 +168,30 @@ pub fn layer_norm<T: Float>(input: &[T], weight: &[T], bias: &[T], out: &mut [T]
     }
 }
 
+/// Adds a chunk's `v - k0` to `s` and its square to `q` (LayerNorm's shifted sums).
+#[device]
+#[inline(always)]
+fn add_shifted(v: &[f32; CHUNK], k0: f32, s: &mut f32, q: &mut f32) {
+    each_lane!(j, {
+        let d = v[j] - k0;
+        *s += d;
+        *q += d * d;
+    });
+}
+
+/// LayerNorm's statistics of a row of `cols` elements from each work-item's shifted sums
+/// ([`add_shifted`]): `(mean - k0, 1 / sqrt(var + eps))`, in every work-item.
+#[device]
+#[inline(always)]
+fn shifted_stats(s: f32, q: f32, cols: usize, eps: f32, partials: &mut Shared<f32, MAX_WAVES>, partials2: &mut Shared<f32, MAX_WAVES>) -> (f32, f32) {
+    let inv_n = 1.0 / cols as f32;
+    let (s, q) = block_sum2(s, q, partials, partials2);
+    let (s, q) = (s * inv_n, q * inv_n);
+    // Clamp rounding below zero, but keep a NaN (from inf inputs) a NaN.
+    let var = q - s * s;
+    (s, ((if var < 0.0 { 0.0 } else { var }) + eps).rsqrt())
+}
+
 /// The register-tile LayerNorm of one non-empty row of whole chunks (see
 /// [`layer_norm`](fn@layer_norm)): `x`, `y`, `w` and `b` are [`whole_chunks`].
 #[device]
@@ -183,7 +207,6 @@ fn layer_norm_tile<T: Float>(
     partials: &mut Shared<f32, MAX_WAVES>,
     partials2: &mut Shared<f32, MAX_WAVES>,
 ) {
-    let inv_n = 1.0 / x.len() as f32;
     let k0 = x[0].to_f32();
     let (part, parts) = (flat_thread_idx() as usize, flat_block_dim() as usize);
     if core::mem::size_of::<T>() == 2 && !cfg!(target_arch = "amdgpu") {
@@ -193,17 +216,9 @@ fn layer_norm_tile<T: Float>(
         let (mut s, mut q) = (0.0f32, 0.0f32);
         crate::each_tile_chunk!(k, t.chunks, {
             // Padding reads as k0, so it adds nothing to either sum.
-            let v = t.get(k, x.len(), k0);
-            each_lane!(j, {
-                let d = v[j] - k0;
-                s += d;
-                q += d * d;
-            });
+            add_shifted(&t.get(k, x.len(), k0), k0, &mut s, &mut q);
         });
-        let (s, q) = block_sum2(s, q, partials, partials2);
-        let (s, q) = (s * inv_n, q * inv_n);
-        let var = q - s * s;
-        let rstd = ((if var < 0.0 { 0.0 } else { var }) + eps).rsqrt();
+        let (s, rstd) = shifted_stats(s, q, x.len(), eps, partials, partials2);
         t.refresh();
         crate::each_tile_chunk!(k, t.chunks, {
             let e = t.start(k);
@@ -219,11 +234,7 @@ fn layer_norm_tile<T: Float>(
     let tile = Tile::load_as::<T, true>(x, k0, part, parts, chunks);
     let s = tile.fold_padded(0.0, |a, v| a + (v - k0));
     let q = tile.fold_padded(0.0, |a, v| a + (v - k0) * (v - k0));
-    let (s, q) = block_sum2(s, q, partials, partials2);
-    let (s, q) = (s * inv_n, q * inv_n);
-    // Clamp rounding below zero, but keep a NaN (from inf inputs) a NaN.
-    let var = q - s * s;
-    let rstd = ((if var < 0.0 { 0.0 } else { var }) + eps).rsqrt();
+    let (s, rstd) = shifted_stats(s, q, x.len(), eps, partials, partials2);
     tile.store_as::<T, true>(y, |v, e| affine_chunk_as::<T, true>(v, k0 + s, rstd, w, b, e));
 }
 
@@ -247,23 +258,12 @@ pub fn layer_norm_long<T: Float>(input: &[T], weight: &[T], bias: &[T], out: &mu
 #[inline(always)]
 fn layer_norm_stream<T: Float>(x: &[T], w: &[T], b: &[T], y: &mut [T], eps: f32, partials: &mut Shared<f32, MAX_WAVES>, partials2: &mut Shared<f32, MAX_WAVES>) {
     let cols = x.len();
-    let inv_n = 1.0 / cols as f32;
     let k0 = if cols == 0 { 0.0 } else { x[0].to_f32() };
     let (mut s, mut q) = (0.0f32, 0.0f32);
     // Padding reads as k0, so it adds nothing.
-    for_each_chunk(x, k0, |v, _| {
-        each_lane!(j, {
-            let d = v[j] - k0;
-            s += d;
-            q += d * d;
-        });
-    });
-    let (s, q) = block_sum2(s, q, partials, partials2);
-    let (s, q) = (s * inv_n, q * inv_n);
+    for_each_chunk(x, k0, |v, _| add_shifted(v, k0, &mut s, &mut q));
+    let (s, rstd) = shifted_stats(s, q, cols, eps, partials, partials2);
     let mean = k0 + s;
-    // Clamp rounding below zero, but keep a NaN (from inf inputs) a NaN.
-    let var = q - s * s;
-    let rstd = ((if var < 0.0 { 0.0 } else { var }) + eps).rsqrt();
     map_chunks(x, y, |v, e| affine_chunk_scalar(v, mean, rstd, w, b, e));
 }
 
