@@ -98,7 +98,11 @@ fn amd_code_objects_use_the_matrix_units() {
 }
 
 /// Counters that the wait instructions on `lines` drain to zero: `vm`/`lgkm` from gfx9-11
-/// `s_waitcnt vmcnt(0) lgkmcnt(0)`, `load`/`store`/`ds`/... from gfx12 `s_wait_loadcnt_dscnt 0x0`.
+/// `s_waitcnt vmcnt(0) lgkmcnt(0)`, `load`/`store`/`ds`/... from gfx12 `s_wait_loadcnt 0x0`
+/// and the combined `s_wait_loadcnt_dscnt` / `s_wait_storecnt_dscnt`, whose immediate holds
+/// the first counter in bits 13:8 and `dscnt` in bits 5:0 (LLVM's
+/// `getLoadcntStorecntBitShift`): `s_wait_loadcnt_dscnt 0x1` drains the loads and leaves one
+/// LDS access, which a later `s_wait_dscnt 0x0` may drain.
 fn drained(lines: &[&str]) -> Vec<String> {
     let mut out = Vec::new();
     for l in lines {
@@ -111,8 +115,19 @@ fn drained(lines: &[&str]) -> Vec<String> {
                 }
             }
         } else if let Some(counters) = op.strip_prefix("s_wait_") {
-            if words.next() == Some("0x0") {
-                out.extend(counters.split('_').filter_map(|c| c.strip_suffix("cnt")).map(str::to_string));
+            let Some(imm) = words.next().and_then(|w| u32::from_str_radix(w.trim_start_matches("0x"), if w.starts_with("0x") { 16 } else { 10 }).ok()) else { continue };
+            let names: Vec<&str> = counters.split('_').filter_map(|c| c.strip_suffix("cnt")).collect();
+            match names.as_slice() {
+                [first, "ds"] => {
+                    if (imm >> 8) & 0x3f == 0 {
+                        out.push(first.to_string());
+                    }
+                    if imm & 0x3f == 0 {
+                        out.push("ds".to_string());
+                    }
+                }
+                _ if imm == 0 => out.extend(names.iter().map(|c| c.to_string())),
+                _ => {}
             }
         }
     }
