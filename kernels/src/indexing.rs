@@ -541,19 +541,9 @@ pub fn scatter_add<T: Float, I: IndexType>(
     }
 }
 
-/// Elements per work-item and round of [`scatter_add_unordered`](fn@scatter_add_unordered).
+/// Elements per work-item and round of [`scatter_add_unordered`](fn@scatter_add_unordered)
+/// (the kernel's `each!` lists write out its slots 0..4).
 pub const UNORDERED_ROUND: usize = 4;
-
-/// Runs `$body` with `$k` = 0 .. [`UNORDERED_ROUND`]` - 1` as straight-line code.
-macro_rules! each_round_slot {
-    ($k:ident, $body:block) => {
-        { let $k: usize = 0; $body }
-        { let $k: usize = 1; $body }
-        { let $k: usize = 2; $body }
-        { let $k: usize = 3; $body }
-    };
-}
-const _: () = assert!(UNORDERED_ROUND == 4);
 
 /// [`scatter_add`](fn@scatter_add) for `f32` with every element in parallel: each adds
 /// itself to its destination with an atomic add (`red.add.f32` on NVIDIA, a
@@ -577,7 +567,7 @@ pub fn scatter_add_unordered<I: IndexType>(src: &[f32], ids: &[I], dst: &[Atomic
     while e < total {
         let mut id = [None; UNORDERED_ROUND];
         let mut v = [0.0f32; UNORDERED_ROUND];
-        each_round_slot!(k, {
+        crate::each!(k in [0, 1, 2, 3] {
             let ek = e + k * step;
             if ek < total {
                 // SAFETY: ek < total == ids.len() == src.len().
@@ -587,7 +577,7 @@ pub fn scatter_add_unordered<I: IndexType>(src: &[f32], ids: &[I], dst: &[Atomic
                 }
             }
         });
-        each_round_slot!(k, {
+        crate::each!(k in [0, 1, 2, 3] {
             if let Some(t) = id[k] {
                 let (row, r) = divmod(e + k * step, right);
                 let l = divmod(row, n).0;
@@ -598,7 +588,6 @@ pub fn scatter_add_unordered<I: IndexType>(src: &[f32], ids: &[I], dst: &[Atomic
         e += UNORDERED_ROUND * step;
     }
 }
-
 
 /// `dst[l, ids[i], r] += src[l, i, r]` for `i` in order (out-of-range ids skipped), with
 /// `dst` contiguous `(left, dst_dim, right)`, `src` contiguous `(left, ids.len(), right)`.
