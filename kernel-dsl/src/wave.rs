@@ -78,6 +78,25 @@ pub fn ballot(predicate: bool) -> u64 {
     arch::ballot(predicate)
 }
 
+/// The lanes whose `value` equals this lane's in its low `bits` bits (this lane included):
+/// lanes holding the same key find each other in one call. NVIDIA compares the whole
+/// value (`match.any.sync`), so keys must not differ above `bits` unless they differ
+/// below it as well; AMD GPUs take one ballot per bit, the CPU executor one exchange.
+#[inline(always)]
+#[track_caller]
+pub fn match_any(value: u32, bits: u32) -> u64 {
+    arch::match_any(value, bits)
+}
+
+/// The wave's lanes meet: shared-memory writes of any lane before it are seen by every
+/// lane's reads after it (a warp barrier on NVIDIA; on AMD a wave runs in lockstep and
+/// only the compiler is held back).
+#[inline(always)]
+#[track_caller]
+pub fn sync() {
+    arch::wave_sync()
+}
+
 /// `true` when every active lane passes `true`.
 #[inline(always)]
 #[track_caller]

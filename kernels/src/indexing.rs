@@ -35,6 +35,7 @@
 //! assert_eq!(dev.download(&out).unwrap(), [4.0, 5.0, 0.0, 1.0, 0.0, 0.0]);
 //! ```
 use core::num::{NonZeroU32, NonZeroUsize};
+use kernel_dsl::mma::copy::{self, SharedAddr};
 use kernel_dsl::prelude::*;
 
 /// 16 bytes, aligned, as four words: one vector access (`global_load_dwordx4`,
@@ -541,6 +542,218 @@ pub fn scatter_add<T: Float, I: IndexType>(
     }
 }
 
+/// Ring stages of [`scatter_add_slab`](fn@scatter_add_slab): rounds of sources in shared
+/// memory at once (the copies of the next `SLAB_STAGES - 1` rounds are in flight while
+/// one is added).
+pub const SLAB_STAGES: usize = 8;
+
+/// Rounds of [`scatter_add_slab`](fn@scatter_add_slab) per work-group barrier.
+const SLAB_PAIR: usize = 2;
+
+/// Columns of one [`scatter_add_slab`](fn@scatter_add_slab) work-group for elements of
+/// `size` bytes: one 16-byte chunk of a destination row (4 `f32`, 8 `f16`/`bf16`).
+pub const fn slab_cols(size: usize) -> usize {
+    16 / size
+}
+
+/// 16-byte words of shared memory [`scatter_add_slab`](fn@scatter_add_slab) takes: the
+/// destination slab (`dst_dim` rows of one word) and [`SLAB_STAGES`] rounds of `lanes`
+/// source rows (their ids, `index_size` bytes per column, then their values).
+pub const fn slab_words(dst_dim: usize, lanes: usize, elem_size: usize, index_size: usize) -> usize {
+    dst_dim + SLAB_STAGES * lanes * (slab_cols(elem_size) * index_size / 16 + 1)
+}
+
+/// [`scatter_add`](fn@scatter_add) with the work-group's destination columns resident in
+/// shared memory: the same result bit for bit (each destination gets its sources added in
+/// source order, f16/bf16 rounded to their type after each add).
+///
+/// A work-group takes `C` = [`slab_cols`] adjacent columns (one 16-byte chunk of each
+/// destination row) and one wave per column:
+/// 1. It copies its `dst_dim x C` slab of `dst` into shared memory, and the sources (ids
+///    and values, `wave::size()` source rows per round) into a ring of [`SLAB_STAGES`]
+///    rounds, asynchronously where the target can (`cp.async`), the later rounds' copies
+///    in flight while a round is added.
+/// 2. Per round, the wave of column `c` has lane `j` take source `j` of the round: the lanes
+///    with its destination ([`wave::match_any`]) give it the previous source of that
+///    destination in the round (or none: it loads the slab) and whether it is the last;
+///    the adds run along each destination's chain through shuffles, the last source
+///    stores to the slab. Rounds go in pairs per work-group barrier (both rounds' matches
+///    first, a [`wave::sync`] between their adds). Destinations in shared memory make the
+///    rounds independent of global-memory latency; the rounds themselves are latency-bound
+///    (H100: 0.13 instructions issued per scheduler and cycle, stalled on shared-memory
+///    and warp-collective results, 12 warps per SM with 64 KiB slabs).
+/// 3. The slab goes back to `dst` in 16-byte stores.
+///
+/// Needs `right % C == 0`, 16-byte aligned buffers and [`slab_words`] words of `slab`
+/// (checked by [`ops::scatter_add`], which otherwise runs [`scatter_add`](fn@scatter_add)).
+/// Launch with work-groups of `C * wave::size()` work-items, one per `C` columns (a 2-D
+/// grid, x fastest).
+#[amdgpu_kernel(T = [f32, f16, bf16], I = [u32, i64], max_threads = 512)]
+pub fn scatter_add_slab<T: Float, I: IndexType>(
+    src: &[T],
+    ids: &[I],
+    dst: &mut [T],
+    left: usize,
+    n: usize,
+    dst_dim: usize,
+    right: usize,
+    slab: SharedDyn<Words4>,
+) {
+    let cols = slab_cols(core::mem::size_of::<T>());
+    let lanes = wave::size() as usize;
+    let id_words = cols * core::mem::size_of::<I>() / 16;
+    let row_words = id_words + 1;
+    let stage_words = lanes * row_words;
+    let (Some(plane), Some(dplane), Some(columns)) = (n.checked_mul(right), dst_dim.checked_mul(right), left.checked_mul(right)) else { return };
+    let (Some(src_len), Some(dst_len)) = (left.checked_mul(plane), left.checked_mul(dplane)) else { return };
+    // Uniform checks that make every access below in bounds and every copy aligned.
+    let aligned = (src.as_ptr() as usize | ids.as_ptr() as usize | dst.as_ptr() as usize) % 16 == 0;
+    if dst_dim >= u32::MAX as usize
+        || right % cols != 0
+        || !aligned
+        || src.len() < src_len
+        || ids.len() < src_len
+        || dst.len() < dst_len
+        || slab.len() < dst_dim + SLAB_STAGES * stage_words
+        || flat_block_dim() as usize != cols * lanes
+    {
+        return;
+    }
+    let g = block_idx_y() as usize * grid_dim_x() as usize + block_idx_x() as usize;
+    if g.saturating_mul(cols) >= columns {
+        return;
+    }
+    let (l, r0) = divmod(g * cols, right);
+    let (src0, dst0) = (l * plane + r0, l * dplane + r0);
+    let (tid, nthreads) = (flat_thread_idx() as usize, cols * lanes);
+    let base = SharedAddr::new(slab.as_ptr());
+    let ring = base.add(dst_dim * 16);
+    // 1. The slab (group 0), then the first rounds (one group each).
+    let mut t = tid;
+    while t < dst_dim {
+        // SAFETY: row t < dst_dim of this group's columns: dst0 + t * right + cols <= dst_len
+        // (right % cols == 0, r0 + cols <= right); 16-byte aligned (aligned base, right and
+        // r0 multiples of cols = 16 bytes); slab word t < slab.len().
+        unsafe { copy::copy_16_whole_at(base.add(t * 16), dst.as_ptr().add(dst0 + t * right) as *const u8) };
+        t += nthreads;
+    }
+    copy::commit();
+    // The copies of round `k` into its ring stage: word q of the stage is part `q %
+    // row_words` of source row `k * lanes + q / row_words` (id chunks, then the values).
+    let issue = |k: usize| {
+        let stage = ring.add((k % SLAB_STAGES) * stage_words * 16);
+        let mut q = tid;
+        while q < stage_words {
+            let (row, part) = (q / row_words, q % row_words);
+            let i = k * lanes + row;
+            if i < n {
+                let at = src0 + i * right;
+                // SAFETY: source row i < n of this group's columns: at + cols <= src_len
+                // for both buffers; 16-byte aligned as above; word q inside the stage.
+                unsafe {
+                    let from = if part < id_words {
+                        (ids.as_ptr().add(at) as *const u8).add(part * 16)
+                    } else {
+                        src.as_ptr().add(at) as *const u8
+                    };
+                    copy::copy_16_whole_at(stage.add(q * 16), from);
+                }
+            }
+            q += nthreads;
+        }
+        copy::commit();
+    };
+    let mut k = 0;
+    while k + SLAB_PAIR < SLAB_STAGES {
+        issue(k);
+        k += 1;
+    }
+    // 2. The rounds, in pairs. Keys: the destination row, or `dst_dim` for no destination
+    // (a key no real destination has, inside `bits` bits).
+    let bits = usize::BITS - dst_dim.leading_zeros();
+    let (c, lane) = (wave::wave_id() as usize, wave::lane_id());
+    // Plain accesses go through the kernel's own shared pointer (shared-memory loads and
+    // stores; the copies take the 32-bit addresses of `base`).
+    let words = slab.as_ptr();
+    let slab_t = words as *mut T;
+    // This lane's source of round k: (key, value).
+    let read = |k: usize| -> (u32, f32) {
+        let i = k * lanes + lane as usize;
+        if i >= n {
+            return (dst_dim as u32, 0.0);
+        }
+        // SAFETY: word `lane * row_words` of round k's stage holds source i's ids (column c
+        // at element c), word `+ id_words` its values.
+        unsafe {
+            let row = words.add(dst_dim + (k % SLAB_STAGES) * stage_words + lane as usize * row_words) as *const Words4;
+            let key = (*(row as *const I).add(c)).to_index(dst_dim).map_or(dst_dim as u32, |d| d as u32);
+            (key, (*(row.add(id_words) as *const T).add(c)).to_f32())
+        }
+    };
+    // One round's adds: the first source of each destination adds to the slab, the others
+    // to their predecessor's result (shuffles along the chain), the last stores.
+    let add_round = |key: u32, v: f32, same: u64| {
+        let has = key != dst_dim as u32;
+        let below = same & ((1u64 << lane) - 1);
+        let prev = highest_lane(below, lane);
+        let mut acc = 0.0f32;
+        if has && below == 0 {
+            // SAFETY: key < dst_dim: slab element key * cols + c.
+            acc = T::from_f32(unsafe { *slab_t.add(key as usize * cols + c) }.to_f32() + v).to_f32();
+        }
+        let mut done = !has || below == 0;
+        while wave::any(!done) {
+            let p = wave::shuffle(acc, prev);
+            let p_done = wave::shuffle(done as u32, prev) != 0;
+            if !done && p_done {
+                acc = T::from_f32(p + v).to_f32();
+                done = true;
+            }
+        }
+        if has && lanes_above(same, lane) == 0 {
+            // SAFETY: as above; one last source per destination and column.
+            unsafe { *slab_t.add(key as usize * cols + c) = T::from_f32(acc) };
+        }
+    };
+    let rounds = n.div_ceil(lanes);
+    let mut k = 0;
+    while k < rounds {
+        // Rounds k and k + 1 have SLAB_STAGES - 2 * SLAB_PAIR younger groups; the barrier
+        // makes every work-item's copies visible and frees the stages of the previous pair
+        // for rounds k + 6 and k + 7.
+        copy::wait_groups((SLAB_STAGES - 2 * SLAB_PAIR) as u32);
+        barrier();
+        issue(k + SLAB_STAGES - 2);
+        issue(k + SLAB_STAGES - 1);
+        // Both rounds' sources and matches first (independent of the slab), then the adds
+        // in order: the second round's reads of the slab after the first's writes.
+        let ((key0, v0), (key1, v1)) = (read(k), read(k + 1));
+        let (same0, same1) = (wave::match_any(key0, bits), wave::match_any(key1, bits));
+        add_round(key0, v0, same0);
+        wave::sync();
+        add_round(key1, v1, same1);
+        k += SLAB_PAIR;
+    }
+    // 3. The slab back to `dst`.
+    copy::wait_groups(0);
+    barrier();
+    let mut t = tid;
+    while t < dst_dim {
+        // SAFETY: as in 1.
+        unsafe {
+            // Word by word through the aligned block type (one vector store; whole-struct
+            // copies went through local memory on NVPTX).
+            let w = (*words.add(t)).0;
+            let to = dst.as_mut_ptr().add(dst0 + t * right) as *mut Words4;
+            (*to).0[0] = w[0];
+            (*to).0[1] = w[1];
+            (*to).0[2] = w[2];
+            (*to).0[3] = w[3];
+        }
+        t += nthreads;
+    }
+}
+
 /// Elements per work-item and round of [`scatter_add_unordered`](fn@scatter_add_unordered)
 /// (the kernel's `each!` lists write out its slots 0..4).
 pub const UNORDERED_ROUND: usize = 4;
@@ -777,6 +990,23 @@ pub fn scatter_config(left: usize, right: usize) -> kernel_dsl::host::LaunchConf
     kernel_dsl::host::LaunchConfig::new(kernel_dsl::Dim3::new(gx as u32, gy as u32, 1), kernel_dsl::Dim3::x(SCATTER_TILE as u32))
 }
 
+/// Launch shape of [`scatter_add_slab`](fn@scatter_add_slab) on waves of `lanes`: one
+/// work-group of `C * lanes` work-items per `C` = [`slab_cols`] columns (2-D grid), with
+/// [`slab_words`] of shared memory; `None` when `right % C != 0` or the grid is too large.
+#[cfg(not(any(target_arch = "amdgpu", target_arch = "nvptx64")))]
+pub fn slab_config<T, I>(left: usize, dst_dim: usize, right: usize, lanes: u32) -> Option<kernel_dsl::host::LaunchConfig> {
+    use core::mem::size_of;
+    let cols = slab_cols(size_of::<T>());
+    let groups = left.checked_mul(right)? / cols;
+    let (gx, gy) = (groups.clamp(1, 65535), groups.div_ceil(65535));
+    if right % cols != 0 || gy > 65535 {
+        return None;
+    }
+    let block = kernel_dsl::Dim3::x(cols as u32 * lanes);
+    let words = slab_words(dst_dim, lanes as usize, size_of::<T>(), size_of::<I>());
+    Some(kernel_dsl::host::LaunchConfig::new(kernel_dsl::Dim3::new(gx as u32, gy.max(1) as u32, 1), block).with_dynamic_shared(words))
+}
+
 /// Work-items per work-group of every launch here.
 #[cfg(not(any(target_arch = "amdgpu", target_arch = "nvptx64")))]
 pub const BLOCK: u32 = 256;
@@ -810,6 +1040,7 @@ pub fn elements_config(n: usize) -> kernel_dsl::host::LaunchConfig {
 pub mod ops {
     use super::{CondType, IndexType, Pod};
     use crate::runtime::{Device, DeviceVec};
+    use core::mem::size_of;
     use kernel_dsl::host::{ArgValue, Executor, KernelArgSlice, KernelArgSliceMut, LaunchError};
     use kernel_dsl::Float;
 
@@ -1048,6 +1279,18 @@ pub mod ops {
         }
         if left.saturating_mul(right).div_ceil(4) > 65535 * 65535 {
             return Err(invalid("scatter_add", format!("{left} x {right} columns exceed the launch grid (65535^2 work-groups of 4 columns)")));
+        }
+        let lanes = exec.wave_lanes() as usize;
+        let (cols, words) = (super::slab_cols(size_of::<T>()), super::slab_words(dst_dim, lanes, size_of::<T>(), size_of::<I>()));
+        let aligned = [src.kernel_arg(), ids.kernel_arg(), dst.kernel_arg()].iter().all(|a| matches!(a, ArgValue::Slice { addr, .. } if addr % 16 == 0));
+        // The slab kernel reads and writes all `dst_dim` rows of its columns (worth it once
+        // there is a source per 8 destination rows), and its rounds are latency-bound: it
+        // runs where two of its work-groups share a compute unit (half the per-work-group
+        // limit; H100: dst_dim up to about 6500 for f32, as for 16-bit types with 8 columns).
+        if right % cols == 0 && aligned && words * 16 * 2 <= exec.max_shared_bytes() && n.saturating_mul(8) >= dst_dim {
+            if let Some(cfg) = super::slab_config::<T, I>(left, dst_dim, right, lanes as u32) {
+                return super::scatter_add_slab::launch::<T, I>(exec, cfg, src, ids, dst, left, n, dst_dim, right);
+            }
         }
         super::scatter_add::launch::<T, I>(exec, super::scatter_config(left, right), src, ids, dst, left, n, dst_dim, right, 2)
     }

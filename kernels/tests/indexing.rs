@@ -541,6 +541,70 @@ fn scatter_add_rounds_match_the_sequential_order() {
     run_scatter_add_rounds::<bf16, i64>();
 }
 
+/// The shared-memory slab kernel (`scatter_add_slab`, what `ops::scatter_add` runs when
+/// the columns come in whole 16-byte chunks) against the sequential loop, bit for bit, both
+/// through `ops` and launched directly: rounds of one wave of sources, a ring of
+/// `SLAB_STAGES` rounds wrapped several times (`n` past `8 x 64`), one destination for a
+/// whole round (chains a wave long) with inf/NaN sources, a permutation shared by all
+/// columns (the benchmark's pattern), ids that differ per column, out-of-range ids,
+/// `left > 1`, several work-groups per row of columns and a partial last round.
+fn run_scatter_add_slab<T: TestFloat + Data, I: Ix>() {
+    type Case = (&'static str, [usize; 4], fn(usize, usize, usize) -> i64);
+    let cols = kernels::indexing::slab_cols(std::mem::size_of::<T>());
+    let cases: [Case; 6] = [
+        ("one destination", [2, 150, 3, 1], |_l, _i, _r| 1),
+        ("row permutation", [1, 1100, 1100, 2], |_l, i, _r| ((i * 97 + 5) % 1100) as i64),
+        ("per-column ids", [3, 700, 40, 2], |l, i, r| ((i * 7 + r * 13 + l) % 40) as i64),
+        ("out of range", [2, 301, 17, 1], |l, i, r| if (i + r) % 5 == 2 { -1 - l as i64 } else if (i + r) % 11 == 3 { 17 } else { ((i / 3 + r) % 17) as i64 }),
+        ("runs across rounds", [1, 520, 6, 3], |_l, i, r| ((i / 45 + r) % 6) as i64),
+        ("few sources", [1, 5, 40, 1], |_l, i, _r| (i * 9 % 40) as i64),
+    ];
+    for exec in executors() {
+        for (k, (label, shape, id_of)) in cases.iter().enumerate() {
+            // Right in units of the work-group's column count.
+            let [left, n, dst_dim, chunks] = *shape;
+            let right = chunks * cols;
+            let shape = [left, n, dst_dim, right];
+            let what = format!("scatter_add_slab{} {label} {left}x{n}x{right} into dim {dst_dim} on {}", name::<T, I>(), exec.name());
+            let src: Vec<T> = inputs(left * n * right, -3.0, 3.0, 400 + k as u64, k == 0).into_iter().map(<T as TestFloat>::from_f64).collect();
+            let dst0: Vec<T> = inputs(left * dst_dim * right, -1.0, 1.0, 410 + k as u64, false).into_iter().map(<T as TestFloat>::from_f64).collect();
+            let mut id = Vec::with_capacity(left * n * right);
+            for l in 0..left {
+                for i in 0..n {
+                    for r in 0..right {
+                        id.push(I::from_i64(id_of(l, i, r)));
+                    }
+                }
+            }
+            let want = scatter_add_sequential(&src, &id, &dst0, shape);
+            let (ds, di) = (exec.upload(&src).unwrap(), exec.upload(&id).unwrap());
+            for direct in [false, true] {
+                let mut dd = exec.upload(&dst0).unwrap();
+                if direct {
+                    let cfg = kernels::indexing::slab_config::<T, I>(left, dst_dim, right, exec.wave_lanes()).expect("a slab shape");
+                    kernels::indexing::scatter_add_slab::launch::<T, I>(&exec, cfg, &ds, &di, &mut dd, left, n, dst_dim, right).unwrap();
+                } else {
+                    ops::scatter_add(&exec, &ds, &di, &mut dd, left, n, dst_dim, right).unwrap();
+                }
+                let got = exec.download(&dd).unwrap();
+                for (e, (g, w)) in got.iter().zip(&want).enumerate() {
+                    let same = g.bits() == w.bits() || (g.to_f64().is_nan() && w.to_f64().is_nan());
+                    assert!(same, "{what} (direct launch {direct}): element {e}: got {g:?}, want {w:?}");
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn scatter_add_slab_matches_the_sequential_order() {
+    run_scatter_add_slab::<f32, u32>();
+    run_scatter_add_slab::<f32, i64>();
+    run_scatter_add_slab::<f16, i64>();
+    run_scatter_add_slab::<bf16, u32>();
+    run_scatter_add_slab::<bf16, i64>();
+}
+
 /// 1000 adds of 1.0 into one f32 element: exact, so the count of adds is checked exactly.
 #[test]
 fn scatter_add_counts_every_repeated_index() {

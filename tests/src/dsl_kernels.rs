@@ -71,6 +71,28 @@ pub fn histogram(values: &[u32], bins: &[AtomicU32], odd_per_wave: &[AtomicU32])
     }
 }
 
+/// `lo[i]`/`hi[i]`: the lanes of work-item i's wave whose key agrees with its key in the
+/// low `bits` bits (`wave::match_any`, mask bits 0..32 and 32..64); work-items past the
+/// keys take `u32::MAX`. After a `wave::sync`, `seen[i]` is what lane `(i + 1) % wave`
+/// of the wave stored in shared memory before it.
+#[amdgpu_kernel]
+pub fn wave_match(keys: &[u32], bits: u32, lo: &mut [u32], hi: &mut [u32], seen: &mut [u32], mut stage: Shared<u32, 256>) {
+    let i = global_idx_x();
+    let k = if i < keys.len() { keys[i] } else { u32::MAX };
+    let m = wave::match_any(k, bits);
+    let t = flat_thread_idx() as usize;
+    stage[t % 256] = k;
+    wave::sync();
+    let lanes = wave::size() as usize;
+    let next = t - t % lanes + (t + 1) % lanes;
+    let s = stage[next % 256];
+    if i < lo.len() {
+        lo[i] = m as u32;
+        hi[i] = (m >> 32) as u32;
+        seen[i] = s;
+    }
+}
+
 /// `out[i] = a[i] * scale` in half precision with a `f16` scalar argument.
 #[amdgpu_kernel(T = [f16, bf16])]
 pub fn scale_half<T: Float>(a: &[T], out: &mut [T], scale: T) {

@@ -47,6 +47,27 @@ fn wave_sum_follows_the_wave_size() {
 }
 
 #[test]
+fn wave_match_finds_the_lanes_with_the_same_key() {
+    for exec in executors() {
+        let w = exec.wave_size().lanes() as usize;
+        let n = 200;
+        for bits in [3u32, 12, 32] {
+            let keys: Vec<u32> = (0..n as u32).map(|i| if bits == 32 { (i * 7919) % 5 * 0x1000_0001 } else { i.wrapping_mul(2654435761u32.wrapping_mul(i)) >> (32 - bits) }).collect();
+            let (mut lo, mut hi, mut seen) = (vec![0u32; n], vec![0u32; n], vec![0u32; n]);
+            k::wave_match::launch(&exec, LaunchConfig::new(Dim3::x(2), Dim3::x(128)), &keys, bits, &mut lo, &mut hi, &mut seen).unwrap();
+            for i in 0..n {
+                let key = |j: usize| if j < n { keys[j] } else { u32::MAX };
+                let wave0 = i - i % w;
+                let want = (0..w).filter(|&l| key(wave0 + l) == key(i)).fold(0u64, |m, l| m | 1 << l);
+                let got = lo[i] as u64 | (hi[i] as u64) << 32;
+                assert_eq!(got, want, "key {} of work-item {i}, {bits} bits, wave {w}", keys[i]);
+                assert_eq!(seen[i], key(wave0 + (i + 1) % w), "wave::sync: work-item {i}, wave {w}");
+            }
+        }
+    }
+}
+
+#[test]
 fn launch_sized_shared_memory_reverses_blocks() {
     for exec in executors() {
         let block = 96u32;

@@ -84,8 +84,17 @@ impl Bench<'_> {
             let cfg = kernel_dsl::host::LaunchConfig::new(kernel_dsl::Dim3::x(rows as u32), kernel_dsl::Dim3::x(threads));
             let a = time(dev, bytes, || softmax::softmax::launch::<T>(dev, cfg, &x, &mut y, cols as u32).unwrap());
             let b = time(dev, bytes, || norm::rms_norm::launch::<T>(dev, cfg, &x, &w, &mut y, cols as u32, 1e-5).unwrap());
+            // LayerNorm's tile holds the row only from the work-group size its launcher picks up.
+            let fits = cols <= kernels::row::row_chunks(std::mem::size_of::<T>(), cols) * kernels::row::CHUNK * threads as usize;
+            let c = if fits { time(dev, bytes, || norm::layer_norm::launch::<T>(dev, cfg, &x, &w, &w, &mut y, cols as u32, 1e-5).unwrap()) } else { f64::NAN };
             let gb = |us: f64| 2.0 * bytes as f64 / us / 1e3;
-            println!("sweep {:<5} {rows}x{cols} threads {threads:>4}: softmax {a:8.2} us {:6.0} GB/s, rms_norm {b:8.2} us {:6.0} GB/s", T::NAME, gb(a), gb(b));
+            println!(
+                "sweep {:<5} {rows}x{cols} threads {threads:>4}: softmax {a:8.2} us {:6.0} GB/s, rms_norm {b:8.2} us {:6.0} GB/s, layer_norm {c:8.2} us {:6.0} GB/s",
+                T::NAME,
+                gb(a),
+                gb(b),
+                gb(c)
+            );
         }
     }
 
@@ -246,6 +255,11 @@ fn main() {
                     softmax::softmax_last_dim::<$t>(&dev, &x, &mut y, c).unwrap();
                     let mut s: DeviceVec<$t> = dev.alloc(r).unwrap();
                     reduce::reduce::<$t, Sum>(&dev, &x, &[r, c], &[c, 1], &[1], &mut s).unwrap();
+                    // The ordered scatter_add of the table (sources r of all columns to row
+                    // ids[r]), into y.
+                    let sids: Vec<u32> = (0..r * c).map(|i| ((i / c) as u64 * 2654435761 % r as u64) as u32).collect();
+                    let dsids = dev.upload(&sids).unwrap();
+                    kernels::indexing::ops::scatter_add::<$t, u32>(&dev, &x, &dsids, &mut y, 1, r, r, c).unwrap();
                 }};
             }
             if bf { once!(bf16) } else { once!(f32) }

@@ -55,6 +55,8 @@ struct Inner {
     ordinal: usize,
     name: String,
     capability: (i32, i32),
+    /// `CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN`.
+    max_shared: usize,
     ctx: sys::CUcontext,
     device: sys::CUdevice,
     stream: sys::CUstream,
@@ -105,6 +107,8 @@ impl CudaDevice {
                 .map_err(|e| err("cuDeviceGetAttribute", e))?;
             let minor = result::device::get_attribute(device, sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR)
                 .map_err(|e| err("cuDeviceGetAttribute", e))?;
+            let max_shared = result::device::get_attribute(device, sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN)
+                .map_err(|e| err("cuDeviceGetAttribute", e))?;
             let ctx = result::primary_ctx::retain(device).map_err(|e| err("cuDevicePrimaryCtxRetain", e))?;
             result::ctx::set_current(ctx).map_err(|e| err("cuCtxSetCurrent", e))?;
             let stream = result::stream::create(result::stream::StreamKind::Default).map_err(|e| err("cuStreamCreate", e))?;
@@ -112,6 +116,7 @@ impl CudaDevice {
                 ordinal,
                 name,
                 capability: (major, minor),
+                max_shared: max_shared.max(0) as usize,
                 ctx,
                 device,
                 stream,
@@ -265,6 +270,14 @@ impl Executor for CudaDevice {
 
     fn memory(&self) -> MemLocation {
         MemLocation::Device { backend: "cuda", ordinal: self.inner.ordinal }
+    }
+
+    fn wave_lanes(&self) -> u32 {
+        32
+    }
+
+    fn max_shared_bytes(&self) -> usize {
+        self.inner.max_shared
     }
 
     fn launch(&self, launch: &Launch<'_>) -> Result<(), LaunchError> {

@@ -398,6 +398,18 @@ impl Executor for Device {
             Device::Rocm(d) => d.memory(),
         }
     }
+    fn wave_lanes(&self) -> u32 {
+        Device::wave_lanes(self)
+    }
+    fn max_shared_bytes(&self) -> usize {
+        match self {
+            Device::Cpu(c) => c.exec.max_shared_bytes(),
+            #[cfg(feature = "cuda")]
+            Device::Cuda(d) => d.max_shared_bytes(),
+            #[cfg(feature = "rocm")]
+            Device::Rocm(d) => d.max_shared_bytes(),
+        }
+    }
     fn launch(&self, launch: &Launch<'_>) -> Result<(), LaunchError> {
         match self {
             Device::Cpu(c) => c.exec.launch(launch),

@@ -353,6 +353,10 @@ impl Executor for RocmDevice {
         MemLocation::Device { backend: "rocm", ordinal: self.inner.ordinal }
     }
 
+    fn wave_lanes(&self) -> u32 {
+        if self.inner.arch.starts_with("gfx9") { 64 } else { 32 }
+    }
+
     fn launch(&self, launch: &Launch<'_>) -> Result<(), LaunchError> {
         launch.config.validate()?;
         check_memory(self, launch)?;

@@ -136,6 +136,28 @@ pub fn ballot(predicate: bool) -> u64 {
     a::ballot(predicate)
 }
 
+/// The lanes whose `value` agrees with this lane's in the low `bits` bits: one ballot per
+/// bit (AMD GPUs have no match instruction).
+#[inline(always)]
+pub fn match_any(value: u32, bits: u32) -> u64 {
+    let mut m = a::ballot(true);
+    let mut bit = 0;
+    while bit < bits {
+        let set = (value >> bit) & 1 != 0;
+        let x = a::ballot(set);
+        m &= if set { x } else { !x };
+        bit += 1;
+    }
+    m
+}
+
+/// A wave's lanes execute together and its LDS accesses complete in order: only the
+/// compiler must not move accesses across this point.
+#[inline(always)]
+pub fn wave_sync() {
+    compiler_fence(Ordering::SeqCst);
+}
+
 /// Start of the work-group's launch-sized shared memory.
 #[inline(always)]
 pub fn shared_base() -> *mut u8 {

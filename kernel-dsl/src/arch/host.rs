@@ -61,6 +61,25 @@ pub fn shuffle_u32(value: u32, src: u32) -> u32 {
     if lanes.active & (1u64 << src) != 0 { lanes.values[src as usize] as u32 } else { value }
 }
 
+/// The lanes whose `value` agrees with this lane's in the low `bits` bits (one exchange;
+/// the same answer as the GPUs' match instruction or ballot loop).
+#[inline]
+#[track_caller]
+pub fn match_any(value: u32, bits: u32) -> u64 {
+    let keep = if bits >= 32 { u32::MAX } else { (1u32 << bits) - 1 };
+    let lanes = item::wave_exchange((value & keep) as u64);
+    (0..lanes.lanes)
+        .filter(|&l| lanes.active & (1u64 << l) != 0 && lanes.values[l as usize] == (value & keep) as u64)
+        .fold(0u64, |m, l| m | (1u64 << l))
+}
+
+/// The wave's lanes meet (one exchange): shared-memory writes before it are seen after it.
+#[inline]
+#[track_caller]
+pub fn wave_sync() {
+    item::wave_exchange(0);
+}
+
 /// Bit `i` set when lane `i` passes `true`.
 #[inline]
 #[track_caller]

@@ -9,6 +9,10 @@ unsafe extern "unadjusted" {
     fn shfl_idx(mask: u32, value: u32, lane: u32, clamp: u32) -> u32;
     #[link_name = "llvm.nvvm.vote.ballot.sync"]
     fn vote_ballot(mask: u32, predicate: bool) -> u32;
+    #[link_name = "llvm.nvvm.match.any.sync.i32"]
+    fn match_any_sync(mask: u32, value: u32) -> u32;
+    #[link_name = "llvm.nvvm.bar.warp.sync"]
+    fn bar_warp_sync(mask: u32);
 }
 
 macro_rules! id_fns {
@@ -92,6 +96,22 @@ pub fn shuffle_u32(value: u32, src: u32) -> u32 {
 pub fn ballot(predicate: bool) -> u64 {
     // SAFETY: as above.
     unsafe { vote_ballot(warp_lanes(), predicate) as u64 }
+}
+
+/// The lanes whose `value` equals this lane's (`match.any.sync`, sm_70+; `bits` is only a
+/// hint for the other targets' emulation).
+#[inline(always)]
+pub fn match_any(value: u32, _bits: u32) -> u64 {
+    // SAFETY: as above.
+    unsafe { match_any_sync(warp_lanes(), value) as u64 }
+}
+
+/// `bar.warp.sync`: the warp's lanes meet, and their memory accesses before it are ordered
+/// before those after it.
+#[inline(always)]
+pub fn wave_sync() {
+    // SAFETY: as above.
+    unsafe { bar_warp_sync(warp_lanes()) }
 }
 
 /// Start of the block's launch-sized shared memory.

@@ -15,6 +15,10 @@ impl Executor for CpuExecutor {
         MemLocation::Host
     }
 
+    fn wave_lanes(&self) -> u32 {
+        self.wave_size().lanes()
+    }
+
     fn launch(&self, launch: &Launch<'_>) -> Result<(), LaunchError> {
         launch.config.validate()?;
         check_memory(self, launch)?;

@@ -105,6 +105,13 @@ pub trait Executor {
     fn memory(&self) -> MemLocation;
     /// Runs (or enqueues) one launch.
     fn launch(&self, launch: &Launch<'_>) -> Result<(), LaunchError>;
+    /// Lanes per wave (32 or 64): for launchers that give each wave its own work.
+    fn wave_lanes(&self) -> u32;
+    /// The most shared memory (LDS) one work-group may take, in bytes: 64 KiB unless the
+    /// device is known to allow more (NVIDIA's opt-in limit, 227 KiB on sm_90).
+    fn max_shared_bytes(&self) -> usize {
+        64 * 1024
+    }
 }
 
 /// Checks that every slice argument lives where `exec` can read it.

@@ -154,7 +154,7 @@ pub fn commit() {
     }
 }
 
-/// Waits until at most `pending` (0..=3; more counts as 3) committed groups of this
+/// Waits until at most `pending` (0..=7; more counts as 7) committed groups of this
 /// work-item are still in flight.
 #[inline(always)]
 pub fn wait_groups(pending: u32) {
@@ -165,7 +165,11 @@ pub fn wait_groups(pending: u32) {
             0 => core::arch::asm!("cp.async.wait_group 0;", options(nostack)),
             1 => core::arch::asm!("cp.async.wait_group 1;", options(nostack)),
             2 => core::arch::asm!("cp.async.wait_group 2;", options(nostack)),
-            _ => core::arch::asm!("cp.async.wait_group 3;", options(nostack)),
+            3 => core::arch::asm!("cp.async.wait_group 3;", options(nostack)),
+            4 => core::arch::asm!("cp.async.wait_group 4;", options(nostack)),
+            5 => core::arch::asm!("cp.async.wait_group 5;", options(nostack)),
+            6 => core::arch::asm!("cp.async.wait_group 6;", options(nostack)),
+            _ => core::arch::asm!("cp.async.wait_group 7;", options(nostack)),
         }
     }
     #[cfg(not(all(target_arch = "nvptx64", target_feature = "sm_80")))]
