@@ -543,7 +543,7 @@ pub fn scatter_add<T: Float, I: IndexType>(
 }
 
 /// Ring stages of [`scatter_add_slab`](fn@scatter_add_slab): rounds of sources in shared
-/// memory at once (the copies of the next `SLAB_STAGES - 1` rounds are in flight while
+/// memory at once (the copies of the next `SLAB_STAGES - 2` rounds are in flight while
 /// one is added).
 pub const SLAB_STAGES: usize = 8;
 
@@ -616,6 +616,7 @@ pub fn scatter_add_slab<T: Float, I: IndexType>(
         || dst.len() < dst_len
         || slab.len() < dst_dim + SLAB_STAGES * stage_words
         || flat_block_dim() as usize != cols * lanes
+        || stage_words > cols * lanes
     {
         return;
     }
@@ -640,26 +641,29 @@ pub fn scatter_add_slab<T: Float, I: IndexType>(
     copy::commit();
     // The copies of round `k` into its ring stage: word q of the stage is part `q %
     // row_words` of source row `k * lanes + q / row_words` (id chunks, then the values).
+    // A stage has at most one word per work-item (`stage_words <= nthreads`, checked
+    // above), so work-item `tid` copies the same part of the same row of every round:
+    // its source address moves by `lanes` source rows per round.
+    let (row, part) = (tid / row_words, tid % row_words);
+    let copies = tid < stage_words;
+    // Row 0 of this group's columns (wrapping arithmetic: dereferenced only below, for
+    // rows i < n).
+    let (first, round_bytes) = if part < id_words {
+        ((ids.as_ptr().wrapping_add(src0) as *const u8).wrapping_add(part * 16), lanes * right * core::mem::size_of::<I>())
+    } else {
+        (src.as_ptr().wrapping_add(src0) as *const u8, lanes * right * core::mem::size_of::<T>())
+    };
+    let row_bytes = round_bytes / lanes;
     let issue = |k: usize| {
-        let stage = ring.add((k % SLAB_STAGES) * stage_words * 16);
-        let mut q = tid;
-        while q < stage_words {
-            let (row, part) = (q / row_words, q % row_words);
-            let i = k * lanes + row;
-            if i < n {
-                let at = src0 + i * right;
-                // SAFETY: source row i < n of this group's columns: at + cols <= src_len
-                // for both buffers; 16-byte aligned as above; word q inside the stage.
-                unsafe {
-                    let from = if part < id_words {
-                        (ids.as_ptr().add(at) as *const u8).add(part * 16)
-                    } else {
-                        src.as_ptr().add(at) as *const u8
-                    };
-                    copy::copy_16_whole_at(stage.add(q * 16), from);
-                }
+        let i = k * lanes + row;
+        if copies && i < n {
+            // SAFETY: source row i < n of this group's columns: inside `ids` / `src`
+            // (src0 + i * right + cols <= src_len); 16-byte aligned as above; word tid
+            // inside round k's stage.
+            unsafe {
+                let from = first.wrapping_add(k * round_bytes + row * row_bytes);
+                copy::copy_16_whole_at(ring.add(((k % SLAB_STAGES) * stage_words + tid) * 16), from);
             }
-            q += nthreads;
         }
         copy::commit();
     };
@@ -716,22 +720,35 @@ pub fn scatter_add_slab<T: Float, I: IndexType>(
         }
     };
     let rounds = n.div_ceil(lanes);
+    // Software-pipelined by one pair: each iteration reads and matches the next pair's
+    // sources (their matches' latency overlaps this pair's adds), then adds this pair's
+    // from registers. The first pair's sources: rounds 0 and 1, with SLAB_STAGES - 4
+    // younger groups in flight.
+    copy::wait_groups((SLAB_STAGES - 2 * SLAB_PAIR) as u32);
+    barrier();
+    let pair = |k: usize| {
+        let ((key0, v0), (key1, v1)) = (read(k), read(k + 1));
+        (key0, v0, wave::match_any(key0, bits), key1, v1, wave::match_any(key1, bits))
+    };
+    let mut cur = pair(0);
     let mut k = 0;
     while k < rounds {
-        // Rounds k and k + 1 have SLAB_STAGES - 2 * SLAB_PAIR younger groups; the barrier
-        // makes every work-item's copies visible and frees the stages of the previous pair
-        // for rounds k + 6 and k + 7.
-        copy::wait_groups((SLAB_STAGES - 2 * SLAB_PAIR) as u32);
+        // The next pair's rounds (k + 2, k + 3) have SLAB_STAGES - 3 * SLAB_PAIR younger
+        // groups; the barrier makes every work-item's copies visible, and the stages of
+        // the previous pair (read one iteration ago) take rounds k + SLAB_STAGES - 2 and
+        // k + SLAB_STAGES - 1.
+        copy::wait_groups((SLAB_STAGES - 3 * SLAB_PAIR) as u32);
         barrier();
         issue(k + SLAB_STAGES - 2);
         issue(k + SLAB_STAGES - 1);
-        // Both rounds' sources and matches first (independent of the slab), then the adds
-        // in order: the second round's reads of the slab after the first's writes.
-        let ((key0, v0), (key1, v1)) = (read(k), read(k + 1));
-        let (same0, same1) = (wave::match_any(key0, bits), wave::match_any(key1, bits));
+        let next = pair(k + SLAB_PAIR);
+        // This pair's adds in order: the second round reads the slab after the first's
+        // writes.
+        let (key0, v0, same0, key1, v1, same1) = cur;
         add_round(key0, v0, same0);
         wave::sync();
         add_round(key1, v1, same1);
+        cur = next;
         k += SLAB_PAIR;
     }
     // 3. The slab back to `dst`.
