@@ -878,6 +878,25 @@ pub fn chunk_store(src: &[u8], dst: *mut u8, lane: usize, step: usize, p: usize,
     }
 }
 
+/// The q8_1 block of unit `u` of the activation row whose codes start at word `xq0` of
+/// `xq` and whose (scale, sum) pairs start at float `xds0` of `xds`: its 8 code words
+/// (two 16-byte loads), scale and sum.
+///
+/// # Safety
+/// Words `xq0 + 8u .. + 8` and floats `xds0 + 2u .. + 2` are inside `xq` / `xds`; `xq`
+/// starts on 16 bytes and `xq0` is a multiple of 4 (the launchers check both).
+#[device]
+#[inline(always)]
+pub unsafe fn q8_1_block(xq: &[u32], xds: &[f32], xq0: usize, xds0: usize, u: usize) -> ([u32; 8], f32, f32) {
+    // SAFETY: the caller's contract.
+    unsafe {
+        let p = xq.as_ptr().add(xq0 + 8 * u) as *const crate::indexing::Words4;
+        let f = xds.as_ptr().add(xds0 + 2 * u);
+        let (lo, hi) = (ld4(p), ld4(p.add(1)));
+        ([lo[0], lo[1], lo[2], lo[3], hi[0], hi[1], hi[2], hi[3]], *f, *f.add(1))
+    }
+}
+
 /// The matvec kernels' body: `y[b * rows + r] = sum_k W[r, k] x[b, k]` for
 /// `b < batch <= B::N`, with `x` given as q8_1 (`xq`: `batch * cols / 4` words, `xds`:
 /// `batch * cols / 16` floats). Wave `r` of the grid computes row `r`, a chunk of
@@ -968,18 +987,10 @@ pub fn matvec_body<Q: QuantFormat, B: BatchTile>(
                     each!(jj in [0, 1, 2, 3] {
                         let k = lane + (pass * PASS_UNITS + jj) * ws;
                         if jj < PASS_UNITS && k < n_units {
-                            let u = u0 + k;
-                            // SAFETY: b < batch and u < cols / 32, so words b * xw + 8u .. + 8
-                            // and floats b * xb + 2u .. + 2 are inside the lengths asserted
-                            // above; `xq` starts on 16 bytes (checked by the launchers) and
-                            // 8u words are 32 bytes.
-                            unsafe {
-                                let p = xq.as_ptr().add(b * xw + 8 * u) as *const crate::indexing::Words4;
-                                let f = xds.as_ptr().add(b * xb + 2 * u);
-                                let (lo, hi) = (ld4(p), ld4(p.add(1)));
-                                a[jj] = [lo[0], lo[1], lo[2], lo[3], hi[0], hi[1], hi[2], hi[3]];
-                                ds[jj] = [*f, *f.add(1)];
-                            }
+                            // SAFETY: b < batch and u0 + k < cols / 32, inside the lengths
+                            // asserted above.
+                            let (q, d, m) = unsafe { q8_1_block(xq, xds, b * xw, b * xb, u0 + k) };
+                            (a[jj], ds[jj]) = (q, [d, m]);
                         }
                     });
                     (a, ds)
@@ -1015,18 +1026,20 @@ pub fn matvec_body<Q: QuantFormat, B: BatchTile>(
     if active {
         // Every wave sum before any lane-divergent store: on NVIDIA a shuffle after a
         // divergent branch may see only the lanes that reconverged.
+        // Unrolled by `each!` (with the two-branch wave operations of NVIDIA, a `for` loop
+        // over 8 rows stayed rolled and put the sums in local memory).
         let mut sums = [0f32; 8];
-        for b in 0..B::N {
-            if b < batch {
+        each!(b in [0, 1, 2, 3, 4, 5, 6, 7] {
+            if b < B::N && b < batch {
                 sums[b] = wave::sum(acc[b]);
             }
-        }
+        });
         if lane == 0 {
-            for b in 0..B::N {
-                if b < batch {
+            each!(b in [0, 1, 2, 3, 4, 5, 6, 7] {
+                if b < B::N && b < batch {
                     y[b * rows + row] = sums[b];
                 }
-            }
+            });
         }
     }
 }
@@ -1063,6 +1076,162 @@ pub fn matvec_tile2<Q: QuantFormat, B: BatchTile>(
     lds: SharedDyn<crate::indexing::Words4>,
 ) {
     matvec_body::<Q, B>(w, xq, xds, y, rows, cols, batch, chunk_units, lds.as_ptr() as *mut u8, lds.len() * 16);
+}
+
+/// Work-items of one [`matvec_row`](fn@matvec_row) work-group.
+pub const ROW_BLOCK: u32 = 128;
+
+/// Most weight bytes one [`matvec_row`](fn@matvec_row) work-group stages in shared memory
+/// (its rows; Llama-3-8B's longest row, `Q8_0` with 14336 columns, is 15232 bytes).
+pub const ROW_STAGE_BYTES: usize = 16 * 1024;
+
+/// Weight rows one [`matvec_row`](fn@matvec_row) work-group takes for rows of `units`
+/// 32-weight units and `row_bytes` bytes: 4, 2 or 1 (each row then has 32, 64 or 128
+/// work-items, at least about 4 units each where the row allows), fewer when the rows
+/// would not fit [`ROW_STAGE_BYTES`].
+pub const fn matvec_row_group(units: usize, row_bytes: usize) -> usize {
+    let mut r = if units <= 128 { 4 } else if units <= 256 { 2 } else { 1 };
+    while r > 1 && r * row_bytes > ROW_STAGE_BYTES {
+        r /= 2;
+    }
+    r
+}
+
+/// 16-byte words of shared memory [`matvec_row`](fn@matvec_row) takes for `group` rows of
+/// `row_bytes` (the rows may start anywhere in their first word, and one word is spare).
+pub const fn matvec_row_words(row_bytes: usize, group: usize) -> usize {
+    (group * row_bytes).div_ceil(16) + 2
+}
+
+/// `y[b * rows + r] = sum_k W[r, k] x[b, k]` for `b < batch <= B::N`, with `x` in q8_1 (as
+/// [`matvec`](fn@matvec)): work-group `g` takes the `group` adjacent weight rows
+/// `g * group ..` ([`matvec_row_group`]). It copies their bytes (contiguous) into shared
+/// memory with 16-byte asynchronous copies (`cp.async` on NVIDIA; from the 16-byte
+/// boundary at or before their start), so all of them are in flight at once and no
+/// registers hold them; then `ROW_BLOCK / group` work-items per row each decode every
+/// so-many-th 32-weight unit from shared memory and multiply it with the unit's q8_1
+/// activations of each batch row, and the row's work-items sum their products (shuffles,
+/// then shared memory across the waves of a row that spans several). Rows of up to
+/// [`ROW_STAGE_BYTES`] per work-group; `w` starts on 16 bytes; `lds` holds
+/// [`matvec_row_words`] words. Launch with [`ROW_BLOCK`] work-items per work-group and
+/// `rows.div_ceil(group)` work-groups.
+#[amdgpu_kernel(Q = [Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4K, Q6K], B = [Batch1, Batch2, Batch4, Batch8], max_threads = 128)]
+pub fn matvec_row<Q: QuantFormat, B: BatchTile>(
+    w: &[u8],
+    xq: &[u32],
+    xds: &[f32],
+    y: &mut [f32],
+    rows: usize,
+    cols: usize,
+    batch: usize,
+    group: usize,
+    lds: SharedDyn<crate::indexing::Words4>,
+    mut partials: Shared<f32, 64>,
+) {
+    let (xw, xb) = (cols / 4, cols / 16);
+    let upb = Q::WEIGHTS / 32;
+    let blocks = cols / Q::WEIGHTS;
+    let row_bytes = blocks * Q::BYTES;
+    let n_units = blocks * upb;
+    let (tid, threads) = (flat_thread_idx() as usize, flat_block_dim() as usize);
+    let lanes = wave::size() as usize;
+    let r0 = block_idx_x() as usize * group;
+    // Uniform checks that make the unchecked accesses below in bounds.
+    let fits = rows.checked_mul(row_bytes).is_some_and(|n| n <= w.len()) && matvec_row_words(row_bytes, group) <= lds.len() && batch * rows <= y.len();
+    if threads != ROW_BLOCK as usize || !(group == 1 || group == 2 || group == 4) || cols % Q::WEIGHTS != 0 || B::N > 8 || batch > B::N {
+        return;
+    }
+    if !fits || r0 >= rows || xq.len() < batch * xw || xds.len() < batch * xb || w.as_ptr() as usize % 16 != 0 || lanes > threads {
+        return;
+    }
+    // 1. The rows into shared memory; the last word may reach past them (into the next
+    // row, or zero-filled past the end of `w`).
+    let start = r0 * row_bytes;
+    let end = if r0 + group < rows { (r0 + group) * row_bytes } else { rows * row_bytes };
+    let first = start & !15;
+    let words = (end - first).div_ceil(16);
+    let base = kernel_dsl::mma::copy::SharedAddr::new(lds.as_ptr());
+    let mut c = tid;
+    while c < words {
+        let at = first + 16 * c;
+        let valid = if w.len() - at < 16 { w.len() - at } else { 16 };
+        // SAFETY: word c < words <= matvec_row_words - 1 lies inside `lds`; `at` is 16-byte
+        // aligned inside `w` (at < end <= w.len()) with `valid` bytes.
+        unsafe { kernel_dsl::mma::copy::copy_16_at(base.add(16 * c), w.as_ptr().add(at), valid as u32) };
+        c += threads;
+    }
+    kernel_dsl::mma::copy::commit();
+    kernel_dsl::mma::copy::wait_groups(0);
+    barrier();
+    // 2. This work-item's row and its units: part, part + tpr, ... (several per work-item
+    // in one loop: their activation loads overlap; computing parts of a row as they land,
+    // one unit per work-item each, measured 1.8x slower on the H100).
+    let tpr = threads / group;
+    let (sub, part) = (tid / tpr, tid % tpr);
+    let row = r0 + sub;
+    let mut acc = [0f32; 8];
+    if row < rows {
+        // SAFETY: the rows start at offset start - first of the staged words; row `row`'s
+        // row_bytes bytes follow at (row - r0) * row_bytes.
+        let staged = unsafe { core::slice::from_raw_parts((lds.as_ptr() as *const u8).add(row * row_bytes - first), row_bytes) };
+        let mut k = part;
+        while k < n_units {
+            let blk = k / upb;
+            let unit = Q::unit(&staged[blk * Q::BYTES..(blk + 1) * Q::BYTES], k % upb);
+            each!(b in [0, 1, 2, 3, 4, 5, 6, 7] {
+                if b < B::N && b < batch {
+                    // SAFETY: b < batch and k < cols / 32, inside the lengths checked above.
+                    let (a, da, sa) = unsafe { q8_1_block(xq, xds, b * xw, b * xb, k) };
+                    acc[b] += unit_dot::<Q>(&unit, &a, da, sa);
+                }
+            });
+            k += tpr;
+        }
+    }
+    // 3. The row's sums: butterflies inside segments of a row's work-items (or a whole
+    // wave), then across the waves of a row that spans several.
+    let seg = if tpr < lanes { tpr } else { lanes };
+    each!(b in [0, 1, 2, 3, 4, 5, 6, 7] {
+        if b < B::N && b < batch {
+            let mut v = acc[b];
+            let mut off = seg / 2;
+            while off > 0 {
+                v += wave::shuffle_xor(v, off as u32);
+                off /= 2;
+            }
+            acc[b] = v;
+        }
+    });
+    if tpr <= lanes {
+        if part == 0 && row < rows {
+            for b in 0..B::N {
+                if b < batch {
+                    // SAFETY: b < batch, row < rows: inside y (checked above).
+                    unsafe { *y.get_unchecked_mut(b * rows + row) = acc[b] };
+                }
+            }
+        }
+    } else {
+        // Rows of several waves: each wave's sums, then work-item `b` of the row adds its
+        // waves' in order for batch row `b`.
+        let (wv, nw, wpr) = (tid / lanes, threads / lanes, tpr / lanes);
+        if tid % lanes == 0 {
+            for b in 0..B::N {
+                if b < batch {
+                    partials[(b * nw + wv) % 64] = acc[b];
+                }
+            }
+        }
+        barrier();
+        if part < batch && row < rows {
+            let mut t = 0.0f32;
+            for v in 0..wpr {
+                t += partials[(part * nw + sub * wpr + v) % 64];
+            }
+            // SAFETY: part < batch, row < rows: inside y (checked above).
+            unsafe { *y.get_unchecked_mut(part * rows + row) = t };
+        }
+    }
 }
 
 #[cfg(not(any(target_arch = "amdgpu", target_arch = "nvptx64")))]

@@ -357,6 +357,13 @@ fn quantize_q8_1_matches_host_quantization() {
 /// far beyond that. The result is also checked against the unquantized activations
 /// within the q8_1 rounding bound `sum_k |w_k| d_k / 2`.
 fn check_matvec(dev: &Device, dtype: GgmlDType, rows: usize, cols: usize, batch: usize, seed: u64, extremes: bool) {
+    check_matvec_on(dev, dtype, rows, cols, batch, seed, extremes, false)
+}
+
+/// [`check_matvec`]; with `row_kernel` through `ops::matvec_rows` (the kernel NVIDIA GPUs
+/// run, a work-group per row) whatever the device.
+#[allow(clippy::too_many_arguments)]
+fn check_matvec_on(dev: &Device, dtype: GgmlDType, rows: usize, cols: usize, batch: usize, seed: u64, extremes: bool, row_kernel: bool) {
     let bw = dtype.block_weights();
     let w = random_blocks(dtype, rows * cols / bw, seed, extremes);
     let wr = ref_dequant(dtype, &w);
@@ -364,7 +371,13 @@ fn check_matvec(dev: &Device, dtype: GgmlDType, rows: usize, cols: usize, batch:
     let (q, ds) = ref_q8_1(&x);
     let (wd, xd) = (dev.upload(&w).unwrap(), dev.upload(&x).unwrap());
     let mut y = dev.alloc::<f32>(batch * rows).unwrap();
-    ops::matvec(dev, dtype, &wd, &xd, &mut y, rows, cols, batch).unwrap();
+    if row_kernel {
+        let (mut xq, mut xds) = (dev.alloc::<u32>(batch * cols / 4).unwrap(), dev.alloc::<f32>(batch * cols / 16).unwrap());
+        ops::quantize_q8_1(dev, &xd, &mut xq, &mut xds).unwrap();
+        ops::matvec_rows(dev, dtype, &wd, &xq, &xds, &mut y, rows, cols, batch).unwrap();
+    } else {
+        ops::matvec(dev, dtype, &wd, &xd, &mut y, rows, cols, batch).unwrap();
+    }
     let got = dev.download(&y).unwrap();
     let gamma = (cols / 32 + 16) as f64 * 2f64.powi(-23);
     for b in 0..batch {
@@ -435,6 +448,29 @@ fn matvec_aligned_rows_every_batch() {
                 check_matvec(&dev, dtype, 5, cols, batch, 1300 + batch as u64 + dtype as u64, false);
             }
         }
+    }
+}
+
+/// The work-group-per-row kernel (`matvec_row`, what NVIDIA GPUs run) on every executor:
+/// every format it has and batch 1..=8, work-groups of 1, 2 and 4 rows (on waves of 32 a row of
+/// a 2-row work-group spans two waves), rows whose start is not 16-byte aligned (300 blocks of
+/// 32), a row near the largest it stages (`Q8_0` with 15360 columns), and the
+/// f16 scale extremes in 301 rows of one block each (four rows per work-group, a partial
+/// last group).
+#[test]
+fn matvec_row_kernel_every_format_and_batch() {
+    for dev in executors() {
+        for dtype in matvec_formats().filter(|d| !matches!(d, GgmlDType::Q2K | GgmlDType::Q3K | GgmlDType::Q5K)) {
+            let bw = dtype.block_weights();
+            // Rows of 1, 2 and 4 per step (300, 200 and 8 units per row).
+            for (rows, cols) in [(1, bw), (7, 4 * bw.max(64)), (3, if bw == 32 { 300 * 32 } else { 40 * 256 }), (5, if bw == 32 { 200 * 32 } else { 25 * 256 })] {
+                for batch in 1..=8 {
+                    check_matvec_on(&dev, dtype, rows, cols, batch, 3000 + 100 * rows as u64 + batch as u64 + dtype as u64, false, true);
+                }
+            }
+            check_matvec_on(&dev, dtype, 301, bw, 2, 4077 + dtype as u64, true, true);
+        }
+        check_matvec_on(&dev, GgmlDType::Q8_0, 2, 15360, 2, 4100, false, true);
     }
 }
 

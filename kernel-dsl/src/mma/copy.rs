@@ -109,15 +109,15 @@ pub unsafe fn copy_16_at(dst: SharedAddr, src: *const u8, valid: u32) {
     // SAFETY: the caller's contract.
     unsafe {
         let dst: *mut u8 = dst.as_ptr();
-        let mut chunk = [0u8; 16];
         if valid == 16 {
-            chunk = core::ptr::read(src as *const [u8; 16]);
+            core::ptr::write(dst as *mut [u8; 16], core::ptr::read(src as *const [u8; 16]));
         } else {
-            for (i, b) in chunk.iter_mut().enumerate().take(valid as usize) {
-                *b = *src.add(i);
+            // Byte by byte straight into shared memory: a local chunk written at a runtime
+            // index went to scratch in AMD code objects.
+            for i in 0..16 {
+                *dst.add(i) = if (i as u32) < valid { *src.add(i) } else { 0 };
             }
         }
-        core::ptr::write(dst as *mut [u8; 16], chunk);
     }
 }
 

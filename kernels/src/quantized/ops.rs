@@ -1,7 +1,7 @@
 //! Checked launches of the quantized kernels: every shape, byte length and alignment is
 //! validated first (bad input: [`LaunchError::InvalidArgument`], nothing launched or
 //! written); empty outputs are a no-op.
-use super::{batch_tile, matvec_lds_words, Batch1, Batch2, Batch4, Batch8, GgmlDType, LANE_UNITS_AMD, LANE_UNITS_OTHER, matvec_block};
+use super::{batch_tile, matvec_block, matvec_lds_words, matvec_row_group, matvec_row_words, Batch1, Batch2, Batch4, Batch8, GgmlDType, LANE_UNITS_AMD, LANE_UNITS_OTHER, ROW_BLOCK, ROW_STAGE_BYTES};
 use super::{Q2K, Q3K, Q4K, Q4_0, Q4_1, Q5K, Q5_0, Q5_1, Q6K, Q8K, Q8_0};
 use crate::runtime::{Device, DeviceVec};
 use kernel_dsl::host::{ArgValue, Executor, KernelArgSlice, KernelArgSliceMut, LaunchConfig, LaunchError, MemLocation, ScalarArg};
@@ -188,6 +188,10 @@ fn on_amd(exec: &(impl Executor + ?Sized)) -> bool {
     matches!(exec.memory(), MemLocation::Device { backend: "rocm", .. })
 }
 
+fn on_cuda(exec: &(impl Executor + ?Sized)) -> bool {
+    matches!(exec.memory(), MemLocation::Device { backend: "cuda", .. })
+}
+
 /// 32-weight units a wave stages in LDS per step ([`LANE_UNITS_AMD`] or
 /// [`LANE_UNITS_OTHER`] per lane; the CPU executor runs the NVIDIA shape).
 fn chunk_units(exec: &(impl Executor + ?Sized), wave_lanes: u32) -> usize {
@@ -196,7 +200,9 @@ fn chunk_units(exec: &(impl Executor + ?Sized), wave_lanes: u32) -> usize {
 
 /// `y[b * rows + r] = sum_k W[r, k] x[b * cols + k]` for `b < batch` (1..=8) with
 /// activations already in q8_1 ([`quantize_q8_1`]); `wave_lanes` is the device's wave size
-/// ([`Device::wave_lanes`]).
+/// ([`Device::wave_lanes`]). NVIDIA GPUs run [`matvec_rows`] (rows staged whole by
+/// `cp.async`) for rows of up to [`ROW_STAGE_BYTES`]; AMD GPUs and the CPU executor the
+/// chunked wave-per-row [`matvec`](super::matvec).
 #[allow(clippy::too_many_arguments)]
 pub fn matvec_q8_1(
     exec: &(impl Executor + ?Sized),
@@ -213,6 +219,10 @@ pub fn matvec_q8_1(
     let cfg = check_matvec(on_amd(exec), wave_lanes, dtype, w, xq, xds, y, rows, cols, batch)?;
     if rows == 0 {
         return Ok(());
+    }
+    let row_bytes = cols / dtype.block_weights() * dtype.block_bytes();
+    if on_cuda(exec) && row_bytes <= ROW_STAGE_BYTES && !matches!(dtype, GgmlDType::Q2K | GgmlDType::Q3K | GgmlDType::Q5K) {
+        return matvec_rows(exec, dtype, w, xq, xds, y, rows, cols, batch);
     }
     let units = chunk_units(exec, wave_lanes);
     let cfg = cfg.with_dynamic_shared(matvec_lds_words(dtype, units, (cfg.block.x / wave_lanes) as usize));
@@ -252,6 +262,54 @@ pub fn matvec_q8_1(
         b0 += nb;
     }
     Ok(())
+}
+
+/// [`matvec_q8_1`] through [`matvec_row`](super::matvec_row) (a work-group per weight row,
+/// the row staged by asynchronous copies): what NVIDIA GPUs run for rows of up to
+/// [`ROW_STAGE_BYTES`]; the arguments are checked by the caller. Public for the tests,
+/// which run it on the CPU executor too.
+#[allow(clippy::too_many_arguments)]
+pub fn matvec_rows(
+    exec: &(impl Executor + ?Sized),
+    dtype: GgmlDType,
+    w: &(impl KernelArgSlice<u8> + ?Sized),
+    xq: &(impl KernelArgSlice<u32> + ?Sized),
+    xds: &(impl KernelArgSlice<f32> + ?Sized),
+    y: &mut (impl KernelArgSliceMut<f32> + ?Sized),
+    rows: usize,
+    cols: usize,
+    batch: usize,
+) -> Result<(), LaunchError> {
+    const K: &str = "matvec";
+    let row_bytes = cols / dtype.block_weights() * dtype.block_bytes();
+    if row_bytes > ROW_STAGE_BYTES || rows > u32::MAX as usize || !(1..=8).contains(&batch) || cols % dtype.block_weights() != 0 {
+        return Err(invalid(K, format!("matvec_row takes rows of at most {ROW_STAGE_BYTES} bytes and batches of 1..=8 ({rows} x {cols} {}, batch {batch})", dtype.name())));
+    }
+    if rows == 0 {
+        return Ok(());
+    }
+    let group = matvec_row_group(cols / 32, row_bytes);
+    let cfg = LaunchConfig::new(Dim3::x(rows.div_ceil(group) as u32), Dim3::x(ROW_BLOCK)).with_dynamic_shared(matvec_row_words(row_bytes, group));
+    macro_rules! go {
+        ($q:ty) => {
+            match batch {
+                1 => super::matvec_row::launch::<$q, Batch1>(exec, cfg, w, xq, xds, y, rows, cols, batch, group),
+                2 => super::matvec_row::launch::<$q, Batch2>(exec, cfg, w, xq, xds, y, rows, cols, batch, group),
+                3 | 4 => super::matvec_row::launch::<$q, Batch4>(exec, cfg, w, xq, xds, y, rows, cols, batch, group),
+                _ => super::matvec_row::launch::<$q, Batch8>(exec, cfg, w, xq, xds, y, rows, cols, batch, group),
+            }
+        };
+    }
+    match dtype {
+        GgmlDType::Q4_0 => go!(Q4_0),
+        GgmlDType::Q4_1 => go!(Q4_1),
+        GgmlDType::Q5_0 => go!(Q5_0),
+        GgmlDType::Q5_1 => go!(Q5_1),
+        GgmlDType::Q8_0 => go!(Q8_0),
+        GgmlDType::Q4K => go!(Q4K),
+        GgmlDType::Q6K => go!(Q6K),
+        other => Err(invalid(K, format!("matvec_row has no {} instance", other.name()))),
+    }
 }
 
 /// A checked part of a kernel argument (a batch tile), passed as is.
