@@ -475,6 +475,33 @@ fn scatter_add_sequential<T: TestFloat + Data, I: Ix>(src: &[T], id: &[I], dst0:
     want
 }
 
+/// A scatter case's inputs and the sequential result: sources in [-3, 3) (inf/NaN mixed in
+/// with `specials`), destinations in [-1, 1), ids `id_of(l, i, r)` (seeds from `seed`).
+#[allow(clippy::type_complexity)]
+fn scatter_case<T: TestFloat + Data, I: Ix>(shape: [usize; 4], id_of: fn(usize, usize, usize) -> i64, seed: u64, specials: bool) -> (Vec<T>, Vec<T>, Vec<I>, Vec<T>) {
+    let [left, n, dst_dim, right] = shape;
+    let src: Vec<T> = inputs(left * n * right, -3.0, 3.0, seed, specials).into_iter().map(<T as TestFloat>::from_f64).collect();
+    let dst0: Vec<T> = inputs(left * dst_dim * right, -1.0, 1.0, seed + 10, false).into_iter().map(<T as TestFloat>::from_f64).collect();
+    let mut id = Vec::with_capacity(left * n * right);
+    for l in 0..left {
+        for i in 0..n {
+            for r in 0..right {
+                id.push(I::from_i64(id_of(l, i, r)));
+            }
+        }
+    }
+    let want = scatter_add_sequential(&src, &id, &dst0, shape);
+    (src, dst0, id, want)
+}
+
+/// `got == want` bit for bit, any NaN matching any NaN (GPUs give their canonical NaN).
+fn assert_same_or_nan<T: TestFloat + Data>(got: &[T], want: &[T], what: &str) {
+    for (e, (g, w)) in got.iter().zip(want).enumerate() {
+        let same = g.bits() == w.bits() || (g.to_f64().is_nan() && w.to_f64().is_nan());
+        assert!(same, "{what}: element {e}: got {g:?}, want {w:?}");
+    }
+}
+
 /// `scatter_add` against the sequential loop, bit for bit (NaN matches any NaN: GPUs give
 /// their canonical NaN), on id patterns that stress the work-group kernel's rounds (two
 /// sources per lane and column per round, 8 or 4 columns per work-group): runs of one
@@ -500,17 +527,7 @@ fn run_scatter_add_rounds<T: TestFloat + Data, I: Ix>() {
         for (k, (label, shape, id_of)) in cases.iter().enumerate() {
             let [left, n, dst_dim, right] = *shape;
             let what = format!("scatter_add{} {label} {left}x{n}x{right} into dim {dst_dim} on {}", name::<T, I>(), exec.name());
-            let src: Vec<T> = inputs(left * n * right, -3.0, 3.0, 300 + k as u64, k == 1).into_iter().map(<T as TestFloat>::from_f64).collect();
-            let dst0: Vec<T> = inputs(left * dst_dim * right, -1.0, 1.0, 310 + k as u64, false).into_iter().map(<T as TestFloat>::from_f64).collect();
-            let mut id = Vec::with_capacity(left * n * right);
-            for l in 0..left {
-                for i in 0..n {
-                    for r in 0..right {
-                        id.push(I::from_i64(id_of(l, i, r)));
-                    }
-                }
-            }
-            let want = scatter_add_sequential(&src, &id, &dst0, *shape);
+            let (src, dst0, id, want) = scatter_case::<T, I>(*shape, *id_of, 300 + k as u64, k == 1);
             let (ds, di) = (exec.upload(&src).unwrap(), exec.upload(&id).unwrap());
             // The checked launcher (two sources per lane and round), then the raw launch
             // with one (`halves` = 1: what AMD code objects always run).
@@ -522,11 +539,7 @@ fn run_scatter_add_rounds<T: TestFloat + Data, I: Ix>() {
                     let cfg = kernels::indexing::scatter_config(left, right);
                     kernels::indexing::scatter_add::launch::<T, I>(&exec, cfg, &ds, &di, &mut dd, left, n, dst_dim, right, 1).unwrap();
                 }
-                let got = exec.download(&dd).unwrap();
-                for (e, (g, w)) in got.iter().zip(&want).enumerate() {
-                    let same = g.bits() == w.bits() || (g.to_f64().is_nan() && w.to_f64().is_nan());
-                    assert!(same, "{what} (halves {halves}): element {e}: got {g:?}, want {w:?}");
-                }
+                assert_same_or_nan(&exec.download(&dd).unwrap(), &want, &format!("{what} (halves {halves})"));
             }
         }
     }
@@ -566,17 +579,7 @@ fn run_scatter_add_slab<T: TestFloat + Data, I: Ix>() {
             let right = chunks * cols;
             let shape = [left, n, dst_dim, right];
             let what = format!("scatter_add_slab{} {label} {left}x{n}x{right} into dim {dst_dim} on {}", name::<T, I>(), exec.name());
-            let src: Vec<T> = inputs(left * n * right, -3.0, 3.0, 400 + k as u64, k == 0).into_iter().map(<T as TestFloat>::from_f64).collect();
-            let dst0: Vec<T> = inputs(left * dst_dim * right, -1.0, 1.0, 410 + k as u64, false).into_iter().map(<T as TestFloat>::from_f64).collect();
-            let mut id = Vec::with_capacity(left * n * right);
-            for l in 0..left {
-                for i in 0..n {
-                    for r in 0..right {
-                        id.push(I::from_i64(id_of(l, i, r)));
-                    }
-                }
-            }
-            let want = scatter_add_sequential(&src, &id, &dst0, shape);
+            let (src, dst0, id, want) = scatter_case::<T, I>(shape, *id_of, 400 + k as u64, k == 0);
             let (ds, di) = (exec.upload(&src).unwrap(), exec.upload(&id).unwrap());
             for direct in [false, true] {
                 let mut dd = exec.upload(&dst0).unwrap();
@@ -586,11 +589,7 @@ fn run_scatter_add_slab<T: TestFloat + Data, I: Ix>() {
                 } else {
                     ops::scatter_add(&exec, &ds, &di, &mut dd, left, n, dst_dim, right).unwrap();
                 }
-                let got = exec.download(&dd).unwrap();
-                for (e, (g, w)) in got.iter().zip(&want).enumerate() {
-                    let same = g.bits() == w.bits() || (g.to_f64().is_nan() && w.to_f64().is_nan());
-                    assert!(same, "{what} (direct launch {direct}): element {e}: got {g:?}, want {w:?}");
-                }
+                assert_same_or_nan(&exec.download(&dd).unwrap(), &want, &format!("{what} (direct launch {direct})"));
             }
         }
     }
