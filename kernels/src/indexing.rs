@@ -45,6 +45,34 @@ use kernel_dsl::prelude::*;
 #[derive(Clone, Copy)]
 pub struct Words4(pub [u32; 4]);
 
+/// The four words of an aligned 16-byte block (one vector load; whole-struct copies went
+/// through local memory on NVPTX).
+///
+/// # Safety
+/// `p` is valid for a 16-byte read and 16-byte aligned.
+#[device]
+#[inline(always)]
+pub unsafe fn ld4(p: *const Words4) -> [u32; 4] {
+    // SAFETY: the caller's contract.
+    unsafe { [(*p).0[0], (*p).0[1], (*p).0[2], (*p).0[3]] }
+}
+
+/// Stores four words as one aligned 16-byte block.
+///
+/// # Safety
+/// `p` is valid for a 16-byte write and 16-byte aligned.
+#[device]
+#[inline(always)]
+pub unsafe fn st4(p: *mut Words4, v: [u32; 4]) {
+    // SAFETY: the caller's contract.
+    unsafe {
+        (*p).0[0] = v[0];
+        (*p).0[1] = v[1];
+        (*p).0[2] = v[2];
+        (*p).0[3] = v[3];
+    }
+}
+
 mod sealed {
     pub trait Sealed {}
     macro_rules! sealed {
@@ -169,14 +197,7 @@ pub fn copy_row<T: Pod>(src: &[T], dst: &mut [T], x: usize, step: usize) {
             // SAFETY: (c + 1) * lanes <= n elements of both rows; both start 16-byte aligned
             // and `lanes` elements are exactly 16 bytes, so each block is aligned and in bounds.
             unsafe {
-                let (from, to) = (src.as_ptr().add(c * lanes) as *const Words4, dst.as_mut_ptr().add(c * lanes) as *mut Words4);
-                // Word by word through the aligned block type, which the backends merge
-                // into one 16-byte access each way.
-                let v = [(*from).0[0], (*from).0[1], (*from).0[2], (*from).0[3]];
-                (*to).0[0] = v[0];
-                (*to).0[1] = v[1];
-                (*to).0[2] = v[2];
-                (*to).0[3] = v[3];
+                st4(dst.as_mut_ptr().add(c * lanes) as *mut Words4, ld4(src.as_ptr().add(c * lanes) as *const Words4));
             }
             c += step;
         }
@@ -204,11 +225,7 @@ pub fn zero_row<T: Pod>(dst: &mut [T], x: usize, step: usize) {
         while c < blocks {
             // SAFETY: as in `copy_row`.
             unsafe {
-                let to = dst.as_mut_ptr().add(c * lanes) as *mut Words4;
-                (*to).0[0] = 0;
-                (*to).0[1] = 0;
-                (*to).0[2] = 0;
-                (*to).0[3] = 0;
+                st4(dst.as_mut_ptr().add(c * lanes) as *mut Words4, [0; 4]);
             }
             c += step;
         }
@@ -757,16 +774,7 @@ pub fn scatter_add_slab<T: Float, I: IndexType>(
     let mut t = tid;
     while t < dst_dim {
         // SAFETY: as in 1.
-        unsafe {
-            // Word by word through the aligned block type (one vector store; whole-struct
-            // copies went through local memory on NVPTX).
-            let w = (*words.add(t)).0;
-            let to = dst.as_mut_ptr().add(dst0 + t * right) as *mut Words4;
-            (*to).0[0] = w[0];
-            (*to).0[1] = w[1];
-            (*to).0[2] = w[2];
-            (*to).0[3] = w[3];
-        }
+        unsafe { st4(dst.as_mut_ptr().add(dst0 + t * right) as *mut Words4, ld4(words.add(t))) };
         t += nthreads;
     }
 }
@@ -890,8 +898,7 @@ pub fn where_cond<T: Pod, C: CondType>(
                     let fp = f.as_ptr().add(b * lanes) as *const Words4;
                     let op = out.as_mut_ptr().add(b * lanes) as *mut Words4;
                     // Whole blocks first, so each is one 16-byte access.
-                    let tv = [(*tp).0[0], (*tp).0[1], (*tp).0[2], (*tp).0[3]];
-                    let fv = [(*fp).0[0], (*fp).0[1], (*fp).0[2], (*fp).0[3]];
+                    let (tv, fv) = (ld4(tp), ld4(fp));
                     let mut r = [0u32; 4];
                     let mut w = 0;
                     while w < 4 {
@@ -906,10 +913,7 @@ pub fn where_cond<T: Pod, C: CondType>(
                         r[w] = (tv[w] & mask) | (fv[w] & !mask);
                         w += 1;
                     }
-                    (*op).0[0] = r[0];
-                    (*op).0[1] = r[1];
-                    (*op).0[2] = r[2];
-                    (*op).0[3] = r[3];
+                    st4(op, r);
                 }
                 b += step;
             }
@@ -1057,7 +1061,6 @@ pub fn elements_config(n: usize) -> kernel_dsl::host::LaunchConfig {
 pub mod ops {
     use super::{CondType, IndexType, Pod};
     use crate::runtime::{Device, DeviceVec};
-    use core::mem::size_of;
     use kernel_dsl::host::{ArgValue, Executor, KernelArgSlice, KernelArgSliceMut, LaunchError};
     use kernel_dsl::Float;
 
@@ -1297,16 +1300,16 @@ pub mod ops {
         if left.saturating_mul(right).div_ceil(4) > 65535 * 65535 {
             return Err(invalid("scatter_add", format!("{left} x {right} columns exceed the launch grid (65535^2 work-groups of 4 columns)")));
         }
-        let lanes = exec.wave_lanes() as usize;
-        let (cols, words) = (super::slab_cols(size_of::<T>()), super::slab_words(dst_dim, lanes, size_of::<T>(), size_of::<I>()));
         let aligned = [src.kernel_arg(), ids.kernel_arg(), dst.kernel_arg()].iter().all(|a| matches!(a, ArgValue::Slice { addr, .. } if addr % 16 == 0));
         // The slab kernel reads and writes all `dst_dim` rows of its columns (worth it once
         // there is a source per 8 destination rows), and its rounds are latency-bound: it
         // runs where two of its work-groups share a compute unit (half the per-work-group
         // limit; H100: dst_dim up to about 6500 for f32, as for 16-bit types with 8 columns).
-        if right % cols == 0 && aligned && words * 16 * 2 <= exec.max_shared_bytes() && n.saturating_mul(8) >= dst_dim {
-            if let Some(cfg) = super::slab_config::<T, I>(left, dst_dim, right, lanes as u32) {
-                return super::scatter_add_slab::launch::<T, I>(exec, cfg, src, ids, dst, left, n, dst_dim, right);
+        if aligned && n.saturating_mul(8) >= dst_dim {
+            if let Some(cfg) = super::slab_config::<T, I>(left, dst_dim, right, exec.wave_lanes()) {
+                if cfg.dynamic_shared_elems * 16 * 2 <= exec.max_shared_bytes() {
+                    return super::scatter_add_slab::launch::<T, I>(exec, cfg, src, ids, dst, left, n, dst_dim, right);
+                }
             }
         }
         super::scatter_add::launch::<T, I>(exec, super::scatter_config(left, right), src, ids, dst, left, n, dst_dim, right, 2)

@@ -745,28 +745,7 @@ pub const fn matvec_lds_words(dtype: GgmlDType, chunk_units: usize, waves: usize
     (waves * chunk_units / (dtype.block_weights() / 32) * dtype.block_bytes()).div_ceil(16)
 }
 
-/// The four words of an aligned 16-byte block (one vector load).
-///
-/// # Safety
-/// `p` is valid for a 16-byte read and 16-byte aligned.
-#[device]
-#[inline(always)]
-pub unsafe fn ld4(p: *const crate::indexing::Words4) -> [u32; 4] {
-    [(*p).0[0], (*p).0[1], (*p).0[2], (*p).0[3]]
-}
-
-/// Stores four words as one aligned 16-byte block.
-///
-/// # Safety
-/// `p` is valid for a 16-byte write and 16-byte aligned.
-#[device]
-#[inline(always)]
-pub unsafe fn st4(p: *mut crate::indexing::Words4, v: [u32; 4]) {
-    (*p).0[0] = v[0];
-    (*p).0[1] = v[1];
-    (*p).0[2] = v[2];
-    (*p).0[3] = v[3];
-}
+pub use crate::indexing::{ld4, st4};
 
 /// Copies `src` (a chunk of a weight row) to `dst` in LDS with the widest loads both
 /// allow: the lanes of a wave take consecutive 16-, 4- or 2-byte words, so each load

@@ -85,4 +85,3 @@ fn main() {
     let mut f = std::fs::File::create(format!("{out_dir}/rust_quantized.json")).unwrap();
     writeln!(f, "[\n{}\n]", lines.join(",\n")).unwrap();
 }
-

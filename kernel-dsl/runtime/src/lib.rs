@@ -143,17 +143,11 @@ impl Device {
     /// use it.
     pub fn wave_lanes(&self) -> u32 {
         match self {
-            Device::Cpu(c) => c.exec.wave_size().lanes(),
+            Device::Cpu(c) => c.exec.wave_lanes(),
             #[cfg(feature = "cuda")]
-            Device::Cuda(_) => 32,
+            Device::Cuda(d) => d.wave_lanes(),
             #[cfg(feature = "rocm")]
-            Device::Rocm(r) => {
-                if r.arch().starts_with("gfx9") {
-                    64
-                } else {
-                    32
-                }
-            }
+            Device::Rocm(r) => r.wave_lanes(),
         }
     }
 

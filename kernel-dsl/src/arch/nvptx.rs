@@ -76,16 +76,6 @@ pub fn lane_id() -> u32 {
 /// `vote.sync` wait for every lane: after a lane-divergent branch (a bounds check that may
 /// trap, say) the warp is not guaranteed to have reconverged, and an `activemask`
 /// shuffle then silently reads from only some lanes.
-/// `true` when every warp of the block is whole (the block size is a multiple of 32, as
-/// almost every launch's is). The wave operations then pass the constant full mask in a
-/// branch of their own: with a mask known at compile time ptxas emits the bare `SHFL` /
-/// `VOTE` / `MATCH`, where a computed one (even when it is all ones) makes it wrap each in
-/// convergence checks (`REDUX`, `BRA.DIV`, `WARPSYNC`) on the critical path.
-#[inline(always)]
-fn whole_warps() -> bool {
-    crate::index::flat_block_dim() % 32 == 0
-}
-
 #[inline(always)]
 fn warp_lanes() -> u32 {
     let first = crate::index::flat_thread_idx() & !31;
@@ -93,31 +83,29 @@ fn warp_lanes() -> u32 {
     if n >= 32 { u32::MAX } else { (1u32 << n) - 1 }
 }
 
+/// `op` with the warp's mask ([`warp_lanes`]). When every warp of the block is whole (the
+/// block size is a multiple of 32, as almost every launch's is) `op` gets the constant full
+/// mask in a branch of its own: with a mask known at compile time ptxas emits the bare
+/// `SHFL` / `VOTE` / `MATCH`, where a computed one (even when it is all ones) makes it
+/// wrap each in convergence checks (`REDUX`, `BRA.DIV`, `WARPSYNC`) on the critical path.
+#[inline(always)]
+fn with_warp_mask<R>(op: impl Fn(u32) -> R) -> R {
+    if crate::index::flat_block_dim() % 32 == 0 { op(u32::MAX) } else { op(warp_lanes()) }
+}
+
 /// Reads `value` from lane `src` of the warp.
 #[inline(always)]
 pub fn shuffle_u32(value: u32, src: u32) -> u32 {
     // SAFETY: the mask names the warp's lanes, all of which execute this call (the
     // wave-uniform rule of `wave`), as shfl.sync requires.
-    unsafe {
-        if whole_warps() {
-            shfl_idx(u32::MAX, value, src, 0x1f)
-        } else {
-            shfl_idx(warp_lanes(), value, src, 0x1f)
-        }
-    }
+    with_warp_mask(|mask| unsafe { shfl_idx(mask, value, src, 0x1f) })
 }
 
 /// Bit `i` set when lane `i` passes `true`.
 #[inline(always)]
 pub fn ballot(predicate: bool) -> u64 {
     // SAFETY: as above.
-    unsafe {
-        if whole_warps() {
-            vote_ballot(u32::MAX, predicate) as u64
-        } else {
-            vote_ballot(warp_lanes(), predicate) as u64
-        }
-    }
+    with_warp_mask(|mask| unsafe { vote_ballot(mask, predicate) }) as u64
 }
 
 /// The lanes whose `value` equals this lane's (`match.any.sync`, sm_70+; `bits` is only a
@@ -127,13 +115,7 @@ pub fn ballot(predicate: bool) -> u64 {
 #[inline(always)]
 pub fn match_any(value: u32, _bits: u32) -> u64 {
     // SAFETY: as above.
-    unsafe {
-        if whole_warps() {
-            match_any_sync(u32::MAX, value) as u64
-        } else {
-            match_any_sync(warp_lanes(), value) as u64
-        }
-    }
+    with_warp_mask(|mask| unsafe { match_any_sync(mask, value) }) as u64
 }
 
 /// `bar.warp.sync`: the warp's lanes meet, and their memory accesses before it are ordered
@@ -141,13 +123,7 @@ pub fn match_any(value: u32, _bits: u32) -> u64 {
 #[inline(always)]
 pub fn wave_sync() {
     // SAFETY: as above.
-    unsafe {
-        if whole_warps() {
-            bar_warp_sync(u32::MAX)
-        } else {
-            bar_warp_sync(warp_lanes())
-        }
-    }
+    with_warp_mask(|mask| unsafe { bar_warp_sync(mask) })
 }
 
 /// Start of the block's launch-sized shared memory.

@@ -198,6 +198,19 @@ fn chunk_units(exec: &(impl Executor + ?Sized), wave_lanes: u32) -> usize {
     wave_lanes as usize * if on_amd(exec) { LANE_UNITS_AMD } else { LANE_UNITS_OTHER }
 }
 
+/// `super::$k::launch::<$q, tile>(args)` with the batch tile that holds `$nb` activation
+/// rows (1, 2, up to 4, up to 8).
+macro_rules! launch_tile {
+    ($k:ident, $q:ty, $nb:expr, ($($arg:expr),* $(,)?)) => {
+        match $nb {
+            1 => super::$k::launch::<$q, Batch1>($($arg),*),
+            2 => super::$k::launch::<$q, Batch2>($($arg),*),
+            3 | 4 => super::$k::launch::<$q, Batch4>($($arg),*),
+            _ => super::$k::launch::<$q, Batch8>($($arg),*),
+        }
+    };
+}
+
 /// `y[b * rows + r] = sum_k W[r, k] x[b * cols + k]` for `b < batch` (1..=8) with
 /// activations already in q8_1 ([`quantize_q8_1`]); `wave_lanes` is the device's wave size
 /// ([`Device::wave_lanes`]). NVIDIA GPUs run [`matvec_rows`] (rows staged whole by
@@ -238,12 +251,7 @@ pub fn matvec_q8_1(
         let mut y_t = Part(offset(y.kernel_arg(), b0 * rows * 4, nb * rows));
         macro_rules! go {
             ($k:ident, $q:ty) => {
-                match nb {
-                    1 => super::$k::launch::<$q, Batch1>(exec, cfg, w, &xq_t, &xds_t, &mut y_t, rows, cols, nb, units),
-                    2 => super::$k::launch::<$q, Batch2>(exec, cfg, w, &xq_t, &xds_t, &mut y_t, rows, cols, nb, units),
-                    3 | 4 => super::$k::launch::<$q, Batch4>(exec, cfg, w, &xq_t, &xds_t, &mut y_t, rows, cols, nb, units),
-                    _ => super::$k::launch::<$q, Batch8>(exec, cfg, w, &xq_t, &xds_t, &mut y_t, rows, cols, nb, units),
-                }
+                launch_tile!($k, $q, nb, (exec, cfg, w, &xq_t, &xds_t, &mut y_t, rows, cols, nb, units))
             };
         }
         match dtype {
@@ -292,12 +300,7 @@ pub fn matvec_rows(
     let cfg = LaunchConfig::new(Dim3::x(rows.div_ceil(group) as u32), Dim3::x(ROW_BLOCK)).with_dynamic_shared(matvec_row_words(row_bytes, group));
     macro_rules! go {
         ($q:ty) => {
-            match batch {
-                1 => super::matvec_row::launch::<$q, Batch1>(exec, cfg, w, xq, xds, y, rows, cols, batch, group),
-                2 => super::matvec_row::launch::<$q, Batch2>(exec, cfg, w, xq, xds, y, rows, cols, batch, group),
-                3 | 4 => super::matvec_row::launch::<$q, Batch4>(exec, cfg, w, xq, xds, y, rows, cols, batch, group),
-                _ => super::matvec_row::launch::<$q, Batch8>(exec, cfg, w, xq, xds, y, rows, cols, batch, group),
-            }
+            launch_tile!(matvec_row, $q, batch, (exec, cfg, w, xq, xds, y, rows, cols, batch, group))
         };
     }
     match dtype {
