@@ -36,10 +36,15 @@
 use kernel_dsl::mma::{self, FragA, FragB, FragC, Lowering, MmaFloat, SharedAddr};
 use kernel_dsl::prelude::*;
 
-/// Waves per work-group along M and N.
-pub const WAVES_M: usize = 2;
-/// Waves per work-group along N.
-pub const WAVES_N: usize = 2;
+/// Waves per work-group along M and N for a lowering: 2 x 4 on `mma.sync` (128 x 256
+/// tiles: a quarter less L2 traffic per product than 128 x 128, whose copies kept the
+/// H100's L2 two-thirds busy at half the tensor units' rate), 2 x 2 elsewhere.
+pub const fn waves(low: Lowering) -> (usize, usize) {
+    match low {
+        Lowering::MmaSync => (2, 4),
+        _ => (2, 2),
+    }
+}
 /// Largest fragment count per wave along M or N.
 pub const MAX_F: usize = 4;
 /// Shared-memory row padding, in elements (keeps rows 16-byte aligned, shifts banks).
@@ -57,10 +62,16 @@ macro_rules! each {
     })*};
 }
 
-/// Work-items per work-group: 4 waves (a constant on a GPU, so unused chunk slots vanish).
+/// Work-items per work-group for a lowering ([`waves`] times the wave size).
+pub const fn work_group_size(low: Lowering) -> usize {
+    let (wm, wn) = waves(low);
+    wm * wn * low.wave_lanes() as usize
+}
+
+/// Work-items per work-group (a constant on a GPU, so unused chunk slots vanish).
 #[inline(always)]
 fn block_threads() -> usize {
-    WAVES_M * WAVES_N * mma::lowering().wave_lanes() as usize
+    work_group_size(mma::lowering())
 }
 
 /// 16x16 fragments per wave along M and N for a lowering and element type (f32 inputs
@@ -128,14 +139,15 @@ pub const fn k_step<T: GemmElem>(low: Lowering) -> usize {
 /// Tile sizes of one launch: `(BM, BN, BK)`.
 pub const fn block_tile<T: GemmElem>(low: Lowering) -> (usize, usize, usize) {
     let (fm, fn_) = wave_frags::<T>(low);
-    (WAVES_M * 16 * fm, WAVES_N * 16 * fn_, k_step::<T>(low))
+    let (wm, wn) = waves(low);
+    (wm * 16 * fm, wn * 16 * fn_, k_step::<T>(low))
 }
 
 /// Shared-memory buffers in the copy pipeline: 3 where copies are asynchronous
 /// (`cp.async`: two K steps in flight during a step's products), else 2.
 pub const fn stages(low: Lowering) -> usize {
     match low {
-        Lowering::MmaSync => 3,
+        Lowering::MmaSync => 4,
         _ => 2,
     }
 }
@@ -144,6 +156,27 @@ pub const fn stages(low: Lowering) -> usize {
 pub const fn stage_elems<T: GemmElem>(low: Lowering) -> usize {
     let (bm, bn, bk) = block_tile::<T>(low);
     bm * (bk + PAD) + bk * (bn + PAD)
+}
+
+/// `true` where the epilogue goes through shared memory ([`staged_epilogue`]): on
+/// `mma.sync`, whose 16 accumulator fragments per wave would otherwise unroll into
+/// thousands of straight-line instructions run once each (instruction-cache misses),
+/// with scattered 2- or 4-byte global stores.
+pub const fn stages_epilogue(low: Lowering) -> bool {
+    matches!(low, Lowering::MmaSync)
+}
+
+/// f32 row padding of the staged epilogue tile, in words (rows of `BN + EPAD` words: the
+/// accumulator pairs of the 8 rows a store covers fall in distinct banks).
+pub const EPAD: usize = 8;
+
+/// Shared-memory elements (of `T`) one launch needs: the pipeline's buffers, or the f32
+/// `BM x (BN + EPAD)` tile of the staged epilogue where that is larger (it reuses them).
+pub const fn smem_elems<T: GemmElem>(low: Lowering) -> usize {
+    let pipe = stages(low) * stage_elems::<T>(low);
+    let (bm, bn, _) = block_tile::<T>(low);
+    let tile = if stages_epilogue(low) { (bm * (bn + EPAD) * 4).div_ceil(core::mem::size_of::<T>()) } else { 0 };
+    if tile > pipe { tile } else { pipe }
 }
 
 /// `true` when rows of the tile whose element `(r, c)` is `src[base + r * rs + c * cs]`
@@ -386,6 +419,96 @@ fn activate(x: f32, act: u32) -> f32 {
     }
 }
 
+/// The 16-bit pattern of a 16-bit element.
+#[inline(always)]
+fn bits16<T: Float>(x: T) -> u32 {
+    // SAFETY: only called for 2-byte T (f16, bf16), whose values are their bits.
+    unsafe { core::mem::transmute_copy::<T, u16>(&x) as u32 }
+}
+
+/// Writes a work-group's results from the f32 tile in shared memory (`rows x cols` valid
+/// of `bm x bn`, row stride `ldt` words) to `C` at `out` (row stride `ldc`), applying
+/// `alpha`, the bias and the activation: each work-item takes 16-byte chunks of a row
+/// (8 columns of f16/bf16, 4 of f32), read as two or one 16-byte shared loads and written
+/// as one 16-byte store where `C`'s rows allow, so a wave writes whole rows.
+///
+/// # Safety
+/// `tile` holds `bm x ldt` f32 in shared memory; `out[r * ldc + c]` is writable for every
+/// valid `(r, c)`; `bias` is empty or covers columns `n0 .. n0 + cols`.
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+unsafe fn staged_epilogue<T: GemmElem>(
+    tile: *const f32,
+    ldt: usize,
+    (rows, cols): (usize, usize),
+    (bm, bn): (usize, usize),
+    out: *mut T,
+    ldc: usize,
+    bias: &[T],
+    n0: usize,
+    alpha: f32,
+    act: u32,
+) {
+    let size = core::mem::size_of::<T>();
+    let per = 16 / size;
+    let (tid, threads) = (flat_thread_idx() as usize, block_threads());
+    let per_row = bn / per;
+    // 16-byte stores where every row of C starts 16-byte aligned (a uniform test).
+    let vec_rows = (out as usize) % 16 == 0 && ldc % per == 0;
+    let has_bias = !bias.is_empty();
+    let mut idx = tid;
+    while idx < bm * per_row {
+        let (r, c0) = (idx / per_row, (idx % per_row) * per);
+        if r < rows && c0 < cols {
+            let mut v = [0f32; 8];
+            // SAFETY: (r, c0 .. c0 + per) lies in the tile; rows are 16-byte aligned.
+            let src = unsafe { tile.add(r * ldt + c0) } as *const crate::indexing::Words4;
+            each!(h in [0, 1] {
+                if h * 4 < per {
+                    // SAFETY: as above.
+                    let w = unsafe { crate::indexing::ld4(src.wrapping_add(h)) };
+                    each!(q in [0, 1, 2, 3] {
+                        v[h * 4 + q] = f32::from_bits(w[q]);
+                    });
+                }
+            });
+            each!(q in [0, 1, 2, 3, 4, 5, 6, 7] {
+                if q < per {
+                    let mut x = v[q] * alpha;
+                    if has_bias && c0 + q < cols {
+                        // SAFETY: the caller's contract.
+                        x += unsafe { bias.get_unchecked(n0 + c0 + q) }.to_f32();
+                    }
+                    v[q] = activate(x, act);
+                }
+            });
+            // SAFETY: (r, c0 ..) is a valid position of C (caller's contract).
+            let dst = unsafe { out.add(r * ldc + c0) };
+            if vec_rows && c0 + per <= cols {
+                let mut w = [0u32; 4];
+                each!(q in [0, 1, 2, 3] {
+                    w[q] = if size == 2 {
+                        let p = T::from_f32x2([v[2 * q], v[2 * q + 1]]);
+                        bits16(p[0]) | (bits16(p[1]) << 16)
+                    } else {
+                        v[q].to_bits()
+                    };
+                });
+                // SAFETY: 16 bytes of row r from column c0, 16-byte aligned (vec_rows).
+                unsafe { crate::indexing::st4(dst as *mut crate::indexing::Words4, w) };
+            } else {
+                each!(q in [0, 1, 2, 3, 4, 5, 6, 7] {
+                    if q < per && c0 + q < cols {
+                        // SAFETY: column c0 + q < cols is valid.
+                        unsafe { *dst.add(q) = T::from_f32(v[q]) };
+                    }
+                });
+            }
+        }
+        idx += threads;
+    }
+}
+
 /// `C[z] = act(alpha * A[z] B[z] + bias)` for `z` in the batch (grid z), where
 /// `A[z][i][k] = a[z * a_bs + i * a_rs + k * a_cs]`, `B[z][k][j] = b[z * b_bs + k * b_rs +
 /// j * b_cs]`, `C[z][i][j] = c[z * c_bs + i * ldc + j]`, `bias` (empty: none) indexed by
@@ -421,7 +544,7 @@ pub fn gemm_tiled<T: GemmElem>(
     let a_tile = bm * lda;
     let stage = stage_elems::<T>(low);
     let nstages = stages(low);
-    if smem.len() < nstages * stage {
+    if smem.len() < smem_elems::<T>(low) {
         panic!("gemm_tiled: shared memory too small for the pipeline");
     }
     let (m, n, k) = (m as usize, n as usize, k as usize);
@@ -441,7 +564,7 @@ pub fn gemm_tiled<T: GemmElem>(
         panic!("gemm_tiled: a buffer is shorter than the shape and strides need");
     }
     let wave = flat_thread_idx() as usize / wave::size() as usize;
-    let (wy, wx) = (wave / WAVES_N, wave % WAVES_N);
+    let (wy, wx) = (wave / waves(low).1, wave % waves(low).1);
     let (m0, n0, z) = (block_idx_y() as usize * bm, block_idx_x() as usize * bn, block_idx_z() as usize);
     let rows_a = m.saturating_sub(m0);
     let cols_b = n.saturating_sub(n0);
@@ -471,8 +594,9 @@ pub fn gemm_tiled<T: GemmElem>(
     let mut a_next = a.as_ptr().wrapping_add(a_base + a_plan.map_or(0, |p| p.src0));
     let mut b_next = b.as_ptr().wrapping_add(b_base + b_plan.map_or(0, |p| p.src0));
     // Starts the copies of K step `step` into the buffer at byte offset `at` (one commit
-    // group, empty past the last step). Called for steps 0, 1, 2, .. in order.
-    let mut load = |step: usize, at: usize| {
+    // group, empty past the last step), moving the source addresses to the next step.
+    // Called for steps 0, 1, 2, .. in order.
+    let load = |step: usize, at: usize, a_next: &mut *const T, b_next: &mut *const T| {
         if step < steps {
             let k0 = step * bk;
             let k_full = k0 + bk <= k;
@@ -485,17 +609,17 @@ pub fn gemm_tiled<T: GemmElem>(
             // element lies in its buffer (checked above), and `chunked` checked the
             // alignment of chunked operands; whole tiles lie wholly in range.
             match a_plan {
-                Some(p) if a_rows_full && k_full => unsafe { p.copy_whole(a_next, buf_a) },
+                Some(p) if a_rows_full && k_full => unsafe { p.copy_whole(*a_next, buf_a) },
                 Some(p) => unsafe { p.copy_edge(a, a_base + k0, (rows_a, k - k0), buf_a) },
                 None => copy_elems(a, a_base + k0 * a_cs, (a_rs, a_cs), (rows_a, k - k0), (bm, bk), elems_a, lda),
             }
             match b_plan {
-                Some(p) if b_cols_full && k_full => unsafe { p.copy_whole(b_next, buf_b) },
+                Some(p) if b_cols_full && k_full => unsafe { p.copy_whole(*b_next, buf_b) },
                 Some(p) => unsafe { p.copy_edge(b, b_base + k0 * b_rs, (k - k0, cols_b), buf_b) },
                 None => copy_elems(b, b_base + k0 * b_rs, (b_rs, b_cs), (k - k0, cols_b), (bk, bn), elems_a.wrapping_add(a_tile), ldb),
             }
-            a_next = a_next.wrapping_add(bk);
-            b_next = b_next.wrapping_add(bk * b_rs);
+            *a_next = a_next.wrapping_add(bk);
+            *b_next = b_next.wrapping_add(bk * b_rs);
         }
         mma::copy::commit();
     };
@@ -506,36 +630,99 @@ pub fn gemm_tiled<T: GemmElem>(
     let b_lane = (a_tile + wx * fn_ * 16 + FragB::<T::Frag>::lane_offset(ldb)) * size;
     let mut fill = 0;
     for s in 0..nstages - 1 {
-        load(s, fill);
+        load(s, fill, &mut a_next, &mut b_next);
         fill = next(fill);
     }
     let mut read = 0;
-    for step in 0..steps {
-        // Step `step`'s group is done once at most nstages - 2 younger ones are pending.
-        mma::copy::wait_groups(nstages as u32 - 2);
-        barrier();
-        // Refills the buffer read in step - 1, which every wave has left (barrier above).
-        load(step + nstages - 1, fill);
-        fill = next(fill);
-        // SAFETY: as above.
-        let sa_ptr = unsafe { (smem_ptr as *const u8).add(read) } as *const T;
-        // SAFETY: as above.
-        let sb_ptr = unsafe { sa_ptr.add(a_tile) };
-        let (sa_lane, sb_lane) = (smem_at.add(read + a_lane), smem_at.add(read + b_lane));
-        read = next(read);
-        each!(kk in [0, 1, 2, 3] {
-            if kk < bk / 16 {
-                if T::SPLIT && low == Lowering::Valu {
-                    f32_k16_valu::<T>(&mut acc, (fm, fn_), (sa_ptr, sb_ptr), (lda, ldb), (wy, wx), kk);
-                } else {
-                    mma_k16::<T>(&mut acc, (fm, fn_), (sa_ptr, sb_ptr), (sa_lane, sb_lane), (lda, ldb), (wy, wx), kk);
+    // The refill of the buffer read in step - 1 (which every wave has left: the barrier at
+    // the top of the step) is issued after the first 16-deep slice's products, so its
+    // copies queue behind work the tensor units already have (a single slice: before it).
+    let refill_at = if bk / 16 > 1 { 1 } else { 0 };
+    // One K step: wait for its buffer, then the products of its 16-deep slices, with
+    // `$refill` (the copies of step `$step + nstages - 1`) issued at slice `refill_at`.
+    macro_rules! k_step {
+        ($step:expr, $refill:block) => {{
+            // Step `step`'s group is done once at most nstages - 2 younger ones are pending.
+            mma::copy::wait_groups(nstages as u32 - 2);
+            barrier();
+            // SAFETY: as above.
+            let sa_ptr = unsafe { (smem_ptr as *const u8).add(read) } as *const T;
+            // SAFETY: as above.
+            let sb_ptr = unsafe { sa_ptr.add(a_tile) };
+            let (sa_lane, sb_lane) = (smem_at.add(read + a_lane), smem_at.add(read + b_lane));
+            read = next(read);
+            each!(kk in [0, 1, 2, 3] {
+                if kk == refill_at {
+                    $refill
+                    fill = next(fill);
                 }
+                if kk < bk / 16 {
+                    if T::SPLIT && low == Lowering::Valu {
+                        f32_k16_valu::<T>(&mut acc, (fm, fn_), (sa_ptr, sb_ptr), (lda, ldb), (wy, wx), kk);
+                    } else {
+                        mma_k16::<T>(&mut acc, (fm, fn_), (sa_ptr, sb_ptr), (sa_lane, sb_lane), (lda, ldb), (wy, wx), kk);
+                    }
+                }
+            });
+        }};
+    }
+    // Steady state of a work-group whose tiles lie wholly in range: every refill is a
+    // whole K step, copied without a branch (the copies of a branchy refill came out
+    // of ptxas as one and a half times the L2 sectors and 2.6 times the shared-memory
+    // wavefronts a whole tile needs).
+    let mut step = 0;
+    if let (Some(ap), Some(bp)) = (a_plan, b_plan) {
+        if a_rows_full && b_cols_full {
+            let steady = (k / bk).saturating_sub(nstages - 1);
+            while step < steady {
+                k_step!(step, {
+                    let buf_a = smem_at.add(fill);
+                    // SAFETY: step + nstages - 1 < k / bk: a whole K step of whole tiles.
+                    unsafe {
+                        ap.copy_whole(a_next, buf_a);
+                        bp.copy_whole(b_next, buf_a.add(a_tile * size));
+                    }
+                    a_next = a_next.wrapping_add(bk);
+                    b_next = b_next.wrapping_add(bk * b_rs);
+                    mma::copy::commit();
+                });
+                step += 1;
             }
+        }
+    }
+    while step < steps {
+        k_step!(step, {
+            load(step + nstages - 1, fill, &mut a_next, &mut b_next);
         });
+        step += 1;
     }
 
     let has_bias = !bias.is_empty();
     let c_ptr = c.as_mut_ptr();
+    if stages_epilogue(low) {
+        // Every wave is done with the pipeline buffers (the copies still pending are the
+        // empty groups past the last step) before the tile overwrites them.
+        mma::copy::wait_groups(0);
+        barrier();
+        let ldt = bn + EPAD;
+        let tile = smem_ptr as *mut f32;
+        each!(i in [0, 1, 2, 3] {
+            each!(j in [0, 1, 2, 3] {
+                if i < fm && j < fn_ {
+                    let (row0, col0) = ((wy * fm + i) * 16, (wx * fn_ + j) * 16);
+                    // SAFETY: inside the BM x (BN + EPAD) f32 tile (smem_elems).
+                    acc[i][j].for_each(|r, cc, v| unsafe { *tile.add((row0 + r) * ldt + col0 + cc) = v });
+                }
+            });
+        });
+        barrier();
+        // SAFETY: the tile holds this work-group's BM x BN results; every element written
+        // lies in `c` (checked at the start).
+        unsafe {
+            staged_epilogue::<T>(tile, ldt, (rows_a.min(bm), cols_b.min(bn)), (bm, bn), c_ptr.add(z * c_bs + m0 * ldc + n0), ldc, bias, n0, alpha, act);
+        }
+        return;
+    }
     each!(i in [0, 1, 2, 3] {
         each!(j in [0, 1, 2, 3] {
             if i < fm && j < fn_ {

@@ -254,10 +254,14 @@ fn gemm_all_shapes<T: TestFloat + GemmElem>() {
             let (ta, tb) = (i % 2 == 1, i / 2 % 2 == 1);
             check_gemm::<T>(&dev, GemmShape { batch: 1, m, n, k }, ta, tb, 0, i % 4);
         }
-        // Tiles wholly in range (the chunked copies' fast path on mma.sync, 128 x 128 tiles)
+        // Tiles wholly in range (the chunked copies' fast path)
         // next to partial ones in every direction, batched, and one full K step plus a
         // partial one.
         check_gemm::<T>(&dev, GemmShape { batch: 2, m: 130, n: 136, k: 72 }, false, false, 8, 0);
+        // The steady-state loop of work-groups wholly in range (128 x 256 tiles on
+        // mma.sync: several whole K steps after the pipeline's first ones, then a partial
+        // one), with bias and activation in the staged epilogue.
+        check_gemm::<T>(&dev, GemmShape { batch: 1, m: 130, n: 264, k: 200 }, false, false, 0, 2);
         // Every transpose combination, batched, with gaps between batch entries.
         for t in 0..4 {
             check_gemm::<T>(&dev, GemmShape { batch: 3, m: 33, n: 40, k: 48 }, t % 2 == 1, t / 2 == 1, 8, t);

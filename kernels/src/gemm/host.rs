@@ -1,5 +1,5 @@
 //! The checked GEMM launcher: shapes, strides and sizes validated before anything runs.
-use super::{block_tile, gemm_tiled, stage_elems, stages, GemmElem, WAVES_M, WAVES_N};
+use super::{block_tile, gemm_tiled, smem_elems, work_group_size, GemmElem};
 use crate::runtime::{Device, DeviceVec};
 use crate::dtype::host::arg_len;
 use kernel_dsl::host::{KernelArgSlice, KernelArgSliceMut, LaunchConfig, LaunchError, MatrixUnit, ScalarArg};
@@ -229,12 +229,11 @@ pub fn matmul_strided<T: GemmElem + ScalarArg>(
     if gy > 65535 || batch > 65535 {
         return Err(invalid(format!("{m} rows ({gy} tiles) or batch {batch} exceed the 65535 grid limit")));
     }
-    let lanes = low.wave_lanes();
     let cfg = LaunchConfig::new(
         Dim3::new(to_u32("n tiles", gx)?, gy as u32, batch as u32),
-        Dim3::x(lanes * (WAVES_M * WAVES_N) as u32),
+        Dim3::x(work_group_size(low) as u32),
     )
-    .with_dynamic_shared(stages(low) * stage_elems::<T>(low));
+    .with_dynamic_shared(smem_elems::<T>(low));
     let none: Vec<T> = Vec::new();
     let bias: &dyn kernel_dsl::host::KernelArgSlice<T> = match epilogue.bias {
         Some(b) => b,
