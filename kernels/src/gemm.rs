@@ -152,10 +152,44 @@ pub const fn stages(low: Lowering) -> usize {
     }
 }
 
+/// `true` where the shared-memory tiles are swizzled instead of padded: 16-bit inputs on
+/// `mma.sync`. Rows are then whole 128-byte lines (A: `BK` = 64 elements, B: `BN` = 256)
+/// and the 16-byte chunk `c` of row `r` sits at chunk `c ^ (r % 8)`, so the 8 work-items
+/// that copy 128 consecutive bytes of a row write one aligned line (with padded rows,
+/// `cp.async` took 2.6 times the shared-memory wavefronts and 1.5 times the L2 sectors of
+/// a whole tile on the H100), and the 8 rows one `ldmatrix` reads still fall in distinct
+/// banks.
+pub const fn swizzled<T: GemmElem>(low: Lowering) -> bool {
+    matches!(low, Lowering::MmaSync) && !T::SPLIT
+}
+
+/// Row strides, in elements, of the A and B tiles in shared memory.
+pub const fn tile_lds<T: GemmElem>(low: Lowering) -> (usize, usize) {
+    let (_, bn, bk) = block_tile::<T>(low);
+    if swizzled::<T>(low) {
+        (bk, bn)
+    } else {
+        (bk + PAD, bn + PAD)
+    }
+}
+
 /// Shared-memory elements of one buffer (A tile + B tile).
 pub const fn stage_elems<T: GemmElem>(low: Lowering) -> usize {
-    let (bm, bn, bk) = block_tile::<T>(low);
-    bm * (bk + PAD) + bk * (bn + PAD)
+    let (bm, _, bk) = block_tile::<T>(low);
+    let (lda, ldb) = tile_lds::<T>(low);
+    bm * lda + bk * ldb
+}
+
+/// Byte offset of element `(r, c)` in a shared tile of row stride `ld` elements, swizzled
+/// or not ([`swizzled`]).
+#[inline(always)]
+fn tile_offset<T>(swz: bool, r: usize, c: usize, ld: usize) -> usize {
+    let (size, b) = (core::mem::size_of::<T>(), c * core::mem::size_of::<T>());
+    if swz {
+        r * ld * size + (((b / 16) ^ (r % 8)) * 16) + b % 16
+    } else {
+        (r * ld + c) * size
+    }
 }
 
 /// `true` where the epilogue goes through shared memory ([`staged_epilogue`]): on
@@ -212,12 +246,16 @@ impl Chunks {
     /// The plan, or `None` when the chunks do not split evenly over the work-group (a
     /// constant on a GPU; such tiles take the element path).
     #[inline(always)]
-    fn new<T>((rows, cols): (usize, usize), rs: usize, ld: usize) -> Option<Chunks> {
+    fn new<T>((rows, cols): (usize, usize), rs: usize, ld: usize, swz: bool) -> Option<Chunks> {
         let size = core::mem::size_of::<T>();
         let per = 16 / size;
         let (tid, threads) = (flat_thread_idx() as usize, block_threads());
         let per_row = cols / per;
         if cols % per != 0 || per_row == 0 || threads % per_row != 0 || (rows * per_row) % threads != 0 {
+            return None;
+        }
+        // Swizzled, every chunk of a work-item keeps its row's position mod 8.
+        if swz && (threads / per_row) % 8 != 0 {
             return None;
         }
         let (r0, c0, rstep) = (tid / per_row, (tid % per_row) * per, threads / per_row);
@@ -228,7 +266,7 @@ impl Chunks {
             count: rows * per_row / threads,
             src0: r0 * rs + c0,
             src_step: rstep * rs,
-            dst0: (r0 * ld + c0) * size,
+            dst0: tile_offset::<T>(swz, r0, c0, ld),
             dst_step: rstep * ld * size,
         })
     }
@@ -297,6 +335,7 @@ fn copy_elems<T: GemmElem>(
     (rows, cols): (usize, usize),
     dst: *mut T,
     ld: usize,
+    swz: bool,
 ) {
     let (tid, threads) = (flat_thread_idx() as usize, block_threads());
     let along_rows = rs == 1 && cs != 1;
@@ -306,7 +345,7 @@ fn copy_elems<T: GemmElem>(
         // SAFETY: the kernel checked once that every in-range element lies in `src`.
         let v = if r < rows_valid && c < cols_valid { unsafe { *src.get_unchecked(base + r * rs + c * cs) } } else { T::ZERO };
         // SAFETY: (r, c) lies in the tile and the tile in the shared buffer.
-        unsafe { *dst.add(r * ld + c) = v };
+        unsafe { *((dst as *mut u8).add(tile_offset::<T>(swz, r, c, ld)) as *mut T) = v };
         e += threads;
     }
 }
@@ -347,7 +386,9 @@ fn f32_k16_valu<T: GemmElem>(
 /// One 16-deep slice `kk` of a K step: this wave's `fm x fn` fragments of A and B read
 /// from the buffer and multiplied into `acc`. 16-bit inputs load through
 /// [`FragA::load_shared_at`] from the lane addresses `sa_lane`/`sb_lane` plus constant
-/// offsets; f32 inputs (split into bf16 hi + lo) element by element from `sa`/`sb`, as
+/// offsets, or from swizzled tiles ([`swizzled`]: `swz = Some((smem, a_seg, b_seg))`,
+/// the byte offsets of this lane's segments for `kk = 0` and `j = 0`) through
+/// [`FragA::load_segments`] at `a_seg ^ 32 kk` / `b_seg ^ 32 j` plus constants; f32 inputs (split into bf16 hi + lo) element by element from `sa`/`sb`, as
 /// three products. (Not inlined on the CPU executor, whose work-item stacks would
 /// otherwise hold every unrolled copy's locals.)
 #[cfg_attr(any(target_arch = "amdgpu", target_arch = "nvptx64"), inline(always))]
@@ -358,6 +399,7 @@ fn mma_k16<T: GemmElem>(
     (fm, fn_): (usize, usize),
     (sa, sb): (*const T, *const T),
     (sa_lane, sb_lane): (SharedAddr, SharedAddr),
+    swz: Option<(SharedAddr, usize, usize)>,
     (lda, ldb): (usize, usize),
     (wy, wx): (usize, usize),
     kk: usize,
@@ -373,9 +415,14 @@ fn mma_k16<T: GemmElem>(
             bf[j] = if T::SPLIT {
                 FragB::from_fn(|q, cc| bt(q, cc).hi())
             } else {
-                // SAFETY: as above (sb_lane is this wave's column block plus the lane
-                // offset); ldb and the columns are multiples of 8.
-                unsafe { FragB::load_shared_at(sb_lane.add((kk * 16 * ldb + j * 16) * size), ldb) }
+                match swz {
+                    // SAFETY: this lane's segment of the fragment's rows and columns
+                    // (chunk 2j + h of k row r sits at chunk (2j + h) ^ (r % 8)).
+                    Some((smem, _, b_seg)) => unsafe { FragB::load_segments(smem.add((b_seg ^ (j * 32)) + kk * 16 * ldb * size)) },
+                    // SAFETY: as above (sb_lane is this wave's column block plus the lane
+                    // offset); ldb and the columns are multiples of 8.
+                    None => unsafe { FragB::load_shared_at(sb_lane.add((kk * 16 * ldb + j * 16) * size), ldb) },
+                }
             };
             if T::SPLIT {
                 bl[j] = FragB::from_fn(|q, cc| bt(q, cc).lo());
@@ -391,9 +438,14 @@ fn mma_k16<T: GemmElem>(
             let af = if T::SPLIT {
                 FragA::from_fn(|r, q| at(r, q).hi())
             } else {
-                // SAFETY: as above (sa_lane is this wave's row block plus the lane offset);
-                // rows are 16-byte aligned (lda, kk*16 multiples of 8).
-                unsafe { FragA::load_shared_at(sa_lane.add((i * 16 * lda + kk * 16) * size), lda) }
+                match swz {
+                    // SAFETY: this lane's segment (chunk 2 kk + h of row r sits at chunk
+                    // (2 kk + h) ^ (r % 8)).
+                    Some((smem, a_seg, _)) => unsafe { FragA::load_segments(smem.add((a_seg ^ (kk * 32)) + i * 16 * lda * size)) },
+                    // SAFETY: as above (sa_lane is this wave's row block plus the lane
+                    // offset); rows are 16-byte aligned (lda, kk*16 multiples of 8).
+                    None => unsafe { FragA::load_shared_at(sa_lane.add((i * 16 * lda + kk * 16) * size), lda) },
+                }
             };
             let al = if T::SPLIT { FragA::from_fn(|r, q| at(r, q).lo()) } else { FragA::zero() };
             each!(j in [0, 1, 2, 3] {
@@ -540,7 +592,8 @@ pub fn gemm_tiled<T: GemmElem>(
     let low = mma::lowering();
     let (fm, fn_) = wave_frags::<T>(low);
     let (bm, bn, bk) = block_tile::<T>(low);
-    let (lda, ldb) = (bk + PAD, bn + PAD);
+    let (lda, ldb) = tile_lds::<T>(low);
+    let swz = swizzled::<T>(low);
     let a_tile = bm * lda;
     let stage = stage_elems::<T>(low);
     let nstages = stages(low);
@@ -574,8 +627,8 @@ pub fn gemm_tiled<T: GemmElem>(
     // the same plan); on AMD the element path alone keeps the kernel within the gfx9
     // scalar-register budget.
     let chunks_here = mma::copy::is_async() || cfg!(not(any(target_arch = "amdgpu", target_arch = "nvptx64")));
-    let a_plan = if chunks_here && chunked(a, a_base, a_rs, a_cs, a_bs) { Chunks::new::<T>((bm, bk), a_rs, lda) } else { None };
-    let b_plan = if chunks_here && chunked(b, b_base, b_rs, b_cs, b_bs) { Chunks::new::<T>((bk, bn), b_rs, ldb) } else { None };
+    let a_plan = if chunks_here && chunked(a, a_base, a_rs, a_cs, a_bs) { Chunks::new::<T>((bm, bk), a_rs, lda, swz) } else { None };
+    let b_plan = if chunks_here && chunked(b, b_base, b_rs, b_cs, b_bs) { Chunks::new::<T>((bk, bn), b_rs, ldb, swz) } else { None };
     // Tiles whose rows (A) or columns (B) all lie in range: with a full K step, their
     // chunks copy without per-chunk checks.
     let (a_rows_full, b_cols_full) = (m0 + bm <= m, n0 + bn <= n);
@@ -611,12 +664,12 @@ pub fn gemm_tiled<T: GemmElem>(
             match a_plan {
                 Some(p) if a_rows_full && k_full => unsafe { p.copy_whole(*a_next, buf_a) },
                 Some(p) => unsafe { p.copy_edge(a, a_base + k0, (rows_a, k - k0), buf_a) },
-                None => copy_elems(a, a_base + k0 * a_cs, (a_rs, a_cs), (rows_a, k - k0), (bm, bk), elems_a, lda),
+                None => copy_elems(a, a_base + k0 * a_cs, (a_rs, a_cs), (rows_a, k - k0), (bm, bk), elems_a, lda, swz),
             }
             match b_plan {
                 Some(p) if b_cols_full && k_full => unsafe { p.copy_whole(*b_next, buf_b) },
                 Some(p) => unsafe { p.copy_edge(b, b_base + k0 * b_rs, (k - k0, cols_b), buf_b) },
-                None => copy_elems(b, b_base + k0 * b_rs, (b_rs, b_cs), (k - k0, cols_b), (bk, bn), elems_a.wrapping_add(a_tile), ldb),
+                None => copy_elems(b, b_base + k0 * b_rs, (b_rs, b_cs), (k - k0, cols_b), (bk, bn), elems_a.wrapping_add(a_tile), ldb, swz),
             }
             *a_next = a_next.wrapping_add(bk);
             *b_next = b_next.wrapping_add(bk * b_rs);
@@ -628,6 +681,11 @@ pub fn gemm_tiled<T: GemmElem>(
     // `mma.sync`, else the tile origins): per step one add, per load a constant offset.
     let a_lane = ((wy * fm * 16) * lda + FragA::<T::Frag>::lane_offset(lda)) * size;
     let b_lane = (a_tile + wx * fn_ * 16 + FragB::<T::Frag>::lane_offset(ldb)) * size;
+    // Swizzled tiles: the byte offsets of this lane's A and B segments (rows, and k rows,
+    // are multiples of 8 plus the segment's row, so its position mod 8 is the segment's).
+    let (sr, sc) = mma::segment();
+    let a_seg = tile_offset::<T>(true, wy * fm * 16 + sr, sc, lda);
+    let b_seg = a_tile * size + tile_offset::<T>(true, sr, wx * fn_ * 16 + sc, ldb);
     let mut fill = 0;
     for s in 0..nstages - 1 {
         load(s, fill, &mut a_next, &mut b_next);
@@ -650,6 +708,7 @@ pub fn gemm_tiled<T: GemmElem>(
             // SAFETY: as above.
             let sb_ptr = unsafe { sa_ptr.add(a_tile) };
             let (sa_lane, sb_lane) = (smem_at.add(read + a_lane), smem_at.add(read + b_lane));
+            let segs = if swz { Some((smem_at, read + a_seg, read + b_seg)) } else { None };
             read = next(read);
             each!(kk in [0, 1, 2, 3] {
                 if kk == refill_at {
@@ -660,7 +719,7 @@ pub fn gemm_tiled<T: GemmElem>(
                     if T::SPLIT && low == Lowering::Valu {
                         f32_k16_valu::<T>(&mut acc, (fm, fn_), (sa_ptr, sb_ptr), (lda, ldb), (wy, wx), kk);
                     } else {
-                        mma_k16::<T>(&mut acc, (fm, fn_), (sa_ptr, sb_ptr), (sa_lane, sb_lane), (lda, ldb), (wy, wx), kk);
+                        mma_k16::<T>(&mut acc, (fm, fn_), (sa_ptr, sb_ptr), (sa_lane, sb_lane), segs, (lda, ldb), (wy, wx), kk);
                     }
                 }
             });

@@ -154,6 +154,9 @@ pub trait MmaInput: Element {
     /// The raw bits (`i8` zero-extended).
     #[doc(hidden)]
     fn bits(self) -> u16;
+    /// The value with these raw bits (`i8`: the low byte).
+    #[doc(hidden)]
+    fn from_bits16(b: u16) -> Self;
     /// `acc + a * b` as the matrix units compute it: the product exact, the sum rounded
     /// to `f32` (float), wrapping (i8).
     #[doc(hidden)]
@@ -166,6 +169,8 @@ impl MmaInput for f16 {
     #[inline(always)]
     fn bits(self) -> u16 { self.to_bits() }
     #[inline(always)]
+    fn from_bits16(b: u16) -> Self { f16::from_bits(b) }
+    #[inline(always)]
     fn mac(acc: f32, a: Self, b: Self) -> f32 { acc + a.to_f32() * b.to_f32() }
 }
 impl MmaInput for bf16 {
@@ -174,6 +179,8 @@ impl MmaInput for bf16 {
     #[inline(always)]
     fn bits(self) -> u16 { self.to_bits() }
     #[inline(always)]
+    fn from_bits16(b: u16) -> Self { bf16::from_bits(b) }
+    #[inline(always)]
     fn mac(acc: f32, a: Self, b: Self) -> f32 { acc + a.to_f32() * b.to_f32() }
 }
 impl MmaInput for i8 {
@@ -181,6 +188,8 @@ impl MmaInput for i8 {
     const KIND: InputKind = InputKind::I8;
     #[inline(always)]
     fn bits(self) -> u16 { self as u8 as u16 }
+    #[inline(always)]
+    fn from_bits16(b: u16) -> Self { b as u8 as i8 }
     #[inline(always)]
     fn mac(acc: i32, a: Self, b: Self) -> i32 { acc.wrapping_add(a as i32 * b as i32) }
 }
@@ -354,6 +363,92 @@ impl<T: MmaInput> FragB<T> {
         let base: *const T = at.as_ptr();
         // SAFETY: the caller's contract (the lane offset is 0 on this path).
         Self::from_fn(|k, c| unsafe { *base.add(k * ld + c) })
+    }
+}
+
+/// The 16-byte segment of a 16 x 16 tile of 16-bit elements that this lane names for
+/// [`FragA::load_segments`] / [`FragB::load_segments`], as `(row, first column)`: lane `l`
+/// names row `l % 8 + 8 (q % 2)`, columns `8 (q / 2) .. + 8` of the tile, `q = l / 8`
+/// (`ldmatrix.x4`'s order). For B the rows are k.
+#[inline(always)]
+pub fn segment() -> (usize, usize) {
+    let (l, q) = (lane(), lane() / 8);
+    (l % 8 + 8 * (q % 2), 8 * (q / 2))
+}
+
+/// This lane's segment ([`segment`]) at `at`, as four words.
+///
+/// # Safety
+/// `at` holds 16 readable bytes of shared memory.
+#[inline(always)]
+unsafe fn read_segment<T: MmaInput>(at: SharedAddr) -> [u32; 4] {
+    if core::mem::size_of::<T>() != 2 {
+        panic!("mma: segment loads take 16-bit elements");
+    }
+    let p: *const u32 = at.as_ptr();
+    // SAFETY: the caller's contract.
+    unsafe { [*p, *p.add(1), *p.add(2), *p.add(3)] }
+}
+
+/// Item `(r, c)` (row, column of the stored rows) of a tile whose segments the lanes read
+/// with [`read_segment`]: fetched from the lane that read it by shuffles (every lane
+/// shuffles all four words; each keeps its own). The path of targets without
+/// `ldmatrix`, and of the CPU executor, in any lowering.
+#[inline(always)]
+fn segment_item<T: MmaInput>(seg: &[u32; 4], r: usize, c: usize) -> T {
+    let src = 8 * (r / 8 + 2 * (c / 8)) + r % 8;
+    let pos = c % 8;
+    let mut word = 0;
+    unroll!(w < 4, {
+        let v = wave::shuffle(seg[w], src as u32);
+        if w == pos / 2 {
+            word = v;
+        }
+    });
+    T::from_bits16((word >> (16 * (pos % 2))) as u16)
+}
+
+impl<T: MmaInput> FragA<T> {
+    /// The fragment of a 16 x 16 tile of 16-bit elements whose rows lie in shared memory
+    /// as 16-byte segments in any order (a swizzled layout): `at` is the address of the
+    /// segment this lane names ([`segment`]: row, first k). One `ldmatrix.x4` on NVIDIA;
+    /// elsewhere each lane reads its segment and the wave exchanges them by shuffles.
+    ///
+    /// # Safety
+    /// `at` is 16-byte aligned shared memory holding this lane's segment, for every lane.
+    #[inline(always)]
+    pub unsafe fn load_segments(at: SharedAddr) -> Self {
+        #[cfg(all(target_arch = "nvptx64", target_feature = "sm_80"))]
+        if uses_ldmatrix::<T>() {
+            // SAFETY: the caller's contract.
+            let w = unsafe { nvptx::ldmatrix_x4::<false>(at.raw()) };
+            // SAFETY: T is a 16-bit type here.
+            return FragA { v: unsafe { cast(unpack16(w)) } };
+        }
+        // SAFETY: the caller's contract.
+        let seg = unsafe { read_segment::<T>(at) };
+        Self::from_fn(|r, k| segment_item(&seg, r, k))
+    }
+}
+
+impl<T: MmaInput> FragB<T> {
+    /// As [`FragA::load_segments`] for a k-major B tile: this lane's segment is k row,
+    /// first column ([`segment`]); one `ldmatrix.x4.trans` on NVIDIA.
+    ///
+    /// # Safety
+    /// As [`FragA::load_segments`].
+    #[inline(always)]
+    pub unsafe fn load_segments(at: SharedAddr) -> Self {
+        #[cfg(all(target_arch = "nvptx64", target_feature = "sm_80"))]
+        if uses_ldmatrix::<T>() {
+            // SAFETY: the caller's contract.
+            let w = unsafe { nvptx::ldmatrix_x4::<true>(at.raw()) };
+            // SAFETY: T is a 16-bit type here.
+            return FragB { v: unsafe { cast(unpack16(w)) } };
+        }
+        // SAFETY: the caller's contract.
+        let seg = unsafe { read_segment::<T>(at) };
+        Self::from_fn(|k, c| segment_item(&seg, k, c))
     }
 }
 
