@@ -245,8 +245,10 @@ fn check_gemm<T: TestFloat + GemmElem>(dev: &Device, s: GemmShape, ta: bool, tb:
     }
 }
 
-const SHAPES: [(usize, usize, usize); 9] =
-    [(1, 1, 1), (7, 63, 65), (65, 7, 63), (63, 65, 7), (65, 65, 65), (1, 1000, 7), (1000, 7, 1), (7, 1, 1000), (129, 130, 40)];
+/// Sides 1, 7, 63, 65 and 1000 in each dimension, and a grid of several partial tiles in
+/// both dimensions.
+const SHAPES: [(usize, usize, usize); 10] =
+    [(1, 1, 1), (7, 63, 65), (65, 7, 63), (63, 65, 7), (65, 65, 65), (1, 1000, 7), (1000, 7, 1), (7, 1, 1000), (129, 130, 40), (700, 300, 24)];
 
 fn gemm_all_shapes<T: TestFloat + GemmElem>() {
     for dev in matrix_executors() {
@@ -258,10 +260,10 @@ fn gemm_all_shapes<T: TestFloat + GemmElem>() {
         // next to partial ones in every direction, batched, and one full K step plus a
         // partial one.
         check_gemm::<T>(&dev, GemmShape { batch: 2, m: 130, n: 136, k: 72 }, false, false, 8, 0);
-        // The steady-state loop of work-groups wholly in range (128 x 256 tiles on
+        // The steady-state loop of work-groups wholly in range (256 x 128 tiles on
         // mma.sync: several whole K steps after the pipeline's first ones, then a partial
         // one), with bias and activation in the staged epilogue.
-        check_gemm::<T>(&dev, GemmShape { batch: 1, m: 130, n: 264, k: 200 }, false, false, 0, 2);
+        check_gemm::<T>(&dev, GemmShape { batch: 1, m: 260, n: 136, k: 200 }, false, false, 0, 2);
         // Every transpose combination, batched, with gaps between batch entries.
         for t in 0..4 {
             check_gemm::<T>(&dev, GemmShape { batch: 3, m: 33, n: 40, k: 48 }, t % 2 == 1, t / 2 == 1, 8, t);
