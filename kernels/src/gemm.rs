@@ -569,11 +569,15 @@ unsafe fn staged_epilogue<T: GemmElem>(
     }
 }
 
-/// `C[z] = act(alpha * A[z] B[z] + bias)` for `z` in the batch (grid z), where
+/// `C[z] = act(alpha * A[z] B[z] + bias)` for `z` in the batch, where
 /// `A[z][i][k] = a[z * a_bs + i * a_rs + k * a_cs]`, `B[z][k][j] = b[z * b_bs + k * b_rs +
 /// j * b_cs]`, `C[z][i][j] = c[z * c_bs + i * ldc + j]`, `bias` (empty: none) indexed by
-/// `j`, `act` 0 none, 1 ReLU, 2 GELU (erf), 3 SiLU. Launch with [`host::matmul`] (it
-/// checks the shapes and sizes the grid for the device's lowering).
+/// `j`, `act` 0 none, 1 ReLU, 2 GELU (erf), 3 SiLU. Grid z is `batch x splits`: with
+/// `splits > 1` (split-K) work-group `(z, s)` multiplies the `s`-th of `splits` equal runs
+/// of K steps and writes its raw f32 sums to `ws[(z * splits + s) * m * n ..]` (dense
+/// `m x n`), and [`gemm_split_sum`] adds them up in order and applies the epilogue.
+/// Launch with [`host::matmul`] (it checks the shapes and sizes the grid for the device's
+/// lowering).
 #[amdgpu_kernel(T = [f32, f16, bf16], max_threads = 256)]
 #[allow(clippy::too_many_arguments)]
 #[inline(always)]
@@ -582,6 +586,7 @@ pub fn gemm_tiled<T: GemmElem>(
     b: &[T],
     bias: &[T],
     c: &mut [T],
+    ws: &mut [f32],
     m: u32,
     n: u32,
     k: u32,
@@ -595,6 +600,7 @@ pub fn gemm_tiled<T: GemmElem>(
     c_bs: usize,
     alpha: f32,
     act: u32,
+    splits: u32,
     smem: SharedDyn<T>,
 ) {
     let low = mma::lowering();
@@ -608,29 +614,37 @@ pub fn gemm_tiled<T: GemmElem>(
     if smem.len() < smem_elems::<T>(low) {
         panic!("gemm_tiled: shared memory too small for the pipeline");
     }
-    let (m, n, k) = (m as usize, n as usize, k as usize);
+    let (m, n, k, splits) = (m as usize, n as usize, k as usize, splits.max(1) as usize);
     let (a_rs, a_cs, b_rs, b_cs) = (a_rs as usize, a_cs as usize, b_rs as usize, b_cs as usize);
     let ldc = ldc as usize;
     // One uniform check that every element the launch touches lies in its buffer, so the
     // loops below index without per-element checks.
-    let last = grid_dim_z() as usize - 1;
+    let last = grid_dim_z() as usize / splits - 1;
     let fits = |len: usize, bs: usize, rows: usize, rs: usize, cols: usize, cs: usize| {
         rows == 0 || cols == 0 || last * bs + (rows - 1) * rs + (cols - 1) * cs < len
     };
     if !(fits(a.len(), a_bs, m, a_rs, k, a_cs)
         && fits(b.len(), b_bs, k, b_rs, n, b_cs)
         && fits(c.len(), c_bs, m, ldc, n, 1)
-        && (bias.is_empty() || bias.len() >= n))
+        && (bias.is_empty() || bias.len() >= n)
+        && (splits == 1 || ws.len() >= (last + 1) * splits * m * n)
+        && (splits > 1 || ws.is_empty()))
     {
         panic!("gemm_tiled: a buffer is shorter than the shape and strides need");
     }
     let wave = flat_thread_idx() as usize / wave::size() as usize;
     let (wy, wx) = (wave / waves(low).1, wave % waves(low).1);
-    let (m0, n0, z) = (block_idx_y() as usize * bm, block_idx_x() as usize * bn, block_idx_z() as usize);
+    let (m0, n0) = (block_idx_y() as usize * bm, block_idx_x() as usize * bn);
+    let (z, split) = (block_idx_z() as usize / splits, block_idx_z() as usize % splits);
+    // This work-group's run of K steps (all of K without split-K); `k` is its length
+    // from here on.
+    let per_split = k.div_ceil(bk).div_ceil(splits) * bk;
+    let k_begin = (split * per_split).min(k);
+    let k = (k_begin + per_split).min(k) - k_begin;
     let rows_a = m.saturating_sub(m0);
     let cols_b = n.saturating_sub(n0);
-    let a_base = z * a_bs + m0 * a_rs;
-    let b_base = z * b_bs + n0 * b_cs;
+    let a_base = z * a_bs + m0 * a_rs + k_begin * a_cs;
+    let b_base = z * b_bs + n0 * b_cs + k_begin * b_rs;
     // Chunked copies where they are asynchronous, and on the CPU executor (which checks
     // the same plan); on AMD the element path alone keeps the kernel within the gfx9
     // scalar-register budget.
@@ -783,20 +797,34 @@ pub fn gemm_tiled<T: GemmElem>(
             });
         });
         barrier();
-        // SAFETY: the tile holds this work-group's BM x BN results; every element written
-        // lies in `c` (checked at the start).
-        unsafe {
-            staged_epilogue::<T>(tile, ldt, (rows_a.min(bm), cols_b.min(bn)), (bm, bn), c_ptr.add(z * c_bs + m0 * ldc + n0), ldc, bias, n0, alpha, act);
+        let valid = (rows_a.min(bm), cols_b.min(bn));
+        // (The epilogue derives what it needs from the kernel's arguments and block index
+        // again, so nothing of split-K stays live through the K loop.)
+        if !ws.is_empty() {
+            // SAFETY: as below, for the dense m x n partial sums of (z, split) = grid z in
+            // `ws` (only split-K launches pass a workspace).
+            unsafe {
+                let out = ws.as_mut_ptr().add(block_idx_z() as usize * m * n + m0 * n + n0);
+                staged_epilogue::<f32>(tile, ldt, valid, (bm, bn), out, n, &[], n0, 1.0, 0);
+            }
+        } else {
+            // SAFETY: the tile holds this work-group's BM x BN results; every element
+            // written lies in `c` (checked at the start).
+            unsafe { staged_epilogue::<T>(tile, ldt, valid, (bm, bn), c_ptr.add(block_idx_z() as usize * c_bs + m0 * ldc + n0), ldc, bias, n0, alpha, act) };
         }
         return;
     }
+    let ws_ptr = ws.as_mut_ptr();
     each!(i in [0, 1, 2, 3] {
         each!(j in [0, 1, 2, 3] {
             if i < fm && j < fn_ {
                 let (row0, col0) = (m0 + (wy * fm + i) * 16, n0 + (wx * fn_ + j) * 16);
                 acc[i][j].for_each(|r, cc, v| {
                     let (row, col) = (row0 + r, col0 + cc);
-                    if row < m && col < n {
+                    if row < m && col < n && !ws.is_empty() {
+                        // SAFETY: row < m, col < n: inside (z, split)'s partial sums.
+                        unsafe { *ws_ptr.add(block_idx_z() as usize * m * n + row * n + col) = v };
+                    } else if row < m && col < n {
                         let mut x = v * alpha;
                         // SAFETY: row < m, col < n: inside the buffers (checked at the start).
                         unsafe {
@@ -810,6 +838,29 @@ pub fn gemm_tiled<T: GemmElem>(
             }
         });
     });
+}
+
+/// The second pass of split-K: `C[z][i][j] = act(alpha * sum_s ws[(z * splits + s) * m *
+/// n + i * n + j] + bias[j])`, the partial sums added in split order (the result does not
+/// depend on timing). One work-item per element of `C[z]` (grid x), `z` = grid z.
+#[amdgpu_kernel(T = [f32, f16, bf16], max_threads = 256)]
+#[allow(clippy::too_many_arguments)]
+pub fn gemm_split_sum<T: GemmElem>(ws: &[f32], bias: &[T], c: &mut [T], m: u32, n: u32, ldc: u32, c_bs: usize, splits: u32, alpha: f32, act: u32) {
+    let (m, n, ldc, splits) = (m as usize, n as usize, ldc as usize, splits as usize);
+    let (e, z) = (global_idx_x(), block_idx_z() as usize);
+    if e >= m * n {
+        return;
+    }
+    let (i, j) = (e / n, e % n);
+    let mut sum = ws[z * splits * m * n + e];
+    for s in 1..splits {
+        sum += ws[(z * splits + s) * m * n + e];
+    }
+    let mut x = sum * alpha;
+    if !bias.is_empty() {
+        x += bias[j].to_f32();
+    }
+    c[z * c_bs + i * ldc + j] = T::from_f32(activate(x, act));
 }
 
 /// One wave: `d = a * b + c` for row-major 16x16 tiles through one `mma` (a test probe

@@ -264,6 +264,12 @@ fn gemm_all_shapes<T: TestFloat + GemmElem>() {
         // mma.sync: several whole K steps after the pipeline's first ones, then a partial
         // one), with bias and activation in the staged epilogue.
         check_gemm::<T>(&dev, GemmShape { batch: 1, m: 260, n: 136, k: 200 }, false, false, 0, 2);
+        // Split-K (few output tiles, long K): partial sums in a workspace, added in order
+        // by the second pass with bias and activation; batched, B transposed or not.
+        let s = GemmShape { batch: 2, m: 33, n: 40, k: 1100 };
+        assert!(gemm::splits_for::<T>(gemm::lowering_of(&dev), s) > 1, "{}: split-K not taken", name(&dev));
+        check_gemm::<T>(&dev, s, false, true, 8, 3);
+        check_gemm::<T>(&dev, GemmShape { batch: 1, m: 5, n: 300, k: 2000 }, false, false, 0, 2);
         // Every transpose combination, batched, with gaps between batch entries.
         for t in 0..4 {
             check_gemm::<T>(&dev, GemmShape { batch: 3, m: 33, n: 40, k: 48 }, t % 2 == 1, t / 2 == 1, 8, t);

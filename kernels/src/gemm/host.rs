@@ -1,5 +1,5 @@
 //! The checked GEMM launcher: shapes, strides and sizes validated before anything runs.
-use super::{block_tile, gemm_tiled, smem_elems, work_group_size, GemmElem};
+use super::{block_tile, gemm_split_sum, gemm_tiled, smem_elems, work_group_size, GemmElem};
 use crate::runtime::{Device, DeviceVec};
 use crate::dtype::host::arg_len;
 use kernel_dsl::host::{KernelArgSlice, KernelArgSliceMut, LaunchConfig, LaunchError, MatrixUnit, ScalarArg};
@@ -226,14 +226,17 @@ pub fn matmul_strided<T: GemmElem + ScalarArg>(
     let low = lowering_of(dev);
     let (bm, bn, _) = block_tile::<T>(low);
     let (gx, gy) = (n.div_ceil(bn), m.div_ceil(bm));
-    if gy > 65535 || batch > 65535 {
+    let splits = splits_for::<T>(low, shape);
+    if gy > 65535 || batch * splits > 65535 {
         return Err(invalid(format!("{m} rows ({gy} tiles) or batch {batch} exceed the 65535 grid limit")));
     }
     let cfg = LaunchConfig::new(
-        Dim3::new(to_u32("n tiles", gx)?, gy as u32, batch as u32),
+        Dim3::new(to_u32("n tiles", gx)?, gy as u32, (batch * splits) as u32),
         Dim3::x(work_group_size(low) as u32),
     )
     .with_dynamic_shared(smem_elems::<T>(low));
+    // Split-K's partial sums: batch x splits dense m x n f32 blocks (none without it).
+    let mut ws = dev.alloc_uninit::<f32>(if splits > 1 { batch * splits * m * n } else { 0 })?;
     let none: Vec<T> = Vec::new();
     let bias: &dyn kernel_dsl::host::KernelArgSlice<T> = match epilogue.bias {
         Some(b) => b,
@@ -252,6 +255,7 @@ pub fn matmul_strided<T: GemmElem + ScalarArg>(
         b,
         bias,
         c,
+        &mut ws,
         to_u32("m", m)?,
         to_u32("n", n)?,
         to_u32("k", k)?,
@@ -263,7 +267,41 @@ pub fn matmul_strided<T: GemmElem + ScalarArg>(
         a_s.batch,
         b_s.batch,
         c_batch_stride,
-        epilogue.alpha,
+        if splits > 1 { 1.0 } else { epilogue.alpha },
         act,
-    )
+        splits as u32,
+    )?;
+    if splits > 1 {
+        let cfg = LaunchConfig::new(Dim3::new(to_u32("C elements", (m * n).div_ceil(256))?, 1, batch as u32), Dim3::x(256));
+        gemm_split_sum::launch::<T>(
+            dev,
+            cfg,
+            &ws,
+            bias,
+            c,
+            to_u32("m", m)?,
+            to_u32("n", n)?,
+            to_u32("ldc", ldc)?,
+            c_batch_stride,
+            splits as u32,
+            epilogue.alpha,
+            act,
+        )?;
+    }
+    Ok(())
+}
+
+/// How many runs K is split into (split-K) for `shape` on a lowering: products with
+/// fewer than 64 output tiles and at least 8 K steps per tile get about 128 work-groups
+/// (a wave of them on a GPU of 100-300 compute units), each with at least 4 K steps, at
+/// most 16 runs; others 1. Decode-sized products (a few rows against a large weight)
+/// would otherwise run one work-group per 128 output columns on a handful of units.
+pub fn splits_for<T: GemmElem>(low: Lowering, shape: GemmShape) -> usize {
+    let (bm, bn, bk) = block_tile::<T>(low);
+    let tiles = shape.batch * shape.m.div_ceil(bm) * shape.n.div_ceil(bn);
+    let steps = shape.k.div_ceil(bk);
+    if tiles == 0 || tiles >= 64 || steps < 8 {
+        return 1;
+    }
+    128usize.div_ceil(tiles).min(steps / 4).clamp(1, 16)
 }
