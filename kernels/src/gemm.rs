@@ -358,6 +358,53 @@ fn copy_elems<T: GemmElem>(
     }
 }
 
+/// The fragments of slice `kk` (16 deep) of a swizzled K-step buffer for this wave:
+/// `fm` A and `fn` B fragments through [`FragA::load_segments`], from this lane's segment
+/// offsets `(a_seg, b_seg)` of the buffer (for `kk = 0`, `j = 0`; see [`mma_k16`]).
+#[inline(always)]
+fn load_slice<T: GemmElem>(
+    (fm, fn_): (usize, usize),
+    smem: SharedAddr,
+    (a_seg, b_seg): (usize, usize),
+    (lda, ldb): (usize, usize),
+    kk: usize,
+) -> ([FragA<T::Frag>; MAX_F], [FragB<T::Frag>; MAX_F]) {
+    let size = core::mem::size_of::<T>();
+    let mut a = [FragA::<T::Frag>::zero(); MAX_F];
+    let mut b = [FragB::<T::Frag>::zero(); MAX_F];
+    each!(j in [0, 1, 2, 3] {
+        if j < fn_ {
+            // SAFETY: this lane's segment of B fragment j in rows kk*16.. (swizzled:
+            // chunk 2j + h of k row r sits at chunk (2j + h) ^ (r % 8)).
+            b[j] = unsafe { FragB::load_segments(smem.add((b_seg ^ (j * 32)) + kk * 16 * ldb * size)) };
+        }
+    });
+    each!(i in [0, 1, 2, 3] {
+        if i < fm {
+            // SAFETY: this lane's segment of A fragment i in columns kk*16.. (chunk
+            // 2 kk + h of row r sits at chunk (2 kk + h) ^ (r % 8)).
+            a[i] = unsafe { FragA::load_segments(smem.add((a_seg ^ (kk * 32)) + i * 16 * lda * size)) };
+        }
+    });
+    (a, b)
+}
+
+/// `acc[i][j] += a[i] b[j]` over this wave's `fm x fn` fragments.
+#[inline(always)]
+fn mma_slice<T: GemmElem>(
+    acc: &mut [[FragC<f32>; MAX_F]; MAX_F],
+    (fm, fn_): (usize, usize),
+    (a, b): &([FragA<T::Frag>; MAX_F], [FragB<T::Frag>; MAX_F]),
+) {
+    each!(i in [0, 1, 2, 3] {
+        each!(j in [0, 1, 2, 3] {
+            if i < fm && j < fn_ {
+                acc[i][j] = mma::mma(&a[i], &b[j], acc[i][j]);
+            }
+        });
+    });
+}
+
 /// [`mma_k16`] without a matrix unit for f32 inputs: exact f32 products straight from
 /// shared memory, in the accumulator layout (three emulated bf16 products would cost more
 /// registers than gfx10 has).
@@ -747,35 +794,82 @@ pub fn gemm_tiled<T: GemmElem>(
             });
         }};
     }
-    // Steady state of a work-group whose tiles lie wholly in range: every refill is a
-    // whole K step, copied without a branch (the copies of a branchy refill came out
-    // of ptxas as one and a half times the L2 sectors and 2.6 times the shared-memory
-    // wavefronts a whole tile needs).
-    let mut step = 0;
-    if let (Some(ap), Some(bp)) = (a_plan, b_plan) {
-        if a_rows_full && b_cols_full {
-            let steady = (k / bk).saturating_sub(nstages - 1);
-            while step < steady {
-                k_step!(step, {
-                    let buf_a = smem_at.add(fill);
-                    // SAFETY: step + nstages - 1 < k / bk: a whole K step of whole tiles.
-                    unsafe {
-                        ap.copy_whole(a_next, buf_a);
-                        bp.copy_whole(b_next, buf_a.add(a_tile * size));
+    // The swizzled (16-bit `mma.sync`) path, software-pipelined: the fragments of slice
+    // kk + 1 load while slice kk multiplies, and the wait and barrier for the next step
+    // come before the products of the second-to-last slice (whose fragments, and the
+    // last slice's, are already in registers), so the tensor units have work across the
+    // barrier and the next step's first fragments load behind the last slice.
+    let mut frags = [([FragA::<T::Frag>::zero(); MAX_F], [FragB::<T::Frag>::zero(); MAX_F]); 2];
+    // This lane's segment offsets in the buffer being multiplied (set before first use).
+    let (mut cur_a, mut cur_b): (usize, usize);
+    macro_rules! k_step_pipelined {
+        ($step:expr, $refill:block) => {{
+            each!(kk in [0, 1, 2, 3] {
+                if kk == refill_at {
+                    $refill
+                    fill = next(fill);
+                }
+                if kk == 3 {
+                    // From the next step's buffer (the barrier at slice 2 made it ready).
+                    frags[0] = load_slice::<T>((fm, fn_), smem_at, (cur_a, cur_b), (lda, ldb), 0);
+                } else {
+                    frags[(kk + 1) % 2] = load_slice::<T>((fm, fn_), smem_at, (cur_a, cur_b), (lda, ldb), kk + 1);
+                }
+                if kk == 2 {
+                    mma::copy::wait_groups(nstages as u32 - 2);
+                    barrier();
+                    (cur_a, cur_b) = (read + a_seg, read + b_seg);
+                    read = next(read);
+                }
+                mma_slice::<T>(&mut acc, (fm, fn_), &frags[kk % 2]);
+            });
+        }};
+    }
+    // Runs every K step with `$k_step`: first, for a work-group whose tiles lie wholly in
+    // range, the steady state where every refill is a whole K step, copied without a
+    // branch (the copies of a branchy refill came out of ptxas as one and a half times the
+    // L2 sectors and 2.6 times the shared-memory wavefronts a whole tile needs); then the
+    // remaining steps with the general copies.
+    macro_rules! run_steps {
+        ($k_step:ident) => {{
+            let mut step = 0;
+            if let (Some(ap), Some(bp)) = (a_plan, b_plan) {
+                if a_rows_full && b_cols_full {
+                    let steady = (k / bk).saturating_sub(nstages - 1);
+                    while step < steady {
+                        $k_step!(step, {
+                            let buf_a = smem_at.add(fill);
+                            // SAFETY: step + nstages - 1 < k / bk: a whole K step of whole tiles.
+                            unsafe {
+                                ap.copy_whole(a_next, buf_a);
+                                bp.copy_whole(b_next, buf_a.add(a_tile * size));
+                            }
+                            a_next = a_next.wrapping_add(bk);
+                            b_next = b_next.wrapping_add(bk * b_rs);
+                            mma::copy::commit();
+                        });
+                        step += 1;
                     }
-                    a_next = a_next.wrapping_add(bk);
-                    b_next = b_next.wrapping_add(bk * b_rs);
-                    mma::copy::commit();
+                }
+            }
+            while step < steps {
+                $k_step!(step, {
+                    load(step + nstages - 1, fill, &mut a_next, &mut b_next);
                 });
                 step += 1;
             }
-        }
+        }};
     }
-    while step < steps {
-        k_step!(step, {
-            load(step + nstages - 1, fill, &mut a_next, &mut b_next);
-        });
-        step += 1;
+    if swz && bk == 64 {
+        // Step 0's buffer, and its first slice's fragments.
+        mma::copy::wait_groups(nstages as u32 - 2);
+        barrier();
+        (cur_a, cur_b) = (read + a_seg, read + b_seg);
+        read = next(read);
+        frags[0] = load_slice::<T>((fm, fn_), smem_at, (cur_a, cur_b), (lda, ldb), 0);
+        run_steps!(k_step_pipelined);
+    } else {
+        run_steps!(k_step);
     }
 
     let has_bias = !bias.is_empty();
