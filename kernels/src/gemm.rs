@@ -661,7 +661,11 @@ pub fn gemm_tiled<T: GemmElem>(
     if smem.len() < smem_elems::<T>(low) {
         panic!("gemm_tiled: shared memory too small for the pipeline");
     }
-    let (m, n, k, splits) = (m as usize, n as usize, k as usize, splits.max(1) as usize);
+    // Split-K runs on the matrix units only ([`host::splits_for`]): on the VALU lowering
+    // `splits` is the constant 1, so none of its arithmetic competes for the registers
+    // the emulated products need (gfx1030 sits at its 128-VGPR cap there).
+    let splits = if low == Lowering::Valu { 1 } else { splits.max(1) as usize };
+    let (m, n, k) = (m as usize, n as usize, k as usize);
     let (a_rs, a_cs, b_rs, b_cs) = (a_rs as usize, a_cs as usize, b_rs as usize, b_cs as usize);
     let ldc = ldc as usize;
     // One uniform check that every element the launch touches lies in its buffer, so the

@@ -295,8 +295,13 @@ pub fn matmul_strided<T: GemmElem + ScalarArg>(
 /// fewer than 64 output tiles and at least 8 K steps per tile get about 128 work-groups
 /// (a wave of them on a GPU of 100-300 compute units), each with at least 4 K steps, at
 /// most 16 runs; others 1. Decode-sized products (a few rows against a large weight)
-/// would otherwise run one work-group per 128 output columns on a handful of units.
+/// would otherwise run one work-group per output tile on a handful of units. Always 1 on
+/// the VALU lowering (no matrix unit: the products, not the grid, bound it, and its
+/// kernel has no registers to spare).
 pub fn splits_for<T: GemmElem>(low: Lowering, shape: GemmShape) -> usize {
+    if low == Lowering::Valu {
+        return 1;
+    }
     let (bm, bn, bk) = block_tile::<T>(low);
     let tiles = shape.batch * shape.m.div_ceil(bm) * shape.n.div_ceil(bn);
     let steps = shape.k.div_ceil(bk);
