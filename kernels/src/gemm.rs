@@ -360,7 +360,9 @@ fn copy_elems<T: GemmElem>(
 
 /// The fragments of slice `kk` (16 deep) of a swizzled K-step buffer for this wave:
 /// `fm` A and `fn` B fragments through [`FragA::load_segments`], from this lane's segment
-/// offsets `(a_seg, b_seg)` of the buffer (for `kk = 0`, `j = 0`; see [`mma_k16`]).
+/// offsets `(a_seg, b_seg)` in the buffer for `kk = 0`, `j = 0`: chunk `2 kk + h` of a
+/// row sits at chunk `(2 kk + h) ^ (row % 8)`, so slice `kk` is at `a_seg ^ 32 kk` and B
+/// fragment `j` at `b_seg ^ 32 j` (rows are whole 128-byte lines), plus constants.
 #[inline(always)]
 fn load_slice<T: GemmElem>(
     (fm, fn_): (usize, usize),
@@ -441,10 +443,8 @@ fn f32_k16_valu<T: GemmElem>(
 /// One 16-deep slice `kk` of a K step: this wave's `fm x fn` fragments of A and B read
 /// from the buffer and multiplied into `acc`. 16-bit inputs load through
 /// [`FragA::load_shared_at`] from the lane addresses `sa_lane`/`sb_lane` plus constant
-/// offsets, or from swizzled tiles ([`swizzled`]: `swz = Some((smem, a_seg, b_seg))`,
-/// the byte offsets of this lane's segments for `kk = 0` and `j = 0`) through
-/// [`FragA::load_segments`] at `a_seg ^ 32 kk` / `b_seg ^ 32 j` plus constants; f32 inputs (split into bf16 hi + lo) element by element from `sa`/`sb`, as
-/// three products. (Not inlined on the CPU executor, whose work-item stacks would
+/// offsets; f32 inputs (split into bf16 hi + lo) element by element from `sa`/`sb`, as
+/// three products. (Swizzled tiles take [`load_slice`] and [`mma_slice`] instead.) (Not inlined on the CPU executor, whose work-item stacks would
 /// otherwise hold every unrolled copy's locals.)
 #[cfg_attr(any(target_arch = "amdgpu", target_arch = "nvptx64"), inline(always))]
 #[cfg_attr(not(any(target_arch = "amdgpu", target_arch = "nvptx64")), inline(never))]
@@ -454,7 +454,6 @@ fn mma_k16<T: GemmElem>(
     (fm, fn_): (usize, usize),
     (sa, sb): (*const T, *const T),
     (sa_lane, sb_lane): (SharedAddr, SharedAddr),
-    swz: Option<(SharedAddr, usize, usize)>,
     (lda, ldb): (usize, usize),
     (wy, wx): (usize, usize),
     kk: usize,
@@ -470,14 +469,9 @@ fn mma_k16<T: GemmElem>(
             bf[j] = if T::SPLIT {
                 FragB::from_fn(|q, cc| bt(q, cc).hi())
             } else {
-                match swz {
-                    // SAFETY: this lane's segment of the fragment's rows and columns
-                    // (chunk 2j + h of k row r sits at chunk (2j + h) ^ (r % 8)).
-                    Some((smem, _, b_seg)) => unsafe { FragB::load_segments(smem.add((b_seg ^ (j * 32)) + kk * 16 * ldb * size)) },
-                    // SAFETY: as above (sb_lane is this wave's column block plus the lane
-                    // offset); ldb and the columns are multiples of 8.
-                    None => unsafe { FragB::load_shared_at(sb_lane.add((kk * 16 * ldb + j * 16) * size), ldb) },
-                }
+                // SAFETY: as above (sb_lane is this wave's column block plus the lane
+                // offset); ldb and the columns are multiples of 8.
+                unsafe { FragB::load_shared_at(sb_lane.add((kk * 16 * ldb + j * 16) * size), ldb) }
             };
             if T::SPLIT {
                 bl[j] = FragB::from_fn(|q, cc| bt(q, cc).lo());
@@ -493,14 +487,9 @@ fn mma_k16<T: GemmElem>(
             let af = if T::SPLIT {
                 FragA::from_fn(|r, q| at(r, q).hi())
             } else {
-                match swz {
-                    // SAFETY: this lane's segment (chunk 2 kk + h of row r sits at chunk
-                    // (2 kk + h) ^ (r % 8)).
-                    Some((smem, a_seg, _)) => unsafe { FragA::load_segments(smem.add((a_seg ^ (kk * 32)) + i * 16 * lda * size)) },
-                    // SAFETY: as above (sa_lane is this wave's row block plus the lane
-                    // offset); rows are 16-byte aligned (lda, kk*16 multiples of 8).
-                    None => unsafe { FragA::load_shared_at(sa_lane.add((i * 16 * lda + kk * 16) * size), lda) },
-                }
+                // SAFETY: as above (sa_lane is this wave's row block plus the lane offset);
+                // rows are 16-byte aligned (lda, kk*16 multiples of 8).
+                unsafe { FragA::load_shared_at(sa_lane.add((i * 16 * lda + kk * 16) * size), lda) }
             };
             let al = if T::SPLIT { FragA::from_fn(|r, q| at(r, q).lo()) } else { FragA::zero() };
             each!(j in [0, 1, 2, 3] {
@@ -770,9 +759,9 @@ pub fn gemm_tiled<T: GemmElem>(
     // copies queue behind work the tensor units already have (a single slice: before it).
     let refill_at = if bk / 16 > 1 { 1 } else { 0 };
     // One K step: wait for its buffer, then the products of its 16-deep slices, with
-    // `$refill` (the copies of step `$step + nstages - 1`) issued at slice `refill_at`.
+    // `$refill` (the copies of the step `nstages - 1` ahead) issued at slice `refill_at`.
     macro_rules! k_step {
-        ($step:expr, $refill:block) => {{
+        ($refill:block) => {{
             // Step `step`'s group is done once at most nstages - 2 younger ones are pending.
             mma::copy::wait_groups(nstages as u32 - 2);
             barrier();
@@ -781,7 +770,6 @@ pub fn gemm_tiled<T: GemmElem>(
             // SAFETY: as above.
             let sb_ptr = unsafe { sa_ptr.add(a_tile) };
             let (sa_lane, sb_lane) = (smem_at.add(read + a_lane), smem_at.add(read + b_lane));
-            let segs = if swz { Some((smem_at, read + a_seg, read + b_seg)) } else { None };
             read = next(read);
             each!(kk in [0, 1, 2, 3] {
                 if kk == refill_at {
@@ -792,7 +780,7 @@ pub fn gemm_tiled<T: GemmElem>(
                     if T::SPLIT && low == Lowering::Valu {
                         f32_k16_valu::<T>(&mut acc, (fm, fn_), (sa_ptr, sb_ptr), (lda, ldb), (wy, wx), kk);
                     } else {
-                        mma_k16::<T>(&mut acc, (fm, fn_), (sa_ptr, sb_ptr), (sa_lane, sb_lane), segs, (lda, ldb), (wy, wx), kk);
+                        mma_k16::<T>(&mut acc, (fm, fn_), (sa_ptr, sb_ptr), (sa_lane, sb_lane), (lda, ldb), (wy, wx), kk);
                     }
                 }
             });
@@ -807,7 +795,7 @@ pub fn gemm_tiled<T: GemmElem>(
     // This lane's segment offsets in the buffer being multiplied (set before first use).
     let (mut cur_a, mut cur_b): (usize, usize);
     macro_rules! k_step_pipelined {
-        ($step:expr, $refill:block) => {{
+        ($refill:block) => {{
             each!(kk in [0, 1, 2, 3] {
                 if kk == refill_at {
                     $refill
@@ -841,7 +829,7 @@ pub fn gemm_tiled<T: GemmElem>(
                 if a_rows_full && b_cols_full {
                     let steady = (k / bk).saturating_sub(nstages - 1);
                     while step < steady {
-                        $k_step!(step, {
+                        $k_step!({
                             let buf_a = smem_at.add(fill);
                             // SAFETY: step + nstages - 1 < k / bk: a whole K step of whole tiles.
                             unsafe {
@@ -857,7 +845,7 @@ pub fn gemm_tiled<T: GemmElem>(
                 }
             }
             while step < steps {
-                $k_step!(step, {
+                $k_step!({
                     load(step + nstages - 1, fill, &mut a_next, &mut b_next);
                 });
                 step += 1;
