@@ -363,7 +363,8 @@ fn copy_elems<T: GemmElem>(
 /// offsets `(a_seg, b_seg)` in the buffer for `kk = 0`, `j = 0`: chunk `2 kk + h` of a
 /// row sits at chunk `(2 kk + h) ^ (row % 8)`, so slice `kk` is at `a_seg ^ 32 kk` and B
 /// fragment `j` at `b_seg ^ 32 j` (rows are whole 128-byte lines), plus constants.
-#[inline(always)]
+#[cfg_attr(any(target_arch = "amdgpu", target_arch = "nvptx64"), inline(always))]
+#[cfg_attr(not(any(target_arch = "amdgpu", target_arch = "nvptx64")), inline(never))]
 fn load_slice<T: GemmElem>(
     (fm, fn_): (usize, usize),
     smem: SharedAddr,
@@ -392,7 +393,8 @@ fn load_slice<T: GemmElem>(
 }
 
 /// `acc[i][j] += a[i] b[j]` over this wave's `fm x fn` fragments.
-#[inline(always)]
+#[cfg_attr(any(target_arch = "amdgpu", target_arch = "nvptx64"), inline(always))]
+#[cfg_attr(not(any(target_arch = "amdgpu", target_arch = "nvptx64")), inline(never))]
 fn mma_slice<T: GemmElem>(
     acc: &mut [[FragC<f32>; MAX_F]; MAX_F],
     (fm, fn_): (usize, usize),
@@ -531,7 +533,8 @@ fn bits16<T: Float>(x: T) -> u32 {
 /// # Safety
 /// `tile` holds `bm x ldt` f32 in shared memory; `out[r * ldc + c]` is writable for every
 /// valid `(r, c)`; `bias` is empty or covers columns `n0 .. n0 + cols`.
-#[inline(always)]
+#[cfg_attr(any(target_arch = "amdgpu", target_arch = "nvptx64"), inline(always))]
+#[cfg_attr(not(any(target_arch = "amdgpu", target_arch = "nvptx64")), inline(never))]
 #[allow(clippy::too_many_arguments)]
 unsafe fn staged_epilogue<T: GemmElem>(
     tile: *const f32,
