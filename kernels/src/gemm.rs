@@ -758,8 +758,10 @@ pub fn gemm_tiled<T: GemmElem>(
     }
     let mut read = 0;
     // The refill of the buffer read in step - 1 (which every wave has left: the barrier at
-    // the top of the step) is issued after the first 16-deep slice's products, so its
-    // copies queue behind work the tensor units already have (a single slice: before it).
+    // the top of the step, or on the pipelined path the one before slice 2 of step - 1,
+    // after which nothing reads that buffer) is issued after the first 16-deep slice's
+    // products, so its copies queue behind work the tensor units already have (a single
+    // slice: before it).
     let refill_at = if bk / 16 > 1 { 1 } else { 0 };
     // One K step: wait for its buffer, then the products of its 16-deep slices, with
     // `$refill` (the copies of the step `nstages - 1` ahead) issued at slice `refill_at`.

@@ -314,12 +314,9 @@ impl<T: MmaInput> FragA<T> {
     /// As [`load_shared`](Self::load_shared) for the tile at `at` minus the lane offset.
     #[inline(always)]
     pub unsafe fn load_shared_at(at: SharedAddr, ld: usize) -> Self {
-        #[cfg(all(target_arch = "nvptx64", target_feature = "sm_80"))]
-        if uses_ldmatrix::<T>() {
-            // SAFETY: the caller's contract.
-            let w = unsafe { nvptx::ldmatrix_x4::<false>(at.raw()) };
-            // SAFETY: T is a 16-bit type here.
-            return FragA { v: unsafe { cast(unpack16(w)) } };
+        // SAFETY: the caller's contract.
+        if let Some(v) = unsafe { ldmatrix_items::<T, false>(at) } {
+            return FragA { v };
         }
         let base: *const T = at.as_ptr();
         // SAFETY: the caller's contract (the lane offset is 0 on this path).
@@ -353,12 +350,9 @@ impl<T: MmaInput> FragB<T> {
     /// As [`FragA::load_shared_at`].
     #[inline(always)]
     pub unsafe fn load_shared_at(at: SharedAddr, ld: usize) -> Self {
-        #[cfg(all(target_arch = "nvptx64", target_feature = "sm_80"))]
-        if uses_ldmatrix::<T>() {
-            // SAFETY: the caller's contract.
-            let w = unsafe { nvptx::ldmatrix_x4::<true>(at.raw()) };
-            // SAFETY: T is a 16-bit type here.
-            return FragB { v: unsafe { cast(unpack16(w)) } };
+        // SAFETY: the caller's contract.
+        if let Some(v) = unsafe { ldmatrix_items::<T, true>(at) } {
+            return FragB { v };
         }
         let base: *const T = at.as_ptr();
         // SAFETY: the caller's contract (the lane offset is 0 on this path).
@@ -418,12 +412,9 @@ impl<T: MmaInput> FragA<T> {
     /// `at` is 16-byte aligned shared memory holding this lane's segment, for every lane.
     #[inline(always)]
     pub unsafe fn load_segments(at: SharedAddr) -> Self {
-        #[cfg(all(target_arch = "nvptx64", target_feature = "sm_80"))]
-        if uses_ldmatrix::<T>() {
-            // SAFETY: the caller's contract.
-            let w = unsafe { nvptx::ldmatrix_x4::<false>(at.raw()) };
-            // SAFETY: T is a 16-bit type here.
-            return FragA { v: unsafe { cast(unpack16(w)) } };
+        // SAFETY: the caller's contract.
+        if let Some(v) = unsafe { ldmatrix_items::<T, false>(at) } {
+            return FragA { v };
         }
         // SAFETY: the caller's contract.
         let seg = unsafe { read_segment::<T>(at) };
@@ -439,17 +430,34 @@ impl<T: MmaInput> FragB<T> {
     /// As [`FragA::load_segments`].
     #[inline(always)]
     pub unsafe fn load_segments(at: SharedAddr) -> Self {
-        #[cfg(all(target_arch = "nvptx64", target_feature = "sm_80"))]
-        if uses_ldmatrix::<T>() {
-            // SAFETY: the caller's contract.
-            let w = unsafe { nvptx::ldmatrix_x4::<true>(at.raw()) };
-            // SAFETY: T is a 16-bit type here.
-            return FragB { v: unsafe { cast(unpack16(w)) } };
+        // SAFETY: the caller's contract.
+        if let Some(v) = unsafe { ldmatrix_items::<T, true>(at) } {
+            return FragB { v };
         }
         // SAFETY: the caller's contract.
         let seg = unsafe { read_segment::<T>(at) };
         Self::from_fn(|k, c| segment_item(&seg, k, c))
     }
+}
+
+/// This lane's A (`TRANS = false`) or B (`TRANS = true`, `ldmatrix.trans`) items from one
+/// `ldmatrix.x4` at the row address `at`, where fragments of `T` load with `ldmatrix`
+/// ([`uses_ldmatrix`]); `None` elsewhere (the caller loads element by element).
+///
+/// # Safety
+/// `at` is 16-byte aligned shared memory holding the row segment this lane names, for
+/// every lane.
+#[inline(always)]
+#[allow(unused_variables)]
+unsafe fn ldmatrix_items<T: MmaInput, const TRANS: bool>(at: SharedAddr) -> Option<[T; AB_CAP]> {
+    #[cfg(all(target_arch = "nvptx64", target_feature = "sm_80"))]
+    if uses_ldmatrix::<T>() {
+        // SAFETY: the caller's contract.
+        let w = unsafe { nvptx::ldmatrix_x4::<TRANS>(at.raw()) };
+        // SAFETY: T is a 16-bit type here.
+        return Some(unsafe { cast(unpack16(w)) });
+    }
+    None
 }
 
 /// `true` where 16x16 fragments of `T` load with `ldmatrix` (NVIDIA sm_80+, 16-bit inputs).

@@ -267,7 +267,7 @@ pub fn matmul_strided<T: GemmElem + ScalarArg>(
         a_s.batch,
         b_s.batch,
         c_batch_stride,
-        if splits > 1 { 1.0 } else { epilogue.alpha },
+        epilogue.alpha,
         act,
         splits as u32,
     )?;
