@@ -559,13 +559,9 @@ pub fn scatter_add<T: Float, I: IndexType>(
     }
 }
 
-/// Ring stages of [`scatter_add_slab`](fn@scatter_add_slab): rounds of sources in shared
-/// memory at once (the copies of the next `SLAB_STAGES - 2` rounds are in flight while
-/// one is added).
-pub const SLAB_STAGES: usize = 8;
-
-/// Rounds of [`scatter_add_slab`](fn@scatter_add_slab) per work-group barrier.
-const SLAB_PAIR: usize = 2;
+/// Bytes of [`scatter_add_slab`](fn@scatter_add_slab)'s ring of staged sources (with a
+/// 64 KiB slab, three work-groups still share an H100 SM).
+pub const SLAB_RING_BYTES: usize = 10 * 1024;
 
 /// Columns of one [`scatter_add_slab`](fn@scatter_add_slab) work-group for elements of
 /// `size` bytes: one 16-byte chunk of a destination row (4 `f32`, 8 `f16`/`bf16`).
@@ -573,39 +569,58 @@ pub const fn slab_cols(size: usize) -> usize {
     16 / size
 }
 
+/// 16-byte words of one staged source row of [`scatter_add_slab`](fn@scatter_add_slab):
+/// its ids (`index_size` bytes per column), then its values.
+const fn slab_row_words(elem_size: usize, index_size: usize) -> usize {
+    slab_cols(elem_size) * index_size / 16 + 1
+}
+
+/// Ring stages of [`scatter_add_slab`](fn@scatter_add_slab), each a round of `lanes`
+/// source rows: as many as [`SLAB_RING_BYTES`] holds, 3 to 9 (the copies of the next
+/// `stages - 2` rounds are in flight while one is added).
+pub const fn slab_stages(lanes: usize, elem_size: usize, index_size: usize) -> usize {
+    let s = SLAB_RING_BYTES / (lanes * slab_row_words(elem_size, index_size) * 16);
+    if s < 3 {
+        3
+    } else if s > 9 {
+        9
+    } else {
+        s
+    }
+}
+
 /// 16-byte words of shared memory [`scatter_add_slab`](fn@scatter_add_slab) takes: the
-/// destination slab (`dst_dim` rows of one word) and [`SLAB_STAGES`] rounds of `lanes`
-/// source rows (their ids, `index_size` bytes per column, then their values).
+/// destination slab (`dst_dim` rows of one word) and [`slab_stages`] rounds of `lanes`
+/// source rows.
 pub const fn slab_words(dst_dim: usize, lanes: usize, elem_size: usize, index_size: usize) -> usize {
-    dst_dim + SLAB_STAGES * lanes * (slab_cols(elem_size) * index_size / 16 + 1)
+    dst_dim + slab_stages(lanes, elem_size, index_size) * lanes * slab_row_words(elem_size, index_size)
 }
 
 /// [`scatter_add`](fn@scatter_add) with the work-group's destination columns resident in
 /// shared memory: the same result bit for bit (each destination gets its sources added in
 /// source order, f16/bf16 rounded to their type after each add).
 ///
-/// A work-group takes `C` = [`slab_cols`] adjacent columns (one 16-byte chunk of each
-/// destination row) and one wave per column:
-/// 1. It copies its `dst_dim x C` slab of `dst` into shared memory, and the sources (ids
-///    and values, `wave::size()` source rows per round) into a ring of [`SLAB_STAGES`]
-///    rounds, asynchronously where the target can (`cp.async`), the later rounds' copies
-///    in flight while a round is added.
-/// 2. Per round, the wave of column `c` has lane `j` take source `j` of the round: the lanes
-///    with its destination ([`wave::match_any`]) give it the previous source of that
-///    destination in the round (or none: it loads the slab) and whether it is the last;
-///    the adds run along each destination's chain through shuffles, the last source
-///    stores to the slab. Rounds go in pairs per work-group barrier (both rounds' matches
-///    first, a [`wave::sync`] between their adds). Destinations in shared memory make the
-///    rounds independent of global-memory latency; the rounds themselves are latency-bound
-///    (H100: 0.13 instructions issued per scheduler and cycle, stalled on shared-memory
-///    and warp-collective results, 12 warps per SM with 64 KiB slabs).
+/// A work-group of `W` waves (`W` divides `C`) takes `C` = [`slab_cols`] adjacent columns
+/// (one 16-byte chunk of each destination row); wave `w` owns `C / W` of them:
+/// 1. The work-group copies its `dst_dim x C` slab of `dst` into shared memory, and the
+///    sources (ids and values, `wave::size()` source rows per round) into a ring of
+///    [`slab_stages`] rounds, asynchronously where the target can (`cp.async`), the later
+///    rounds' copies in flight while a round is added.
+/// 2. A wave takes a round in `C / W` steps of `R = wave::size() * W / C` source rows; in a
+///    step, lane `j * (C / W) + c` takes source row `j` of its column `c`. Each lane
+///    compares its destination with the step's other rows of its column (`R / 2`
+///    shuffles). Where no two rows of a step share a destination (one vote per round),
+///    every lane adds its source to the slab at once, steps in order; a step with a shared
+///    destination adds its rows one after another. Each column thus sees its sources in
+///    order, with no chains through shuffles; the waves' columns are independent (one
+///    work-group barrier per round, for the ring).
 /// 3. The slab goes back to `dst` in 16-byte stores.
 ///
 /// Needs `right % C == 0`, 16-byte aligned buffers and [`slab_words`] words of `slab`
 /// (checked by [`ops::scatter_add`], which otherwise runs [`scatter_add`](fn@scatter_add)).
-/// Launch with work-groups of `C * wave::size()` work-items, one per `C` columns (a 2-D
-/// grid, x fastest).
-#[amdgpu_kernel(T = [f32, f16, bf16], I = [u32, i64], max_threads = 512)]
+/// Launch with `W` waves per work-group, one work-group per `C` columns (a 2-D grid, x
+/// fastest): [`slab_config`].
+#[amdgpu_kernel(T = [f32, f16, bf16], I = [u32, i64], max_threads = 256)]
 pub fn scatter_add_slab<T: Float, I: IndexType>(
     src: &[T],
     ids: &[I],
@@ -616,10 +631,41 @@ pub fn scatter_add_slab<T: Float, I: IndexType>(
     right: usize,
     slab: SharedDyn<Words4>,
 ) {
+    // One body per wave count: its lane mapping and loops are then constants (computed at
+    // run time, the divisions and unrolled-loop guards made the rounds four times slower on the H100).
+    let args = (src, ids, dst, left, n, dst_dim, right, slab);
+    let waves = flat_block_dim() / wave::size();
+    if wave::size() >= 64 {
+        // Waves of 64 (gfx9) take one wave per work-group: the other bodies spilled the
+        // scalar registers there ([`slab_max_waves`]).
+        if waves == 1 {
+            slab_body::<T, I, 1>(args);
+        }
+        return;
+    }
+    match waves {
+        1 => slab_body::<T, I, 1>(args),
+        2 => slab_body::<T, I, 2>(args),
+        4 => slab_body::<T, I, 4>(args),
+        8 => slab_body::<T, I, 8>(args),
+        _ => {}
+    }
+}
+
+/// The arguments of [`scatter_add_slab`](fn@scatter_add_slab).
+type SlabArgs<'a, T, I> = (&'a [T], &'a [I], &'a mut [T], usize, usize, usize, usize, SharedDyn<Words4>);
+
+/// [`scatter_add_slab`](fn@scatter_add_slab) with work-groups of `W` waves.
+#[device]
+#[inline(always)]
+fn slab_body<T: Float, I: IndexType, const W: usize>((src, ids, dst, left, n, dst_dim, right, slab): SlabArgs<'_, T, I>) {
     let cols = slab_cols(core::mem::size_of::<T>());
     let lanes = wave::size() as usize;
+    let waves = W;
+    let nthreads = waves * lanes;
     let id_words = cols * core::mem::size_of::<I>() / 16;
     let row_words = id_words + 1;
+    let stages = slab_stages(lanes, core::mem::size_of::<T>(), core::mem::size_of::<I>());
     let stage_words = lanes * row_words;
     let (Some(plane), Some(dplane), Some(columns)) = (n.checked_mul(right), dst_dim.checked_mul(right), left.checked_mul(right)) else { return };
     let (Some(src_len), Some(dst_len)) = (left.checked_mul(plane), left.checked_mul(dplane)) else { return };
@@ -631,9 +677,9 @@ pub fn scatter_add_slab<T: Float, I: IndexType>(
         || src.len() < src_len
         || ids.len() < src_len
         || dst.len() < dst_len
-        || slab.len() < dst_dim + SLAB_STAGES * stage_words
-        || flat_block_dim() as usize != cols * lanes
-        || stage_words > cols * lanes
+        || slab.len() < dst_dim + stages * stage_words
+        || flat_block_dim() as usize != nthreads
+        || cols % waves != 0
     {
         return;
     }
@@ -643,7 +689,7 @@ pub fn scatter_add_slab<T: Float, I: IndexType>(
     }
     let (l, r0) = divmod(g * cols, right);
     let (src0, dst0) = (l * plane + r0, l * dplane + r0);
-    let (tid, nthreads) = (flat_thread_idx() as usize, cols * lanes);
+    let tid = flat_thread_idx() as usize;
     let base = SharedAddr::new(slab.as_ptr());
     let ring = base.add(dst_dim * 16);
     // 1. The slab (group 0), then the first rounds (one group each).
@@ -656,117 +702,123 @@ pub fn scatter_add_slab<T: Float, I: IndexType>(
         t += nthreads;
     }
     copy::commit();
-    // The copies of round `k` into its ring stage: word q of the stage is part `q %
-    // row_words` of source row `k * lanes + q / row_words` (id chunks, then the values).
-    // A stage has at most one word per work-item (`stage_words <= nthreads`, checked
-    // above), so work-item `tid` copies the same part of the same row of every round:
-    // its source address moves by `lanes` source rows per round.
-    let (row, part) = (tid / row_words, tid % row_words);
-    let copies = tid < stage_words;
-    // Row 0 of this group's columns (wrapping arithmetic: dereferenced only below, for
-    // rows i < n).
-    let (first, round_bytes) = if part < id_words {
-        ((ids.as_ptr().wrapping_add(src0) as *const u8).wrapping_add(part * 16), lanes * right * core::mem::size_of::<I>())
-    } else {
-        (src.as_ptr().wrapping_add(src0) as *const u8, lanes * right * core::mem::size_of::<T>())
-    };
-    let row_bytes = round_bytes / lanes;
+    // The copies of round `k` into its ring stage: this work-item copies words `tid + m *
+    // nthreads` of the stage, word q being part `q % row_words` of source row `k * lanes +
+    // q / row_words` (id chunks, then the values). Addresses use wrapping arithmetic:
+    // dereferenced only for rows i < n.
     let issue = |k: usize| {
-        let i = k * lanes + row;
-        if copies && i < n {
-            // SAFETY: source row i < n of this group's columns: inside `ids` / `src`
-            // (src0 + i * right + cols <= src_len); 16-byte aligned as above; word tid
-            // inside round k's stage.
-            unsafe {
-                let from = first.wrapping_add(k * round_bytes + row * row_bytes);
-                copy::copy_16_whole_at(ring.add(((k % SLAB_STAGES) * stage_words + tid) * 16), from);
+        let mut q = tid;
+        while q < stage_words {
+            let (row, part) = (q / row_words, q % row_words);
+            let i = k * lanes + row;
+            if i < n {
+                let from = if part < id_words {
+                    (ids.as_ptr().wrapping_add(src0 + i * right) as *const u8).wrapping_add(part * 16)
+                } else {
+                    src.as_ptr().wrapping_add(src0 + i * right) as *const u8
+                };
+                // SAFETY: source row i < n of this group's columns: inside `ids` / `src`
+                // (src0 + i * right + cols <= src_len); 16-byte aligned as above; word q <
+                // stage_words of round k's stage.
+                unsafe { copy::copy_16_whole_at(ring.add(((k % stages) * stage_words + q) * 16), from) };
             }
+            q += nthreads;
         }
         copy::commit();
     };
     let mut k = 0;
-    while k + SLAB_PAIR < SLAB_STAGES {
+    while k + 1 < stages {
         issue(k);
         k += 1;
     }
-    // 2. The rounds, in pairs. Keys: the destination row, or `dst_dim` for no destination
-    // (a key no real destination has, inside `bits` bits).
-    let bits = usize::BITS - dst_dim.leading_zeros();
-    let (c, lane) = (wave::wave_id() as usize, wave::lane_id());
+    // 2. The rounds. Keys: the destination row, or `dst_dim` for none. This lane: row j of
+    // each step, column c of the group (the wave's columns are wave_cols from its first).
+    let none = dst_dim as u32;
+    let wave_cols = cols / waves;
+    let steps_rows = lanes / wave_cols;
+    let lane = wave::lane_id() as usize;
+    let (j, c) = (lane / wave_cols, wave::wave_id() as usize * wave_cols + lane % wave_cols);
     // Plain accesses go through the kernel's own shared pointer (shared-memory loads and
     // stores; the copies take the 32-bit addresses of `base`).
     let words = slab.as_ptr();
     let slab_t = words as *mut T;
-    // This lane's source of round k: (key, value).
-    let read = |k: usize| -> (u32, f32) {
-        let i = k * lanes + lane as usize;
-        if i >= n {
-            return (dst_dim as u32, 0.0);
+    // Source `s` (step s, row j, column c) of round k: (key, value).
+    let read = |k: usize, s: usize| -> (u32, f32) {
+        let row = s * steps_rows + j;
+        if k * lanes + row >= n {
+            return (none, 0.0);
         }
-        // SAFETY: word `lane * row_words` of round k's stage holds source i's ids (column c
-        // at element c), word `+ id_words` its values.
+        // SAFETY: word `row * row_words` of round k's stage holds the ids of source row
+        // `k * lanes + row` (column c at element c), word `+ id_words` its values.
         unsafe {
-            let row = words.add(dst_dim + (k % SLAB_STAGES) * stage_words + lane as usize * row_words) as *const Words4;
-            let key = (*(row as *const I).add(c)).to_index(dst_dim).map_or(dst_dim as u32, |d| d as u32);
-            (key, (*(row.add(id_words) as *const T).add(c)).to_f32())
+            let at = words.add(dst_dim + (k % stages) * stage_words + row * row_words) as *const Words4;
+            let key = (*(at as *const I).add(c)).to_index(dst_dim).map_or(none, |d| d as u32);
+            (key, (*(at.add(id_words) as *const T).add(c)).to_f32())
         }
     };
-    // One round's adds: the first source of each destination adds to the slab, the others
-    // to their predecessor's result (shuffles along the chain), the last stores.
-    let add_round = |key: u32, v: f32, same: u64| {
-        let has = key != dst_dim as u32;
-        let below = same & ((1u64 << lane) - 1);
-        let prev = highest_lane(below, lane);
-        let mut acc = 0.0f32;
-        if has && below == 0 {
+    // dst[key] += v in the slab (T's rounding).
+    let add = |key: u32, v: f32| {
+        if key != none {
             // SAFETY: key < dst_dim: slab element key * cols + c.
-            acc = T::from_f32(unsafe { *slab_t.add(key as usize * cols + c) }.to_f32() + v).to_f32();
-        }
-        let mut done = !has || below == 0;
-        while wave::any(!done) {
-            let p = wave::shuffle(acc, prev);
-            let p_done = wave::shuffle(done as u32, prev) != 0;
-            if !done && p_done {
-                acc = T::from_f32(p + v).to_f32();
-                done = true;
+            unsafe {
+                let p = slab_t.add(key as usize * cols + c);
+                *p = T::from_f32((*p).to_f32() + v);
             }
-        }
-        if has && lanes_above(same, lane) == 0 {
-            // SAFETY: as above; one last source per destination and column.
-            unsafe { *slab_t.add(key as usize * cols + c) = T::from_f32(acc) };
         }
     };
     let rounds = n.div_ceil(lanes);
-    // Software-pipelined by one pair: each iteration reads and matches the next pair's
-    // sources (their matches' latency overlaps this pair's adds), then adds this pair's
-    // from registers. The first pair's sources: rounds 0 and 1, with SLAB_STAGES - 4
-    // younger groups in flight.
-    copy::wait_groups((SLAB_STAGES - 2 * SLAB_PAIR) as u32);
-    barrier();
-    let pair = |k: usize| {
-        let ((key0, v0), (key1, v1)) = (read(k), read(k + 1));
-        (key0, v0, wave::match_any(key0, bits), key1, v1, wave::match_any(key1, bits))
-    };
-    let mut cur = pair(0);
-    let mut k = 0;
+    k = 0;
     while k < rounds {
-        // The next pair's rounds (k + 2, k + 3) have SLAB_STAGES - 3 * SLAB_PAIR younger
-        // groups; the barrier makes every work-item's copies visible, and the stages of
-        // the previous pair (read one iteration ago) take rounds k + SLAB_STAGES - 2 and
-        // k + SLAB_STAGES - 1.
-        copy::wait_groups((SLAB_STAGES - 3 * SLAB_PAIR) as u32);
+        // Round k's group has stages - 2 younger ones; the barrier makes every work-item's
+        // copies visible, and the stage read last round takes round k + stages - 1.
+        copy::wait_groups((stages - 2) as u32);
         barrier();
-        issue(k + SLAB_STAGES - 2);
-        issue(k + SLAB_STAGES - 1);
-        let next = pair(k + SLAB_PAIR);
-        // This pair's adds in order: the second round reads the slab after the first's
-        // writes.
-        let (key0, v0, same0, key1, v1, same1) = cur;
-        add_round(key0, v0, same0);
-        wave::sync();
-        add_round(key1, v1, same1);
-        cur = next;
-        k += SLAB_PAIR;
+        // The wave's steps of the round (`C / W` <= 8 of them), unrolled: the arrays stay
+        // in registers.
+        let mut key = [none; 8];
+        let mut val = [0.0f32; 8];
+        crate::each_lane!(s, {
+            if s < wave_cols {
+                (key[s], val[s]) = read(k, s);
+            }
+        });
+        issue(k + stages - 1);
+        // Steps (bits) where this lane's destination recurs among the step's rows of its
+        // column (rotations by 1..=R/2 rows cover every pair).
+        let mut shared = 0u32;
+        crate::each_lane!(s, {
+            if s < wave_cols {
+                let mut d = 1;
+                while d <= steps_rows / 2 {
+                    let other = wave::shuffle(key[s], (((j + d) % steps_rows) * wave_cols + lane % wave_cols) as u32);
+                    if key[s] != none && other == key[s] {
+                        shared |= 1 << s;
+                    }
+                    d += 1;
+                }
+            }
+        });
+        let any_shared = wave::ballot(shared != 0) != 0;
+        crate::each_lane!(s, {
+            if s < wave_cols {
+                if !any_shared || !wave::any(shared & (1 << s) != 0) {
+                    add(key[s], val[s]);
+                } else {
+                    // The step's rows one after another.
+                    let mut row = 0;
+                    while row < steps_rows {
+                        if row == j {
+                            add(key[s], val[s]);
+                        }
+                        wave::sync();
+                        row += 1;
+                    }
+                }
+                // The next step may read what this one stored (another lane).
+                wave::sync();
+            }
+        });
+        k += 1;
     }
     // 3. The slab back to `dst`.
     copy::wait_groups(0);
@@ -1011,19 +1063,47 @@ pub fn scatter_config(left: usize, right: usize) -> kernel_dsl::host::LaunchConf
     kernel_dsl::host::LaunchConfig::new(kernel_dsl::Dim3::new(gx as u32, gy as u32, 1), kernel_dsl::Dim3::x(SCATTER_TILE as u32))
 }
 
+/// Most work-items of a [`scatter_add_slab`](fn@scatter_add_slab) work-group (its launch
+/// bound: at 512, ptxas held the kernel to 64 registers and spilled).
+pub const SLAB_MAX_THREADS: u32 = 256;
+
+/// Most waves of `lanes` lanes per [`scatter_add_slab`](fn@scatter_add_slab) work-group:
+/// within [`SLAB_MAX_THREADS`], and 1 on waves of 64 (with more, gfx90a/gfx942/gfx950
+/// spilled scalar registers).
+pub const fn slab_max_waves(lanes: u32) -> u32 {
+    if lanes >= 64 {
+        1
+    } else {
+        SLAB_MAX_THREADS / lanes
+    }
+}
+
+/// Waves per work-group [`ops::scatter_add`] launches [`scatter_add_slab`](fn@scatter_add_slab)
+/// with, for elements of `elem_size` bytes on waves of `lanes`: one column per wave for
+/// 16-bit types (8 waves on waves of 32), two for `f32`. Measured on the H100 (the
+/// benchmark's 4096 x 4096 table, waves 1/2/4/8): bf16 376/261/176/166 us, f32
+/// 334/278/295 us. f32 moves twice the bytes per column, in 16-byte pieces strided across
+/// rows; more waves did not help it.
+pub const fn slab_waves(elem_size: usize, lanes: u32) -> u32 {
+    let waves = if elem_size == 4 { 2 } else { slab_cols(elem_size) as u32 };
+    let most = slab_max_waves(lanes);
+    if waves < most { waves } else { most }
+}
+
 /// Launch shape of [`scatter_add_slab`](fn@scatter_add_slab) on waves of `lanes`: one
-/// work-group of `C * lanes` work-items per `C` = [`slab_cols`] columns (2-D grid), with
-/// [`slab_words`] of shared memory; `None` when `right % C != 0` or the grid is too large.
+/// work-group of `waves` waves per `C` = [`slab_cols`] columns (2-D grid), with
+/// [`slab_words`] of shared memory; `None` when `right % C != 0`, `waves` does not divide
+/// `C` or exceeds [`slab_max_waves`], or the grid is too large.
 #[cfg(not(any(target_arch = "amdgpu", target_arch = "nvptx64")))]
-pub fn slab_config<T, I>(left: usize, dst_dim: usize, right: usize, lanes: u32) -> Option<kernel_dsl::host::LaunchConfig> {
+pub fn slab_config<T, I>(left: usize, dst_dim: usize, right: usize, lanes: u32, waves: u32) -> Option<kernel_dsl::host::LaunchConfig> {
     use core::mem::size_of;
     let cols = slab_cols(size_of::<T>());
     let groups = left.checked_mul(right)? / cols;
     let (gx, gy) = (groups.clamp(1, 65535), groups.div_ceil(65535));
-    if right % cols != 0 || gy > 65535 {
+    if right % cols != 0 || gy > 65535 || waves == 0 || cols % waves as usize != 0 || waves > slab_max_waves(lanes) {
         return None;
     }
-    let block = kernel_dsl::Dim3::x(cols as u32 * lanes);
+    let block = kernel_dsl::Dim3::x(lanes * waves);
     let words = slab_words(dst_dim, lanes as usize, size_of::<T>(), size_of::<I>());
     Some(kernel_dsl::host::LaunchConfig::new(kernel_dsl::Dim3::new(gx as u32, gy.max(1) as u32, 1), block).with_dynamic_shared(words))
 }
@@ -1306,7 +1386,7 @@ pub mod ops {
         // runs where two of its work-groups share a compute unit (half the per-work-group
         // limit; H100: dst_dim up to about 6500 for f32, as for 16-bit types with 8 columns).
         if aligned && n.saturating_mul(8) >= dst_dim {
-            if let Some(cfg) = super::slab_config::<T, I>(left, dst_dim, right, exec.wave_lanes()) {
+            if let Some(cfg) = super::slab_config::<T, I>(left, dst_dim, right, exec.wave_lanes(), super::slab_waves(core::mem::size_of::<T>(), exec.wave_lanes())) {
                 if cfg.dynamic_shared_elems * 16 * 2 <= exec.max_shared_bytes() {
                     return super::scatter_add_slab::launch::<T, I>(exec, cfg, src, ids, dst, left, n, dst_dim, right);
                 }

@@ -424,7 +424,7 @@ fn index_add_all_types() {
 /// after each add) for every type, with destinations repeated inside and across the
 /// kernel's batches of sources, out-of-range ids, and a partial last batch.
 fn run_scatter_add_sequential_bits<T: TestFloat + Data, I: Ix>() {
-    for exec in executors() {
+    for exec in executors_both_orders() {
         for &(left, n, dst_dim, right) in &[(1usize, 16usize, 3usize, 5usize), (2, 53, 4, 33), (1, 100, 1, 2), (3, 40, 37, 7)] {
             let what = format!("scatter_add{} {left}x{n}x{right} into dim {dst_dim} on {}", name::<T, I>(), exec.name());
             let src: Vec<T> = inputs(left * n * right, -3.0, 3.0, 90 + n as u64, false).into_iter().map(<T as TestFloat>::from_f64).collect();
@@ -523,7 +523,7 @@ fn run_scatter_add_rounds<T: TestFloat + Data, I: Ix>() {
         ("i mod 32", [1, 200, 40, 13], |_l, i, _r| (i % 32) as i64),
         ("i mod 64", [2, 300, 64, 5], |_l, i, r| ((i + r / 3) % 64) as i64),
     ];
-    for exec in executors() {
+    for exec in executors_both_orders() {
         for (k, (label, shape, id_of)) in cases.iter().enumerate() {
             let [left, n, dst_dim, right] = *shape;
             let what = format!("scatter_add{} {label} {left}x{n}x{right} into dim {dst_dim} on {}", name::<T, I>(), exec.name());
@@ -564,15 +564,18 @@ fn scatter_add_rounds_match_the_sequential_order() {
 fn run_scatter_add_slab<T: TestFloat + Data, I: Ix>() {
     type Case = (&'static str, [usize; 4], fn(usize, usize, usize) -> i64);
     let cols = kernels::indexing::slab_cols(std::mem::size_of::<T>());
-    let cases: [Case; 6] = [
+    let cases: [Case; 8] = [
         ("one destination", [2, 150, 3, 1], |_l, _i, _r| 1),
         ("row permutation", [1, 1100, 1100, 2], |_l, i, _r| ((i * 97 + 5) % 1100) as i64),
         ("per-column ids", [3, 700, 40, 2], |l, i, r| ((i * 7 + r * 13 + l) % 40) as i64),
         ("out of range", [2, 301, 17, 1], |l, i, r| if (i + r) % 5 == 2 { -1 - l as i64 } else if (i + r) % 11 == 3 { 17 } else { ((i / 3 + r) % 17) as i64 }),
         ("runs across rounds", [1, 520, 6, 3], |_l, i, r| ((i / 45 + r) % 6) as i64),
         ("few sources", [1, 5, 40, 1], |_l, i, _r| (i * 9 % 40) as i64),
+        // Destinations shared by rows 3 apart, and 4 apart, with different ones between.
+        ("rows 3 apart", [1, 260, 9, 2], |_l, i, r| ((i % 3) + 3 * ((i / 40 + r) % 3)) as i64),
+        ("rows 4 apart", [2, 200, 16, 1], |l, i, _r| ((i % 4) * 4 + (i / 8 + l) % 4) as i64),
     ];
-    for exec in executors() {
+    for exec in executors_both_orders() {
         for (k, (label, shape, id_of)) in cases.iter().enumerate() {
             // Right in units of the work-group's column count.
             let [left, n, dst_dim, chunks] = *shape;
@@ -581,15 +584,17 @@ fn run_scatter_add_slab<T: TestFloat + Data, I: Ix>() {
             let what = format!("scatter_add_slab{} {label} {left}x{n}x{right} into dim {dst_dim} on {}", name::<T, I>(), exec.name());
             let (src, dst0, id, want) = scatter_case::<T, I>(shape, *id_of, 400 + k as u64, k == 0);
             let (ds, di) = (exec.upload(&src).unwrap(), exec.upload(&id).unwrap());
-            for direct in [false, true] {
+            // Through `ops`, then launched directly with every wave count (1, 2, 4, 8
+            // dividing the columns, within the work-group bound).
+            for waves in [0u32, 1, 2, 4, 8].into_iter().filter(|&w| w == 0 || (cols % w as usize == 0 && w <= kernels::indexing::slab_max_waves(exec.wave_lanes()))) {
                 let mut dd = exec.upload(&dst0).unwrap();
-                if direct {
-                    let cfg = kernels::indexing::slab_config::<T, I>(left, dst_dim, right, exec.wave_lanes()).expect("a slab shape");
+                if waves > 0 {
+                    let cfg = kernels::indexing::slab_config::<T, I>(left, dst_dim, right, exec.wave_lanes(), waves).expect("a slab shape");
                     kernels::indexing::scatter_add_slab::launch::<T, I>(&exec, cfg, &ds, &di, &mut dd, left, n, dst_dim, right).unwrap();
                 } else {
                     ops::scatter_add(&exec, &ds, &di, &mut dd, left, n, dst_dim, right).unwrap();
                 }
-                assert_same_or_nan(&exec.download(&dd).unwrap(), &want, &format!("{what} (direct launch {direct})"));
+                assert_same_or_nan(&exec.download(&dd).unwrap(), &want, &format!("{what} (waves {waves}, 0: through ops)"));
             }
         }
     }

@@ -139,6 +139,26 @@ impl Bench<'_> {
         }
     }
 
+    /// The ordered `scatter_add` of the benchmark table (4096 x 4096, sources of row i to
+    /// row ids[i] in every column) with the slab kernel at each wave count per work-group.
+    fn sweep_scatter<T: Float + ScalarArg + kernels::indexing::Pod>(&mut self) {
+        let dev = self.dev;
+        let (r, c) = (4096usize, 4096usize);
+        let m = r * c;
+        let sz = std::mem::size_of::<T>();
+        let x = dev.upload(&data::<T>(m, 9)).unwrap();
+        let mut y: DeviceVec<T> = dev.alloc(m).unwrap();
+        let sids: Vec<u32> = (0..m).map(|i| ((i / c) as u64 * 2654435761 % r as u64) as u32).collect();
+        let dsids = dev.upload(&sids).unwrap();
+        let moved = m * sz + m * 4 + 2 * m * sz;
+        let cols = kernels::indexing::slab_cols(sz);
+        for waves in [1u32, 2, 4, 8].into_iter().filter(|&w| cols % w as usize == 0 && w <= kernels::indexing::slab_max_waves(dev.wave_lanes())) {
+            let cfg = kernels::indexing::slab_config::<T, u32>(1, r, c, dev.wave_lanes(), waves).unwrap();
+            let us = time(dev, m * sz, || kernels::indexing::scatter_add_slab::launch::<T, u32>(dev, cfg, &x, &dsids, &mut y, 1, r, r, c).unwrap());
+            println!("sweep {:<5} scatter_add {r}x{c} slab, {waves} waves per work-group: {us:8.2} us {:6.0} GB/s", T::NAME, moved as f64 / us / 1e3);
+        }
+    }
+
     fn reductions<T: Float + ScalarArg>(&mut self, rows: usize, cols: usize) {
         let dev = self.dev;
         let sz = std::mem::size_of::<T>();
@@ -276,6 +296,8 @@ fn main() {
         b.sweep_col_splits::<bf16>(4096, 4096);
         b.sweep_cat::<f32>();
         b.sweep_cat::<bf16>();
+        b.sweep_scatter::<f32>();
+        b.sweep_scatter::<bf16>();
         return;
     }
     let row_shapes: &[(usize, usize)] = if quick {

@@ -24,6 +24,12 @@
 //!   garbage (NaN) pattern as uninitialised LDS would on hardware.
 //! - Work-groups run in parallel on [`CpuExecutor::threads`] OS threads; the first failing
 //!   work-group stops the launch and its error is returned.
+//! - Between two synchronisation points the work-items of a group run one after another,
+//!   in ascending flat id by default, or descending
+//!   ([`CpuExecutor::with_reversed_items`]). Running a kernel both ways exposes a race
+//!   between lanes: code that lets two lanes read and write one location between
+//!   synchronisation points gets a different result in one of the orders, where a GPU
+//!   would lose one of the writes.
 //!
 //! # Limits
 //!
@@ -192,6 +198,7 @@ pub struct CpuExecutor {
     wave: WaveSize,
     matrix: MatrixUnit,
     threads: usize,
+    reversed: bool,
     stacks: Arc<StackCache>,
 }
 
@@ -201,7 +208,19 @@ impl CpuExecutor {
     pub fn new(wave: WaveSize) -> Self {
         let threads = thread::available_parallelism().map_or(1, NonZeroUsize::get);
         let matrix = MatrixUnit::default_for(wave);
-        Self { wave, matrix, threads, stacks: Arc::new(StackCache::new(DEFAULT_STACK_SIZE)) }
+        Self { wave, matrix, threads, reversed: false, stacks: Arc::new(StackCache::new(DEFAULT_STACK_SIZE)) }
+    }
+
+    /// Runs the work-items of a group in descending flat id between synchronisation
+    /// points (`true`) instead of ascending (see the [crate documentation](crate)).
+    pub fn with_reversed_items(mut self, reversed: bool) -> Self {
+        self.reversed = reversed;
+        self
+    }
+
+    /// Whether work-items run in descending flat id.
+    pub fn reversed_items(&self) -> bool {
+        self.reversed
     }
 
     /// Emulates `unit`'s fragment layouts in `kernel_dsl::mma` (default:
@@ -310,7 +329,7 @@ impl CpuExecutor {
         };
         let ctxs: Vec<ItemCtx> = (0..items).map(|flat| ItemCtx::new(&group, flat)).collect();
         let mut runner =
-            GroupRunner::new(work_item, geometry.grid, &group, &lds, &ctxs, StackPool::new(&self.stacks));
+            GroupRunner::new(work_item, geometry.grid, &group, &lds, &ctxs, StackPool::new(&self.stacks), self.reversed);
         let mut stats = RunStats::default();
         while !failed.load(Ordering::Relaxed) {
             let linear = next_group.fetch_add(1, Ordering::Relaxed);

@@ -85,6 +85,8 @@ pub(crate) struct GroupRunner<'a> {
     /// Per wave: lanes that have not returned, and lanes suspended at a wave operation.
     wave_alive: Vec<u32>,
     wave_waiting: Vec<u32>,
+    /// Run work-items in descending slot order.
+    reversed: bool,
 }
 
 impl<'a> GroupRunner<'a> {
@@ -96,6 +98,7 @@ impl<'a> GroupRunner<'a> {
         lds: &'a Lds,
         ctxs: &'a [ItemCtx],
         stacks: StackPool<'a>,
+        reversed: bool,
     ) -> Self {
         let items = ctxs.len();
         let waves = items.div_ceil(group.wave_lanes as usize);
@@ -112,7 +115,15 @@ impl<'a> GroupRunner<'a> {
             at_barrier: 0,
             wave_alive: vec![0; waves],
             wave_waiting: vec![0; waves],
+            reversed,
         }
+    }
+
+    /// The slots of `range` in the order work-items run.
+    fn in_order(&self, range: std::ops::Range<usize>) -> impl Iterator<Item = usize> + use<> {
+        let reversed = self.reversed;
+        let (a, b) = (range.clone(), range);
+        a.filter(move |_| !reversed).chain(b.rev().filter(move |_| reversed))
     }
 
     fn wave_lanes(&self) -> usize {
@@ -151,10 +162,10 @@ impl<'a> GroupRunner<'a> {
 
     /// Drives every work-item of the current group until all have returned.
     fn schedule(&mut self, stats: &mut RunStats) -> Result<(), ExecError> {
-        // Start every work-item in order; each runs until it returns or first synchronises.
+        // Start every work-item in turn; each runs until it returns or first synchronises.
         // One that returns frees its stack for the next, so a kernel that never
         // synchronises runs on a single stack.
-        for slot in 0..self.ctxs.len() {
+        for slot in self.in_order(0..self.ctxs.len()) {
             self.start(slot)?;
         }
         loop {
@@ -164,7 +175,7 @@ impl<'a> GroupRunner<'a> {
             // Waves are independent of each other and of the barrier: complete every wave
             // whose remaining lanes all wait at the same wave operation.
             let mut progressed = false;
-            for wave in 0..self.wave_alive.len() {
+            for wave in self.in_order(0..self.wave_alive.len()) {
                 if self.wave_ready(wave) {
                     self.complete_wave(wave)?;
                     stats.wave_ops += 1;
@@ -272,7 +283,7 @@ impl<'a> GroupRunner<'a> {
         self.wave_waiting[wave] = 0;
         // A resumed lane may stop at the next wave operation; it is behind us in the loop,
         // so each lane is resumed exactly once here.
-        for slot in range {
+        for slot in self.in_order(range) {
             if let State::Wave(..) = self.states[slot] {
                 self.states[slot] = State::Running;
                 self.resume(slot, Resume::Wave(&lanes))?;
@@ -293,10 +304,10 @@ impl<'a> GroupRunner<'a> {
         }
     }
 
-    /// Releases every work-item waiting at the barrier, in slot order.
+    /// Releases every work-item waiting at the barrier, in run order.
     fn release_barrier(&mut self) -> Result<(), ExecError> {
         self.at_barrier = 0;
-        for slot in 0..self.states.len() {
+        for slot in self.in_order(0..self.states.len()) {
             if let State::Barrier(_) = self.states[slot] {
                 self.states[slot] = State::Running;
                 self.resume(slot, Resume::Run)?;

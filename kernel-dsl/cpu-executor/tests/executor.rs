@@ -577,3 +577,27 @@ fn hooks_on_another_thread_panic() {
         })
         .unwrap();
 }
+
+/// Between synchronisation points work-items run in ascending flat id, or descending with
+/// `with_reversed_items`; at a barrier and at a wave operation the order restarts. A
+/// last-writer-wins slot per phase records who ran last.
+#[test]
+fn reversed_items_run_in_descending_order_between_synchronisation_points() {
+    for (reversed, want_last) in [(false, 63u32), (true, 0)] {
+        let exec = CpuExecutor::new(WaveSize::W32).with_threads(1).with_reversed_items(reversed);
+        assert_eq!(exec.reversed_items(), reversed);
+        let last = atomics(3);
+        exec.run(geometry(Dim3::x(1), Dim3::x(64)), 0, &|| {
+            let me = item::flat_thread_idx();
+            last[0].store(me, Ordering::Relaxed);
+            item::barrier();
+            last[1].store(me, Ordering::Relaxed);
+            item::wave_exchange(0);
+            last[2].store(me, Ordering::Relaxed);
+        })
+        .unwrap();
+        // Waves complete their exchange in the same order.
+        let want = [want_last, want_last, want_last];
+        assert_eq!(values(&last), want, "reversed = {reversed}");
+    }
+}

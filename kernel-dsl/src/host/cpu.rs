@@ -8,7 +8,8 @@ fn dim(d: crate::Dim3) -> Dim3 {
 
 impl Executor for CpuExecutor {
     fn name(&self) -> String {
-        format!("cpu (wave {})", self.wave_size().lanes())
+        let order = if self.reversed_items() { ", items in reverse" } else { "" };
+        format!("cpu (wave {}{order})", self.wave_size().lanes())
     }
 
     fn memory(&self) -> MemLocation {

@@ -6,9 +6,13 @@ use kernel_dsl::host::WaveSize;
 use kernel_dsl::Float;
 use kernels::runtime::Device;
 
-/// The CPU executor with both wave sizes, plus every GPU this build can open.
+/// The CPU executor with both wave sizes, plus every GPU this build can open. With
+/// `CPU_EXECUTOR_REVERSED=1` the CPU executors run work-items in descending order between
+/// synchronisation points (a whole-suite check for races between lanes).
 pub fn executors() -> Vec<Device> {
-    let mut v = vec![Device::cpu(WaveSize::W32), Device::cpu(WaveSize::W64)];
+    let reversed = std::env::var("CPU_EXECUTOR_REVERSED").is_ok_and(|v| v == "1");
+    let cpu = |wave| Device::cpu_with(kernel_dsl::host::CpuExecutor::new(wave).with_reversed_items(reversed));
+    let mut v = vec![cpu(WaveSize::W32), cpu(WaveSize::W64)];
     static SAID: [std::sync::Once; 2] = [std::sync::Once::new(), std::sync::Once::new()];
     for (k, (name, dev)) in [("cuda", Device::cuda(0)), ("rocm", Device::rocm(0))].into_iter().enumerate() {
         match dev {
@@ -20,6 +24,17 @@ pub fn executors() -> Vec<Device> {
                 let _ = writeln!(std::io::stderr().lock(), "SKIPPED on {name}: {e} (the CPU executor ran these tests)");
             }),
         }
+    }
+    v
+}
+
+/// [`executors`] plus the CPU executor in both wave sizes running work-items in descending
+/// order: for kernels whose lanes share memory between synchronisation points (a race
+/// gives a different result in one of the two orders).
+pub fn executors_both_orders() -> Vec<Device> {
+    let mut v = executors();
+    for wave in [WaveSize::W32, WaveSize::W64] {
+        v.push(Device::cpu_with(kernel_dsl::host::CpuExecutor::new(wave).with_reversed_items(true)));
     }
     v
 }
