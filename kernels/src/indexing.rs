@@ -635,12 +635,9 @@ pub fn scatter_add_slab<T: Float, I: IndexType>(
     // run time, the divisions and unrolled-loop guards made the rounds four times slower on the H100).
     let args = (src, ids, dst, left, n, dst_dim, right, slab);
     let waves = flat_block_dim() / wave::size();
-    if wave::size() >= 64 {
-        // Waves of 64 (gfx9) take one wave per work-group: the other bodies spilled the
-        // scalar registers there ([`slab_max_waves`]).
-        if waves == 1 {
-            slab_body::<T, I, 1>(args);
-        }
+    // Past the target's bound nothing runs (and on waves of 64, where the bound is one
+    // wave, the other bodies, which spilled scalar registers there, are not generated).
+    if waves > slab_max_waves(wave::size()) {
         return;
     }
     match waves {
@@ -663,8 +660,8 @@ fn slab_body<T: Float, I: IndexType, const W: usize>((src, ids, dst, left, n, ds
     let lanes = wave::size() as usize;
     let waves = W;
     let nthreads = waves * lanes;
-    let id_words = cols * core::mem::size_of::<I>() / 16;
-    let row_words = id_words + 1;
+    let row_words = slab_row_words(core::mem::size_of::<T>(), core::mem::size_of::<I>());
+    let id_words = row_words - 1;
     let stages = slab_stages(lanes, core::mem::size_of::<T>(), core::mem::size_of::<I>());
     let stage_words = lanes * row_words;
     let (Some(plane), Some(dplane), Some(columns)) = (n.checked_mul(right), dst_dim.checked_mul(right), left.checked_mul(right)) else { return };
@@ -737,7 +734,8 @@ fn slab_body<T: Float, I: IndexType, const W: usize>((src, ids, dst, left, n, ds
     let wave_cols = cols / waves;
     let steps_rows = lanes / wave_cols;
     let lane = wave::lane_id() as usize;
-    let (j, c) = (lane / wave_cols, wave::wave_id() as usize * wave_cols + lane % wave_cols);
+    let (j, lc) = (lane / wave_cols, lane % wave_cols);
+    let c = wave::wave_id() as usize * wave_cols + lc;
     // Plain accesses go through the kernel's own shared pointer (shared-memory loads and
     // stores; the copies take the 32-bit addresses of `base`).
     let words = slab.as_ptr();
@@ -790,7 +788,7 @@ fn slab_body<T: Float, I: IndexType, const W: usize>((src, ids, dst, left, n, ds
             if s < wave_cols {
                 let mut d = 1;
                 while d <= steps_rows / 2 {
-                    let other = wave::shuffle(key[s], (((j + d) % steps_rows) * wave_cols + lane % wave_cols) as u32);
+                    let other = wave::shuffle(key[s], (((j + d) % steps_rows) * wave_cols + lc) as u32);
                     if key[s] != none && other == key[s] {
                         shared |= 1 << s;
                     }

@@ -12,8 +12,9 @@ use kernels::{norm, softmax};
 mod common;
 use common::*;
 
-/// Rows of 1 and 7 (partial chunks, unaligned rows), 300, 4096 and 12000 (register tiles,
-/// the last chunk partial for some work-items), 20000 (streaming / online path for 32-bit
+/// Rows of 1 and 7 (partial chunks, unaligned rows), 1000 and 2048 (whole-chunk tiles on
+/// 64 work-items, with and without the affine parameters), 300, 4096 and 12000 (register
+/// tiles, the last chunk partial for some work-items), 20000 (streaming / online path for 32-bit
 /// types, a 4-chunk tile for 16-bit ones) and 65537 (streaming for all).
 const SHAPES: [(usize, usize); 10] = [(1, 1), (3, 7), (4, 1000), (2, 2048), (5, 300), (2, 1023), (3, 4096), (2, 12000), (1, 20000), (1, 65537)];
 

@@ -151,9 +151,8 @@ impl Bench<'_> {
         let sids: Vec<u32> = (0..m).map(|i| ((i / c) as u64 * 2654435761 % r as u64) as u32).collect();
         let dsids = dev.upload(&sids).unwrap();
         let moved = m * sz + m * 4 + 2 * m * sz;
-        let cols = kernels::indexing::slab_cols(sz);
-        for waves in [1u32, 2, 4, 8].into_iter().filter(|&w| cols % w as usize == 0 && w <= kernels::indexing::slab_max_waves(dev.wave_lanes())) {
-            let cfg = kernels::indexing::slab_config::<T, u32>(1, r, c, dev.wave_lanes(), waves).unwrap();
+        // The wave counts the launch shape allows.
+        for (waves, cfg) in [1u32, 2, 4, 8].into_iter().filter_map(|w| Some((w, kernels::indexing::slab_config::<T, u32>(1, r, c, dev.wave_lanes(), w)?))) {
             let us = time(dev, m * sz, || kernels::indexing::scatter_add_slab::launch::<T, u32>(dev, cfg, &x, &dsids, &mut y, 1, r, r, c).unwrap());
             println!("sweep {:<5} scatter_add {r}x{c} slab, {waves} waves per work-group: {us:8.2} us {:6.0} GB/s", T::NAME, moved as f64 / us / 1e3);
         }

@@ -121,9 +121,8 @@ impl<'a> GroupRunner<'a> {
 
     /// The slots of `range` in the order work-items run.
     fn in_order(&self, range: std::ops::Range<usize>) -> impl Iterator<Item = usize> + use<> {
-        let reversed = self.reversed;
-        let (a, b) = (range.clone(), range);
-        a.filter(move |_| !reversed).chain(b.rev().filter(move |_| reversed))
+        let (reversed, first, last) = (self.reversed, range.start, range.end.saturating_sub(1));
+        range.map(move |i| if reversed { first + last - i } else { i })
     }
 
     fn wave_lanes(&self) -> usize {

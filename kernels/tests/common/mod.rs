@@ -10,9 +10,8 @@ use kernels::runtime::Device;
 /// `CPU_EXECUTOR_REVERSED=1` the CPU executors run work-items in descending order between
 /// synchronisation points (a whole-suite check for races between lanes).
 pub fn executors() -> Vec<Device> {
-    let reversed = std::env::var("CPU_EXECUTOR_REVERSED").is_ok_and(|v| v == "1");
-    let cpu = |wave| Device::cpu_with(kernel_dsl::host::CpuExecutor::new(wave).with_reversed_items(reversed));
-    let mut v = vec![cpu(WaveSize::W32), cpu(WaveSize::W64)];
+    let reversed = reversed_by_env();
+    let mut v = vec![cpu(WaveSize::W32, reversed), cpu(WaveSize::W64, reversed)];
     static SAID: [std::sync::Once; 2] = [std::sync::Once::new(), std::sync::Once::new()];
     for (k, (name, dev)) in [("cuda", Device::cuda(0)), ("rocm", Device::rocm(0))].into_iter().enumerate() {
         match dev {
@@ -28,14 +27,23 @@ pub fn executors() -> Vec<Device> {
     v
 }
 
-/// [`executors`] plus the CPU executor in both wave sizes running work-items in descending
+/// Whether `CPU_EXECUTOR_REVERSED=1` asks for work-items in descending order.
+fn reversed_by_env() -> bool {
+    std::env::var("CPU_EXECUTOR_REVERSED").is_ok_and(|v| v == "1")
+}
+
+/// The CPU executor with `wave` lanes, work-items in descending order when `reversed`.
+fn cpu(wave: WaveSize, reversed: bool) -> Device {
+    Device::cpu_with(kernel_dsl::host::CpuExecutor::new(wave).with_reversed_items(reversed))
+}
+
+/// [`executors`] plus the CPU executor in both wave sizes running work-items in the other
 /// order: for kernels whose lanes share memory between synchronisation points (a race
 /// gives a different result in one of the two orders).
 pub fn executors_both_orders() -> Vec<Device> {
     let mut v = executors();
-    for wave in [WaveSize::W32, WaveSize::W64] {
-        v.push(Device::cpu_with(kernel_dsl::host::CpuExecutor::new(wave).with_reversed_items(true)));
-    }
+    let other = !reversed_by_env();
+    v.extend([cpu(WaveSize::W32, other), cpu(WaveSize::W64, other)]);
     v
 }
 
