@@ -283,6 +283,9 @@ impl QuantFormat for Q4_0 {
     const DTYPE: GgmlDType = GgmlDType::Q4_0;
     const BYTES: usize = 18;
     const WEIGHTS: usize = 32;
+    // The codes stay unsigned (0..16) and the offset of 8 goes through the q8_1 block sum
+    // (`m = -8 d`): two integer operations fewer per code word than subtracting it.
+    const MIN: bool = true;
     #[inline(always)]
     fn weight(b: &[u8], j: usize) -> f32 {
         let x = (rd8(b, 2 + j % 16) >> (4 * (j / 16))) & 0xf;
@@ -293,10 +296,11 @@ impl QuantFormat for Q4_0 {
         let mut q = [0u32; 8];
         for i in 0..4 {
             let w = rd32_2(b, 2 + 4 * i);
-            q[i] = sub_bytes(w & 0x0f0f_0f0f, 8);
-            q[4 + i] = sub_bytes((w >> 4) & 0x0f0f_0f0f, 8);
+            q[i] = w & 0x0f0f_0f0f;
+            q[4 + i] = (w >> 4) & 0x0f0f_0f0f;
         }
-        unit1(q, rdf16(b, 0), 0.0)
+        let d = rdf16(b, 0);
+        unit1(q, d, -8.0 * d)
     }
 }
 
@@ -346,6 +350,8 @@ impl QuantFormat for Q5_0 {
     const DTYPE: GgmlDType = GgmlDType::Q5_0;
     const BYTES: usize = 22;
     const WEIGHTS: usize = 32;
+    // Unsigned codes, the offset of 16 through the q8_1 block sum (as `Q4_0`).
+    const MIN: bool = true;
     #[inline(always)]
     fn weight(b: &[u8], j: usize) -> f32 {
         let x = ((rd8(b, 6 + j % 16) >> (4 * (j / 16))) & 0xf) | q5_high(rd32_2(b, 2), j);
@@ -353,11 +359,8 @@ impl QuantFormat for Q5_0 {
     }
     #[inline(always)]
     fn unit(b: &[u8], _u: usize) -> Unit {
-        let mut q = q5_codes(b, rd32_2(b, 2), 6, false);
-        for i in 0..8 {
-            q[i] = sub_bytes(q[i], 16);
-        }
-        unit1(q, rdf16(b, 0), 0.0)
+        let d = rdf16(b, 0);
+        unit1(q5_codes(b, rd32_2(b, 2), 6, false), d, -16.0 * d)
     }
 }
 
@@ -1211,6 +1214,254 @@ pub fn matvec_row<Q: QuantFormat, B: BatchTile>(
             unsafe { *y.get_unchecked_mut(part * rows + row) = t };
         }
     }
+}
+
+/// Work-items of one [`matvec_stream`](fn@matvec_stream) work-group.
+pub const STREAM_BLOCK: u32 = 128;
+/// Shared-memory stages [`matvec_stream`](fn@matvec_stream) cycles through: one being
+/// computed, two in flight.
+pub const STREAM_STAGES: usize = 3;
+/// Activation units (32 weights each) a work-item of [`matvec_stream`](fn@matvec_stream)
+/// holds in registers: rows of up to `4 * STREAM_BLOCK` units (16384 columns).
+pub const STREAM_UNITS: usize = 4;
+/// Most bytes of one [`matvec_stream`](fn@matvec_stream) stage (its rows of one step).
+pub const STREAM_STAGE_BYTES: usize = 16 * 1024;
+/// Work-groups per compute unit (SM) the [`matvec_stream`](fn@matvec_stream) launcher
+/// starts for `dtype` with stages of `lds_bytes` in all, so that all of them are resident
+/// at once, from the registers ptxas gives each instance on sm_90 (64K per SM): 6 at up to
+/// 80 per work-item (`Q4_0`, `Q4_1`, `Q8_0`), 5 at up to 96 (`Q5_0`, `Q5_1`), 4 for `Q4K`
+/// (96: 4 measured faster than 5) and `Q6K` (128); fewer where 228 KiB of shared memory
+/// per SM holds fewer (`Q8_0` rows of 14336 columns: 4). A grid that is not all resident
+/// is still correct, only slower (a second partial round of work-groups).
+pub const fn stream_groups_per_cu(dtype: GgmlDType, lds_bytes: usize) -> usize {
+    let by_regs = match dtype {
+        GgmlDType::Q4K | GgmlDType::Q6K => 4,
+        GgmlDType::Q5_0 | GgmlDType::Q5_1 => 5,
+        _ => 6,
+    };
+    let by_lds = 228 * 1024 / (lds_bytes + 1024);
+    let n = if by_lds < by_regs { by_lds } else { by_regs };
+    if n < 1 {
+        1
+    } else {
+        n
+    }
+}
+
+/// Weight rows [`matvec_stream`](fn@matvec_stream) computes side by side in one step
+/// (1, 2 or 4), for rows of `units` 32-weight units and `row_bytes` bytes on waves of
+/// `lanes`: as many as keep each row's share of the work-group (`STREAM_BLOCK / per_step`
+/// work-items, a whole number of waves) at most [`STREAM_UNITS`] units per work-item and
+/// the step's rows within [`STREAM_STAGE_BYTES`]; 0 when one row does not fit.
+pub const fn stream_per_step(units: usize, row_bytes: usize, lanes: usize) -> usize {
+    let mut p = 4;
+    while p >= 1 {
+        let team = STREAM_BLOCK as usize / p;
+        if team >= lanes && units <= STREAM_UNITS * team && p * row_bytes <= STREAM_STAGE_BYTES {
+            return p;
+        }
+        p /= 2;
+    }
+    0
+}
+
+/// 16-byte words of one [`matvec_stream`](fn@matvec_stream) stage: `per_step` rows of
+/// `row_bytes` from the 16-byte boundary at or before their start.
+pub const fn stream_stage_words(row_bytes: usize, per_step: usize) -> usize {
+    (per_step * row_bytes).div_ceil(16) + 1
+}
+
+/// `y[r] = sum_k W[r, k] x[k]` for one q8_1 activation row (decode), streaming the weight
+/// rows through shared memory. The rows go in steps of `per_step` adjacent rows
+/// ([`stream_per_step`]); work-group `g` of `G` takes steps `g, g + G, g + 2G, ...` (a grid
+/// that stays resident: every work-group starts at once and they end together). Each
+/// step's rows are copied (contiguous, 16-byte asynchronous copies: `cp.async` on NVIDIA)
+/// into one of [`STREAM_STAGES`] shared stages two steps ahead, so weight bytes stay in
+/// flight while a step is computed; one barrier per step. Each row is shared by
+/// `STREAM_BLOCK / per_step` work-items, and work-item `j` of a row always takes the units
+/// `j, j + team, ...` (at most [`STREAM_UNITS`]), so it loads their q8_1 activations into
+/// registers once for all its rows. A row's products are summed per wave (shuffles); a row
+/// of one wave is written by it, the waves' sums of a wider row go through `partials` and
+/// are added in a fixed order after the next barrier. `lds` holds
+/// `STREAM_STAGES * stream_stage_words(row_bytes, per_step)` words; `w` starts on 16 bytes.
+/// Launch with [`STREAM_BLOCK`] work-items per work-group.
+#[amdgpu_kernel(Q = [Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4K, Q6K], max_threads = 128)]
+pub fn matvec_stream<Q: QuantFormat>(
+    w: &[u8],
+    xq: &[u32],
+    xds: &[f32],
+    y: &mut [f32],
+    rows: usize,
+    cols: usize,
+    per_step: usize,
+    lds: SharedDyn<crate::indexing::Words4>,
+    mut partials: Shared<f32, 8>,
+) {
+    let upb = Q::WEIGHTS / 32;
+    let blocks = cols / Q::WEIGHTS;
+    let row_bytes = blocks * Q::BYTES;
+    let units = (blocks * upb) as u32;
+    let tid = flat_thread_idx();
+    let lanes = wave::size();
+    let threads = STREAM_BLOCK;
+    // Work-items per row (`team`, a power of two) as a shift: `tid >> team_shift` is the
+    // work-item's row within a step.
+    let team_shift = match per_step {
+        1 => 7,
+        2 => 6,
+        _ => 5,
+    };
+    let team = 1u32 << team_shift;
+    let waves_per_row = (team / lanes.max(1)) as usize;
+    let stage_words = stream_stage_words(row_bytes, per_step);
+    // Uniform checks that make the unchecked accesses below in bounds.
+    let shape_ok = flat_block_dim() == threads
+        && (per_step == 1 || per_step == 2 || per_step == 4)
+        && team >= lanes
+        && cols % Q::WEIGHTS == 0;
+    let sizes_ok = units <= STREAM_UNITS as u32 * team
+        && per_step * waves_per_row <= 4
+        && STREAM_STAGES * stage_words <= lds.len();
+    let data_ok = rows.checked_mul(row_bytes).is_some_and(|n| n <= w.len())
+        && rows <= y.len()
+        && xq.len() >= cols / 4
+        && xds.len() >= cols / 16
+        && w.as_ptr() as usize % 16 == 0;
+    let (g, groups) = (block_idx_x() as usize, grid_dim_x() as usize);
+    let total = rows.div_ceil(per_step);
+    if !(shape_ok && sizes_ok && data_ok) || g >= total {
+        return;
+    }
+    // This work-group's steps: g, g + groups, ... (row indices fit 32 bits: launcher).
+    let steps = (total - 1 - g) / groups + 1;
+    let (g32, stride) = ((g * per_step) as u32, (groups * per_step) as u32);
+    let row_of = |s: u32| g32 + s * stride;
+    let row_bytes32 = row_bytes as u32;
+    let stage_bytes = (stage_words * 16) as u32;
+    let base = kernel_dsl::mma::copy::SharedAddr::new(lds.as_ptr());
+    // Byte offset in `w` of the 16-byte boundary at or before row `r`, and the row's
+    // distance from it.
+    let first_of = |r: u32| {
+        let start = r as usize * row_bytes;
+        (start & !15, (start & 15) as u32)
+    };
+    // Issues step `s`'s copies into stage `stage` (its rows from their 16-byte boundary;
+    // the last word may reach past them, into the next row or zero-filled past the end of
+    // `w`), then closes a copy group (empty past the last step).
+    let issue = |s: u32, stage: u32| {
+        if (s as usize) < steps {
+            let ra = row_of(s);
+            let n = if rows as u32 - ra < per_step as u32 {
+                rows as u32 - ra
+            } else {
+                per_step as u32
+            };
+            let (first, lead) = first_of(ra);
+            let words = (n * row_bytes32 + lead).div_ceil(16);
+            let room = w.len() - first;
+            let tail = if room < 16 * words as usize {
+                room as u32
+            } else {
+                16 * words
+            };
+            // SAFETY: `first + tail <= w.len()` and `first` is 16-byte aligned inside `w`;
+            // word c < words < stage_words lies inside this stage of `lds`. Whole words
+            // first (no size operand), then the few at the end of `w` (zero-filled).
+            let mut src = unsafe { w.as_ptr().add(first + 16 * tid as usize) };
+            let mut dst = base.add((stage * stage_bytes + 16 * tid) as usize);
+            let mut c = tid;
+            while c < tail / 16 {
+                unsafe { kernel_dsl::mma::copy::copy_16_whole_at(dst, src) };
+                c += threads;
+                src = src.wrapping_add(16 * threads as usize);
+                dst = dst.add(16 * threads as usize);
+            }
+            while c < words {
+                let left = tail.saturating_sub(16 * c);
+                unsafe {
+                    kernel_dsl::mma::copy::copy_16_at(dst, src, if left < 16 { left } else { 16 })
+                };
+                c += threads;
+                src = src.wrapping_add(16 * threads as usize);
+                dst = dst.add(16 * threads as usize);
+            }
+        }
+        kernel_dsl::mma::copy::commit();
+    };
+    issue(0, 0);
+    issue(1, 1);
+    // This work-item's units of every row, and their activations (loaded once).
+    let (sub, j) = ((tid >> team_shift) as usize, tid & (team - 1));
+    let mut act = [[0u32; 8]; STREAM_UNITS];
+    let mut ds = [[0f32; 2]; STREAM_UNITS];
+    each!(i in [0, 1, 2, 3] {
+        let k = j + i as u32 * team;
+        if i < STREAM_UNITS && k < units {
+            // SAFETY: k < cols / 32, inside the lengths checked above.
+            let (q, d, m) = unsafe { q8_1_block(xq, xds, 0, 0, k as usize) };
+            (act[i], ds[i]) = (q, [d, m]);
+        }
+    });
+    let wave_in_row = (j / lanes) as usize;
+    let yp = y.as_mut_ptr();
+    // Rows of several waves: work-item `r < per_step` adds the waves' sums of row `r` of
+    // step `s` (written to partial slots `s % 2` before the barrier that precedes this).
+    let flush = |s: u32, partials: &Shared<f32, 8>| {
+        let r = row_of(s) + tid;
+        if waves_per_row > 1 && (tid as usize) < per_step && (r as usize) < rows {
+            let mut v = 0f32;
+            for q in 0..waves_per_row {
+                v += partials[((s as usize % 2) * 4 + tid as usize * waves_per_row + q) % 8];
+            }
+            // SAFETY: r < rows <= y.len() (checked above).
+            unsafe { *yp.add(r as usize) = v };
+        }
+    };
+    // Stage of the step being computed, and of the step two ahead.
+    let (mut stage, mut ahead) = (0u32, 2u32);
+    let mut s = 0u32;
+    while (s as usize) < steps {
+        kernel_dsl::mma::copy::wait_groups(1);
+        barrier();
+        if s > 0 {
+            flush(s - 1, &partials);
+        }
+        issue(s + 2, ahead);
+        let row = row_of(s) + sub as u32;
+        let mut acc = 0f32;
+        if (row as usize) < rows {
+            let off =
+                (stage * stage_bytes + first_of(row_of(s)).1 + sub as u32 * row_bytes32) as usize;
+            // SAFETY: the stage holds the step's rows from their 16-byte boundary on
+            // (copied and waited for above); row `row`'s row_bytes bytes lie inside it.
+            let staged = unsafe {
+                core::slice::from_raw_parts((lds.as_ptr() as *const u8).add(off), row_bytes)
+            };
+            each!(i in [0, 1, 2, 3] {
+                let k = j + i as u32 * team;
+                if i < STREAM_UNITS && k < units {
+                    let blk = k as usize / upb;
+                    let unit = Q::unit(&staged[blk * Q::BYTES..(blk + 1) * Q::BYTES], k as usize % upb);
+                    acc += unit_dot::<Q>(&unit, &act[i], ds[i][0], ds[i][1]);
+                }
+            });
+        }
+        let total = wave::sum(acc);
+        if wave::lane_id() == 0 && (row as usize) < rows {
+            if waves_per_row == 1 {
+                // SAFETY: row < rows <= y.len() (checked above).
+                unsafe { *yp.add(row as usize) = total };
+            } else {
+                partials[((s as usize % 2) * 4 + sub * waves_per_row + wave_in_row) % 8] = total;
+            }
+        }
+        let last = STREAM_STAGES as u32 - 1;
+        stage = if stage == last { 0 } else { stage + 1 };
+        ahead = if ahead == last { 0 } else { ahead + 1 };
+        s += 1;
+    }
+    barrier();
+    flush(steps as u32 - 1, &partials);
 }
 
 #[cfg(not(any(target_arch = "amdgpu", target_arch = "nvptx64")))]

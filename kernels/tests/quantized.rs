@@ -23,7 +23,7 @@ use kernels::quantized::{ops, GgmlDType};
 use kernels::runtime::Device;
 
 mod common;
-use common::executors;
+use common::{executors, executors_both_orders};
 
 /// Deterministic pseudo-random bytes.
 struct Rng(u64);
@@ -122,7 +122,9 @@ fn ref_block(dtype: GgmlDType, b: &[u8]) -> Vec<(f32, f32)> {
             for j in 0..16 {
                 for (k, x) in [(j, qs[j] & 0xf), (j + 16, qs[j] >> 4)] {
                     y[k] = match m {
-                        None => sym((x as i16 - 8) as f32 * d),
+                        // The matvec adds the unsigned codes' products and `-8 d` times the
+                        // activations' sum: both terms count.
+                        None => ((x as i16 - 8) as f32 * d, (x as f32 * d).abs() + 8.0 * d.abs()),
                         Some(m) => ((x as f32) * d + m, (x as f32 * d).abs() + m.abs()),
                     };
                 }
@@ -140,7 +142,9 @@ fn ref_block(dtype: GgmlDType, b: &[u8]) -> Vec<(f32, f32)> {
                 let lo = (qs[j] & 0xf) as u32 | (((qh >> j) & 1) << 4);
                 let hi = (qs[j] >> 4) as u32 | (((qh >> (j + 16)) & 1) << 4);
                 for (k, x) in [(j, lo), (j + 16, hi)] {
-                    y[k] = if one { (x as f32 * d + m, (x as f32 * d).abs() + m.abs()) } else { sym((x as i32 - 16) as f32 * d) };
+                    // Q5_0: the matvec adds the unsigned codes' products and `-16 d` times
+                    // the activations' sum.
+                    y[k] = if one { (x as f32 * d + m, (x as f32 * d).abs() + m.abs()) } else { ((x as i32 - 16) as f32 * d, (x as f32 * d).abs() + 16.0 * d.abs()) };
                 }
             }
             out = y;
@@ -357,13 +361,24 @@ fn quantize_q8_1_matches_host_quantization() {
 /// far beyond that. The result is also checked against the unquantized activations
 /// within the q8_1 rounding bound `sum_k |w_k| d_k / 2`.
 fn check_matvec(dev: &Device, dtype: GgmlDType, rows: usize, cols: usize, batch: usize, seed: u64, extremes: bool) {
-    check_matvec_on(dev, dtype, rows, cols, batch, seed, extremes, false)
+    check_matvec_on(dev, dtype, rows, cols, batch, seed, extremes, Path::Auto)
 }
 
-/// [`check_matvec`]; with `row_kernel` through `ops::matvec_rows` (the kernel NVIDIA GPUs
-/// run, a work-group per row) whatever the device.
+/// Which matvec kernel [`check_matvec_on`] runs, whatever the device.
+#[derive(Clone, Copy)]
+enum Path {
+    /// `ops::matvec`: the kernel the device's launcher picks.
+    Auto,
+    /// `ops::matvec_rows` (a work-group per row; NVIDIA's kernel for batches of 2..=8).
+    Row,
+    /// `ops::matvec_stream` with this many work-groups (`None`: the launcher's); NVIDIA's
+    /// kernel for batch 1.
+    Stream(Option<usize>),
+}
+
+/// [`check_matvec`] through the kernel `path` names.
 #[allow(clippy::too_many_arguments)]
-fn check_matvec_on(dev: &Device, dtype: GgmlDType, rows: usize, cols: usize, batch: usize, seed: u64, extremes: bool, row_kernel: bool) {
+fn check_matvec_on(dev: &Device, dtype: GgmlDType, rows: usize, cols: usize, batch: usize, seed: u64, extremes: bool, path: Path) {
     let bw = dtype.block_weights();
     let w = random_blocks(dtype, rows * cols / bw, seed, extremes);
     let wr = ref_dequant(dtype, &w);
@@ -371,12 +386,15 @@ fn check_matvec_on(dev: &Device, dtype: GgmlDType, rows: usize, cols: usize, bat
     let (q, ds) = ref_q8_1(&x);
     let (wd, xd) = (dev.upload(&w).unwrap(), dev.upload(&x).unwrap());
     let mut y = dev.alloc::<f32>(batch * rows).unwrap();
-    if row_kernel {
+    if let Path::Auto = path {
+        ops::matvec(dev, dtype, &wd, &xd, &mut y, rows, cols, batch).unwrap();
+    } else {
         let (mut xq, mut xds) = (dev.alloc::<u32>(batch * cols / 4).unwrap(), dev.alloc::<f32>(batch * cols / 16).unwrap());
         ops::quantize_q8_1(dev, &xd, &mut xq, &mut xds).unwrap();
-        ops::matvec_rows(dev, dtype, &wd, &xq, &xds, &mut y, rows, cols, batch).unwrap();
-    } else {
-        ops::matvec(dev, dtype, &wd, &xd, &mut y, rows, cols, batch).unwrap();
+        match path {
+            Path::Stream(groups) => ops::matvec_stream(dev, dev.wave_lanes(), dtype, &wd, &xq, &xds, &mut y, rows, cols, groups).unwrap(),
+            _ => ops::matvec_rows(dev, dtype, &wd, &xq, &xds, &mut y, rows, cols, batch).unwrap(),
+        }
     }
     let got = dev.download(&y).unwrap();
     let gamma = (cols / 32 + 16) as f64 * 2f64.powi(-23);
@@ -465,13 +483,59 @@ fn matvec_row_kernel_every_format_and_batch() {
             // Rows of 1, 2 and 4 per step (300, 200 and 8 units per row).
             for (rows, cols) in [(1, bw), (7, 4 * bw.max(64)), (3, if bw == 32 { 300 * 32 } else { 40 * 256 }), (5, if bw == 32 { 200 * 32 } else { 25 * 256 })] {
                 for batch in 1..=8 {
-                    check_matvec_on(&dev, dtype, rows, cols, batch, 3000 + 100 * rows as u64 + batch as u64 + dtype as u64, false, true);
+                    check_matvec_on(&dev, dtype, rows, cols, batch, 3000 + 100 * rows as u64 + batch as u64 + dtype as u64, false, Path::Row);
                 }
             }
-            check_matvec_on(&dev, dtype, 301, bw, 2, 4077 + dtype as u64, true, true);
+            check_matvec_on(&dev, dtype, 301, bw, 2, 4077 + dtype as u64, true, Path::Row);
         }
-        check_matvec_on(&dev, GgmlDType::Q8_0, 2, 15360, 2, 4100, false, true);
+        check_matvec_on(&dev, GgmlDType::Q8_0, 2, 15360, 2, 4100, false, Path::Row);
     }
+}
+
+/// The streaming batch-1 kernel (`matvec_stream`, what NVIDIA GPUs run for decode) on every
+/// executor, work-items in both orders: every format it has; rows of 1, 2 and 4 per step
+/// (on waves of 64 at most 2); rows whose start is not 16-byte aligned (300 blocks of 32);
+/// units per work-item from 1 to 4 with a partial last one (448 units: 14336 columns);
+/// one and several steps per work-group (grids of 1, 2, 3 and 5 work-groups: uneven
+/// shares, more than three steps so the stages wrap around) with a partial last step;
+/// the f16 scale extremes in rows of one block; the largest `Q8_0` row a stage holds.
+#[test]
+fn matvec_stream_kernel_every_format() {
+    for dev in executors_both_orders() {
+        for dtype in matvec_formats().filter(|d| !matches!(d, GgmlDType::Q2K | GgmlDType::Q3K | GgmlDType::Q5K)) {
+            let bw = dtype.block_weights();
+            let long = if bw == 32 { 300 * 32 } else { 40 * 256 };
+            for (rows, cols, groups) in [(1, bw, None), (7, 4 * bw.max(64), None), (9, 4 * bw.max(64), Some(1)), (3, long, Some(2)), (11, long, Some(3)), (5, 448 * 32, Some(2)), (13, 4096, Some(2))] {
+                check_matvec_on(&dev, dtype, rows, cols, 1, 5000 + 100 * rows as u64 + dtype as u64, false, Path::Stream(groups));
+            }
+            check_matvec_on(&dev, dtype, 301, bw, 1, 5077 + dtype as u64, true, Path::Stream(Some(5)));
+        }
+        check_matvec_on(&dev, GgmlDType::Q8_0, 3, 15360, 1, 5100, false, Path::Stream(Some(1)));
+    }
+}
+
+/// `matvec_stream` refuses what it cannot take (rows too long for a stage or for the
+/// work-items' activation registers, an empty grid, shapes and lengths `matvec` refuses)
+/// with an error and writes nothing.
+#[test]
+fn matvec_stream_rejects_what_it_cannot_take() {
+    let dev = Device::cpu(kernel_dsl::host::WaveSize::W64);
+    let dtype = GgmlDType::Q4_0;
+    let cols = 128 * 32;
+    let w = dev.upload(&random_blocks(dtype, 4 * cols / 32, 3, false)).unwrap();
+    let (xq, xds) = (dev.alloc::<u32>(cols / 4).unwrap(), dev.alloc::<f32>(cols / 16).unwrap());
+    let mut y = dev.upload(&[-3.0f32; 4]).unwrap();
+    let invalid = |r: Result<(), LaunchError>| matches!(r, Err(LaunchError::InvalidArgument { .. }));
+    assert!(invalid(ops::matvec_stream(&dev, 64, dtype, &w, &xq, &xds, &mut y, 4, cols, Some(0))), "no work-groups");
+    assert!(invalid(ops::matvec_stream(&dev, 48, dtype, &w, &xq, &xds, &mut y, 4, cols, None)), "wave size");
+    assert!(invalid(ops::matvec_stream(&dev, 64, dtype, &w, &xq, &xds, &mut y, 3, cols, None)), "weights of 4 rows for 3");
+    // 513 units: more than 128 work-items hold at 4 each.
+    let wide = dev.upload(&random_blocks(dtype, 513, 4, false)).unwrap();
+    let (xq2, xds2) = (dev.alloc::<u32>(513 * 8).unwrap(), dev.alloc::<f32>(513 * 2).unwrap());
+    let mut y1 = dev.upload(&[-3.0f32]).unwrap();
+    assert!(invalid(ops::matvec_stream(&dev, 64, dtype, &wide, &xq2, &xds2, &mut y1, 1, 513 * 32, None)), "row too long");
+    assert_eq!(dev.download(&y).unwrap(), vec![-3.0f32; 4]);
+    assert_eq!(dev.download(&y1).unwrap(), vec![-3.0f32]);
 }
 
 #[test]

@@ -3,6 +3,8 @@
 //! device-to-device copy in the same run.
 //!
 //! `quantized [--out DIR] [--quick] [--profile]`: writes `DIR/rust_quantized.json`.
+//! `quantized --sweep`: batch 1 through `matvec_rows` against `matvec_stream` with grids
+//! of several work-groups per SM (printed only).
 //! Bandwidth counts the bytes an ideal kernel moves once: the quantized weights, the q8_1
 //! activations (`cols` codes + 8 bytes per 32) and the f32 output; `matvec+quantize` adds
 //! the f32 activations read by the quantization. `python/torch_quantized.py` times the bf16
@@ -34,6 +36,10 @@ fn main() {
     eprintln!("copy 1 GiB: {copy_us:.1} us, {copy_gbps:.0} GB/s");
     drop((src, dst));
 
+    if args.iter().any(|a| a == "--sweep") {
+        sweep(&dev, copy_gbps);
+        return;
+    }
     let shapes: &[(usize, usize)] = if quick || profile { &[(4096, 14336)] } else { &[(4096, 4096), (14336, 4096), (4096, 14336), (128256, 4096)] };
     let formats: &[GgmlDType] = if profile {
         &[GgmlDType::Q4_0, GgmlDType::Q8_0, GgmlDType::Q4K, GgmlDType::Q6K]
@@ -84,4 +90,75 @@ fn main() {
     std::fs::create_dir_all(&out_dir).unwrap();
     let mut f = std::fs::File::create(format!("{out_dir}/rust_quantized.json")).unwrap();
     writeln!(f, "[\n{}\n]", lines.join(",\n")).unwrap();
+}
+
+/// Batch 1 on the Llama-3-8B shapes: the work-group-per-row kernel against the streaming
+/// kernel with the launcher's grid and with 2, 3, 4, 6 and 8 work-groups per SM.
+fn sweep(dev: &kernels::runtime::Device, copy_gbps: f64) {
+    for dtype in [
+        GgmlDType::Q4_0,
+        GgmlDType::Q8_0,
+        GgmlDType::Q4K,
+        GgmlDType::Q6K,
+    ] {
+        for (rows, cols) in [(4096, 14336), (14336, 4096), (4096, 4096), (128256, 4096)] {
+            let w = dev.upload(&weights(dtype, rows, cols)).unwrap();
+            let x: Vec<f32> = (0..cols)
+                .map(|i| ((i * 7919) % 1000) as f32 / 500.0 - 1.0)
+                .collect();
+            let x = dev.upload(&x).unwrap();
+            let mut y: DeviceVec<f32> = dev.alloc(rows).unwrap();
+            let (mut xq, mut xds): (DeviceVec<u32>, DeviceVec<f32>) =
+                (dev.alloc(cols / 4).unwrap(), dev.alloc(cols / 16).unwrap());
+            ops::quantize_q8_1(dev, &x, &mut xq, &mut xds).unwrap();
+            let moved = w.len() + cols + cols / 32 * 8 + rows * 4;
+            let pct = |us: f64| 100.0 * moved as f64 / (us * 1e-6) / 1e9 / copy_gbps;
+            let row_us = time(dev, w.len(), || {
+                ops::matvec_rows(dev, dtype, &w, &xq, &xds, &mut y, rows, cols, 1).unwrap()
+            });
+            let mut line = format!(
+                "{:>5} {rows:>6}x{cols:<6} rows {row_us:7.2} us ({:4.1}%) | stream",
+                dtype.name(),
+                pct(row_us)
+            );
+            let cus = kernel_dsl::host::Executor::compute_units(dev).unwrap_or(1) as usize;
+            for g in [None, Some(2), Some(3), Some(4), Some(6), Some(8)] {
+                let group = g.map(|k| k * cus);
+                if ops::matvec_stream(
+                    dev,
+                    dev.wave_lanes(),
+                    dtype,
+                    &w,
+                    &xq,
+                    &xds,
+                    &mut y,
+                    rows,
+                    cols,
+                    group,
+                )
+                .is_err()
+                {
+                    continue;
+                }
+                let us = time(dev, w.len(), || {
+                    ops::matvec_stream(
+                        dev,
+                        dev.wave_lanes(),
+                        dtype,
+                        &w,
+                        &xq,
+                        &xds,
+                        &mut y,
+                        rows,
+                        cols,
+                        group,
+                    )
+                    .unwrap()
+                });
+                let name = g.map_or("auto".to_string(), |k| format!("{k}/SM"));
+                line += &format!(" {name}:{us:.2}us({:.1}%)", pct(us));
+            }
+            eprintln!("{line}");
+        }
+    }
 }

@@ -57,6 +57,8 @@ struct Inner {
     capability: (i32, i32),
     /// `CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN`.
     max_shared: usize,
+    /// `CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT`.
+    sms: u32,
     ctx: sys::CUcontext,
     device: sys::CUdevice,
     stream: sys::CUstream,
@@ -109,6 +111,8 @@ impl CudaDevice {
                 .map_err(|e| err("cuDeviceGetAttribute", e))?;
             let max_shared = result::device::get_attribute(device, sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN)
                 .map_err(|e| err("cuDeviceGetAttribute", e))?;
+            let sms = result::device::get_attribute(device, sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)
+                .map_err(|e| err("cuDeviceGetAttribute", e))?;
             let ctx = result::primary_ctx::retain(device).map_err(|e| err("cuDevicePrimaryCtxRetain", e))?;
             result::ctx::set_current(ctx).map_err(|e| err("cuCtxSetCurrent", e))?;
             let stream = result::stream::create(result::stream::StreamKind::Default).map_err(|e| err("cuStreamCreate", e))?;
@@ -117,6 +121,7 @@ impl CudaDevice {
                 name,
                 capability: (major, minor),
                 max_shared: max_shared.max(0) as usize,
+                sms: sms.max(1) as u32,
                 ctx,
                 device,
                 stream,
@@ -278,6 +283,10 @@ impl Executor for CudaDevice {
 
     fn max_shared_bytes(&self) -> usize {
         self.inner.max_shared
+    }
+
+    fn compute_units(&self) -> Option<u32> {
+        Some(self.inner.sms)
     }
 
     fn launch(&self, launch: &Launch<'_>) -> Result<(), LaunchError> {

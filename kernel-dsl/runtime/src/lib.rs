@@ -404,6 +404,15 @@ impl Executor for Device {
             Device::Rocm(d) => d.max_shared_bytes(),
         }
     }
+    fn compute_units(&self) -> Option<u32> {
+        match self {
+            Device::Cpu(c) => c.exec.compute_units(),
+            #[cfg(feature = "cuda")]
+            Device::Cuda(d) => d.compute_units(),
+            #[cfg(feature = "rocm")]
+            Device::Rocm(d) => d.compute_units(),
+        }
+    }
     fn launch(&self, launch: &Launch<'_>) -> Result<(), LaunchError> {
         match self {
             Device::Cpu(c) => c.exec.launch(launch),

@@ -97,6 +97,8 @@ struct Inner {
     name: String,
     /// Full `gcnArchName`, e.g. `gfx90a:sramecc+:xnack-`.
     arch: String,
+    /// `multiProcessorCount`: compute units.
+    cus: u32,
     stream: Stream,
     modules: Mutex<HashMap<usize, LoadedModule>>,
     functions: Mutex<HashMap<(usize, &'static str), Function>>,
@@ -176,6 +178,7 @@ impl RocmDevice {
             device,
             name,
             arch,
+            cus: props.multiProcessorCount.max(1) as u32,
             stream,
             modules: Mutex::new(HashMap::new()),
             functions: Mutex::new(HashMap::new()),
@@ -355,6 +358,10 @@ impl Executor for RocmDevice {
 
     fn wave_lanes(&self) -> u32 {
         if self.inner.arch.starts_with("gfx9") { 64 } else { 32 }
+    }
+
+    fn compute_units(&self) -> Option<u32> {
+        Some(self.inner.cus)
     }
 
     fn launch(&self, launch: &Launch<'_>) -> Result<(), LaunchError> {

@@ -112,6 +112,12 @@ pub trait Executor {
     fn max_shared_bytes(&self) -> usize {
         64 * 1024
     }
+    /// Streaming multiprocessors (NVIDIA) or compute units (AMD) of the device, for
+    /// launchers that size a grid to stay resident; `None` where there is no such number
+    /// (the CPU executor).
+    fn compute_units(&self) -> Option<u32> {
+        None
+    }
 }
 
 /// Checks that every slice argument lives where `exec` can read it.
