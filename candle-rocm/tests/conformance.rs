@@ -554,6 +554,13 @@ fn candle_nn_fused_ops() {
             fused("rope", &[&x, &cos, &sin], &|v| rope(&v[0], &v[1], &v[2]));
             fused("rope per-batch tables", &[&x, &cos_b, &sin_b], &|v| rope(&v[0], &v[1], &v[2]));
             fused("rope_thd", &[&xthd, &cos, &sin], &|v| rope_thd(&v[0], &v[1], &v[2]));
+            // Tables narrowed to positions 3..7 of longer ones, as LLMs pass them at a KV-cache
+            // offset (our backend reads them in place, without a copy).
+            let cos_l = rand(&[9, 8], dtype, 88, false);
+            let sin_l = rand(&[9, 8], dtype, 89, false);
+            check_ref(&w("rope_i of tables narrowed in place"), &dev, t,
+                |d| ref_f32(dtype, &[&x.to_device(d)?, &cos_l.to_device(d)?, &sin_l.to_device(d)?], |v| rope_i(&v[0], &v[1].narrow(0, 3, 4)?.contiguous()?, &v[2].narrow(0, 3, 4)?.contiguous()?)),
+                |d| rope_i(&x.to_device(d)?, &cos_l.to_device(d)?.narrow(0, 3, 4)?, &sin_l.to_device(d)?.narrow(0, 3, 4)?));
         }
     }
 }

@@ -58,12 +58,19 @@ pub fn args() -> Result<(String, usize, usize, usize)> {
 
 /// Loads the model, warms up, then prints one JSON line per timed run.
 pub fn bench(backend: &str, device: &Device) -> Result<()> {
+    bench_with(backend, device, &mut |_| Ok(()))
+}
+
+/// [`bench`], calling `at(true)` after the load and warm-up, before the timed runs (a
+/// profiler starts there).
+pub fn bench_with(backend: &str, device: &Device, at: &mut dyn FnMut(bool) -> Result<()>) -> Result<()> {
     let (file, prompt, steps, reps) = args()?;
     let t = Instant::now();
     let (mut model, vocab) = load(&file, device)?;
     device.synchronize()?;
     let load_s = t.elapsed().as_secs_f64();
     run(&mut model, vocab, device, 16, 4)?;
+    at(true)?;
     let name = std::path::Path::new(&file).file_name().map_or(file.clone(), |n| n.to_string_lossy().into_owned());
     for rep in 0..reps {
         let (p, d, tokens) = run(&mut model, vocab, device, prompt, steps)?;

@@ -1,6 +1,6 @@
 //! candle-nn's fused ops on this project's kernels: softmax over the last dimension,
 //! sigmoid, RMSNorm, LayerNorm, and the three rotary embeddings.
-use super::{alloc, contiguous, float_dispatch};
+use super::{alloc, contiguous, contiguous_view, float_dispatch};
 use crate::buffer::Buf;
 use crate::error::{at, invalid};
 use candle_core::{FusedOp, Layout, Result, Shape};
@@ -85,14 +85,16 @@ fn rope(dev: &Device, op: FusedOp, x: &Buf, xl: &Layout, (c, cl): (&Buf, &Layout
     }
     float_dispatch!(x.dtype(), OP, T => {
         let (mut k1, mut k2, mut k3): (Option<DeviceVec<T>>, Option<DeviceVec<T>>, Option<DeviceVec<T>>) = (None, None, None);
-        let xs = contiguous::<T>(dev, x, xl, &mut k1, OP)?;
-        let cs = contiguous::<T>(dev, c, cl, &mut k2, OP)?;
-        let ss = contiguous::<T>(dev, s, sl, &mut k3, OP)?;
+        // Views without copies where contiguous: models pass tables narrowed to the
+        // positions of this step (`cos.narrow(0, pos, t)`), which start inside the table.
+        let xs = contiguous_view::<T>(dev, x, xl, &mut k1, OP)?;
+        let cs = contiguous_view::<T>(dev, c, cl, &mut k2, OP)?;
+        let ss = contiguous_view::<T>(dev, s, sl, &mut k3, OP)?;
         let mut y = alloc::<T>(dev, xl.shape().elem_count(), OP)?;
         match op {
-            FusedOp::RopeI => kernels::rope::apply_rope_i::<T>(dev, xs, cs, ss, &mut y, &shape),
-            FusedOp::Rope => kernels::rope::apply_rope::<T>(dev, xs, cs, ss, &mut y, &shape),
-            _ => kernels::rope::apply_rope_thd::<T>(dev, xs, cs, ss, &mut y, &shape),
+            FusedOp::RopeI => kernels::rope::apply_rope_i::<T>(dev, &xs, &cs, &ss, &mut y, &shape),
+            FusedOp::Rope => kernels::rope::apply_rope::<T>(dev, &xs, &cs, &ss, &mut y, &shape),
+            _ => kernels::rope::apply_rope_thd::<T>(dev, &xs, &cs, &ss, &mut y, &shape),
         }
         .map_err(at(OP))?;
         Ok(crate::buffer::BufElem::wrap(y))

@@ -34,7 +34,7 @@ pub(crate) use float_dispatch;
 use crate::buffer::{Buf, BufElem};
 use crate::error::{at, invalid};
 use candle_core::{Layout, Result};
-use kernels::runtime::{Device, DeviceVec};
+use kernels::runtime::{Device, DeviceVec, DeviceView};
 
 /// The view `l` of `buf` as an exactly-sized contiguous buffer of `T`: the buffer itself
 /// when it already is one, else a copy (`copy_strided`). `Cow`-like: `keep` owns the copy.
@@ -48,6 +48,18 @@ pub fn contiguous<'a, T: BufElem>(dev: &Device, buf: &'a Buf, l: &Layout, keep: 
     elementwise::copy_strided(dev, buf, l, &mut copy, 0)?;
     *keep = T::take(copy);
     keep.as_ref().ok_or_else(|| invalid(op, "copy of another dtype"))
+}
+
+/// The view `l` of `buf` as an exactly-sized contiguous range of `T`: no copy when the
+/// layout is contiguous at any start offset (a narrowed table, a row range), else a copy
+/// kept in `keep` ([`contiguous`]). For kernels that take any start alignment.
+pub fn contiguous_view<'a, T: BufElem>(dev: &Device, buf: &'a Buf, l: &Layout, keep: &'a mut Option<DeviceVec<T>>, op: &'static str) -> Result<DeviceView<'a, T>> {
+    let v = T::get(buf).ok_or_else(|| invalid(op, format!("operand of dtype {:?}", buf.dtype())))?;
+    let (start, n) = (l.start_offset(), l.shape().elem_count());
+    if l.is_contiguous() && start + n <= v.len() {
+        return v.view(start..start + n).map_err(at(op));
+    }
+    contiguous(dev, buf, l, keep, op)?.view(..).map_err(at(op))
 }
 
 /// Allocates `n` elements of `T` for `op`'s output, uninitialized: every caller's kernel
