@@ -216,9 +216,8 @@ macro_rules! launch_tile {
 /// activations already in q8_1 ([`quantize_q8_1`]); `wave_lanes` is the device's wave size
 /// ([`Device::wave_lanes`]). NVIDIA GPUs run [`matvec_stream`] for one activation row
 /// where it takes the rows and the matrix has at least [`STREAM_MIN_BYTES`], else
-/// [`matvec_rows`] (rows staged whole by `cp.async`) for
-/// rows of up to [`ROW_STAGE_BYTES`]; AMD GPUs and the CPU executor the chunked
-/// wave-per-row [`matvec`](super::matvec).
+/// [`matvec_rows`] (rows staged whole by `cp.async`) for rows of up to [`ROW_STAGE_BYTES`];
+/// AMD GPUs and the CPU executor the chunked wave-per-row [`matvec`](super::matvec).
 #[allow(clippy::too_many_arguments)]
 pub fn matvec_q8_1(
     exec: &(impl Executor + ?Sized),
@@ -346,35 +345,18 @@ pub fn matvec_stream(
     groups: Option<usize>,
 ) -> Result<(), LaunchError> {
     const K: &str = "matvec";
-    check_matvec(
-        on_amd(exec),
-        wave_lanes,
-        dtype,
-        w,
-        xq,
-        xds,
-        y,
-        rows,
-        cols,
-        1,
-    )?;
+    check_matvec(on_amd(exec), wave_lanes, dtype, w, xq, xds, y, rows, cols, 1)?;
+    // The kernel indexes rows (plus a work-group's 128 work-items) in 32 bits.
+    if rows > (u32::MAX - 256) as usize {
+        return Err(invalid(K, format!("matvec_stream takes fewer than 2^32 - 256 rows ({rows})")));
+    }
     let row_bytes = cols / dtype.block_weights() * dtype.block_bytes();
     let per_step = stream_per_step(cols / 32, row_bytes, wave_lanes as usize);
     if per_step == 0 {
-        return Err(invalid(
-            K,
-            format!(
-                "matvec_stream takes rows of at most {} units and {} bytes ({rows} x {cols} {})",
-                4 * STREAM_BLOCK,
-                super::STREAM_STAGE_BYTES,
-                dtype.name()
-            ),
-        ));
+        return Err(invalid(K, format!("matvec_stream takes rows of at most {} units and {} bytes ({rows} x {cols} {})", 4 * STREAM_BLOCK, super::STREAM_STAGE_BYTES, dtype.name())));
     }
     let words = STREAM_STAGES * stream_stage_words(row_bytes, per_step);
-    let resident = exec.compute_units().map_or(1024, |cu| {
-        cu as usize * stream_groups_per_cu(dtype, 16 * words)
-    });
+    let resident = exec.compute_units().map_or(1024, |cu| cu as usize * stream_groups_per_cu(dtype, 16 * words));
     let groups = groups.unwrap_or(resident);
     if groups == 0 || groups > u32::MAX as usize {
         return Err(invalid(K, format!("matvec_stream: {groups} work-groups")));
@@ -382,11 +364,7 @@ pub fn matvec_stream(
     if rows == 0 {
         return Ok(());
     }
-    let cfg = LaunchConfig::new(
-        Dim3::x(groups.min(rows.div_ceil(per_step)) as u32),
-        Dim3::x(STREAM_BLOCK),
-    )
-    .with_dynamic_shared(words);
+    let cfg = LaunchConfig::new(Dim3::x(groups.min(rows.div_ceil(per_step)) as u32), Dim3::x(STREAM_BLOCK)).with_dynamic_shared(words);
     macro_rules! go {
         ($q:ty) => {
             super::matvec_stream::launch::<$q>(exec, cfg, w, xq, xds, y, rows, cols, per_step)
@@ -400,10 +378,7 @@ pub fn matvec_stream(
         GgmlDType::Q8_0 => go!(Q8_0),
         GgmlDType::Q4K => go!(Q4K),
         GgmlDType::Q6K => go!(Q6K),
-        other => Err(invalid(
-            K,
-            format!("matvec_stream has no {} instance", other.name()),
-        )),
+        other => Err(invalid(K, format!("matvec_stream has no {} instance", other.name()))),
     }
 }
 
