@@ -95,67 +95,26 @@ fn main() {
 /// Batch 1 on the Llama-3-8B shapes: the work-group-per-row kernel against the streaming
 /// kernel with the launcher's grid and with 2, 3, 4, 6 and 8 work-groups per SM.
 fn sweep(dev: &kernels::runtime::Device, copy_gbps: f64) {
-    for dtype in [
-        GgmlDType::Q4_0,
-        GgmlDType::Q8_0,
-        GgmlDType::Q4K,
-        GgmlDType::Q6K,
-    ] {
+    let cus = kernel_dsl::host::Executor::compute_units(dev).unwrap_or(1) as usize;
+    for dtype in [GgmlDType::Q4_0, GgmlDType::Q8_0, GgmlDType::Q4K, GgmlDType::Q6K] {
         for (rows, cols) in [(4096, 14336), (14336, 4096), (4096, 4096), (128256, 4096)] {
             let w = dev.upload(&weights(dtype, rows, cols)).unwrap();
-            let x: Vec<f32> = (0..cols)
-                .map(|i| ((i * 7919) % 1000) as f32 / 500.0 - 1.0)
-                .collect();
+            let x: Vec<f32> = (0..cols).map(|i| ((i * 7919) % 1000) as f32 / 500.0 - 1.0).collect();
             let x = dev.upload(&x).unwrap();
             let mut y: DeviceVec<f32> = dev.alloc(rows).unwrap();
-            let (mut xq, mut xds): (DeviceVec<u32>, DeviceVec<f32>) =
-                (dev.alloc(cols / 4).unwrap(), dev.alloc(cols / 16).unwrap());
+            let (mut xq, mut xds): (DeviceVec<u32>, DeviceVec<f32>) = (dev.alloc(cols / 4).unwrap(), dev.alloc(cols / 16).unwrap());
             ops::quantize_q8_1(dev, &x, &mut xq, &mut xds).unwrap();
             let moved = w.len() + cols + cols / 32 * 8 + rows * 4;
             let pct = |us: f64| 100.0 * moved as f64 / (us * 1e-6) / 1e9 / copy_gbps;
-            let row_us = time(dev, w.len(), || {
-                ops::matvec_rows(dev, dtype, &w, &xq, &xds, &mut y, rows, cols, 1).unwrap()
-            });
-            let mut line = format!(
-                "{:>5} {rows:>6}x{cols:<6} rows {row_us:7.2} us ({:4.1}%) | stream",
-                dtype.name(),
-                pct(row_us)
-            );
-            let cus = kernel_dsl::host::Executor::compute_units(dev).unwrap_or(1) as usize;
-            for g in [None, Some(2), Some(3), Some(4), Some(6), Some(8)] {
-                let group = g.map(|k| k * cus);
-                if ops::matvec_stream(
-                    dev,
-                    dev.wave_lanes(),
-                    dtype,
-                    &w,
-                    &xq,
-                    &xds,
-                    &mut y,
-                    rows,
-                    cols,
-                    group,
-                )
-                .is_err()
-                {
+            let row_us = time(dev, w.len(), || ops::matvec_rows(dev, dtype, &w, &xq, &xds, &mut y, rows, cols, 1).unwrap());
+            let mut line = format!("{:>5} {rows:>6}x{cols:<6} rows {row_us:7.2} us ({:4.1}%) | stream", dtype.name(), pct(row_us));
+            for per_cu in [None, Some(2), Some(3), Some(4), Some(6), Some(8)] {
+                let mut call = || ops::matvec_stream(dev, dev.wave_lanes(), dtype, &w, &xq, &xds, &mut y, rows, cols, per_cu.map(|k| k * cus));
+                if call().is_err() {
                     continue;
                 }
-                let us = time(dev, w.len(), || {
-                    ops::matvec_stream(
-                        dev,
-                        dev.wave_lanes(),
-                        dtype,
-                        &w,
-                        &xq,
-                        &xds,
-                        &mut y,
-                        rows,
-                        cols,
-                        group,
-                    )
-                    .unwrap()
-                });
-                let name = g.map_or("auto".to_string(), |k| format!("{k}/SM"));
+                let us = time(dev, w.len(), || call().unwrap());
+                let name = per_cu.map_or("auto".to_string(), |k| format!("{k}/SM"));
                 line += &format!(" {name}:{us:.2}us({:.1}%)", pct(us));
             }
             eprintln!("{line}");
