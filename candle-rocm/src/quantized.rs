@@ -238,7 +238,10 @@ impl ExtBackendQStorage for RocmQStorage {
             copy = c;
             &copy
         };
-        let y = self.matmul_t(xc, m, n, k)?;
+        // In the per-op profile as `qmatmul.<format>` with the activations' dtype (the
+        // activation quantization and matvec, or the dequantize and GEMM, inside it).
+        let name = || -> std::borrow::Cow<'static, str> { format!("qmatmul.{:?}", self.dtype).to_lowercase().into() };
+        let y = self.device.profiled(name, xb.dtype(), || self.matmul_t(xc, m, n, k))?;
         let mut out = dims.to_vec();
         *out.last_mut().expect("rank >= 2") = n;
         Ok((self.device.storage(y), Shape::from(out)))

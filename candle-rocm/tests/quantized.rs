@@ -169,6 +169,25 @@ fn qmatmul_every_format_and_batch() {
     }
 }
 
+/// With the per-op profile on, each `QMatMul::forward` is one `qmatmul.<format>` call with
+/// the activations' dtype, whichever path it takes (matvec at batch 2, GEMM at batch 17).
+#[test]
+fn qmatmul_is_in_the_op_profile() {
+    for dev in devices() {
+        let d = dev.as_candle();
+        let mm = QMatMul::from_qtensor(QTensor::quantize(&weights(401).to_device(&d).unwrap(), GgmlDType::Q4_0).unwrap()).unwrap();
+        dev.set_profiling(true);
+        dev.take_profile().unwrap();
+        for batch in [2usize, 17] {
+            let x = Tensor::from_vec(values(batch * COLS, 600 + batch as u64, -1.0, 1.0, false), (batch, COLS), &d).unwrap();
+            mm.forward(&x).unwrap();
+        }
+        let p = dev.take_profile().unwrap();
+        dev.set_profiling(false);
+        assert_eq!(p.calls_of("qmatmul.q4_0"), 2, "on {}: {}", dev.name(), p.table());
+    }
+}
+
 #[test]
 fn qmatmul_half_activations() {
     // f16/bf16 activations: q8_1 from the half values (batch 3), dequantize to the half type
