@@ -1323,6 +1323,7 @@ pub fn matvec_stream<Q: QuantFormat>(
         && per_step * waves_per_row <= 4
         && STREAM_STAGES * stage_words <= lds.len();
     let data_ok = rows.checked_mul(row_bytes).is_some_and(|n| n <= w.len())
+        && rows <= (u32::MAX - 256) as usize
         && rows <= y.len()
         && xq.len() >= cols / 4
         && xds.len() >= cols / 16
@@ -1364,13 +1365,15 @@ pub fn matvec_stream<Q: QuantFormat>(
             } else {
                 16 * words
             };
-            // SAFETY: `first + tail <= w.len()` and `first` is 16-byte aligned inside `w`;
-            // word c < words < stage_words lies inside this stage of `lds`. Whole words
-            // first (no size operand), then the few at the end of `w` (zero-filled).
-            let mut src = unsafe { w.as_ptr().add(first + 16 * tid as usize) };
+            // `first + tail <= w.len()` and `first` is 16-byte aligned inside `w`; word
+            // c < words < stage_words lies inside this stage of `lds`. Whole words first
+            // (no size operand), then the few at the end of `w` (zero-filled). The pointers
+            // advance with wrapping arithmetic and are dereferenced only below those bounds.
+            let mut src = w.as_ptr().wrapping_add(first + 16 * tid as usize);
             let mut dst = base.add((stage * stage_bytes + 16 * tid) as usize);
             let mut c = tid;
             while c < tail / 16 {
+                // SAFETY: 16 bytes of `w` at `src` (c < tail / 16), into the stage (above).
                 unsafe { kernel_dsl::mma::copy::copy_16_whole_at(dst, src) };
                 c += threads;
                 src = src.wrapping_add(16 * threads as usize);
@@ -1378,6 +1381,7 @@ pub fn matvec_stream<Q: QuantFormat>(
             }
             while c < words {
                 let left = tail.saturating_sub(16 * c);
+                // SAFETY: `left` (at most 16) bytes of `w` at `src`, zero-filled to 16.
                 unsafe {
                     kernel_dsl::mma::copy::copy_16_at(dst, src, if left < 16 { left } else { 16 })
                 };
