@@ -57,6 +57,7 @@ pub fn args() -> Result<(String, usize, usize, usize)> {
 }
 
 /// Loads the model, warms up, then prints one JSON line per timed run.
+#[allow(dead_code)] // used by the peer only (our example calls `bench_with`)
 pub fn bench(backend: &str, device: &Device) -> Result<()> {
     bench_with(backend, device, &mut |_| Ok(()))
 }
