@@ -54,12 +54,12 @@ pub fn contiguous<'a, T: BufElem>(dev: &Device, buf: &'a Buf, l: &Layout, keep: 
 /// layout is contiguous at any start offset (a narrowed table, a row range), else a copy
 /// kept in `keep` ([`contiguous`]). For kernels that take any start alignment.
 pub fn contiguous_view<'a, T: BufElem>(dev: &Device, buf: &'a Buf, l: &Layout, keep: &'a mut Option<DeviceVec<T>>, op: &'static str) -> Result<DeviceView<'a, T>> {
-    let v = T::get(buf).ok_or_else(|| invalid(op, format!("operand of dtype {:?}", buf.dtype())))?;
     let (start, n) = (l.start_offset(), l.shape().elem_count());
-    if l.is_contiguous() && start + n <= v.len() {
-        return v.view(start..start + n).map_err(at(op));
+    match T::get(buf) {
+        Some(v) if l.is_contiguous() && start + n <= v.len() => v.view(start..start + n).map_err(at(op)),
+        // Strided layouts, and a buffer of another dtype (`contiguous` says so).
+        _ => contiguous(dev, buf, l, keep, op)?.view(..).map_err(at(op)),
     }
-    contiguous(dev, buf, l, keep, op)?.view(..).map_err(at(op))
 }
 
 /// Allocates `n` elements of `T` for `op`'s output, uninitialized: every caller's kernel

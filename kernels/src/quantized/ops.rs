@@ -30,6 +30,30 @@ macro_rules! with_format {
     };
 }
 
+/// Runs `$body` with `$q` bound to the marker type of `$dtype` for the formats that have
+/// [`matvec_row`](super::matvec_row) and [`matvec_stream`](super::matvec_stream) instances
+/// ([`staged_format`]); the others: an error naming `$kernel`.
+macro_rules! with_staged_format {
+    ($dtype:expr, $kernel:expr, $q:ident => $body:expr) => {
+        match $dtype {
+            GgmlDType::Q4_0 => { type $q = Q4_0; $body }
+            GgmlDType::Q4_1 => { type $q = Q4_1; $body }
+            GgmlDType::Q5_0 => { type $q = Q5_0; $body }
+            GgmlDType::Q5_1 => { type $q = Q5_1; $body }
+            GgmlDType::Q8_0 => { type $q = Q8_0; $body }
+            GgmlDType::Q4K => { type $q = Q4K; $body }
+            GgmlDType::Q6K => { type $q = Q6K; $body }
+            other => Err(invalid("matvec", format!("{} has no {} instance", $kernel, other.name()))),
+        }
+    };
+}
+
+/// `true` for the formats [`with_staged_format`] takes: all matvec formats but `Q2K`,
+/// `Q3K` and `Q5K` (their kernels needed more than gfx9's scalar registers).
+const fn staged_format(dtype: GgmlDType) -> bool {
+    !matches!(dtype, GgmlDType::Q2K | GgmlDType::Q3K | GgmlDType::Q5K | GgmlDType::Q8K)
+}
+
 fn invalid(kernel: &'static str, reason: String) -> LaunchError {
     LaunchError::InvalidArgument { kernel, reason }
 }
@@ -238,13 +262,11 @@ pub fn matvec_q8_1(
     let row_bytes = cols / dtype.block_weights() * dtype.block_bytes();
     // Small matrices (4096 x 4096 at 4 to 6 bits) measured faster through `matvec_rows`
     // (one round of short-lived work-groups; the stream's start-up latency dominates).
-    let streams = !matches!(dtype, GgmlDType::Q2K | GgmlDType::Q3K | GgmlDType::Q5K)
-        && stream_per_step(cols / 32, row_bytes, wave_lanes as usize) > 0
-        && rows * row_bytes >= STREAM_MIN_BYTES;
-    if on_cuda(exec) && batch == 1 && streams {
-        return matvec_stream(exec, wave_lanes, dtype, w, xq, xds, y, rows, cols, None);
+    let per_step = stream_per_step(cols / 32, row_bytes, wave_lanes as usize);
+    if on_cuda(exec) && batch == 1 && staged_format(dtype) && per_step > 0 && rows * row_bytes >= STREAM_MIN_BYTES {
+        return launch_stream(exec, dtype, w, xq, xds, y, rows, cols, per_step, None);
     }
-    if on_cuda(exec) && row_bytes <= ROW_STAGE_BYTES && !matches!(dtype, GgmlDType::Q2K | GgmlDType::Q3K | GgmlDType::Q5K) {
+    if on_cuda(exec) && row_bytes <= ROW_STAGE_BYTES && staged_format(dtype) {
         return matvec_rows(exec, dtype, w, xq, xds, y, rows, cols, batch);
     }
     let units = chunk_units(exec, wave_lanes);
@@ -308,21 +330,7 @@ pub fn matvec_rows(
     }
     let group = matvec_row_group(cols / 32, row_bytes);
     let cfg = LaunchConfig::new(Dim3::x(rows.div_ceil(group) as u32), Dim3::x(ROW_BLOCK)).with_dynamic_shared(matvec_row_words(row_bytes, group));
-    macro_rules! go {
-        ($q:ty) => {
-            launch_tile!(matvec_row, $q, batch, (exec, cfg, w, xq, xds, y, rows, cols, batch, group))
-        };
-    }
-    match dtype {
-        GgmlDType::Q4_0 => go!(Q4_0),
-        GgmlDType::Q4_1 => go!(Q4_1),
-        GgmlDType::Q5_0 => go!(Q5_0),
-        GgmlDType::Q5_1 => go!(Q5_1),
-        GgmlDType::Q8_0 => go!(Q8_0),
-        GgmlDType::Q4K => go!(Q4K),
-        GgmlDType::Q6K => go!(Q6K),
-        other => Err(invalid(K, format!("matvec_row has no {} instance", other.name()))),
-    }
+    with_staged_format!(dtype, "matvec_row", Q => launch_tile!(matvec_row, Q, batch, (exec, cfg, w, xq, xds, y, rows, cols, batch, group)))
 }
 
 /// [`matvec_q8_1`] of one activation row through [`matvec_stream`](super::matvec_stream)
@@ -346,16 +354,35 @@ pub fn matvec_stream(
 ) -> Result<(), LaunchError> {
     const K: &str = "matvec";
     check_matvec(on_amd(exec), wave_lanes, dtype, w, xq, xds, y, rows, cols, 1)?;
-    // The kernel indexes rows (plus a work-group's 128 work-items) in 32 bits.
-    if rows > (u32::MAX - 256) as usize {
-        return Err(invalid(K, format!("matvec_stream takes fewer than 2^32 - 256 rows ({rows})")));
-    }
     let row_bytes = cols / dtype.block_weights() * dtype.block_bytes();
     let per_step = stream_per_step(cols / 32, row_bytes, wave_lanes as usize);
     if per_step == 0 {
         return Err(invalid(K, format!("matvec_stream takes rows of at most {} units and {} bytes ({rows} x {cols} {})", 4 * STREAM_BLOCK, super::STREAM_STAGE_BYTES, dtype.name())));
     }
-    let words = STREAM_STAGES * stream_stage_words(row_bytes, per_step);
+    launch_stream(exec, dtype, w, xq, xds, y, rows, cols, per_step, groups)
+}
+
+/// The launch of [`matvec_stream`] for arguments [`check_matvec`] accepted (batch 1) and
+/// rows `stream_per_step` takes in steps of `per_step`.
+#[allow(clippy::too_many_arguments)]
+fn launch_stream(
+    exec: &(impl Executor + ?Sized),
+    dtype: GgmlDType,
+    w: &(impl KernelArgSlice<u8> + ?Sized),
+    xq: &(impl KernelArgSlice<u32> + ?Sized),
+    xds: &(impl KernelArgSlice<f32> + ?Sized),
+    y: &mut (impl KernelArgSliceMut<f32> + ?Sized),
+    rows: usize,
+    cols: usize,
+    per_step: usize,
+    groups: Option<usize>,
+) -> Result<(), LaunchError> {
+    const K: &str = "matvec";
+    // The kernel indexes rows (plus a work-group's 128 work-items) in 32 bits.
+    if rows > (u32::MAX - 256) as usize {
+        return Err(invalid(K, format!("matvec_stream takes fewer than 2^32 - 256 rows ({rows})")));
+    }
+    let words = STREAM_STAGES * stream_stage_words(cols / dtype.block_weights() * dtype.block_bytes(), per_step);
     let resident = exec.compute_units().map_or(1024, |cu| cu as usize * stream_groups_per_cu(dtype, 16 * words));
     let groups = groups.unwrap_or(resident);
     if groups == 0 || groups > u32::MAX as usize {
@@ -365,21 +392,7 @@ pub fn matvec_stream(
         return Ok(());
     }
     let cfg = LaunchConfig::new(Dim3::x(groups.min(rows.div_ceil(per_step)) as u32), Dim3::x(STREAM_BLOCK)).with_dynamic_shared(words);
-    macro_rules! go {
-        ($q:ty) => {
-            super::matvec_stream::launch::<$q>(exec, cfg, w, xq, xds, y, rows, cols, per_step)
-        };
-    }
-    match dtype {
-        GgmlDType::Q4_0 => go!(Q4_0),
-        GgmlDType::Q4_1 => go!(Q4_1),
-        GgmlDType::Q5_0 => go!(Q5_0),
-        GgmlDType::Q5_1 => go!(Q5_1),
-        GgmlDType::Q8_0 => go!(Q8_0),
-        GgmlDType::Q4K => go!(Q4K),
-        GgmlDType::Q6K => go!(Q6K),
-        other => Err(invalid(K, format!("matvec_stream has no {} instance", other.name()))),
-    }
+    with_staged_format!(dtype, "matvec_stream", Q => super::matvec_stream::launch::<Q>(exec, cfg, w, xq, xds, y, rows, cols, per_step))
 }
 
 /// Weight bytes from which NVIDIA GPUs run batch 1 through [`matvec_stream`] (H100:
