@@ -1271,6 +1271,59 @@ pub const fn stream_stage_words(row_bytes: usize, per_step: usize) -> usize {
     (per_step * row_bytes).div_ceil(16) + 1
 }
 
+/// Issues the copies of step `s` of a streaming matvec ([`matvec_stream`](fn@matvec_stream),
+/// [`matvec_stream_batch`](fn@matvec_stream_batch)) into stage `stage`: the step's rows
+/// (`per_step` adjacent rows from `rows_at.0 + s * rows_at.1`, fewer at the end) from their
+/// 16-byte boundary, the last word possibly reaching past them (into the next row, or
+/// zero-filled past the end of `w`); then closes a copy group (empty past the last of
+/// `steps` steps). `team` is (this work-item, work-items of the work-group).
+#[device]
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+fn stream_issue(w: &[u8], rows: usize, row_bytes: usize, per_step: usize, steps: usize, rows_at: (u32, u32), base: kernel_dsl::mma::copy::SharedAddr, stage_bytes: u32, team: (u32, u32), s: u32, stage: u32) {
+    let (tid, threads) = team;
+    if (s as usize) < steps {
+        let ra = rows_at.0 + s * rows_at.1;
+        let n = if rows as u32 - ra < per_step as u32 {
+            rows as u32 - ra
+        } else {
+            per_step as u32
+        };
+        let start = ra as usize * row_bytes;
+        let (first, lead) = (start & !15, (start & 15) as u32);
+        let words = (n * row_bytes as u32 + lead).div_ceil(16);
+        let room = w.len() - first;
+        let tail = if room < 16 * words as usize {
+            room as u32
+        } else {
+            16 * words
+        };
+        // `first + tail <= w.len()` and `first` is 16-byte aligned inside `w`; word
+        // c < words < stage_words lies inside this stage of `lds`. Whole words first
+        // (no size operand), then the few at the end of `w` (zero-filled). The pointers
+        // advance with wrapping arithmetic and are dereferenced only below those bounds.
+        let mut src = w.as_ptr().wrapping_add(first + 16 * tid as usize);
+        let mut dst = base.add((stage * stage_bytes + 16 * tid) as usize);
+        let mut c = tid;
+        while c < tail / 16 {
+            // SAFETY: 16 bytes of `w` at `src` (c < tail / 16), into the stage (above).
+            unsafe { kernel_dsl::mma::copy::copy_16_whole_at(dst, src) };
+            c += threads;
+            src = src.wrapping_add(16 * threads as usize);
+            dst = dst.add(16 * threads as usize);
+        }
+        while c < words {
+            let left = tail.saturating_sub(16 * c);
+            // SAFETY: `left` (at most 16) bytes of `w` at `src`, zero-filled to 16.
+            unsafe { kernel_dsl::mma::copy::copy_16_at(dst, src, if left < 16 { left } else { 16 }) };
+            c += threads;
+            src = src.wrapping_add(16 * threads as usize);
+            dst = dst.add(16 * threads as usize);
+        }
+    }
+    kernel_dsl::mma::copy::commit();
+}
+
 /// `y[r] = sum_k W[r, k] x[k]` for one q8_1 activation row (decode), streaming the weight
 /// rows through shared memory. The rows go in steps of `per_step` adjacent rows
 /// ([`stream_per_step`]); work-group `g` of `G` takes steps `g, g + G, g + 2G, ...` (a grid
@@ -1346,52 +1399,7 @@ pub fn matvec_stream<Q: QuantFormat>(
         let start = r as usize * row_bytes;
         (start & !15, (start & 15) as u32)
     };
-    // Issues step `s`'s copies into stage `stage` (its rows from their 16-byte boundary;
-    // the last word may reach past them, into the next row or zero-filled past the end of
-    // `w`), then closes a copy group (empty past the last step).
-    let issue = |s: u32, stage: u32| {
-        if (s as usize) < steps {
-            let ra = row_of(s);
-            let n = if rows as u32 - ra < per_step as u32 {
-                rows as u32 - ra
-            } else {
-                per_step as u32
-            };
-            let (first, lead) = first_of(ra);
-            let words = (n * row_bytes32 + lead).div_ceil(16);
-            let room = w.len() - first;
-            let tail = if room < 16 * words as usize {
-                room as u32
-            } else {
-                16 * words
-            };
-            // `first + tail <= w.len()` and `first` is 16-byte aligned inside `w`; word
-            // c < words < stage_words lies inside this stage of `lds`. Whole words first
-            // (no size operand), then the few at the end of `w` (zero-filled). The pointers
-            // advance with wrapping arithmetic and are dereferenced only below those bounds.
-            let mut src = w.as_ptr().wrapping_add(first + 16 * tid as usize);
-            let mut dst = base.add((stage * stage_bytes + 16 * tid) as usize);
-            let mut c = tid;
-            while c < tail / 16 {
-                // SAFETY: 16 bytes of `w` at `src` (c < tail / 16), into the stage (above).
-                unsafe { kernel_dsl::mma::copy::copy_16_whole_at(dst, src) };
-                c += threads;
-                src = src.wrapping_add(16 * threads as usize);
-                dst = dst.add(16 * threads as usize);
-            }
-            while c < words {
-                let left = tail.saturating_sub(16 * c);
-                // SAFETY: `left` (at most 16) bytes of `w` at `src`, zero-filled to 16.
-                unsafe {
-                    kernel_dsl::mma::copy::copy_16_at(dst, src, if left < 16 { left } else { 16 })
-                };
-                c += threads;
-                src = src.wrapping_add(16 * threads as usize);
-                dst = dst.add(16 * threads as usize);
-            }
-        }
-        kernel_dsl::mma::copy::commit();
-    };
+    let issue = |s: u32, stage: u32| stream_issue(w, rows, row_bytes, per_step, steps, (g32, stride), base, stage_bytes, (tid, threads), s, stage);
     issue(0, 0);
     issue(1, 1);
     // This work-item's units of every row, and their activations (loaded once).
@@ -1462,6 +1470,223 @@ pub fn matvec_stream<Q: QuantFormat>(
         let last = STREAM_STAGES as u32 - 1;
         stage = if stage == last { 0 } else { stage + 1 };
         ahead = if ahead == last { 0 } else { ahead + 1 };
+        s += 1;
+    }
+    barrier();
+    flush(steps as u32 - 1, &partials);
+}
+
+/// Work-items of one [`matvec_stream_batch`](fn@matvec_stream_batch) work-group.
+pub const BATCH_BLOCK: u32 = 512;
+/// Shared-memory stages [`matvec_stream_batch`](fn@matvec_stream_batch) cycles through: one
+/// being computed, three in flight (one work-group per SM has to keep enough bytes moving).
+pub const BATCH_STAGES: usize = 4;
+/// Most unit-rows (a 32-weight unit's q8_1 activations of one activation row, 10
+/// registers) a work-item of [`matvec_stream_batch`](fn@matvec_stream_batch) holds.
+pub const BATCH_UNIT_ROWS: usize = 8;
+
+/// Units a work-item of [`matvec_stream_batch`](fn@matvec_stream_batch) holds for a batch
+/// tile of `n` rows: 2 for tiles of 2, else 1 (with 4 units for tiles of 2 and 2 for
+/// tiles of 4, `Q4K` and `Q6K` spilled on sm_90 under the 128 registers of 512 work-items).
+pub const fn batch_held(n: usize) -> usize {
+    if n >= 4 {
+        1
+    } else {
+        2
+    }
+}
+
+/// Weight rows [`matvec_stream_batch`](fn@matvec_stream_batch) computes side by side for a
+/// batch tile of `n` (2, 4 or 8) activation rows: as [`stream_per_step`] with
+/// [`BATCH_BLOCK`] work-items and [`batch_held`] units per work-item (1, 2, 4 or 8 rows per
+/// step); 0 when one row does not fit.
+pub const fn stream_batch_per_step(units: usize, row_bytes: usize, lanes: usize, n: usize) -> usize {
+    let held = batch_held(n);
+    let mut p = 8;
+    while p >= 1 {
+        let team = BATCH_BLOCK as usize / p;
+        if team >= lanes && units <= held * team && p * row_bytes <= STREAM_STAGE_BYTES {
+            return p;
+        }
+        p /= 2;
+    }
+    0
+}
+
+/// [`matvec_stream`](fn@matvec_stream) for `batch` (2..=`B::N`) q8_1 activation rows:
+/// `y[b * rows + r] = sum_k W[r, k] x[b, k]`. Work-groups of [`BATCH_BLOCK`] work-items (one
+/// per SM) stream the weight rows through [`BATCH_STAGES`] shared stages in steps of
+/// `per_step` rows ([`stream_batch_per_step`]), so every weight byte is read once for the
+/// whole batch. Work-item `j` of a row's team always takes units `j, j + team, ...` and
+/// holds their activations of every batch row in registers (`B::N` times [`batch_held`]
+/// unit-rows). Each wave sums its `B::N` products per row in one
+/// transposed butterfly (each exchange halves the values a lane holds, so lane `l` ends
+/// with batch row `l / (lanes / B::N)`'s sum: `log2(lanes)` exchanges plus `B::N - 1`, not
+/// `B::N log2(lanes)`); a row of one wave is written by it, the waves' sums of a wider row go
+/// through `partials` and are added in a fixed order after the next barrier. `lds` holds
+/// `BATCH_STAGES * stream_stage_words(row_bytes, per_step)` words; `w` starts on 16 bytes.
+/// Launch with [`BATCH_BLOCK`] work-items per work-group.
+#[amdgpu_kernel(Q = [Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4K, Q6K], B = [Batch2, Batch4, Batch8], max_threads = 512)]
+pub fn matvec_stream_batch<Q: QuantFormat, B: BatchTile>(
+    w: &[u8],
+    xq: &[u32],
+    xds: &[f32],
+    y: &mut [f32],
+    rows: usize,
+    cols: usize,
+    batch: usize,
+    per_step: usize,
+    lds: SharedDyn<crate::indexing::Words4>,
+    mut partials: Shared<f32, 256>,
+) {
+    let n = B::N;
+    let held = batch_held(n);
+    let (xw, xb) = (cols / 4, cols / 16);
+    let upb = Q::WEIGHTS / 32;
+    let blocks = cols / Q::WEIGHTS;
+    let row_bytes = blocks * Q::BYTES;
+    let units = (blocks * upb) as u32;
+    let tid = flat_thread_idx();
+    let lanes = wave::size();
+    let threads = BATCH_BLOCK;
+    // Work-items per row (`team`, a power of two) as a shift.
+    let team_shift = match per_step {
+        1 => 9,
+        2 => 8,
+        4 => 7,
+        _ => 6,
+    };
+    let team = 1u32 << team_shift;
+    let waves_per_row = (team / lanes.max(1)) as usize;
+    let stage_words = stream_stage_words(row_bytes, per_step);
+    // Uniform checks that make the unchecked accesses below in bounds.
+    let shape_ok = flat_block_dim() == threads
+        && (per_step == 1 || per_step == 2 || per_step == 4 || per_step == 8)
+        && team >= lanes
+        && lanes >= 8
+        && cols % Q::WEIGHTS == 0
+        && (2..=n).contains(&batch)
+        && n <= 8;
+    let sizes_ok = units <= held as u32 * team
+        && per_step * waves_per_row * n <= 128
+        && BATCH_STAGES * stage_words <= lds.len();
+    let data_ok = rows.checked_mul(row_bytes).is_some_and(|n| n <= w.len())
+        && rows <= (u32::MAX - 1024) as usize
+        && rows.checked_mul(batch).is_some_and(|n| n <= y.len())
+        && xq.len() >= batch * xw
+        && xds.len() >= batch * xb
+        && w.as_ptr() as usize % 16 == 0;
+    let (g, groups) = (block_idx_x() as usize, grid_dim_x() as usize);
+    let total = rows.div_ceil(per_step);
+    if !(shape_ok && sizes_ok && data_ok) || g >= total {
+        return;
+    }
+    // This work-group's steps: g, g + groups, ... (row indices fit 32 bits: launcher).
+    let steps = (total - 1 - g) / groups + 1;
+    let (g32, stride) = ((g * per_step) as u32, (groups * per_step) as u32);
+    let row_of = |s: u32| g32 + s * stride;
+    let stage_bytes = (stage_words * 16) as u32;
+    let base = kernel_dsl::mma::copy::SharedAddr::new(lds.as_ptr());
+    let issue = |s: u32, stage: u32| stream_issue(w, rows, row_bytes, per_step, steps, (g32, stride), base, stage_bytes, (tid, threads), s, stage);
+    issue(0, 0);
+    issue(1, 1);
+    issue(2, 2);
+    // This work-item's units of every row, and their activations of every batch row
+    // (unit-row `i`: unit `i / n`, batch row `i % n`), loaded once.
+    let (sub, j) = ((tid >> team_shift) as usize, tid & (team - 1));
+    let mut act = [[0u32; 8]; BATCH_UNIT_ROWS];
+    let mut ds = [[0f32; 2]; BATCH_UNIT_ROWS];
+    each!(i in [0, 1, 2, 3, 4, 5, 6, 7] {
+        let k = j + (i / n) as u32 * team;
+        if i < BATCH_UNIT_ROWS && i / n < held && i % n < batch && k < units {
+            // SAFETY: batch row i % n < batch and k < cols / 32: inside the lengths checked above.
+            let (q, d, m) = unsafe { q8_1_block(xq, xds, (i % n) * xw, (i % n) * xb, k as usize) };
+            (act[i], ds[i]) = (q, [d, m]);
+        }
+    });
+    let lane = wave::lane_id();
+    let wave_in_row = (j / lanes) as usize;
+    // After the butterfly, lanes `l` with `l % span == 0` hold batch row `l / span`'s sum.
+    let span = lanes / n as u32;
+    let yp = y.as_mut_ptr();
+    // Rows of several waves: work-item `t = r * n + b` adds the waves' sums of row `r`,
+    // batch row `b` of step `s` (partial slots `s % 2`, written before the barrier that
+    // precedes this).
+    let flush = |s: u32, partials: &Shared<f32, 256>| {
+        let (r, b) = (tid as usize / n, tid as usize % n);
+        let row = row_of(s) as usize + r;
+        if waves_per_row > 1 && r < per_step && b < batch && row < rows {
+            let mut v = 0f32;
+            for q in 0..waves_per_row {
+                v += partials[((s as usize % 2) * 128 + tid as usize * waves_per_row + q) % 256];
+            }
+            // SAFETY: b < batch, row < rows: inside y (checked above).
+            unsafe { *yp.add(b * rows + row) = v };
+        }
+    };
+    let (mut stage, mut ahead) = (0u32, 3u32);
+    let mut s = 0u32;
+    while (s as usize) < steps {
+        kernel_dsl::mma::copy::wait_groups(2);
+        barrier();
+        if s > 0 {
+            flush(s - 1, &partials);
+        }
+        issue(s + 3, ahead);
+        let row = row_of(s) + sub as u32;
+        let mut acc = [0f32; 8];
+        if (row as usize) < rows {
+            let off = (stage * stage_bytes + ((row_of(s) as usize * row_bytes) & 15) as u32) as usize + sub * row_bytes;
+            // SAFETY: the stage holds the step's rows from their 16-byte boundary on
+            // (copied and waited for above); row `row`'s row_bytes bytes lie inside it.
+            let staged = unsafe { core::slice::from_raw_parts((lds.as_ptr() as *const u8).add(off), row_bytes) };
+            each!(u in [0, 1, 2, 3, 4, 5, 6, 7] {
+                let k = j + u as u32 * team;
+                if u < held && k < units {
+                    let blk = k as usize / upb;
+                    let unit = Q::unit(&staged[blk * Q::BYTES..(blk + 1) * Q::BYTES], k as usize % upb);
+                    each!(b in [0, 1, 2, 3, 4, 5, 6, 7] {
+                        if b < n && u * n + b < BATCH_UNIT_ROWS && b < batch {
+                            let i = u * n + b;
+                            acc[b] += unit_dot::<Q>(&unit, &act[i], ds[i][0], ds[i][1]);
+                        }
+                    });
+                }
+            });
+        }
+        // The transposed butterfly: exchange `h` (across `lanes >> (h + 1)` lanes) keeps
+        // the lower or upper half of the values a lane holds.
+        let mut off = lanes / 2;
+        each!(h in [0, 1, 2] {
+            if (1 << h) < n {
+                let half = n >> (h + 1);
+                let upper = lane & off != 0;
+                each!(i in [0, 1, 2, 3] {
+                    if i < half {
+                        let (lo, hi) = (acc[i], acc[i + half]);
+                        let (keep, send) = if upper { (hi, lo) } else { (lo, hi) };
+                        acc[i] = keep + wave::shuffle_xor(send, off);
+                    }
+                });
+                off /= 2;
+            }
+        });
+        let mut total = acc[0];
+        while off > 0 {
+            total += wave::shuffle_xor(total, off);
+            off /= 2;
+        }
+        let b = (lane / span) as usize;
+        if lane % span == 0 && b < batch && (row as usize) < rows {
+            if waves_per_row == 1 {
+                // SAFETY: b < batch, row < rows: inside y (checked above).
+                unsafe { *yp.add(b * rows + row as usize) = total };
+            } else {
+                partials[((s as usize % 2) * 128 + (sub * n + b) * waves_per_row + wave_in_row) % 256] = total;
+            }
+        }
+        stage = if stage == BATCH_STAGES as u32 - 1 { 0 } else { stage + 1 };
+        ahead = if ahead == BATCH_STAGES as u32 - 1 { 0 } else { ahead + 1 };
         s += 1;
     }
     barrier();

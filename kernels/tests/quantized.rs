@@ -372,7 +372,7 @@ enum Path {
     /// `ops::matvec_rows` (a work-group per row; NVIDIA's kernel for batches of 2..=8).
     Row,
     /// `ops::matvec_stream` with this many work-groups (`None`: the launcher's); NVIDIA's
-    /// kernel for batch 1.
+    /// kernels for batch 1 (`matvec_stream`) and for 2..=8 (`matvec_stream_batch`).
     Stream(Option<usize>),
 }
 
@@ -392,7 +392,7 @@ fn check_matvec_on(dev: &Device, dtype: GgmlDType, rows: usize, cols: usize, bat
         let (mut xq, mut xds) = (dev.alloc::<u32>(batch * cols / 4).unwrap(), dev.alloc::<f32>(batch * cols / 16).unwrap());
         ops::quantize_q8_1(dev, &xd, &mut xq, &mut xds).unwrap();
         match path {
-            Path::Stream(groups) => ops::matvec_stream(dev, dev.wave_lanes(), dtype, &wd, &xq, &xds, &mut y, rows, cols, groups).unwrap(),
+            Path::Stream(groups) => ops::matvec_stream(dev, dev.wave_lanes(), dtype, &wd, &xq, &xds, &mut y, rows, cols, batch, groups).unwrap(),
             _ => ops::matvec_rows(dev, dtype, &wd, &xq, &xds, &mut y, rows, cols, batch).unwrap(),
         }
     }
@@ -514,6 +514,36 @@ fn matvec_stream_kernel_every_format() {
     }
 }
 
+/// The streaming kernel for batches of 2..=8 (`matvec_stream_batch`, what NVIDIA GPUs run
+/// for them) on every executor, work-items in both orders: every format it has; tiles of
+/// 2, 4 and 8 activation rows, full and partial (batches 2, 3, 4, 5, 8); 8, 4, 2 and 1 rows
+/// per step (teams of 64 to 512 work-items: rows of 1 to 16 waves, whose sums meet in
+/// `partials`); 1 or 2 units per work-item with a partial last one (448 units: 14336
+/// columns); rows whose start is not 16-byte aligned (300 blocks of 32); grids of 1, 2
+/// and 3 work-groups (more than four steps each, so the stages wrap around) with a partial
+/// last step; the f16 scale extremes in rows of one block.
+#[test]
+fn matvec_stream_batch_kernel_every_format() {
+    for dev in executors_both_orders() {
+        for dtype in matvec_formats().filter(|d| !matches!(d, GgmlDType::Q2K | GgmlDType::Q3K | GgmlDType::Q5K)) {
+            let bw = dtype.block_weights();
+            let long = if bw == 32 { 300 * 32 } else { 40 * 256 };
+            for (rows, cols, groups, batches) in [
+                (9, 4 * bw.max(64), Some(1), &[2, 3, 8][..]),
+                (19, 4 * bw.max(64), None, &[4][..]),
+                (11, long, Some(2), &[2, 5][..]),
+                (7, 448 * 32, Some(1), &[3, 8][..]),
+                (5, 448 * 32, Some(3), &[2][..]),
+            ] {
+                for &batch in batches {
+                    check_matvec_on(&dev, dtype, rows, cols, batch, 6000 + 100 * rows as u64 + 10 * batch as u64 + dtype as u64, false, Path::Stream(groups));
+                }
+            }
+            check_matvec_on(&dev, dtype, 301, bw, 8, 6077 + dtype as u64, true, Path::Stream(Some(5)));
+        }
+    }
+}
+
 /// `matvec_stream` refuses what it cannot take (rows too long for a stage or for the
 /// work-items' activation registers, an empty grid, shapes and lengths `matvec` refuses)
 /// with an error and writes nothing.
@@ -526,16 +556,27 @@ fn matvec_stream_rejects_what_it_cannot_take() {
     let (xq, xds) = (dev.alloc::<u32>(cols / 4).unwrap(), dev.alloc::<f32>(cols / 16).unwrap());
     let mut y = dev.upload(&[-3.0f32; 4]).unwrap();
     let invalid = |r: Result<(), LaunchError>| matches!(r, Err(LaunchError::InvalidArgument { .. }));
-    assert!(invalid(ops::matvec_stream(&dev, 64, dtype, &w, &xq, &xds, &mut y, 4, cols, Some(0))), "no work-groups");
-    assert!(invalid(ops::matvec_stream(&dev, 48, dtype, &w, &xq, &xds, &mut y, 4, cols, None)), "wave size");
-    assert!(invalid(ops::matvec_stream(&dev, 64, dtype, &w, &xq, &xds, &mut y, 3, cols, None)), "weights of 4 rows for 3");
+    assert!(invalid(ops::matvec_stream(&dev, 64, dtype, &w, &xq, &xds, &mut y, 4, cols, 1, Some(0))), "no work-groups");
+    assert!(invalid(ops::matvec_stream(&dev, 48, dtype, &w, &xq, &xds, &mut y, 4, cols, 1, None)), "wave size");
+    assert!(invalid(ops::matvec_stream(&dev, 64, dtype, &w, &xq, &xds, &mut y, 3, cols, 1, None)), "weights of 4 rows for 3");
     // 513 units: more than 128 work-items hold at 4 each.
     let wide = dev.upload(&random_blocks(dtype, 513, 4, false)).unwrap();
     let (xq2, xds2) = (dev.alloc::<u32>(513 * 8).unwrap(), dev.alloc::<f32>(513 * 2).unwrap());
     let mut y1 = dev.upload(&[-3.0f32]).unwrap();
-    assert!(invalid(ops::matvec_stream(&dev, 64, dtype, &wide, &xq2, &xds2, &mut y1, 1, 513 * 32, None)), "row too long");
+    assert!(invalid(ops::matvec_stream(&dev, 64, dtype, &wide, &xq2, &xds2, &mut y1, 1, 513 * 32, 1, None)), "row too long");
+    // Batches: 513 units need more than 512 work-items at 1 unit each (batch 8), and a
+    // batch tile has no empty grid either.
+    let (xq8, xds8) = (dev.alloc::<u32>(8 * 513 * 8).unwrap(), dev.alloc::<f32>(8 * 513 * 2).unwrap());
+    let mut y8 = dev.upload(&[-3.0f32; 8]).unwrap();
+    assert!(invalid(ops::matvec_stream(&dev, 64, dtype, &wide, &xq8, &xds8, &mut y8, 1, 513 * 32, 8, None)), "row too long for batch 8");
+    let (xq4, xds4) = (dev.alloc::<u32>(4 * cols / 4).unwrap(), dev.alloc::<f32>(4 * cols / 16).unwrap());
+    let mut y4 = dev.upload(&[-3.0f32; 16]).unwrap();
+    assert!(invalid(ops::matvec_stream(&dev, 64, dtype, &w, &xq4, &xds4, &mut y4, 4, cols, 4, Some(0))), "no work-groups (batch)");
+    assert!(invalid(ops::matvec_stream(&dev, 64, dtype, &w, &xq4, &xds4, &mut y4, 4, cols, 9, None)), "batch 9");
     assert_eq!(dev.download(&y).unwrap(), vec![-3.0f32; 4]);
     assert_eq!(dev.download(&y1).unwrap(), vec![-3.0f32]);
+    assert_eq!(dev.download(&y8).unwrap(), vec![-3.0f32; 8]);
+    assert_eq!(dev.download(&y4).unwrap(), vec![-3.0f32; 16]);
 }
 
 #[test]

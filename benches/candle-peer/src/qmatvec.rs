@@ -58,8 +58,9 @@ pub fn bench(device: &Device) -> Result<()> {
             let w = weights(name, dtype, rows, cols);
             let q = qtensor_from_ggml(dtype, &w, vec![rows, cols], device)?;
             let mm = QMatMul::from_qtensor(q)?;
-            for batch in [1usize, 8] {
-                if batch == 8 && (rows, cols) != (4096, 14336) {
+            for batch in [1usize, 2, 4, 8] {
+                // Batches 2..8 on the two FFN shapes (as `bench-quantized`).
+                if batch > 1 && (rows, cols) != (4096, 14336) && (rows, cols) != (14336, 4096) {
                     continue;
                 }
                 let x: Vec<f32> = (0..batch * cols).map(|i| ((i * 7919) % 1000) as f32 / 500.0 - 1.0).collect();

@@ -1,10 +1,10 @@
 //! Quantized (GGUF) matrix-vector products on LLM weight shapes (Llama-3-8B: 4096x4096,
-//! 14336x4096, 4096x14336, the 128256x4096 output head), timed with GPU events against a
-//! device-to-device copy in the same run.
+//! 14336x4096, 4096x14336, the 128256x4096 output head; batches 2, 4 and 8 on the two FFN
+//! shapes), timed with GPU events against a device-to-device copy in the same run.
 //!
 //! `quantized [--out DIR] [--quick] [--profile]`: writes `DIR/rust_quantized.json`.
-//! `quantized --sweep`: batch 1 through `matvec_rows` against `matvec_stream` with grids
-//! of several work-groups per SM (printed only).
+//! `quantized --sweep`: batches 1, 2, 4 and 8 through `matvec_rows` against the streaming
+//! kernels with grids of several work-groups per SM (printed only).
 //! Bandwidth counts the bytes an ideal kernel moves once: the quantized weights, the q8_1
 //! activations (`cols` codes + 8 bytes per 32) and the f32 output; `matvec+quantize` adds
 //! the f32 activations read by the quantization. `python/torch_quantized.py` times the bf16
@@ -51,8 +51,9 @@ fn main() {
         for &(rows, cols) in shapes {
             let w = dev.upload(&weights(dtype, rows, cols)).unwrap();
             let wbytes = w.len();
-            for batch in [1usize, 8] {
-                if batch == 8 && (rows, cols) != (4096, 14336) {
+            for batch in [1usize, 2, 4, 8] {
+                // Batches 2..8 on the two FFN shapes.
+                if batch > 1 && (rows, cols) != (4096, 14336) && (rows, cols) != (14336, 4096) {
                     continue;
                 }
                 let x: Vec<f32> = (0..batch * cols).map(|i| ((i * 7919) % 1000) as f32 / 500.0 - 1.0).collect();
@@ -93,31 +94,38 @@ fn main() {
 }
 
 /// Batch 1 on the Llama-3-8B shapes: the work-group-per-row kernel against the streaming
-/// kernel with the launcher's grid and with 2, 3, 4, 6 and 8 work-groups per SM.
+/// kernel with the launcher's grid and with 2, 3, 4, 6 and 8 work-groups per SM; then
+/// batches 2, 4 and 8 the same way (the batch kernel at 1 and 2 work-groups per SM).
 fn sweep(dev: &kernels::runtime::Device, copy_gbps: f64) {
     let cus = kernel_dsl::host::Executor::compute_units(dev).unwrap_or(1) as usize;
-    for dtype in [GgmlDType::Q4_0, GgmlDType::Q8_0, GgmlDType::Q4K, GgmlDType::Q6K] {
-        for (rows, cols) in [(4096, 14336), (14336, 4096), (4096, 4096), (128256, 4096)] {
-            let w = dev.upload(&weights(dtype, rows, cols)).unwrap();
-            let x: Vec<f32> = (0..cols).map(|i| ((i * 7919) % 1000) as f32 / 500.0 - 1.0).collect();
-            let x = dev.upload(&x).unwrap();
-            let mut y: DeviceVec<f32> = dev.alloc(rows).unwrap();
-            let (mut xq, mut xds): (DeviceVec<u32>, DeviceVec<f32>) = (dev.alloc(cols / 4).unwrap(), dev.alloc(cols / 16).unwrap());
-            ops::quantize_q8_1(dev, &x, &mut xq, &mut xds).unwrap();
-            let moved = w.len() + cols + cols / 32 * 8 + rows * 4;
-            let pct = |us: f64| 100.0 * moved as f64 / (us * 1e-6) / 1e9 / copy_gbps;
-            let row_us = time(dev, w.len(), || ops::matvec_rows(dev, dtype, &w, &xq, &xds, &mut y, rows, cols, 1).unwrap());
-            let mut line = format!("{:>5} {rows:>6}x{cols:<6} rows {row_us:7.2} us ({:4.1}%) | stream", dtype.name(), pct(row_us));
-            for per_cu in [None, Some(2), Some(3), Some(4), Some(6), Some(8)] {
-                let mut call = || ops::matvec_stream(dev, dev.wave_lanes(), dtype, &w, &xq, &xds, &mut y, rows, cols, per_cu.map(|k| k * cus));
-                if call().is_err() {
+    for batch in [1usize, 2, 4, 8] {
+        let grids: &[Option<usize>] = if batch == 1 { &[None, Some(2), Some(3), Some(4), Some(6), Some(8)] } else { &[None, Some(2)] };
+        for dtype in [GgmlDType::Q4_0, GgmlDType::Q8_0, GgmlDType::Q4K, GgmlDType::Q6K] {
+            for (rows, cols) in [(4096, 14336), (14336, 4096), (4096, 4096), (128256, 4096)] {
+                if batch > 1 && rows > 14336 {
                     continue;
                 }
-                let us = time(dev, w.len(), || call().unwrap());
-                let name = per_cu.map_or("auto".to_string(), |k| format!("{k}/SM"));
-                line += &format!(" {name}:{us:.2}us({:.1}%)", pct(us));
+                let w = dev.upload(&weights(dtype, rows, cols)).unwrap();
+                let x: Vec<f32> = (0..batch * cols).map(|i| ((i * 7919) % 1000) as f32 / 500.0 - 1.0).collect();
+                let x = dev.upload(&x).unwrap();
+                let mut y: DeviceVec<f32> = dev.alloc(batch * rows).unwrap();
+                let (mut xq, mut xds): (DeviceVec<u32>, DeviceVec<f32>) = (dev.alloc(batch * cols / 4).unwrap(), dev.alloc(batch * cols / 16).unwrap());
+                ops::quantize_q8_1(dev, &x, &mut xq, &mut xds).unwrap();
+                let moved = w.len() + batch * (cols + cols / 32 * 8 + rows * 4);
+                let pct = |us: f64| 100.0 * moved as f64 / (us * 1e-6) / 1e9 / copy_gbps;
+                let row_us = time(dev, w.len(), || ops::matvec_rows(dev, dtype, &w, &xq, &xds, &mut y, rows, cols, batch).unwrap());
+                let mut line = format!("{:>5} {rows:>6}x{cols:<6} b{batch} rows {row_us:7.2} us ({:4.1}%) | stream", dtype.name(), pct(row_us));
+                for &per_cu in grids {
+                    let mut call = || ops::matvec_stream(dev, dev.wave_lanes(), dtype, &w, &xq, &xds, &mut y, rows, cols, batch, per_cu.map(|k| k * cus));
+                    if call().is_err() {
+                        continue;
+                    }
+                    let us = time(dev, w.len(), || call().unwrap());
+                    let name = per_cu.map_or("auto".to_string(), |k| format!("{k}/SM"));
+                    line += &format!(" {name}:{us:.2}us({:.1}%)", pct(us));
+                }
+                eprintln!("{line}");
             }
-            eprintln!("{line}");
         }
     }
 }

@@ -2,7 +2,7 @@
 //! validated first (bad input: [`LaunchError::InvalidArgument`], nothing launched or
 //! written); empty outputs are a no-op.
 use super::{batch_tile, matvec_block, matvec_lds_words, matvec_row_group, matvec_row_words, Batch1, Batch2, Batch4, Batch8, GgmlDType, LANE_UNITS_AMD, LANE_UNITS_OTHER, ROW_BLOCK, ROW_STAGE_BYTES};
-use super::{stream_groups_per_cu, stream_per_step, stream_stage_words, STREAM_BLOCK, STREAM_STAGES};
+use super::{stream_batch_per_step, stream_groups_per_cu, stream_per_step, stream_stage_words, BATCH_BLOCK, BATCH_STAGES, STREAM_BLOCK, STREAM_STAGES};
 use super::{Q2K, Q3K, Q4K, Q4_0, Q4_1, Q5K, Q5_0, Q5_1, Q6K, Q8K, Q8_0};
 use crate::runtime::{Device, DeviceVec};
 use kernel_dsl::host::{ArgValue, Executor, KernelArgSlice, KernelArgSliceMut, LaunchConfig, LaunchError, MemLocation, ScalarArg};
@@ -239,7 +239,8 @@ macro_rules! launch_tile {
 /// `y[b * rows + r] = sum_k W[r, k] x[b * cols + k]` for `b < batch` (1..=8) with
 /// activations already in q8_1 ([`quantize_q8_1`]); `wave_lanes` is the device's wave size
 /// ([`Device::wave_lanes`]). NVIDIA GPUs run [`matvec_stream`] for one activation row
-/// where it takes the rows and the matrix has at least [`STREAM_MIN_BYTES`], else
+/// where it takes the rows and the matrix has at least [`STREAM_MIN_BYTES`], and for
+/// batches of at least [`STREAM_MIN_BATCH`] where it takes the rows; else
 /// [`matvec_rows`] (rows staged whole by `cp.async`) for rows of up to [`ROW_STAGE_BYTES`];
 /// AMD GPUs and the CPU executor the chunked wave-per-row [`matvec`](super::matvec).
 #[allow(clippy::too_many_arguments)]
@@ -265,6 +266,12 @@ pub fn matvec_q8_1(
     let per_step = stream_per_step(cols / 32, row_bytes, wave_lanes as usize);
     if on_cuda(exec) && batch == 1 && staged_format(dtype) && per_step > 0 && rows * row_bytes >= STREAM_MIN_BYTES {
         return launch_stream(exec, dtype, w, xq, xds, y, rows, cols, per_step, None);
+    }
+    // Batches of 5..8 (the tile of 8) stream at every size; at 2..4 `matvec_row` measured
+    // as fast or faster (`bench-quantized --sweep`, H100).
+    let batch_step = stream_batch_per_step(cols / 32, row_bytes, wave_lanes as usize, tile_rows(batch));
+    if on_cuda(exec) && batch >= STREAM_MIN_BATCH && staged_format(dtype) && batch_step > 0 {
+        return launch_stream_batch(exec, dtype, w, xq, xds, y, rows, cols, batch, batch_step, None);
     }
     if on_cuda(exec) && row_bytes <= ROW_STAGE_BYTES && staged_format(dtype) {
         return matvec_rows(exec, dtype, w, xq, xds, y, rows, cols, batch);
@@ -333,12 +340,15 @@ pub fn matvec_rows(
     with_staged_format!(dtype, "matvec_row", Q => launch_tile!(matvec_row, Q, batch, (exec, cfg, w, xq, xds, y, rows, cols, batch, group)))
 }
 
-/// [`matvec_q8_1`] of one activation row through [`matvec_stream`](super::matvec_stream)
-/// (rows streamed through shared memory, activations held in registers): what NVIDIA GPUs
-/// run for batch 1 where [`stream_per_step`] takes the rows. The grid is
-/// [`stream_groups_per_cu`] work-groups per compute unit (where the executor knows them,
-/// else 1024), at most one per step; `groups` overrides it. Checked as [`matvec_q8_1`]; a
-/// shape it does not take is an error too.
+/// [`matvec_q8_1`] through the streaming kernels (rows streamed through shared memory,
+/// activations held in registers): [`matvec_stream`](super::matvec_stream) for one
+/// activation row, what NVIDIA GPUs run for batch 1 where [`stream_per_step`] takes the
+/// rows, and [`matvec_stream_batch`](super::matvec_stream_batch) for batches of 2..=8,
+/// NVIDIA's kernel for them where [`stream_batch_per_step`] takes the rows. The grid is
+/// [`stream_groups_per_cu`] work-groups per compute unit for batch 1 and one per compute
+/// unit for larger batches (where the executor knows them, else 1024), at most one per
+/// step; `groups` overrides it. Checked as [`matvec_q8_1`]; a shape the kernel does not
+/// take is an error too.
 #[allow(clippy::too_many_arguments)]
 pub fn matvec_stream(
     exec: &(impl Executor + ?Sized),
@@ -350,16 +360,70 @@ pub fn matvec_stream(
     y: &mut (impl KernelArgSliceMut<f32> + ?Sized),
     rows: usize,
     cols: usize,
+    batch: usize,
     groups: Option<usize>,
 ) -> Result<(), LaunchError> {
     const K: &str = "matvec";
-    check_matvec(on_amd(exec), wave_lanes, dtype, w, xq, xds, y, rows, cols, 1)?;
+    check_matvec(on_amd(exec), wave_lanes, dtype, w, xq, xds, y, rows, cols, batch)?;
     let row_bytes = cols / dtype.block_weights() * dtype.block_bytes();
+    if batch > 1 {
+        let per_step = stream_batch_per_step(cols / 32, row_bytes, wave_lanes as usize, tile_rows(batch));
+        if per_step == 0 {
+            return Err(invalid(K, format!("matvec_stream_batch takes rows of at most {} units (batch {batch}) and {} bytes ({rows} x {cols} {})", super::batch_held(tile_rows(batch)) * BATCH_BLOCK as usize, super::STREAM_STAGE_BYTES, dtype.name())));
+        }
+        return launch_stream_batch(exec, dtype, w, xq, xds, y, rows, cols, batch, per_step, groups);
+    }
     let per_step = stream_per_step(cols / 32, row_bytes, wave_lanes as usize);
     if per_step == 0 {
         return Err(invalid(K, format!("matvec_stream takes rows of at most {} units and {} bytes ({rows} x {cols} {})", 4 * STREAM_BLOCK, super::STREAM_STAGE_BYTES, dtype.name())));
     }
     launch_stream(exec, dtype, w, xq, xds, y, rows, cols, per_step, groups)
+}
+
+/// Activation rows of the batch tile that holds `batch` rows (2, 4 or 8; 1 for 1).
+fn tile_rows(batch: usize) -> usize {
+    batch.next_power_of_two()
+}
+
+/// The launch of [`matvec_stream_batch`](super::matvec_stream_batch) for arguments
+/// [`check_matvec`] accepted (batch 2..=8) and rows `stream_batch_per_step` takes in steps
+/// of `per_step`.
+#[allow(clippy::too_many_arguments)]
+fn launch_stream_batch(
+    exec: &(impl Executor + ?Sized),
+    dtype: GgmlDType,
+    w: &(impl KernelArgSlice<u8> + ?Sized),
+    xq: &(impl KernelArgSlice<u32> + ?Sized),
+    xds: &(impl KernelArgSlice<f32> + ?Sized),
+    y: &mut (impl KernelArgSliceMut<f32> + ?Sized),
+    rows: usize,
+    cols: usize,
+    batch: usize,
+    per_step: usize,
+    groups: Option<usize>,
+) -> Result<(), LaunchError> {
+    const K: &str = "matvec";
+    // The kernel indexes rows (plus a work-group's 512 work-items) in 32 bits.
+    if rows > (u32::MAX - 1024) as usize {
+        return Err(invalid(K, format!("matvec_stream_batch takes fewer than 2^32 - 1024 rows ({rows})")));
+    }
+    if tile_rows(batch) > batch_tile(dtype, on_amd(exec)) {
+        return Err(invalid(K, format!("matvec_stream_batch: batch {batch} is more than this device's code objects hold ({})", batch_tile(dtype, on_amd(exec)))));
+    }
+    let words = BATCH_STAGES * stream_stage_words(cols / dtype.block_weights() * dtype.block_bytes(), per_step);
+    let groups = groups.unwrap_or_else(|| exec.compute_units().map_or(1024, |cu| cu as usize));
+    if groups == 0 || groups > u32::MAX as usize {
+        return Err(invalid(K, format!("matvec_stream_batch: {groups} work-groups")));
+    }
+    if rows == 0 {
+        return Ok(());
+    }
+    let cfg = LaunchConfig::new(Dim3::x(groups.min(rows.div_ceil(per_step)) as u32), Dim3::x(BATCH_BLOCK)).with_dynamic_shared(words);
+    with_staged_format!(dtype, "matvec_stream_batch", Q => match tile_rows(batch) {
+        2 => super::matvec_stream_batch::launch::<Q, Batch2>(exec, cfg, w, xq, xds, y, rows, cols, batch, per_step),
+        4 => super::matvec_stream_batch::launch::<Q, Batch4>(exec, cfg, w, xq, xds, y, rows, cols, batch, per_step),
+        _ => super::matvec_stream_batch::launch::<Q, Batch8>(exec, cfg, w, xq, xds, y, rows, cols, batch, per_step),
+    })
 }
 
 /// The launch of [`matvec_stream`] for arguments [`check_matvec`] accepted (batch 1) and
@@ -394,6 +458,12 @@ fn launch_stream(
     let cfg = LaunchConfig::new(Dim3::x(groups.min(rows.div_ceil(per_step)) as u32), Dim3::x(STREAM_BLOCK)).with_dynamic_shared(words);
     with_staged_format!(dtype, "matvec_stream", Q => super::matvec_stream::launch::<Q>(exec, cfg, w, xq, xds, y, rows, cols, per_step))
 }
+
+/// Activation rows from which NVIDIA GPUs run batches through
+/// [`matvec_stream_batch`](super::matvec_stream_batch) (H100, `bench-quantized --sweep`,
+/// Llama-3-8B shapes: batch 8 took 0.55-0.96 of `matvec_row`'s time, Q4_0 4096x14336
+/// 70.1 -> 46.6 us; batches 2 and 4 0.95-1.6).
+pub const STREAM_MIN_BATCH: usize = 5;
 
 /// Weight bytes from which NVIDIA GPUs run batch 1 through [`matvec_stream`] (H100:
 /// 4096 x 4096 `Q4_0` / `Q4K` / `Q6K` ran 6-12% faster through [`matvec_rows`], `Q8_0`
