@@ -1481,6 +1481,24 @@ pub const BATCH_BLOCK: u32 = 512;
 /// Shared-memory stages [`matvec_stream_batch`](fn@matvec_stream_batch) cycles through: one
 /// being computed, three in flight (one work-group per SM has to keep enough bytes moving).
 pub const BATCH_STAGES: usize = 4;
+/// Most bytes of one [`matvec_stream_batch`](fn@matvec_stream_batch) stage: twice
+/// [`STREAM_STAGE_BYTES`] (its single work-group per SM has the shared memory), so steps of
+/// short rows keep every work-item busy (`Q8_0` rows of 4096 columns: 4 per step); less
+/// where a work-group gets less shared memory ([`batch_stage_bytes`]).
+pub const BATCH_STAGE_BYTES: usize = 32 * 1024;
+
+/// Stage bytes [`matvec_stream_batch`](fn@matvec_stream_batch) uses on a device that gives
+/// a work-group `max_shared` bytes of shared memory: [`BATCH_STAGE_BYTES`], or what
+/// [`BATCH_STAGES`] stages leave of it beside 2 KiB (static shared memory and a row's lead).
+pub const fn batch_stage_bytes(max_shared: usize) -> usize {
+    let fit = max_shared.saturating_sub(2048) / BATCH_STAGES;
+    if fit < BATCH_STAGE_BYTES {
+        fit
+    } else {
+        BATCH_STAGE_BYTES
+    }
+}
+
 /// Most unit-rows (a 32-weight unit's q8_1 activations of one activation row, 10
 /// registers) a work-item of [`matvec_stream_batch`](fn@matvec_stream_batch) holds.
 pub const BATCH_UNIT_ROWS: usize = 8;
@@ -1498,14 +1516,14 @@ pub const fn batch_held(n: usize) -> usize {
 
 /// Weight rows [`matvec_stream_batch`](fn@matvec_stream_batch) computes side by side for a
 /// batch tile of `n` (2, 4 or 8) activation rows: as [`stream_per_step`] with
-/// [`BATCH_BLOCK`] work-items and [`batch_held`] units per work-item (1, 2, 4 or 8 rows per
-/// step); 0 when one row does not fit.
-pub const fn stream_batch_per_step(units: usize, row_bytes: usize, lanes: usize, n: usize) -> usize {
+/// [`BATCH_BLOCK`] work-items, [`batch_held`] units per work-item and stages of at most
+/// `stage_bytes` (1, 2, 4 or 8 rows per step); 0 when one row does not fit.
+pub const fn stream_batch_per_step(units: usize, row_bytes: usize, lanes: usize, n: usize, stage_bytes: usize) -> usize {
     let held = batch_held(n);
     let mut p = 8;
     while p >= 1 {
         let team = BATCH_BLOCK as usize / p;
-        if team >= lanes && units <= held * team && p * row_bytes <= STREAM_STAGE_BYTES {
+        if team >= lanes && units <= held * team && p * row_bytes <= stage_bytes {
             return p;
         }
         p /= 2;
@@ -1609,19 +1627,26 @@ pub fn matvec_stream_batch<Q: QuantFormat, B: BatchTile>(
     // After the butterfly, lanes `l` with `l % span == 0` hold batch row `l / span`'s sum.
     let span = lanes / n as u32;
     let yp = y.as_mut_ptr();
-    // Rows of several waves: work-item `t = r * n + b` adds the waves' sums of row `r`,
-    // batch row `b` of step `s` (partial slots `s % 2`, written before the barrier that
-    // precedes this).
+    // Rows of several waves: slot `t = (r * n + b) * waves_per_row + q` of step `s` holds
+    // wave `q`'s sum of row `r`, batch row `b` (partial slots `s % 2`, written before the
+    // barrier that precedes this). Work-item `t` loads slot `t`, and each segment of
+    // `waves_per_row` lanes adds its slots in a fixed butterfly; its first lane writes.
+    let cells = per_step * n * waves_per_row;
     let flush = |s: u32, partials: &Shared<f32, 256>| {
-        let (r, b) = (tid as usize / n, tid as usize % n);
-        let row = row_of(s) as usize + r;
-        if waves_per_row > 1 && r < per_step && b < batch && row < rows {
-            let mut v = 0f32;
-            for q in 0..waves_per_row {
-                v += partials[((s as usize % 2) * 128 + tid as usize * waves_per_row + q) % 256];
+        let t = tid as usize;
+        if waves_per_row > 1 && (t - t % lanes as usize) < cells {
+            let mut v = if t < cells { partials[((s as usize % 2) * 128 + t) % 256] } else { 0.0 };
+            let mut off = waves_per_row as u32 / 2;
+            while off > 0 {
+                v += wave::shuffle_xor(v, off);
+                off /= 2;
             }
-            // SAFETY: b < batch, row < rows: inside y (checked above).
-            unsafe { *yp.add(b * rows + row) = v };
+            let (r, b) = ((t / waves_per_row) / n, (t / waves_per_row) % n);
+            let row = row_of(s) as usize + r;
+            if t < cells && t % waves_per_row == 0 && b < batch && row < rows {
+                // SAFETY: b < batch, row < rows: inside y (checked above).
+                unsafe { *yp.add(b * rows + row) = v };
+            }
         }
     };
     let (mut stage, mut ahead) = (0u32, 3u32);
@@ -1644,9 +1669,13 @@ pub fn matvec_stream_batch<Q: QuantFormat, B: BatchTile>(
                 let k = j + u as u32 * team;
                 if u < held && k < units {
                     let blk = k as usize / upb;
-                    let unit = Q::unit(&staged[blk * Q::BYTES..(blk + 1) * Q::BYTES], k as usize % upb);
+                    // SAFETY: k < units, so block blk < blocks lies inside the row's
+                    // row_bytes = blocks * BYTES staged bytes.
+                    let unit = Q::unit(unsafe { staged.get_unchecked(blk * Q::BYTES..(blk + 1) * Q::BYTES) }, k as usize % upb);
+                    // Every row of the tile, without a branch per row: the activations of
+                    // rows past `batch` are zeros and their sums are not written.
                     each!(b in [0, 1, 2, 3, 4, 5, 6, 7] {
-                        if b < n && u * n + b < BATCH_UNIT_ROWS && b < batch {
+                        if b < n && u * n + b < BATCH_UNIT_ROWS {
                             let i = u * n + b;
                             acc[b] += unit_dot::<Q>(&unit, &act[i], ds[i][0], ds[i][1]);
                         }

@@ -2,7 +2,7 @@
 //! validated first (bad input: [`LaunchError::InvalidArgument`], nothing launched or
 //! written); empty outputs are a no-op.
 use super::{batch_tile, matvec_block, matvec_lds_words, matvec_row_group, matvec_row_words, Batch1, Batch2, Batch4, Batch8, GgmlDType, LANE_UNITS_AMD, LANE_UNITS_OTHER, ROW_BLOCK, ROW_STAGE_BYTES};
-use super::{stream_batch_per_step, stream_groups_per_cu, stream_per_step, stream_stage_words, BATCH_BLOCK, BATCH_STAGES, STREAM_BLOCK, STREAM_STAGES};
+use super::{batch_stage_bytes, stream_batch_per_step, stream_groups_per_cu, stream_per_step, stream_stage_words, BATCH_BLOCK, BATCH_STAGES, STREAM_BLOCK, STREAM_STAGES};
 use super::{Q2K, Q3K, Q4K, Q4_0, Q4_1, Q5K, Q5_0, Q5_1, Q6K, Q8K, Q8_0};
 use crate::runtime::{Device, DeviceVec};
 use kernel_dsl::host::{ArgValue, Executor, KernelArgSlice, KernelArgSliceMut, LaunchConfig, LaunchError, MemLocation, ScalarArg};
@@ -267,9 +267,8 @@ pub fn matvec_q8_1(
     if on_cuda(exec) && batch == 1 && staged_format(dtype) && per_step > 0 && rows * row_bytes >= STREAM_MIN_BYTES {
         return launch_stream(exec, dtype, w, xq, xds, y, rows, cols, per_step, None);
     }
-    // Batches of 5..8 (the tile of 8) stream at every size; at 2..4 `matvec_row` measured
-    // as fast or faster (`bench-quantized --sweep`, H100).
-    let batch_step = stream_batch_per_step(cols / 32, row_bytes, wave_lanes as usize, tile_rows(batch));
+    // Batches of 2..8 stream at every size (`bench-quantized --sweep`, H100).
+    let batch_step = stream_batch_per_step(cols / 32, row_bytes, wave_lanes as usize, tile_rows(batch), batch_stage_bytes(exec.max_shared_bytes()));
     if on_cuda(exec) && batch >= STREAM_MIN_BATCH && staged_format(dtype) && batch_step > 0 {
         return launch_stream_batch(exec, dtype, w, xq, xds, y, rows, cols, batch, batch_step, None);
     }
@@ -367,9 +366,9 @@ pub fn matvec_stream(
     check_matvec(on_amd(exec), wave_lanes, dtype, w, xq, xds, y, rows, cols, batch)?;
     let row_bytes = cols / dtype.block_weights() * dtype.block_bytes();
     if batch > 1 {
-        let per_step = stream_batch_per_step(cols / 32, row_bytes, wave_lanes as usize, tile_rows(batch));
+        let per_step = stream_batch_per_step(cols / 32, row_bytes, wave_lanes as usize, tile_rows(batch), batch_stage_bytes(exec.max_shared_bytes()));
         if per_step == 0 {
-            return Err(invalid(K, format!("matvec_stream_batch takes rows of at most {} units (batch {batch}) and {} bytes ({rows} x {cols} {})", super::batch_held(tile_rows(batch)) * BATCH_BLOCK as usize, super::STREAM_STAGE_BYTES, dtype.name())));
+            return Err(invalid(K, format!("matvec_stream_batch takes rows of at most {} units (batch {batch}) and {} bytes ({rows} x {cols} {})", super::batch_held(tile_rows(batch)) * BATCH_BLOCK as usize, batch_stage_bytes(exec.max_shared_bytes()), dtype.name())));
         }
         return launch_stream_batch(exec, dtype, w, xq, xds, y, rows, cols, batch, per_step, groups);
     }
@@ -411,6 +410,9 @@ fn launch_stream_batch(
         return Err(invalid(K, format!("matvec_stream_batch: batch {batch} is more than this device's code objects hold ({})", batch_tile(dtype, on_amd(exec)))));
     }
     let words = BATCH_STAGES * stream_stage_words(cols / dtype.block_weights() * dtype.block_bytes(), per_step);
+    if 16 * words > exec.max_shared_bytes() {
+        return Err(invalid(K, format!("matvec_stream_batch needs {} bytes of shared memory per work-group; the device has {}", 16 * words, exec.max_shared_bytes())));
+    }
     let groups = groups.unwrap_or_else(|| exec.compute_units().map_or(1024, |cu| cu as usize));
     if groups == 0 || groups > u32::MAX as usize {
         return Err(invalid(K, format!("matvec_stream_batch: {groups} work-groups")));
@@ -460,10 +462,11 @@ fn launch_stream(
 }
 
 /// Activation rows from which NVIDIA GPUs run batches through
-/// [`matvec_stream_batch`](super::matvec_stream_batch) (H100, `bench-quantized --sweep`,
-/// Llama-3-8B shapes: batch 8 took 0.55-0.96 of `matvec_row`'s time, Q4_0 4096x14336
-/// 70.1 -> 46.6 us; batches 2 and 4 0.95-1.6).
-pub const STREAM_MIN_BATCH: usize = 5;
+/// [`matvec_stream_batch`](super::matvec_stream_batch) instead of [`matvec_rows`] (H100,
+/// `bench-quantized --sweep`, Llama-3-8B shapes, Q4_0/Q8_0/Q4K/Q6K: batch 8 took 0.50-0.61
+/// of `matvec_row`'s time, batch 4 0.75-0.95, batch 2 0.84-0.98 except 4096x4096 `Q8_0`
+/// and `Q6K`, 1.03-1.06).
+pub const STREAM_MIN_BATCH: usize = 2;
 
 /// Weight bytes from which NVIDIA GPUs run batch 1 through [`matvec_stream`] (H100:
 /// 4096 x 4096 `Q4_0` / `Q4K` / `Q6K` ran 6-12% faster through [`matvec_rows`], `Q8_0`
