@@ -3,6 +3,8 @@
 //! shapes), timed with GPU events against a device-to-device copy in the same run.
 //!
 //! `quantized [--out DIR] [--quick] [--profile]`: writes `DIR/rust_quantized.json`.
+//! `quantized --host`: host time per call (enqueue only, no waiting) of the quantization,
+//! the matvec and both, against the GPU time of the same calls (printed only).
 //! `quantized --sweep`: batches 1, 2, 4 and 8 through `matvec_rows` against the streaming
 //! kernels with grids of several work-groups per SM (printed only).
 //! Bandwidth counts the bytes an ideal kernel moves once: the quantized weights, the q8_1
@@ -38,6 +40,10 @@ fn main() {
 
     if args.iter().any(|a| a == "--sweep") {
         sweep(&dev, copy_gbps);
+        return;
+    }
+    if args.iter().any(|a| a == "--host") {
+        host(&dev);
         return;
     }
     let shapes: &[(usize, usize)] = if quick || profile { &[(4096, 14336)] } else { &[(4096, 4096), (14336, 4096), (4096, 14336), (128256, 4096)] };
@@ -126,6 +132,49 @@ fn sweep(dev: &kernels::runtime::Device, copy_gbps: f64) {
                 }
                 eprintln!("{line}");
             }
+        }
+    }
+}
+
+/// Host time per call: `n` calls queued back to back (the host does not wait), divided by
+/// `n`, beside the GPU time per call of the same loop; where the host time is the larger,
+/// the GPU idles between launches and the op is launch-bound.
+fn host(dev: &kernels::runtime::Device) {
+    let n = 2000;
+    // The runtime makes its context current before every launch (`cuCtxSetCurrent`).
+    #[cfg(feature = "cuda")]
+    if let kernels::runtime::Device::Cuda(d) = dev {
+        let t = std::time::Instant::now();
+        for _ in 0..20 * n {
+            d.bind_context().unwrap();
+        }
+        eprintln!("cuCtxSetCurrent: {:.3} us/call", t.elapsed().as_secs_f64() * 1e6 / (20 * n) as f64);
+    }
+    for (dtype, rows, cols) in [(GgmlDType::Q4_0, 4096, 4096), (GgmlDType::Q4_0, 4096, 14336)] {
+        let w = dev.upload(&weights(dtype, rows, cols)).unwrap();
+        let x = dev.upload(&vec![0.5f32; cols]).unwrap();
+        let mut y: DeviceVec<f32> = dev.alloc(rows).unwrap();
+        let (mut xq, mut xds): (DeviceVec<u32>, DeviceVec<f32>) = (dev.alloc(cols / 4).unwrap(), dev.alloc(cols / 16).unwrap());
+        let (xq2, xds2): (DeviceVec<u32>, DeviceVec<f32>) = (dev.alloc(cols / 4).unwrap(), dev.alloc(cols / 16).unwrap());
+        let mut y2: DeviceVec<f32> = dev.alloc(rows).unwrap();
+        let mut calls: Vec<(&str, Box<dyn FnMut() + '_>)> = Vec::new();
+        calls.push(("quantize_q8_1", Box::new(|| ops::quantize_q8_1(dev, &x, &mut xq, &mut xds).unwrap())));
+        calls.push(("matvec_q8_1", Box::new(|| ops::matvec_q8_1(dev, dev.wave_lanes(), dtype, &w, &xq2, &xds2, &mut y2, rows, cols, 1).unwrap())));
+        calls.push(("matvec (both)", Box::new(|| ops::matvec(dev, dtype, &w, &x, &mut y, rows, cols, 1).unwrap())));
+        for (name, f) in calls.iter_mut() {
+            for _ in 0..50 {
+                f();
+            }
+            dev.synchronize().unwrap();
+            let mut host_us = 0.0;
+            let gpu = benches::gpu_ms(dev, || {
+                let t = std::time::Instant::now();
+                for _ in 0..n {
+                    f();
+                }
+                host_us = t.elapsed().as_secs_f64() * 1e6 / n as f64;
+            });
+            eprintln!("{:>5} {rows:>6}x{cols:<6} {name:<14} host {host_us:6.2} us/call, GPU {:6.2} us/call", dtype.name(), gpu * 1e3 / n as f64);
         }
     }
 }
