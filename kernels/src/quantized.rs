@@ -21,7 +21,12 @@
 //!   activation rows, with the weights' integer codes multiplied by the q8_1 codes four at
 //!   a time ([`kernel_dsl::dot`]: dp4a, `v_dot4_i32_i8`). One wave per weight row; each lane
 //!   takes 32-weight units (one q8_1 block each) in turn and decodes a unit once for the
-//!   whole batch.
+//!   whole batch. What AMD GPUs and the CPU executor run.
+//! - On NVIDIA: [`matvec_stream`](fn@matvec_stream) (batch 1) and
+//!   [`matvec_stream_batch`](fn@matvec_stream_batch) (batches of 2..8) stream the rows
+//!   through shared memory with a resident grid and hold the activations in registers;
+//!   [`matvec_row`](fn@matvec_row) (a work-group per row) takes what they do not (batch 1
+//!   on small matrices, rows too long for their registers).
 //!
 //! The checked host entry points are in [`ops`].
 use crate::each;
