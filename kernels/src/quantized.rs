@@ -1276,6 +1276,46 @@ pub const fn stream_stage_words(row_bytes: usize, per_step: usize) -> usize {
     (per_step * row_bytes).div_ceil(16) + 1
 }
 
+/// Row geometry of the streaming matvecs ([`matvec_stream`](fn@matvec_stream),
+/// [`matvec_stream_batch`](fn@matvec_stream_batch)) for format `Q`.
+#[derive(Clone, Copy)]
+struct StreamRows {
+    /// 32-weight units per block.
+    upb: usize,
+    /// Bytes of one weight row.
+    row_bytes: usize,
+    /// 32-weight units of one row.
+    units: u32,
+    /// Work-items per row (`team`, a power of two) as a shift: `tid >> team_shift` is a
+    /// work-item's row within a step.
+    team_shift: u32,
+    /// Waves per row.
+    waves_per_row: usize,
+    /// 16-byte words of one stage.
+    stage_words: usize,
+}
+
+/// [`StreamRows`] for rows of `cols` columns in steps of `per_step` rows (a power of two,
+/// checked by the kernels) in work-groups of `1 << block_shift` work-items on waves of
+/// `lanes`.
+#[device]
+#[inline(always)]
+fn stream_rows<Q: QuantFormat>(cols: usize, per_step: usize, block_shift: u32, lanes: u32) -> StreamRows {
+    let upb = Q::WEIGHTS / 32;
+    let blocks = cols / Q::WEIGHTS;
+    let row_bytes = blocks * Q::BYTES;
+    let steps_shift = if per_step == 0 { 0 } else { per_step.trailing_zeros().min(block_shift - 5) };
+    let team_shift = block_shift - steps_shift;
+    StreamRows {
+        upb,
+        row_bytes,
+        units: (blocks * upb) as u32,
+        team_shift,
+        waves_per_row: ((1u32 << team_shift) / lanes.max(1)) as usize,
+        stage_words: stream_stage_words(row_bytes, per_step),
+    }
+}
+
 /// Issues the copies of step `s` of a streaming matvec ([`matvec_stream`](fn@matvec_stream),
 /// [`matvec_stream_batch`](fn@matvec_stream_batch)) into stage `stage`: the step's rows
 /// (`per_step` adjacent rows from `rows_at.0 + s * rows_at.1`, fewer at the end) from their
@@ -1355,23 +1395,11 @@ pub fn matvec_stream<Q: QuantFormat>(
     lds: SharedDyn<crate::indexing::Words4>,
     mut partials: Shared<f32, 8>,
 ) {
-    let upb = Q::WEIGHTS / 32;
-    let blocks = cols / Q::WEIGHTS;
-    let row_bytes = blocks * Q::BYTES;
-    let units = (blocks * upb) as u32;
     let tid = flat_thread_idx();
     let lanes = wave::size();
     let threads = STREAM_BLOCK;
-    // Work-items per row (`team`, a power of two) as a shift: `tid >> team_shift` is the
-    // work-item's row within a step.
-    let team_shift = match per_step {
-        1 => 7,
-        2 => 6,
-        _ => 5,
-    };
+    let StreamRows { upb, row_bytes, units, team_shift, waves_per_row, stage_words } = stream_rows::<Q>(cols, per_step, STREAM_BLOCK.trailing_zeros(), lanes);
     let team = 1u32 << team_shift;
-    let waves_per_row = (team / lanes.max(1)) as usize;
-    let stage_words = stream_stage_words(row_bytes, per_step);
     // Uniform checks that make the unchecked accesses below in bounds.
     let shape_ok = flat_block_dim() == threads
         && (per_step == 1 || per_step == 2 || per_step == 4)
@@ -1565,23 +1593,11 @@ pub fn matvec_stream_batch<Q: QuantFormat, B: BatchTile>(
     let n = B::N;
     let held = batch_held(n);
     let (xw, xb) = (cols / 4, cols / 16);
-    let upb = Q::WEIGHTS / 32;
-    let blocks = cols / Q::WEIGHTS;
-    let row_bytes = blocks * Q::BYTES;
-    let units = (blocks * upb) as u32;
     let tid = flat_thread_idx();
     let lanes = wave::size();
     let threads = BATCH_BLOCK;
-    // Work-items per row (`team`, a power of two) as a shift.
-    let team_shift = match per_step {
-        1 => 9,
-        2 => 8,
-        4 => 7,
-        _ => 6,
-    };
+    let StreamRows { upb, row_bytes, units, team_shift, waves_per_row, stage_words } = stream_rows::<Q>(cols, per_step, BATCH_BLOCK.trailing_zeros(), lanes);
     let team = 1u32 << team_shift;
-    let waves_per_row = (team / lanes.max(1)) as usize;
-    let stage_words = stream_stage_words(row_bytes, per_step);
     // Uniform checks that make the unchecked accesses below in bounds.
     let shape_ok = flat_block_dim() == threads
         && (per_step == 1 || per_step == 2 || per_step == 4 || per_step == 8)

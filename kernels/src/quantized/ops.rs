@@ -265,12 +265,12 @@ pub fn matvec_q8_1(
     // (one round of short-lived work-groups; the stream's start-up latency dominates).
     let per_step = stream_per_step(cols / 32, row_bytes, wave_lanes as usize);
     if on_cuda(exec) && batch == 1 && staged_format(dtype) && per_step > 0 && rows * row_bytes >= STREAM_MIN_BYTES {
-        return launch_stream(exec, dtype, w, xq, xds, y, rows, cols, per_step, None);
+        return launch_stream(exec, dtype, w, xq, xds, y, rows, cols, 1, per_step, None);
     }
     // Batches of 2..8 stream at every size (`bench-quantized --sweep`, H100).
     let batch_step = stream_batch_per_step(cols / 32, row_bytes, wave_lanes as usize, tile_rows(batch), batch_stage_bytes(exec.max_shared_bytes()));
     if on_cuda(exec) && batch >= STREAM_MIN_BATCH && staged_format(dtype) && batch_step > 0 {
-        return launch_stream_batch(exec, dtype, w, xq, xds, y, rows, cols, batch, batch_step, None);
+        return launch_stream(exec, dtype, w, xq, xds, y, rows, cols, batch, batch_step, None);
     }
     if on_cuda(exec) && row_bytes <= ROW_STAGE_BYTES && staged_format(dtype) {
         return matvec_rows(exec, dtype, w, xq, xds, y, rows, cols, batch);
@@ -370,13 +370,13 @@ pub fn matvec_stream(
         if per_step == 0 {
             return Err(invalid(K, format!("matvec_stream_batch takes rows of at most {} units (batch {batch}) and {} bytes ({rows} x {cols} {})", super::batch_held(tile_rows(batch)) * BATCH_BLOCK as usize, batch_stage_bytes(exec.max_shared_bytes()), dtype.name())));
         }
-        return launch_stream_batch(exec, dtype, w, xq, xds, y, rows, cols, batch, per_step, groups);
+        return launch_stream(exec, dtype, w, xq, xds, y, rows, cols, batch, per_step, groups);
     }
     let per_step = stream_per_step(cols / 32, row_bytes, wave_lanes as usize);
     if per_step == 0 {
         return Err(invalid(K, format!("matvec_stream takes rows of at most {} units and {} bytes ({rows} x {cols} {})", 4 * STREAM_BLOCK, super::STREAM_STAGE_BYTES, dtype.name())));
     }
-    launch_stream(exec, dtype, w, xq, xds, y, rows, cols, per_step, groups)
+    launch_stream(exec, dtype, w, xq, xds, y, rows, cols, 1, per_step, groups)
 }
 
 /// Activation rows of the batch tile that holds `batch` rows (2, 4 or 8; 1 for 1).
@@ -384,11 +384,13 @@ fn tile_rows(batch: usize) -> usize {
     batch.next_power_of_two()
 }
 
-/// The launch of [`matvec_stream_batch`](super::matvec_stream_batch) for arguments
-/// [`check_matvec`] accepted (batch 2..=8) and rows `stream_batch_per_step` takes in steps
-/// of `per_step`.
+/// The launch of the streaming kernels for arguments [`check_matvec`] accepted, rows the
+/// kernel takes in steps of `per_step` ([`stream_per_step`], [`stream_batch_per_step`]):
+/// [`matvec_stream`](super::matvec_stream) for batch 1 ([`stream_groups_per_cu`]
+/// work-groups per compute unit), [`matvec_stream_batch`](super::matvec_stream_batch) for
+/// 2..=8 (one per compute unit); `groups` overrides the grid.
 #[allow(clippy::too_many_arguments)]
-fn launch_stream_batch(
+fn launch_stream(
     exec: &(impl Executor + ?Sized),
     dtype: GgmlDType,
     w: &(impl KernelArgSlice<u8> + ?Sized),
@@ -402,63 +404,33 @@ fn launch_stream_batch(
     groups: Option<usize>,
 ) -> Result<(), LaunchError> {
     const K: &str = "matvec";
-    // The kernel indexes rows (plus a work-group's 512 work-items) in 32 bits.
-    if rows > (u32::MAX - 1024) as usize {
-        return Err(invalid(K, format!("matvec_stream_batch takes fewer than 2^32 - 1024 rows ({rows})")));
+    let (name, block, stages) = if batch == 1 { ("matvec_stream", STREAM_BLOCK, STREAM_STAGES) } else { ("matvec_stream_batch", BATCH_BLOCK, BATCH_STAGES) };
+    // The kernels index rows (plus a work-group's work-items) in 32 bits.
+    if rows > (u32::MAX - 2 * block) as usize {
+        return Err(invalid(K, format!("{name} takes fewer than 2^32 - {} rows ({rows})", 2 * block)));
     }
-    if tile_rows(batch) > batch_tile(dtype, on_amd(exec)) {
-        return Err(invalid(K, format!("matvec_stream_batch: batch {batch} is more than this device's code objects hold ({})", batch_tile(dtype, on_amd(exec)))));
+    if batch > 1 && tile_rows(batch) > batch_tile(dtype, on_amd(exec)) {
+        return Err(invalid(K, format!("{name}: batch {batch} is more than this device's code objects hold ({})", batch_tile(dtype, on_amd(exec)))));
     }
-    let words = BATCH_STAGES * stream_stage_words(cols / dtype.block_weights() * dtype.block_bytes(), per_step);
+    let words = stages * stream_stage_words(cols / dtype.block_weights() * dtype.block_bytes(), per_step);
     if 16 * words > exec.max_shared_bytes() {
-        return Err(invalid(K, format!("matvec_stream_batch needs {} bytes of shared memory per work-group; the device has {}", 16 * words, exec.max_shared_bytes())));
+        return Err(invalid(K, format!("{name} needs {} bytes of shared memory per work-group; the device has {}", 16 * words, exec.max_shared_bytes())));
     }
-    let groups = groups.unwrap_or_else(|| exec.compute_units().map_or(1024, |cu| cu as usize));
+    let per_cu = if batch == 1 { stream_groups_per_cu(dtype, 16 * words) } else { 1 };
+    let groups = groups.unwrap_or_else(|| exec.compute_units().map_or(1024, |cu| cu as usize * per_cu));
     if groups == 0 || groups > u32::MAX as usize {
-        return Err(invalid(K, format!("matvec_stream_batch: {groups} work-groups")));
+        return Err(invalid(K, format!("{name}: {groups} work-groups")));
     }
     if rows == 0 {
         return Ok(());
     }
-    let cfg = LaunchConfig::new(Dim3::x(groups.min(rows.div_ceil(per_step)) as u32), Dim3::x(BATCH_BLOCK)).with_dynamic_shared(words);
-    with_staged_format!(dtype, "matvec_stream_batch", Q => match tile_rows(batch) {
+    let cfg = LaunchConfig::new(Dim3::x(groups.min(rows.div_ceil(per_step)) as u32), Dim3::x(block)).with_dynamic_shared(words);
+    with_staged_format!(dtype, name, Q => match tile_rows(batch) {
+        1 => super::matvec_stream::launch::<Q>(exec, cfg, w, xq, xds, y, rows, cols, per_step),
         2 => super::matvec_stream_batch::launch::<Q, Batch2>(exec, cfg, w, xq, xds, y, rows, cols, batch, per_step),
         4 => super::matvec_stream_batch::launch::<Q, Batch4>(exec, cfg, w, xq, xds, y, rows, cols, batch, per_step),
         _ => super::matvec_stream_batch::launch::<Q, Batch8>(exec, cfg, w, xq, xds, y, rows, cols, batch, per_step),
     })
-}
-
-/// The launch of [`matvec_stream`] for arguments [`check_matvec`] accepted (batch 1) and
-/// rows `stream_per_step` takes in steps of `per_step`.
-#[allow(clippy::too_many_arguments)]
-fn launch_stream(
-    exec: &(impl Executor + ?Sized),
-    dtype: GgmlDType,
-    w: &(impl KernelArgSlice<u8> + ?Sized),
-    xq: &(impl KernelArgSlice<u32> + ?Sized),
-    xds: &(impl KernelArgSlice<f32> + ?Sized),
-    y: &mut (impl KernelArgSliceMut<f32> + ?Sized),
-    rows: usize,
-    cols: usize,
-    per_step: usize,
-    groups: Option<usize>,
-) -> Result<(), LaunchError> {
-    const K: &str = "matvec";
-    // The kernel indexes rows (plus a work-group's 128 work-items) in 32 bits.
-    if rows > (u32::MAX - 256) as usize {
-        return Err(invalid(K, format!("matvec_stream takes fewer than 2^32 - 256 rows ({rows})")));
-    }
-    let words = STREAM_STAGES * stream_stage_words(cols / dtype.block_weights() * dtype.block_bytes(), per_step);
-    let resident = exec.compute_units().map_or(1024, |cu| cu as usize * stream_groups_per_cu(dtype, 16 * words));
-    let groups = groups.unwrap_or(resident);
-    if groups == 0 || groups > u32::MAX as usize {
-        return Err(invalid(K, format!("matvec_stream: {groups} work-groups")));
-    }
-    if rows == 0 {
-        return Ok(());
-    }
-    let cfg = LaunchConfig::new(Dim3::x(groups.min(rows.div_ceil(per_step)) as u32), Dim3::x(STREAM_BLOCK)).with_dynamic_shared(words);
-    with_staged_format!(dtype, "matvec_stream", Q => super::matvec_stream::launch::<Q>(exec, cfg, w, xq, xds, y, rows, cols, per_step))
 }
 
 /// Activation rows from which NVIDIA GPUs run batches through
