@@ -534,6 +534,7 @@ fn matvec_stream_batch_kernel_every_format() {
                 (11, long, Some(2), &[2, 5][..]),
                 (7, 448 * 32, Some(1), &[3, 8][..]),
                 (5, 448 * 32, Some(3), &[2][..]),
+                (6, 4096, Some(2), &[8][..]),
             ] {
                 for &batch in batches {
                     check_matvec_on(&dev, dtype, rows, cols, batch, 6000 + 100 * rows as u64 + 10 * batch as u64 + dtype as u64, false, Path::Stream(groups));
