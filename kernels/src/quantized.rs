@@ -1537,13 +1537,15 @@ pub const fn batch_stage_bytes(max_shared: usize) -> usize {
 pub const BATCH_UNIT_ROWS: usize = 8;
 
 /// Units a work-item of [`matvec_stream_batch`](fn@matvec_stream_batch) holds for a batch
-/// tile of `n` rows of `dtype`: 2 for tiles of 2 and for `Q4_0` tiles of 4, else 1. H100
+/// tile of `n` rows of `dtype` in the code objects of an AMD GPU (`amd`) or another target:
+/// 2 for tiles of 2 and, except on AMD GPUs (gfx90a then used scratch), for `Q4_0` tiles
+/// of 4; else 1. H100
 /// (`bench-quantized --sweep`): `Q4_0` at batch 4 took 0.80-0.91 of the time with 2 units
 /// than with 1. More units elsewhere (4 at batch 2, 2 at batch 4 for `Q8_0`) gained up to
 /// 18% at 4096x14336 but lost 3-9% on rows of 4096 columns, and `Q4K`/`Q6K` then spilled
 /// on sm_90 under the 128 registers of 512 work-items.
-pub const fn batch_held(dtype: GgmlDType, n: usize) -> usize {
-    if n <= 2 || (n <= 4 && matches!(dtype, GgmlDType::Q4_0)) {
+pub const fn batch_held(dtype: GgmlDType, n: usize, amd: bool) -> usize {
+    if n <= 2 || (n <= 4 && !amd && matches!(dtype, GgmlDType::Q4_0)) {
         2
     } else {
         1
@@ -1551,11 +1553,12 @@ pub const fn batch_held(dtype: GgmlDType, n: usize) -> usize {
 }
 
 /// Weight rows [`matvec_stream_batch`](fn@matvec_stream_batch) computes side by side for a
-/// batch tile of `n` (2, 4 or 8) activation rows of `dtype`: as [`stream_per_step`] with
+/// batch tile of `n` (2, 4 or 8) activation rows of `dtype` on an AMD GPU (`amd`) or
+/// another target: as [`stream_per_step`] with
 /// [`BATCH_BLOCK`] work-items, [`batch_held`] units per work-item and stages of at most
 /// `stage_bytes` (1, 2, 4 or 8 rows per step); 0 when one row does not fit.
-pub const fn stream_batch_per_step(dtype: GgmlDType, units: usize, row_bytes: usize, lanes: usize, n: usize, stage_bytes: usize) -> usize {
-    let held = batch_held(dtype, n);
+pub const fn stream_batch_per_step(dtype: GgmlDType, units: usize, row_bytes: usize, lanes: usize, n: usize, stage_bytes: usize, amd: bool) -> usize {
+    let held = batch_held(dtype, n, amd);
     let mut p = 8;
     while p >= 1 {
         let team = BATCH_BLOCK as usize / p;
@@ -1594,7 +1597,7 @@ pub fn matvec_stream_batch<Q: QuantFormat, B: BatchTile>(
     mut partials: Shared<f32, 256>,
 ) {
     let n = B::N;
-    let held = batch_held(Q::DTYPE, n);
+    let held = batch_held(Q::DTYPE, n, cfg!(target_arch = "amdgpu"));
     let (xw, xb) = (cols / 4, cols / 16);
     let tid = flat_thread_idx();
     let lanes = wave::size();

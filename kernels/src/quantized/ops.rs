@@ -268,7 +268,7 @@ pub fn matvec_q8_1(
         return launch_stream(exec, dtype, w, xq, xds, y, rows, cols, 1, per_step, None);
     }
     // Batches of 2..8 stream at every size (`bench-quantized --sweep`, H100).
-    let batch_step = stream_batch_per_step(dtype, cols / 32, row_bytes, wave_lanes as usize, tile_rows(batch), batch_stage_bytes(exec.max_shared_bytes()));
+    let batch_step = stream_batch_per_step(dtype, cols / 32, row_bytes, wave_lanes as usize, tile_rows(batch), batch_stage_bytes(exec.max_shared_bytes()), on_amd(exec));
     if on_cuda(exec) && batch >= STREAM_MIN_BATCH && staged_format(dtype) && batch_step > 0 {
         return launch_stream(exec, dtype, w, xq, xds, y, rows, cols, batch, batch_step, None);
     }
@@ -366,9 +366,9 @@ pub fn matvec_stream(
     check_matvec(on_amd(exec), wave_lanes, dtype, w, xq, xds, y, rows, cols, batch)?;
     let row_bytes = cols / dtype.block_weights() * dtype.block_bytes();
     if batch > 1 {
-        let per_step = stream_batch_per_step(dtype, cols / 32, row_bytes, wave_lanes as usize, tile_rows(batch), batch_stage_bytes(exec.max_shared_bytes()));
+        let per_step = stream_batch_per_step(dtype, cols / 32, row_bytes, wave_lanes as usize, tile_rows(batch), batch_stage_bytes(exec.max_shared_bytes()), on_amd(exec));
         if per_step == 0 {
-            return Err(invalid(K, format!("matvec_stream_batch takes rows of at most {} units (batch {batch}) and {} bytes ({rows} x {cols} {})", super::batch_held(dtype, tile_rows(batch)) * BATCH_BLOCK as usize, batch_stage_bytes(exec.max_shared_bytes()), dtype.name())));
+            return Err(invalid(K, format!("matvec_stream_batch takes rows of at most {} units (batch {batch}) and {} bytes ({rows} x {cols} {})", super::batch_held(dtype, tile_rows(batch), on_amd(exec)) * BATCH_BLOCK as usize, batch_stage_bytes(exec.max_shared_bytes()), dtype.name())));
         }
         return launch_stream(exec, dtype, w, xq, xds, y, rows, cols, batch, per_step, groups);
     }
