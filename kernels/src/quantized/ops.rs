@@ -261,16 +261,14 @@ pub fn matvec_q8_1(
         return Ok(());
     }
     let row_bytes = cols / dtype.block_weights() * dtype.block_bytes();
-    // Small matrices (4096 x 4096 at 4 to 6 bits) measured faster through `matvec_rows`
-    // (one round of short-lived work-groups; the stream's start-up latency dominates).
-    let per_step = stream_per_step(cols / 32, row_bytes, wave_lanes as usize);
-    if on_cuda(exec) && batch == 1 && staged_format(dtype) && per_step > 0 && rows * row_bytes >= STREAM_MIN_BYTES {
-        return launch_stream(exec, dtype, w, xq, xds, y, rows, cols, 1, per_step, None);
-    }
-    // Batches of 2..8 stream at every size (`bench-quantized --sweep`, H100).
-    let batch_step = stream_batch_per_step(dtype, cols / 32, row_bytes, wave_lanes as usize, tile_rows(batch), batch_stage_bytes(exec.max_shared_bytes()), on_amd(exec));
-    if on_cuda(exec) && batch >= STREAM_MIN_BATCH && staged_format(dtype) && batch_step > 0 {
-        return launch_stream(exec, dtype, w, xq, xds, y, rows, cols, batch, batch_step, None);
+    // Batch 1 streams from STREAM_MIN_BYTES: small matrices (4096 x 4096 at 4 to 6 bits)
+    // measured faster through `matvec_rows` (one round of short-lived work-groups; the
+    // stream's start-up latency dominates). Batches of 2..8 stream at every size
+    // (`bench-quantized --sweep`, H100).
+    let (per_step, ..) = stream_step(exec, wave_lanes, dtype, cols, batch);
+    let big_enough = if batch == 1 { rows * row_bytes >= STREAM_MIN_BYTES } else { batch >= STREAM_MIN_BATCH };
+    if on_cuda(exec) && staged_format(dtype) && per_step > 0 && big_enough {
+        return launch_stream(exec, dtype, w, xq, xds, y, rows, cols, batch, per_step, None);
     }
     if on_cuda(exec) && row_bytes <= ROW_STAGE_BYTES && staged_format(dtype) {
         return matvec_rows(exec, dtype, w, xq, xds, y, rows, cols, batch);
@@ -364,19 +362,25 @@ pub fn matvec_stream(
 ) -> Result<(), LaunchError> {
     const K: &str = "matvec";
     check_matvec(on_amd(exec), wave_lanes, dtype, w, xq, xds, y, rows, cols, batch)?;
-    let row_bytes = cols / dtype.block_weights() * dtype.block_bytes();
-    if batch > 1 {
-        let per_step = stream_batch_per_step(dtype, cols / 32, row_bytes, wave_lanes as usize, tile_rows(batch), batch_stage_bytes(exec.max_shared_bytes()), on_amd(exec));
-        if per_step == 0 {
-            return Err(invalid(K, format!("matvec_stream_batch takes rows of at most {} units (batch {batch}) and {} bytes ({rows} x {cols} {})", super::batch_held(dtype, tile_rows(batch), on_amd(exec)) * BATCH_BLOCK as usize, batch_stage_bytes(exec.max_shared_bytes()), dtype.name())));
-        }
-        return launch_stream(exec, dtype, w, xq, xds, y, rows, cols, batch, per_step, groups);
-    }
-    let per_step = stream_per_step(cols / 32, row_bytes, wave_lanes as usize);
+    let (per_step, most_units, stage_bytes) = stream_step(exec, wave_lanes, dtype, cols, batch);
     if per_step == 0 {
-        return Err(invalid(K, format!("matvec_stream takes rows of at most {} units and {} bytes ({rows} x {cols} {})", 4 * STREAM_BLOCK, super::STREAM_STAGE_BYTES, dtype.name())));
+        let name = if batch == 1 { "matvec_stream" } else { "matvec_stream_batch" };
+        return Err(invalid(K, format!("{name} takes rows of at most {most_units} units and {stage_bytes} bytes (batch {batch}; {rows} x {cols} {})", dtype.name())));
     }
-    launch_stream(exec, dtype, w, xq, xds, y, rows, cols, 1, per_step, groups)
+    launch_stream(exec, dtype, w, xq, xds, y, rows, cols, batch, per_step, groups)
+}
+
+/// Rows per step of the streaming kernel for `batch` activation rows of `cols` columns
+/// of `dtype` on `exec` ([`stream_per_step`] for batch 1, [`stream_batch_per_step`] for
+/// 2..=8; 0 where the kernel cannot take the rows), with the limits that decide it: the
+/// most 32-weight units and bytes a step's rows may have.
+fn stream_step(exec: &(impl Executor + ?Sized), wave_lanes: u32, dtype: GgmlDType, cols: usize, batch: usize) -> (usize, usize, usize) {
+    let (units, row_bytes, lanes) = (cols / 32, cols / dtype.block_weights() * dtype.block_bytes(), wave_lanes as usize);
+    if batch == 1 {
+        return (stream_per_step(units, row_bytes, lanes), super::STREAM_UNITS * STREAM_BLOCK as usize, super::STREAM_STAGE_BYTES);
+    }
+    let (n, amd, stage_bytes) = (tile_rows(batch), on_amd(exec), batch_stage_bytes(exec.max_shared_bytes()));
+    (stream_batch_per_step(dtype, units, row_bytes, lanes, n, stage_bytes, amd), super::batch_held(dtype, n, amd) * BATCH_BLOCK as usize, stage_bytes)
 }
 
 /// Activation rows of the batch tile that holds `batch` rows (2, 4 or 8; 1 for 1).
