@@ -24,6 +24,12 @@
 //!   lane's `ldmatrix` row offset is computed once, so a step adds the buffer offset once
 //!   and every fragment load is `ldmatrix [addr + constant]`.
 //! - The ring: buffer offsets rotate by compare-and-reset (no `%`).
+//! - The first slice's fragments of the next step, loaded across the loop's back edge,
+//!   are carried as 32-bit words ([`FragA::to_words`]); as 16-bit items LLVM kept them in
+//!   twice the registers and repacked them before every product (H100: 330 -> 235 SASS
+//!   instructions per K step of the steady loop, and no spills).
+//! - Work-groups take their tiles in bands of [`GROUP_M`] tile rows ([`tile_of_group`]), so
+//!   the ones resident together share A and B through L2.
 //! - Work-groups whose tiles lie wholly in range run their steady state (every refill a
 //!   whole K step) in a loop of its own whose copies carry no branch.
 //! - The epilogue goes through shared memory ([`stages_epilogue`]): whole rows of the
@@ -39,8 +45,26 @@
 //!
 //! Also here: [`mma_tile`], [`mma_rows`] and [`mma_pv`], one-wave kernels that exercise the `mma`
 //! primitive (a product, accumulator -> A conversion, row reductions) for the tests.
-use kernel_dsl::mma::{self, FragA, FragB, FragC, Lowering, MmaFloat, SharedAddr};
+use kernel_dsl::mma::{self, FragA, FragB, FragC, Lowering, MmaFloat, SharedAddr, AB_WORDS};
+use kernel_dsl::hint::opaque_u32;
 use kernel_dsl::prelude::*;
+
+/// Tile rows of C that walk along N together ([`tile_of_group`]).
+pub const GROUP_M: u32 = 8;
+
+/// The `(M, N)` tile that work-group `(x, y)` of an `gx x gy` grid (N tiles x M tiles)
+/// computes. Work-groups run in order of `y * gx + x`; taken in that order, the tiles go
+/// down a band of [`GROUP_M`] tile rows before moving one tile along N (the last band may
+/// be narrower), so the work-groups resident at one time share A rows and B columns
+/// through L2 instead of each wave of them sweeping all of B. A bijection of the grid.
+pub fn tile_of_group(x: u32, y: u32, gx: u32, gy: u32) -> (u32, u32) {
+    let id = y * gx + x;
+    let band = GROUP_M * gx;
+    let first = id / band * GROUP_M;
+    let rows = (gy - first).min(GROUP_M);
+    let at = id % band;
+    (first + at % rows, at / rows)
+}
 
 /// Waves per work-group along M and N for a lowering: 4 x 2 on `mma.sync` (256 x 128
 /// tiles: a quarter less L2 traffic per product than 128 x 128, whose copies kept the
@@ -392,6 +416,19 @@ fn load_slice<T: GemmElem>(
     (a, b)
 }
 
+/// A slice's A and B fragments as words ([`FragA::to_words`]).
+type SliceWords = ([[u32; AB_WORDS]; MAX_F], [[u32; AB_WORDS]; MAX_F]);
+
+#[inline(always)]
+fn words_of<T: GemmElem>((a, b): &([FragA<T::Frag>; MAX_F], [FragB<T::Frag>; MAX_F])) -> SliceWords {
+    (core::array::from_fn(|i| a[i].to_words()), core::array::from_fn(|j| b[j].to_words()))
+}
+
+#[inline(always)]
+fn frags_of<T: GemmElem>((a, b): &SliceWords) -> ([FragA<T::Frag>; MAX_F], [FragB<T::Frag>; MAX_F]) {
+    (core::array::from_fn(|i| FragA::from_words(a[i])), core::array::from_fn(|j| FragB::from_words(b[j])))
+}
+
 /// `acc[i][j] += a[i] b[j]` over this wave's `fm x fn` fragments.
 #[cfg_attr(any(target_arch = "amdgpu", target_arch = "nvptx64"), inline(always))]
 #[cfg_attr(not(any(target_arch = "amdgpu", target_arch = "nvptx64")), inline(never))]
@@ -677,7 +714,8 @@ pub fn gemm_tiled<T: GemmElem>(
     }
     let wave = flat_thread_idx() as usize / wave::size() as usize;
     let (wy, wx) = (wave / waves(low).1, wave % waves(low).1);
-    let (m0, n0) = (block_idx_y() as usize * bm, block_idx_x() as usize * bn);
+    let (tile_m, tile_n) = tile_of_group(block_idx_x(), block_idx_y(), grid_dim_x(), grid_dim_y());
+    let (m0, n0) = (tile_m as usize * bm, tile_n as usize * bn);
     let (z, split) = (block_idx_z() as usize / splits, block_idx_z() as usize % splits);
     // This work-group's run of K steps (all of K without split-K); `k` is its length
     // from here on.
@@ -797,6 +835,10 @@ pub fn gemm_tiled<T: GemmElem>(
     // last slice's, are already in registers), so the tensor units have work across the
     // barrier and the next step's first fragments load behind the last slice.
     let mut frags = [([FragA::<T::Frag>::zero(); MAX_F], [FragB::<T::Frag>::zero(); MAX_F]); 2];
+    // The first slice's fragments, carried from one step to the next as words
+    // (`to_words`: as 16-bit items they took twice the registers across the loop and
+    // were unpacked and repacked for every product).
+    let mut carried = words_of::<T>(&frags[0]);
     // This lane's segment offsets in the buffer being multiplied (set before first use).
     let (mut cur_a, mut cur_b): (usize, usize);
     macro_rules! k_step_pipelined {
@@ -806,9 +848,12 @@ pub fn gemm_tiled<T: GemmElem>(
                     $refill
                     fill = next(fill);
                 }
+                if kk == 0 {
+                    frags[0] = frags_of::<T>(&carried);
+                }
                 if kk == 3 {
                     // From the next step's buffer (the barrier at slice 2 made it ready).
-                    frags[0] = load_slice::<T>((fm, fn_), smem_at, (cur_a, cur_b), (lda, ldb), 0);
+                    carried = words_of::<T>(&load_slice::<T>((fm, fn_), smem_at, (cur_a, cur_b), (lda, ldb), 0));
                 } else {
                     frags[(kk + 1) % 2] = load_slice::<T>((fm, fn_), smem_at, (cur_a, cur_b), (lda, ldb), kk + 1);
                 }
@@ -863,7 +908,7 @@ pub fn gemm_tiled<T: GemmElem>(
         barrier();
         (cur_a, cur_b) = (read + a_seg, read + b_seg);
         read = next(read);
-        frags[0] = load_slice::<T>((fm, fn_), smem_at, (cur_a, cur_b), (lda, ldb), 0);
+        carried = words_of::<T>(&load_slice::<T>((fm, fn_), smem_at, (cur_a, cur_b), (lda, ldb), 0));
         run_steps!(k_step_pipelined);
     } else {
         run_steps!(k_step);
@@ -871,6 +916,11 @@ pub fn gemm_tiled<T: GemmElem>(
 
     let has_bias = !bias.is_empty();
     let c_ptr = c.as_mut_ptr();
+    // The tile's origin again, from the block index read anew (`opaque_u32` keeps the
+    // compilers from carrying the first result through the K loop in two registers).
+    let (tile_m, tile_n) = tile_of_group(opaque_u32(block_idx_x()), opaque_u32(block_idx_y()), grid_dim_x(), grid_dim_y());
+    let (m0, n0) = (tile_m as usize * bm, tile_n as usize * bn);
+    let (rows_a, cols_b) = (m.saturating_sub(m0), n.saturating_sub(n0));
     if stages_epilogue(low) {
         // Every wave is done with the pipeline buffers (the copies still pending are the
         // empty groups past the last step) before the tile overwrites them.

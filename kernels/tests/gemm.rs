@@ -264,6 +264,12 @@ fn gemm_all_shapes<T: TestFloat + GemmElem>() {
         // mma.sync: several whole K steps after the pipeline's first ones, then a partial
         // one), with bias and activation in the staged epilogue.
         check_gemm::<T>(&dev, GemmShape { batch: 1, m: 260, n: 136, k: 200 }, false, false, 0, 2);
+        // More tile rows than one band of `GROUP_M` and not a multiple of it: the
+        // work-groups' tile order (`tile_of_group`) with a narrower last band, partial
+        // tiles at the bottom and right, batched.
+        let (bm, bn, _) = gemm::block_tile::<T>(gemm::lowering_of(&dev));
+        let m = (gemm::GROUP_M as usize + 3) * bm - 5;
+        check_gemm::<T>(&dev, GemmShape { batch: 2, m, n: bn + 3, k: 24 }, false, false, 8, 1);
         // Split-K (few output tiles, long K): partial sums in a workspace, added in order
         // by the second pass with bias and activation; batched, B transposed or not.
         let s = GemmShape { batch: 2, m: 33, n: 40, k: 600 };
@@ -274,6 +280,27 @@ fn gemm_all_shapes<T: TestFloat + GemmElem>() {
         // Every transpose combination, batched, with gaps between batch entries.
         for t in 0..4 {
             check_gemm::<T>(&dev, GemmShape { batch: 3, m: 33, n: 40, k: 48 }, t % 2 == 1, t / 2 == 1, 8, t);
+        }
+    }
+}
+
+#[test]
+fn tile_order_is_a_bijection_in_bands_of_group_m() {
+    let g = gemm::GROUP_M;
+    for gx in 1..=20u32 {
+        for gy in 1..=3 * g + 2 {
+            let mut seen = vec![false; (gx * gy) as usize];
+            for id in 0..gx * gy {
+                let (tm, tn) = gemm::tile_of_group(id % gx, id / gx, gx, gy);
+                assert!(tm < gy && tn < gx, "grid {gx}x{gy}: id {id} -> tile ({tm}, {tn}) out of range");
+                assert!(!std::mem::replace(&mut seen[(tm * gx + tn) as usize], true), "grid {gx}x{gy}: tile ({tm}, {tn}) twice");
+                // Work-group `id` lies in band `id / (g gx)` of tile rows, and consecutive
+                // ids go down the band first.
+                let band = id / (g * gx);
+                assert_eq!(tm / g, band, "grid {gx}x{gy}: id {id} outside its band");
+                let rows = (gy - band * g).min(g);
+                assert_eq!(tm, band * g + id % (g * gx) % rows, "grid {gx}x{gy}: id {id}");
+            }
         }
     }
 }

@@ -263,6 +263,43 @@ fragment!(
     FragC, C_CAP, c_len
 );
 
+/// 32-bit words of an A or B fragment's items ([`FragA::to_words`]).
+pub const AB_WORDS: usize = AB_CAP.div_ceil(2);
+
+macro_rules! fragment_words {
+    ($name:ident) => {
+        impl<T: MmaInput> $name<T> {
+            /// This lane's items two to a 32-bit word (item `2w` in the low half of word
+            /// `w`). Fragments carried around a loop keep half the registers this way:
+            /// LLVM does not narrow a loop's phi of 16-bit items into words, and then
+            /// unpacks and repacks them for every product.
+            #[inline(always)]
+            pub fn to_words(&self) -> [u32; AB_WORDS] {
+                let mut w = [0u32; AB_WORDS];
+                unroll!(j < AB_WORDS, {
+                    let hi = if 2 * j + 1 < AB_CAP { self.v[(2 * j + 1) % AB_CAP].bits() as u32 } else { 0 };
+                    w[j] = self.v[2 * j].bits() as u32 | hi << 16;
+                });
+                w
+            }
+            /// The fragment whose items [`to_words`](Self::to_words) gave `w`.
+            #[inline(always)]
+            pub fn from_words(w: [u32; AB_WORDS]) -> Self {
+                let mut out = Self::zero();
+                unroll!(j < AB_WORDS, {
+                    out.v[2 * j] = T::from_bits16(w[j] as u16);
+                    if 2 * j + 1 < AB_CAP {
+                        out.v[(2 * j + 1) % AB_CAP] = T::from_bits16((w[j] >> 16) as u16);
+                    }
+                });
+                out
+            }
+        }
+    };
+}
+fragment_words!(FragA);
+fragment_words!(FragB);
+
 impl<T: MmaInput> FragA<T> {
     /// `(row, k)` of this lane's item `j`.
     #[inline(always)]
