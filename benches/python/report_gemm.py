@@ -1,9 +1,11 @@
 """Merges rust_gemm.json and torch_gemm.json (same GPU run) into report_gemm.md: TFLOP/s of
-both and ours as a fraction of torch.matmul's (cuBLAS).
+both and ours as a fraction of torch.matmul's (cuBLAS); with cutlass_gemm.jsonl (same run,
+benches/cuda/cutlass_sm80_gemm.cu) also the best CUTLASS Sm80 (mma.sync) kernel per bf16 shape.
 
 usage: report_gemm.py DIR
 """
 import json
+import os
 import sys
 
 
@@ -11,14 +13,28 @@ def main():
     d = sys.argv[1]
     ours = {(s["dtype"], s["m"], s["n"], s["k"]): s["us"] for s in json.load(open(f"{d}/rust_gemm.json"))}
     torch = {(s["dtype"], s["m"], s["n"], s["k"]): s["us"] for s in json.load(open(f"{d}/torch_gemm.json"))}
-    lines = ["| dtype | M x N x K | ours TFLOP/s | torch.matmul TFLOP/s | ours / torch |", "|---|---|---|---|---|"]
+    # Best CUTLASS Sm80 configuration per shape (bf16 only), and which one it was.
+    cutlass = {}
+    if os.path.exists(f"{d}/cutlass_gemm.jsonl"):
+        for line in open(f"{d}/cutlass_gemm.jsonl"):
+            if not line.startswith("{"):
+                continue
+            r = json.loads(line)
+            key = ("bf16", r["m"], r["n"], r["k"])
+            if "us" in r and (key not in cutlass or r["us"] < cutlass[key][0]):
+                cutlass[key] = (r["us"], r["config"])
+    lines = ["| dtype | M x N x K | ours TFLOP/s | torch.matmul TFLOP/s | ours / torch | CUTLASS Sm80 TFLOP/s (config) | ours / CUTLASS |",
+             "|---|---|---|---|---|---|---|"]
     for key, us in ours.items():
         dt, m, n, k = key
         fl = 2 * m * n * k
         t = torch.get(key)
         ratio = f"{t / us:.2f}" if t else "-"
         tt = f"{fl / t / 1e6:.1f}" if t else "-"
-        lines.append(f"| {dt} | {m}x{n}x{k} | {fl / us / 1e6:.1f} | {tt} | {ratio} |")
+        c = cutlass.get(key)
+        ct = f"{fl / c[0] / 1e6:.1f} ({c[1]})" if c else "-"
+        cr = f"{c[0] / us:.2f}" if c else "-"
+        lines.append(f"| {dt} | {m}x{n}x{k} | {fl / us / 1e6:.1f} | {tt} | {ratio} | {ct} | {cr} |")
     text = "\n".join(lines) + "\n"
     open(f"{d}/report_gemm.md", "w").write(text)
     print(text)

@@ -438,8 +438,11 @@ fn mma_slice<T: GemmElem>(
     (a, b): &([FragA<T::Frag>; MAX_F], [FragB<T::Frag>; MAX_F]),
 ) {
     each!(i in [0, 1, 2, 3] {
-        each!(j in [0, 1, 2, 3] {
-            if i < fm && j < fn_ {
+        each!(jj in [0, 1, 2, 3] {
+            // Serpentine: odd rows walk the columns backwards, so the B fragment of a
+            // row's last product is the next row's first.
+            let j = if i % 2 == 1 { fn_.wrapping_sub(1 + jj) } else { jj };
+            if i < fm && jj < fn_ {
                 acc[i][j] = mma::mma(&a[i], &b[j], acc[i][j]);
             }
         });

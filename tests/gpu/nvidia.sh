@@ -27,10 +27,16 @@ TARGET="${CARGO_TARGET_DIR:-target}"
 
 bundle() {
     # Keep the benchmark peer (benches/candle-peer/build.sh writes it here; an hour to rebuild).
-    local peer=""
-    if [ -f "$BIN/candle-peer" ]; then peer="$(mktemp)" && cp "$BIN/candle-peer" "$peer"; fi
+    local keep
+    keep="$(mktemp -d)"
+    for p in candle-peer cutlass-sm80-gemm; do
+        if [ -f "$BIN/$p" ]; then cp "$BIN/$p" "$keep/"; fi
+    done
     rm -rf "$BIN" && mkdir -p "$BIN"
-    if [ -n "$peer" ]; then mv "$peer" "$BIN/candle-peer" && chmod +x "$BIN/candle-peer"; fi
+    for p in "$keep"/*; do
+        if [ -f "$p" ]; then mv "$p" "$BIN/" && chmod +x "$BIN/$(basename "$p")"; fi
+    done
+    rmdir "$keep" 2>/dev/null || true
     # The NVIDIA machine needs the PTX only: leave the AMD code objects out of these
     # binaries (the CPU-side tests of the code objects run in `cargo test --workspace`).
     export KERNEL_ARCHS="${KERNEL_ARCHS:-none}"
@@ -161,6 +167,12 @@ report() {
     if has gemm; then
         step bench-gemm 240 "$BIN/bench-gemm" --out "$out/gemm"
         step torch-gemm 240 python3 "$py/torch_gemm.py" --out "$out/gemm"
+        # The mma.sync ceiling of a tuned library (benches/cuda/build-cutlass-peer.sh).
+        if [ -x "$BIN/cutlass-sm80-gemm" ]; then
+            local rc=0
+            timeout 240 "$BIN/cutlass-sm80-gemm" > "$out/gemm/cutlass_gemm.jsonl" 2> "$out/cutlass-gemm.log" || rc=$?
+            echo "cutlass-gemm rc=$rc" | tee -a "$out/summary.txt"
+        fi
         step report-gemm 30 python3 "$py/report_gemm.py" "$out/gemm"
     fi
     if has e2e; then
