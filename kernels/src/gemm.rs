@@ -66,6 +66,18 @@ pub fn tile_of_group(x: u32, y: u32, gx: u32, gy: u32) -> (u32, u32) {
     (first + at % rows, at / rows)
 }
 
+/// The `(M, N)` tile of work-group `(x, y)`: in bands ([`tile_of_group`]) for 16-bit
+/// inputs; f32 inputs (three bf16 products, conversion-bound) keep the row-major order,
+/// which the H100 ran 19% faster for them (50 against 40.5 TFLOP/s at 4096^3).
+#[inline(always)]
+fn tile_of<T: GemmElem>(x: u32, y: u32) -> (u32, u32) {
+    if T::SPLIT {
+        (y, x)
+    } else {
+        tile_of_group(x, y, grid_dim_x(), grid_dim_y())
+    }
+}
+
 /// Waves per work-group along M and N for a lowering: 4 x 2 on `mma.sync` (256 x 128
 /// tiles: a quarter less L2 traffic per product than 128 x 128, whose copies kept the
 /// H100's L2 two-thirds busy at half the tensor units' rate; on the H100 256 x 128 ran
@@ -717,7 +729,7 @@ pub fn gemm_tiled<T: GemmElem>(
     }
     let wave = flat_thread_idx() as usize / wave::size() as usize;
     let (wy, wx) = (wave / waves(low).1, wave % waves(low).1);
-    let (tile_m, tile_n) = tile_of_group(block_idx_x(), block_idx_y(), grid_dim_x(), grid_dim_y());
+    let (tile_m, tile_n) = tile_of::<T>(block_idx_x(), block_idx_y());
     let (m0, n0) = (tile_m as usize * bm, tile_n as usize * bn);
     let (z, split) = (block_idx_z() as usize / splits, block_idx_z() as usize % splits);
     // This work-group's run of K steps (all of K without split-K); `k` is its length
@@ -921,7 +933,7 @@ pub fn gemm_tiled<T: GemmElem>(
     let c_ptr = c.as_mut_ptr();
     // The tile's origin again, from the block index read anew (`opaque_u32` keeps the
     // compilers from carrying the first result through the K loop in two registers).
-    let (tile_m, tile_n) = tile_of_group(opaque_u32(block_idx_x()), opaque_u32(block_idx_y()), grid_dim_x(), grid_dim_y());
+    let (tile_m, tile_n) = tile_of::<T>(opaque_u32(block_idx_x()), opaque_u32(block_idx_y()));
     let (m0, n0) = (tile_m as usize * bm, tile_n as usize * bn);
     let (rows_a, cols_b) = (m.saturating_sub(m0), n.saturating_sub(n0));
     if stages_epilogue(low) {
