@@ -13,17 +13,12 @@
 set -euo pipefail
 HERE="$(cd "$(dirname "$0")" && pwd)"
 ROOT="$(cd "$HERE/../.." && pwd)"
-CACHE="${CANDLE_PEER_CACHE:-$HOME/.cache/rocm-kernels-rs/candle-peer}"
-VENV="$CACHE/venv"
-if [ ! -f "$VENV/bin/nvcc-ok" ]; then
-    python3 -m venv "$VENV"
-    "$VENV/bin/pip" install -q "nvidia-cuda-nvcc==13.0.88" "nvidia-nvvm==13.0.*" "nvidia-cuda-crt==13.0.*" \
-        "nvidia-cuda-runtime==13.0.*" "nvidia-cuda-cccl==13.0.*" "nvidia-cublas==13.0.*" \
-        "nvidia-curand==10.4.0.*" "nvidia-cuda-nvrtc==13.0.*"
-    touch "$VENV/bin/nvcc-ok"
+. "$ROOT/benches/cuda/nvcc-venv.sh"
+# Candle also links cuBLAS, cuRAND and NVRTC.
+if [ ! -f "$VENV/bin/candle-libs-ok" ]; then
+    "$VENV/bin/pip" install -q "nvidia-cublas==13.0.*" "nvidia-curand==10.4.0.*" "nvidia-cuda-nvrtc==13.0.*"
+    touch "$VENV/bin/candle-libs-ok"
 fi
-CU="$(ls -d "$VENV"/lib/python3*/site-packages/nvidia/cu13)"
-export PATH="$CU/bin:$PATH"
 nvcc --version | tail -2
 
 # A CUDA root as cudarc and Candle's kernel builder expect: bin/, include/, lib64/ with

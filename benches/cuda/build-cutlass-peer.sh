@@ -4,23 +4,14 @@
 # Output: .device-bin/cutlass-sm80-gemm (x86-64, CUDA runtime linked statically).
 # - CUTLASS's headers come from PyPI's nvidia-cutlass wheel (pinned; the headers only, no
 #   copy of them is kept in this repository).
-# - nvcc comes from the same PyPI venv as the Candle peer (benches/candle-peer/build.sh,
-#   CUDA 13.0 to match the GPU machine's driver); this script creates it when missing.
+# - nvcc comes from the PyPI venv of benches/cuda/nvcc-venv.sh (shared with the Candle
+#   peer; CUDA 13.0 to match the GPU machine's driver).
 # - SASS for sm_90 (the H100) from compute_90: the Sm80 kernels use mma.sync, ldmatrix and
 #   cp.async only, as kernels::gemm does on NVIDIA.
 set -euo pipefail
 HERE="$(cd "$(dirname "$0")" && pwd)"
 ROOT="$(cd "$HERE/../.." && pwd)"
-CACHE="${CANDLE_PEER_CACHE:-$HOME/.cache/rocm-kernels-rs/candle-peer}"
-VENV="$CACHE/venv"
-if [ ! -f "$VENV/bin/nvcc-ok" ]; then
-    python3 -m venv "$VENV"
-    "$VENV/bin/pip" install -q "nvidia-cuda-nvcc==13.0.88" "nvidia-nvvm==13.0.*" "nvidia-cuda-crt==13.0.*" \
-        "nvidia-cuda-runtime==13.0.*" "nvidia-cuda-cccl==13.0.*"
-    touch "$VENV/bin/nvcc-ok"
-fi
-CU="$(ls -d "$VENV"/lib/python3*/site-packages/nvidia/cu13)"
-export PATH="$CU/bin:$PATH"
+. "$HERE/nvcc-venv.sh"
 CUTLASS="$CACHE/cutlass-4.2.0.0"
 if [ ! -d "$CUTLASS/cutlass_library/source/include/cutlass" ]; then
     rm -rf "$CUTLASS" && mkdir -p "$CUTLASS"

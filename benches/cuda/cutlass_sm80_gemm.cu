@@ -78,17 +78,22 @@ __global__ void fill(bf16 *p, size_t n, unsigned seed) {
   }
 }
 
+// Three device buffers of `elems` bf16 values; A and B filled with values in [-0.5, 0.5).
+static void alloc_inputs(size_t elems, bf16 **a, bf16 **b, bf16 **c) {
+  cudaMalloc(a, elems * 2);
+  cudaMalloc(b, elems * 2);
+  cudaMalloc(c, elems * 2);
+  fill<<<1024, 256>>>(*a, elems, 1);
+  fill<<<1024, 256>>>(*b, elems, 2);
+  cudaDeviceSynchronize();
+}
+
 int main(int argc, char **argv) {
   // `cutlass-sm80-gemm M N K`: only the 128x256x64 3-stage kernel on that shape (for ncu).
   if (argc == 4) {
     int m = atoi(argv[1]), n = atoi(argv[2]), k = atoi(argv[3]);
-    size_t most = std::max({(size_t)m * k, (size_t)k * n, (size_t)m * n});
     bf16 *a, *b, *c;
-    cudaMalloc(&a, most * 2);
-    cudaMalloc(&b, most * 2);
-    cudaMalloc(&c, most * 2);
-    fill<<<1024, 256>>>(a, most, 1);
-    fill<<<1024, 256>>>(b, most, 2);
+    alloc_inputs(std::max({(size_t)m * k, (size_t)k * n, (size_t)m * n}), &a, &b, &c);
     bench<SmGemm<128, 256, 64, 64, 64, 64, 3>>("128x256x64_w64x64_s3", m, n, k, a, b, c);
     return 0;
   }
@@ -96,12 +101,7 @@ int main(int argc, char **argv) {
   size_t most = 0;
   for (auto &s : shapes) most = std::max({most, (size_t)s[0] * s[2], (size_t)s[2] * s[1], (size_t)s[0] * s[1]});
   bf16 *a, *b, *c;
-  cudaMalloc(&a, most * 2);
-  cudaMalloc(&b, most * 2);
-  cudaMalloc(&c, most * 2);
-  fill<<<1024, 256>>>(a, most, 1);
-  fill<<<1024, 256>>>(b, most, 2);
-  cudaDeviceSynchronize();
+  alloc_inputs(most, &a, &b, &c);
   for (auto &s : shapes) {
     int m = s[0], n = s[1], k = s[2];
     bench<SmGemm<128, 256, 64, 64, 64, 64, 3>>("128x256x64_w64x64_s3", m, n, k, a, b, c);
