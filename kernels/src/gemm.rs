@@ -853,7 +853,7 @@ pub fn gemm_tiled<T: GemmElem>(
     // The first slice's fragments, carried from one step to the next as words
     // (`to_words`: as 16-bit items they took twice the registers across the loop and
     // were unpacked and repacked for every product).
-    let mut carried = words_of::<T>(&frags[0]);
+    let mut carried: SliceWords;
     // This lane's segment offsets in the buffer being multiplied (set before first use).
     let (mut cur_a, mut cur_b): (usize, usize);
     macro_rules! k_step_pipelined {
