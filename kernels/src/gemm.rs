@@ -28,7 +28,8 @@
 //!   are carried as 32-bit words ([`FragA::to_words`]); as 16-bit items LLVM kept them in
 //!   twice the registers and repacked them before every product (H100: 330 -> 235 SASS
 //!   instructions per K step of the steady loop, and no spills).
-//! - Work-groups take their tiles in bands of [`GROUP_M`] tile rows ([`tile_of_group`]), so
+//! - Work-groups of 16-bit inputs take their tiles in bands of [`GROUP_M`] tile rows
+//!   ([`tile_of_group`]; f32 inputs keep the row-major order), so
 //!   the ones resident together share A and B through L2.
 //! - Work-groups whose tiles lie wholly in range run their steady state (every refill a
 //!   whole K step) in a loop of its own whose copies carry no branch.
