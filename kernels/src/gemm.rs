@@ -58,6 +58,8 @@ pub const GROUP_M: u32 = 8;
 /// down a band of [`GROUP_M`] tile rows before moving one tile along N (the last band may
 /// be narrower), so the work-groups resident at one time share A rows and B columns
 /// through L2 instead of each wave of them sweeping all of B. A bijection of the grid.
+/// (`y * gx + x` fits 32 bits: `gy` is at most 65535, so more tiles would need a C of
+/// over 2^47 elements, which the launcher's buffer checks reject first.)
 pub fn tile_of_group(x: u32, y: u32, gx: u32, gy: u32) -> (u32, u32) {
     let id = y * gx + x;
     let band = GROUP_M * gx;

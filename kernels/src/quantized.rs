@@ -1539,8 +1539,7 @@ pub const BATCH_UNIT_ROWS: usize = 8;
 /// Units a work-item of [`matvec_stream_batch`](fn@matvec_stream_batch) holds for a batch
 /// tile of `n` rows of `dtype` in the code objects of an AMD GPU (`amd`) or another target:
 /// 2 for tiles of 2 and, except on AMD GPUs (gfx90a then used scratch), for `Q4_0` tiles
-/// of 4; else 1. H100
-/// (`bench-quantized --sweep`): `Q4_0` at batch 4 took 0.80-0.91 of the time with 2 units
+/// of 4; else 1. H100 (`bench-quantized --sweep`): `Q4_0` at batch 4 took 0.80-0.91 of the time with 2 units
 /// than with 1. More units elsewhere (4 at batch 2, 2 at batch 4 for `Q8_0`) gained up to
 /// 18% at 4096x14336 but lost 3-9% on rows of 4096 columns, and `Q4K`/`Q6K` then spilled
 /// on sm_90 under the 128 registers of 512 work-items.

@@ -294,12 +294,19 @@ fn tile_order_is_a_bijection_in_bands_of_group_m() {
                 let (tm, tn) = gemm::tile_of_group(id % gx, id / gx, gx, gy);
                 assert!(tm < gy && tn < gx, "grid {gx}x{gy}: id {id} -> tile ({tm}, {tn}) out of range");
                 assert!(!std::mem::replace(&mut seen[(tm * gx + tn) as usize], true), "grid {gx}x{gy}: tile ({tm}, {tn}) twice");
-                // Work-group `id` lies in band `id / (g gx)` of tile rows, and consecutive
-                // ids go down the band first.
+                // Work-group `id` lies in band `id / (g gx)` of tile rows; a band starts at
+                // its top-left tile and its ids go down a column of the band before moving
+                // one tile along N.
                 let band = id / (g * gx);
                 assert_eq!(tm / g, band, "grid {gx}x{gy}: id {id} outside its band");
-                let rows = (gy - band * g).min(g);
-                assert_eq!(tm, band * g + id % (g * gx) % rows, "grid {gx}x{gy}: id {id}");
+                if id % (g * gx) == 0 {
+                    assert_eq!((tm, tn), (band * g, 0), "grid {gx}x{gy}: band {band} does not start at its top-left tile");
+                } else {
+                    let (pm, pn) = gemm::tile_of_group((id - 1) % gx, (id - 1) / gx, gx, gy);
+                    let last_row = (band * g + g).min(gy) - 1;
+                    let want = if pm == last_row { (band * g, pn + 1) } else { (pm + 1, pn) };
+                    assert_eq!((tm, tn), want, "grid {gx}x{gy}: id {id} does not follow id {} at ({pm}, {pn})", id - 1);
+                }
             }
         }
     }

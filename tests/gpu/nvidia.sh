@@ -26,7 +26,8 @@ fi
 TARGET="${CARGO_TARGET_DIR:-target}"
 
 bundle() {
-    # Keep the benchmark peer (benches/candle-peer/build.sh writes it here; an hour to rebuild).
+    # Keep the benchmark peers built here (benches/candle-peer/build.sh, an hour to rebuild;
+    # benches/cuda/build-cutlass-peer.sh).
     local keep
     keep="$(mktemp -d)"
     for p in candle-peer cutlass-sm80-gemm; do
