@@ -96,6 +96,9 @@ pub trait IndexType: Element + sealed::Sealed {
     /// The index as `usize` when it addresses one of `len` positions (always `< len`);
     /// `None` when it is out of range or negative.
     fn to_index(self, len: usize) -> Option<usize>;
+    /// [`IndexType::to_index`] for a 32-bit `len`: the index, or `u32::MAX` when it is out
+    /// of range or negative (32-bit compares only).
+    fn to_row32(self, len: u32) -> u32;
 }
 
 impl IndexType for u32 {
@@ -104,12 +107,20 @@ impl IndexType for u32 {
         let i = self as usize;
         if i < len { Some(i) } else { None }
     }
+    #[inline(always)]
+    fn to_row32(self, len: u32) -> u32 {
+        if self < len { self } else { u32::MAX }
+    }
 }
 
 impl IndexType for i64 {
     #[inline(always)]
     fn to_index(self, len: usize) -> Option<usize> {
         if self >= 0 && (self as u64) < len as u64 { Some(self as usize) } else { None }
+    }
+    #[inline(always)]
+    fn to_row32(self, len: u32) -> u32 {
+        if self >= 0 && (self as u64) < len as u64 { self as u32 } else { u32::MAX }
     }
 }
 
@@ -369,7 +380,8 @@ fn highest_lane(mask: u64, none: u32) -> u32 {
 /// 5. The last source of each destination has its result stored; the next round starts.
 ///
 /// `halves` = 1 keeps half B empty (rounds of `wave::size()` sources; AMD code objects
-/// always run so). Each destination thus sees the adds in source order with the rounding
+/// always run so). A `gate` whose first word is 0 makes the launch do nothing (an empty
+/// one runs it): `ops::scatter_add` passes [`scatter_claim`](fn@scatter_claim)'s flag. Each destination thus sees the adds in source order with the rounding
 /// of each, and a round has one dependent global access (3) for `2 * wave::size()`
 /// sources of a column,
 /// where a loop per column had one per source. `dst_dim` must be below `u32::MAX` (the
@@ -386,10 +398,14 @@ pub fn scatter_add<T: Float, I: IndexType>(
     dst_dim: usize,
     right: usize,
     halves: u32,
+    gate: &[u32],
     mut target: Shared<u32, SCATTER_SLOTS>,
     mut value: Shared<f32, SCATTER_SLOTS>,
     mut flag: Shared<u32, SCATTER_SLOTS>,
 ) {
+    if gate.first() == Some(&0) {
+        return;
+    }
     let (Some(plane), Some(dplane), Some(columns)) = (n.checked_mul(right), dst_dim.checked_mul(right), left.checked_mul(right)) else { return };
     // One check up front for all accesses below (then unchecked: fewer scalar registers).
     let (Some(src_len), Some(dst_len)) = (left.checked_mul(plane), left.checked_mul(dplane)) else { return };
@@ -616,7 +632,7 @@ pub const fn slab_words(dst_dim: usize, lanes: usize, elem_size: usize, index_si
 ///    work-group barrier per round, for the ring).
 /// 3. The slab goes back to `dst` in 16-byte stores.
 ///
-/// Needs `right % C == 0`, 16-byte aligned buffers and [`slab_words`] words of `slab`
+/// `gate` as in [`scatter_add`](fn@scatter_add). Needs `right % C == 0`, 16-byte aligned buffers and [`slab_words`] words of `slab`
 /// (checked by [`ops::scatter_add`], which otherwise runs [`scatter_add`](fn@scatter_add)).
 /// Launch with `W` waves per work-group, one work-group per `C` columns (a 2-D grid, x
 /// fastest): [`slab_config`].
@@ -629,8 +645,12 @@ pub fn scatter_add_slab<T: Float, I: IndexType>(
     n: usize,
     dst_dim: usize,
     right: usize,
+    gate: &[u32],
     slab: SharedDyn<Words4>,
 ) {
+    if gate.first() == Some(&0) {
+        return;
+    }
     // One body per wave count: its lane mapping and loops are then constants (computed at
     // run time, the divisions and unrolled-loop guards made the rounds four times slower on the H100).
     let args = (src, ids, dst, left, n, dst_dim, right, slab);
@@ -877,6 +897,304 @@ pub fn scatter_add_unordered<I: IndexType>(src: &[f32], ids: &[I], dst: &[Atomic
     }
 }
 
+/// Columns of one chunk of [`scatter_claim`](fn@scatter_claim): one word of its bitset,
+/// claimed by 32 lanes together.
+pub const CLAIM_CHUNK: usize = 32;
+
+/// The code [`scatter_claim`](fn@scatter_claim) gives a chunk whose destinations are not
+/// its elements' positions plus one offset (ids that differ along the chunk, an
+/// out-of-range id, a chunk cut by the end of its row): [`scatter_add_claimed`](fn@scatter_add_claimed)
+/// reads its ids again.
+pub const CLAIM_MIXED: u32 = u32::MAX;
+
+/// Source rows per work-item and round of [`scatter_claim`](fn@scatter_claim) (the
+/// kernel's `each!` lists write out slots 0..2).
+pub const CLAIM_ROUND: usize = 2;
+
+/// Columns of one [`scatter_claim`](fn@scatter_claim) work-item (its `each!` lists write
+/// out 0..8).
+const CLAIM_COLS: usize = 8;
+
+/// Work-items of one [`scatter_claim`](fn@scatter_claim) chunk, and the mask of their lanes.
+const CLAIM_LANES: u32 = (CLAIM_CHUNK / CLAIM_COLS) as u32;
+const CLAIM_LANES_MASK: u32 = (1 << CLAIM_LANES) - 1;
+
+/// A work-item's ids, aligned for vector loads (two of 16 bytes for `u32`, four for `i64`).
+#[repr(C, align(16))]
+struct ClaimIds<I>([I; CLAIM_COLS]);
+
+/// The first pass of the ordered `scatter_add` where no two sources may share a
+/// destination: finds whether any do, and codes each chunk's destinations compactly.
+///
+/// With `q(e)` the destination offset of source element `e` (`(l, i, r)` to
+/// `(l, ids[e], r)`, contiguous layouts as in [`scatter_add`](fn@scatter_add)), every
+/// source sets bit `q(e)` of `seen` (a zeroed bitset over `dst`) with an atomic OR; one
+/// that finds its bit already set sets `flag[0]` (two sources share a destination: their
+/// order of additions matters). A work-item takes eight adjacent columns of
+/// [`CLAIM_ROUND`] source rows per round (vector loads of ids where rows are whole aligned
+/// groups of eight); 32 adjacent columns of a row form a chunk (four work-items;
+/// `ceil(right / 32)` chunks per row, `code` row-major over them). Where a chunk's 32 ids
+/// are one in-range id (as when ids are broadcast along a row), its destinations are
+/// `e + d` for one `d`: its first work-item claims all 32 bits with one or two atomics and
+/// writes `code[chunk] = d`; otherwise each work-item claims its own eight (one or two
+/// atomics when its ids are one id, else one per element) and the chunk's code is
+/// [`CLAIM_MIXED`]. Once `flag[0]` is set, work-items stop at their next round (`code`
+/// is then unused).
+///
+/// Needs `left * n * right` and `left * dst_dim * right` below 2^32, work-groups whose x
+/// size is a multiple of the wave size (a wave then lies along one row), `seen` of
+/// `ceil(left * dst_dim * right / 32)` zeroed words, `code` of `left * n * ceil(right /
+/// 32)` words and one `flag` word holding 0; anything else sets `flag[0]` (so the ordered
+/// kernel runs instead). Any grid of such work-groups covers every element;
+/// [`claim_config`] fills the GPU. Out-of-range ids claim nothing.
+#[amdgpu_kernel(I = [u32, i64], max_threads = 256)]
+pub fn scatter_claim<I: IndexType>(ids: &[I], seen: &[AtomicU32], code: &mut [u32], flag: &[AtomicU32], left: usize, n: usize, dst_dim: usize, right: usize) {
+    let Some(fl) = flag.first() else { return };
+    let rows = left.checked_mul(n);
+    let total = rows.and_then(|v| v.checked_mul(right));
+    let dst_len = left.checked_mul(dst_dim).and_then(|v| v.checked_mul(right));
+    let (Some(rows), Some(total), Some(dst_len)) = (rows, total, dst_len) else {
+        fl.store(1, Ordering::Relaxed);
+        return;
+    };
+    let cw = right.div_ceil(CLAIM_CHUNK);
+    if total >= u32::MAX as usize
+        || dst_len >= u32::MAX as usize
+        || block_dim_x() % wave::size() != 0
+        || ids.len() < total
+        || seen.len() < dst_len.div_ceil(32)
+        || code.len() < rows * cw
+    {
+        fl.store(1, Ordering::Relaxed);
+        return;
+    }
+    if total == 0 {
+        return;
+    }
+    // Everything below fits in 32 bits (n, right > 0 once total > 0).
+    let (right32, n32, dplane32, dst32) = (right as u32, n as u32, (dst_dim * right) as u32, dst_dim as u32);
+    // Whole rows of aligned groups of ids: vector loads (else one load per id).
+    let groups_vec = right % CLAIM_COLS == 0 && (ids.as_ptr() as usize) % 16 == 0;
+    let lane = wave::lane_id();
+    let kg = lane % CLAIM_LANES;
+    let glead = lane - kg;
+    let (x, xs) = (global_idx_x(), global_size_x());
+    let (y, ys) = grid_y();
+    // This work-item: columns CLAIM_COLS * x .. of its rows; the wave's first group decides
+    // the loops (wave-uniform: a wave lies along a row).
+    let mut group = x;
+    while (group - lane as usize) * CLAIM_COLS < right {
+        let col = group * CLAIM_COLS;
+        let chunk_col = col - kg as usize * CLAIM_COLS;
+        let mut row0 = y * CLAIM_ROUND;
+        while row0 < rows {
+            // This work-item's ids in each of the round's rows (NO_TARGET: none, or out of range).
+            let mut t = [[NO_TARGET; CLAIM_COLS]; CLAIM_ROUND];
+            crate::each!(k in [0, 1] {
+                if row0 + k < rows && col < right {
+                    let e = (row0 + k) * right + col;
+                    if groups_vec {
+                        // SAFETY: col + CLAIM_COLS <= right (a multiple of it): e +
+                        // CLAIM_COLS <= total <= ids.len(); aligned (aligned start, e a
+                        // multiple of CLAIM_COLS: 32 or 64 bytes).
+                        let v = unsafe { core::ptr::read(ids.as_ptr().add(e) as *const ClaimIds<I>) }.0;
+                        crate::each!(j in [0, 1, 2, 3, 4, 5, 6, 7] {
+                            t[k][j] = v[j].to_row32(dst32);
+                        });
+                    } else {
+                        crate::each!(j in [0, 1, 2, 3, 4, 5, 6, 7] {
+                            if col + j < right {
+                                // SAFETY: e + j < total <= ids.len().
+                                t[k][j] = unsafe { ids.get_unchecked(e + j) }.to_row32(dst32);
+                            }
+                        });
+                    }
+                }
+            });
+            // A shared destination found elsewhere ends the pass (checked once the round's
+            // loads are out, so its own load waits beside theirs).
+            if wave::shuffle(fl.load(Ordering::Relaxed), glead) != 0 {
+                return;
+            }
+            // (32-bit division: row0 < rows < 2^32.)
+            let (mut l, mut i) = crate::dtype::divmod32(row0 as u32, n32);
+            // Previous words and the bits claimed in them by the one- and two-word claims
+            // (ANDed only after the round: their atomics all go out first); the claims of
+            // single elements (mixed ids, the rare case) are checked as they return.
+            let mut old = [[0u32; 2]; CLAIM_ROUND];
+            let mut bits = [[0u32; 2]; CLAIM_ROUND];
+            let mut shared = 0u32;
+            crate::each!(k in [0, 1] {
+                let row = row0 + k;
+                let tk = t[k];
+                // This work-item's ids are one id (and all inside the row).
+                let mut own_one = tk[0] != NO_TARGET;
+                crate::each!(j in [1, 2, 3, 4, 5, 6, 7] {
+                    own_one &= tk[j] == tk[0];
+                });
+                let t0 = wave::shuffle(tk[0], glead);
+                // All work-items of the chunk: 32 destinations e + d.
+                let one_id = (wave::ballot(own_one && tk[0] == t0) >> glead) as u32 & CLAIM_LANES_MASK == CLAIM_LANES_MASK;
+                let base = l.wrapping_mul(dplane32).wrapping_add(col as u32);
+                let at = row * cw + chunk_col / CLAIM_CHUNK;
+                if one_id {
+                    if kg == 0 {
+                        let q = base.wrapping_add(tk[0].wrapping_mul(right32));
+                        let e = (row as u32).wrapping_mul(right32).wrapping_add(col as u32);
+                        // Destinations q .. q + 32 (all below dst_len): one or two words.
+                        let (w, sh) = ((q / 32) as usize, q % 32);
+                        bits[k][0] = u32::MAX << sh;
+                        // SAFETY: q + 31 < dst_len, so word w and (when the range crosses
+                        // into it) w + 1 are below ceil(dst_len / 32) <= seen.len(); the
+                        // chunk (row < rows, inside the row) is below rows * cw <= code.len().
+                        unsafe {
+                            old[k][0] = seen.get_unchecked(w).fetch_or(bits[k][0], Ordering::Relaxed);
+                            if sh != 0 {
+                                bits[k][1] = !bits[k][0];
+                                old[k][1] = seen.get_unchecked(w + 1).fetch_or(bits[k][1], Ordering::Relaxed);
+                            }
+                            *code.get_unchecked_mut(at) = q.wrapping_sub(e);
+                        }
+                    }
+                } else {
+                    if own_one {
+                        // CLAIM_COLS adjacent destinations: one word, or two.
+                        let q = base.wrapping_add(tk[0].wrapping_mul(right32));
+                        let (w, sh) = ((q / 32) as usize, q % 32);
+                        const OWN: u32 = (1 << CLAIM_COLS) - 1;
+                        bits[k][0] = OWN << sh;
+                        // SAFETY: q + CLAIM_COLS - 1 < dst_len: words below seen.len() as above.
+                        unsafe {
+                            old[k][0] = seen.get_unchecked(w).fetch_or(bits[k][0], Ordering::Relaxed);
+                            if sh > 32 - CLAIM_COLS as u32 {
+                                bits[k][1] = OWN >> (32 - sh);
+                                old[k][1] = seen.get_unchecked(w + 1).fetch_or(bits[k][1], Ordering::Relaxed);
+                            }
+                        }
+                    } else {
+                        crate::each!(j in [0, 1, 2, 3, 4, 5, 6, 7] {
+                            if tk[j] != NO_TARGET {
+                                let q = base.wrapping_add(tk[j].wrapping_mul(right32)).wrapping_add(j as u32);
+                                let bit = 1u32 << (q % 32);
+                                // SAFETY: q < dst_len: word q / 32 < seen.len().
+                                shared |= unsafe { seen.get_unchecked((q / 32) as usize) }.fetch_or(bit, Ordering::Relaxed) & bit;
+                            }
+                        });
+                    }
+                    if kg == 0 && row < rows && chunk_col < right {
+                        // SAFETY: row < rows, chunk_col < right: at < rows * cw <= code.len().
+                        unsafe { *code.get_unchecked_mut(at) = CLAIM_MIXED };
+                    }
+                }
+                // The next row's (l, i).
+                i += 1;
+                while i >= n32 {
+                    i -= n32;
+                    l += 1;
+                }
+            });
+            let _ = (l, i);
+            crate::each!(k in [0, 1] {
+                shared |= (old[k][0] & bits[k][0]) | (old[k][1] & bits[k][1]);
+            });
+            if shared != 0 {
+                fl.store(1, Ordering::Relaxed);
+            }
+            row0 += ys * CLAIM_ROUND;
+        }
+        group += xs;
+    }
+}
+
+/// The second pass of the ordered `scatter_add` where [`scatter_claim`](fn@scatter_claim)
+/// found no shared destination (`flag[0] == 0`; otherwise it does nothing and the ordered
+/// kernel, gated on the same flag, runs): every source is the only one of its destination,
+/// so all are added in parallel, `dst[q(e)] = T(dst[q(e)] + src[e])` (the sequential
+/// loop's result bit for bit: one rounding per destination). A work-item takes pieces of
+/// [`CHUNK`](crate::row::CHUNK) columns of a row: where the piece's chunk has a code
+/// `d` (not [`CLAIM_MIXED`]) and the rows are whole 16-byte pieces (`right` a multiple of
+/// 8, aligned buffers, `d` a multiple of 8), source and destination move as vectors;
+/// otherwise element by element, destinations from the ids (out-of-range ids skipped).
+/// Same arguments as the claim; if they do not match what it needs, this sets `flag[0]`
+/// instead of adding anything. Any launch is correct; [`claimed_config`] fills the GPU.
+#[amdgpu_kernel(T = [f32, f16, bf16], I = [u32, i64], max_threads = 256)]
+pub fn scatter_add_claimed<T: Float, I: IndexType>(
+    src: &[T],
+    ids: &[I],
+    dst: &mut [T],
+    code: &[u32],
+    flag: &[AtomicU32],
+    left: usize,
+    n: usize,
+    dst_dim: usize,
+    right: usize,
+) {
+    use crate::row::{load_full, store_full, vectorizable, CHUNK};
+    let Some(fl) = flag.first() else { return };
+    if fl.load(Ordering::Relaxed) != 0 {
+        return;
+    }
+    let rows = left.checked_mul(n);
+    let total = rows.and_then(|v| v.checked_mul(right));
+    let dplane = dst_dim.checked_mul(right);
+    let dst_len = dplane.and_then(|v| v.checked_mul(left));
+    let (Some(rows), Some(total), Some(dplane), Some(dst_len)) = (rows, total, dplane, dst_len) else {
+        fl.store(1, Ordering::Relaxed);
+        return;
+    };
+    let cw = right.div_ceil(CLAIM_CHUNK);
+    if total >= u32::MAX as usize || dst_len >= u32::MAX as usize || src.len() < total || ids.len() < total || dst.len() < dst_len || code.len() < rows * cw {
+        fl.store(1, Ordering::Relaxed);
+        return;
+    }
+    let (src, ids, dst) = (&src[..total], &ids[..total], &mut dst[..dst_len]);
+    let vec = right % CHUNK == 0 && vectorizable(src.as_ptr()) && vectorizable(dst.as_ptr());
+    let pieces = right.div_ceil(CHUNK);
+    let (x, xs) = (global_idx_x(), global_size_x());
+    let (mut row, ys) = grid_y();
+    while row < rows {
+        // (32-bit division: row < rows < 2^32.)
+        let l = crate::dtype::divmod32(row as u32, n as u32).0 as usize;
+        let mut p = x;
+        while p < pieces {
+            let r0 = p * CHUNK;
+            let e0 = row * right + r0;
+            // SAFETY: row < rows, r0 < right: the chunk index is below rows * cw <= code.len().
+            let cd = unsafe { *code.get_unchecked(row * cw + r0 / CLAIM_CHUNK) };
+            let q0 = (e0 as u32).wrapping_add(cd) as usize;
+            if vec && cd != CLAIM_MIXED && cd as usize % CHUNK == 0 && q0 + CHUNK <= dst_len {
+                // SAFETY: e0 + CHUNK <= total (right % CHUNK == 0) and q0 + CHUNK <= dst_len
+                // (checked); both multiples of CHUNK in 16-byte aligned buffers.
+                unsafe {
+                    let (s, d) = (load_full(src, e0, true), load_full(dst, q0, true));
+                    let mut v = [0.0f32; CHUNK];
+                    crate::each_lane!(j, {
+                        v[j] = d[j] + s[j];
+                    });
+                    store_full(dst, q0, &v, true);
+                }
+            } else {
+                crate::each_lane!(j, {
+                    let r = r0 + j;
+                    if r < right {
+                        // SAFETY: e0 + j < total.
+                        if let Some(t) = unsafe { ids.get_unchecked(e0 + j) }.to_index(dst_dim) {
+                            let q = l * dplane + t * right + r;
+                            // SAFETY: l < left, t < dst_dim, r < right: q < dst_len; e0 + j < total.
+                            unsafe {
+                                let o = dst.get_unchecked_mut(q);
+                                *o = T::from_f32(o.to_f32() + src.get_unchecked(e0 + j).to_f32());
+                            }
+                        }
+                    }
+                });
+            }
+            p += xs;
+        }
+        row += ys;
+    }
+}
+
 /// `dst[l, ids[i], r] += src[l, i, r]` for `i` in order (out-of-range ids skipped), with
 /// `dst` contiguous `(left, dst_dim, right)`, `src` contiguous `(left, ids.len(), right)`.
 /// Same strategy and rounding as [`scatter_add`](fn@scatter_add). Launch with [`rows_config`]`(left, right)`.
@@ -1016,8 +1334,10 @@ pub const CAT_INPUTS: usize = 4;
 /// of `out_width` elements; row `i` of input `k` (`w_k` elements, contiguous `(rows, w_k)`)
 /// goes to `out[i * out_width + at + w_0 + .. + w_{k-1} ..]`. The grid's z index picks the
 /// input (unused inputs are empty with width 0), so a work-group copies one input like
-/// [`copy2d`](fn@copy2d), as 16-byte blocks when both rows are aligned. Launch with
-/// [`rows_config`]`(rows, widest input row in units)` and grid z = the number of inputs.
+/// [`copy2d`](fn@copy2d), as 16-byte blocks when both rows are aligned (then a work-item
+/// moves its block of two rows a grid apart per step, loads before stores). Any grid is
+/// correct; [`ops::cat`] launches [`rows_config`]`(rows, widest input row in units)` with
+/// grid z = the number of inputs and, for aligned rows, half the y groups.
 #[amdgpu_kernel(T = [f32, f16, bf16, u8, u32], max_threads = 256)]
 pub fn cat_rows<T: Pod>(
     a: &[T],
@@ -1043,8 +1363,45 @@ pub fn cat_rows<T: Pod>(
     };
     let (x, xs) = (global_idx_x(), global_size_x());
     let (mut i, ys) = grid_y();
+    let size = core::mem::size_of::<T>();
+    // Rows of whole aligned 16-byte units on both sides (the usual case): each work-item
+    // moves its unit of two rows a grid apart per step, both loads before both stores.
+    let start = at + off;
+    let whole = 16 % size == 0
+        && (w * size) % 16 == 0
+        && (out_width * size) % 16 == 0
+        && (start * size) % 16 == 0
+        && (src.as_ptr() as usize | out.as_ptr() as usize) % 16 == 0;
+    let fits = rows.checked_mul(w).is_some_and(|n| n <= src.len())
+        && (rows - 1).checked_mul(out_width).and_then(|v| v.checked_add(start + w)).is_some_and(|n| n <= out.len());
+    if whole && fits && w > 0 {
+        let lanes = 16 / size;
+        let units = w / lanes;
+        while i < rows {
+            let i2 = i + ys;
+            let two = i2 < rows;
+            let mut c = x;
+            while c < units {
+                let e = c * lanes;
+                // SAFETY: rows i, i2 < rows and e + lanes <= w: inside src (rows * w <= len)
+                // and inside out ((rows - 1) * out_width + start + w <= len); every unit
+                // starts 16-byte aligned (aligned buffers, widths, offsets in whole units).
+                unsafe {
+                    let a = ld4(src.as_ptr().add(i * w + e) as *const Words4);
+                    let b = if two { ld4(src.as_ptr().add(i2 * w + e) as *const Words4) } else { a };
+                    st4(out.as_mut_ptr().add(i * out_width + start + e) as *mut Words4, a);
+                    if two {
+                        st4(out.as_mut_ptr().add(i2 * out_width + start + e) as *mut Words4, b);
+                    }
+                }
+                c += xs;
+            }
+            i += 2 * ys;
+        }
+        return;
+    }
     while i < rows {
-        let base = i * out_width + at + off;
+        let base = i * out_width + start;
         copy_row(&src[i * w..][..w], &mut out[base..][..w], x, xs);
         i += ys;
     }
@@ -1130,6 +1487,35 @@ pub fn rows_config(rows: usize, units: usize) -> kernel_dsl::host::LaunchConfig 
 pub fn elements_config(n: usize) -> kernel_dsl::host::LaunchConfig {
     let groups = n.div_ceil(BLOCK as usize).clamp(1, 65536) as u32;
     kernel_dsl::host::LaunchConfig::new(kernel_dsl::Dim3::x(groups), kernel_dsl::Dim3::x(BLOCK))
+}
+
+/// Launch shape of [`scatter_claim`](fn@scatter_claim) for `rows` source rows of `right`
+/// columns: work-groups of 256 work-items, 64 to 256 of them along a row (a multiple of
+/// any wave size) at eight columns each, [`CLAIM_ROUND`] rows per work-item and round, at
+/// most [`CLAIM_GROUPS`] work-groups (each work-item then loops over several rounds: its
+/// set-up is paid once).
+#[cfg(not(any(target_arch = "amdgpu", target_arch = "nvptx64")))]
+pub fn claim_config(rows: usize, right: usize) -> kernel_dsl::host::LaunchConfig {
+    use kernel_dsl::Dim3;
+    let groups = right.div_ceil(CLAIM_COLS);
+    let bx = groups.max(1).next_power_of_two().clamp(64, BLOCK as usize);
+    let by = BLOCK as usize / bx;
+    let gx = groups.div_ceil(bx).clamp(1, 65535);
+    let gy = rows.div_ceil(CLAIM_ROUND * by).clamp(1, (CLAIM_GROUPS / gx).max(1));
+    kernel_dsl::host::LaunchConfig::new(Dim3::new(gx as u32, gy as u32, 1), Dim3::new(bx as u32, by as u32, 1))
+}
+
+/// Most work-groups of [`claim_config`] and [`claimed_config`] (about eight per compute
+/// unit of the largest GPUs).
+pub const CLAIM_GROUPS: usize = 2048;
+
+/// Launch shape of [`scatter_add_claimed`](fn@scatter_add_claimed): [`rows_config`] over
+/// pieces of [`CHUNK`](crate::row::CHUNK) columns, at most [`CLAIM_GROUPS`] work-groups.
+#[cfg(not(any(target_arch = "amdgpu", target_arch = "nvptx64")))]
+pub fn claimed_config(rows: usize, right: usize) -> kernel_dsl::host::LaunchConfig {
+    let mut cfg = rows_config(rows, right.div_ceil(crate::row::CHUNK));
+    cfg.grid.y = cfg.grid.y.min((CLAIM_GROUPS as u32 / cfg.grid.x).max(1));
+    cfg
 }
 
 /// Checked launches: every shape and buffer length is validated before anything runs (a
@@ -1347,6 +1733,14 @@ pub mod ops {
         Ok(if dst_elems == 0 { 0 } else { src_elems })
     }
 
+    /// A `u32` buffer's kernel argument, offered as a buffer of [`AtomicU32`](kernel_dsl::prelude::AtomicU32).
+    struct AsAtomicU32(ArgValue);
+    impl KernelArgSlice<kernel_dsl::prelude::AtomicU32> for AsAtomicU32 {
+        fn kernel_arg(&self) -> ArgValue {
+            self.0
+        }
+    }
+
     /// An `f32` buffer's kernel argument, offered as a buffer of [`AtomicF32`](kernel_dsl::prelude::AtomicF32).
     struct AsAtomic(ArgValue);
     impl KernelArgSlice<kernel_dsl::prelude::AtomicF32> for AsAtomic {
@@ -1356,10 +1750,22 @@ pub mod ops {
     }
 
     /// `dst[l, ids[l, i, r], r] += src[l, i, r]` (out-of-range ids skipped): `dst` contiguous
-    /// `(left, dst_dim, right)`, `src` and `ids` contiguous `(left, n, right)`.
+    /// `(left, dst_dim, right)`, `src` and `ids` contiguous `(left, n, right)`; each
+    /// destination gets its sources added in source order (the sequential loop's result
+    /// bit for bit).
+    ///
+    /// Where no column can be certain to repeat a destination (`n <= dst_dim`) and rows
+    /// have at least [`CLAIM_CHUNK`](super::CLAIM_CHUNK) columns, a first pass
+    /// ([`scatter_claim`](fn@super::scatter_claim), a bitset over `dst` in scratch) finds
+    /// out whether any two sources share one; if none do,
+    /// [`scatter_add_claimed`](fn@super::scatter_add_claimed) adds every source in parallel.
+    /// Otherwise (or with `n > dst_dim`) the ordered kernel runs, gated on the claim's flag:
+    /// [`scatter_add_slab`](fn@super::scatter_add_slab) where a work-group's destination
+    /// columns fit in shared memory, else [`scatter_add`](fn@super::scatter_add). The
+    /// choice is made on the device, so nothing here waits for the GPU.
     #[allow(clippy::too_many_arguments)]
     pub fn scatter_add<T: Float, I: IndexType>(
-        exec: &(impl Executor + ?Sized),
+        dev: &Device,
         src: &(impl KernelArgSlice<T> + ?Sized),
         ids: &(impl KernelArgSlice<I> + ?Sized),
         dst: &mut (impl KernelArgSliceMut<T> + ?Sized),
@@ -1369,7 +1775,8 @@ pub mod ops {
         right: usize,
     ) -> Result<(), LaunchError> {
         let lens = [arg_len(src), arg_len(ids), arg_len(dst)];
-        if check_scatter("scatter_add", lens, [left, n, dst_dim, right])? == 0 {
+        let total = check_scatter("scatter_add", lens, [left, n, dst_dim, right])?;
+        if total == 0 {
             return Ok(());
         }
         if dst_dim >= u32::MAX as usize {
@@ -1378,6 +1785,30 @@ pub mod ops {
         if left.saturating_mul(right).div_ceil(4) > 65535 * 65535 {
             return Err(invalid("scatter_add", format!("{left} x {right} columns exceed the launch grid (65535^2 work-groups of 4 columns)")));
         }
+        let dst_len = lens[2];
+        if n <= dst_dim && right >= super::CLAIM_CHUNK && total < u32::MAX as usize && dst_len < u32::MAX as usize {
+            // Scratch: the zeroed bitset over dst, then the flag word; the chunk codes.
+            let words = dst_len.div_ceil(32);
+            let seen = dev.alloc::<u32>(words + 1)?;
+            let rows = left * n;
+            let mut code = dev.scratch::<u32>(rows * right.div_ceil(super::CLAIM_CHUNK))?;
+            let (bits, flag) = (AsAtomicU32(seen.view(..words)?.kernel_arg()), AsAtomicU32(seen.view(words..)?.kernel_arg()));
+            super::scatter_claim::launch::<I>(dev, super::claim_config(rows, right), ids, &bits, &mut code, &flag, left, n, dst_dim, right)?;
+            super::scatter_add_claimed::launch::<T, I>(dev, super::claimed_config(rows, right), src, ids, dst, &code, &flag, left, n, dst_dim, right)?;
+            return scatter_add_ordered(dev, src, ids, dst, [left, n, dst_dim, right], &seen.view(words..)?);
+        }
+        scatter_add_ordered(dev, src, ids, dst, [left, n, dst_dim, right], &[] as &[u32; 0])
+    }
+
+    /// The ordered kernels of [`scatter_add`] (checked shapes), gated on `gate`.
+    fn scatter_add_ordered<T: Float, I: IndexType>(
+        exec: &(impl Executor + ?Sized),
+        src: &(impl KernelArgSlice<T> + ?Sized),
+        ids: &(impl KernelArgSlice<I> + ?Sized),
+        dst: &mut (impl KernelArgSliceMut<T> + ?Sized),
+        [left, n, dst_dim, right]: [usize; 4],
+        gate: &(impl KernelArgSlice<u32> + ?Sized),
+    ) -> Result<(), LaunchError> {
         let aligned = [src.kernel_arg(), ids.kernel_arg(), dst.kernel_arg()].iter().all(|a| matches!(a, ArgValue::Slice { addr, .. } if addr % 16 == 0));
         // The slab kernel reads and writes all `dst_dim` rows of its columns (worth it once
         // there is a source per 8 destination rows), and its rounds are latency-bound: it
@@ -1386,11 +1817,11 @@ pub mod ops {
         if aligned && n.saturating_mul(8) >= dst_dim {
             if let Some(cfg) = super::slab_config::<T, I>(left, dst_dim, right, exec.wave_lanes(), super::slab_waves(core::mem::size_of::<T>(), exec.wave_lanes())) {
                 if cfg.dynamic_shared_elems * 16 * 2 <= exec.max_shared_bytes() {
-                    return super::scatter_add_slab::launch::<T, I>(exec, cfg, src, ids, dst, left, n, dst_dim, right);
+                    return super::scatter_add_slab::launch::<T, I>(exec, cfg, src, ids, dst, left, n, dst_dim, right, gate);
                 }
             }
         }
-        super::scatter_add::launch::<T, I>(exec, super::scatter_config(left, right), src, ids, dst, left, n, dst_dim, right, 2)
+        super::scatter_add::launch::<T, I>(exec, super::scatter_config(left, right), src, ids, dst, left, n, dst_dim, right, 2, gate)
     }
 
     /// `dst[l, ids[i], r] += src[l, i, r]` (out-of-range ids skipped): `dst` contiguous
@@ -1555,6 +1986,10 @@ pub mod ops {
             }
             let mut cfg = super::rows_config(rows, units);
             cfg.grid.z = group.len() as u32;
+            if vectorized {
+                // Two rows per work-item and step (the kernel's aligned path).
+                cfg.grid.y = cfg.grid.y.div_ceil(2);
+            }
             super::cat_rows::launch::<T>(exec, cfg, &bufs[0], &bufs[1], &bufs[2], &bufs[3], out, rows, out_width, at, widths[0], widths[1], widths[2], widths[3])?;
             at += widths.iter().sum::<usize>();
         }

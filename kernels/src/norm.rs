@@ -55,12 +55,13 @@ fn rms_norm_tile<T: Float>(x: &[T], w: &[T], y: &mut [T], eps: f32, partials: &m
         // weights: their loads go out with the row's, ahead of the reduction.
         let (part, parts) = (flat_thread_idx() as usize, flat_block_dim() as usize);
         let chunks = row_chunks(core::mem::size_of::<T>(), cols);
+        // Chunks past the row read as 0 (nothing to the sum of squares), weights past it
+        // (all of them for an empty weight row) as 1: no per-element choices.
         let mut t = PackedTile::load_whole(x, part, parts, chunks);
-        let mut wt = PackedTile::load_whole(w, part, parts, chunks);
+        let mut wt = PackedTile::load_whole_padded(w, part, parts, chunks, T::from_f32(1.0));
         let mut ss = 0.0f32;
         crate::each_tile_chunk!(k, t.chunks, {
-            // Chunks past the row read as 0: nothing to the sum of squares.
-            let v = t.get(k, cols, 0.0);
+            let v = t.get_whole(k);
             each_lane!(j, {
                 ss += v[j] * v[j];
             });
@@ -74,8 +75,7 @@ fn rms_norm_tile<T: Float>(x: &[T], w: &[T], y: &mut [T], eps: f32, partials: &m
         crate::each_tile_chunk!(k, t.chunks, {
             let e = t.start(k);
             if e + CHUNK <= y.len() {
-                // An empty weight row reads as 1.
-                let r = affine_with(&t.get(k, cols, 0.0), 0.0, scale, wt.get(k, w.len(), 1.0), [0.0; CHUNK]);
+                let r = affine_with(&t.get_whole(k), 0.0, scale, wt.get_whole(k), [-0.0; CHUNK]);
                 // SAFETY: in bounds (checked); aligned by `whole_chunks(y)`.
                 unsafe { crate::row::store_full(y, e, &r, true) };
             }
@@ -104,7 +104,7 @@ fn affine_chunk_scalar<T: Float>(v: &[f32; CHUNK], shift: f32, scale: f32, weigh
 fn affine_with(v: &[f32; CHUNK], shift: f32, scale: f32, w: [f32; CHUNK], b: [f32; CHUNK]) -> [f32; CHUNK] {
     let mut r = [0.0; CHUNK];
     each_lane!(j, {
-        r[j] = (v[j] - shift) * scale * w[j] + b[j];
+        r[j] = (v[j] - shift).mul_add(scale * w[j], b[j]);
     });
     r
 }
@@ -175,7 +175,7 @@ fn add_shifted(v: &[f32; CHUNK], k0: f32, s: &mut f32, q: &mut f32) {
     each_lane!(j, {
         let d = v[j] - k0;
         *s += d;
-        *q += d * d;
+        *q = d.mul_add(d, *q);
     });
 }
 
@@ -211,19 +211,39 @@ fn layer_norm_tile<T: Float>(
     let (part, parts) = (flat_thread_idx() as usize, flat_block_dim() as usize);
     if core::mem::size_of::<T>() == 2 && !cfg!(target_arch = "amdgpu") {
         // 16-bit rows stay packed (see `PackedTile`): four chunks fit beside the weight
-        // and bias loads.
-        let mut t = PackedTile::load_whole(x, part, parts, chunks);
+        // and bias loads. The row streams past L1 (evict-first loads), which keeps the
+        // weight and bias lines every row reads.
+        let mut t = PackedTile::load_whole_streaming(x, part, parts, chunks);
+        // The weights load with the row, ahead of the reduction (as RMSNorm's).
+        let mut wt = PackedTile::load_whole_padded(w, part, parts, chunks, T::from_f32(1.0));
         let (mut s, mut q) = (0.0f32, 0.0f32);
-        crate::each_tile_chunk!(k, t.chunks, {
-            // Padding reads as k0, so it adds nothing to either sum.
-            add_shifted(&t.get(k, x.len(), k0), k0, &mut s, &mut q);
-        });
+        if t.chunks * parts * CHUNK <= x.len() {
+            // No chunk past the row (the usual widths): no per-element choice.
+            crate::each_tile_chunk!(k, t.chunks, {
+                add_shifted(&t.get_whole(k), k0, &mut s, &mut q);
+            });
+        } else {
+            crate::each_tile_chunk!(k, t.chunks, {
+                // Padding reads as k0, so it adds nothing to either sum.
+                add_shifted(&t.get(k, x.len(), k0), k0, &mut s, &mut q);
+            });
+        }
         let (s, rstd) = shifted_stats(s, q, x.len(), eps, partials, partials2);
         t.refresh();
+        wt.refresh();
+        let has_b = !b.is_empty();
         crate::each_tile_chunk!(k, t.chunks, {
             let e = t.start(k);
             if e + CHUNK <= y.len() {
-                let r = affine_chunk_as::<T, true>(&t.get(k, x.len(), k0), k0 + s, rstd, w, b, e);
+                // A chunk inside the row (y is as long as x): all loaded, no padding.
+                let v = t.get_whole(k);
+                let bias = if has_b {
+                    // SAFETY: e + CHUNK <= y.len() == b.len(); aligned by `whole_chunks(b)`.
+                    unsafe { crate::row::load_full(b, e, true) }
+                } else {
+                    [-0.0; CHUNK]
+                };
+                let r = affine_with(&v, k0 + s, rstd, wt.get_whole(k), bias);
                 // SAFETY: in bounds (checked); aligned by `whole_chunks(y)`.
                 unsafe { crate::row::store_full(y, e, &r, true) };
             }

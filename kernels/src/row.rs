@@ -408,6 +408,17 @@ impl RowTile {
     }
 }
 
+/// A chunk of stored values in `f32` (pairs at a time: packed conversions).
+#[device]
+#[inline(always)]
+pub fn unpack_chunk<T: Float>(c: &[T; CHUNK]) -> [f32; CHUNK] {
+    let mut v = [0.0; CHUNK];
+    each_pair!(j, {
+        [v[j], v[j + 1]] = T::to_f32x2([c[j], c[j + 1]]);
+    });
+    v
+}
+
 /// A work-item's share of a row of whole chunks ([`whole_chunks`]) of a 16-bit type, at
 /// [`RowTile`]'s positions, held packed as loaded (half the registers of a [`RowTile`])
 /// and unpacked to `f32` where used. A kernel that reads it before and after a work-group
@@ -427,7 +438,14 @@ impl<T: Float> PackedTile<T> {
     /// for the `part`-th of `parts` work-items sharing it.
     #[inline(always)]
     pub fn load_whole(row: &[T], part: usize, parts: usize, chunks: usize) -> PackedTile<T> {
-        let mut t = PackedTile { v: [[T::ZERO; CHUNK]; TILE_CHUNKS], chunks, part, parts };
+        Self::load_whole_padded(row, part, parts, chunks, T::ZERO)
+    }
+
+    /// [`PackedTile::load_whole`] with chunks past the row holding `pad`: then
+    /// [`PackedTile::get_whole`] reads every chunk without a per-element choice.
+    #[inline(always)]
+    pub fn load_whole_padded(row: &[T], part: usize, parts: usize, chunks: usize, pad: T) -> PackedTile<T> {
+        let mut t = PackedTile { v: [[pad; CHUNK]; TILE_CHUNKS], chunks, part, parts };
         each_tile_chunk!(k, t.chunks, {
             let e = t.start(k);
             if e + CHUNK <= row.len() {
@@ -454,6 +472,38 @@ impl<T: Float> PackedTile<T> {
             });
         }
         v
+    }
+
+    /// [`PackedTile::load_whole`] with loads that leave the first-level cache to other
+    /// data ([`kernel_dsl::hint::load_streaming_u32x4`]): for rows read once beside
+    /// parameters read by every row.
+    #[inline(always)]
+    pub fn load_whole_streaming(row: &[T], part: usize, parts: usize, chunks: usize) -> PackedTile<T> {
+        let mut t = PackedTile { v: [[T::ZERO; CHUNK]; TILE_CHUNKS], chunks, part, parts };
+        each_tile_chunk!(k, t.chunks, {
+            let e = t.start(k);
+            if e + CHUNK <= row.len() {
+                if core::mem::size_of::<T>() == 2 {
+                    // SAFETY: in bounds (checked); 16-byte aligned by `whole_chunks(row)`;
+                    // eight 16-bit values are four words (size checked); kernel buffers are
+                    // global memory.
+                    unsafe {
+                        let w = kernel_dsl::hint::load_streaming_u32x4(row.as_ptr().add(e) as *const [u32; 4]);
+                        core::ptr::write_unaligned(t.v[k].as_mut_ptr() as *mut [u32; 4], w);
+                    }
+                } else {
+                    // SAFETY: as in `load_whole_padded` (other sizes: plain loads).
+                    t.v[k] = unsafe { core::ptr::read(row.as_ptr().add(e) as *const Vector<T>) }.0;
+                }
+            }
+        });
+        t
+    }
+
+    /// Chunk `k` in `f32` as loaded (chunks past the row: the load's pad).
+    #[inline(always)]
+    pub fn get_whole(&self, k: usize) -> [f32; CHUNK] {
+        unpack_chunk(&self.v[k])
     }
 
     /// Passes every packed word through [`kernel_dsl::hint::opaque_u32`] (see the type's

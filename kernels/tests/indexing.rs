@@ -537,7 +537,7 @@ fn run_scatter_add_rounds<T: TestFloat + Data, I: Ix>() {
                     ops::scatter_add(&exec, &ds, &di, &mut dd, left, n, dst_dim, right).unwrap();
                 } else {
                     let cfg = kernels::indexing::scatter_config(left, right);
-                    kernels::indexing::scatter_add::launch::<T, I>(&exec, cfg, &ds, &di, &mut dd, left, n, dst_dim, right, 1).unwrap();
+                    kernels::indexing::scatter_add::launch::<T, I>(&exec, cfg, &ds, &di, &mut dd, left, n, dst_dim, right, 1, &[] as &[u32; 0]).unwrap();
                 }
                 assert_same_or_nan(&exec.download(&dd).unwrap(), &want, &format!("{what} (halves {halves})"));
             }
@@ -590,7 +590,7 @@ fn run_scatter_add_slab<T: TestFloat + Data, I: Ix>() {
                 let mut dd = exec.upload(&dst0).unwrap();
                 if waves > 0 {
                     let cfg = kernels::indexing::slab_config::<T, I>(left, dst_dim, right, exec.wave_lanes(), waves).expect("a slab shape");
-                    kernels::indexing::scatter_add_slab::launch::<T, I>(&exec, cfg, &ds, &di, &mut dd, left, n, dst_dim, right).unwrap();
+                    kernels::indexing::scatter_add_slab::launch::<T, I>(&exec, cfg, &ds, &di, &mut dd, left, n, dst_dim, right, &[] as &[u32; 0]).unwrap();
                 } else {
                     ops::scatter_add(&exec, &ds, &di, &mut dd, left, n, dst_dim, right).unwrap();
                 }
@@ -607,6 +607,128 @@ fn scatter_add_slab_matches_the_sequential_order() {
     run_scatter_add_slab::<f16, i64>();
     run_scatter_add_slab::<bf16, u32>();
     run_scatter_add_slab::<bf16, i64>();
+}
+
+/// The claim path of the ordered `scatter_add` (`scatter_claim` then `scatter_add_claimed`,
+/// what `ops::scatter_add` runs first when `n <= dst_dim` and rows have 32 columns or more),
+/// launched directly with one work-group looping over everything, small 2-D grids and the
+/// checked launchers' shapes: the flag must say exactly whether two sources share a
+/// destination, and where none do the result must be the sequential loop's bit for bit
+/// (and the bitset hold exactly the claimed destinations); where some do, the claimed
+/// pass must leave `dst` untouched (the gated ordered kernel then runs it, checked through
+/// `ops`). Cases: ids shared along rows (chunks of one id, rows of 37 leaving a cut chunk
+/// per row), ids that differ along a row, out-of-range ids, a single column, a row of
+/// one source, one shared destination as the very last source, sources shared early and
+/// within one chunk, a chunk whose last columns have other ids, chunks whose work-items
+/// each have one id (the first column differs).
+fn run_scatter_claim<T: TestFloat + Data, I: Ix>() {
+    type Case = (&'static str, [usize; 4], fn(usize, usize, usize) -> i64);
+    let cases: [Case; 12] = [
+        ("row permutation, rows of 64", [2, 150, 160, 64], |_l, i, _r| ((i * 97 + 5) % 160) as i64),
+        ("row permutation, rows of 37", [1, 300, 300, 37], |_l, i, _r| ((i * 7 + 3) % 300) as i64),
+        ("per-column permutation", [3, 40, 40, 33], |l, i, r| ((i + 3 * r + l) % 40) as i64),
+        ("out of range", [2, 90, 100, 40], |l, i, r| if (i + r) % 7 == 3 { -1 - l as i64 } else if i % 11 == 4 { 100 } else { i as i64 }),
+        ("single column, row + 5", [1, 200, 210, 1], |_l, i, _r| i as i64 + 5),
+        ("row - 1, rows of 64", [2, 100, 100, 64], |_l, i, _r| ((i + 99) % 100) as i64),
+        ("one source", [3, 1, 5, 70], |l, _i, r| ((l + r) % 5) as i64),
+        ("last source shared", [1, 130, 130, 40], |_l, i, r| if i == 129 && r == 17 { 0 } else { i as i64 }),
+        ("first rows shared", [2, 64, 64, 32], |_l, i, _r| (i / 2) as i64),
+        ("shared within a chunk", [1, 64, 64, 3], |_l, i, r| if i == 10 && r == 1 { 11 } else { i as i64 }),
+        ("one column differs", [2, 50, 60, 64], |_l, i, r| if r == 61 { ((i + 7) % 60) as i64 } else { i as i64 }),
+        // Mixed chunks whose work-items each have one id, destinations across bitset words.
+        ("first column differs, rows of 44", [1, 40, 40, 44], |_l, i, r| if r == 0 { ((i + 3) % 40) as i64 } else { i as i64 }),
+    ];
+    for exec in executors_both_orders() {
+        let lanes = exec.wave_lanes();
+        for (k, (label, shape, id_of)) in cases.iter().enumerate() {
+            let [left, n, dst_dim, right] = *shape;
+            let what = format!("scatter_claim{} {label} {left}x{n}x{right} into dim {dst_dim} on {}", name::<T, I>(), exec.name());
+            let (src, dst0, id, want) = scatter_case::<T, I>(*shape, *id_of, 500 + k as u64, k == 2);
+            // Whether two in-range sources of one column share a destination.
+            let mut seen = std::collections::HashSet::new();
+            let mut shared = false;
+            for l in 0..left {
+                for i in 0..n {
+                    for r in 0..right {
+                        if let Some(d) = id[(l * n + i) * right + r].row(dst_dim) {
+                            shared |= !seen.insert((l, d, r));
+                        }
+                    }
+                }
+            }
+            let (ds, di) = (exec.upload(&src).unwrap(), exec.upload(&id).unwrap());
+            // (claim launch, add launch): single work-groups looping over everything, small
+            // 2-D grids, the checked launchers' shapes.
+            let rows = left * n;
+            let launches = [
+                (LaunchConfig::new(Dim3::x(1), Dim3::x(lanes)), LaunchConfig::new(Dim3::x(1), Dim3::x(32))),
+                (LaunchConfig::new(Dim3::new(2, 3, 1), Dim3::new(64, 2, 1)), LaunchConfig::new(Dim3::new(3, 2, 1), Dim3::new(4, 8, 1))),
+                (ix::claim_config(rows, right), ix::claimed_config(rows, right)),
+            ];
+            for (cfg, cfg2) in launches {
+                let (groups, block) = (cfg.grid, cfg.block);
+                let words = (left * dst_dim * right).div_ceil(32);
+                let seen_bits = exec.alloc::<u32>(words).unwrap();
+                let flag = exec.alloc::<u32>(1).unwrap();
+                // Eight guard words past the codes must stay as they are.
+                let codes = rows * right.div_ceil(ix::CLAIM_CHUNK);
+                let mut code = exec.upload(&vec![7u32; codes + 8]).unwrap();
+                let mut dd = exec.upload(&dst0).unwrap();
+                ix::scatter_claim::launch::<I>(&exec, cfg, &di, &AtomicView(&seen_bits), &mut code, &AtomicView(&flag), left, n, dst_dim, right).unwrap();
+                ix::scatter_add_claimed::launch::<T, I>(&exec, cfg2, &ds, &di, &mut dd, &code, &AtomicView(&flag), left, n, dst_dim, right).unwrap();
+                let got_flag = exec.download(&flag).unwrap()[0];
+                let how = format!("{what}, {groups:?} work-groups of {block:?}");
+                assert_eq!(exec.download(&code).unwrap()[codes..], [7; 8], "{how}: past the codes");
+                assert_eq!(got_flag != 0, shared, "{how}: the flag");
+                if shared {
+                    assert_same(&exec.download(&dd).unwrap(), &dst0, &format!("{how}: dst untouched"));
+                } else {
+                    assert_same_or_nan(&exec.download(&dd).unwrap(), &want, &how);
+                    // Every in-range source's bit set, no other.
+                    let bits = exec.download(&seen_bits).unwrap();
+                    let mut expect = vec![0u32; words];
+                    for (l, d, r) in &seen {
+                        let q = (l * dst_dim + d) * right + r;
+                        expect[q / 32] |= 1 << (q % 32);
+                    }
+                    assert_eq!(bits, expect, "{how}: the claimed bits");
+                }
+            }
+            // Work-groups whose rows are not whole waves: the claim declines (flag set), the
+            // add leaves dst alone.
+            {
+                let cfg = LaunchConfig::new(Dim3::x(2), Dim3::new(16, 4, 1));
+                let seen_bits = exec.alloc::<u32>((left * dst_dim * right).div_ceil(32)).unwrap();
+                let flag = exec.alloc::<u32>(1).unwrap();
+                let mut code = exec.alloc::<u32>(left * n * right.div_ceil(ix::CLAIM_CHUNK)).unwrap();
+                let mut dd = exec.upload(&dst0).unwrap();
+                ix::scatter_claim::launch::<I>(&exec, cfg, &di, &AtomicView(&seen_bits), &mut code, &AtomicView(&flag), left, n, dst_dim, right).unwrap();
+                ix::scatter_add_claimed::launch::<T, I>(&exec, cfg, &ds, &di, &mut dd, &code, &AtomicView(&flag), left, n, dst_dim, right).unwrap();
+                assert_eq!(exec.download(&flag).unwrap()[0], 1, "{what}: a claim launch of 16-wide rows declines");
+                assert_same(&exec.download(&dd).unwrap(), &dst0, &format!("{what}: declined, dst untouched"));
+            }
+            // Through ops: the claim path, or the gated ordered kernel where sources share.
+            let mut dd = exec.upload(&dst0).unwrap();
+            ops::scatter_add(&exec, &ds, &di, &mut dd, left, n, dst_dim, right).unwrap();
+            assert_same_or_nan(&exec.download(&dd).unwrap(), &want, &format!("{what} through ops"));
+        }
+    }
+}
+
+/// A `u32` buffer offered to a kernel as `&[AtomicU32]` (same layout).
+struct AtomicView<'a>(&'a DeviceVec<u32>);
+impl kernel_dsl::host::KernelArgSlice<kernel_dsl::prelude::AtomicU32> for AtomicView<'_> {
+    fn kernel_arg(&self) -> kernel_dsl::host::ArgValue {
+        kernel_dsl::host::KernelArgSlice::<u32>::kernel_arg(self.0)
+    }
+}
+
+#[test]
+fn scatter_claim_finds_shared_destinations_and_adds_the_rest() {
+    run_scatter_claim::<f32, u32>();
+    run_scatter_claim::<f32, i64>();
+    run_scatter_claim::<f16, u32>();
+    run_scatter_claim::<bf16, i64>();
 }
 
 /// 1000 adds of 1.0 into one f32 element: exact, so the count of adds is checked exactly.
@@ -800,6 +922,9 @@ fn run_cat<T: Data>() {
             (1, vec![vec![3, 8], vec![3, 16], vec![3, 5], vec![3, 0], vec![3, 8], vec![3, 3]]),
             (0, vec![vec![1, 9]; 9]),
             (2, vec![vec![2, 2, 4], vec![2, 2, 8], vec![2, 2, 4], vec![2, 2, 12], vec![2, 2, 4]]),
+            // Wide aligned rows: the kernel's work-items take two rows a grid apart (and a
+            // last odd one).
+            (1, vec![vec![5, 512], vec![5, 1024], vec![5, 8]]),
         ] {
             let parts: Vec<(Vec<T>, Vec<usize>)> =
                 shapes.iter().enumerate().map(|(k, s)| (data(s.iter().product(), 700 + k as u64, true), s.clone())).collect();
@@ -814,6 +939,27 @@ fn run_cat<T: Data>() {
             let mut dout = exec.upload(&vec![T::from_f64(0.007); want.len()]).unwrap();
             ops::cat(&exec, &inputs, dim, &mut dout).unwrap();
             assert_same(&exec.download(&dout).unwrap(), &want, &format!("cat<{}> dim {dim} of {shapes:?} on {}", T::NAME, exec.name()));
+        }
+    }
+}
+
+/// `cat_rows` launched with a grid far smaller than its rows (work-items loop over several
+/// pairs of rows) on aligned rows, and on misaligned ones (the row-by-row path).
+#[test]
+fn cat_rows_small_grids_cover_every_row() {
+    for exec in executors() {
+        for (w0, w1) in [(64usize, 32usize), (5, 3)] {
+            let rows = 23;
+            let a: Vec<f32> = data(rows * w0, 1, true);
+            let b: Vec<f32> = data(rows * w1, 2, true);
+            let parts = vec![(a.clone(), vec![rows, w0]), (b.clone(), vec![rows, w1])];
+            let want = ref_cat(&parts, 1);
+            let (da, db) = (exec.upload(&a).unwrap(), exec.upload(&b).unwrap());
+            let none = exec.alloc::<f32>(0).unwrap();
+            let mut out = exec.upload(&vec![0.5f32; want.len()]).unwrap();
+            let cfg = LaunchConfig::new(Dim3::new(1, 2, 2), Dim3::new(4, 2, 1));
+            ix::cat_rows::launch::<f32>(&exec, cfg, &da, &db, &none, &none, &mut out, rows, w0 + w1, 0, w0, w1, 0, 0).unwrap();
+            assert_same(&exec.download(&out).unwrap(), &want, &format!("cat_rows of widths {w0}, {w1} on {}", exec.name()));
         }
     }
 }
@@ -864,7 +1010,7 @@ fn tiny_grids_cover_every_element() {
             let mut dd = exec.alloc::<f32>(left * dst_dim * right).unwrap();
             // scatter_add's work-groups cooperate over a tile (8 or 4 columns of
             // SCATTER_TILE work-items): it takes its own launch shape, any block elsewhere.
-            ix::scatter_add::launch::<f32, u32>(&exec, ix::scatter_config(left, right), &s, &di, &mut dd, left, n, dst_dim, right, 2).unwrap();
+            ix::scatter_add::launch::<f32, u32>(&exec, ix::scatter_config(left, right), &s, &di, &mut dd, left, n, dst_dim, right, 2, &[] as &[u32; 0]).unwrap();
             let mut want = vec![0.0f32; left * dst_dim * right];
             for l in 0..left {
                 for i in 0..n {

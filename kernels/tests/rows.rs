@@ -144,14 +144,17 @@ fn run_norm<T: TestFloat>(layer: bool) {
             let x: Vec<T> = inputs(rows * cols, -1.0, 5.0, 5 + cols as u64, false).into_iter().map(T::from_f64).collect();
             let w: Vec<T> = inputs(cols, 0.5, 1.5, 6, false).into_iter().map(T::from_f64).collect();
             let b: Vec<T> = inputs(cols, -1.0, 1.0, 7, false).into_iter().map(T::from_f64).collect();
-            // Every other shape runs without the affine parameters.
-            let affine = i % 2 == 0;
-            let (w, b) = if affine { (w, b) } else { (vec![], vec![]) };
+            // The shapes take turns: both affine parameters, none, the weight alone, the
+            // bias alone (LayerNorm; RMSNorm has a weight or none).
+            let (use_w, use_b) = [(true, true), (false, false), (true, false), (false, true)][i % 4];
+            let affine = (use_w, use_b);
+            let w = if use_w { w } else { vec![] };
+            let b = if use_b { b } else { vec![] };
             let (dx, dw, db) = (exec.upload(&x).unwrap(), exec.upload(&w).unwrap(), exec.upload(&b).unwrap());
             let mut dy = exec.alloc::<T>(rows * cols).unwrap();
             let cfg = norm::launch_config::<T>(rows, cols).unwrap();
             if layer {
-                let (w, b) = if affine { (Some(&dw), Some(&db)) } else { (None, None) };
+                let (w, b) = (use_w.then_some(&dw), use_b.then_some(&db));
                 norm::layer_norm_rows::<T>(&exec, &dx, w, b, &mut dy, cols, 1e-5).unwrap();
             } else {
                 norm::rms_norm::launch::<T>(&exec, cfg, &dx, &dw, &mut dy, cols as u32, 1e-5).unwrap();
@@ -162,7 +165,7 @@ fn run_norm<T: TestFloat>(layer: bool) {
             let want = reference_norm(&f(&x), &f(&w), &bf, cols, 1e-5f32 as f64, layer);
             // Outputs are O(1..5): the f32 statistics (relative error ~3e-5, see the top)
             // carry into an absolute error of that order.
-            assert_close_with(&y, &want, 3e-5, 1e-5, &format!("norm(layer={layer}, affine={affine})<{}> {rows}x{cols} on {}", T::NAME, exec.name()));
+            assert_close_with(&y, &want, 3e-5, 1e-5, &format!("norm(layer={layer}, weight and bias={affine:?})<{}> {rows}x{cols} on {}", T::NAME, exec.name()));
         }
     }
 }

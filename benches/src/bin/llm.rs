@@ -153,9 +153,12 @@ impl Bench<'_> {
         let moved = m * sz + m * 4 + 2 * m * sz;
         // The wave counts the launch shape allows.
         for (waves, cfg) in [1u32, 2, 4, 8].into_iter().filter_map(|w| Some((w, kernels::indexing::slab_config::<T, u32>(1, r, c, dev.wave_lanes(), w)?))) {
-            let us = time(dev, m * sz, || kernels::indexing::scatter_add_slab::launch::<T, u32>(dev, cfg, &x, &dsids, &mut y, 1, r, r, c).unwrap());
+            let us = time(dev, m * sz, || kernels::indexing::scatter_add_slab::launch::<T, u32>(dev, cfg, &x, &dsids, &mut y, 1, r, r, c, &[] as &[u32; 0]).unwrap());
             println!("sweep {:<5} scatter_add {r}x{c} slab, {waves} waves per work-group: {us:8.2} us {:6.0} GB/s", T::NAME, moved as f64 / us / 1e3);
         }
+        // What `ops::scatter_add` runs here: the claim pass, then every source added at once.
+        let us = time(dev, m * sz, || kernels::indexing::ops::scatter_add::<T, u32>(dev, &x, &dsids, &mut y, 1, r, r, c).unwrap());
+        println!("sweep {:<5} scatter_add {r}x{c} ops (claimed): {us:8.2} us {:6.0} GB/s", T::NAME, moved as f64 / us / 1e3);
     }
 
     fn reductions<T: Float + ScalarArg>(&mut self, rows: usize, cols: usize) {
