@@ -381,9 +381,9 @@ fn highest_lane(mask: u64, none: u32) -> u32 {
 ///
 /// `halves` = 1 keeps half B empty (rounds of `wave::size()` sources; AMD code objects
 /// always run so). A `gate` whose first word is 0 makes the launch do nothing (an empty
-/// one runs it): `ops::scatter_add` passes [`scatter_claim`](fn@scatter_claim)'s flag. Each destination thus sees the adds in source order with the rounding
-/// of each, and a round has one dependent global access (3) for `2 * wave::size()`
-/// sources of a column,
+/// one runs it): `ops::scatter_add` passes [`scatter_claim`](fn@scatter_claim)'s flag.
+/// Each destination thus sees the adds in source order with the rounding of each, and a
+/// round has one dependent global access (3) for `2 * wave::size()` sources of a column,
 /// where a loop per column had one per source. `dst_dim` must be below `u32::MAX` (the
 /// tile keeps 32-bit destinations; otherwise nothing is written: [`ops::scatter_add`]
 /// rejects such shapes). Launch with [`scatter_config`]`(left, right)` (work-groups of
@@ -632,8 +632,9 @@ pub const fn slab_words(dst_dim: usize, lanes: usize, elem_size: usize, index_si
 ///    work-group barrier per round, for the ring).
 /// 3. The slab goes back to `dst` in 16-byte stores.
 ///
-/// `gate` as in [`scatter_add`](fn@scatter_add). Needs `right % C == 0`, 16-byte aligned buffers and [`slab_words`] words of `slab`
-/// (checked by [`ops::scatter_add`], which otherwise runs [`scatter_add`](fn@scatter_add)).
+/// `gate` as in [`scatter_add`](fn@scatter_add). Needs `right % C == 0`, 16-byte aligned
+/// buffers and [`slab_words`] words of `slab` (checked by [`ops::scatter_add`], which
+/// otherwise runs [`scatter_add`](fn@scatter_add)).
 /// Launch with `W` waves per work-group, one work-group per `C` columns (a 2-D grid, x
 /// fastest): [`slab_config`].
 #[amdgpu_kernel(T = [f32, f16, bf16], I = [u32, i64], max_threads = 256)]
@@ -1792,10 +1793,11 @@ pub mod ops {
             let seen = dev.alloc::<u32>(words + 1)?;
             let rows = left * n;
             let mut code = dev.scratch::<u32>(rows * right.div_ceil(super::CLAIM_CHUNK))?;
-            let (bits, flag) = (AsAtomicU32(seen.view(..words)?.kernel_arg()), AsAtomicU32(seen.view(words..)?.kernel_arg()));
+            let flag_word = seen.view(words..)?;
+            let (bits, flag) = (AsAtomicU32(seen.view(..words)?.kernel_arg()), AsAtomicU32(flag_word.kernel_arg()));
             super::scatter_claim::launch::<I>(dev, super::claim_config(rows, right), ids, &bits, &mut code, &flag, left, n, dst_dim, right)?;
             super::scatter_add_claimed::launch::<T, I>(dev, super::claimed_config(rows, right), src, ids, dst, &code, &flag, left, n, dst_dim, right)?;
-            return scatter_add_ordered(dev, src, ids, dst, [left, n, dst_dim, right], &seen.view(words..)?);
+            return scatter_add_ordered(dev, src, ids, dst, [left, n, dst_dim, right], &flag_word);
         }
         scatter_add_ordered(dev, src, ids, dst, [left, n, dst_dim, right], &[] as &[u32; 0])
     }

@@ -123,10 +123,7 @@ pub unsafe fn load_full<T: Float>(s: &[T], e: usize, vec: bool) -> [f32; CHUNK] 
         // SAFETY: in bounds by the contract; 16-byte aligned because the slice start is
         // and `e` elements are a multiple of 16 bytes.
         let c = unsafe { core::ptr::read(s.as_ptr().add(e) as *const Vector<T>) };
-        // In pairs: 16-bit types convert a 32-bit word at a time.
-        each_pair!(j, {
-            [v[j], v[j + 1]] = T::to_f32x2([c.0[j], c.0[j + 1]]);
-        });
+        v = unpack_chunk(&c.0);
     } else {
         each_lane!(j, {
             // SAFETY: e + j < e + CHUNK <= len.
@@ -408,7 +405,8 @@ impl RowTile {
     }
 }
 
-/// A chunk of stored values in `f32` (pairs at a time: packed conversions).
+/// A chunk of stored values in `f32`, in pairs: 16-bit types convert a 32-bit word at a
+/// time (packed conversions).
 #[device]
 #[inline(always)]
 pub fn unpack_chunk<T: Float>(c: &[T; CHUNK]) -> [f32; CHUNK] {
@@ -465,13 +463,11 @@ impl<T: Float> PackedTile<T> {
     /// Chunk `k` in `f32`, or all `pad` when it starts at or past `len` (the row's length).
     #[inline(always)]
     pub fn get(&self, k: usize, len: usize, pad: f32) -> [f32; CHUNK] {
-        let mut v = [pad; CHUNK];
         if self.start(k) < len {
-            each_pair!(j, {
-                [v[j], v[j + 1]] = T::to_f32x2([self.v[k][j], self.v[k][j + 1]]);
-            });
+            unpack_chunk(&self.v[k])
+        } else {
+            [pad; CHUNK]
         }
-        v
     }
 
     /// [`PackedTile::load_whole`] with loads that leave the first-level cache to other

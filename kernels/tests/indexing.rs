@@ -660,6 +660,8 @@ fn run_scatter_claim<T: TestFloat + Data, I: Ix>() {
             // (claim launch, add launch): single work-groups looping over everything, small
             // 2-D grids, the checked launchers' shapes.
             let rows = left * n;
+            let words = (left * dst_dim * right).div_ceil(32);
+            let codes = rows * right.div_ceil(ix::CLAIM_CHUNK);
             let launches = [
                 (LaunchConfig::new(Dim3::x(1), Dim3::x(lanes)), LaunchConfig::new(Dim3::x(1), Dim3::x(32))),
                 (LaunchConfig::new(Dim3::new(2, 3, 1), Dim3::new(64, 2, 1)), LaunchConfig::new(Dim3::new(3, 2, 1), Dim3::new(4, 8, 1))),
@@ -667,11 +669,9 @@ fn run_scatter_claim<T: TestFloat + Data, I: Ix>() {
             ];
             for (cfg, cfg2) in launches {
                 let (groups, block) = (cfg.grid, cfg.block);
-                let words = (left * dst_dim * right).div_ceil(32);
                 let seen_bits = exec.alloc::<u32>(words).unwrap();
                 let flag = exec.alloc::<u32>(1).unwrap();
                 // Eight guard words past the codes must stay as they are.
-                let codes = rows * right.div_ceil(ix::CLAIM_CHUNK);
                 let mut code = exec.upload(&vec![7u32; codes + 8]).unwrap();
                 let mut dd = exec.upload(&dst0).unwrap();
                 ix::scatter_claim::launch::<I>(&exec, cfg, &di, &AtomicView(&seen_bits), &mut code, &AtomicView(&flag), left, n, dst_dim, right).unwrap();
@@ -698,9 +698,9 @@ fn run_scatter_claim<T: TestFloat + Data, I: Ix>() {
             // add leaves dst alone.
             {
                 let cfg = LaunchConfig::new(Dim3::x(2), Dim3::new(16, 4, 1));
-                let seen_bits = exec.alloc::<u32>((left * dst_dim * right).div_ceil(32)).unwrap();
+                let seen_bits = exec.alloc::<u32>(words).unwrap();
                 let flag = exec.alloc::<u32>(1).unwrap();
-                let mut code = exec.alloc::<u32>(left * n * right.div_ceil(ix::CLAIM_CHUNK)).unwrap();
+                let mut code = exec.alloc::<u32>(codes).unwrap();
                 let mut dd = exec.upload(&dst0).unwrap();
                 ix::scatter_claim::launch::<I>(&exec, cfg, &di, &AtomicView(&seen_bits), &mut code, &AtomicView(&flag), left, n, dst_dim, right).unwrap();
                 ix::scatter_add_claimed::launch::<T, I>(&exec, cfg, &ds, &di, &mut dd, &code, &AtomicView(&flag), left, n, dst_dim, right).unwrap();
