@@ -32,22 +32,10 @@ pub fn opaque_u32(v: u32) -> u32 {
 #[inline(always)]
 pub unsafe fn load_streaming_u32x4(p: *const [u32; 4]) -> [u32; 4] {
     #[cfg(target_arch = "nvptx64")]
-    {
-        let (a, b, c, d): (u32, u32, u32, u32);
-        // SAFETY: the caller's contract (a global address: generic and global addresses
-        // of device allocations agree, made explicit by `cvta.to.global`).
-        unsafe {
-            core::arch::asm!(
-                "{{ .reg .u64 g; cvta.to.global.u64 g, {p}; ld.global.cs.v4.u32 {{{a}, {b}, {c}, {d}}}, [g]; }}",
-                p = in(reg64) p as u64,
-                a = out(reg32) a,
-                b = out(reg32) b,
-                c = out(reg32) c,
-                d = out(reg32) d,
-                options(nostack, readonly, preserves_flags),
-            );
-        }
-        [a, b, c, d]
+    // SAFETY: the caller's contract (a global address: generic and global addresses of
+    // device allocations agree, made explicit by `cvta.to.global`).
+    unsafe {
+        asm_load_u32x4!("{{ .reg .u64 g; cvta.to.global.u64 g, {p}; ld.global.cs.v4.u32 {{{a}, {b}, {c}, {d}}}, [g]; }}", reg64, p as u64)
     }
     #[cfg(not(target_arch = "nvptx64"))]
     // SAFETY: the caller's contract.

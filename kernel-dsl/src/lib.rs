@@ -39,6 +39,26 @@
 #![cfg_attr(target_arch = "nvptx64", feature(stdarch_nvptx, asm_experimental_arch))]
 #![warn(missing_docs)]
 
+/// NVIDIA inline assembly of one four-word vector load: `$template` names the address
+/// operand `{p}` (an input of register class `$class`) and the destinations `{a}`..`{d}`;
+/// evaluates to the four words. Memory is only read. Use inside `unsafe`.
+#[cfg(target_arch = "nvptx64")]
+macro_rules! asm_load_u32x4 {
+    ($template:literal, $class:ident, $p:expr) => {{
+        let (a, b, c, d): (u32, u32, u32, u32);
+        core::arch::asm!(
+            $template,
+            p = in($class) $p,
+            a = out(reg32) a,
+            b = out(reg32) b,
+            c = out(reg32) c,
+            d = out(reg32) d,
+            options(nostack, readonly, preserves_flags),
+        );
+        [a, b, c, d]
+    }};
+}
+
 mod arch;
 pub mod atomic;
 pub mod dot;

@@ -9,15 +9,18 @@
 //! `x - x[0]` and of its square from the registers in one work-group reduction (the shift
 //! keeps a large mean from cancelling). On NVIDIA and the CPU executor 16-bit rows stay
 //! packed in registers ([`PackedTile`]): four chunks per work-item fit the 64-register cap of
-//! 1024-item kernels, and RMSNorm's weight loads go out with the row's. Longer rows, and
-//! misaligned ones (views at odd offsets, odd widths), stream the input twice: once for
-//! the statistics, once to write.
+//! 1024-item kernels, and the weight loads go out with the row's; LayerNorm's bias is
+//! copied into shared memory beside them ([`bias_stage_words`]) and read back after the
+//! reduction. Longer rows, and misaligned ones (views at odd offsets, odd widths), stream
+//! the input twice: once for the statistics, once to write.
 use crate::reduce::{block_reduce, block_sum2, MAX_WAVES};
 use crate::row::{for_each_chunk, for_each_chunk_of, for_each_row_of_wave, load_chunk_as, load_chunk_scalar, map_chunks, map_chunks_of, row_chunks, whole_chunks, PackedTile, RowTile, CHUNK};
 
 /// The register tile of one work-item.
 type Tile = RowTile;
 use crate::each_lane;
+use crate::indexing::Words4;
+use kernel_dsl::mma::{copy, SharedAddr};
 use kernel_dsl::prelude::*;
 
 /// `v * scale * w + b` per element of a chunk, where `w` / `b` are the chunk of the weight
@@ -144,10 +147,21 @@ pub fn rms_norm<T: Float>(input: &[T], weight: &[T], out: &mut [T], cols: u32, e
 /// The row is read once; the sums of `x - x[0]` and of its square come from the registers
 /// in one work-group reduction (the shift keeps the variance free of cancellation for rows
 /// whose mean is large against their spread, as in [`layer_norm_long`](fn@layer_norm_long)).
-/// Launch with [`layer_norm_launch_config`]. Longer rows abort the launch: use
-/// [`layer_norm_long`](fn@layer_norm_long), or [`layer_norm_rows`], which picks.
+/// `bias_stage` holds [`bias_stage_words`] 16-byte words, or none (the bias is then read
+/// after the reduction). Launch with [`layer_norm_launch_config`]. Longer rows abort the
+/// launch: use [`layer_norm_long`](fn@layer_norm_long), or [`layer_norm_rows`], which picks.
 #[amdgpu_kernel(T = [f32, f16, bf16])]
-pub fn layer_norm<T: Float>(input: &[T], weight: &[T], bias: &[T], out: &mut [T], cols: u32, eps: f32, mut partials: Shared<f32, MAX_WAVES>, mut partials2: Shared<f32, MAX_WAVES>) {
+pub fn layer_norm<T: Float>(
+    input: &[T],
+    weight: &[T],
+    bias: &[T],
+    out: &mut [T],
+    cols: u32,
+    eps: f32,
+    mut partials: Shared<f32, MAX_WAVES>,
+    mut partials2: Shared<f32, MAX_WAVES>,
+    mut bias_stage: SharedDyn<Words4>,
+) {
     let cols = cols as usize;
     let chunks = row_chunks(core::mem::size_of::<T>(), cols);
     assert!(Tile::fits_with(cols, chunks));
@@ -162,7 +176,7 @@ pub fn layer_norm<T: Float>(input: &[T], weight: &[T], bias: &[T], out: &mut [T]
     let y = &mut out[start..end];
     // Misaligned views and odd widths (rare): the two streaming passes of `layer_norm_long`.
     if all_whole(x, y, w, b) {
-        layer_norm_tile(x, w, b, y, eps, chunks, &mut partials, &mut partials2);
+        layer_norm_tile(x, w, b, y, eps, chunks, &mut partials, &mut partials2, &mut bias_stage);
     } else {
         layer_norm_stream(x, w, b, y, eps, &mut partials, &mut partials2);
     }
@@ -206,6 +220,7 @@ fn layer_norm_tile<T: Float>(
     chunks: usize,
     partials: &mut Shared<f32, MAX_WAVES>,
     partials2: &mut Shared<f32, MAX_WAVES>,
+    bias_stage: &mut SharedDyn<Words4>,
 ) {
     let k0 = x[0].to_f32();
     let (part, parts) = (flat_thread_idx() as usize, flat_block_dim() as usize);
@@ -216,6 +231,25 @@ fn layer_norm_tile<T: Float>(
         let mut t = PackedTile::load_whole_streaming(x, part, parts, chunks);
         // The weights load with the row, ahead of the reduction (as RMSNorm's).
         let mut wt = PackedTile::load_whole_padded(w, part, parts, chunks, T::from_f32(1.0));
+        // With room for them (see `bias_stage_words`), the bias chunks are copied into
+        // shared memory alongside, without registers (asynchronously on NVIDIA): after the
+        // reduction they are there. (Loaded from global memory only after it, their
+        // latency cost 3% at 4096 columns; held in registers from here, they spilled.)
+        // Each work-item reads back only its own chunks: no barrier.
+        let staged = !b.is_empty() && bias_stage.len() >= t.chunks * parts;
+        let stage = SharedAddr::new(bias_stage.as_ptr());
+        if staged {
+            crate::each_tile_chunk!(k, t.chunks, {
+                let e = t.start(k);
+                if e + CHUNK <= b.len() {
+                    // SAFETY: slot k * parts + part < chunks * parts <= bias_stage.len(),
+                    // 16-byte aligned (`Words4`); the bias chunk is in bounds (checked) and
+                    // 16-byte aligned by `whole_chunks(b)`.
+                    unsafe { copy::copy_16_whole_cached_at(stage.add((k * parts + part) * 16), b.as_ptr().add(e) as *const u8) };
+                }
+            });
+            copy::commit();
+        }
         let (mut s, mut q) = (0.0f32, 0.0f32);
         if t.chunks * parts * CHUNK <= x.len() {
             // No chunk past the row (the usual widths): no per-element choice.
@@ -232,12 +266,20 @@ fn layer_norm_tile<T: Float>(
         t.refresh();
         wt.refresh();
         let has_b = !b.is_empty();
+        if staged {
+            copy::wait_groups(0);
+        }
         crate::each_tile_chunk!(k, t.chunks, {
             let e = t.start(k);
             if e + CHUNK <= y.len() {
                 // A chunk inside the row (y is as long as x): all loaded, no padding.
                 let v = t.get_whole(k);
-                let bias = if has_b {
+                let bias = if staged {
+                    // SAFETY: the slot this work-item filled above (its copies are
+                    // complete); four words are eight 16-bit values (size checked).
+                    let words = unsafe { copy::load_shared_u32x4(stage.add((k * parts + part) * 16)) };
+                    crate::row::unpack_chunk(&unsafe { core::ptr::read_unaligned(words.as_ptr() as *const [T; CHUNK]) })
+                } else if has_b {
                     // SAFETY: e + CHUNK <= y.len() == b.len(); aligned by `whole_chunks(b)`.
                     unsafe { crate::row::load_full(b, e, true) }
                 } else {
@@ -421,6 +463,33 @@ mod host {
         super::rms_norm::launch::<T>(dev, cfg, x, param(weight), y, cols as u32, eps)
     }
 
+    /// Largest bias stage of [`layer_norm`](fn@super::layer_norm), in bytes: the shared memory
+    /// of the tiles of rows up to 16384 16-bit columns (512 work-items with four chunks).
+    /// On the H100, staging 32768-column rows (64 KB) ran 5% slower than loading their bias
+    /// after the reduction, and a stage twice the size (weights and bias) at 4096 columns
+    /// 16% slower: the shared memory comes out of the first-level cache the rows stream
+    /// through.
+    pub const BIAS_STAGE_MAX_BYTES: usize = 32 * 1024;
+
+    /// 16-byte words of [`layer_norm`](fn@super::layer_norm)'s bias stage (its
+    /// `SharedDyn` parameter) for a launch of `threads` work-items with `chunks` chunks
+    /// each: a word per chunk where the 16-bit packed path runs with a bias (not on AMD,
+    /// rows of whole chunks) and the stage takes at most [`BIAS_STAGE_MAX_BYTES`]; else 0,
+    /// and the kernel loads the bias from global memory after its reduction.
+    pub fn bias_stage_words(dev: &Device, has_bias: bool, cols: usize, elem_bytes: usize, chunks: usize, threads: u32) -> usize {
+        #[cfg(feature = "rocm")]
+        if matches!(dev, Device::Rocm(_)) {
+            return 0;
+        }
+        let _ = dev;
+        let words = chunks * threads as usize;
+        if has_bias && elem_bytes == 2 && cols % crate::row::CHUNK == 0 && words * 16 <= BIAS_STAGE_MAX_BYTES {
+            words
+        } else {
+            0
+        }
+    }
+
     /// LayerNorm of each row, with optional weight and bias; checked as [`rms_norm_rows`].
     /// Runs [`layer_norm`](fn@super::layer_norm) or, for rows longer than its register tiles,
     /// [`layer_norm_long`](fn@super::layer_norm_long).
@@ -441,6 +510,7 @@ mod host {
         let chunks = crate::row::row_chunks_on(dev, size, cols);
         let cfg = crate::row::launch_config_chunks("layer_norm", rows, cols, size, chunks)?;
         if cols <= chunks * crate::row::CHUNK * cfg.block.x as usize {
+            let cfg = cfg.with_dynamic_shared(bias_stage_words(dev, bias.is_some(), cols, size, chunks, cfg.block.x));
             super::layer_norm::launch::<T>(dev, cfg, x, param(weight), param(bias), y, cols as u32, eps)
         } else {
             super::layer_norm_long::launch::<T>(dev, cfg, x, param(weight), param(bias), y, cols as u32, eps)

@@ -314,3 +314,45 @@ fn wave_per_row_kernels_f32() {
 fn wave_per_row_kernels_bf16() {
     run_wave_rows::<bf16>();
 }
+
+/// `layer_norm`'s bias stage (16-bit rows of whole chunks: the bias copied into shared
+/// memory before the reduction, read back after it) against its absence and a stage too
+/// small to use (both: bias loads from global memory after the reduction): every launch
+/// must match the reference, with both parameters, the weight alone and the bias alone,
+/// for rows that fill the tiles (4096 on 128 work-items, 2048 on 64) and rows that leave
+/// padding chunks (136).
+fn run_layer_norm_bias_stage<T: TestFloat>() {
+    let rows = 3;
+    for exec in executors() {
+        for cols in [4096usize, 136, 2048] {
+            let x: Vec<T> = inputs(rows * cols, -1.0, 5.0, 41 + cols as u64, false).into_iter().map(T::from_f64).collect();
+            let w: Vec<T> = inputs(cols, 0.5, 1.5, 42, false).into_iter().map(T::from_f64).collect();
+            let b: Vec<T> = inputs(cols, -1.0, 1.0, 43, false).into_iter().map(T::from_f64).collect();
+            let f = |v: &[T]| v.iter().map(|e| e.to_f64()).collect::<Vec<f64>>();
+            let (dx, dw, db) = (exec.upload(&x).unwrap(), exec.upload(&w).unwrap(), exec.upload(&b).unwrap());
+            let none = exec.upload::<T>(&[]).unwrap();
+            let cfg = norm::layer_norm_launch_config::<T>(rows, cols).unwrap();
+            let chunks = kernels::row::row_chunks_on(&exec, std::mem::size_of::<T>(), cols);
+            let words = norm::bias_stage_words(&exec, true, cols, std::mem::size_of::<T>(), chunks, cfg.block.x);
+            // AMD code objects keep 16-bit rows unpacked, without the stage.
+            let amd = exec.name().starts_with("rocm");
+            assert_eq!(words, if amd { 0 } else { chunks * cfg.block.x as usize }, "{cols} columns of {} on {}", T::NAME, exec.name());
+            for (pw, pb) in [(true, true), (true, false), (false, true)] {
+                let want = reference_norm(&f(&x), &if pw { f(&w) } else { vec![] }, &if pb { f(&b) } else { vec![] }, cols, 1e-5f32 as f64, true);
+                for stage in [words, words.saturating_sub(1), 0] {
+                    let mut dy = exec.upload(&vec![T::from_f64(f64::NAN); rows * cols]).unwrap();
+                    let (w, b) = (if pw { &dw } else { &none }, if pb { &db } else { &none });
+                    norm::layer_norm::launch::<T>(&exec, cfg.with_dynamic_shared(stage), &dx, w, b, &mut dy, cols as u32, 1e-5).unwrap();
+                    let what = format!("layer_norm<{}> {rows}x{cols}, weight {pw} bias {pb}, stage of {stage} words, on {}", T::NAME, exec.name());
+                    assert_close_with(&exec.download(&dy).unwrap(), &want, 3e-5, 1e-5, &what);
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn layer_norm_bias_stage_matches_global_bias_loads() {
+    run_layer_norm_bias_stage::<f16>();
+    run_layer_norm_bias_stage::<bf16>();
+}

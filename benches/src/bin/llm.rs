@@ -1,7 +1,7 @@
 //! The LLM kernel families on the shapes a Candle LLM worker runs them at, timed with GPU
 //! events: softmax, RMSNorm, LayerNorm, reductions, rotary embeddings and indexing.
 //!
-//! `llm [--out DIR] [--quick] [--sweep] [--profile]`: writes `DIR/rust_llm.json`; `python/torch_llm.py` times the
+//! `llm [--out DIR] [--quick] [--sweep] [--sweep-norms] [--profile]`: writes `DIR/rust_llm.json`; `python/torch_llm.py` times the
 //! same ops and shapes in PyTorch and `python/report_llm.py` merges both.
 use benches::{copy, time};
 use half::bf16;
@@ -95,6 +95,26 @@ impl Bench<'_> {
                 gb(b),
                 gb(c)
             );
+        }
+    }
+
+    /// The norms of `rows x cols` with each choice of affine parameters (what the weight and
+    /// the bias cost on top of the row's own traffic).
+    fn sweep_norm_params<T: Float + ScalarArg>(&mut self, rows: usize, cols: usize) {
+        let dev = self.dev;
+        let x = dev.upload(&data::<T>(rows * cols, 1)).unwrap();
+        let w = dev.upload(&data::<T>(cols, 2)).unwrap();
+        let bias = dev.upload(&data::<T>(cols, 3)).unwrap();
+        let mut y: DeviceVec<T> = dev.alloc(rows * cols).unwrap();
+        let bytes = rows * cols * std::mem::size_of::<T>();
+        let gb = |us: f64| 2.0 * bytes as f64 / us / 1e3;
+        for (name, wp, bp) in [("weight and bias", true, true), ("weight", true, false), ("bias", false, true), ("none", false, false)] {
+            let us = time(dev, bytes, || norm::layer_norm_rows::<T>(dev, &x, wp.then_some(&w), bp.then_some(&bias), &mut y, cols, 1e-5).unwrap());
+            println!("sweep {:<5} layer_norm {rows}x{cols} {name:<16}: {us:8.2} us {:6.0} GB/s", T::NAME, gb(us));
+        }
+        for (name, wp) in [("weight", true), ("none", false)] {
+            let us = time(dev, bytes, || norm::rms_norm_rows::<T>(dev, &x, wp.then_some(&w), &mut y, cols, 1e-5).unwrap());
+            println!("sweep {:<5} rms_norm   {rows}x{cols} {name:<16}: {us:8.2} us {:6.0} GB/s", T::NAME, gb(us));
         }
     }
 
@@ -271,9 +291,10 @@ fn main() {
                 ($t:ty) => {{
                     let x = dev.upload(&data::<$t>(r * c, 1)).unwrap();
                     let w = dev.upload(&data::<$t>(c, 2)).unwrap();
+                    let b = dev.upload(&data::<$t>(c, 3)).unwrap();
                     let mut y: DeviceVec<$t> = dev.alloc(r * c).unwrap();
                     norm::rms_norm_rows::<$t>(&dev, &x, Some(&w), &mut y, c, 1e-5).unwrap();
-                    norm::layer_norm_rows::<$t>(&dev, &x, Some(&w), Some(&w), &mut y, c, 1e-5).unwrap();
+                    norm::layer_norm_rows::<$t>(&dev, &x, Some(&w), Some(&b), &mut y, c, 1e-5).unwrap();
                     softmax::softmax_last_dim::<$t>(&dev, &x, &mut y, c).unwrap();
                     let mut s: DeviceVec<$t> = dev.alloc(r).unwrap();
                     reduce::reduce::<$t, Sum>(&dev, &x, &[r, c], &[c, 1], &[1], &mut s).unwrap();
@@ -287,6 +308,13 @@ fn main() {
             if bf { once!(bf16) } else { once!(f32) }
         }
         dev.synchronize().unwrap();
+        return;
+    }
+    if args.iter().any(|a| a == "--sweep-norms") {
+        for (r, c) in [(4096, 4096), (4096, 8192), (2048, 16384), (1024, 32768)] {
+            b.sweep_norm_params::<bf16>(r, c);
+            b.sweep_norm_params::<f32>(r, c);
+        }
         return;
     }
     if args.iter().any(|a| a == "--sweep") {

@@ -121,26 +121,68 @@ pub unsafe fn copy_16_at(dst: SharedAddr, src: *const u8, valid: u32) {
     }
 }
 
-/// [`copy_16_at`] of a whole chunk (`valid` = 16, no zero fill).
+/// [`copy_16_at`] of a whole chunk (`valid` = 16, no zero fill), past the first-level
+/// cache (`cp.async.cg` on NVIDIA).
 ///
 /// # Safety
 /// As [`copy_16_at`] with 16 readable bytes at `src`.
 #[inline(always)]
 pub unsafe fn copy_16_whole_at(dst: SharedAddr, src: *const u8) {
+    // SAFETY: the caller's contract.
+    unsafe { copy_16_whole_via::<false>(dst, src) }
+}
+
+/// [`copy_16_whole_at`] through the first-level cache as well (`cp.async.ca` on NVIDIA):
+/// for data many work-groups of a compute unit read (a norm's parameters), where
+/// [`copy_16_whole_at`] reads from the second-level cache each time.
+///
+/// # Safety
+/// As [`copy_16_whole_at`].
+#[inline(always)]
+pub unsafe fn copy_16_whole_cached_at(dst: SharedAddr, src: *const u8) {
+    // SAFETY: the caller's contract.
+    unsafe { copy_16_whole_via::<true>(dst, src) }
+}
+
+/// The whole-chunk copy, cached in the first level (`L1`) or not.
+///
+/// # Safety
+/// As [`copy_16_whole_at`].
+#[inline(always)]
+unsafe fn copy_16_whole_via<const L1: bool>(dst: SharedAddr, src: *const u8) {
     #[cfg(all(target_arch = "nvptx64", target_feature = "sm_80"))]
     // SAFETY: the caller's contract.
     unsafe {
-        core::arch::asm!(
-            "cp.async.cg.shared.global [{0}], [{1}], 16;",
-            in(reg32) dst.raw(),
-            in(reg64) src as u64,
-            options(nostack),
-        );
+        if L1 {
+            core::arch::asm!("cp.async.ca.shared.global [{0}], [{1}], 16;", in(reg32) dst.raw(), in(reg64) src as u64, options(nostack));
+        } else {
+            core::arch::asm!("cp.async.cg.shared.global [{0}], [{1}], 16;", in(reg32) dst.raw(), in(reg64) src as u64, options(nostack));
+        }
     }
     #[cfg(not(all(target_arch = "nvptx64", target_feature = "sm_80")))]
     // SAFETY: the caller's contract.
     unsafe {
         copy_16_at(dst, src, 16)
+    }
+}
+
+/// The 16 bytes at `src`, as four words: `ld.shared.v4.u32` on NVIDIA (a generic pointer
+/// to shared memory gives a slower generic load there), a plain read elsewhere. For data a
+/// work-item copied in with [`copy_16_at`] and waited for.
+///
+/// # Safety
+/// `src` is 16-byte aligned work-group shared memory holding 16 initialised bytes.
+#[inline(always)]
+pub unsafe fn load_shared_u32x4(src: SharedAddr) -> [u32; 4] {
+    #[cfg(target_arch = "nvptx64")]
+    // SAFETY: the caller's contract.
+    unsafe {
+        asm_load_u32x4!("ld.shared.v4.u32 {{{a}, {b}, {c}, {d}}}, [{p}];", reg32, src.raw())
+    }
+    #[cfg(not(target_arch = "nvptx64"))]
+    // SAFETY: the caller's contract.
+    unsafe {
+        core::ptr::read(src.as_ptr::<[u32; 4]>())
     }
 }
 
