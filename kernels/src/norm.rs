@@ -237,7 +237,9 @@ fn layer_norm_tile<T: Float>(
         // latency cost 3% at 4096 columns; held in registers from here, they spilled.)
         // Each work-item reads back only its own chunks: no barrier.
         let staged = !b.is_empty() && bias_stage.len() >= t.chunks * parts;
+        // This work-item's slot of chunk k (its position in the tile: k * parts + part).
         let stage = SharedAddr::new(bias_stage.as_ptr());
+        let slot = |k: usize| stage.add((k * parts + part) * core::mem::size_of::<Words4>());
         if staged {
             crate::each_tile_chunk!(k, t.chunks, {
                 let e = t.start(k);
@@ -245,7 +247,7 @@ fn layer_norm_tile<T: Float>(
                     // SAFETY: slot k * parts + part < chunks * parts <= bias_stage.len(),
                     // 16-byte aligned (`Words4`); the bias chunk is in bounds (checked) and
                     // 16-byte aligned by `whole_chunks(b)`.
-                    unsafe { copy::copy_16_whole_cached_at(stage.add((k * parts + part) * 16), b.as_ptr().add(e) as *const u8) };
+                    unsafe { copy::copy_16_whole_cached_at(slot(k), b.as_ptr().add(e) as *const u8) };
                 }
             });
             copy::commit();
@@ -275,10 +277,9 @@ fn layer_norm_tile<T: Float>(
                 // A chunk inside the row (y is as long as x): all loaded, no padding.
                 let v = t.get_whole(k);
                 let bias = if staged {
-                    // SAFETY: the slot this work-item filled above (its copies are
-                    // complete); four words are eight 16-bit values (size checked).
-                    let words = unsafe { copy::load_shared_u32x4(stage.add((k * parts + part) * 16)) };
-                    crate::row::unpack_chunk(&unsafe { core::ptr::read_unaligned(words.as_ptr() as *const [T; CHUNK]) })
+                    // SAFETY: the slot this work-item filled above (its copies are complete).
+                    let words = unsafe { copy::load_shared_u32x4(slot(k)) };
+                    crate::row::unpack_chunk(&crate::row::words_chunk::<T>(words))
                 } else if has_b {
                     // SAFETY: e + CHUNK <= y.len() == b.len(); aligned by `whole_chunks(b)`.
                     unsafe { crate::row::load_full(b, e, true) }

@@ -417,6 +417,26 @@ pub fn unpack_chunk<T: Float>(c: &[T; CHUNK]) -> [f32; CHUNK] {
     v
 }
 
+/// The four 32-bit words of a chunk of a 16-bit type (asserted; the check folds away).
+#[device]
+#[inline(always)]
+pub fn chunk_words<T: Float>(c: &[T; CHUNK]) -> [u32; 4] {
+    assert!(core::mem::size_of::<T>() == 2);
+    // SAFETY: eight 16-bit values are four words (size checked); read unaligned (the
+    // array is aligned for `T` only).
+    unsafe { core::ptr::read_unaligned(c.as_ptr() as *const [u32; 4]) }
+}
+
+/// [`chunk_words`]' inverse: the chunk of a 16-bit type held in four words.
+#[device]
+#[inline(always)]
+pub fn words_chunk<T: Float>(w: [u32; 4]) -> [T; CHUNK] {
+    assert!(core::mem::size_of::<T>() == 2);
+    // SAFETY: four words are eight 16-bit values (size checked), any bits a valid `T`
+    // (`Float` types of 16 bits: f16, bf16).
+    unsafe { core::mem::transmute_copy(&w) }
+}
+
 /// A work-item's share of a row of whole chunks ([`whole_chunks`]) of a 16-bit type, at
 /// [`RowTile`]'s positions, held packed as loaded (half the registers of a [`RowTile`])
 /// and unpacked to `f32` where used. A kernel that reads it before and after a work-group
@@ -443,12 +463,21 @@ impl<T: Float> PackedTile<T> {
     /// [`PackedTile::get_whole`] reads every chunk without a per-element choice.
     #[inline(always)]
     pub fn load_whole_padded(row: &[T], part: usize, parts: usize, chunks: usize, pad: T) -> PackedTile<T> {
+        // SAFETY (the load): the start of a chunk inside `row`, 16-byte aligned by
+        // `whole_chunks(row)` (see `load_chunks`).
+        Self::load_chunks(row, part, parts, chunks, pad, |p| unsafe { core::ptr::read(p as *const Vector<T>) }.0)
+    }
+
+    /// The tile's chunks inside `row` from `load` (given the first element of a whole,
+    /// 16-byte aligned chunk of `row`: [`whole_chunks`]), the others all `pad`.
+    #[inline(always)]
+    fn load_chunks(row: &[T], part: usize, parts: usize, chunks: usize, pad: T, load: impl Fn(*const T) -> [T; CHUNK]) -> PackedTile<T> {
         let mut t = PackedTile { v: [[pad; CHUNK]; TILE_CHUNKS], chunks, part, parts };
         each_tile_chunk!(k, t.chunks, {
             let e = t.start(k);
             if e + CHUNK <= row.len() {
-                // SAFETY: in bounds (checked); 16-byte aligned by `whole_chunks(row)`.
-                t.v[k] = unsafe { core::ptr::read(row.as_ptr().add(e) as *const Vector<T>) }.0;
+                // SAFETY: e + CHUNK <= row.len() (checked).
+                t.v[k] = load(unsafe { row.as_ptr().add(e) });
             }
         });
         t
@@ -475,25 +504,16 @@ impl<T: Float> PackedTile<T> {
     /// parameters read by every row.
     #[inline(always)]
     pub fn load_whole_streaming(row: &[T], part: usize, parts: usize, chunks: usize) -> PackedTile<T> {
-        let mut t = PackedTile { v: [[T::ZERO; CHUNK]; TILE_CHUNKS], chunks, part, parts };
-        each_tile_chunk!(k, t.chunks, {
-            let e = t.start(k);
-            if e + CHUNK <= row.len() {
-                if core::mem::size_of::<T>() == 2 {
-                    // SAFETY: in bounds (checked); 16-byte aligned by `whole_chunks(row)`;
-                    // eight 16-bit values are four words (size checked); kernel buffers are
-                    // global memory.
-                    unsafe {
-                        let w = kernel_dsl::hint::load_streaming_u32x4(row.as_ptr().add(e) as *const [u32; 4]);
-                        core::ptr::write_unaligned(t.v[k].as_mut_ptr() as *mut [u32; 4], w);
-                    }
-                } else {
-                    // SAFETY: as in `load_whole_padded` (other sizes: plain loads).
-                    t.v[k] = unsafe { core::ptr::read(row.as_ptr().add(e) as *const Vector<T>) }.0;
-                }
+        Self::load_chunks(row, part, parts, chunks, T::ZERO, |p| {
+            if core::mem::size_of::<T>() == 2 {
+                // SAFETY: a whole aligned chunk of `row` (see `load_chunks`); kernel buffers
+                // are global memory.
+                words_chunk(unsafe { kernel_dsl::hint::load_streaming_u32x4(p as *const [u32; 4]) })
+            } else {
+                // SAFETY: as in `load_whole_padded` (other sizes: plain loads).
+                unsafe { core::ptr::read(p as *const Vector<T>) }.0
             }
-        });
-        t
+        })
     }
 
     /// Chunk `k` in `f32` as loaded (chunks past the row: the load's pad).
@@ -510,14 +530,8 @@ impl<T: Float> PackedTile<T> {
             return;
         }
         each_tile_chunk!(k, self.chunks, {
-            // SAFETY: eight 16-bit values are four 32-bit words (size checked above); the
-            // array is aligned for `T`, so the words are read and written unaligned.
-            unsafe {
-                let p = self.v[k].as_mut_ptr() as *mut [u32; 4];
-                let mut w = core::ptr::read_unaligned(p);
-                w = [kernel_dsl::hint::opaque_u32(w[0]), kernel_dsl::hint::opaque_u32(w[1]), kernel_dsl::hint::opaque_u32(w[2]), kernel_dsl::hint::opaque_u32(w[3])];
-                core::ptr::write_unaligned(p, w);
-            }
+            let w = chunk_words(&self.v[k]);
+            self.v[k] = words_chunk([kernel_dsl::hint::opaque_u32(w[0]), kernel_dsl::hint::opaque_u32(w[1]), kernel_dsl::hint::opaque_u32(w[2]), kernel_dsl::hint::opaque_u32(w[3])]);
         });
     }
 }
