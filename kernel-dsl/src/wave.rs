@@ -115,13 +115,45 @@ pub fn any(predicate: bool) -> bool {
 /// The wave must be full (all lanes active).
 #[inline(always)]
 #[track_caller]
-pub fn reduce<T: LaneValue>(mut v: T, op: impl Fn(T, T) -> T) -> T {
-    let mut offset = arch::wave_size() / 2;
-    while offset > 0 {
-        v = op(v, shuffle_xor(v, offset));
-        offset /= 2;
+pub fn reduce<T: LaneValue>(v: T, op: impl Fn(T, T) -> T) -> T {
+    // NVIDIA: `shfl.sync.bfly` exchanges in one mask branch (see `arch::reduce_butterfly`).
+    #[cfg(target_arch = "nvptx64")]
+    {
+        arch::reduce_butterfly(v, op)
     }
-    v
+    #[cfg(not(target_arch = "nvptx64"))]
+    {
+        let mut v = v;
+        let mut offset = arch::wave_size() / 2;
+        while offset > 0 {
+            v = op(v, shuffle_xor(v, offset));
+            offset /= 2;
+        }
+        v
+    }
+}
+
+/// [`reduce`] of two values at once (their exchanges interleaved): `(reduce(a, op),
+/// reduce(b, op))`.
+#[inline(always)]
+#[track_caller]
+pub fn reduce_pair<T: LaneValue>(a: T, b: T, op: impl Fn(T, T) -> T) -> (T, T) {
+    #[cfg(target_arch = "nvptx64")]
+    {
+        arch::reduce_butterfly_pair(a, b, op)
+    }
+    #[cfg(not(target_arch = "nvptx64"))]
+    {
+        let (mut a, mut b) = (a, b);
+        let mut offset = arch::wave_size() / 2;
+        while offset > 0 {
+            let (oa, ob) = (shuffle_xor(a, offset), shuffle_xor(b, offset));
+            a = op(a, oa);
+            b = op(b, ob);
+            offset /= 2;
+        }
+        (a, b)
+    }
 }
 
 /// Sum over the wave, in every lane.

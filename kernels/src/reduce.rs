@@ -60,18 +60,19 @@ pub fn block_reduce(v: f32, partials: &mut Shared<f32, MAX_WAVES>, op: impl Fn(f
 #[device]
 #[inline(always)]
 pub fn block_sum2(a: f32, b: f32, pa: &mut Shared<f32, MAX_WAVES>, pb: &mut Shared<f32, MAX_WAVES>) -> (f32, f32) {
-    let (wa, wb) = (wave::sum(a), wave::sum(b));
+    let (wa, wb) = wave::reduce_pair(a, b, |x, y| x + y);
     if wave::lane_id() == 0 {
         pa[wave::wave_id() as usize] = wa;
         pb[wave::wave_id() as usize] = wb;
     }
     barrier();
-    let waves = (flat_block_dim() / wave::size()) as usize;
+    // A 32-bit count (a 64-bit one cost ptxas two instructions per compare and step).
+    let waves = flat_block_dim() / wave::size();
     let (mut ra, mut rb) = (pa[0], pb[0]);
-    let mut k = 1;
+    let mut k = 1u32;
     while k < waves {
-        ra += pa[k];
-        rb += pb[k];
+        ra += pa[k as usize];
+        rb += pb[k as usize];
         k += 1;
     }
     barrier();

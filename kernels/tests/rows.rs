@@ -351,6 +351,35 @@ fn run_layer_norm_bias_stage<T: TestFloat>() {
     }
 }
 
+/// LayerNorm of 16-bit rows whose mean is large against their spread (the packed path's
+/// two-multiply-add form applies only where rounding `mean / std` costs nothing a 16-bit
+/// output can show): a constant row (its output is the bias exactly, as `x - mean` is 0),
+/// a row of 1000 +- 8 and one of 200 +- 1, at 4096 columns (whole tiles) and 136 (padding).
+fn run_layer_norm_large_mean<T: TestFloat>() {
+    for exec in executors() {
+        for cols in [4096usize, 136] {
+            let spread = |centre: f64, half: f64, seed: u64| inputs(cols, centre - half, centre + half, seed, false);
+            let rows: Vec<Vec<f64>> = vec![vec![1000.0; cols], spread(1000.0, 8.0, 51), spread(200.0, 1.0, 52), vec![-384.0; cols]];
+            let x: Vec<T> = rows.concat().into_iter().map(T::from_f64).collect();
+            let w: Vec<T> = inputs(cols, 0.5, 1.5, 53, false).into_iter().map(T::from_f64).collect();
+            let b: Vec<T> = inputs(cols, -1.0, 1.0, 54, false).into_iter().map(T::from_f64).collect();
+            let f = |v: &[T]| v.iter().map(|e| e.to_f64()).collect::<Vec<f64>>();
+            let (dx, dw, db) = (exec.upload(&x).unwrap(), exec.upload(&w).unwrap(), exec.upload(&b).unwrap());
+            let mut dy = exec.alloc::<T>(x.len()).unwrap();
+            norm::layer_norm_rows(&exec, &dx, Some(&dw), Some(&db), &mut dy, cols, 1e-5).unwrap();
+            let want = reference_norm(&f(&x), &f(&w), &f(&b), cols, 1e-5f32 as f64, true);
+            let what = format!("layer_norm<{}> of rows with a large mean, {cols} columns, on {}", T::NAME, exec.name());
+            assert_close_with(&exec.download(&dy).unwrap(), &want, 3e-5, 1e-5, &what);
+        }
+    }
+}
+
+#[test]
+fn layer_norm_of_rows_with_a_large_mean() {
+    run_layer_norm_large_mean::<f16>();
+    run_layer_norm_large_mean::<bf16>();
+}
+
 #[test]
 fn layer_norm_bias_stage_matches_global_bias_loads() {
     run_layer_norm_bias_stage::<f16>();

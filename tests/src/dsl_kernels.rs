@@ -42,6 +42,22 @@ pub fn wave_sums(input: &[f32], sums: &mut [f32], lanes: &mut [u32], size: &mut 
     }
 }
 
+/// `wave::reduce_pair` in every lane: the wave's maxima of `x` and of `-x`, and its sums
+/// of `x` and of 1 (inputs past `x` read as 0).
+#[amdgpu_kernel]
+pub fn wave_pairs(input: &[f32], max_x: &mut [f32], max_neg: &mut [f32], sum_x: &mut [f32], count: &mut [f32]) {
+    let i = global_idx_x();
+    let v = if i < input.len() { input[i] } else { 0.0 };
+    let (a, b) = wave::reduce_pair(v, -v, f32::max);
+    let (s, n) = wave::reduce_pair(v, 1.0f32, |p, q| p + q);
+    if i < max_x.len() {
+        max_x[i] = a;
+        max_neg[i] = b;
+        sum_x[i] = s;
+        count[i] = n;
+    }
+}
+
 /// Reverses each work-group's block of `data` through launch-sized shared memory.
 #[amdgpu_kernel]
 pub fn reverse_blocks(data: &[u32], out: &mut [u32], mut tile: SharedDyn<u32>) {

@@ -47,6 +47,26 @@ fn wave_sum_follows_the_wave_size() {
 }
 
 #[test]
+fn wave_reduce_pair_gives_every_lane_both_results() {
+    for exec in executors() {
+        let w = exec.wave_size().lanes() as usize;
+        let n = 256;
+        // Distinct integers (exact sums in any order), maxima in different lanes.
+        let x: Vec<f32> = (0..n).map(|i| ((i * 37) % 101) as f32 - 50.0).collect();
+        let (mut a, mut b, mut s, mut c) = (vec![0.0f32; n], vec![0.0f32; n], vec![0.0f32; n], vec![0.0f32; n]);
+        k::wave_pairs::launch(&exec, LaunchConfig::new(Dim3::x(2), Dim3::x(128)), &x, &mut a, &mut b, &mut s, &mut c).unwrap();
+        for i in 0..n {
+            let wave = &x[i - i % w..i - i % w + w];
+            let what = format!("work-item {i}, wave of {w}");
+            assert_eq!(a[i], wave.iter().copied().fold(f32::MIN, f32::max), "max of x: {what}");
+            assert_eq!(b[i], wave.iter().map(|v| -v).fold(f32::MIN, f32::max), "max of -x: {what}");
+            assert_eq!(s[i], wave.iter().sum::<f32>(), "sum of x: {what}");
+            assert_eq!(c[i], w as f32, "lane count: {what}");
+        }
+    }
+}
+
+#[test]
 fn wave_match_finds_the_lanes_with_the_same_key() {
     for exec in executors() {
         let w = exec.wave_size().lanes() as usize;

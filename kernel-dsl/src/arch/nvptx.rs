@@ -7,6 +7,8 @@ unsafe extern "unadjusted" {
     fn sreg_laneid() -> u32;
     #[link_name = "llvm.nvvm.shfl.sync.idx.i32"]
     fn shfl_idx(mask: u32, value: u32, lane: u32, clamp: u32) -> u32;
+    #[link_name = "llvm.nvvm.shfl.sync.bfly.i32"]
+    fn shfl_bfly(mask: u32, value: u32, lane_mask: u32, clamp: u32) -> u32;
     #[link_name = "llvm.nvvm.vote.ballot.sync"]
     fn vote_ballot(mask: u32, predicate: bool) -> u32;
     #[link_name = "llvm.nvvm.match.any.sync.i32"]
@@ -99,6 +101,41 @@ pub fn shuffle_u32(value: u32, src: u32) -> u32 {
     // SAFETY: the mask names the warp's lanes, all of which execute this call (the
     // wave-uniform rule of `wave`), as shfl.sync requires.
     with_warp_mask(|mask| unsafe { shfl_idx(mask, value, src, 0x1f) })
+}
+
+/// Butterfly reduction over the warp (`shfl.sync.bfly`, the partner lane an immediate):
+/// every lane gets `op` folded over all 32 values. All five exchanges sit in one branch of
+/// [`with_warp_mask`]: built from [`shuffle_u32`] (`lane ^ offset` computed, a mask branch
+/// per exchange) ptxas wrapped each exchange in a convergence check (`BRA.DIV`).
+#[inline(always)]
+pub fn reduce_butterfly<T: crate::wave::LaneValue>(v: T, op: impl Fn(T, T) -> T) -> T {
+    with_warp_mask(|mask| {
+        let mut v = v;
+        let mut offset = 16;
+        while offset > 0 {
+            // SAFETY: as in `shuffle_u32`.
+            v = op(v, T::from_lane(unsafe { shfl_bfly(mask, v.to_lane(), offset, 0x1f) }));
+            offset /= 2;
+        }
+        v
+    })
+}
+
+/// [`reduce_butterfly`] of two values at once, their exchanges interleaved.
+#[inline(always)]
+pub fn reduce_butterfly_pair<T: crate::wave::LaneValue>(a: T, b: T, op: impl Fn(T, T) -> T) -> (T, T) {
+    with_warp_mask(|mask| {
+        let (mut a, mut b) = (a, b);
+        let mut offset = 16;
+        while offset > 0 {
+            // SAFETY: as in `shuffle_u32`.
+            let (oa, ob) = unsafe { (shfl_bfly(mask, a.to_lane(), offset, 0x1f), shfl_bfly(mask, b.to_lane(), offset, 0x1f)) };
+            a = op(a, T::from_lane(oa));
+            b = op(b, T::from_lane(ob));
+            offset /= 2;
+        }
+        (a, b)
+    })
 }
 
 /// Bit `i` set when lane `i` passes `true`.
