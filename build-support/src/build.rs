@@ -12,6 +12,7 @@ pub struct KernelBuild {
     modules: Vec<String>,
     archs: Vec<String>,
     ptx: Option<String>,
+    ptx_variants: Vec<(String, Vec<String>)>,
 }
 
 /// What a build produced.
@@ -46,6 +47,7 @@ impl KernelBuild {
             modules: Vec::new(),
             archs: crate::DEFAULT_ARCHS.iter().map(|s| s.to_string()).collect(),
             ptx: Some(crate::DEFAULT_PTX_ARCH.to_string()),
+            ptx_variants: Vec::new(),
         }
     }
 
@@ -64,6 +66,16 @@ impl KernelBuild {
     /// Sets the PTX target, or `None` for no PTX (`KERNEL_PTX=0` wins).
     pub fn ptx(mut self, sm: Option<&str>) -> Self {
         self.ptx = sm.map(str::to_string);
+        self
+    }
+
+    /// Also builds PTX for `sm` (e.g. `sm_90a`, for instructions the main PTX target lacks)
+    /// whenever PTX is built; the CUDA runtime launches the kernels named in `kernels`
+    /// (base names: `gemm_wgmma` covers `gemm_wgmma_bf16`, ..) from it on devices of that
+    /// architecture. The whole crate compiles for it, so its entry list is checked as the
+    /// main PTX's is.
+    pub fn ptx_variant(mut self, sm: &str, kernels: &[&str]) -> Self {
+        self.ptx_variants.push((sm.to_string(), kernels.iter().map(|k| k.to_string()).collect()));
         self
     }
 
@@ -111,7 +123,7 @@ impl KernelBuild {
         let binaries = out_dir.join("kernel_binaries.rs");
         if env("KERNEL_SKIP_GPU_BUILD").is_some_and(|v| v != "0") {
             println!("cargo:warning=KERNEL_SKIP_GPU_BUILD is set: no GPU code built for {crate_name}; only the CPU executor can run its kernels");
-            write_if_changed(&binaries, embedded(&crate_name, &[], &[], ptx.as_deref()).as_bytes())?;
+            write_if_changed(&binaries, embedded(&crate_name, &[], &[], ptx.as_deref(), &[]).as_bytes())?;
             return Ok(BuildReport { artifacts: vec![], stats: vec![], core_origin: "none", rustc: "none".into() });
         }
         for a in &archs {
@@ -126,7 +138,15 @@ impl KernelBuild {
         let dsl_hash = hash_dir(kernel_dsl.parent().unwrap())?;
 
         let mut targets: Vec<Target> = archs.iter().map(|a| Target::Amdgpu(a.clone())).collect();
+        // Variants other than the main PTX target, built whenever PTX is.
+        let variants: Vec<(String, Vec<String>)> = match &ptx {
+            Some(main) => self.ptx_variants.iter().filter(|(sm, _)| sm != main).cloned().collect(),
+            None => vec![],
+        };
         if let Some(sm) = &ptx {
+            targets.push(Target::Nvptx(sm.clone()));
+        }
+        for (sm, _) in &variants {
             targets.push(Target::Nvptx(sm.clone()));
         }
         let results: Vec<Result<Artifact, BuildError>> = std::thread::scope(|s| {
@@ -175,7 +195,7 @@ impl KernelBuild {
                 }
             }
         }
-        write_if_changed(&binaries, embedded(&crate_name, &artifacts, &stats, ptx.as_deref()).as_bytes())?;
+        write_if_changed(&binaries, embedded(&crate_name, &artifacts, &stats, ptx.as_deref(), &variants).as_bytes())?;
         let report_path = out_dir.join("kernel_report.txt");
         write_if_changed(&report_path, report_text(&stats, started.elapsed().as_secs_f64()).as_bytes())?;
         Ok(BuildReport { artifacts, stats, core_origin: core.origin, rustc: rustc.version })
@@ -206,16 +226,23 @@ fn kernel_dsl_src() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../kernel-dsl/src/lib.rs")
 }
 
-fn embedded(crate_name: &str, artifacts: &[Artifact], stats: &[Stats], ptx_arch: Option<&str>) -> String {
+fn embedded(crate_name: &str, artifacts: &[Artifact], stats: &[Stats], ptx_arch: Option<&str>, variants: &[(String, Vec<String>)]) -> String {
     let mut objects = String::new();
     let mut ptx = "None".to_string();
+    let mut extra = String::new();
     for a in artifacts {
         match &a.target {
             Target::Amdgpu(arch) => objects.push_str(&format!(
                 "::kernel_dsl::host::CodeObject {{ arch: {arch:?}, bytes: include_bytes!({:?}) }},\n",
                 a.path.display().to_string()
             )),
-            Target::Nvptx(_) => ptx = format!("Some(include_str!({:?}))", a.path.display().to_string()),
+            Target::Nvptx(sm) => match variants.iter().find(|(v, _)| v == sm) {
+                Some((_, kernels)) => extra.push_str(&format!(
+                    "::kernel_dsl::host::PtxVariant {{ target: {sm:?}, ptx: include_str!({:?}), kernels: &{kernels:?} }},\n",
+                    a.path.display().to_string()
+                )),
+                None => ptx = format!("Some(include_str!({:?}))", a.path.display().to_string()),
+            },
         }
     }
     let mut st = String::new();
@@ -226,7 +253,7 @@ fn embedded(crate_name: &str, artifacts: &[Artifact], stats: &[Stats], ptx_arch:
         ));
     }
     format!(
-        "::kernel_dsl::host::EmbeddedKernels {{\n crate_name: {crate_name:?},\n code_objects: &[\n{objects}],\n ptx: {ptx},\n ptx_target: {:?},\n stats: &[\n{st}],\n}}\n",
+        "::kernel_dsl::host::EmbeddedKernels {{\n crate_name: {crate_name:?},\n code_objects: &[\n{objects}],\n ptx: {ptx},\n ptx_target: {:?},\n ptx_variants: &[\n{extra}],\n stats: &[\n{st}],\n}}\n",
         ptx_arch.unwrap_or("")
     )
 }

@@ -46,7 +46,7 @@
 //!
 //! Also here: [`mma_tile`], [`mma_rows`] and [`mma_pv`], one-wave kernels that exercise the `mma`
 //! primitive (a product, accumulator -> A conversion, row reductions) for the tests.
-use kernel_dsl::mma::{self, FragA, FragB, FragC, Lowering, MmaFloat, SharedAddr, AB_WORDS};
+use kernel_dsl::mma::{self, wgmma, FragA, FragB, FragC, Lowering, MmaFloat, SharedAddr, AB_WORDS};
 use kernel_dsl::hint::opaque_u32;
 use kernel_dsl::prelude::*;
 
@@ -61,10 +61,16 @@ pub const GROUP_M: u32 = 8;
 /// (`y * gx + x` fits 32 bits: `gy` is at most 65535, so more tiles would need a C of
 /// over 2^47 elements, which the launcher's buffer checks reject first.)
 pub fn tile_of_group(x: u32, y: u32, gx: u32, gy: u32) -> (u32, u32) {
+    tile_of_band(x, y, gx, gy, GROUP_M)
+}
+
+/// [`tile_of_group`] in bands of `group` tile rows.
+#[inline(always)]
+pub fn tile_of_band(x: u32, y: u32, gx: u32, gy: u32, group: u32) -> (u32, u32) {
     let id = y * gx + x;
-    let band = GROUP_M * gx;
-    let first = id / band * GROUP_M;
-    let rows = (gy - first).min(GROUP_M);
+    let band = group * gx;
+    let first = id / band * group;
+    let rows = (gy - first).min(group);
     let at = id % band;
     (first + at % rows, at / rows)
 }
@@ -994,6 +1000,233 @@ pub fn gemm_tiled<T: GemmElem>(
                         }
                     }
                 });
+            }
+        });
+    });
+}
+
+/// Warpgroups per work-group of [`gemm_wgmma`], each computing 64 rows x [`WG_BN`].
+pub const WG_GROUPS: usize = 3;
+/// Work-items per work-group of [`gemm_wgmma`].
+pub const WG_THREADS: usize = WG_GROUPS * 128;
+/// Tile rows per band of [`gemm_wgmma`]'s tile order ([`tile_of_band`]).
+pub const WG_GROUP_M: u32 = 8;
+/// Rows of C per work-group of [`gemm_wgmma`].
+pub const WG_BM: usize = 64 * WG_GROUPS;
+/// Columns of C per work-group of [`gemm_wgmma`].
+pub const WG_BN: usize = 256;
+/// K per shared-memory stage of [`gemm_wgmma`] (one 128-byte swizzled row of 16-bit items).
+pub const WG_BK: usize = 64;
+/// Stages in [`gemm_wgmma`]'s ring: the copies run two K steps ahead, and a warpgroup's
+/// products of one step overlap the next step's wait and barrier.
+pub const WG_STAGES: usize = 4;
+const WG_A_BYTES: usize = WG_BM * WG_BK * 2;
+const WG_STAGE_BYTES: usize = WG_A_BYTES + WG_BN * WG_BK * 2;
+/// 16-byte chunks of a stage's A and B tiles per work-item (B's last one only for some).
+const WG_A_CHUNKS: usize = WG_BM * 8 / WG_THREADS;
+const WG_B_CHUNKS: usize = (WG_BN * 8).div_ceil(WG_THREADS);
+
+/// Shared-memory elements (16-bit) [`gemm_wgmma`] needs: the ring plus 1024 bytes to
+/// align it for the swizzle.
+pub const fn wgmma_smem_elems() -> usize {
+    (WG_STAGES * WG_STAGE_BYTES + 1024) / 2
+}
+
+/// `C[z] = act(alpha * A[z] B[z] + bias)` on the H100's warpgroup matrix units (NVIDIA
+/// sm_90a `wgmma`, built into the crate's `sm_90a` PTX variant; a no-op elsewhere, where
+/// [`host::matmul`] never picks it). `n % 256` and `k % 64` are zero (any `m`), A
+/// row-major (`A[z][i][kk] = a[z * a_bs + i * lda + kk]`), B either row-major
+/// (`b_mn_major = 1`: `B[z][kk][j] = b[z * b_bs + kk * ldb + j]`) or stored transposed
+/// (`0`: `b[z * b_bs + j * ldb + kk]`), every row 16-byte aligned; C row-major, 4-byte
+/// aligned pairs. Bias and activation as [`gemm_tiled`].
+///
+/// A work-group of [`WG_GROUPS`] warpgroups computes a [`WG_BM`] x 256 tile, each
+/// warpgroup 64 x 256 with one `m64n256k16` per 16-deep slice (128 f32 accumulators per
+/// work-item). K steps of 64 flow through a ring of [`WG_STAGES`] 128-byte swizzled
+/// stages filled by `cp.async` (each work-item a few A and B chunks per step at constant
+/// offsets; A rows past `m` are zero-filled and their results not stored); the tensor
+/// units read the stages through descriptors ([`mma::wgmma::descriptor`]).
+#[amdgpu_kernel(T = [f16, bf16], max_threads = 384)]
+#[allow(clippy::too_many_arguments)]
+#[inline(always)]
+pub fn gemm_wgmma<T: GemmElem>(
+    a: &[T],
+    b: &[T],
+    bias: &[T],
+    c: &mut [T],
+    m: u32,
+    n: u32,
+    k: u32,
+    lda: u32,
+    ldb: u32,
+    b_mn_major: u32,
+    ldc: u32,
+    a_bs: usize,
+    b_bs: usize,
+    c_bs: usize,
+    alpha: f32,
+    act: u32,
+    smem: SharedDyn<T>,
+) {
+    if !wgmma::AVAILABLE {
+        return;
+    }
+    let (m, n, k, lda, ldb, ldc) = (m as usize, n as usize, k as usize, lda as usize, ldb as usize, ldc as usize);
+    let last = grid_dim_z() as usize - 1;
+    let (b_rows, b_cols) = if b_mn_major != 0 { (k, n) } else { (n, k) };
+    let fits = |len: usize, bs: usize, rows: usize, ld: usize, cols: usize| last * bs + (rows - 1) * ld + cols <= len;
+    if m == 0
+        || n % WG_BN != 0
+        || k % WG_BK != 0
+        || k == 0
+        || block_dim_x() as usize != WG_THREADS
+        || smem.len() < wgmma_smem_elems()
+        || !(fits(a.len(), a_bs, m, lda, k) && fits(b.len(), b_bs, b_rows, ldb, b_cols) && fits(c.len(), c_bs, m, ldc, n))
+        || !(bias.is_empty() || bias.len() >= n)
+    {
+        panic!("gemm_wgmma: shape, buffers or shared memory do not fit");
+    }
+    if b_mn_major != 0 {
+        wgmma_tile::<T, true>(a, b, bias, c, m, k, (lda, ldb, ldc), (a_bs, b_bs, c_bs), alpha, act, smem);
+    } else {
+        wgmma_tile::<T, false>(a, b, bias, c, m, k, (lda, ldb, ldc), (a_bs, b_bs, c_bs), alpha, act, smem);
+    }
+}
+
+/// The body of [`gemm_wgmma`] for one B layout.
+#[allow(clippy::too_many_arguments)]
+#[inline(always)]
+fn wgmma_tile<T: GemmElem, const B_MN: bool>(
+    a: &[T],
+    b: &[T],
+    bias: &[T],
+    c: &mut [T],
+    m: usize,
+    k: usize,
+    (lda, ldb, ldc): (usize, usize, usize),
+    (a_bs, b_bs, c_bs): (usize, usize, usize),
+    alpha: f32,
+    act: u32,
+    smem: SharedDyn<T>,
+) {
+    use mma::wgmma::{descriptor, sw128_offset};
+    let tid = flat_thread_idx() as usize;
+    let wg = tid / wgmma::WARPGROUP;
+    let (tile_m, tile_n) = tile_of_band(block_idx_x(), block_idx_y(), grid_dim_x(), grid_dim_y(), WG_GROUP_M);
+    let (m0, n0) = (tile_m as usize * WG_BM, tile_n as usize * WG_BN);
+    let z = block_idx_z() as usize;
+    let ring = SharedAddr::new(smem.as_ptr()).align_up(1024);
+    // This work-item's chunks. A: rows tid / 8 + j * THREADS / 8, chunk tid % 8; rows a
+    // multiple of 8 apart share their swizzle, so chunk j sits THREADS / 8 rows after
+    // chunk 0. Rows past `m` copy nothing (zero-filled).
+    let a_rows_apart = WG_THREADS / 8;
+    let a_dst = sw128_offset(tid / 8, tid % 8);
+    let mut a_src = a.as_ptr().wrapping_add(z * a_bs + (m0 + tid / 8) * lda + (tid % 8) * 8) as *const u8;
+    let a_row_step = a_rows_apart * lda * 2;
+    let a_rows_left = m.saturating_sub(m0 + tid / 8);
+    // B, MN-major (K x N): k row tid / 32 + j * THREADS / 32, columns 8 (tid % 32) ..:
+    // 64-column group g = (tid % 32) / 8 in atoms of 8 k rows ((8 g + row / 8) * 1024).
+    // K-major (N x K): as A, 256 rows. Chunk j exists while its row is in the tile.
+    let (b_first_row, b_rows_apart, b_rows) = if B_MN { (tid / 32, WG_THREADS / 32, WG_BK) } else { (tid / 8, WG_THREADS / 8, WG_BN) };
+    let b_col_chunk = if B_MN { (tid % 32) / 8 * 8192 } else { 0 };
+    let b_row_step = b_rows_apart * ldb * 2;
+    let b_k_step = if B_MN { WG_BK * ldb * 2 } else { WG_BK * 2 };
+    let mut b_src = if B_MN {
+        b.as_ptr().wrapping_add(z * b_bs + (tid / 32) * ldb + n0 + (tid % 32) * 8)
+    } else {
+        b.as_ptr().wrapping_add(z * b_bs + (n0 + tid / 8) * ldb + (tid % 8) * 8)
+    } as *const u8;
+    let steps = k / WG_BK;
+    // Copies K step `step` into stage `stage` (one commit group; empty past the end).
+    let mut load = |step: usize, stage: usize| {
+        if step < steps {
+            let buf = ring.add(stage * WG_STAGE_BYTES);
+            // SAFETY: the chunks lie in the checked buffers (whole N tiles, whole K steps,
+            // rows past `m` not read, 16-byte aligned rows: the launcher's contract) and
+            // in the ring.
+            unsafe {
+                each!(j in [0, 1, 2, 3, 4, 5, 6, 7] {
+                    if j < WG_A_CHUNKS {
+                        let dst = buf.add(a_dst + j * a_rows_apart * 128);
+                        let src = a_src.wrapping_add(j * a_row_step);
+                        if j * a_rows_apart < a_rows_left {
+                            mma::copy::copy_16_whole_at(dst, src);
+                        } else {
+                            mma::copy::copy_16_at(dst, src, 0);
+                        }
+                    }
+                });
+                each!(j in [0, 1, 2, 3, 4, 5, 6, 7] {
+                    let row = b_first_row + j * b_rows_apart;
+                    if j < WG_B_CHUNKS && (j * b_rows_apart + b_rows_apart <= b_rows || row < b_rows) {
+                        mma::copy::copy_16_whole_at(buf.add(WG_A_BYTES + b_col_chunk + sw128_offset(row, tid % 8)), b_src.wrapping_add(j * b_row_step));
+                    }
+                });
+            }
+            a_src = a_src.wrapping_add(WG_BK * 2);
+            b_src = b_src.wrapping_add(b_k_step);
+        }
+        mma::copy::commit();
+    };
+    // SAFETY: all-zero bits are 0.0 (a memset, which LLVM splits into registers; the
+    // array-repeat form came out as a store loop that kept `acc` in local memory).
+    let mut acc: [f32; wgmma::ACC_N256] = unsafe { core::mem::zeroed() };
+    load(0, 0);
+    load(1, 1);
+    let mut stage = 0;
+    for step in 0..steps {
+        // Step `step`'s copies are done once at most one younger group is pending; the
+        // fence hands them to the tensor units, the barrier to the other warpgroups.
+        mma::copy::wait_groups(1);
+        wgmma::fence_proxy_async();
+        barrier();
+        let buf = ring.add(stage * WG_STAGE_BYTES);
+        // Slice s of the A rows of this warpgroup: 32 bytes on along the swizzled rows.
+        let da = descriptor(buf.add(wg * 64 * 128), 16, 1024);
+        let db = if B_MN { descriptor(buf.add(WG_A_BYTES), 8192, 1024) } else { descriptor(buf.add(WG_A_BYTES), 16, 1024) };
+        // Address steps of one slice, in descriptor units of 16 bytes.
+        let db_slice = if B_MN { 2 * 1024 / 16 } else { 32 / 16 };
+        wgmma::fence();
+        each!(s in [0, 1, 2, 3] {
+            // SAFETY: sm_90a (checked above); every warpgroup passes the same-shaped
+            // descriptors of this stage, complete (waited, fenced, barrier) and not
+            // rewritten until every warpgroup has waited for these products (the refill
+            // of this stage comes two steps later, after the barrier of that step).
+            unsafe { wgmma::mma_m64n256k16::<T::Frag, B_MN>(&mut acc, da + (s * 2) as u64, db + (s * db_slice) as u64) };
+        });
+        wgmma::commit();
+        // The stage of step - 2: every warpgroup has waited for its products (the wait
+        // below, before the barrier above).
+        load(step + 2, (stage + 2) % WG_STAGES);
+        wgmma::wait::<1>();
+        stage = (stage + 1) % WG_STAGES;
+    }
+    wgmma::wait::<0>();
+
+    // Epilogue: pairs of adjacent columns straight from the accumulators.
+    let t = tid % wgmma::WARPGROUP;
+    let row0 = m0 + wg * 64;
+    let c_ptr = c.as_mut_ptr().wrapping_add(z * c_bs);
+    let has_bias = !bias.is_empty();
+    let n0 = tile_of_band(opaque_u32(block_idx_x()), opaque_u32(block_idx_y()), grid_dim_x(), grid_dim_y(), WG_GROUP_M).1 as usize * WG_BN;
+    each!(p in [0, 1, 2, 3, 4, 5, 6, 7] {
+        each!(q in [0, 1, 2, 3, 4, 5, 6, 7] {
+            let i = (p * 8 + q) * 2;
+            let (r, cc) = wgmma::acc_coord(t, i);
+            let (row, col) = (row0 + r, n0 + cc);
+            if row < m {
+                let (mut x0, mut x1) = (acc[i] * alpha, acc[i + 1] * alpha);
+                if has_bias {
+                    // SAFETY: col + 1 < n <= bias.len() (checked above).
+                    unsafe {
+                        x0 += bias.get_unchecked(col).to_f32();
+                        x1 += bias.get_unchecked(col + 1).to_f32();
+                    }
+                }
+                let v = T::from_f32x2([activate(x0, act), activate(x1, act)]);
+                // SAFETY: (row, col..col + 2) lies in C[z] (row < m, checked above); `col`
+                // is even and rows start 4-byte aligned (the launcher's contract).
+                unsafe { *(c_ptr.add(row * ldc + col) as *mut u32) = bits16(v[0]) | (bits16(v[1]) << 16) };
             }
         });
     });

@@ -6,7 +6,7 @@ use common::{executors, inputs, TestFloat};
 use half::{bf16, f16};
 use kernel_dsl::host::{CpuExecutor, LaunchConfig, LaunchError, MatrixUnit, WaveSize};
 use kernel_dsl::mma::{Lowering, MmaFloat};
-use kernels::gemm::{self, Activation, Epilogue, GemmElem, GemmShape, Operand};
+use kernels::gemm::{self, Activation, Engine, Epilogue, GemmElem, GemmShape, Operand};
 use kernels::runtime::Device;
 
 /// The CPU executor in every matrix-unit mode (MFMA at wave 64; WMMA, mma.sync and VALU
@@ -213,11 +213,16 @@ fn libm_erf(x: f64) -> f64 {
 /// Tolerance: f32 accumulation over `k` terms, the bf16 split of f32 inputs (about 2^-16
 /// per product), and one rounding of the result to `T`.
 fn check_gemm<T: TestFloat + GemmElem>(dev: &Device, s: GemmShape, ta: bool, tb: bool, batch_gap: usize, epi_kind: usize) {
-    let what = format!("{} {s:?} ta={ta} tb={tb} epi={epi_kind} on {}", T::NAME, name(dev));
+    check_gemm_on::<T>(Engine::Auto, dev, s, (ta, tb), batch_gap, (epi_kind % 2) * 3, epi_kind);
+}
+
+/// [`check_gemm`] on `engine`, A's rows `a_pad` elements apart beyond its columns.
+fn check_gemm_on<T: TestFloat + GemmElem>(engine: Engine, dev: &Device, s: GemmShape, (ta, tb): (bool, bool), batch_gap: usize, a_pad: usize, epi_kind: usize) {
+    let what = format!("{} {s:?} ta={ta} tb={tb} epi={epi_kind} {engine:?} on {}", T::NAME, name(dev));
     // Operands stored with a gap after each row and each batch entry (strided views).
     let (ar, ac) = if ta { (s.k, s.m) } else { (s.m, s.k) };
     let (br, bc) = if tb { (s.n, s.k) } else { (s.k, s.n) };
-    let ao = Operand { transposed: ta, ld: ac + (epi_kind % 2) * 3, batch_stride: 0 };
+    let ao = Operand { transposed: ta, ld: ac + a_pad, batch_stride: 0 };
     let ao = Operand { batch_stride: ar * ao.ld + batch_gap, ..ao };
     let bo = Operand { transposed: tb, ld: bc, batch_stride: br * bc + batch_gap };
     let a: Vec<T> = inputs(s.batch * ao.batch_stride, -1.0, 1.0, 7 + s.m as u64, false).iter().map(|&x| T::from_f64(x)).collect();
@@ -234,7 +239,7 @@ fn check_gemm<T: TestFloat + GemmElem>(dev: &Device, s: GemmShape, ta: bool, tb:
     let (da, db, dbias) = (dev.upload(&a).unwrap(), dev.upload(&b).unwrap(), dev.upload(&bias).unwrap());
     let mut dc = dev.upload(&vec![T::from_f64(-7.0); s.batch * s.m * s.n]).unwrap();
     let epi = Epilogue { alpha, bias: use_bias.then_some(&dbias), act };
-    gemm::matmul(dev, s, &da, ao, &db, bo, &mut dc, s.n, s.m * s.n, &epi).unwrap_or_else(|e| panic!("{what}: {e}"));
+    gemm::matmul_with(engine, dev, s, &da, ao, &db, bo, &mut dc, s.n, s.m * s.n, &epi).unwrap_or_else(|e| panic!("{what}: {e}"));
     let got = dev.download(&dc).unwrap();
     let split = if T::SPLIT { 2f64.powi(-14) } else { 0.0 };
     for i in 0..want.len() {
@@ -310,6 +315,56 @@ fn tile_order_is_a_bijection_in_bands_of_group_m() {
             }
         }
     }
+}
+
+/// The warpgroup kernel (`wgmma`, NVIDIA sm_90 only): B row-major (MN-major tiles) and
+/// transposed (K-major), batched with gaps, A's rows padded, every epilogue, several K
+/// steps (more than the ring's 4 stages), several tile rows and columns (the banded tile
+/// order), M ending inside a tile and inside a warpgroup's rows. Elsewhere the launcher
+/// must refuse it by name and leave C as it was.
+fn gemm_wgmma_whole_tiles<T: TestFloat + GemmElem>() {
+    let s = GemmShape { batch: 2, m: 256, n: 512, k: 384 };
+    let mut ran = 0;
+    for dev in executors() {
+        let a = dev.upload(&vec![T::from_f64(1.0); s.m * s.k * s.batch]).unwrap();
+        let b = dev.upload(&vec![T::from_f64(1.0); s.k * s.n * s.batch]).unwrap();
+        let mut c = dev.upload(&vec![T::from_f64(-7.0); s.m * s.n * s.batch]).unwrap();
+        let r = gemm::matmul_with(Engine::Wgmma, &dev, s, &a, Operand::row_major(s.m, s.k), &b, Operand::row_major(s.k, s.n), &mut c, s.n, s.m * s.n, &Epilogue::default());
+        match r {
+            Err(e) => {
+                assert!(e.to_string().contains("sm_90"), "{}: {e}", name(&dev));
+                assert!(dev.download(&c).unwrap().iter().all(|x| x.to_f64() == -7.0), "{}: a refused product wrote C", name(&dev));
+                eprintln!("gemm_wgmma: skipped on {}: {e}", name(&dev));
+            }
+            Ok(()) => {
+                ran += 1;
+                for (i, tb) in [false, true].into_iter().enumerate() {
+                    for epi in 0..4 {
+                        check_gemm_on::<T>(Engine::Wgmma, &dev, s, (false, tb), 8 * (i + 1), 8 * (epi % 2), epi);
+                    }
+                    // Rows that end inside a warpgroup's 64 (zero-filled, not stored).
+                    check_gemm_on::<T>(Engine::Wgmma, &dev, GemmShape { batch: 1, m: 203, n: 256, k: 320 }, (false, tb), 0, 8, 2 * i + 1);
+                }
+                // A shape the kernel cannot take is refused, not cut.
+                let bad = GemmShape { n: 200, ..s };
+                let e = gemm::matmul_with(Engine::Wgmma, &dev, bad, &a, Operand::row_major(s.m, s.k), &b, Operand::row_major(s.k, bad.n), &mut c, bad.n, s.m * bad.n, &Epilogue::default()).unwrap_err();
+                assert!(e.to_string().contains("whole tiles of 256"), "{e}");
+            }
+        }
+    }
+    if ran == 0 {
+        eprintln!("gemm_wgmma: no NVIDIA sm_90 device in this build/run: the wgmma kernel was not run (only its refusal was checked)");
+    }
+}
+
+#[test]
+fn gemm_wgmma_bf16_whole_tiles_on_sm90() {
+    gemm_wgmma_whole_tiles::<bf16>();
+}
+
+#[test]
+fn gemm_wgmma_f16_whole_tiles_on_sm90() {
+    gemm_wgmma_whole_tiles::<f16>();
 }
 
 #[test]

@@ -1,14 +1,17 @@
-//! GEMM on the matrix units (`kernels::gemm::matmul`, `mma.sync` on NVIDIA) timed with GPU
-//! events: square f16/bf16 products 1024..8192 and LLM projection shapes (M tokens x K
-//! against a K x N weight), plus a correctness spot check of each shape class.
+//! GEMM on the matrix units (`kernels::gemm::matmul_with`) timed with GPU events: square
+//! f16/bf16 products 1024..8192 and LLM projection shapes (M tokens x K against a K x N
+//! weight), plus a correctness spot check of each shape class. Each shape runs on
+//! `gemm_tiled` (`mma.sync` on NVIDIA; op `matmul`) and, where it can take the product
+//! (NVIDIA sm_90, whole 128 x 256 tiles), on `gemm_wgmma` (op `matmul_wgmma`).
 //!
-//! `gemm [--out DIR] [--quick] [--shape MxNxK --dtype bf16|f16|f32]`: writes
-//! `DIR/rust_gemm.json`; `python/torch_gemm.py` times `torch.matmul` on the same shapes and
-//! `python/report_gemm.py` merges both. `--shape` times that one product only (for `ncu`).
+//! `gemm [--out DIR] [--quick] [--shape MxNxK --dtype bf16|f16|f32 [--engine tiled|wgmma]]`:
+//! writes `DIR/rust_gemm.json`; `python/torch_gemm.py` times `torch.matmul` on the same
+//! shapes and `python/report_gemm.py` merges both. `--shape` times that one product only
+//! (for `ncu`).
 use benches::time;
 use half::{bf16, f16};
 use kernel_dsl::host::ScalarArg;
-use kernels::gemm::{self, Epilogue, GemmElem, GemmShape, Operand};
+use kernels::gemm::{self, Engine, Epilogue, GemmElem, GemmShape, Operand};
 use kernels::runtime::{Device, DeviceVec};
 use std::io::Write;
 
@@ -25,6 +28,7 @@ fn data<T: GemmElem>(n: usize, seed: u64) -> Vec<T> {
 }
 
 struct Row {
+    op: &'static str,
     dtype: &'static str,
     m: usize,
     n: usize,
@@ -32,14 +36,26 @@ struct Row {
     us: f64,
 }
 
-/// Times `C = A B` (row-major, no epilogue) and checks a few entries against f64.
+/// Times `C = A B` (row-major, no epilogue) on `gemm_tiled` and, where it takes the
+/// product, `gemm_wgmma`, and checks a few entries of each against f64.
 fn run<T: GemmElem + ScalarArg>(dev: &Device, m: usize, n: usize, k: usize, out: &mut Vec<Row>) {
+    for engine in [Engine::Tiled, Engine::Wgmma] {
+        run_on::<T>(engine, dev, m, n, k, out);
+    }
+}
+
+fn run_on<T: GemmElem + ScalarArg>(engine: Engine, dev: &Device, m: usize, n: usize, k: usize, out: &mut Vec<Row>) {
     let (a, b) = (data::<T>(m * k, 1), data::<T>(k * n, 2));
     let (da, db) = (dev.upload(&a).unwrap(), dev.upload(&b).unwrap());
     let mut dc: DeviceVec<T> = dev.alloc(m * n).unwrap();
     let shape = GemmShape { batch: 1, m, n, k };
     let epi = Epilogue::default();
-    let mut call = || gemm::matmul(dev, shape, &da, Operand::row_major(m, k), &db, Operand::row_major(k, n), &mut dc, n, m * n, &epi).unwrap();
+    let mut call = || gemm::matmul_with(engine, dev, shape, &da, Operand::row_major(m, k), &db, Operand::row_major(k, n), &mut dc, n, m * n, &epi);
+    if let Err(e) = call() {
+        assert!(engine == Engine::Wgmma, "{e}");
+        return;
+    }
+    let mut call = || call().unwrap();
     let us = time(dev, 2 * m * n * k, &mut call);
     let c = dev.download(&dc).unwrap();
     for (i, j) in [(0, 0), (m - 1, n - 1), (m / 2, n / 3)] {
@@ -49,8 +65,9 @@ fn run<T: GemmElem + ScalarArg>(dev: &Device, m: usize, n: usize, k: usize, out:
         assert!((got - want).abs() <= 1e-2 * want.abs() + 1e-4 * scale + 1e-3, "{} {m}x{n}x{k} C[{i}][{j}] = {got}, want {want}", T::NAME);
     }
     let tflops = 2.0 * (m * n * k) as f64 / (us * 1e-6) / 1e12;
-    eprintln!("gemm {:<5} {m:>5} x {n:>5} x {k:>5} {us:>10.1} us {tflops:>7.1} TFLOP/s", T::NAME);
-    out.push(Row { dtype: T::NAME, m, n, k, us });
+    let op = if engine == Engine::Wgmma { "matmul_wgmma" } else { "matmul" };
+    eprintln!("{op:<13} {:<5} {m:>5} x {n:>5} x {k:>5} {us:>10.1} us {tflops:>7.1} TFLOP/s", T::NAME);
+    out.push(Row { op, dtype: T::NAME, m, n, k, us });
 }
 
 fn main() {
@@ -63,10 +80,11 @@ fn main() {
     if let Some(shape) = value("--shape") {
         let d: Vec<usize> = shape.split('x').map(|v| v.parse().expect("--shape MxNxK")).collect();
         let [m, n, k] = d[..] else { panic!("--shape MxNxK") };
+        let engine = if value("--engine").is_some_and(|e| e == "wgmma") { Engine::Wgmma } else { Engine::Tiled };
         match value("--dtype").map(String::as_str).unwrap_or("bf16") {
-            "f16" => run::<f16>(&dev, m, n, k, &mut rows),
-            "f32" => run::<f32>(&dev, m, n, k, &mut rows),
-            _ => run::<bf16>(&dev, m, n, k, &mut rows),
+            "f16" => run_on::<f16>(engine, &dev, m, n, k, &mut rows),
+            "f32" => run_on::<f32>(engine, &dev, m, n, k, &mut rows),
+            _ => run_on::<bf16>(engine, &dev, m, n, k, &mut rows),
         }
         return;
     }
@@ -90,7 +108,7 @@ fn main() {
     run::<f32>(&dev, 4096, 4096, 4096, &mut rows);
     let json: Vec<String> = rows
         .iter()
-        .map(|r| format!("{{\"op\":\"matmul\",\"dtype\":\"{}\",\"m\":{},\"n\":{},\"k\":{},\"us\":{:.3}}}", r.dtype, r.m, r.n, r.k, r.us))
+        .map(|r| format!("{{\"op\":\"{}\",\"dtype\":\"{}\",\"m\":{},\"n\":{},\"k\":{},\"us\":{:.3}}}", r.op, r.dtype, r.m, r.n, r.k, r.us))
         .collect();
     std::fs::create_dir_all(&out_dir).unwrap();
     let path = format!("{out_dir}/rust_gemm.json");

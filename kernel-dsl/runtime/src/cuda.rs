@@ -62,6 +62,7 @@ struct Inner {
     ctx: sys::CUcontext,
     device: sys::CUdevice,
     stream: sys::CUstream,
+    /// Keyed by the address of the PTX text (a crate's main PTX or one of its variants).
     modules: Mutex<HashMap<usize, sys::CUmodule>>,
     /// Keyed by the addresses of the binaries and of the symbol text (launchers pass the
     /// same `&'static str` every time; hashing two words instead of the mangled name keeps
@@ -243,18 +244,24 @@ impl CudaDevice {
         if let Some(f) = self.inner.functions.lock().unwrap().get(&key) {
             return Ok(*f);
         }
+        // The crate's PTX, or the variant built for this kernel's instructions (`sm_90a`).
+        let ptx = match binaries.variant_for(symbol) {
+            Some(v) if v.runs_on(self.inner.capability) => v.ptx,
+            Some(v) => {
+                let (ma, mi) = self.inner.capability;
+                return Err(LaunchError::ArchNotBuilt { arch: format!("{symbol} on sm_{ma}{mi}"), built: vec![v.target] });
+            }
+            None => binaries.ptx.ok_or_else(|| LaunchError::NoDevice(format!("{} was built without PTX (KERNEL_PTX=0)", binaries.crate_name)))?,
+        };
         let module = {
             let mut modules = self.inner.modules.lock().unwrap();
-            match modules.get(&key.0) {
+            match modules.get(&(ptx.as_ptr() as usize)) {
                 Some(m) => *m,
                 None => {
-                    let ptx = binaries.ptx.ok_or_else(|| {
-                        LaunchError::NoDevice(format!("{} was built without PTX (KERNEL_PTX=0)", binaries.crate_name))
-                    })?;
                     let image = CString::new(ptx).expect("PTX has no NUL bytes");
                     // SAFETY: NUL-terminated PTX text.
                     let m = unsafe { result::module::load_data(image.as_ptr() as *const c_void) }.map_err(|e| err("cuModuleLoadData", e))?;
-                    modules.insert(key.0, m);
+                    modules.insert(ptx.as_ptr() as usize, m);
                     m
                 }
             }

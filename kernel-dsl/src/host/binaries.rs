@@ -49,11 +49,52 @@ pub struct EmbeddedKernels {
     pub ptx: Option<&'static str>,
     /// PTX target (`sm_80`).
     pub ptx_target: &'static str,
+    /// PTX built for further targets, for the kernels that need their instructions.
+    pub ptx_variants: &'static [PtxVariant],
     /// Per-kernel, per-architecture resource figures.
     pub stats: &'static [KernelStats],
 }
 
+/// PTX of the whole crate for one more target (`sm_90a`), from which the kernels it names
+/// launch on devices of that architecture.
+#[derive(Clone, Copy, Debug)]
+pub struct PtxVariant {
+    /// The PTX target (`sm_90a`).
+    pub target: &'static str,
+    /// The module.
+    pub ptx: &'static str,
+    /// Base names of the kernels launched from it (`gemm_wgmma` covers `gemm_wgmma_bf16`).
+    pub kernels: &'static [&'static str],
+}
+
+impl PtxVariant {
+    /// Whether a device of compute capability `(major, minor)` runs this PTX: an `a`
+    /// (architecture-specific) target only on that exact architecture.
+    pub fn runs_on(&self, (major, minor): (i32, i32)) -> bool {
+        let digits = self.target.trim_start_matches("sm_");
+        let (num, exact) = match digits.strip_suffix('a') {
+            Some(n) => (n, true),
+            None => (digits, false),
+        };
+        let Ok(v) = num.parse::<i32>() else { return false };
+        let (vmaj, vmin) = (v / 10, v % 10);
+        if exact {
+            (major, minor) == (vmaj, vmin)
+        } else {
+            (major, minor) >= (vmaj, vmin)
+        }
+    }
+    /// Whether `symbol` is one of this variant's kernels (`base` or `base_<types>`).
+    pub fn covers(&self, symbol: &str) -> bool {
+        self.kernels.iter().any(|k| symbol == *k || symbol.strip_prefix(k).is_some_and(|r| r.starts_with('_')))
+    }
+}
+
 impl EmbeddedKernels {
+    /// The variant `symbol` must launch from, if any.
+    pub fn variant_for(&self, symbol: &str) -> Option<&'static PtxVariant> {
+        self.ptx_variants.iter().find(|v| v.covers(symbol))
+    }
     /// The code object for `arch` (features after `:` are ignored: `gfx90a:sramecc+:xnack-`).
     pub fn code_object(&self, arch: &str) -> Option<&'static CodeObject> {
         let base = arch.split(':').next().unwrap_or(arch);

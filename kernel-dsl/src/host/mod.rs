@@ -9,7 +9,7 @@ mod error;
 
 pub use abi::{ArgSlot, KernelInstance, SlotKind};
 pub use args::{ArgValue, KernelArgSlice, KernelArgSliceMut, MemLocation, ScalarArg};
-pub use binaries::{CodeObject, EmbeddedKernels, KernelStats};
+pub use binaries::{CodeObject, EmbeddedKernels, KernelStats, PtxVariant};
 pub use cpu_executor::{CpuExecutor, ExecError, MatrixUnit, WaveSize};
 pub use error::LaunchError;
 

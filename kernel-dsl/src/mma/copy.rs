@@ -51,6 +51,22 @@ impl SharedAddr {
             SharedAddr { raw: self.raw.wrapping_add(bytes) }
         }
     }
+    /// The first address at or after this one that is a multiple of `align` (a power of
+    /// two): on NVIDIA of the shared window, whose swizzled layouts key on those bits.
+    #[inline(always)]
+    pub fn align_up(self, align: usize) -> SharedAddr {
+        #[cfg(target_arch = "nvptx64")]
+        {
+            let a = align as u32 - 1;
+            SharedAddr { raw: self.raw.wrapping_add(a) & !a }
+        }
+        #[cfg(not(target_arch = "nvptx64"))]
+        {
+            let a = align - 1;
+            let up = ((self.raw as usize).wrapping_add(a) & !a) - self.raw as usize;
+            SharedAddr { raw: self.raw.wrapping_add(up) }
+        }
+    }
     /// The same location as a generic pointer (for ordinary loads and stores).
     #[inline(always)]
     pub fn as_ptr<T>(self) -> *mut T {

@@ -36,6 +36,7 @@
 //! Every function that takes or builds a whole fragment is a wave operation: all lanes
 //! of the wave call it together, in uniform control flow, with full waves.
 pub mod copy;
+pub mod wgmma;
 mod layout;
 
 #[cfg(not(any(target_arch = "amdgpu", target_arch = "nvptx64")))]

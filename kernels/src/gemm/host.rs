@@ -1,8 +1,8 @@
 //! The checked GEMM launcher: shapes, strides and sizes validated before anything runs.
-use super::{block_tile, gemm_split_sum, gemm_tiled, smem_elems, work_group_size, GemmElem};
+use super::{block_tile, gemm_split_sum, gemm_tiled, gemm_wgmma, smem_elems, wgmma_smem_elems, work_group_size, GemmElem, WG_BK, WG_BM, WG_BN, WG_THREADS};
 use crate::runtime::{Device, DeviceVec};
 use crate::dtype::host::arg_len;
-use kernel_dsl::host::{KernelArgSlice, KernelArgSliceMut, LaunchConfig, LaunchError, MatrixUnit, ScalarArg};
+use kernel_dsl::host::{ArgValue, KernelArgSlice, KernelArgSliceMut, LaunchConfig, LaunchError, MatrixUnit, ScalarArg};
 use kernel_dsl::mma::Lowering;
 use kernel_dsl::Dim3;
 
@@ -71,6 +71,21 @@ impl<T> Default for Epilogue<'_, T> {
     fn default() -> Self {
         Epilogue { alpha: 1.0, bias: None, act: Activation::Identity }
     }
+}
+
+/// Which kernel multiplies.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum Engine {
+    /// The fastest kernel that takes the product: [`Engine::Wgmma`] where it can run,
+    /// else [`Engine::Tiled`].
+    #[default]
+    Auto,
+    /// `gemm_tiled` (every device, every shape).
+    Tiled,
+    /// `gemm_wgmma` (NVIDIA sm_90 with the crate's sm_90a PTX; N a multiple of 256, K of
+    /// 64, 16-bit types, A row-major, 16-byte aligned rows); an error where it cannot take
+    /// the product.
+    Wgmma,
 }
 
 /// The matrix-unit lowering kernels use on `dev`.
@@ -200,6 +215,80 @@ pub fn matmul_strided<T: GemmElem + ScalarArg>(
     c_batch_stride: usize,
     epilogue: &Epilogue<'_, T>,
 ) -> Result<(), LaunchError> {
+    matmul_strided_with(Engine::Auto, dev, shape, a, a_s, b, b_s, c, ldc, c_batch_stride, epilogue)
+}
+
+/// [`matmul`] on a chosen [`Engine`] (benchmarks and tests compare them).
+#[allow(clippy::too_many_arguments)]
+pub fn matmul_with<T: GemmElem + ScalarArg>(
+    engine: Engine,
+    dev: &Device,
+    shape: GemmShape,
+    a: &DeviceVec<T>,
+    a_op: Operand,
+    b: &DeviceVec<T>,
+    b_op: Operand,
+    c: &mut DeviceVec<T>,
+    ldc: usize,
+    c_batch_stride: usize,
+    epilogue: &Epilogue<'_, T>,
+) -> Result<(), LaunchError> {
+    let GemmShape { m, n, k, .. } = shape;
+    extent("A", &a_op, m, k, shape.batch)?;
+    extent("B", &b_op, k, n, shape.batch)?;
+    matmul_strided_with(engine, dev, shape, a, a_op.strides(), b, b_op.strides(), c, ldc, c_batch_stride, epilogue)
+}
+
+/// Why `gemm_wgmma` cannot take this product on `dev`, or `None` when it can.
+#[allow(clippy::too_many_arguments)]
+fn wgmma_refusal<T: GemmElem>(dev: &Device, shape: GemmShape, a: ArgValue, a_s: Strides, b: ArgValue, b_s: Strides, c: ArgValue, ldc: usize, c_bs: usize) -> Option<String> {
+    let _ = dev;
+    #[cfg(feature = "cuda")]
+    let device_ok = match dev {
+        Device::Cuda(d) => crate::__KERNEL_BINARIES.variant_for("gemm_wgmma_bf16").is_some_and(|v| v.runs_on(d.capability())),
+        _ => false,
+    };
+    #[cfg(not(feature = "cuda"))]
+    let device_ok = false;
+    if !device_ok {
+        return Some("wgmma needs an NVIDIA sm_90 device and the sm_90a PTX variant".into());
+    }
+    if T::SPLIT {
+        return Some("wgmma takes 16-bit inputs only".into());
+    }
+    let GemmShape { m, n, k, .. } = shape;
+    if n % WG_BN != 0 || k % WG_BK != 0 || k == 0 {
+        return Some(format!("wgmma takes N in whole tiles of {WG_BN} and K in steps of {WG_BK} ({m} x {n} x {k})"));
+    }
+    let addr = |v: ArgValue| match v {
+        ArgValue::Slice { addr, .. } => addr,
+        _ => 1,
+    };
+    let b_ld = if b_s.col == 1 { b_s.row } else if b_s.row == 1 { b_s.col } else { 1 };
+    if a_s.col != 1 || a_s.row % 8 != 0 || a_s.batch % 8 != 0 || b_ld % 8 != 0 || b_s.batch % 8 != 0 || addr(a) % 16 != 0 || addr(b) % 16 != 0 {
+        return Some("wgmma needs A row-major and both operands' rows 16-byte aligned".into());
+    }
+    if ldc % 2 != 0 || c_bs % 2 != 0 || addr(c) % 4 != 0 {
+        return Some("wgmma stores pairs of C elements: C's rows must be 4-byte aligned".into());
+    }
+    None
+}
+
+/// [`matmul_strided`] on a chosen [`Engine`].
+#[allow(clippy::too_many_arguments)]
+pub fn matmul_strided_with<T: GemmElem + ScalarArg>(
+    engine: Engine,
+    dev: &Device,
+    shape: GemmShape,
+    a: &(impl KernelArgSlice<T> + ?Sized),
+    a_s: Strides,
+    b: &(impl KernelArgSlice<T> + ?Sized),
+    b_s: Strides,
+    c: &mut (impl KernelArgSliceMut<T> + ?Sized),
+    ldc: usize,
+    c_batch_stride: usize,
+    epilogue: &Epilogue<'_, T>,
+) -> Result<(), LaunchError> {
     let GemmShape { batch, m, n, k } = shape;
     if ldc < n {
         return Err(invalid(format!("C: leading dimension {ldc} is smaller than the {n} columns")));
@@ -223,6 +312,51 @@ pub fn matmul_strided<T: GemmElem + ScalarArg>(
     if batch == 0 || m == 0 || n == 0 {
         return Ok(());
     }
+    let none: Vec<T> = Vec::new();
+    let bias: &dyn kernel_dsl::host::KernelArgSlice<T> = match epilogue.bias {
+        Some(b) => b,
+        None => &none,
+    };
+    let act = match epilogue.act {
+        Activation::Identity => 0u32,
+        Activation::Relu => 1,
+        Activation::Gelu => 2,
+        Activation::Silu => 3,
+    };
+    if engine != Engine::Tiled {
+        match wgmma_refusal::<T>(dev, shape, a.kernel_arg(), a_s, b.kernel_arg(), b_s, c.kernel_arg(), ldc, c_batch_stride) {
+            None => {
+                let b_mn_major = b_s.col == 1;
+                if batch > 65535 || m.div_ceil(WG_BM) > 65535 {
+                    return Err(invalid(format!("{m} rows or batch {batch} exceed the 65535 grid limit")));
+                }
+                let cfg = LaunchConfig::new(Dim3::new((n / WG_BN) as u32, m.div_ceil(WG_BM) as u32, batch as u32), Dim3::x(WG_THREADS as u32))
+                    .with_dynamic_shared(wgmma_smem_elems());
+                return gemm_wgmma::launch::<T>(
+                    dev,
+                    cfg,
+                    a,
+                    b,
+                    bias,
+                    c,
+                    to_u32("m", m)?,
+                    to_u32("n", n)?,
+                    to_u32("k", k)?,
+                    to_u32("A row stride", a_s.row)?,
+                    to_u32("B stride", if b_mn_major { b_s.row } else { b_s.col })?,
+                    b_mn_major as u32,
+                    to_u32("ldc", ldc)?,
+                    a_s.batch,
+                    b_s.batch,
+                    c_batch_stride,
+                    epilogue.alpha,
+                    act,
+                );
+            }
+            Some(why) if engine == Engine::Wgmma => return Err(invalid(why)),
+            Some(_) => {}
+        }
+    }
     let low = lowering_of(dev);
     let (bm, bn, _) = block_tile::<T>(low);
     let (gx, gy) = (n.div_ceil(bn), m.div_ceil(bm));
@@ -237,17 +371,6 @@ pub fn matmul_strided<T: GemmElem + ScalarArg>(
     .with_dynamic_shared(smem_elems::<T>(low));
     // Split-K's partial sums: batch x splits dense m x n f32 blocks (none without it).
     let mut ws = dev.alloc_uninit::<f32>(if splits > 1 { batch * splits * m * n } else { 0 })?;
-    let none: Vec<T> = Vec::new();
-    let bias: &dyn kernel_dsl::host::KernelArgSlice<T> = match epilogue.bias {
-        Some(b) => b,
-        None => &none,
-    };
-    let act = match epilogue.act {
-        Activation::Identity => 0u32,
-        Activation::Relu => 1,
-        Activation::Gelu => 2,
-        Activation::Silu => 3,
-    };
     gemm_tiled::launch::<T>(
         dev,
         cfg,

@@ -1,0 +1,326 @@
+//! Warpgroup matrix multiply-accumulate on NVIDIA sm_90a (`wgmma.mma_async`): four waves
+//! (a *warpgroup* of 128 work-items) multiply a 64 x 16 A tile by a 16 x 256 B tile, both
+//! read by the tensor units straight from shared memory, into 64 x 256 f32 accumulators
+//! held 128 per work-item. The products run asynchronously: [`fence`] before the first
+//! product of a batch, [`commit`] after the batch, [`wait`] until at most `N` batches are
+//! still running before the accumulators or the shared tiles they read are touched.
+//!
+//! Shared tiles use the 128-byte swizzled layout the tensor units read ([`sw128_offset`]):
+//! rows of 128 bytes in atoms of 8 rows (1024 bytes, 1024-byte aligned), 16-byte chunk `c`
+//! of row `r` stored at chunk `c ^ (r % 8)`. A [`descriptor`] names a tile by its address
+//! and two strides between atoms:
+//! - K-major (rows along M or N, 64 K elements per row): `SBO` = 1024 (next 8 rows); the
+//!   16-deep slice `s` of the row starts 32 bytes later per slice.
+//! - MN-major (B stored K x N, rows along K of 64 N elements): `LBO` = bytes to the next 64
+//!   columns, `SBO` = bytes to the next 8 K rows.
+//!
+//! Only the sm_90a PTX has the instructions ([`AVAILABLE`]); elsewhere the functions are
+//! never to be called (kernels test [`AVAILABLE`] and launchers pick another kernel). The
+//! pure parts ([`descriptor_bits`], [`sw128_offset`], [`acc_coord`]) are plain functions,
+//! tested on the host.
+use super::{InputKind, MmaFloat, SharedAddr};
+
+/// Whether this target has `wgmma` (NVIDIA sm_90a PTX).
+pub const AVAILABLE: bool = cfg!(all(target_arch = "nvptx64", target_feature = "sm_90a"));
+
+/// Work-items of a warpgroup.
+pub const WARPGROUP: usize = 128;
+
+/// Accumulators per work-item of one `m64n256` product.
+pub const ACC_N256: usize = 128;
+
+/// Byte offset of 16-byte chunk `chunk` (0..8) of row `row` in a 128-byte-swizzled tile
+/// whose rows are 128 bytes (the tile 1024-byte aligned).
+#[inline(always)]
+pub const fn sw128_offset(row: usize, chunk: usize) -> usize {
+    row * 128 + ((chunk ^ (row % 8)) * 16)
+}
+
+/// The 64-bit shared-memory matrix descriptor of a 128-byte-swizzled tile at shared-window
+/// byte address `addr` with leading / stride byte offsets `lbo`, `sbo` (multiples of 16):
+/// bits 0-13 address / 16, 16-29 `lbo` / 16, 32-45 `sbo` / 16, 62-63 swizzle mode 1
+/// (128 bytes).
+#[inline(always)]
+pub const fn descriptor_bits(addr: u32, lbo: u32, sbo: u32) -> u64 {
+    ((addr as u64 >> 4) & 0x3fff) | (((lbo as u64 >> 4) & 0x3fff) << 16) | (((sbo as u64 >> 4) & 0x3fff) << 32) | (1u64 << 62)
+}
+
+/// [`descriptor_bits`] of a shared address.
+#[inline(always)]
+pub fn descriptor(addr: SharedAddr, lbo: u32, sbo: u32) -> u64 {
+    #[cfg(target_arch = "nvptx64")]
+    {
+        descriptor_bits(addr.raw(), lbo, sbo)
+    }
+    #[cfg(not(target_arch = "nvptx64"))]
+    {
+        descriptor_bits(addr.as_ptr::<u8>() as usize as u32, lbo, sbo)
+    }
+}
+
+/// `(row, col)` in the 64 x N accumulator tile of accumulator `i` of work-item `t` (0..128)
+/// of the warpgroup: wave `t / 32` holds rows `16 (t / 32) ..`, and within it the layout
+/// of `mma.sync`'s m16n8 accumulators repeated along N every 8 columns.
+#[inline(always)]
+pub const fn acc_coord(t: usize, i: usize) -> (usize, usize) {
+    let (w, l) = (t / 32, t % 32);
+    (w * 16 + l / 4 + 8 * ((i / 2) % 2), (i / 4) * 8 + (l % 4) * 2 + i % 2)
+}
+
+/// Orders this work-item's earlier register and shared-memory accesses before the
+/// warpgroup's next products (`wgmma.fence`). Warpgroup-wide.
+#[inline(always)]
+pub fn fence() {
+    #[cfg(all(target_arch = "nvptx64", target_feature = "sm_90a"))]
+    // SAFETY: no operands.
+    unsafe {
+        core::arch::asm!("wgmma.fence.sync.aligned;", options(nostack))
+    }
+}
+
+/// Closes the batch of products issued since the last commit (`wgmma.commit_group`).
+#[inline(always)]
+pub fn commit() {
+    #[cfg(all(target_arch = "nvptx64", target_feature = "sm_90a"))]
+    // SAFETY: no operands.
+    unsafe {
+        core::arch::asm!("wgmma.commit_group.sync.aligned;", options(nostack))
+    }
+}
+
+/// Waits until at most `N` (0 or 1) committed batches are still running.
+#[inline(always)]
+pub fn wait<const N: u32>() {
+    #[cfg(all(target_arch = "nvptx64", target_feature = "sm_90a"))]
+    // SAFETY: no operands.
+    unsafe {
+        if N == 0 {
+            core::arch::asm!("wgmma.wait_group.sync.aligned 0;", options(nostack))
+        } else {
+            core::arch::asm!("wgmma.wait_group.sync.aligned 1;", options(nostack))
+        }
+    }
+}
+
+/// Makes this work-item's earlier shared-memory writes (stores, completed `cp.async`)
+/// visible to the tensor units' reads (`fence.proxy.async.shared::cta`); a barrier after
+/// it publishes them to the other work-items' products.
+#[inline(always)]
+pub fn fence_proxy_async() {
+    #[cfg(all(target_arch = "nvptx64", target_feature = "sm_90a"))]
+    // SAFETY: no operands.
+    unsafe {
+        core::arch::asm!("fence.proxy.async.shared::cta;", options(nostack))
+    }
+}
+
+/// One `wgmma.mma_async.m64n256k16` with f32 accumulators `d` (this work-item's 128),
+/// A and B from shared memory by descriptor, B K-major (`$trans_b` "0") or MN-major ("1").
+#[cfg(all(target_arch = "nvptx64", target_feature = "sm_90a"))]
+macro_rules! wgmma_m64n256k16 {
+    ($ty:literal, $trans_b:literal, $d:expr, $da:expr, $db:expr) => {{
+        let d: &mut [f32; 128] = $d;
+        core::arch::asm!(
+            concat!("{{ .reg .pred p; setp.ne.b32 p, {130}, 0; wgmma.mma_async.sync.aligned.m64n256k16.f32.", $ty, ".", $ty, " {{{0}, {1}, {2}, {3}, {4}, {5}, {6}, {7}, {8}, {9}, {10}, {11}, {12}, {13}, {14}, {15}, {16}, {17}, {18}, {19}, {20}, {21}, {22}, {23}, {24}, {25}, {26}, {27}, {28}, {29}, {30}, {31}, {32}, {33}, {34}, {35}, {36}, {37}, {38}, {39}, {40}, {41}, {42}, {43}, {44}, {45}, {46}, {47}, {48}, {49}, {50}, {51}, {52}, {53}, {54}, {55}, {56}, {57}, {58}, {59}, {60}, {61}, {62}, {63}, {64}, {65}, {66}, {67}, {68}, {69}, {70}, {71}, {72}, {73}, {74}, {75}, {76}, {77}, {78}, {79}, {80}, {81}, {82}, {83}, {84}, {85}, {86}, {87}, {88}, {89}, {90}, {91}, {92}, {93}, {94}, {95}, {96}, {97}, {98}, {99}, {100}, {101}, {102}, {103}, {104}, {105}, {106}, {107}, {108}, {109}, {110}, {111}, {112}, {113}, {114}, {115}, {116}, {117}, {118}, {119}, {120}, {121}, {122}, {123}, {124}, {125}, {126}, {127}}}, {128}, {129}, p, 1, 1, 0, ", $trans_b, "; }}"),
+            inout(reg32) d[0],
+            inout(reg32) d[1],
+            inout(reg32) d[2],
+            inout(reg32) d[3],
+            inout(reg32) d[4],
+            inout(reg32) d[5],
+            inout(reg32) d[6],
+            inout(reg32) d[7],
+            inout(reg32) d[8],
+            inout(reg32) d[9],
+            inout(reg32) d[10],
+            inout(reg32) d[11],
+            inout(reg32) d[12],
+            inout(reg32) d[13],
+            inout(reg32) d[14],
+            inout(reg32) d[15],
+            inout(reg32) d[16],
+            inout(reg32) d[17],
+            inout(reg32) d[18],
+            inout(reg32) d[19],
+            inout(reg32) d[20],
+            inout(reg32) d[21],
+            inout(reg32) d[22],
+            inout(reg32) d[23],
+            inout(reg32) d[24],
+            inout(reg32) d[25],
+            inout(reg32) d[26],
+            inout(reg32) d[27],
+            inout(reg32) d[28],
+            inout(reg32) d[29],
+            inout(reg32) d[30],
+            inout(reg32) d[31],
+            inout(reg32) d[32],
+            inout(reg32) d[33],
+            inout(reg32) d[34],
+            inout(reg32) d[35],
+            inout(reg32) d[36],
+            inout(reg32) d[37],
+            inout(reg32) d[38],
+            inout(reg32) d[39],
+            inout(reg32) d[40],
+            inout(reg32) d[41],
+            inout(reg32) d[42],
+            inout(reg32) d[43],
+            inout(reg32) d[44],
+            inout(reg32) d[45],
+            inout(reg32) d[46],
+            inout(reg32) d[47],
+            inout(reg32) d[48],
+            inout(reg32) d[49],
+            inout(reg32) d[50],
+            inout(reg32) d[51],
+            inout(reg32) d[52],
+            inout(reg32) d[53],
+            inout(reg32) d[54],
+            inout(reg32) d[55],
+            inout(reg32) d[56],
+            inout(reg32) d[57],
+            inout(reg32) d[58],
+            inout(reg32) d[59],
+            inout(reg32) d[60],
+            inout(reg32) d[61],
+            inout(reg32) d[62],
+            inout(reg32) d[63],
+            inout(reg32) d[64],
+            inout(reg32) d[65],
+            inout(reg32) d[66],
+            inout(reg32) d[67],
+            inout(reg32) d[68],
+            inout(reg32) d[69],
+            inout(reg32) d[70],
+            inout(reg32) d[71],
+            inout(reg32) d[72],
+            inout(reg32) d[73],
+            inout(reg32) d[74],
+            inout(reg32) d[75],
+            inout(reg32) d[76],
+            inout(reg32) d[77],
+            inout(reg32) d[78],
+            inout(reg32) d[79],
+            inout(reg32) d[80],
+            inout(reg32) d[81],
+            inout(reg32) d[82],
+            inout(reg32) d[83],
+            inout(reg32) d[84],
+            inout(reg32) d[85],
+            inout(reg32) d[86],
+            inout(reg32) d[87],
+            inout(reg32) d[88],
+            inout(reg32) d[89],
+            inout(reg32) d[90],
+            inout(reg32) d[91],
+            inout(reg32) d[92],
+            inout(reg32) d[93],
+            inout(reg32) d[94],
+            inout(reg32) d[95],
+            inout(reg32) d[96],
+            inout(reg32) d[97],
+            inout(reg32) d[98],
+            inout(reg32) d[99],
+            inout(reg32) d[100],
+            inout(reg32) d[101],
+            inout(reg32) d[102],
+            inout(reg32) d[103],
+            inout(reg32) d[104],
+            inout(reg32) d[105],
+            inout(reg32) d[106],
+            inout(reg32) d[107],
+            inout(reg32) d[108],
+            inout(reg32) d[109],
+            inout(reg32) d[110],
+            inout(reg32) d[111],
+            inout(reg32) d[112],
+            inout(reg32) d[113],
+            inout(reg32) d[114],
+            inout(reg32) d[115],
+            inout(reg32) d[116],
+            inout(reg32) d[117],
+            inout(reg32) d[118],
+            inout(reg32) d[119],
+            inout(reg32) d[120],
+            inout(reg32) d[121],
+            inout(reg32) d[122],
+            inout(reg32) d[123],
+            inout(reg32) d[124],
+            inout(reg32) d[125],
+            inout(reg32) d[126],
+            inout(reg32) d[127],
+            in(reg64) $da,
+            in(reg64) $db,
+            in(reg32) 1u32,
+            options(nostack),
+        )
+    }};
+}
+/// `d += A B` for the warpgroup: A 64 x 16 K-major at descriptor `da`, B 16 x 256 at `db`,
+/// K-major (stored N x K) or, with `B_MN_MAJOR`, MN-major (stored K x N). Asynchronous:
+/// see the module documentation.
+///
+/// # Safety
+/// sm_90a only ([`AVAILABLE`]); all 128 work-items of the warpgroup call it together with
+/// the same descriptors, which name valid, initialised, swizzled shared tiles that nothing
+/// writes until a [`wait`] says the product is done.
+#[inline(always)]
+pub unsafe fn mma_m64n256k16<T: MmaFloat, const B_MN_MAJOR: bool>(d: &mut [f32; ACC_N256], da: u64, db: u64) {
+    #[cfg(all(target_arch = "nvptx64", target_feature = "sm_90a"))]
+    // SAFETY: the caller's contract.
+    unsafe {
+        match (T::KIND, B_MN_MAJOR) {
+            (InputKind::Bf16, false) => wgmma_m64n256k16!("bf16", "0", d, da, db),
+            (InputKind::Bf16, true) => wgmma_m64n256k16!("bf16", "1", d, da, db),
+            (_, false) => wgmma_m64n256k16!("f16", "0", d, da, db),
+            (_, true) => wgmma_m64n256k16!("f16", "1", d, da, db),
+        }
+    }
+    #[cfg(not(all(target_arch = "nvptx64", target_feature = "sm_90a")))]
+    {
+        let _ = (d, da, db, T::KIND == InputKind::I8);
+        panic!("wgmma runs on NVIDIA sm_90a only");
+    }
+}
+
+#[cfg(all(test, not(any(target_arch = "amdgpu", target_arch = "nvptx64"))))]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn descriptor_fields_sit_where_the_ptx_isa_puts_them() {
+        let d = descriptor_bits(0x1_2340, 8192, 1024);
+        assert_eq!(d & 0x3fff, 0x1234);
+        assert_eq!((d >> 16) & 0x3fff, 8192 >> 4);
+        assert_eq!((d >> 32) & 0x3fff, 1024 >> 4);
+        assert_eq!(d >> 62, 1, "128-byte swizzle");
+        assert_eq!((d >> 46) & 0xffff, 0, "base offset and reserved bits stay zero");
+    }
+
+    #[test]
+    fn swizzled_rows_permute_their_chunks_within_the_row() {
+        for r in 0..16 {
+            let mut seen: Vec<usize> = (0..8).map(|c| sw128_offset(r, c)).collect();
+            seen.sort();
+            assert_eq!(seen, (0..8).map(|c| r * 128 + c * 16).collect::<Vec<_>>());
+        }
+        assert_eq!(sw128_offset(3, 1), 3 * 128 + 2 * 16);
+    }
+
+    #[test]
+    fn accumulator_coordinates_cover_the_tile_once() {
+        let mut hit = vec![0u8; 64 * 256];
+        for t in 0..WARPGROUP {
+            for i in 0..ACC_N256 {
+                let (r, c) = acc_coord(t, i);
+                hit[r * 256 + c] += 1;
+            }
+        }
+        assert!(hit.iter().all(|&h| h == 1));
+        // Work-item 5 of wave 1: row 16 + 1, columns 2, 3 then 10, 11, ..; rows + 8 at i = 2.
+        assert_eq!(acc_coord(37, 0), (17, 2));
+        assert_eq!(acc_coord(37, 3), (25, 3));
+        assert_eq!(acc_coord(37, 4), (17, 10));
+    }
+}
