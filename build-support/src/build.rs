@@ -173,10 +173,10 @@ impl KernelBuild {
                 .collect();
             handles.into_iter().map(|h| h.join().expect("compile thread panicked")).collect()
         });
-        let artifacts = results.into_iter().collect::<Result<Vec<_>, _>>()?;
+        let mut artifacts = results.into_iter().collect::<Result<Vec<_>, _>>()?;
 
         let mut stats = Vec::new();
-        for a in &artifacts {
+        for a in &mut artifacts {
             match &a.target {
                 Target::Amdgpu(arch) => {
                     let bytes = std::fs::read(&a.path).at(&a.path)?;
@@ -192,6 +192,15 @@ impl KernelBuild {
                     let module = crate::ptx::parse_ptx(&text)
                         .map_err(|e| BuildError::Metadata { path: a.path.clone(), message: e.to_string() })?;
                     check_ptx(&device.abis, &module, &text)?;
+                    // A variant keeps only its own kernels' entries (the driver compiles a
+                    // whole module when it loads it), in a file of its own beside the
+                    // cached full compile.
+                    if let Some((sm, kernels)) = variants.iter().find(|(v, _)| Target::Nvptx(v.clone()) == a.target) {
+                        let covers = |name: &str| kernels.iter().any(|k| name == k || name.strip_prefix(k.as_str()).is_some_and(|r| r.starts_with('_')));
+                        let path = a.path.with_file_name(format!("kernels.{sm}.variant.ptx"));
+                        write_if_changed(&path, crate::ptx::retain_entries(&text, covers).as_bytes())?;
+                        a.path = path;
+                    }
                 }
             }
         }

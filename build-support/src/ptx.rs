@@ -806,6 +806,44 @@ pub fn with_max_threads(text: &str, max_threads: impl Fn(&str) -> u32) -> String
     out
 }
 
+/// `text` without the `.entry` definitions whose names `keep` rejects (each from its
+/// `.entry` line through the `}` line that closes its body); everything else as it was.
+/// For PTX variants that only some kernels launch from: the driver compiles every entry of
+/// a module when it loads it.
+pub fn retain_entries(text: &str, keep: impl Fn(&str) -> bool) -> String {
+    let mut out = String::with_capacity(text.len());
+    let mut dropping = false;
+    for line in text.lines() {
+        let t = line.trim_start();
+        if let Some(rest) = t.strip_prefix(".visible .entry ").or_else(|| t.strip_prefix(".entry ")) {
+            let name = rest.split(|c: char| c == '(' || c.is_whitespace()).next().unwrap_or("");
+            dropping = !keep(name);
+        }
+        if !dropping {
+            out.push_str(line);
+            out.push('\n');
+        } else if line == "}" {
+            dropping = false;
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod retain_tests {
+    use super::{parse_ptx, retain_entries};
+
+    #[test]
+    fn drops_only_the_rejected_entries() {
+        let ptx = ".version 8.0\n.target sm_90a\n.func f()\n{\n\tret;\n}\n.visible .entry a(\n\t.param .u64 a_0\n)\n{\n\t{\n\tret;\n\t}\n}\n.visible .entry b()\n{\n\tret;\n}\n";
+        let kept = retain_entries(ptx, |n| n == "b");
+        let m = parse_ptx(&kept).unwrap();
+        assert_eq!(m.entries.iter().map(|e| e.name.as_str()).collect::<Vec<_>>(), ["b"]);
+        assert!(kept.contains(".func f()") && kept.ends_with("{\n\tret;\n}\n"), "{kept}");
+        assert_eq!(retain_entries(ptx, |_| true), ptx);
+    }
+}
+
 #[cfg(test)]
 mod max_threads_tests {
     use super::with_max_threads;

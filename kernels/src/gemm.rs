@@ -1009,6 +1009,9 @@ pub fn gemm_tiled<T: GemmElem>(
 pub const WG_GROUPS: usize = 3;
 /// Work-items per work-group of [`gemm_wgmma`].
 pub const WG_THREADS: usize = WG_GROUPS * 128;
+/// Each 16-deep slice as two independent `m64n128k16` products (halves of the
+/// accumulators) instead of one `m64n256k16`.
+const WG_SPLIT_N: bool = true;
 /// Tile rows per band of [`gemm_wgmma`]'s tile order ([`tile_of_band`]).
 pub const WG_GROUP_M: u32 = 8;
 /// Rows of C per work-group of [`gemm_wgmma`].
@@ -1029,8 +1032,11 @@ const WG_B_CHUNKS: usize = (WG_BN * 8).div_ceil(WG_THREADS);
 /// Shared-memory elements (16-bit) [`gemm_wgmma`] needs: the ring plus 1024 bytes to
 /// align it for the swizzle.
 pub const fn wgmma_smem_elems() -> usize {
-    (WG_STAGES * WG_STAGE_BYTES + 1024) / 2
+    (WG_STAGES * WG_STAGE_BYTES + 1024 + WG_BARRIER_BYTES) / 2
 }
+/// The ring's barriers after it: per stage one that ends when its copies have landed
+/// (`full`) and one when every warpgroup has multiplied it (`empty`).
+const WG_BARRIER_BYTES: usize = 2 * WG_STAGES * 8;
 
 /// `C[z] = act(alpha * A[z] B[z] + bias)` on the H100's warpgroup matrix units (NVIDIA
 /// sm_90a `wgmma`, built into the crate's `sm_90a` PTX variant; a no-op elsewhere, where
@@ -1171,15 +1177,32 @@ fn wgmma_tile<T: GemmElem, const B_MN: bool>(
     // SAFETY: all-zero bits are 0.0 (a memset, which LLVM splits into registers; the
     // array-repeat form came out as a store loop that kept `acc` in local memory).
     let mut acc: [f32; wgmma::ACC_N256] = unsafe { core::mem::zeroed() };
+    // Stage `x`'s barriers: `full(x)` ends a phase once every work-item's copies into it
+    // have landed (each arrives after waiting for its own and fencing them for the tensor
+    // units), `empty(x)` once every work-item's warpgroup has finished multiplying it. Use
+    // `u` of a stage (step `4u + x`) is phase `u` of both.
+    let bars = ring.add(WG_STAGES * WG_STAGE_BYTES);
+    let full = |x: usize| bars.add(x * 8);
+    let empty = |x: usize| bars.add((WG_STAGES + x) * 8);
+    if tid == 0 {
+        each!(x in [0, 1, 2, 3] {
+            if x < WG_STAGES {
+                wgmma::mbarrier_init(full(x), WG_THREADS as u32);
+                wgmma::mbarrier_init(empty(x), WG_THREADS as u32);
+            }
+        });
+    }
+    barrier();
     load(0, 0);
     load(1, 1);
+    mma::copy::wait_groups(1);
+    wgmma::fence_proxy_async();
+    wgmma::mbarrier_arrive(full(0));
     let mut stage = 0;
     for step in 0..steps {
-        // Step `step`'s copies are done once at most one younger group is pending; the
-        // fence hands them to the tensor units, the barrier to the other warpgroups.
-        mma::copy::wait_groups(1);
-        wgmma::fence_proxy_async();
-        barrier();
+        let phase = ((step / WG_STAGES) & 1) as u32;
+        // Every work-item's copies of this step have landed.
+        wgmma::mbarrier_wait(full(stage), phase);
         let buf = ring.add(stage * WG_STAGE_BYTES);
         // Slice s of the A rows of this warpgroup: 32 bytes on along the swizzled rows.
         let da = descriptor(buf.add(wg * 64 * 128), 16, 1024);
@@ -1187,19 +1210,46 @@ fn wgmma_tile<T: GemmElem, const B_MN: bool>(
         // Address steps of one slice, in descriptor units of 16 bytes.
         let db_slice = if B_MN { 2 * 1024 / 16 } else { 32 / 16 };
         wgmma::fence();
+        // Columns 128..256 of B: two 64-column groups on (MN-major), 128 rows on (K-major).
+        let db_half = if B_MN { 2 * 8192 / 16 } else { 128 * 128 / 16 };
         each!(s in [0, 1, 2, 3] {
             // SAFETY: sm_90a (checked above); every warpgroup passes the same-shaped
-            // descriptors of this stage, complete (waited, fenced, barrier) and not
-            // rewritten until every warpgroup has waited for these products (the refill
-            // of this stage comes two steps later, after the barrier of that step).
-            unsafe { wgmma::mma_m64n256k16::<T::Frag, B_MN>(&mut acc, da + (s * 2) as u64, db + (s * db_slice) as u64) };
+            // descriptors of this stage, complete (`full`) and not rewritten until every
+            // warpgroup has finished multiplying it (`empty`).
+            unsafe {
+                if WG_SPLIT_N {
+                    let (lo, hi) = acc.split_at_mut(64);
+                    let (lo, hi): (&mut [f32; 64], &mut [f32; 64]) = (lo.try_into().unwrap_unchecked(), hi.try_into().unwrap_unchecked());
+                    wgmma::mma_m64n128k16::<T::Frag, B_MN>(lo, da + (s * 2) as u64, db + (s * db_slice) as u64);
+                    wgmma::mma_m64n128k16::<T::Frag, B_MN>(hi, da + (s * 2) as u64, db + (s * db_slice + db_half) as u64);
+                } else {
+                    wgmma::mma_m64n256k16::<T::Frag, B_MN>(&mut acc, da + (s * 2) as u64, db + (s * db_slice) as u64)
+                }
+            };
         });
         wgmma::commit();
-        // The stage of step - 2: every warpgroup has waited for its products (the wait
-        // below, before the barrier above).
-        load(step + 2, (stage + 2) % WG_STAGES);
+        let next = if stage + 1 == WG_STAGES { 0 } else { stage + 1 };
+        if step + 1 < steps {
+            // The next step's copies (issued a step ago) are this work-item's only
+            // pending ones.
+            mma::copy::wait_groups(0);
+            wgmma::fence_proxy_async();
+            wgmma::mbarrier_arrive(full(next));
+        }
+        // This warpgroup is done with step - 1's stage.
         wgmma::wait::<1>();
-        stage = (stage + 1) % WG_STAGES;
+        if step >= 1 {
+            wgmma::mbarrier_arrive(empty(if stage == 0 { WG_STAGES - 1 } else { stage - 1 }));
+        }
+        if step + 2 < steps {
+            // The stage of step - 2, once every warpgroup has left it.
+            let refill = (stage + 2) % WG_STAGES;
+            if step >= 2 {
+                wgmma::mbarrier_wait(empty(refill), (((step - 2) / WG_STAGES) & 1) as u32);
+            }
+            load(step + 2, refill);
+        }
+        stage = next;
     }
     wgmma::wait::<0>();
 
