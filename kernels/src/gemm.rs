@@ -44,6 +44,12 @@
 //! about 16 significant bits per product, f32 accumulation); without a matrix unit (the
 //! VALU lowering) as plain f32 FMAs.
 //!
+//! On NVIDIA sm_90 (H100) [`host::matmul`] takes 16-bit products whose N is a multiple
+//! of 256 and K of 64 (any M, A row-major) to [`gemm_wgmma`] instead: the warpgroup
+//! matrix units (`kernel_dsl::mma::wgmma`, only in the crate's `sm_90a` PTX variant), three
+//! warpgroups per 192 x 256 tile reading both operands from 128-byte swizzled shared
+//! tiles through descriptors. [`Engine`] picks a kernel explicitly.
+//!
 //! Also here: [`mma_tile`], [`mma_rows`] and [`mma_pv`], one-wave kernels that exercise the `mma`
 //! primitive (a product, accumulator -> A conversion, row reductions) for the tests.
 use kernel_dsl::mma::{self, wgmma, FragA, FragB, FragC, Lowering, MmaFloat, SharedAddr, AB_WORDS};
@@ -585,9 +591,10 @@ fn bits16<T: Float>(x: T) -> u32 {
     unsafe { core::mem::transmute_copy::<T, u16>(&x) as u32 }
 }
 
-/// Writes a work-group's results from the f32 tile in shared memory (`rows x cols` valid
-/// of `bm x bn`, row stride `ldt` words) to `C` at `out` (row stride `ldc`), applying
-/// `alpha`, the bias and the activation: each work-item takes 16-byte chunks of a row
+/// Writes a work-group's results (its `threads` work-items) from the f32 tile in shared
+/// memory (`rows x cols` valid of `bm x bn`, row stride `ldt` words) to `C` at `out` (row
+/// stride `ldc`), applying `alpha`, the bias and the activation: each work-item takes
+/// 16-byte chunks of a row
 /// (8 columns of f16/bf16, 4 of f32), read as two or one 16-byte shared loads and written
 /// as one 16-byte store where `C`'s rows allow, so a wave writes whole rows.
 ///
@@ -598,6 +605,7 @@ fn bits16<T: Float>(x: T) -> u32 {
 #[cfg_attr(not(any(target_arch = "amdgpu", target_arch = "nvptx64")), inline(never))]
 #[allow(clippy::too_many_arguments)]
 unsafe fn staged_epilogue<T: GemmElem>(
+    threads: usize,
     tile: *const f32,
     ldt: usize,
     (rows, cols): (usize, usize),
@@ -611,7 +619,7 @@ unsafe fn staged_epilogue<T: GemmElem>(
 ) {
     let size = core::mem::size_of::<T>();
     let per = 16 / size;
-    let (tid, threads) = (flat_thread_idx() as usize, block_threads());
+    let (tid, threads) = (flat_thread_idx() as usize, threads);
     let per_row = bn / per;
     // 16-byte stores where every row of C starts 16-byte aligned (a uniform test).
     let vec_rows = (out as usize) % 16 == 0 && ldc % per == 0;
@@ -970,12 +978,12 @@ pub fn gemm_tiled<T: GemmElem>(
             // `ws` (only split-K launches pass a workspace).
             unsafe {
                 let out = ws.as_mut_ptr().add(block_idx_z() as usize * m * n + m0 * n + n0);
-                staged_epilogue::<f32>(tile, ldt, valid, (bm, bn), out, n, &[], n0, 1.0, 0);
+                staged_epilogue::<f32>(block_threads(), tile, ldt, valid, (bm, bn), out, n, &[], n0, 1.0, 0);
             }
         } else {
             // SAFETY: the tile holds this work-group's BM x BN results; every element
             // written lies in `c` (checked at the start).
-            unsafe { staged_epilogue::<T>(tile, ldt, valid, (bm, bn), c_ptr.add(block_idx_z() as usize * c_bs + m0 * ldc + n0), ldc, bias, n0, alpha, act) };
+            unsafe { staged_epilogue::<T>(block_threads(), tile, ldt, valid, (bm, bn), c_ptr.add(block_idx_z() as usize * c_bs + m0 * ldc + n0), ldc, bias, n0, alpha, act) };
         }
         return;
     }
@@ -1005,14 +1013,15 @@ pub fn gemm_tiled<T: GemmElem>(
     });
 }
 
-/// Warpgroups per work-group of [`gemm_wgmma`], each computing 64 rows x [`WG_BN`].
+/// Warpgroups per work-group of [`gemm_wgmma`], each computing 64 rows x [`WG_BN`]. Three
+/// (192 x 256 tiles, 224 KiB of stages, 168 registers) ran 11-18% faster than two
+/// (128 x 256) on the H100 at 8192^3, 4096^3 and 4096 x 14336 x 4096 (measured with the
+/// earlier, unrolled epilogue).
 pub const WG_GROUPS: usize = 3;
 /// Work-items per work-group of [`gemm_wgmma`].
 pub const WG_THREADS: usize = WG_GROUPS * 128;
-/// Each 16-deep slice as two independent `m64n128k16` products (halves of the
-/// accumulators) instead of one `m64n256k16`.
-const WG_SPLIT_N: bool = true;
-/// Tile rows per band of [`gemm_wgmma`]'s tile order ([`tile_of_band`]).
+/// Tile rows per band of [`gemm_wgmma`]'s tile order ([`tile_of_band`]; 4 ran 1-3%
+/// slower on the H100, 16 the same).
 pub const WG_GROUP_M: u32 = 8;
 /// Rows of C per work-group of [`gemm_wgmma`].
 pub const WG_BM: usize = 64 * WG_GROUPS;
@@ -1021,7 +1030,9 @@ pub const WG_BN: usize = 256;
 /// K per shared-memory stage of [`gemm_wgmma`] (one 128-byte swizzled row of 16-bit items).
 pub const WG_BK: usize = 64;
 /// Stages in [`gemm_wgmma`]'s ring: the copies run two K steps ahead, and a warpgroup's
-/// products of one step overlap the next step's wait and barrier.
+/// products of one step overlap the next step's wait and barrier. (Per-stage `mbarrier`s
+/// in place of the per-step barrier, and each slice as two `m64n128k16` products, ran
+/// within 1% on the H100: not kept.)
 pub const WG_STAGES: usize = 4;
 const WG_A_BYTES: usize = WG_BM * WG_BK * 2;
 const WG_STAGE_BYTES: usize = WG_A_BYTES + WG_BN * WG_BK * 2;
@@ -1032,11 +1043,10 @@ const WG_B_CHUNKS: usize = (WG_BN * 8).div_ceil(WG_THREADS);
 /// Shared-memory elements (16-bit) [`gemm_wgmma`] needs: the ring plus 1024 bytes to
 /// align it for the swizzle.
 pub const fn wgmma_smem_elems() -> usize {
-    (WG_STAGES * WG_STAGE_BYTES + 1024 + WG_BARRIER_BYTES) / 2
+    let ring = WG_STAGES * WG_STAGE_BYTES;
+    let tile = WG_BM * (WG_BN + EPAD) * 4;
+    (if ring > tile { ring } else { tile } + 1024) / 2
 }
-/// The ring's barriers after it: per stage one that ends when its copies have landed
-/// (`full`) and one when every warpgroup has multiplied it (`empty`).
-const WG_BARRIER_BYTES: usize = 2 * WG_STAGES * 8;
 
 /// `C[z] = act(alpha * A[z] B[z] + bias)` on the H100's warpgroup matrix units (NVIDIA
 /// sm_90a `wgmma`, built into the crate's `sm_90a` PTX variant; a no-op elsewhere, where
@@ -1177,32 +1187,15 @@ fn wgmma_tile<T: GemmElem, const B_MN: bool>(
     // SAFETY: all-zero bits are 0.0 (a memset, which LLVM splits into registers; the
     // array-repeat form came out as a store loop that kept `acc` in local memory).
     let mut acc: [f32; wgmma::ACC_N256] = unsafe { core::mem::zeroed() };
-    // Stage `x`'s barriers: `full(x)` ends a phase once every work-item's copies into it
-    // have landed (each arrives after waiting for its own and fencing them for the tensor
-    // units), `empty(x)` once every work-item's warpgroup has finished multiplying it. Use
-    // `u` of a stage (step `4u + x`) is phase `u` of both.
-    let bars = ring.add(WG_STAGES * WG_STAGE_BYTES);
-    let full = |x: usize| bars.add(x * 8);
-    let empty = |x: usize| bars.add((WG_STAGES + x) * 8);
-    if tid == 0 {
-        each!(x in [0, 1, 2, 3] {
-            if x < WG_STAGES {
-                wgmma::mbarrier_init(full(x), WG_THREADS as u32);
-                wgmma::mbarrier_init(empty(x), WG_THREADS as u32);
-            }
-        });
-    }
-    barrier();
     load(0, 0);
     load(1, 1);
-    mma::copy::wait_groups(1);
-    wgmma::fence_proxy_async();
-    wgmma::mbarrier_arrive(full(0));
     let mut stage = 0;
     for step in 0..steps {
-        let phase = ((step / WG_STAGES) & 1) as u32;
-        // Every work-item's copies of this step have landed.
-        wgmma::mbarrier_wait(full(stage), phase);
+        // Step `step`'s copies are done once at most one younger group is pending; the
+        // fence hands them to the tensor units, the barrier to the other warpgroups.
+        mma::copy::wait_groups(1);
+        wgmma::fence_proxy_async();
+        barrier();
         let buf = ring.add(stage * WG_STAGE_BYTES);
         // Slice s of the A rows of this warpgroup: 32 bytes on along the swizzled rows.
         let da = descriptor(buf.add(wg * 64 * 128), 16, 1024);
@@ -1210,76 +1203,49 @@ fn wgmma_tile<T: GemmElem, const B_MN: bool>(
         // Address steps of one slice, in descriptor units of 16 bytes.
         let db_slice = if B_MN { 2 * 1024 / 16 } else { 32 / 16 };
         wgmma::fence();
-        // Columns 128..256 of B: two 64-column groups on (MN-major), 128 rows on (K-major).
-        let db_half = if B_MN { 2 * 8192 / 16 } else { 128 * 128 / 16 };
         each!(s in [0, 1, 2, 3] {
             // SAFETY: sm_90a (checked above); every warpgroup passes the same-shaped
-            // descriptors of this stage, complete (`full`) and not rewritten until every
-            // warpgroup has finished multiplying it (`empty`).
-            unsafe {
-                if WG_SPLIT_N {
-                    let (lo, hi) = acc.split_at_mut(64);
-                    let (lo, hi): (&mut [f32; 64], &mut [f32; 64]) = (lo.try_into().unwrap_unchecked(), hi.try_into().unwrap_unchecked());
-                    wgmma::mma_m64n128k16::<T::Frag, B_MN>(lo, da + (s * 2) as u64, db + (s * db_slice) as u64);
-                    wgmma::mma_m64n128k16::<T::Frag, B_MN>(hi, da + (s * 2) as u64, db + (s * db_slice + db_half) as u64);
-                } else {
-                    wgmma::mma_m64n256k16::<T::Frag, B_MN>(&mut acc, da + (s * 2) as u64, db + (s * db_slice) as u64)
-                }
-            };
+            // descriptors of this stage, complete (waited, fenced, barrier) and not
+            // rewritten until every warpgroup has waited for these products (the refill
+            // of this stage comes two steps later, after the barrier of that step).
+            unsafe { wgmma::mma_m64n256k16::<T::Frag, B_MN>(&mut acc, da + (s * 2) as u64, db + (s * db_slice) as u64) };
         });
         wgmma::commit();
-        let next = if stage + 1 == WG_STAGES { 0 } else { stage + 1 };
-        if step + 1 < steps {
-            // The next step's copies (issued a step ago) are this work-item's only
-            // pending ones.
-            mma::copy::wait_groups(0);
-            wgmma::fence_proxy_async();
-            wgmma::mbarrier_arrive(full(next));
-        }
-        // This warpgroup is done with step - 1's stage.
+        // The stage of step - 2: every warpgroup has waited for its products (the wait
+        // below, before the barrier above).
+        load(step + 2, (stage + 2) % WG_STAGES);
         wgmma::wait::<1>();
-        if step >= 1 {
-            wgmma::mbarrier_arrive(empty(if stage == 0 { WG_STAGES - 1 } else { stage - 1 }));
-        }
-        if step + 2 < steps {
-            // The stage of step - 2, once every warpgroup has left it.
-            let refill = (stage + 2) % WG_STAGES;
-            if step >= 2 {
-                wgmma::mbarrier_wait(empty(refill), (((step - 2) / WG_STAGES) & 1) as u32);
-            }
-            load(step + 2, refill);
-        }
-        stage = next;
+        stage = (stage + 1) % WG_STAGES;
     }
     wgmma::wait::<0>();
 
-    // Epilogue: pairs of adjacent columns straight from the accumulators.
+    // Epilogue through shared memory (the ring is free once every product and copy is
+    // done): the accumulators as an f32 tile, then whole rows of C with 16-byte stores by
+    // the compact loop `gemm_tiled` uses. Written straight from the accumulators, with the
+    // bias and activation unrolled for all 128 of them, the kernel was 500 KB of code and
+    // its warps stalled on instruction fetch.
+    mma::copy::wait_groups(0);
+    barrier();
     let t = tid % wgmma::WARPGROUP;
-    let row0 = m0 + wg * 64;
-    let c_ptr = c.as_mut_ptr().wrapping_add(z * c_bs);
-    let has_bias = !bias.is_empty();
-    let n0 = tile_of_band(opaque_u32(block_idx_x()), opaque_u32(block_idx_y()), grid_dim_x(), grid_dim_y(), WG_GROUP_M).1 as usize * WG_BN;
+    let ldt = WG_BN + EPAD;
+    let tile = ring.as_ptr::<f32>();
     each!(p in [0, 1, 2, 3, 4, 5, 6, 7] {
         each!(q in [0, 1, 2, 3, 4, 5, 6, 7] {
             let i = (p * 8 + q) * 2;
             let (r, cc) = wgmma::acc_coord(t, i);
-            let (row, col) = (row0 + r, n0 + cc);
-            if row < m {
-                let (mut x0, mut x1) = (acc[i] * alpha, acc[i + 1] * alpha);
-                if has_bias {
-                    // SAFETY: col + 1 < n <= bias.len() (checked above).
-                    unsafe {
-                        x0 += bias.get_unchecked(col).to_f32();
-                        x1 += bias.get_unchecked(col + 1).to_f32();
-                    }
-                }
-                let v = T::from_f32x2([activate(x0, act), activate(x1, act)]);
-                // SAFETY: (row, col..col + 2) lies in C[z] (row < m, checked above); `col`
-                // is even and rows start 4-byte aligned (the launcher's contract).
-                unsafe { *(c_ptr.add(row * ldc + col) as *mut u32) = bits16(v[0]) | (bits16(v[1]) << 16) };
-            }
+            // SAFETY: (wg * 64 + r, cc..cc + 2) lies in the WG_BM x (WG_BN + EPAD) f32 tile,
+            // which fits the ring (wgmma_smem_elems); 8-byte aligned (cc even).
+            unsafe { *(tile.add((wg * 64 + r) * ldt + cc) as *mut [f32; 2]) = [acc[i], acc[i + 1]] };
         });
     });
+    barrier();
+    let (tile_m, tile_n) = tile_of_band(opaque_u32(block_idx_x()), opaque_u32(block_idx_y()), grid_dim_x(), grid_dim_y(), WG_GROUP_M);
+    let (m0, n0) = (tile_m as usize * WG_BM, tile_n as usize * WG_BN);
+    // SAFETY: the tile holds this work-group's results; rows below `m` of C[z] from
+    // (m0, n0) are in `c` (checked at the start).
+    unsafe {
+        staged_epilogue::<T>(WG_THREADS, tile, ldt, (m.saturating_sub(m0).min(WG_BM), WG_BN), (WG_BM, WG_BN), c.as_mut_ptr().add(z * c_bs + m0 * ldc + n0), ldc, bias, n0, alpha, act)
+    };
 }
 
 /// The second pass of split-K: `C[z][i][j] = act(alpha * sum_s ws[(z * splits + s) * m *

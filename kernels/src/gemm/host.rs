@@ -76,8 +76,8 @@ impl<T> Default for Epilogue<'_, T> {
 /// Which kernel multiplies.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
 pub enum Engine {
-    /// The fastest kernel that takes the product: [`Engine::Wgmma`] where it can run,
-    /// else [`Engine::Tiled`].
+    /// [`Engine::Wgmma`] where it can run and the product has at least as many of its
+    /// 192 x 256 tiles as the GPU has multiprocessors, else [`Engine::Tiled`].
     #[default]
     Auto,
     /// `gemm_tiled` (every device, every shape).
@@ -192,10 +192,7 @@ pub fn matmul<T: GemmElem + ScalarArg>(
     c_batch_stride: usize,
     epilogue: &Epilogue<'_, T>,
 ) -> Result<(), LaunchError> {
-    let GemmShape { m, n, k, .. } = shape;
-    extent("A", &a_op, m, k, shape.batch)?;
-    extent("B", &b_op, k, n, shape.batch)?;
-    matmul_strided(dev, shape, a, a_op.strides(), b, b_op.strides(), c, ldc, c_batch_stride, epilogue)
+    matmul_with(Engine::Auto, dev, shape, a, a_op, b, b_op, c, ldc, c_batch_stride, epilogue)
 }
 
 /// [`matmul`] with operands given by element strides ([`Strides`]: any row and column
@@ -323,7 +320,11 @@ pub fn matmul_strided_with<T: GemmElem + ScalarArg>(
         Activation::Gelu => 2,
         Activation::Silu => 3,
     };
-    if engine != Engine::Tiled {
+    // `Auto` leaves products of fewer tiles than the GPU has multiprocessors to
+    // `gemm_tiled`, which splits K for them (decode-sized M against a large weight).
+    let wgmma_tiles = batch.saturating_mul(m.div_ceil(WG_BM)).saturating_mul(n.div_ceil(WG_BN));
+    let enough = wgmma_tiles as u64 >= kernel_dsl::host::Executor::compute_units(dev).unwrap_or(0) as u64;
+    if engine == Engine::Wgmma || (engine == Engine::Auto && enough) {
         match wgmma_refusal::<T>(dev, shape, a.kernel_arg(), a_s, b.kernel_arg(), b_s, c.kernel_arg(), ldc, c_batch_stride) {
             None => {
                 let b_mn_major = b_s.col == 1;
