@@ -48,7 +48,8 @@
 //! of 256 and K of 64 (any M, A row-major) to [`gemm_wgmma`] instead: the warpgroup
 //! matrix units (`kernel_dsl::mma::wgmma`, only in the crate's `sm_90a` PTX variant), three
 //! warpgroups per 192 x 256 tile reading both operands from 128-byte swizzled shared
-//! tiles through descriptors. [`Engine`] picks a kernel explicitly.
+//! tiles through descriptors (the CPU executor emulates it in its `mma.sync` mode).
+//! [`Engine`] picks a kernel explicitly.
 //!
 //! Also here: [`mma_tile`], [`mma_rows`] and [`mma_pv`], one-wave kernels that exercise the `mma`
 //! primitive (a product, accumulator -> A conversion, row reductions) for the tests.
@@ -1049,8 +1050,9 @@ pub const fn wgmma_smem_elems() -> usize {
 }
 
 /// `C[z] = act(alpha * A[z] B[z] + bias)` on the H100's warpgroup matrix units (NVIDIA
-/// sm_90a `wgmma`, built into the crate's `sm_90a` PTX variant; a no-op elsewhere, where
-/// [`host::matmul`] never picks it). `n % 256` and `k % 64` are zero (any `m`), A
+/// sm_90a `wgmma`, built into the crate's `sm_90a` PTX variant; emulated by the CPU
+/// executor in its `mma.sync` mode; a no-op elsewhere, where [`host::matmul`] never picks
+/// it). `n % 256` and `k % 64` are zero (any `m`), A
 /// row-major (`A[z][i][kk] = a[z * a_bs + i * lda + kk]`), B either row-major
 /// (`b_mn_major = 1`: `B[z][kk][j] = b[z * b_bs + kk * ldb + j]`) or stored transposed
 /// (`0`: `b[z * b_bs + j * ldb + kk]`), every row 16-byte aligned; C row-major, 4-byte
@@ -1084,7 +1086,7 @@ pub fn gemm_wgmma<T: GemmElem>(
     act: u32,
     smem: SharedDyn<T>,
 ) {
-    if !wgmma::AVAILABLE {
+    if !wgmma::available() {
         return;
     }
     let (m, n, k, lda, ldb, ldc) = (m as usize, n as usize, k as usize, lda as usize, ldb as usize, ldc as usize);

@@ -320,11 +320,18 @@ fn tile_order_is_a_bijection_in_bands_of_group_m() {
 /// The warpgroup kernel (`wgmma`, NVIDIA sm_90 only): B row-major (MN-major tiles) and
 /// transposed (K-major), batched with gaps, A's rows padded, every epilogue, several K
 /// steps (more than the ring's 4 stages), several tile rows and columns (the banded tile
-/// order), M ending inside a tile and inside a warpgroup's rows. Elsewhere the launcher
-/// must refuse it by name and leave C as it was.
+/// order), M ending inside a tile and inside a warpgroup's rows; on the CPU executor's
+/// emulation (mma.sync mode) a smaller product per B layout. Elsewhere the launcher must
+/// refuse it by name and leave C as it was.
 fn gemm_wgmma_whole_tiles<T: TestFloat + GemmElem>() {
     let s = GemmShape { batch: 2, m: 256, n: 512, k: 384 };
     let mut ran = 0;
+    // The CPU executor emulates wgmma in its mma.sync mode: one shape per B layout (M
+    // ending inside the second warpgroup's rows, 5 K steps around the 4-stage ring).
+    let emulated = Device::cpu_with(CpuExecutor::new(WaveSize::W32).with_matrix_unit(MatrixUnit::MmaSync));
+    for (i, tb) in [false, true].into_iter().enumerate() {
+        check_gemm_on::<T>(Engine::Wgmma, &emulated, GemmShape { batch: 1, m: 70, n: 256, k: 320 }, (false, tb), 0, 8, 2 * i + 1);
+    }
     for dev in executors() {
         let a = dev.upload(&vec![T::from_f64(1.0); s.m * s.k * s.batch]).unwrap();
         let b = dev.upload(&vec![T::from_f64(1.0); s.k * s.n * s.batch]).unwrap();

@@ -14,14 +14,31 @@
 //! - MN-major (B stored K x N, rows along K of 64 N elements): `LBO` = bytes to the next 64
 //!   columns, `SBO` = bytes to the next 8 K rows.
 //!
-//! Only the sm_90a PTX has the instructions ([`AVAILABLE`]); elsewhere the functions are
-//! never to be called (kernels test [`AVAILABLE`] and launchers pick another kernel). The
-//! pure parts ([`descriptor_bits`], [`sw128_offset`], [`acc_coord`]) are plain functions,
-//! tested on the host.
+//! Only the sm_90a PTX has the instructions, and the CPU executor in its `mma.sync` mode
+//! emulates them ([`available`]); elsewhere the functions are never to be called (kernels
+//! test [`available`] and launchers pick another kernel). The emulation reads the operands
+//! from shared memory through the descriptors with the hardware's address arithmetic
+//! (swizzle on the address bits), so a kernel whose tiles, descriptors or accumulator
+//! indexing disagree with the hardware's layout computes wrong results on the CPU too. The
+//! pure parts ([`descriptor_bits`], [`sw128_offset`], [`acc_coord`]) are unit-tested.
 use super::{InputKind, MmaFloat, SharedAddr};
 
-/// Whether this target has `wgmma` (NVIDIA sm_90a PTX).
+/// Whether this target has `wgmma` (NVIDIA sm_90a PTX). On the host see [`available`].
 pub const AVAILABLE: bool = cfg!(all(target_arch = "nvptx64", target_feature = "sm_90a"));
+
+/// Whether `wgmma` runs here: [`AVAILABLE`] on a GPU target; on the host, whether the CPU
+/// executor emulates NVIDIA's matrix units (`MatrixUnit::MmaSync`).
+#[inline(always)]
+pub fn available() -> bool {
+    #[cfg(any(target_arch = "amdgpu", target_arch = "nvptx64"))]
+    {
+        AVAILABLE
+    }
+    #[cfg(not(any(target_arch = "amdgpu", target_arch = "nvptx64")))]
+    {
+        super::lowering() == super::Lowering::MmaSync
+    }
+}
 
 /// Work-items of a warpgroup.
 pub const WARPGROUP: usize = 128;
@@ -45,16 +62,58 @@ pub const fn descriptor_bits(addr: u32, lbo: u32, sbo: u32) -> u64 {
     ((addr as u64 >> 4) & 0x3fff) | (((lbo as u64 >> 4) & 0x3fff) << 16) | (((sbo as u64 >> 4) & 0x3fff) << 32) | (1u64 << 62)
 }
 
-/// [`descriptor_bits`] of a shared address.
+/// [`descriptor_bits`] of a shared address. Kernels only add multiples of 16 bytes (in
+/// units of 16) to the address field. On the host (CPU executor) the same arithmetic holds
+/// but the fields are wider, to hold a full pointer: bits 0-43 address / 16, 44-53 `lbo` /
+/// 16, 54-63 `sbo` / 16.
 #[inline(always)]
 pub fn descriptor(addr: SharedAddr, lbo: u32, sbo: u32) -> u64 {
     #[cfg(target_arch = "nvptx64")]
     {
         descriptor_bits(addr.raw(), lbo, sbo)
     }
-    #[cfg(not(target_arch = "nvptx64"))]
+    #[cfg(target_arch = "amdgpu")]
     {
-        descriptor_bits(addr.as_ptr::<u8>() as usize as u32, lbo, sbo)
+        let _ = (addr, lbo, sbo);
+        0
+    }
+    #[cfg(not(any(target_arch = "amdgpu", target_arch = "nvptx64")))]
+    {
+        let p = addr.as_ptr::<u8>() as u64;
+        assert!(p % 16 == 0 && p >> 48 == 0 && lbo >> 14 == 0 && sbo >> 14 == 0, "wgmma descriptor out of range");
+        (p >> 4) | ((lbo as u64 >> 4) << 44) | ((sbo as u64 >> 4) << 54)
+    }
+}
+
+/// The host emulation of one `m64nNk16` product for the calling work-item: its `N / 2`
+/// accumulators ([`acc_coord`]) plus the 16-deep dot products of their rows of A and
+/// columns of B, read through the descriptors as the tensor units address them.
+#[cfg(not(any(target_arch = "amdgpu", target_arch = "nvptx64")))]
+fn emulate<T: MmaFloat>(d: &mut [f32], da: u64, db: u64, b_mn_major: bool) {
+    let field = |x: u64, at: u32, bits: u32| ((x >> at) & ((1u64 << bits) - 1)) << 4;
+    let (a0, a_sbo) = (field(da, 0, 44), field(da, 54, 10));
+    let (b0, b_lbo, b_sbo) = (field(db, 0, 44), field(db, 44, 10), field(db, 54, 10));
+    // The 128-byte swizzle: address bits 4-6 XOR bits 7-9.
+    let swz = |x: u64| x ^ (((x >> 7) & 7) << 4);
+    // SAFETY: the caller's contract (the descriptors name initialised shared tiles).
+    let load = |x: u64| unsafe { *(swz(x) as *const T) }.to_f32();
+    // K-major (A, and B stored N x K): element (row, k) of 8-row atoms `sbo` apart.
+    let k_major = |base: u64, sbo: u64, row: usize, k: usize| base + (row / 8) as u64 * sbo + (row % 8) as u64 * 128 + (k * 2) as u64;
+    let t = crate::index::flat_thread_idx() as usize % WARPGROUP;
+    for (i, acc) in d.iter_mut().enumerate() {
+        let (r, c) = acc_coord(t, i);
+        let mut sum = *acc;
+        for k in 0..16 {
+            let b = if b_mn_major {
+                // MN-major (B stored K x N): 64-column groups `lbo` apart, 8-row (k) atoms
+                // `sbo` apart, rows of 128 bytes.
+                load(b0 + (c / 64) as u64 * b_lbo + (k / 8) as u64 * b_sbo + (k % 8) as u64 * 128 + ((c % 64) * 2) as u64)
+            } else {
+                load(k_major(b0, b_sbo, c, k))
+            };
+            sum += load(k_major(a0, a_sbo, r, k)) * b;
+        }
+        *acc = sum;
     }
 }
 
@@ -277,7 +336,12 @@ pub unsafe fn mma_m64n256k16<T: MmaFloat, const B_MN_MAJOR: bool>(d: &mut [f32; 
             (_, true) => wgmma_m64n256k16!("f16", "1", d, da, db),
         }
     }
-    #[cfg(not(all(target_arch = "nvptx64", target_feature = "sm_90a")))]
+    #[cfg(not(any(target_arch = "amdgpu", target_arch = "nvptx64")))]
+    {
+        assert!(available(), "wgmma runs on NVIDIA sm_90a or the CPU executor's mma.sync mode only");
+        emulate::<T>(d, da, db, B_MN_MAJOR);
+    }
+    #[cfg(any(target_arch = "amdgpu", all(target_arch = "nvptx64", not(target_feature = "sm_90a"))))]
     {
         let _ = (d, da, db, T::KIND == InputKind::I8);
         panic!("wgmma runs on NVIDIA sm_90a only");

@@ -82,9 +82,9 @@ pub enum Engine {
     Auto,
     /// `gemm_tiled` (every device, every shape).
     Tiled,
-    /// `gemm_wgmma` (NVIDIA sm_90 with the crate's sm_90a PTX; N a multiple of 256, K of
-    /// 64, 16-bit types, A row-major, 16-byte aligned rows); an error where it cannot take
-    /// the product.
+    /// `gemm_wgmma` (NVIDIA sm_90 with the crate's sm_90a PTX, or the CPU executor's
+    /// `mma.sync` mode, which emulates it; N a multiple of 256, K of 64, 16-bit types, A
+    /// row-major, 16-byte aligned rows); an error where it cannot take the product.
     Wgmma,
 }
 
@@ -239,16 +239,16 @@ pub fn matmul_with<T: GemmElem + ScalarArg>(
 /// Why `gemm_wgmma` cannot take this product on `dev`, or `None` when it can.
 #[allow(clippy::too_many_arguments)]
 fn wgmma_refusal<T: GemmElem>(dev: &Device, shape: GemmShape, a: ArgValue, a_s: Strides, b: ArgValue, b_s: Strides, c: ArgValue, ldc: usize, c_bs: usize) -> Option<String> {
-    let _ = dev;
-    #[cfg(feature = "cuda")]
     let device_ok = match dev {
+        // The emulation (`kernel_dsl::mma::wgmma`).
+        Device::Cpu(e) => e.executor().matrix_unit() == MatrixUnit::MmaSync,
+        #[cfg(feature = "cuda")]
         Device::Cuda(d) => crate::__KERNEL_BINARIES.variant_for("gemm_wgmma_bf16").is_some_and(|v| v.runs_on(d.capability())),
+        #[allow(unreachable_patterns)]
         _ => false,
     };
-    #[cfg(not(feature = "cuda"))]
-    let device_ok = false;
     if !device_ok {
-        return Some("wgmma needs an NVIDIA sm_90 device and the sm_90a PTX variant".into());
+        return Some("wgmma needs an NVIDIA sm_90 device and the sm_90a PTX variant (or the CPU executor's mma.sync mode)".into());
     }
     if T::SPLIT {
         return Some("wgmma takes 16-bit inputs only".into());
@@ -323,7 +323,7 @@ pub fn matmul_strided_with<T: GemmElem + ScalarArg>(
     // `Auto` leaves products of fewer tiles than the GPU has multiprocessors to
     // `gemm_tiled`, which splits K for them (decode-sized M against a large weight).
     let wgmma_tiles = batch.saturating_mul(m.div_ceil(WG_BM)).saturating_mul(n.div_ceil(WG_BN));
-    let enough = wgmma_tiles as u64 >= kernel_dsl::host::Executor::compute_units(dev).unwrap_or(0) as u64;
+    let enough = kernel_dsl::host::Executor::compute_units(dev).is_some_and(|sms| wgmma_tiles as u64 >= sms as u64);
     if engine == Engine::Wgmma || (engine == Engine::Auto && enough) {
         match wgmma_refusal::<T>(dev, shape, a.kernel_arg(), a_s, b.kernel_arg(), b_s, c.kernel_arg(), ldc, c_batch_stride) {
             None => {
