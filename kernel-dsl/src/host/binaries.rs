@@ -109,3 +109,19 @@ impl EmbeddedKernels {
         self.stats.iter().find(|s| s.symbol == symbol && s.arch == arch)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::PtxVariant;
+
+    #[test]
+    fn variants_run_on_their_architecture_and_cover_their_kernels() {
+        let v = PtxVariant { target: "sm_90a", ptx: "", kernels: &["gemm_wgmma"] };
+        assert!(v.runs_on((9, 0)));
+        assert!(!v.runs_on((8, 0)) && !v.runs_on((10, 0)) && !v.runs_on((12, 0)), "sm_90a code runs on sm_90 only");
+        let portable = PtxVariant { target: "sm_89", ..v };
+        assert!(portable.runs_on((8, 9)) && portable.runs_on((9, 0)) && !portable.runs_on((8, 6)));
+        assert!(v.covers("gemm_wgmma_bf16") && v.covers("gemm_wgmma"));
+        assert!(!v.covers("gemm_wgmmax_bf16") && !v.covers("gemm_tiled_bf16"));
+    }
+}
