@@ -595,9 +595,9 @@ fn bits16<T: Float>(x: T) -> u32 {
 /// Writes a work-group's results (its `threads` work-items) from the f32 tile in shared
 /// memory (`rows x cols` valid of `bm x bn`, row stride `ldt` words) to `C` at `out` (row
 /// stride `ldc`), applying `alpha`, the bias and the activation: each work-item takes
-/// 16-byte chunks of a row
-/// (8 columns of f16/bf16, 4 of f32), read as two or one 16-byte shared loads and written
-/// as one 16-byte store where `C`'s rows allow, so a wave writes whole rows.
+/// 16-byte chunks of a row (8 columns of f16/bf16, 4 of f32), read as two or one 16-byte
+/// shared loads and written as one 16-byte store where `C`'s rows allow, so a wave writes
+/// whole rows.
 ///
 /// # Safety
 /// `tile` holds `bm x ldt` f32 in shared memory; `out[r * ldc + c]` is writable for every
@@ -1041,8 +1041,8 @@ const WG_STAGE_BYTES: usize = WG_A_BYTES + WG_BN * WG_BK * 2;
 const WG_A_CHUNKS: usize = WG_BM * 8 / WG_THREADS;
 const WG_B_CHUNKS: usize = (WG_BN * 8).div_ceil(WG_THREADS);
 
-/// Shared-memory elements (16-bit) [`gemm_wgmma`] needs: the ring plus 1024 bytes to
-/// align it for the swizzle.
+/// Shared-memory elements (16-bit) [`gemm_wgmma`] needs: the larger of the ring and the
+/// epilogue's f32 tile (which reuses it), plus 1024 bytes to align it for the swizzle.
 pub const fn wgmma_smem_elems() -> usize {
     let ring = WG_STAGES * WG_STAGE_BYTES;
     let tile = WG_BM * (WG_BN + EPAD) * 4;
@@ -1055,8 +1055,10 @@ pub const fn wgmma_smem_elems() -> usize {
 /// it). `n % 256` and `k % 64` are zero (any `m`), A
 /// row-major (`A[z][i][kk] = a[z * a_bs + i * lda + kk]`), B either row-major
 /// (`b_mn_major = 1`: `B[z][kk][j] = b[z * b_bs + kk * ldb + j]`) or stored transposed
-/// (`0`: `b[z * b_bs + j * ldb + kk]`), every row 16-byte aligned; C row-major, 4-byte
-/// aligned pairs. Bias and activation as [`gemm_tiled`].
+/// (`0`: `b[z * b_bs + j * ldb + kk]`), every row 16-byte aligned; C row-major, written
+/// by `staged_epilogue` (any alignment; the launcher still asks for 4-byte aligned rows,
+/// a requirement of the first, register-direct epilogue). Bias and activation as
+/// [`gemm_tiled`].
 ///
 /// A work-group of [`WG_GROUPS`] warpgroups computes a [`WG_BM`] x 256 tile, each
 /// warpgroup 64 x 256 with one `m64n256k16` per 16-deep slice (128 f32 accumulators per

@@ -39,35 +39,37 @@ struct Row {
 /// Times `C = A B` (row-major, no epilogue) on `gemm_tiled` and, where it takes the
 /// product, `gemm_wgmma`, and checks a few entries of each against f64.
 fn run<T: GemmElem + ScalarArg>(dev: &Device, m: usize, n: usize, k: usize, out: &mut Vec<Row>) {
-    for engine in [Engine::Tiled, Engine::Wgmma] {
-        run_on::<T>(engine, dev, m, n, k, out);
-    }
+    run_on::<T>(&[Engine::Tiled, Engine::Wgmma], dev, m, n, k, out);
 }
 
-fn run_on<T: GemmElem + ScalarArg>(engine: Engine, dev: &Device, m: usize, n: usize, k: usize, out: &mut Vec<Row>) {
+/// Times the product on each of `engines` (one set of inputs; an engine that refuses the
+/// product is skipped, only `Wgmma` may).
+fn run_on<T: GemmElem + ScalarArg>(engines: &[Engine], dev: &Device, m: usize, n: usize, k: usize, out: &mut Vec<Row>) {
     let (a, b) = (data::<T>(m * k, 1), data::<T>(k * n, 2));
     let (da, db) = (dev.upload(&a).unwrap(), dev.upload(&b).unwrap());
     let mut dc: DeviceVec<T> = dev.alloc(m * n).unwrap();
     let shape = GemmShape { batch: 1, m, n, k };
     let epi = Epilogue::default();
-    let mut call = || gemm::matmul_with(engine, dev, shape, &da, Operand::row_major(m, k), &db, Operand::row_major(k, n), &mut dc, n, m * n, &epi);
-    if let Err(e) = call() {
-        assert!(engine == Engine::Wgmma, "{e}");
-        return;
+    for &engine in engines {
+        let mut call = || gemm::matmul_with(engine, dev, shape, &da, Operand::row_major(m, k), &db, Operand::row_major(k, n), &mut dc, n, m * n, &epi);
+        if let Err(e) = call() {
+            assert!(engine == Engine::Wgmma, "{e}");
+            continue;
+        }
+        let mut call = || call().unwrap();
+        let us = time(dev, 2 * m * n * k, &mut call);
+        let c = dev.download(&dc).unwrap();
+        for (i, j) in [(0, 0), (m - 1, n - 1), (m / 2, n / 3)] {
+            let want: f64 = (0..k).map(|q| a[i * k + q].to_f32() as f64 * b[q * n + j].to_f32() as f64).sum();
+            let got = c[i * n + j].to_f32() as f64;
+            let scale: f64 = (0..k).map(|q| (a[i * k + q].to_f32() as f64 * b[q * n + j].to_f32() as f64).abs()).sum();
+            assert!((got - want).abs() <= 1e-2 * want.abs() + 1e-4 * scale + 1e-3, "{} {m}x{n}x{k} C[{i}][{j}] = {got}, want {want}", T::NAME);
+        }
+        let tflops = 2.0 * (m * n * k) as f64 / (us * 1e-6) / 1e12;
+        let op = if engine == Engine::Wgmma { "matmul_wgmma" } else { "matmul" };
+        eprintln!("{op:<13} {:<5} {m:>5} x {n:>5} x {k:>5} {us:>10.1} us {tflops:>7.1} TFLOP/s", T::NAME);
+        out.push(Row { op, dtype: T::NAME, m, n, k, us });
     }
-    let mut call = || call().unwrap();
-    let us = time(dev, 2 * m * n * k, &mut call);
-    let c = dev.download(&dc).unwrap();
-    for (i, j) in [(0, 0), (m - 1, n - 1), (m / 2, n / 3)] {
-        let want: f64 = (0..k).map(|q| a[i * k + q].to_f32() as f64 * b[q * n + j].to_f32() as f64).sum();
-        let got = c[i * n + j].to_f32() as f64;
-        let scale: f64 = (0..k).map(|q| (a[i * k + q].to_f32() as f64 * b[q * n + j].to_f32() as f64).abs()).sum();
-        assert!((got - want).abs() <= 1e-2 * want.abs() + 1e-4 * scale + 1e-3, "{} {m}x{n}x{k} C[{i}][{j}] = {got}, want {want}", T::NAME);
-    }
-    let tflops = 2.0 * (m * n * k) as f64 / (us * 1e-6) / 1e12;
-    let op = if engine == Engine::Wgmma { "matmul_wgmma" } else { "matmul" };
-    eprintln!("{op:<13} {:<5} {m:>5} x {n:>5} x {k:>5} {us:>10.1} us {tflops:>7.1} TFLOP/s", T::NAME);
-    out.push(Row { op, dtype: T::NAME, m, n, k, us });
 }
 
 fn main() {
@@ -82,9 +84,9 @@ fn main() {
         let [m, n, k] = d[..] else { panic!("--shape MxNxK") };
         let engine = if value("--engine").is_some_and(|e| e == "wgmma") { Engine::Wgmma } else { Engine::Tiled };
         match value("--dtype").map(String::as_str).unwrap_or("bf16") {
-            "f16" => run_on::<f16>(engine, &dev, m, n, k, &mut rows),
-            "f32" => run_on::<f32>(engine, &dev, m, n, k, &mut rows),
-            _ => run_on::<bf16>(engine, &dev, m, n, k, &mut rows),
+            "f16" => run_on::<f16>(&[engine], &dev, m, n, k, &mut rows),
+            "f32" => run_on::<f32>(&[engine], &dev, m, n, k, &mut rows),
+            _ => run_on::<bf16>(&[engine], &dev, m, n, k, &mut rows),
         }
         return;
     }

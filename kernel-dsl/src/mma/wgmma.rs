@@ -21,7 +21,9 @@
 //! (swizzle on the address bits), so a kernel whose tiles, descriptors or accumulator
 //! indexing disagree with the hardware's layout computes wrong results on the CPU too. The
 //! pure parts ([`descriptor_bits`], [`sw128_offset`], [`acc_coord`]) are unit-tested.
-use super::{InputKind, MmaFloat, SharedAddr};
+#[cfg(any(target_arch = "amdgpu", target_arch = "nvptx64"))]
+use super::InputKind;
+use super::{MmaFloat, SharedAddr};
 
 /// Whether this target has `wgmma` (NVIDIA sm_90a PTX). On the host see [`available`].
 pub const AVAILABLE: bool = cfg!(all(target_arch = "nvptx64", target_feature = "sm_90a"));
