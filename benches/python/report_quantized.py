@@ -5,7 +5,9 @@ same run, the bf16 PyTorch matvec of the same logical shape (a different workloa
 Candle's time over ours when measured. Candle's `QMatMul::forward` quantizes the activations
 to q8_1 and then runs its matvec (two kernels), so the like-for-like ratio is Candle's time
 over ours with the quantization (`+quantize`); the ratio over our matvec alone is shown
-beside it.
+beside it. Both sides cycle through copies of the weights (256 MiB in all), so each call
+reads them from DRAM as a decode step does; `hot us` times one copy in a loop (part of a
+matrix under 50 MB then comes from the L2 cache).
 
 usage: report_quantized.py DIR
 """
@@ -24,22 +26,25 @@ def main():
     copy = rust[0]["copy_gbps"]
     lines = [
         f"Copy bandwidth (1 GiB device-to-device, same run): {copy:.0f} GB/s. Bandwidth = (quantized weights + q8_1",
-        "activations + f32 output) / time (GPU events, median of 5). `+quantize`: the whole op with the activations'",
+        "activations + f32 output) / time (GPU events, median of 5), the calls cycling through copies of the weights",
+        "(256 MiB in all: read from DRAM, as in a decode step). `hot us`: one copy in a loop (partly from L2).",
+        "`+quantize`: the whole op with the activations'",
         "q8_1 quantization (a second kernel). PyTorch: bf16 `F.linear` of the same logical shape (4x-3.5x more bytes).",
         "",
         "`Candle / ours`: Candle's `QMatMul::forward` (q8_1 quantization + matvec) over ours with the quantization",
         "(`+quantize`, the same work); in brackets over our matvec alone.",
         "",
-        "| format | rows x cols | batch | weights MB | us | GB/s | % of copy | us +quantize | PyTorch bf16 us (% of copy) | Candle / ours (matvec alone) |",
-        "|---|---|---|---|---|---|---|---|---|---|",
+        "| format | rows x cols | batch | weights MB | us | GB/s | % of copy | hot us | us +quantize | PyTorch bf16 us (% of copy) | Candle / ours (matvec alone) |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for s in rust:
         t = t_index.get((s["rows"], s["cols"], s["batch"]))
         c = c_index.get((s["dtype"], s["rows"], s["cols"], s["batch"]))
         tt = f"{t['us']:.1f} ({100 * t['moved'] / t['us'] / 1e3 / copy:.0f}%)" if t else "-"
         cc = f"{c['us'] / s['us_with_quantize']:.2f} ({c['us'] / s['us']:.2f})" if c else "not run"
+        hot = f"{s['us_hot']:.1f}" if "us_hot" in s else "-"
         lines.append(f"| {s['dtype']} | {s['rows']}x{s['cols']} | {s['batch']} | {s['weight_bytes'] / 1e6:.1f} | {s['us']:.1f} | "
-                     f"{s['gbps']:.0f} | {100 * s['gbps'] / copy:.0f}% | {s['us_with_quantize']:.1f} | {tt} | {cc} |")
+                     f"{s['gbps']:.0f} | {100 * s['gbps'] / copy:.0f}% | {hot} | {s['us_with_quantize']:.1f} | {tt} | {cc} |")
     open(f"{d}/report_quantized.md", "w").write("\n".join(lines) + "\n")
     print("\n".join(lines))
 

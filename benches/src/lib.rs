@@ -119,3 +119,27 @@ pub fn gpu_ms(dev: &Device, body: impl FnOnce()) -> f64 {
 pub fn copy(dev: &Device, src: &DeviceVec<u8>, dst: &mut DeviceVec<u8>) {
     dev.copy(src.view(..).unwrap(), dst.view_mut(..).unwrap()).unwrap();
 }
+
+/// Bytes a benchmark cycles through so that each call reads its operand from DRAM rather
+/// than from the L2 cache the previous calls filled (H100: 50 MB of L2). A decode step reads
+/// every weight matrix once; timing one 33 MB matrix in a loop would find part of it in L2.
+pub const COLD_BYTES: usize = 256 << 20;
+
+/// Copies of a `bytes`-long operand to cycle through for cold-cache timings
+/// ([`COLD_BYTES`] in all; 1 for operands at least that large).
+pub fn cold_copies(bytes: usize) -> usize {
+    COLD_BYTES.div_ceil(bytes.max(1)).clamp(1, 64)
+}
+
+/// `w` and `cold_copies(w.len()) - 1` device copies of it, to cycle through.
+pub fn cold_set(dev: &Device, w: DeviceVec<u8>) -> Vec<DeviceVec<u8>> {
+    let n = cold_copies(w.len());
+    let mut set = Vec::with_capacity(n);
+    for _ in 1..n {
+        let mut c: DeviceVec<u8> = dev.alloc(w.len()).unwrap();
+        copy(dev, &w, &mut c);
+        set.push(c);
+    }
+    set.push(w);
+    set
+}

@@ -1278,9 +1278,16 @@ pub fn matvec_row<Q: QuantFormat, B: BatchTile>(
 
 /// Work-items of one [`matvec_stream`](fn@matvec_stream) work-group.
 pub const STREAM_BLOCK: u32 = 128;
-/// Shared-memory stages [`matvec_stream`](fn@matvec_stream) cycles through: one being
-/// computed, two in flight.
-pub const STREAM_STAGES: usize = 3;
+/// Shared-memory stages the [`matvec_stream`](fn@matvec_stream) launcher gives every
+/// format: one being computed, one in flight. H100, weights read from DRAM
+/// (`bench-quantized --sweep-stages`): faster than 3 stages on all 16 Llama-3-8B shapes of
+/// `Q4_0`, `Q8_0`, `Q4K` and `Q6K` (by 0.7-2% on the 128256-row head, 2-10% on the FFN
+/// shapes, 4-16% at 4096x4096) and than 4.
+pub const STREAM_STAGES: usize = 2;
+/// Fewest stages [`matvec_stream`](fn@matvec_stream) takes (one in flight).
+pub const MIN_STREAM_STAGES: usize = 2;
+/// Most stages [`matvec_stream`](fn@matvec_stream) takes (three in flight).
+pub const MAX_STREAM_STAGES: usize = 4;
 /// Activation units (32 weights each) a work-item of [`matvec_stream`](fn@matvec_stream)
 /// holds in registers: rows of up to `4 * STREAM_BLOCK` units (16384 columns).
 pub const STREAM_UNITS: usize = 4;
@@ -1290,9 +1297,10 @@ pub const STREAM_STAGE_BYTES: usize = 16 * 1024;
 /// starts for `dtype` with stages of `lds_bytes` in all, so that all of them are resident
 /// at once, from the registers ptxas gives each instance on sm_90 (64K per SM): 6 at up to
 /// 80 per work-item (`Q4_0`, `Q4_1`, `Q8_0`), 5 at up to 96 (`Q5_0`, `Q5_1`), 4 for `Q4K`
-/// (96: 4 measured faster than 5) and `Q6K` (128); fewer where 228 KiB of shared memory
-/// per SM holds fewer (`Q8_0` rows of 14336 columns: 4). A grid that is not all resident
-/// is still correct, only slower (a second partial round of work-groups).
+/// (96: 4 and 5 within 1% of each other) and `Q6K` (122); fewer where 228 KiB of shared
+/// memory per SM holds fewer (none of the Llama-3-8B shapes with [`STREAM_STAGES`] stages).
+/// A grid that is not all resident is still correct, only slower (a second partial round
+/// of work-groups).
 pub const fn stream_groups_per_cu(dtype: GgmlDType, lds_bytes: usize) -> usize {
     let by_regs = match dtype {
         GgmlDType::Q4K | GgmlDType::Q6K => 4,
@@ -1429,14 +1437,14 @@ fn stream_issue(w: &[u8], rows: usize, row_bytes: usize, per_step: usize, steps:
 /// ([`stream_per_step`]); work-group `g` of `G` takes steps `g, g + G, g + 2G, ...` (a grid
 /// that stays resident: every work-group starts at once and they end together). Each
 /// step's rows are copied (contiguous, 16-byte asynchronous copies: `cp.async` on NVIDIA)
-/// into one of [`STREAM_STAGES`] shared stages two steps ahead, so weight bytes stay in
-/// flight while a step is computed; one barrier per step. Each row is shared by
-/// `STREAM_BLOCK / per_step` work-items, and work-item `j` of a row always takes the units
-/// `j, j + team, ...` (at most [`STREAM_UNITS`]), so it loads their q8_1 activations into
-/// registers once for all its rows. A row's products are summed per wave (shuffles); a row
+/// into one of `stages` shared stages (2..=4) `stages - 1` steps ahead, so weight bytes
+/// stay in flight while a step is computed; one barrier per step. Each row is shared by
+/// `team = STREAM_BLOCK / per_step` work-items, and work-item `j` of a row always takes the
+/// units `j, j + team, ...` (at most [`STREAM_UNITS`]), so it loads their q8_1 activations
+/// into registers once for all its rows. A row's products are summed per wave (shuffles); a row
 /// of one wave is written by it, the waves' sums of a wider row go through `partials` and
 /// are added in a fixed order after the next barrier. `lds` holds
-/// `STREAM_STAGES * stream_stage_words(row_bytes, per_step)` words; `w` starts on 16 bytes.
+/// `stages * stream_stage_words(row_bytes, per_step)` words; `w` starts on 16 bytes.
 /// Launch with [`STREAM_BLOCK`] work-items per work-group.
 #[amdgpu_kernel(Q = [Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4K, Q6K], max_threads = 128)]
 pub fn matvec_stream<Q: QuantFormat>(
@@ -1447,6 +1455,7 @@ pub fn matvec_stream<Q: QuantFormat>(
     rows: usize,
     cols: usize,
     per_step: usize,
+    stages: usize,
     lds: SharedDyn<crate::indexing::Words4>,
     mut partials: Shared<f32, 8>,
 ) {
@@ -1458,11 +1467,12 @@ pub fn matvec_stream<Q: QuantFormat>(
     // Uniform checks that make the unchecked accesses below in bounds.
     let shape_ok = flat_block_dim() == threads
         && (per_step == 1 || per_step == 2 || per_step == 4)
+        && (MIN_STREAM_STAGES..=MAX_STREAM_STAGES).contains(&stages)
         && team >= lanes
         && cols % Q::WEIGHTS == 0;
     let sizes_ok = units <= STREAM_UNITS as u32 * team
         && per_step * waves_per_row <= 4
-        && STREAM_STAGES * stage_words <= lds.len();
+        && stages * stage_words <= lds.len();
     let data_ok = rows.checked_mul(row_bytes).is_some_and(|n| n <= w.len())
         && rows <= (u32::MAX - 256) as usize
         && rows <= y.len()
@@ -1488,8 +1498,13 @@ pub fn matvec_stream<Q: QuantFormat>(
         (start & !15, (start & 15) as u32)
     };
     let issue = |s: u32, stage: u32| stream_issue(w, rows, row_bytes, per_step, steps, (g32, stride), base, stage_bytes, (tid, threads), s, stage);
-    issue(0, 0);
-    issue(1, 1);
+    // Steps 0 .. stages - 1 in flight before the first is computed.
+    let stages32 = stages as u32;
+    let mut p = 0u32;
+    while p + 1 < stages32 {
+        issue(p, p);
+        p += 1;
+    }
     // This work-item's units of every row, and their activations (loaded once).
     let (sub, j) = ((tid >> team_shift) as usize, tid & (team - 1));
     let mut act = [[0u32; 8]; STREAM_UNITS];
@@ -1517,16 +1532,16 @@ pub fn matvec_stream<Q: QuantFormat>(
             unsafe { *yp.add(r as usize) = v };
         }
     };
-    // Stage of the step being computed, and of the step two ahead.
-    let (mut stage, mut ahead) = (0u32, 2u32);
+    // Stage of the step being computed, and of the step `stages - 1` ahead.
+    let (mut stage, mut ahead) = (0u32, stages32 - 1);
     let mut s = 0u32;
     while (s as usize) < steps {
-        kernel_dsl::mma::copy::wait_groups(1);
+        kernel_dsl::mma::copy::wait_groups(stages32 - 2);
         barrier();
         if s > 0 {
             flush(s - 1, &partials);
         }
-        issue(s + 2, ahead);
+        issue(s + stages32 - 1, ahead);
         let row = row_of(s) + sub as u32;
         let mut acc = 0f32;
         if (row as usize) < rows {
@@ -1562,7 +1577,7 @@ pub fn matvec_stream<Q: QuantFormat>(
                 partials[((s as usize % 2) * 4 + sub * waves_per_row + wave_in_row) % 8] = total;
             }
         }
-        let last = STREAM_STAGES as u32 - 1;
+        let last = stages32 - 1;
         stage = if stage == last { 0 } else { stage + 1 };
         ahead = if ahead == last { 0 } else { ahead + 1 };
         s += 1;

@@ -374,6 +374,8 @@ enum Path {
     /// `ops::matvec_stream` with this many work-groups (`None`: the launcher's); NVIDIA's
     /// kernels for batch 1 (`matvec_stream`) and for 2..=8 (`matvec_stream_batch`).
     Stream(Option<usize>),
+    /// `ops::matvec_stream` for batch 1 with this many work-groups and shared stages.
+    Staged(usize, usize),
 }
 
 /// [`check_matvec`] through the kernel `path` names.
@@ -393,6 +395,10 @@ fn check_matvec_on(dev: &Device, dtype: GgmlDType, rows: usize, cols: usize, bat
         ops::quantize_q8_1(dev, &xd, &mut xq, &mut xds).unwrap();
         match path {
             Path::Stream(groups) => ops::matvec_stream(dev, dev.wave_lanes(), dtype, &wd, &xq, &xds, &mut y, rows, cols, batch, groups).unwrap(),
+            Path::Staged(groups, stages) => {
+                let tuning = ops::StreamTuning { groups: Some(groups), stages: Some(stages) };
+                ops::matvec_stream(dev, dev.wave_lanes(), dtype, &wd, &xq, &xds, &mut y, rows, cols, batch, tuning).unwrap()
+            }
             _ => ops::matvec_rows(dev, dtype, &wd, &xq, &xds, &mut y, rows, cols, batch).unwrap(),
         }
     }
@@ -509,6 +515,11 @@ fn matvec_stream_kernel_every_format() {
                 check_matvec_on(&dev, dtype, rows, cols, 1, 5000 + 100 * rows as u64 + dtype as u64, false, Path::Stream(groups));
             }
             check_matvec_on(&dev, dtype, 301, bw, 1, 5077 + dtype as u64, true, Path::Stream(Some(5)));
+            // Two and four stages (one and three steps in flight): grids whose work-groups
+            // take 1 to 7 steps, so the ring wraps around at every length.
+            for (stages, rows, groups) in [(2, 11, 2), (2, 7, 7), (4, 13, 2), (4, 6, 3), (3, 14, 2)] {
+                check_matvec_on(&dev, dtype, rows, long, 1, 5200 + 10 * rows as u64 + dtype as u64, false, Path::Staged(groups, stages));
+            }
         }
         check_matvec_on(&dev, GgmlDType::Q8_0, 3, 15360, 1, 5100, false, Path::Stream(Some(1)));
     }
@@ -560,6 +571,10 @@ fn matvec_stream_rejects_what_it_cannot_take() {
     assert!(invalid(ops::matvec_stream(&dev, 64, dtype, &w, &xq, &xds, &mut y, 4, cols, 1, Some(0))), "no work-groups");
     assert!(invalid(ops::matvec_stream(&dev, 48, dtype, &w, &xq, &xds, &mut y, 4, cols, 1, None)), "wave size");
     assert!(invalid(ops::matvec_stream(&dev, 64, dtype, &w, &xq, &xds, &mut y, 3, cols, 1, None)), "weights of 4 rows for 3");
+    for stages in [1, 5] {
+        let tuning = ops::StreamTuning { groups: None, stages: Some(stages) };
+        assert!(invalid(ops::matvec_stream(&dev, 64, dtype, &w, &xq, &xds, &mut y, 4, cols, 1, tuning)), "{stages} stages");
+    }
     // 513 units: more than 128 work-items hold at 4 each.
     let wide = dev.upload(&random_blocks(dtype, 513, 4, false)).unwrap();
     let (xq2, xds2) = (dev.alloc::<u32>(513 * 8).unwrap(), dev.alloc::<f32>(513 * 2).unwrap());
@@ -574,6 +589,8 @@ fn matvec_stream_rejects_what_it_cannot_take() {
     let mut y4 = dev.upload(&[-3.0f32; 16]).unwrap();
     assert!(invalid(ops::matvec_stream(&dev, 64, dtype, &w, &xq4, &xds4, &mut y4, 4, cols, 4, Some(0))), "no work-groups (batch)");
     assert!(invalid(ops::matvec_stream(&dev, 64, dtype, &w, &xq4, &xds4, &mut y4, 4, cols, 9, None)), "batch 9");
+    let tuning = ops::StreamTuning { groups: None, stages: Some(3) };
+    assert!(invalid(ops::matvec_stream(&dev, 64, dtype, &w, &xq4, &xds4, &mut y4, 4, cols, 4, tuning)), "stages of a batch");
     assert_eq!(dev.download(&y).unwrap(), vec![-3.0f32; 4]);
     assert_eq!(dev.download(&y1).unwrap(), vec![-3.0f32]);
     assert_eq!(dev.download(&y8).unwrap(), vec![-3.0f32; 8]);

@@ -7,13 +7,17 @@
 //! the matvec and both, against the GPU time of the same calls (printed only).
 //! `quantized --sweep`: batches 1, 2, 4 and 8 through `matvec_rows` against the streaming
 //! kernels with grids of several work-groups per SM (printed only).
+//! `quantized --sweep-stages [FORMAT...]`: the batch-1 streaming kernel with 2, 3 and 4
+//! shared stages and several grids (printed only).
 //! Bandwidth counts the bytes an ideal kernel moves once: the quantized weights, the q8_1
 //! activations (`cols` codes + 8 bytes per 32) and the f32 output; `matvec+quantize` adds
-//! the f32 activations read by the quantization. `python/torch_quantized.py` times the bf16
+//! the f32 activations read by the quantization. Timings cycle through copies of the
+//! weights ([`benches::cold_set`], 256 MiB in all) so that every call reads them from DRAM,
+//! as a decode step does; `us_hot` times one copy in a loop (part of it then comes from L2). `python/torch_quantized.py` times the bf16
 //! matvec of the same logical shapes in PyTorch (a different workload: 2 bytes per weight)
 //! and `python/report_quantized.py` merges both (plus Candle's quantized CUDA kernels from
 //! `candle_quantized.json` when that file exists).
-use benches::{copy, time};
+use benches::{cold_set, copy, time};
 use kernels::quantized::{ops, GgmlDType};
 use kernels::runtime::DeviceVec;
 use std::io::Write;
@@ -42,6 +46,11 @@ fn main() {
         sweep(&dev, copy_gbps);
         return;
     }
+    if let Some(i) = args.iter().position(|a| a == "--sweep-stages") {
+        let named: Vec<GgmlDType> = args[i + 1..].iter().filter_map(|a| GgmlDType::ALL.into_iter().find(|d| d.name() == a)).collect();
+        sweep_stages(&dev, copy_gbps, if named.is_empty() { &[GgmlDType::Q4_0, GgmlDType::Q8_0, GgmlDType::Q4K, GgmlDType::Q6K] } else { &named });
+        return;
+    }
     if args.iter().any(|a| a == "--host") {
         host(&dev);
         return;
@@ -55,8 +64,8 @@ fn main() {
     let mut lines = Vec::new();
     for &dtype in formats {
         for &(rows, cols) in shapes {
-            let w = dev.upload(&weights(dtype, rows, cols)).unwrap();
-            let wbytes = w.len();
+            let ws = cold_set(&dev, dev.upload(&weights(dtype, rows, cols)).unwrap());
+            let (w, wbytes) = (&ws[0], ws[0].len());
             for batch in [1usize, 2, 4, 8] {
                 // Batches 2..8 on the two FFN shapes.
                 if batch > 1 && (rows, cols) != (4096, 14336) && (rows, cols) != (14336, 4096) {
@@ -68,25 +77,32 @@ fn main() {
                 let (mut xq, mut xds): (DeviceVec<u32>, DeviceVec<f32>) = (dev.alloc(batch * cols / 4).unwrap(), dev.alloc(batch * cols / 16).unwrap());
                 ops::quantize_q8_1(&dev, &x, &mut xq, &mut xds).unwrap();
                 if profile {
-                    ops::matvec_q8_1(&dev, dev.wave_lanes(), dtype, &w, &xq, &xds, &mut y, rows, cols, batch).unwrap();
+                    ops::matvec_q8_1(&dev, dev.wave_lanes(), dtype, w, &xq, &xds, &mut y, rows, cols, batch).unwrap();
                     dev.synchronize().unwrap();
                     continue;
                 }
                 let act = batch * (cols + cols / 32 * 8);
                 let moved = wbytes + act + batch * rows * 4;
-                let us = time(&dev, wbytes, || ops::matvec_q8_1(&dev, dev.wave_lanes(), dtype, &w, &xq, &xds, &mut y, rows, cols, batch).unwrap());
-                let full = time(&dev, wbytes, || ops::matvec(&dev, dtype, &w, &x, &mut y, rows, cols, batch).unwrap());
+                let mut i = 0;
+                let mut next = || {
+                    i += 1;
+                    &ws[i % ws.len()]
+                };
+                let us = time(&dev, wbytes, || ops::matvec_q8_1(&dev, dev.wave_lanes(), dtype, next(), &xq, &xds, &mut y, rows, cols, batch).unwrap());
+                let full = time(&dev, wbytes, || ops::matvec(&dev, dtype, next(), &x, &mut y, rows, cols, batch).unwrap());
+                let hot = time(&dev, wbytes, || ops::matvec_q8_1(&dev, dev.wave_lanes(), dtype, w, &xq, &xds, &mut y, rows, cols, batch).unwrap());
                 let gbps = moved as f64 / (us * 1e-6) / 1e9;
                 let gbps_full = (moved + batch * cols * 4) as f64 / (full * 1e-6) / 1e9;
                 eprintln!(
-                    "{:>5} {rows:>6}x{cols:<6} b{batch}: matvec {us:8.2} us {gbps:6.0} GB/s ({:5.1}% of copy) | with quantize {full:8.2} us ({:5.1}%)",
+                    "{:>5} {rows:>6}x{cols:<6} b{batch}: matvec {us:8.2} us {gbps:6.0} GB/s ({:5.1}% of copy) | with quantize {full:8.2} us ({:5.1}%) | hot {hot:8.2} us",
                     dtype.name(),
                     100.0 * gbps / copy_gbps,
                     100.0 * gbps_full / copy_gbps
                 );
                 lines.push(format!(
-                    "{{\"dtype\":\"{}\",\"rows\":{rows},\"cols\":{cols},\"batch\":{batch},\"weight_bytes\":{wbytes},\"moved\":{moved},\"us\":{us:.3},\"gbps\":{gbps:.1},\"us_with_quantize\":{full:.3},\"copy_gbps\":{copy_gbps:.1}}}",
-                    dtype.name()
+                    "{{\"dtype\":\"{}\",\"rows\":{rows},\"cols\":{cols},\"batch\":{batch},\"weight_bytes\":{wbytes},\"moved\":{moved},\"us\":{us:.3},\"gbps\":{gbps:.1},\"us_with_quantize\":{full:.3},\"us_hot\":{hot:.3},\"copies\":{},\"copy_gbps\":{copy_gbps:.1}}}",
+                    dtype.name(),
+                    ws.len()
                 ));
             }
         }
@@ -111,22 +127,77 @@ fn sweep(dev: &kernels::runtime::Device, copy_gbps: f64) {
                 if batch > 1 && rows > 14336 {
                     continue;
                 }
-                let w = dev.upload(&weights(dtype, rows, cols)).unwrap();
+                let ws = cold_set(dev, dev.upload(&weights(dtype, rows, cols)).unwrap());
                 let x: Vec<f32> = (0..batch * cols).map(|i| ((i * 7919) % 1000) as f32 / 500.0 - 1.0).collect();
                 let x = dev.upload(&x).unwrap();
                 let mut y: DeviceVec<f32> = dev.alloc(batch * rows).unwrap();
                 let (mut xq, mut xds): (DeviceVec<u32>, DeviceVec<f32>) = (dev.alloc(batch * cols / 4).unwrap(), dev.alloc(batch * cols / 16).unwrap());
                 ops::quantize_q8_1(dev, &x, &mut xq, &mut xds).unwrap();
-                let moved = w.len() + batch * (cols + cols / 32 * 8 + rows * 4);
+                let moved = ws[0].len() + batch * (cols + cols / 32 * 8 + rows * 4);
                 let pct = |us: f64| 100.0 * moved as f64 / (us * 1e-6) / 1e9 / copy_gbps;
-                let row_us = time(dev, w.len(), || ops::matvec_rows(dev, dtype, &w, &xq, &xds, &mut y, rows, cols, batch).unwrap());
+                let wbytes = ws[0].len();
+                let mut i = 0;
+                let row_us = time(dev, wbytes, || {
+                    i += 1;
+                    ops::matvec_rows(dev, dtype, &ws[i % ws.len()], &xq, &xds, &mut y, rows, cols, batch).unwrap()
+                });
                 let mut line = format!("{:>5} {rows:>6}x{cols:<6} b{batch} rows {row_us:7.2} us ({:4.1}%) | stream", dtype.name(), pct(row_us));
                 for &per_cu in grids {
-                    let mut call = || ops::matvec_stream(dev, dev.wave_lanes(), dtype, &w, &xq, &xds, &mut y, rows, cols, batch, per_cu.map(|k| k * cus));
+                    let mut call = || {
+                        i += 1;
+                        ops::matvec_stream(dev, dev.wave_lanes(), dtype, &ws[i % ws.len()], &xq, &xds, &mut y, rows, cols, batch, per_cu.map(|k| k * cus))
+                    };
                     if call().is_err() {
                         continue;
                     }
-                    let us = time(dev, w.len(), || call().unwrap());
+                    let us = time(dev, wbytes, || call().unwrap());
+                    let name = per_cu.map_or("auto".to_string(), |k| format!("{k}/SM"));
+                    line += &format!(" {name}:{us:.2}us({:.1}%)", pct(us));
+                }
+                eprintln!("{line}");
+            }
+        }
+    }
+}
+
+/// Batch 1 through the streaming kernel on the Llama-3-8B shapes with 2, 3 and 4 shared
+/// stages, each with the launcher's grid and 3, 4, 5, 6 and 8 work-groups per SM (weights
+/// cycled as in the main benchmark).
+fn sweep_stages(dev: &kernels::runtime::Device, copy_gbps: f64, formats: &[GgmlDType]) {
+    let cus = kernel_dsl::host::Executor::compute_units(dev).unwrap_or(1) as usize;
+    for &dtype in formats {
+        for (rows, cols) in [(4096, 14336), (14336, 4096), (4096, 4096), (128256, 4096)] {
+            let ws = cold_set(dev, dev.upload(&weights(dtype, rows, cols)).unwrap());
+            let x: Vec<f32> = (0..cols).map(|i| ((i * 7919) % 1000) as f32 / 500.0 - 1.0).collect();
+            let x = dev.upload(&x).unwrap();
+            let mut y: DeviceVec<f32> = dev.alloc(rows).unwrap();
+            let (mut xq, mut xds): (DeviceVec<u32>, DeviceVec<f32>) = (dev.alloc(cols / 4).unwrap(), dev.alloc(cols / 16).unwrap());
+            ops::quantize_q8_1(dev, &x, &mut xq, &mut xds).unwrap();
+            let moved = ws[0].len() + cols + cols / 32 * 8 + rows * 4;
+            let pct = |us: f64| 100.0 * moved as f64 / (us * 1e-6) / 1e9 / copy_gbps;
+            {
+                let mut dst: DeviceVec<u8> = dev.alloc(ws[0].len()).unwrap();
+                let mut i = 0;
+                let us = time(dev, ws[0].len(), || {
+                    i += 1;
+                    copy(dev, &ws[i % ws.len()], &mut dst)
+                });
+                let gbps = 2.0 * ws[0].len() as f64 / (us * 1e-6) / 1e9;
+                eprintln!("{:>5} {rows:>6}x{cols:<6} copy of the weights (cold): {us:.2} us, {gbps:.0} GB/s ({:.1}% of the 1 GiB copy)", dtype.name(), 100.0 * gbps / copy_gbps);
+            }
+            for stages in [2, 3, 4] {
+                let mut line = format!("{:>5} {rows:>6}x{cols:<6} stages {stages}:", dtype.name());
+                for per_cu in [None, Some(3), Some(4), Some(5), Some(6), Some(8)] {
+                    let tuning = ops::StreamTuning { groups: per_cu.map(|k| k * cus), stages: Some(stages) };
+                    let mut i = 0;
+                    let mut call = || {
+                        i += 1;
+                        ops::matvec_stream(dev, dev.wave_lanes(), dtype, &ws[i % ws.len()], &xq, &xds, &mut y, rows, cols, 1, tuning)
+                    };
+                    if call().is_err() {
+                        continue;
+                    }
+                    let us = time(dev, ws[0].len(), || call().unwrap());
                     let name = per_cu.map_or("auto".to_string(), |k| format!("{k}/SM"));
                     line += &format!(" {name}:{us:.2}us({:.1}%)", pct(us));
                 }

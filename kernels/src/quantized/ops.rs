@@ -2,7 +2,7 @@
 //! validated first (bad input: [`LaunchError::InvalidArgument`], nothing launched or
 //! written); empty outputs are a no-op.
 use super::{batch_tile, matvec_block, matvec_lds_words, matvec_row_group, matvec_row_words, Batch1, Batch2, Batch4, Batch8, GgmlDType, LANE_UNITS_AMD, LANE_UNITS_OTHER, ROW_BLOCK, ROW_STAGE_BYTES};
-use super::{batch_stage_bytes, stream_batch_per_step, stream_groups_per_cu, stream_per_step, stream_stage_words, BATCH_BLOCK, BATCH_STAGES, STREAM_BLOCK, STREAM_STAGES};
+use super::{batch_stage_bytes, stream_batch_per_step, stream_groups_per_cu, stream_per_step, stream_stage_words, BATCH_BLOCK, BATCH_STAGES, MAX_STREAM_STAGES, MIN_STREAM_STAGES, STREAM_BLOCK, STREAM_STAGES};
 use super::{Q2K, Q3K, Q4K, Q4_0, Q4_1, Q5K, Q5_0, Q5_1, Q6K, Q8K, Q8_0};
 use crate::runtime::{Device, DeviceVec};
 use kernel_dsl::host::{ArgValue, Executor, KernelArgSlice, KernelArgSliceMut, LaunchConfig, LaunchError, MemLocation, ScalarArg};
@@ -268,7 +268,7 @@ pub fn matvec_q8_1(
     let (per_step, ..) = stream_step(exec, wave_lanes, dtype, cols, batch);
     let big_enough = if batch == 1 { rows * row_bytes >= STREAM_MIN_BYTES } else { batch >= STREAM_MIN_BATCH };
     if on_cuda(exec) && staged_format(dtype) && per_step > 0 && big_enough {
-        return launch_stream(exec, dtype, w, xq, xds, y, rows, cols, batch, per_step, None);
+        return launch_stream(exec, dtype, w, xq, xds, y, rows, cols, batch, per_step, StreamTuning::default());
     }
     if on_cuda(exec) && row_bytes <= ROW_STAGE_BYTES && staged_format(dtype) {
         return matvec_rows(exec, dtype, w, xq, xds, y, rows, cols, batch);
@@ -344,8 +344,9 @@ pub fn matvec_rows(
 /// NVIDIA's kernel for them where [`stream_batch_per_step`] takes the rows. The grid is
 /// [`stream_groups_per_cu`] work-groups per compute unit for batch 1 and one per compute
 /// unit for larger batches (where the executor knows them, else 1024), at most one per
-/// step; `groups` overrides it. Checked as [`matvec_q8_1`]; a shape the kernel does not
-/// take is an error too.
+/// step; `tuning` overrides it and the batch-1 kernel's stages (`None` or `Some(groups)`
+/// converts). Checked as [`matvec_q8_1`]; a shape the kernel does not take is an error
+/// too.
 #[allow(clippy::too_many_arguments)]
 pub fn matvec_stream(
     exec: &(impl Executor + ?Sized),
@@ -358,7 +359,7 @@ pub fn matvec_stream(
     rows: usize,
     cols: usize,
     batch: usize,
-    groups: Option<usize>,
+    tuning: impl Into<StreamTuning>,
 ) -> Result<(), LaunchError> {
     const K: &str = "matvec";
     check_matvec(on_amd(exec), wave_lanes, dtype, w, xq, xds, y, rows, cols, batch)?;
@@ -367,7 +368,24 @@ pub fn matvec_stream(
         let name = if batch == 1 { "matvec_stream" } else { "matvec_stream_batch" };
         return Err(invalid(K, format!("{name} takes rows of at most {most_units} units and {stage_bytes} bytes (batch {batch}; {rows} x {cols} {})", dtype.name())));
     }
-    launch_stream(exec, dtype, w, xq, xds, y, rows, cols, batch, per_step, groups)
+    launch_stream(exec, dtype, w, xq, xds, y, rows, cols, batch, per_step, tuning.into())
+}
+
+/// Overrides of the streaming launchers' choices ([`matvec_stream`]), for tests and tuning
+/// sweeps; `Option<usize>` converts to `groups`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct StreamTuning {
+    /// Work-groups of the grid (default: the launcher's).
+    pub groups: Option<usize>,
+    /// Shared-memory stages of the batch-1 kernel, `MIN_STREAM_STAGES..=MAX_STREAM_STAGES`
+    /// (default: [`STREAM_STAGES`]); an error for batches of 2..=8.
+    pub stages: Option<usize>,
+}
+
+impl From<Option<usize>> for StreamTuning {
+    fn from(groups: Option<usize>) -> StreamTuning {
+        StreamTuning { groups, stages: None }
+    }
 }
 
 /// Rows per step of the streaming kernel for `batch` activation rows of `cols` columns
@@ -405,10 +423,15 @@ fn launch_stream(
     cols: usize,
     batch: usize,
     per_step: usize,
-    groups: Option<usize>,
+    tuning: StreamTuning,
 ) -> Result<(), LaunchError> {
     const K: &str = "matvec";
-    let (name, block, stages) = if batch == 1 { ("matvec_stream", STREAM_BLOCK, STREAM_STAGES) } else { ("matvec_stream_batch", BATCH_BLOCK, BATCH_STAGES) };
+    let (name, block, stages) = if batch == 1 { ("matvec_stream", STREAM_BLOCK, tuning.stages.unwrap_or(STREAM_STAGES)) } else { ("matvec_stream_batch", BATCH_BLOCK, BATCH_STAGES) };
+    if let Some(n) = tuning.stages {
+        if batch > 1 || !(MIN_STREAM_STAGES..=MAX_STREAM_STAGES).contains(&n) {
+            return Err(invalid(K, format!("{name}: {n} stages (batch {batch}); the batch-1 kernel takes {MIN_STREAM_STAGES}..={MAX_STREAM_STAGES}")));
+        }
+    }
     // The kernels index rows (plus a work-group's work-items) in 32 bits.
     if rows > (u32::MAX - 2 * block) as usize {
         return Err(invalid(K, format!("{name} takes fewer than 2^32 - {} rows ({rows})", 2 * block)));
@@ -421,7 +444,7 @@ fn launch_stream(
         return Err(invalid(K, format!("{name} needs {} bytes of shared memory per work-group; the device has {}", 16 * words, exec.max_shared_bytes())));
     }
     let per_cu = if batch == 1 { stream_groups_per_cu(dtype, 16 * words) } else { 1 };
-    let groups = groups.unwrap_or_else(|| exec.compute_units().map_or(1024, |cu| cu as usize * per_cu));
+    let groups = tuning.groups.unwrap_or_else(|| exec.compute_units().map_or(1024, |cu| cu as usize * per_cu));
     if groups == 0 || groups > u32::MAX as usize {
         return Err(invalid(K, format!("{name}: {groups} work-groups")));
     }
@@ -430,7 +453,7 @@ fn launch_stream(
     }
     let cfg = LaunchConfig::new(Dim3::x(groups.min(rows.div_ceil(per_step)) as u32), Dim3::x(block)).with_dynamic_shared(words);
     with_staged_format!(dtype, name, Q => match tile_rows(batch) {
-        1 => super::matvec_stream::launch::<Q>(exec, cfg, w, xq, xds, y, rows, cols, per_step),
+        1 => super::matvec_stream::launch::<Q>(exec, cfg, w, xq, xds, y, rows, cols, per_step, stages),
         2 => super::matvec_stream_batch::launch::<Q, Batch2>(exec, cfg, w, xq, xds, y, rows, cols, batch, per_step),
         4 => super::matvec_stream_batch::launch::<Q, Batch4>(exec, cfg, w, xq, xds, y, rows, cols, batch, per_step),
         _ => super::matvec_stream_batch::launch::<Q, Batch8>(exec, cfg, w, xq, xds, y, rows, cols, batch, per_step),
