@@ -23,5 +23,22 @@ fn main() {
         .module("quantized")
         // The H100's warpgroup matrix units (`wgmma`) exist only in `sm_90a` PTX.
         .ptx_variant("sm_90a", &["gemm_wgmma"])
+        // On the H100 the decode matvec and its activations' quantization overlap the
+        // kernel before each (`kernel_dsl::grid`: `griddepcontrol` needs sm_90).
+        .ptx_variant_preferred(
+            "sm_90a",
+            &[
+                "quantize_q8_1_f32",
+                "quantize_q8_1_f16",
+                "quantize_q8_1_bf16",
+                "matvec_stream_q4_0",
+                "matvec_stream_q4_1",
+                "matvec_stream_q5_0",
+                "matvec_stream_q5_1",
+                "matvec_stream_q8_0",
+                "matvec_stream_q4_k",
+                "matvec_stream_q6_k",
+            ],
+        )
         .build();
 }

@@ -6,13 +6,22 @@ use crate::{sysroot, toolchain, BuildError};
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
+/// A PTX variant: its target and the kernels launched from it, always (`required`) or
+/// where it runs (`preferred`).
+#[derive(Clone, Debug)]
+struct Variant {
+    sm: String,
+    required: Vec<String>,
+    preferred: Vec<String>,
+}
+
 /// Configures and runs the kernel build of one crate.
 #[derive(Clone, Debug)]
 pub struct KernelBuild {
     modules: Vec<String>,
     archs: Vec<String>,
     ptx: Option<String>,
-    ptx_variants: Vec<(String, Vec<String>)>,
+    ptx_variants: Vec<Variant>,
 }
 
 /// What a build produced.
@@ -75,8 +84,27 @@ impl KernelBuild {
     /// architecture. The whole crate compiles for it, so its entry list is checked as the
     /// main PTX's is.
     pub fn ptx_variant(mut self, sm: &str, kernels: &[&str]) -> Self {
-        self.ptx_variants.push((sm.to_string(), kernels.iter().map(|k| k.to_string()).collect()));
+        self.variant(sm).required.extend(kernels.iter().map(|k| k.to_string()));
         self
+    }
+
+    /// Like [`KernelBuild::ptx_variant`] for kernels that also have a main-PTX version:
+    /// the CUDA runtime launches `kernels` (exact names) from the `sm` variant on devices of
+    /// that architecture and from the main PTX elsewhere (for instructions that only make
+    /// a kernel faster there, such as `griddepcontrol`).
+    pub fn ptx_variant_preferred(mut self, sm: &str, kernels: &[&str]) -> Self {
+        self.variant(sm).preferred.extend(kernels.iter().map(|k| k.to_string()));
+        self
+    }
+
+    fn variant(&mut self, sm: &str) -> &mut Variant {
+        match self.ptx_variants.iter().position(|v| v.sm == sm) {
+            Some(i) => &mut self.ptx_variants[i],
+            None => {
+                self.ptx_variants.push(Variant { sm: sm.to_string(), required: Vec::new(), preferred: Vec::new() });
+                self.ptx_variants.last_mut().unwrap()
+            }
+        }
     }
 
     /// Runs the build; on error prints the reason and fails the build script.
@@ -139,15 +167,15 @@ impl KernelBuild {
 
         let mut targets: Vec<Target> = archs.iter().map(|a| Target::Amdgpu(a.clone())).collect();
         // Variants other than the main PTX target, built whenever PTX is.
-        let variants: Vec<(String, Vec<String>)> = match &ptx {
-            Some(main) => self.ptx_variants.iter().filter(|(sm, _)| sm != main).cloned().collect(),
+        let variants: Vec<Variant> = match &ptx {
+            Some(main) => self.ptx_variants.iter().filter(|v| &v.sm != main).cloned().collect(),
             None => vec![],
         };
         if let Some(sm) = &ptx {
             targets.push(Target::Nvptx(sm.clone()));
         }
-        for (sm, _) in &variants {
-            targets.push(Target::Nvptx(sm.clone()));
+        for v in &variants {
+            targets.push(Target::Nvptx(v.sm.clone()));
         }
         let results: Vec<Result<Artifact, BuildError>> = std::thread::scope(|s| {
             let handles: Vec<_> = targets
@@ -195,9 +223,11 @@ impl KernelBuild {
                     // A variant keeps only its own kernels' entries (the driver compiles a
                     // whole module when it loads it), in a file of its own beside the
                     // cached full compile.
-                    if let Some((sm, kernels)) = variants.iter().find(|(v, _)| Target::Nvptx(v.clone()) == a.target) {
-                        let covers = |name: &str| kernels.iter().any(|k| name == k || name.strip_prefix(k.as_str()).is_some_and(|r| r.starts_with('_')));
-                        let path = a.path.with_file_name(format!("kernels.{sm}.variant.ptx"));
+                    if let Some(v) = variants.iter().find(|v| Target::Nvptx(v.sm.clone()) == a.target) {
+                        let covers = |name: &str| {
+                            v.required.iter().any(|k| name == k || name.strip_prefix(k.as_str()).is_some_and(|r| r.starts_with('_'))) || v.preferred.iter().any(|k| name == k)
+                        };
+                        let path = a.path.with_file_name(format!("kernels.{}.variant.ptx", v.sm));
                         write_if_changed(&path, crate::ptx::retain_entries(&text, covers).as_bytes())?;
                         a.path = path;
                     }
@@ -235,7 +265,7 @@ fn kernel_dsl_src() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../kernel-dsl/src/lib.rs")
 }
 
-fn embedded(crate_name: &str, artifacts: &[Artifact], stats: &[Stats], ptx_arch: Option<&str>, variants: &[(String, Vec<String>)]) -> String {
+fn embedded(crate_name: &str, artifacts: &[Artifact], stats: &[Stats], ptx_arch: Option<&str>, variants: &[Variant]) -> String {
     let mut objects = String::new();
     let mut ptx = "None".to_string();
     let mut extra = String::new();
@@ -245,10 +275,12 @@ fn embedded(crate_name: &str, artifacts: &[Artifact], stats: &[Stats], ptx_arch:
                 "::kernel_dsl::host::CodeObject {{ arch: {arch:?}, bytes: include_bytes!({:?}) }},\n",
                 a.path.display().to_string()
             )),
-            Target::Nvptx(sm) => match variants.iter().find(|(v, _)| v == sm) {
-                Some((_, kernels)) => extra.push_str(&format!(
-                    "::kernel_dsl::host::PtxVariant {{ target: {sm:?}, ptx: include_str!({:?}), kernels: &{kernels:?} }},\n",
-                    a.path.display().to_string()
+            Target::Nvptx(sm) => match variants.iter().find(|v| &v.sm == sm) {
+                Some(v) => extra.push_str(&format!(
+                    "::kernel_dsl::host::PtxVariant {{ target: {sm:?}, ptx: include_str!({:?}), kernels: &{:?}, preferred: &{:?} }},\n",
+                    a.path.display().to_string(),
+                    v.required,
+                    v.preferred
                 )),
                 None => ptx = format!("Some(include_str!({:?}))", a.path.display().to_string()),
             },

@@ -62,6 +62,7 @@ macro_rules! asm_load_u32x4 {
 mod arch;
 pub mod atomic;
 pub mod dot;
+pub mod grid;
 pub mod hint;
 mod index;
 pub mod math;

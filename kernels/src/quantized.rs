@@ -684,9 +684,15 @@ pub fn get_rows<Q: QuantFormat, T: Float>(w: &[u8], ids: &[u32], out: &mut [T], 
 /// q8_1 quantization of `x` (a multiple of 32 values): block `k` gets
 /// `d = max|x| / 127`, codes `round(x / d)` (0 when `d = 0`) packed four per word into
 /// `xq[8k .. 8k + 8]`, and `xds[2k] = d`, `xds[2k + 1] = d * sum(codes)`. One lane per
-/// value; the 32 lanes of a block meet through shuffles (wave-uniform loop).
+/// value; the 32 lanes of a block meet through shuffles (wave-uniform loop). It waits for
+/// the kernels before it first (`kernel_dsl::grid::wait_prior`), so it may be launched to
+/// overlap them, and then lets the kernel after it start.
 #[amdgpu_kernel(T = [f32, f16, bf16])]
 pub fn quantize_q8_1<T: Float>(x: &[T], xq: &mut [u32], xds: &mut [f32]) {
+    // Launched to overlap the kernel before it (which may write `x`): wait for it before
+    // any access, then let the matvec after this start its weight copies.
+    kernel_dsl::grid::wait_prior();
+    kernel_dsl::grid::release_next();
     let n = x.len();
     assert!(n % 32 == 0 && xq.len() >= n / 4 && xds.len() >= n / 16);
     let ws = wave::size() as usize;
@@ -1297,7 +1303,7 @@ pub const STREAM_STAGE_BYTES: usize = 16 * 1024;
 /// starts for `dtype` with stages of `lds_bytes` in all, so that all of them are resident
 /// at once, from the registers ptxas gives each instance on sm_90 (64K per SM): 6 at up to
 /// 80 per work-item (`Q4_0`, `Q4_1`, `Q8_0`), 5 at up to 96 (`Q5_0`, `Q5_1`), 4 for `Q4K`
-/// (96: 4 and 5 within 1% of each other) and `Q6K` (122); fewer where 228 KiB of shared
+/// (96: 4 and 5 within 1% of each other) and `Q6K` (124); fewer where 228 KiB of shared
 /// memory per SM holds fewer (none of the Llama-3-8B shapes with [`STREAM_STAGES`] stages).
 /// A grid that is not all resident is still correct, only slower (a second partial round
 /// of work-groups).
@@ -1445,7 +1451,9 @@ fn stream_issue(w: &[u8], rows: usize, row_bytes: usize, per_step: usize, steps:
 /// of one wave is written by it, the waves' sums of a wider row go through `partials` and
 /// are added in a fixed order after the next barrier. `lds` holds
 /// `stages * stream_stage_words(row_bytes, per_step)` words; `w` starts on 16 bytes.
-/// Launch with [`STREAM_BLOCK`] work-items per work-group.
+/// Launch with [`STREAM_BLOCK`] work-items per work-group. Where launched to overlap the
+/// kernel before it (`kernel_dsl::grid`), it issues its first steps' copies, then waits for
+/// that kernel before it reads the activations.
 #[amdgpu_kernel(Q = [Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4K, Q6K], max_threads = 128)]
 pub fn matvec_stream<Q: QuantFormat>(
     w: &[u8],
@@ -1505,6 +1513,12 @@ pub fn matvec_stream<Q: QuantFormat>(
         issue(p, p);
         p += 1;
     }
+    // The copies above read only `w`. `ops::matvec` lets this kernel overlap only the
+    // activations' quantization, which starts it after its own wait for every kernel
+    // before it: no running kernel writes `w`, but the quantization may still be writing
+    // the activations (`LaunchConfig::overlapping_prior`).
+    kernel_dsl::grid::wait_prior();
+    kernel_dsl::grid::release_next();
     // This work-item's units of every row, and their activations (loaded once).
     let (sub, j) = ((tid >> team_shift) as usize, tid & (team - 1));
     let mut act = [[0u32; 8]; STREAM_UNITS];

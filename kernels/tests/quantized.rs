@@ -385,7 +385,6 @@ fn check_matvec_on(dev: &Device, dtype: GgmlDType, rows: usize, cols: usize, bat
     let w = random_blocks(dtype, rows * cols / bw, seed, extremes);
     let wr = ref_dequant(dtype, &w);
     let x = activations(batch * cols, seed + 1);
-    let (q, ds) = ref_q8_1(&x);
     let (wd, xd) = (dev.upload(&w).unwrap(), dev.upload(&x).unwrap());
     let mut y = dev.alloc::<f32>(batch * rows).unwrap();
     if let Path::Auto = path {
@@ -403,6 +402,14 @@ fn check_matvec_on(dev: &Device, dtype: GgmlDType, rows: usize, cols: usize, bat
         }
     }
     let got = dev.download(&y).unwrap();
+    verify_matvec(dev, dtype, &got, &wr, &x, rows, cols, batch);
+}
+
+/// [`check_matvec`]'s comparison of `got` (`batch x rows`) with the sums over the
+/// dequantized weights `wr` and the activations `x`, their q8_1 quantization and as given.
+#[allow(clippy::too_many_arguments)]
+fn verify_matvec(dev: &Device, dtype: GgmlDType, got: &[f32], wr: &[(f32, f32)], x: &[f32], rows: usize, cols: usize, batch: usize) {
+    let (q, ds) = ref_q8_1(x);
     let gamma = (cols / 32 + 16) as f64 * 2f64.powi(-23);
     for b in 0..batch {
         for r in 0..rows {
@@ -595,6 +602,41 @@ fn matvec_stream_rejects_what_it_cannot_take() {
     assert_eq!(dev.download(&y1).unwrap(), vec![-3.0f32]);
     assert_eq!(dev.download(&y8).unwrap(), vec![-3.0f32; 8]);
     assert_eq!(dev.download(&y4).unwrap(), vec![-3.0f32; 16]);
+}
+
+/// Decode's order of work on one stream: eight `ops::matvec` calls queued back to back
+/// (each a quantization and a matvec) with different activations and the same scratch
+/// buffers, behind a long copy so that the host has queued them all before the GPU gets
+/// to the first. On the H100 each quantization and streaming matvec may then start before
+/// the kernel ahead of it ends (`kernel_dsl::grid`) and waits for it inside: a matvec that
+/// read its q8_1 activations before the quantization ahead of it wrote them would give
+/// the previous call's products (the matrix is large enough for the streaming kernel).
+#[test]
+fn matvec_back_to_back_uses_each_calls_activations() {
+    for dev in executors() {
+        let on_gpu = matches!(dev.memory(), kernel_dsl::host::MemLocation::Device { .. });
+        for dtype in [GgmlDType::Q4_0, GgmlDType::Q6K] {
+            let (rows, cols, busy) = if on_gpu { (4096, 8192, 512 << 20) } else { (48, 512, 1024) };
+            let w = random_blocks(dtype, rows * cols / dtype.block_weights(), 950 + dtype as u64, false);
+            let wr = ref_dequant(dtype, &w);
+            let wd = dev.upload(&w).unwrap();
+            let xs: Vec<Vec<f32>> = (0..8).map(|i| activations(cols, 960 + i)).collect();
+            let xds: Vec<_> = xs.iter().map(|x| dev.upload(x).unwrap()).collect();
+            let mut ys: Vec<_> = xs.iter().map(|_| dev.alloc::<f32>(rows).unwrap()).collect();
+            // The first launches load the kernels' modules (seconds on a GPU): before the
+            // timed sequence.
+            ops::matvec(&dev, dtype, &wd, &xds[0], &mut ys[0], rows, cols, 1).unwrap();
+            let (src, mut dst) = (dev.alloc::<u8>(busy).unwrap(), dev.alloc::<u8>(busy).unwrap());
+            dev.synchronize().unwrap();
+            dev.copy(src.view(..).unwrap(), dst.view_mut(..).unwrap()).unwrap();
+            for (xd, y) in xds.iter().zip(ys.iter_mut()) {
+                ops::matvec(&dev, dtype, &wd, xd, y, rows, cols, 1).unwrap();
+            }
+            for (x, y) in xs.iter().zip(&ys) {
+                verify_matvec(&dev, dtype, &dev.download(y).unwrap(), &wr, x, rows, cols, 1);
+            }
+        }
+    }
 }
 
 #[test]

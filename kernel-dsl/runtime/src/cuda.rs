@@ -67,7 +67,12 @@ struct Inner {
     /// Keyed by the addresses of the binaries and of the symbol text (launchers pass the
     /// same `&'static str` every time; hashing two words instead of the mangled name keeps
     /// the lookup off the launch path's profile).
-    functions: Mutex<HashMap<(usize, usize, usize), sys::CUfunction>>,
+    /// Kernels launched with `LaunchConfig::overlapping_prior` may overlap the kernel before
+    /// them (unless `KERNEL_NO_OVERLAP` is set, which orders every launch after the last).
+    overlap: bool,
+    /// Loaded functions, and whether each may overlap the kernel before it (built for
+    /// `sm_90` or later: `griddepcontrol` exists there).
+    functions: Mutex<HashMap<(usize, usize, usize), (sys::CUfunction, bool)>>,
 }
 
 // SAFETY: CUDA handles are usable from any thread once the context is made current,
@@ -127,6 +132,7 @@ impl CudaDevice {
                 device,
                 stream,
                 modules: Mutex::new(HashMap::new()),
+                overlap: std::env::var_os("KERNEL_NO_OVERLAP").is_none(),
                 functions: Mutex::new(HashMap::new()),
             });
             Ok(CudaDevice { memory: CachingAllocator::new(Box::new(CudaMemory(inner.clone()))), shared: Default::default(), inner })
@@ -239,19 +245,22 @@ impl CudaDevice {
         Ok(CudaEvent { ev })
     }
 
-    fn function(&self, binaries: &'static EmbeddedKernels, symbol: &'static str) -> Result<sys::CUfunction, LaunchError> {
+    fn function(&self, binaries: &'static EmbeddedKernels, symbol: &'static str) -> Result<(sys::CUfunction, bool), LaunchError> {
         let key = (binaries as *const EmbeddedKernels as usize, symbol.as_ptr() as usize, symbol.len());
         if let Some(f) = self.inner.functions.lock().unwrap().get(&key) {
             return Ok(*f);
         }
-        // The crate's PTX, or the variant built for this kernel's instructions (`sm_90a`).
-        let ptx = match binaries.variant_for(symbol) {
-            Some(v) if v.runs_on(self.inner.capability) => v.ptx,
-            Some(v) => {
-                let (ma, mi) = self.inner.capability;
+        // The crate's PTX, or the variant built for this kernel's instructions (`sm_90a`):
+        // the only code of the kernel, or its preferred code on the variant's architecture.
+        let cap = self.inner.capability;
+        let (ptx, overlaps) = match (binaries.preferred_variant(symbol, cap), binaries.variant_for(symbol)) {
+            (Some(v), _) => (v.ptx, cap.0 >= 9),
+            (None, Some(v)) if v.runs_on(cap) => (v.ptx, cap.0 >= 9),
+            (None, Some(v)) => {
+                let (ma, mi) = cap;
                 return Err(LaunchError::ArchNotBuilt { arch: format!("{symbol} on sm_{ma}{mi}"), built: vec![v.target] });
             }
-            None => binaries.ptx.ok_or_else(|| LaunchError::NoDevice(format!("{} was built without PTX (KERNEL_PTX=0)", binaries.crate_name)))?,
+            (None, None) => (binaries.ptx.ok_or_else(|| LaunchError::NoDevice(format!("{} was built without PTX (KERNEL_PTX=0)", binaries.crate_name)))?, false),
         };
         let module = {
             let mut modules = self.inner.modules.lock().unwrap();
@@ -269,8 +278,8 @@ impl CudaDevice {
         let name = CString::new(symbol).expect("symbol");
         // SAFETY: valid module, NUL-terminated name.
         let f = unsafe { result::module::get_function(module, name) }.map_err(|e| err("cuModuleGetFunction", e))?;
-        self.inner.functions.lock().unwrap().insert(key, f);
-        Ok(f)
+        self.inner.functions.lock().unwrap().insert(key, (f, overlaps));
+        Ok((f, overlaps))
     }
 }
 
@@ -304,7 +313,7 @@ impl Executor for CudaDevice {
             return Ok(());
         }
         self.bind()?;
-        let f = self.function(launch.binaries, launch.kernel.symbol)?;
+        let (f, overlaps) = self.function(launch.binaries, launch.kernel.symbol)?;
         if launch.shared_bytes > 48 * 1024 {
             // SAFETY: valid function handle.
             unsafe {
@@ -354,6 +363,28 @@ impl Executor for CudaDevice {
         };
         for (p, c) in params.iter_mut().zip(cells.iter_mut()) {
             *p = c as *mut u64 as *mut c_void;
+        }
+        if c.overlap_prior && overlaps && self.inner.overlap {
+            // Programmatic dependent launch: the kernel may start before the previous one
+            // ends; it waits for it in `griddepcontrol.wait` (`kernel_dsl::grid`).
+            // SAFETY: the attribute value is plain data.
+            let mut attr: sys::CUlaunchAttribute = unsafe { std::mem::zeroed() };
+            attr.id = sys::CUlaunchAttributeID::CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
+            attr.value.programmaticStreamSerializationAllowed = 1;
+            let config = sys::CUlaunchConfig {
+                gridDimX: c.grid.x,
+                gridDimY: c.grid.y,
+                gridDimZ: c.grid.z,
+                blockDimX: c.block.x,
+                blockDimY: c.block.y,
+                blockDimZ: c.block.z,
+                sharedMemBytes: launch.shared_bytes as u32,
+                hStream: self.inner.stream,
+                attrs: &mut attr,
+                numAttrs: 1,
+            };
+            // SAFETY: as below; `config` and `attr` outlive the call.
+            return unsafe { sys::cuLaunchKernelEx(&config, f, params.as_mut_ptr(), std::ptr::null_mut()) }.result().map_err(|e| err("cuLaunchKernelEx", e));
         }
         // SAFETY: parameters match the entry's layout (checked at build time against the PTX).
         unsafe {

@@ -63,8 +63,12 @@ pub struct PtxVariant {
     pub target: &'static str,
     /// The module.
     pub ptx: &'static str,
-    /// Base names of the kernels launched from it (`gemm_wgmma` covers `gemm_wgmma_bf16`).
+    /// Base names of the kernels launched from it (`gemm_wgmma` covers `gemm_wgmma_bf16`):
+    /// their code exists only here.
     pub kernels: &'static [&'static str],
+    /// Exact names of kernels launched from it on the devices it runs on, and from the
+    /// main PTX elsewhere.
+    pub preferred: &'static [&'static str],
 }
 
 impl PtxVariant {
@@ -88,12 +92,21 @@ impl PtxVariant {
     pub fn covers(&self, symbol: &str) -> bool {
         self.kernels.iter().any(|k| symbol == *k || symbol.strip_prefix(k).is_some_and(|r| r.starts_with('_')))
     }
+    /// Whether `symbol` is one of this variant's [`PtxVariant::preferred`] kernels.
+    pub fn prefers(&self, symbol: &str) -> bool {
+        self.preferred.contains(&symbol)
+    }
 }
 
 impl EmbeddedKernels {
     /// The variant `symbol` must launch from, if any.
     pub fn variant_for(&self, symbol: &str) -> Option<&'static PtxVariant> {
         self.ptx_variants.iter().find(|v| v.covers(symbol))
+    }
+    /// The variant `symbol` launches from on a device of compute capability `capability`
+    /// by preference ([`PtxVariant::preferred`]), if one runs there.
+    pub fn preferred_variant(&self, symbol: &str, capability: (i32, i32)) -> Option<&'static PtxVariant> {
+        self.ptx_variants.iter().find(|v| v.prefers(symbol) && v.runs_on(capability))
     }
     /// The code object for `arch` (features after `:` are ignored: `gfx90a:sramecc+:xnack-`).
     pub fn code_object(&self, arch: &str) -> Option<&'static CodeObject> {
@@ -116,12 +129,19 @@ mod tests {
 
     #[test]
     fn variants_run_on_their_architecture_and_cover_their_kernels() {
-        let v = PtxVariant { target: "sm_90a", ptx: "", kernels: &["gemm_wgmma"] };
+        let v = PtxVariant { target: "sm_90a", ptx: "", kernels: &["gemm_wgmma"], preferred: &["matvec_stream_q4_0"] };
         assert!(v.runs_on((9, 0)));
         assert!(!v.runs_on((8, 0)) && !v.runs_on((10, 0)) && !v.runs_on((12, 0)), "sm_90a code runs on sm_90 only");
         let portable = PtxVariant { target: "sm_89", ..v };
         assert!(portable.runs_on((8, 9)) && portable.runs_on((9, 0)) && !portable.runs_on((8, 6)));
         assert!(v.covers("gemm_wgmma_bf16") && v.covers("gemm_wgmma"));
         assert!(!v.covers("gemm_wgmmax_bf16") && !v.covers("gemm_tiled_bf16"));
+        assert!(v.prefers("matvec_stream_q4_0") && !v.covers("matvec_stream_q4_0"));
+        assert!(!v.prefers("matvec_stream_q4_0_x") && !v.prefers("matvec_stream") && !v.prefers("gemm_wgmma_bf16"));
+        static VARIANTS: [PtxVariant; 1] = [PtxVariant { target: "sm_90a", ptx: "", kernels: &["gemm_wgmma"], preferred: &["matvec_stream_q4_0"] }];
+        let binaries = super::EmbeddedKernels { crate_name: "k", code_objects: &[], ptx: None, ptx_target: "sm_80", ptx_variants: &VARIANTS, stats: &[] };
+        assert!(binaries.preferred_variant("matvec_stream_q4_0", (9, 0)).is_some());
+        assert!(binaries.preferred_variant("matvec_stream_q4_0", (8, 0)).is_none(), "elsewhere the main PTX");
+        assert!(binaries.preferred_variant("gemm_wgmma_bf16", (9, 0)).is_none());
     }
 }

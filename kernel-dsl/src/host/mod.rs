@@ -24,6 +24,9 @@ pub struct LaunchConfig {
     pub block: Dim3,
     /// Elements of the kernel's `SharedDyn<T>` parameter, if it has one.
     pub dynamic_shared_elems: usize,
+    /// The kernel may start while the previous kernel on the stream is still running
+    /// ([`LaunchConfig::overlapping_prior`]).
+    pub overlap_prior: bool,
 }
 
 impl Dim3 {
@@ -44,7 +47,7 @@ impl Dim3 {
 impl LaunchConfig {
     /// A launch of `grid` work-groups of `block` work-items.
     pub const fn new(grid: Dim3, block: Dim3) -> Self {
-        LaunchConfig { grid, block, dynamic_shared_elems: 0 }
+        LaunchConfig { grid, block, dynamic_shared_elems: 0, overlap_prior: false }
     }
     /// One work-item per element: `ceil(n / block)` groups of `block` work-items.
     pub fn for_elements(n: usize, block: u32) -> Self {
@@ -54,6 +57,16 @@ impl LaunchConfig {
     /// Sets the length of the kernel's `SharedDyn<T>` parameter.
     pub const fn with_dynamic_shared(mut self, elems: usize) -> Self {
         self.dynamic_shared_elems = elems;
+        self
+    }
+    /// Lets the kernel start before the previous kernel on the stream has finished, for a
+    /// kernel that calls [`crate::grid::wait_prior`] before it touches memory the kernels
+    /// before it may still write (or read), and reads nothing before that which the kernel
+    /// two launches back may have written (it then has finished). Runtimes without the
+    /// means (and the CUDA runtime for kernels not built for `sm_90` or later) launch it
+    /// after the previous kernel as usual: the flag never changes results.
+    pub const fn overlapping_prior(mut self) -> Self {
+        self.overlap_prior = true;
         self
     }
     /// Checks the limits every backend shares (block volume 1..=1024, no zero block dim,

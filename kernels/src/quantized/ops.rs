@@ -161,7 +161,9 @@ pub fn quantize_q8_1<T: Float + ScalarArg>(
     if n == 0 {
         return Ok(());
     }
-    super::quantize_q8_1::launch::<T>(exec, elements_config(n), x, xq, xds)
+    // The kernel waits for the kernel before it first thing (`kernel_dsl::grid`), so it may
+    // overlap it.
+    super::quantize_q8_1::launch::<T>(exec, elements_config(n).overlapping_prior(), x, xq, xds)
 }
 
 /// Checks a matvec's arguments (everything but the activations' own length); returns the
@@ -256,19 +258,38 @@ pub fn matvec_q8_1(
     cols: usize,
     batch: usize,
 ) -> Result<(), LaunchError> {
+    matvec_q8_1_after(exec, wave_lanes, dtype, w, xq, xds, y, rows, cols, batch, false)
+}
+
+/// [`matvec_q8_1`]; `after_quantize`: the activations come from a [`quantize_q8_1`]
+/// launched just before (nothing else since), so the batch-1 streaming kernel may overlap
+/// it: its weight copies (issued before it waits for the quantization) then read nothing a
+/// running kernel writes.
+#[allow(clippy::too_many_arguments)]
+fn matvec_q8_1_after(
+    exec: &(impl Executor + ?Sized),
+    wave_lanes: u32,
+    dtype: GgmlDType,
+    w: &(impl KernelArgSlice<u8> + ?Sized),
+    xq: &(impl KernelArgSlice<u32> + ?Sized),
+    xds: &(impl KernelArgSlice<f32> + ?Sized),
+    y: &mut (impl KernelArgSliceMut<f32> + ?Sized),
+    rows: usize,
+    cols: usize,
+    batch: usize,
+    after_quantize: bool,
+) -> Result<(), LaunchError> {
     let cfg = check_matvec(on_amd(exec), wave_lanes, dtype, w, xq, xds, y, rows, cols, batch)?;
     if rows == 0 {
         return Ok(());
     }
     let row_bytes = cols / dtype.block_weights() * dtype.block_bytes();
-    // Batch 1 streams from STREAM_MIN_BYTES: small matrices (4096 x 4096 at 4 to 6 bits)
-    // measured faster through `matvec_rows` (one round of short-lived work-groups; the
-    // stream's start-up latency dominates). Batches of 2..8 stream at every size
+    // Batch 1 streams from STREAM_MIN_BYTES, batches of 2..8 at every size
     // (`bench-quantized --sweep`, H100).
     let (per_step, ..) = stream_step(exec, wave_lanes, dtype, cols, batch);
     let big_enough = if batch == 1 { rows * row_bytes >= STREAM_MIN_BYTES } else { batch >= STREAM_MIN_BATCH };
     if on_cuda(exec) && staged_format(dtype) && per_step > 0 && big_enough {
-        return launch_stream(exec, dtype, w, xq, xds, y, rows, cols, batch, per_step, StreamTuning::default());
+        return launch_stream(exec, dtype, w, xq, xds, y, rows, cols, batch, per_step, StreamTuning::default(), after_quantize);
     }
     if on_cuda(exec) && row_bytes <= ROW_STAGE_BYTES && staged_format(dtype) {
         return matvec_rows(exec, dtype, w, xq, xds, y, rows, cols, batch);
@@ -368,7 +389,7 @@ pub fn matvec_stream(
         let name = if batch == 1 { "matvec_stream" } else { "matvec_stream_batch" };
         return Err(invalid(K, format!("{name} takes rows of at most {most_units} units and {stage_bytes} bytes (batch {batch}; {rows} x {cols} {})", dtype.name())));
     }
-    launch_stream(exec, dtype, w, xq, xds, y, rows, cols, batch, per_step, tuning.into())
+    launch_stream(exec, dtype, w, xq, xds, y, rows, cols, batch, per_step, tuning.into(), false)
 }
 
 /// Overrides of the streaming launchers' choices ([`matvec_stream`]), for tests and tuning
@@ -410,7 +431,8 @@ fn tile_rows(batch: usize) -> usize {
 /// kernel takes in steps of `per_step` ([`stream_per_step`], [`stream_batch_per_step`]):
 /// [`matvec_stream`](super::matvec_stream) for batch 1 ([`stream_groups_per_cu`]
 /// work-groups per compute unit), [`matvec_stream_batch`](super::matvec_stream_batch) for
-/// 2..=8 (one per compute unit); `groups` overrides the grid.
+/// 2..=8 (one per compute unit); `tuning` overrides the grid and stages. `overlap`: the
+/// batch-1 kernel may overlap the kernel before it (see [`matvec_q8_1_after`]).
 #[allow(clippy::too_many_arguments)]
 fn launch_stream(
     exec: &(impl Executor + ?Sized),
@@ -424,6 +446,7 @@ fn launch_stream(
     batch: usize,
     per_step: usize,
     tuning: StreamTuning,
+    overlap: bool,
 ) -> Result<(), LaunchError> {
     const K: &str = "matvec";
     let (name, block, stages) = if batch == 1 { ("matvec_stream", STREAM_BLOCK, tuning.stages.unwrap_or(STREAM_STAGES)) } else { ("matvec_stream_batch", BATCH_BLOCK, BATCH_STAGES) };
@@ -451,7 +474,10 @@ fn launch_stream(
     if rows == 0 {
         return Ok(());
     }
-    let cfg = LaunchConfig::new(Dim3::x(groups.min(rows.div_ceil(per_step)) as u32), Dim3::x(block)).with_dynamic_shared(words);
+    let mut cfg = LaunchConfig::new(Dim3::x(groups.min(rows.div_ceil(per_step)) as u32), Dim3::x(block)).with_dynamic_shared(words);
+    if overlap && batch == 1 {
+        cfg = cfg.overlapping_prior();
+    }
     with_staged_format!(dtype, name, Q => match tile_rows(batch) {
         1 => super::matvec_stream::launch::<Q>(exec, cfg, w, xq, xds, y, rows, cols, per_step, stages),
         2 => super::matvec_stream_batch::launch::<Q, Batch2>(exec, cfg, w, xq, xds, y, rows, cols, batch, per_step),
@@ -467,10 +493,12 @@ fn launch_stream(
 /// and `Q6K`, 1.03-1.06).
 pub const STREAM_MIN_BATCH: usize = 2;
 
-/// Weight bytes from which NVIDIA GPUs run batch 1 through [`matvec_stream`] (H100:
-/// 4096 x 4096 `Q4_0` / `Q4K` / `Q6K` ran 6-12% faster through [`matvec_rows`], `Q8_0`
-/// at 17 MiB equally fast; every larger Llama-3-8B shape faster through the stream).
-pub const STREAM_MIN_BYTES: usize = 16 << 20;
+/// Weight bytes from which NVIDIA GPUs run batch 1 through [`matvec_stream`] (H100, the
+/// weights read from DRAM as in decode: 4096 x 4096 `Q4_0` / `Q4K` / `Q6K` / `Q8_0`,
+/// 9.4-17.8 MB, 12-18% faster through the stream with two stages than through
+/// [`matvec_rows`]; the smallest matrices timed. Timings of one matrix in a loop, partly
+/// served from L2, had put the line at 16 MiB).
+pub const STREAM_MIN_BYTES: usize = 8 << 20;
 
 /// A checked part of a kernel argument (a batch tile), passed as is.
 struct Part(ArgValue);
@@ -516,5 +544,5 @@ pub fn matvec<T: Float + ScalarArg>(
         return Ok(());
     }
     quantize_q8_1(dev, x, &mut xq, &mut xds)?;
-    matvec_q8_1(dev, dev.wave_lanes(), dtype, w, &xq, &xds, y, rows, cols, batch)
+    matvec_q8_1_after(dev, dev.wave_lanes(), dtype, w, &xq, &xds, y, rows, cols, batch, true)
 }
