@@ -64,14 +64,14 @@ struct Inner {
     stream: sys::CUstream,
     /// Keyed by the address of the PTX text (a crate's main PTX or one of its variants).
     modules: Mutex<HashMap<usize, sys::CUmodule>>,
-    /// Keyed by the addresses of the binaries and of the symbol text (launchers pass the
-    /// same `&'static str` every time; hashing two words instead of the mangled name keeps
-    /// the lookup off the launch path's profile).
     /// Kernels launched with `LaunchConfig::overlapping_prior` may overlap the kernel before
     /// them (unless `KERNEL_NO_OVERLAP` is set, which orders every launch after the last).
     overlap: bool,
     /// Loaded functions, and whether each may overlap the kernel before it (built for
-    /// `sm_90` or later: `griddepcontrol` exists there).
+    /// `sm_90` or later: `griddepcontrol` exists there). Keyed by the addresses of the
+    /// binaries and of the symbol text (launchers pass the same `&'static str` every time;
+    /// hashing two words instead of the mangled name keeps the lookup off the launch
+    /// path's profile).
     functions: Mutex<HashMap<(usize, usize, usize), (sys::CUfunction, bool)>>,
 }
 
