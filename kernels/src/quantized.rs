@@ -1726,6 +1726,10 @@ pub fn matvec_stream_batch<Q: QuantFormat, B: BatchTile>(
     issue(0, 0);
     issue(1, 1);
     issue(2, 2);
+    // As in `matvec_stream`: the copies read only `w`; the activations may still be being
+    // written by the quantization this kernel overlaps (`ops::matvec`).
+    kernel_dsl::grid::wait_prior();
+    kernel_dsl::grid::release_next();
     // This work-item's units of every row, and their activations of every batch row
     // (unit-row `i`: unit `i / n`, batch row `i % n`), loaded once.
     let (sub, j) = ((tid >> team_shift) as usize, tid & (team - 1));

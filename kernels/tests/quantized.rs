@@ -604,10 +604,10 @@ fn matvec_stream_rejects_what_it_cannot_take() {
     assert_eq!(dev.download(&y4).unwrap(), vec![-3.0f32; 16]);
 }
 
-/// Decode's order of work on one stream: eight `ops::matvec` calls queued back to back
-/// (each a quantization and a matvec) with different activations and the same scratch
-/// buffers, behind a long copy so that the host has queued them all before the GPU gets
-/// to the first. On the H100 each quantization and streaming matvec may then start before
+/// Decode's order of work on one stream (and a batch of 3): eight `ops::matvec` calls
+/// queued back to back (each a quantization and a matvec) with different activations and
+/// the same scratch buffers, behind a long copy so that the host has queued them all
+/// before the GPU gets to the first. On the H100 each quantization and streaming matvec may then start before
 /// the kernel ahead of it ends (`kernel_dsl::grid`) and waits for it inside: a matvec that
 /// read its q8_1 activations before the quantization ahead of it wrote them would give
 /// the previous call's products (the matrix is large enough for the streaming kernel).
@@ -615,25 +615,26 @@ fn matvec_stream_rejects_what_it_cannot_take() {
 fn matvec_back_to_back_uses_each_calls_activations() {
     for dev in executors() {
         let on_gpu = matches!(dev.memory(), kernel_dsl::host::MemLocation::Device { .. });
-        for dtype in [GgmlDType::Q4_0, GgmlDType::Q6K] {
+        // Batch 1 (`matvec_stream`) and 3 (`matvec_stream_batch`, a tile of 4).
+        for (dtype, batch) in [(GgmlDType::Q4_0, 1), (GgmlDType::Q6K, 1), (GgmlDType::Q4_0, 3)] {
             let (rows, cols, busy) = if on_gpu { (4096, 8192, 512 << 20) } else { (48, 512, 1024) };
             let w = random_blocks(dtype, rows * cols / dtype.block_weights(), 950 + dtype as u64, false);
             let wr = ref_dequant(dtype, &w);
             let wd = dev.upload(&w).unwrap();
-            let xs: Vec<Vec<f32>> = (0..8).map(|i| activations(cols, 960 + i)).collect();
+            let xs: Vec<Vec<f32>> = (0..8).map(|i| activations(batch * cols, 960 + i)).collect();
             let xds: Vec<_> = xs.iter().map(|x| dev.upload(x).unwrap()).collect();
-            let mut ys: Vec<_> = xs.iter().map(|_| dev.alloc::<f32>(rows).unwrap()).collect();
+            let mut ys: Vec<_> = xs.iter().map(|_| dev.alloc::<f32>(batch * rows).unwrap()).collect();
             // The first launches load the kernels' modules (seconds on a GPU): before the
             // timed sequence.
-            ops::matvec(&dev, dtype, &wd, &xds[0], &mut ys[0], rows, cols, 1).unwrap();
+            ops::matvec(&dev, dtype, &wd, &xds[0], &mut ys[0], rows, cols, batch).unwrap();
             let (src, mut dst) = (dev.alloc::<u8>(busy).unwrap(), dev.alloc::<u8>(busy).unwrap());
             dev.synchronize().unwrap();
             dev.copy(src.view(..).unwrap(), dst.view_mut(..).unwrap()).unwrap();
             for (xd, y) in xds.iter().zip(ys.iter_mut()) {
-                ops::matvec(&dev, dtype, &wd, xd, y, rows, cols, 1).unwrap();
+                ops::matvec(&dev, dtype, &wd, xd, y, rows, cols, batch).unwrap();
             }
             for (x, y) in xs.iter().zip(&ys) {
-                verify_matvec(&dev, dtype, &dev.download(y).unwrap(), &wr, x, rows, cols, 1);
+                verify_matvec(&dev, dtype, &dev.download(y).unwrap(), &wr, x, rows, cols, batch);
             }
         }
     }

@@ -262,8 +262,8 @@ pub fn matvec_q8_1(
 }
 
 /// [`matvec_q8_1`]; `after_quantize`: the activations come from a [`quantize_q8_1`]
-/// launched just before (nothing else since), so the batch-1 streaming kernel may overlap
-/// it: its weight copies (issued before it waits for the quantization) then read nothing a
+/// launched just before (nothing else since), so the streaming kernels may overlap it:
+/// their weight copies (issued before they wait for the quantization) then read nothing a
 /// running kernel writes.
 #[allow(clippy::too_many_arguments)]
 fn matvec_q8_1_after(
@@ -432,7 +432,7 @@ fn tile_rows(batch: usize) -> usize {
 /// [`matvec_stream`](super::matvec_stream) for batch 1 ([`stream_groups_per_cu`]
 /// work-groups per compute unit), [`matvec_stream_batch`](super::matvec_stream_batch) for
 /// 2..=8 (one per compute unit); `tuning` overrides the grid and stages. `overlap`: the
-/// batch-1 kernel may overlap the kernel before it (see [`matvec_q8_1_after`]).
+/// kernel may overlap the kernel before it (see [`matvec_q8_1_after`]).
 #[allow(clippy::too_many_arguments)]
 fn launch_stream(
     exec: &(impl Executor + ?Sized),
@@ -475,7 +475,7 @@ fn launch_stream(
         return Ok(());
     }
     let mut cfg = LaunchConfig::new(Dim3::x(groups.min(rows.div_ceil(per_step)) as u32), Dim3::x(block)).with_dynamic_shared(words);
-    if overlap && batch == 1 {
+    if overlap {
         cfg = cfg.overlapping_prior();
     }
     with_staged_format!(dtype, name, Q => match tile_rows(batch) {
