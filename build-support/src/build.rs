@@ -224,6 +224,11 @@ impl KernelBuild {
                     // whole module when it loads it), in a file of its own beside the
                     // cached full compile.
                     if let Some(v) = variants.iter().find(|v| Target::Nvptx(v.sm.clone()) == a.target) {
+                        // A preferred name that is no entry would only lose its kernel the
+                        // variant's instructions, without a word: a build error instead.
+                        if let Some(k) = v.preferred.iter().find(|k| module.entry(k).is_none()) {
+                            return Err(BuildError::Metadata { path: a.path.clone(), message: format!("ptx_variant_preferred names `{k}`, which is no kernel entry of the crate") });
+                        }
                         let covers = |name: &str| {
                             v.required.iter().any(|k| name == k || name.strip_prefix(k.as_str()).is_some_and(|r| r.starts_with('_'))) || v.preferred.iter().any(|k| name == k)
                         };
