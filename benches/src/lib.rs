@@ -131,15 +131,42 @@ pub fn cold_copies(bytes: usize) -> usize {
     COLD_BYTES.div_ceil(bytes.max(1)).clamp(1, 64)
 }
 
-/// `w` and `cold_copies(w.len()) - 1` device copies of it, to cycle through.
-pub fn cold_set(dev: &Device, w: DeviceVec<u8>) -> Vec<DeviceVec<u8>> {
-    let n = cold_copies(w.len());
-    let mut set = Vec::with_capacity(n);
-    for _ in 1..n {
-        let mut c: DeviceVec<u8> = dev.alloc(w.len()).unwrap();
-        copy(dev, &w, &mut c);
-        set.push(c);
+/// A weight buffer and `cold_copies(len) - 1` device copies of it, handed out in turn
+/// ([`ColdSet::next`]) so that each timed call reads its weights from DRAM.
+pub struct ColdSet {
+    bufs: Vec<DeviceVec<u8>>,
+    turn: std::cell::Cell<usize>,
+}
+
+impl ColdSet {
+    /// `w` and its copies.
+    pub fn new(dev: &Device, w: DeviceVec<u8>) -> ColdSet {
+        let n = cold_copies(w.len());
+        let mut bufs = Vec::with_capacity(n);
+        for _ in 1..n {
+            let mut c: DeviceVec<u8> = dev.alloc(w.len()).unwrap();
+            copy(dev, &w, &mut c);
+            bufs.push(c);
+        }
+        bufs.push(w);
+        ColdSet { bufs, turn: std::cell::Cell::new(0) }
     }
-    set.push(w);
-    set
+    /// The next buffer in turn.
+    pub fn next(&self) -> &DeviceVec<u8> {
+        let i = self.turn.get() + 1;
+        self.turn.set(i);
+        &self.bufs[i % self.bufs.len()]
+    }
+    /// One buffer, always the same (for timings with the weights partly in L2).
+    pub fn first(&self) -> &DeviceVec<u8> {
+        &self.bufs[0]
+    }
+    /// Bytes of one buffer.
+    pub fn bytes(&self) -> usize {
+        self.bufs[0].len()
+    }
+    /// Buffers in the set.
+    pub fn copies(&self) -> usize {
+        self.bufs.len()
+    }
 }

@@ -12,12 +12,12 @@
 //! Bandwidth counts the bytes an ideal kernel moves once: the quantized weights, the q8_1
 //! activations (`cols` codes + 8 bytes per 32) and the f32 output; `matvec+quantize` adds
 //! the f32 activations read by the quantization. Timings cycle through copies of the
-//! weights ([`benches::cold_set`], 256 MiB in all) so that every call reads them from DRAM,
+//! weights ([`benches::ColdSet`], 256 MiB in all) so that every call reads them from DRAM,
 //! as a decode step does; `us_hot` times one copy in a loop (part of it then comes from L2). `python/torch_quantized.py` times the bf16
 //! matvec of the same logical shapes in PyTorch (a different workload: 2 bytes per weight)
 //! and `python/report_quantized.py` merges both (plus Candle's quantized CUDA kernels from
 //! `candle_quantized.json` when that file exists).
-use benches::{cold_set, copy, time};
+use benches::{copy, time, ColdSet};
 use kernels::quantized::{ops, GgmlDType};
 use kernels::runtime::DeviceVec;
 use std::io::Write;
@@ -64,8 +64,8 @@ fn main() {
     let mut lines = Vec::new();
     for &dtype in formats {
         for &(rows, cols) in shapes {
-            let ws = cold_set(&dev, dev.upload(&weights(dtype, rows, cols)).unwrap());
-            let (w, wbytes) = (&ws[0], ws[0].len());
+            let ws = ColdSet::new(&dev, dev.upload(&weights(dtype, rows, cols)).unwrap());
+            let (w, wbytes) = (ws.first(), ws.bytes());
             for batch in [1usize, 2, 4, 8] {
                 // Batches 2..8 on the two FFN shapes.
                 if batch > 1 && (rows, cols) != (4096, 14336) && (rows, cols) != (14336, 4096) {
@@ -83,13 +83,8 @@ fn main() {
                 }
                 let act = batch * (cols + cols / 32 * 8);
                 let moved = wbytes + act + batch * rows * 4;
-                let mut i = 0;
-                let mut next = || {
-                    i += 1;
-                    &ws[i % ws.len()]
-                };
-                let us = time(&dev, wbytes, || ops::matvec_q8_1(&dev, dev.wave_lanes(), dtype, next(), &xq, &xds, &mut y, rows, cols, batch).unwrap());
-                let full = time(&dev, wbytes, || ops::matvec(&dev, dtype, next(), &x, &mut y, rows, cols, batch).unwrap());
+                let us = time(&dev, wbytes, || ops::matvec_q8_1(&dev, dev.wave_lanes(), dtype, ws.next(), &xq, &xds, &mut y, rows, cols, batch).unwrap());
+                let full = time(&dev, wbytes, || ops::matvec(&dev, dtype, ws.next(), &x, &mut y, rows, cols, batch).unwrap());
                 let hot = time(&dev, wbytes, || ops::matvec_q8_1(&dev, dev.wave_lanes(), dtype, w, &xq, &xds, &mut y, rows, cols, batch).unwrap());
                 let gbps = moved as f64 / (us * 1e-6) / 1e9;
                 let gbps_full = (moved + batch * cols * 4) as f64 / (full * 1e-6) / 1e9;
@@ -102,7 +97,7 @@ fn main() {
                 lines.push(format!(
                     "{{\"dtype\":\"{}\",\"rows\":{rows},\"cols\":{cols},\"batch\":{batch},\"weight_bytes\":{wbytes},\"moved\":{moved},\"us\":{us:.3},\"gbps\":{gbps:.1},\"us_with_quantize\":{full:.3},\"us_hot\":{hot:.3},\"copies\":{},\"copy_gbps\":{copy_gbps:.1}}}",
                     dtype.name(),
-                    ws.len()
+                    ws.copies()
                 ));
             }
         }
@@ -127,26 +122,19 @@ fn sweep(dev: &kernels::runtime::Device, copy_gbps: f64) {
                 if batch > 1 && rows > 14336 {
                     continue;
                 }
-                let ws = cold_set(dev, dev.upload(&weights(dtype, rows, cols)).unwrap());
+                let ws = ColdSet::new(dev, dev.upload(&weights(dtype, rows, cols)).unwrap());
                 let x: Vec<f32> = (0..batch * cols).map(|i| ((i * 7919) % 1000) as f32 / 500.0 - 1.0).collect();
                 let x = dev.upload(&x).unwrap();
                 let mut y: DeviceVec<f32> = dev.alloc(batch * rows).unwrap();
                 let (mut xq, mut xds): (DeviceVec<u32>, DeviceVec<f32>) = (dev.alloc(batch * cols / 4).unwrap(), dev.alloc(batch * cols / 16).unwrap());
                 ops::quantize_q8_1(dev, &x, &mut xq, &mut xds).unwrap();
-                let moved = ws[0].len() + batch * (cols + cols / 32 * 8 + rows * 4);
+                let wbytes = ws.bytes();
+                let moved = wbytes + batch * (cols + cols / 32 * 8 + rows * 4);
                 let pct = |us: f64| 100.0 * moved as f64 / (us * 1e-6) / 1e9 / copy_gbps;
-                let wbytes = ws[0].len();
-                let mut i = 0;
-                let row_us = time(dev, wbytes, || {
-                    i += 1;
-                    ops::matvec_rows(dev, dtype, &ws[i % ws.len()], &xq, &xds, &mut y, rows, cols, batch).unwrap()
-                });
+                let row_us = time(dev, wbytes, || ops::matvec_rows(dev, dtype, ws.next(), &xq, &xds, &mut y, rows, cols, batch).unwrap());
                 let mut line = format!("{:>5} {rows:>6}x{cols:<6} b{batch} rows {row_us:7.2} us ({:4.1}%) | stream", dtype.name(), pct(row_us));
                 for &per_cu in grids {
-                    let mut call = || {
-                        i += 1;
-                        ops::matvec_stream(dev, dev.wave_lanes(), dtype, &ws[i % ws.len()], &xq, &xds, &mut y, rows, cols, batch, per_cu.map(|k| k * cus))
-                    };
+                    let mut call = || ops::matvec_stream(dev, dev.wave_lanes(), dtype, ws.next(), &xq, &xds, &mut y, rows, cols, batch, per_cu.map(|k| k * cus));
                     if call().is_err() {
                         continue;
                     }
@@ -167,37 +155,29 @@ fn sweep_stages(dev: &kernels::runtime::Device, copy_gbps: f64, formats: &[GgmlD
     let cus = kernel_dsl::host::Executor::compute_units(dev).unwrap_or(1) as usize;
     for &dtype in formats {
         for (rows, cols) in [(4096, 14336), (14336, 4096), (4096, 4096), (128256, 4096)] {
-            let ws = cold_set(dev, dev.upload(&weights(dtype, rows, cols)).unwrap());
+            let ws = ColdSet::new(dev, dev.upload(&weights(dtype, rows, cols)).unwrap());
             let x: Vec<f32> = (0..cols).map(|i| ((i * 7919) % 1000) as f32 / 500.0 - 1.0).collect();
             let x = dev.upload(&x).unwrap();
             let mut y: DeviceVec<f32> = dev.alloc(rows).unwrap();
             let (mut xq, mut xds): (DeviceVec<u32>, DeviceVec<f32>) = (dev.alloc(cols / 4).unwrap(), dev.alloc(cols / 16).unwrap());
             ops::quantize_q8_1(dev, &x, &mut xq, &mut xds).unwrap();
-            let moved = ws[0].len() + cols + cols / 32 * 8 + rows * 4;
+            let moved = ws.bytes() + cols + cols / 32 * 8 + rows * 4;
             let pct = |us: f64| 100.0 * moved as f64 / (us * 1e-6) / 1e9 / copy_gbps;
             {
-                let mut dst: DeviceVec<u8> = dev.alloc(ws[0].len()).unwrap();
-                let mut i = 0;
-                let us = time(dev, ws[0].len(), || {
-                    i += 1;
-                    copy(dev, &ws[i % ws.len()], &mut dst)
-                });
-                let gbps = 2.0 * ws[0].len() as f64 / (us * 1e-6) / 1e9;
+                let mut dst: DeviceVec<u8> = dev.alloc(ws.bytes()).unwrap();
+                let us = time(dev, ws.bytes(), || copy(dev, ws.next(), &mut dst));
+                let gbps = 2.0 * ws.bytes() as f64 / (us * 1e-6) / 1e9;
                 eprintln!("{:>5} {rows:>6}x{cols:<6} copy of the weights (cold): {us:.2} us, {gbps:.0} GB/s ({:.1}% of the 1 GiB copy)", dtype.name(), 100.0 * gbps / copy_gbps);
             }
             for stages in [2, 3, 4] {
                 let mut line = format!("{:>5} {rows:>6}x{cols:<6} stages {stages}:", dtype.name());
                 for per_cu in [None, Some(3), Some(4), Some(5), Some(6), Some(8)] {
                     let tuning = ops::StreamTuning { groups: per_cu.map(|k| k * cus), stages: Some(stages) };
-                    let mut i = 0;
-                    let mut call = || {
-                        i += 1;
-                        ops::matvec_stream(dev, dev.wave_lanes(), dtype, &ws[i % ws.len()], &xq, &xds, &mut y, rows, cols, 1, tuning)
-                    };
+                    let mut call = || ops::matvec_stream(dev, dev.wave_lanes(), dtype, ws.next(), &xq, &xds, &mut y, rows, cols, 1, tuning);
                     if call().is_err() {
                         continue;
                     }
-                    let us = time(dev, ws[0].len(), || call().unwrap());
+                    let us = time(dev, ws.bytes(), || call().unwrap());
                     let name = per_cu.map_or("auto".to_string(), |k| format!("{k}/SM"));
                     line += &format!(" {name}:{us:.2}us({:.1}%)", pct(us));
                 }
