@@ -1162,7 +1162,8 @@ pub const fn matvec_row_words(row_bytes: usize, group: usize) -> usize {
 /// then shared memory across the waves of a row that spans several). Rows of up to
 /// [`ROW_STAGE_BYTES`] per work-group; `w` starts on 16 bytes; `lds` holds
 /// [`matvec_row_words`] words. Launch with [`ROW_BLOCK`] work-items per work-group and
-/// `rows.div_ceil(group)` work-groups.
+/// `rows.div_ceil(group)` work-groups. Where launched to overlap the kernel before it
+/// (`kernel_dsl::grid`), it issues its copies, then waits for that kernel.
 #[amdgpu_kernel(Q = [Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4K, Q6K], B = [Batch1, Batch2, Batch4, Batch8], max_threads = 128)]
 pub fn matvec_row<Q: QuantFormat, B: BatchTile>(
     w: &[u8],
@@ -1209,6 +1210,11 @@ pub fn matvec_row<Q: QuantFormat, B: BatchTile>(
         c += threads;
     }
     kernel_dsl::mma::copy::commit();
+    // The copies above read only `w`; where launched to overlap the kernel before it
+    // (`ops::matvec`: a quantization or a matvec that writes nothing in `w`), wait for it
+    // before reading the activations or writing `y`.
+    kernel_dsl::grid::wait_prior();
+    kernel_dsl::grid::release_next();
     kernel_dsl::mma::copy::wait_groups(0);
     barrier();
     // 2. This work-item's row and its units: part, part + tpr, ... (several per work-item
@@ -1302,15 +1308,17 @@ pub const STREAM_STAGE_BYTES: usize = 16 * 1024;
 /// Work-groups per compute unit (SM) the [`matvec_stream`](fn@matvec_stream) launcher
 /// starts for `dtype` with stages of `lds_bytes` in all, so that all of them are resident
 /// at once, from the registers ptxas gives each instance on sm_90 (64K per SM): 6 at up to
-/// 80 per work-item (`Q4_0`, `Q4_1`, `Q8_0`), 5 at up to 96 (`Q5_0`, `Q5_1`), 4 for `Q4K`
-/// (96: 4 and 5 within 1% of each other) and `Q6K` (124); fewer where 228 KiB of shared
-/// memory per SM holds fewer (none of the Llama-3-8B shapes with [`STREAM_STAGES`] stages).
+/// 80 per work-item (`Q4_0`, `Q4_1`, `Q8_0`), 5 at up to 96 (`Q5_0`, `Q5_1`, `Q4K`), 4 for
+/// `Q6K` (124); fewer where 228 KiB of shared memory per SM holds fewer (none of the
+/// Llama-3-8B shapes with [`STREAM_STAGES`] stages). `Q4K` at 5 rather than 4: matvecs
+/// chained on the same activations (`ops::matvec`) 9-10% faster at the FFN shapes and
+/// 4096x4096 on the H100 (`bench-quantized --sweep-chain`), each call alone within 1%.
 /// A grid that is not all resident is still correct, only slower (a second partial round
 /// of work-groups).
 pub const fn stream_groups_per_cu(dtype: GgmlDType, lds_bytes: usize) -> usize {
     let by_regs = match dtype {
-        GgmlDType::Q4K | GgmlDType::Q6K => 4,
-        GgmlDType::Q5_0 | GgmlDType::Q5_1 => 5,
+        GgmlDType::Q6K => 4,
+        GgmlDType::Q4K | GgmlDType::Q5_0 | GgmlDType::Q5_1 => 5,
         _ => 6,
     };
     let by_lds = 228 * 1024 / (lds_bytes + 1024);

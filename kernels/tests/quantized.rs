@@ -640,6 +640,106 @@ fn matvec_back_to_back_uses_each_calls_activations() {
     }
 }
 
+/// Another view of a buffer's memory as a kernel argument of element type `T` (`len`
+/// elements from `addr`): a matvec whose output is another's weights or its own input.
+struct Raw(kernel_dsl::host::ArgValue);
+impl<T> kernel_dsl::host::KernelArgSlice<T> for Raw {
+    fn kernel_arg(&self) -> kernel_dsl::host::ArgValue {
+        self.0
+    }
+}
+impl<T> kernel_dsl::host::KernelArgSliceMut<T> for Raw {}
+
+/// `len` elements (of the type the launcher takes) from the start of `v`'s memory.
+fn raw<S>(v: &impl kernel_dsl::host::KernelArgSlice<S>, len: usize) -> Raw {
+    match v.kernel_arg() {
+        kernel_dsl::host::ArgValue::Slice { addr, location, .. } => Raw(kernel_dsl::host::ArgValue::Slice { addr, len, location }),
+        other => Raw(other),
+    }
+}
+
+/// `ops::matvec` keeps the q8_1 codes of the activations it quantized last and reuses them
+/// for the next call on the same activations (on CUDA); here the activations change in
+/// between, twice: the host writes new values into them, and a matvec writes its output
+/// over them (in place). Each call must see the activations as they are then.
+#[test]
+fn matvec_requantizes_activations_that_changed() {
+    for dev in executors() {
+        let on_gpu = matches!(dev.memory(), kernel_dsl::host::MemLocation::Device { .. });
+        let dtype = GgmlDType::Q4_0;
+        // Square, and on a GPU large enough for the streaming kernel.
+        let n = if on_gpu { 4096 } else { 256 };
+        let w: Vec<Vec<u8>> = (0..2).map(|i| random_blocks(dtype, n * n / 32, 1500 + i, false)).collect();
+        let wr: Vec<_> = w.iter().map(|w| ref_dequant(dtype, w)).collect();
+        let wd: Vec<_> = w.iter().map(|w| dev.upload(w).unwrap()).collect();
+        let (x0, x1) = (activations(n, 1510), activations(n, 1511));
+        let mut xd = dev.upload(&x0).unwrap();
+        let (mut ya, mut yb) = (dev.alloc::<f32>(n).unwrap(), dev.alloc::<f32>(n).unwrap());
+        ops::matvec(&dev, dtype, &wd[0], &xd, &mut ya, n, n, 1).unwrap();
+        // Same activations, other weights: may reuse the codes.
+        ops::matvec(&dev, dtype, &wd[1], &xd, &mut yb, n, n, 1).unwrap();
+        verify_matvec(&dev, dtype, &dev.download(&ya).unwrap(), &wr[0], &x0, n, n, 1);
+        verify_matvec(&dev, dtype, &dev.download(&yb).unwrap(), &wr[1], &x0, n, n, 1);
+        // The host writes new activations into the same buffer.
+        dev.write(xd.view_mut(..).unwrap(), &x1).unwrap();
+        ops::matvec(&dev, dtype, &wd[0], &xd, &mut ya, n, n, 1).unwrap();
+        verify_matvec(&dev, dtype, &dev.download(&ya).unwrap(), &wr[0], &x1, n, n, 1);
+        // In place: y = W1 x written over x, then W0 of the new x.
+        let (xin, mut xout) = (raw::<f32>(&xd, n), raw::<f32>(&xd, n));
+        ops::matvec::<f32>(&dev, dtype, &wd[1], &xin, &mut xout, n, n, 1).unwrap();
+        ops::matvec(&dev, dtype, &wd[0], &xd, &mut yb, n, n, 1).unwrap();
+        let x2 = dev.download(&xd).unwrap();
+        verify_matvec(&dev, dtype, &x2, &wr[1], &x1, n, n, 1);
+        verify_matvec(&dev, dtype, &dev.download(&yb).unwrap(), &wr[0], &x2, n, n, 1);
+    }
+}
+
+/// A chain of `ops::matvec` calls on the same activations, where the first writes its
+/// output into the memory the second takes as its weights. On the H100 a matvec after a
+/// matvec may start copying its weights before that one ends, but not where that one
+/// writes them: the second call must see the weights with the first call's output in
+/// them, as it does with the host waiting between the calls. Two shapes: the streaming
+/// kernel (4096 rows) and the row kernel (1024 rows of 4096, under 8 MiB).
+#[test]
+fn matvec_chain_waits_for_weights_the_matvec_before_writes() {
+    for dev in executors() {
+        let on_gpu = matches!(dev.memory(), kernel_dsl::host::MemLocation::Device { .. });
+        let dtype = GgmlDType::Q8_0;
+        for rows in [4096, 1024] {
+            let (rows, cols) = if on_gpu { (rows, 4096) } else { (rows / 16, 256) };
+            let w1 = random_blocks(dtype, rows * cols / 32, 1600 + rows as u64, false);
+            let w2 = random_blocks(dtype, rows * cols / 32, 1601 + rows as u64, false);
+            assert_eq!(w2.len() % 4, 0);
+            let x = activations(cols, 1602);
+            let (w1d, xd) = (dev.upload(&w1).unwrap(), dev.upload(&x).unwrap());
+            let w2f: Vec<f32> = w2.chunks(4).map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]])).collect();
+            let mut outs = Vec::new();
+            for wait in [false, true] {
+                // `b` holds the second matrix; the first call writes its outputs over the
+                // first 4 * rows bytes of it.
+                let mut b = dev.upload(&w2f).unwrap();
+                let mut y2 = dev.alloc::<f32>(rows).unwrap();
+                // A long copy ahead, so that the host has queued both calls before the GPU
+                // starts the first.
+                let busy = if on_gpu { 256 << 20 } else { 1024 };
+                let (src, mut dst) = (dev.alloc::<u8>(busy).unwrap(), dev.alloc::<u8>(busy).unwrap());
+                ops::matvec(&dev, dtype, &w1d, &xd, &mut y2, rows, cols, 1).unwrap();
+                dev.synchronize().unwrap();
+                dev.copy(src.view(..).unwrap(), dst.view_mut(..).unwrap()).unwrap();
+                ops::matvec(&dev, dtype, &w1d, &xd, &mut b.view_mut(..rows).unwrap(), rows, cols, 1).unwrap();
+                if wait {
+                    dev.synchronize().unwrap();
+                }
+                ops::matvec(&dev, dtype, &raw::<f32>(&b, 4 * w2f.len()), &xd, &mut y2, rows, cols, 1).unwrap();
+                let y1 = dev.download(&b).unwrap()[..rows].to_vec();
+                verify_matvec(&dev, dtype, &y1, &ref_dequant(dtype, &w1), &x, rows, cols, 1);
+                outs.push(dev.download(&y2).unwrap().iter().map(|v| v.to_bits()).collect::<Vec<u32>>());
+            }
+            assert!(outs[0] == outs[1], "{} {rows}x{cols}: the second matvec of the chain differs from the one after a wait", dev.name());
+        }
+    }
+}
+
 #[test]
 fn matvec_many_rows() {
     for dev in executors() {

@@ -27,10 +27,10 @@ TARGET="${CARGO_TARGET_DIR:-target}"
 
 bundle() {
     # Keep the benchmark peers built here (benches/candle-peer/build.sh, an hour to rebuild;
-    # benches/cuda/build-cutlass-peer.sh).
+    # benches/cuda/build-cutlass-peer.sh; benches/cuda/build-read-ceiling.sh).
     local keep
     keep="$(mktemp -d)"
-    for p in candle-peer cutlass-sm80-gemm; do
+    for p in candle-peer cutlass-sm80-gemm read-ceiling; do
         if [ -f "$BIN/$p" ]; then cp "$BIN/$p" "$keep/"; fi
     done
     rm -rf "$BIN" && mkdir -p "$BIN"
@@ -158,6 +158,11 @@ report() {
     if has quantized; then
         step bench-quantized 180 "$BIN/bench-quantized" --out "$out/quantized"
         step torch-quantized 120 python3 "$py/torch_quantized.py" --out "$out/quantized"
+        if [ -x "$BIN/read-ceiling" ]; then
+            local rc=0
+            timeout 120 "$BIN/read-ceiling" > "$out/quantized/read_ceiling.txt" 2>&1 || rc=$?
+            echo "read-ceiling rc=$rc" | tee -a "$out/summary.txt"
+        fi
         if [ -x "$BIN/candle-peer" ]; then
             local rc=0
             timeout 180 "$BIN/candle-peer" qmatvec > "$out/quantized/candle_quantized.json" 2> "$out/candle-qmatvec.log" || rc=$?

@@ -9,6 +9,8 @@
 //! kernels with grids of several work-groups per SM (printed only).
 //! `quantized --sweep-stages [FORMAT...]`: the batch-1 streaming kernel with 2, 3 and 4
 //! shared stages and several grids (printed only).
+//! `quantized --sweep-chain`: `ops::matvec` chained on the same activations with several
+//! grids, beside calls that each quantize (printed only).
 //! Bandwidth counts the bytes an ideal kernel moves once: the quantized weights, the q8_1
 //! activations (`cols` codes + 8 bytes per 32) and the f32 output; `matvec+quantize` adds
 //! the f32 activations read by the quantization. Timings cycle through copies of the
@@ -51,6 +53,10 @@ fn main() {
         sweep_stages(&dev, copy_gbps, if named.is_empty() { &[GgmlDType::Q4_0, GgmlDType::Q8_0, GgmlDType::Q4K, GgmlDType::Q6K] } else { &named });
         return;
     }
+    if args.iter().any(|a| a == "--sweep-chain") {
+        sweep_chain(&dev, copy_gbps);
+        return;
+    }
     if args.iter().any(|a| a == "--host") {
         host(&dev);
         return;
@@ -72,10 +78,13 @@ fn main() {
                     continue;
                 }
                 let x: Vec<f32> = (0..batch * cols).map(|i| ((i * 7919) % 1000) as f32 / 500.0 - 1.0).collect();
-                let x = dev.upload(&x).unwrap();
+                // Two copies of the activations, used in turn where every call must quantize
+                // its own (ops::matvec reuses the q8_1 codes of the activations it had last).
+                let xs = [dev.upload(&x).unwrap(), dev.upload(&x).unwrap()];
+                let x = &xs[0];
                 let mut y: DeviceVec<f32> = dev.alloc(batch * rows).unwrap();
                 let (mut xq, mut xds): (DeviceVec<u32>, DeviceVec<f32>) = (dev.alloc(batch * cols / 4).unwrap(), dev.alloc(batch * cols / 16).unwrap());
-                ops::quantize_q8_1(&dev, &x, &mut xq, &mut xds).unwrap();
+                ops::quantize_q8_1(&dev, x, &mut xq, &mut xds).unwrap();
                 if profile {
                     ops::matvec_q8_1(&dev, dev.wave_lanes(), dtype, w, &xq, &xds, &mut y, rows, cols, batch).unwrap();
                     dev.synchronize().unwrap();
@@ -84,18 +93,26 @@ fn main() {
                 let act = batch * (cols + cols / 32 * 8);
                 let moved = wbytes + act + batch * rows * 4;
                 let us = time(&dev, wbytes, || ops::matvec_q8_1(&dev, dev.wave_lanes(), dtype, ws.next(), &xq, &xds, &mut y, rows, cols, batch).unwrap());
-                let full = time(&dev, wbytes, || ops::matvec(&dev, dtype, ws.next(), &x, &mut y, rows, cols, batch).unwrap());
+                let mut turn = 0;
+                let full = time(&dev, wbytes, || {
+                    turn += 1;
+                    ops::matvec(&dev, dtype, ws.next(), &xs[turn % 2], &mut y, rows, cols, batch).unwrap()
+                });
+                // The same activations every call (one input's projections: q, k, v; gate,
+                // up): quantized once, each matvec overlapping the end of the one before.
+                let chained = time(&dev, wbytes, || ops::matvec(&dev, dtype, ws.next(), x, &mut y, rows, cols, batch).unwrap());
                 let hot = time(&dev, wbytes, || ops::matvec_q8_1(&dev, dev.wave_lanes(), dtype, w, &xq, &xds, &mut y, rows, cols, batch).unwrap());
                 let gbps = moved as f64 / (us * 1e-6) / 1e9;
                 let gbps_full = (moved + batch * cols * 4) as f64 / (full * 1e-6) / 1e9;
                 eprintln!(
-                    "{:>5} {rows:>6}x{cols:<6} b{batch}: matvec {us:8.2} us {gbps:6.0} GB/s ({:5.1}% of copy) | with quantize {full:8.2} us ({:5.1}%) | hot {hot:8.2} us",
+                    "{:>5} {rows:>6}x{cols:<6} b{batch}: matvec {us:8.2} us {gbps:6.0} GB/s ({:5.1}% of copy) | with quantize {full:8.2} us ({:5.1}%) | chained {chained:8.2} us ({:5.1}%) | hot {hot:8.2} us",
                     dtype.name(),
                     100.0 * gbps / copy_gbps,
-                    100.0 * gbps_full / copy_gbps
+                    100.0 * gbps_full / copy_gbps,
+                    100.0 * gbps * us / chained / copy_gbps
                 );
                 lines.push(format!(
-                    "{{\"dtype\":\"{}\",\"rows\":{rows},\"cols\":{cols},\"batch\":{batch},\"weight_bytes\":{wbytes},\"moved\":{moved},\"us\":{us:.3},\"gbps\":{gbps:.1},\"us_with_quantize\":{full:.3},\"us_hot\":{hot:.3},\"copies\":{},\"copy_gbps\":{copy_gbps:.1}}}",
+                    "{{\"dtype\":\"{}\",\"rows\":{rows},\"cols\":{cols},\"batch\":{batch},\"weight_bytes\":{wbytes},\"moved\":{moved},\"us\":{us:.3},\"gbps\":{gbps:.1},\"us_with_quantize\":{full:.3},\"us_chained\":{chained:.3},\"us_hot\":{hot:.3},\"copies\":{},\"copy_gbps\":{copy_gbps:.1}}}",
                     dtype.name(),
                     ws.copies()
                 ));
@@ -183,6 +200,36 @@ fn sweep_stages(dev: &kernels::runtime::Device, copy_gbps: f64, formats: &[GgmlD
                 }
                 eprintln!("{line}");
             }
+        }
+    }
+}
+
+/// `ops::matvec` on the same activations every call (chained: quantized once, each matvec
+/// overlapping the end of the one before) with the launcher's grid and 3, 4, 5 and 6
+/// work-groups per SM, beside the same calls on alternating activations (each quantizes);
+/// the Llama-3-8B batch-1 shapes and its k/v projection (1024x4096, the row kernel).
+fn sweep_chain(dev: &kernels::runtime::Device, copy_gbps: f64) {
+    let cus = kernel_dsl::host::Executor::compute_units(dev).unwrap_or(1) as usize;
+    for dtype in [GgmlDType::Q4_0, GgmlDType::Q8_0, GgmlDType::Q4K, GgmlDType::Q6K] {
+        for (rows, cols) in [(4096, 14336), (14336, 4096), (4096, 4096), (1024, 4096), (128256, 4096)] {
+            let ws = ColdSet::new(dev, dev.upload(&weights(dtype, rows, cols)).unwrap());
+            let x: Vec<f32> = (0..cols).map(|i| ((i * 7919) % 1000) as f32 / 500.0 - 1.0).collect();
+            let xs = [dev.upload(&x).unwrap(), dev.upload(&x).unwrap()];
+            let mut y: DeviceVec<f32> = dev.alloc(rows).unwrap();
+            let moved = ws.bytes() + cols + cols / 32 * 8 + rows * 4;
+            let pct = |us: f64| 100.0 * moved as f64 / (us * 1e-6) / 1e9 / copy_gbps;
+            let mut turn = 0;
+            let us = time(dev, ws.bytes(), || {
+                turn += 1;
+                ops::matvec(dev, dtype, ws.next(), &xs[turn % 2], &mut y, rows, cols, 1).unwrap()
+            });
+            let mut line = format!("{:>5} {rows:>6}x{cols:<6} each quantizes {us:.2}us({:.1}%) | chained", dtype.name(), pct(us));
+            for per_cu in [None, Some(3), Some(4), Some(5), Some(6)] {
+                let tuning = ops::StreamTuning { groups: per_cu.map(|k| k * cus), stages: None };
+                let us = time(dev, ws.bytes(), || ops::matvec_tuned(dev, dtype, ws.next(), &xs[0], &mut y, rows, cols, 1, tuning).unwrap());
+                line += &format!(" {}:{us:.2}us({:.1}%)", per_cu.map_or("auto".to_string(), |k| format!("{k}/SM")), pct(us));
+            }
+            eprintln!("{line}");
         }
     }
 }

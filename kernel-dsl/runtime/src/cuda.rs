@@ -3,8 +3,10 @@
 use crate::alloc::{CachingAllocator, RawMemory};
 use cudarc::driver::{result, sys};
 use kernel_dsl::host::{check_memory, ArgValue, EmbeddedKernels, Executor, Launch, LaunchError, MemLocation};
+use std::any::{Any, TypeId};
 use std::collections::HashMap;
 use std::ffi::{c_void, CString};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 fn err(call: &'static str, e: result::DriverError) -> LaunchError {
@@ -19,6 +21,8 @@ pub struct CudaDevice {
     inner: Arc<Inner>,
     memory: Arc<CachingAllocator>,
     shared: Arc<crate::shared::SharedUploads>,
+    /// Values ops keep between their launches on this device ([`CudaDevice::with_state`]).
+    state: Arc<Mutex<HashMap<TypeId, Box<dyn Any + Send>>>>,
 }
 
 /// The device's memory as the caching allocator sees it.
@@ -73,6 +77,12 @@ struct Inner {
     /// hashing two words instead of the mangled name keeps the lookup off the launch
     /// path's profile).
     functions: Mutex<HashMap<(usize, usize, usize), (sys::CUfunction, bool)>>,
+    /// Operations queued on the stream through this device: launches, copies, fills, and
+    /// every hand-out of the raw stream (after which anything may have been queued).
+    queued: AtomicU64,
+    /// The last launch marked by [`CudaDevice::mark_overlappable`]: `queued` right after it
+    /// and the byte range `[start, end)` it writes.
+    overlappable: Mutex<Option<(u64, u64, u64)>>,
 }
 
 // SAFETY: CUDA handles are usable from any thread once the context is made current,
@@ -133,9 +143,11 @@ impl CudaDevice {
                 stream,
                 modules: Mutex::new(HashMap::new()),
                 overlap: std::env::var_os("KERNEL_NO_OVERLAP").is_none(),
+                queued: AtomicU64::new(0),
+                overlappable: Mutex::new(None),
                 functions: Mutex::new(HashMap::new()),
             });
-            Ok(CudaDevice { memory: CachingAllocator::new(Box::new(CudaMemory(inner.clone()))), shared: Default::default(), inner })
+            Ok(CudaDevice { memory: CachingAllocator::new(Box::new(CudaMemory(inner.clone()))), shared: Default::default(), state: Default::default(), inner })
         }
     }
 
@@ -168,7 +180,46 @@ impl CudaDevice {
     /// library queues on it stays ordered with the kernels; the handle is valid while this
     /// device (or a clone) lives. Buffer addresses are the kernel arguments' `addr`s.
     pub fn raw_stream(&self) -> sys::CUstream {
+        self.queued();
         self.inner.stream
+    }
+
+    /// Counts one operation queued on the stream; returns the count after it.
+    fn queued(&self) -> u64 {
+        self.inner.queued.fetch_add(1, Ordering::SeqCst) + 1
+    }
+
+    /// Operations queued on this device's stream so far (launches, copies, fills and
+    /// hand-outs of the raw stream): equal at two points when nothing was queued between.
+    pub fn queued_ops(&self) -> u64 {
+        self.inner.queued.load(Ordering::SeqCst)
+    }
+
+    /// Runs `f` on this device's value of type `T` (`T::default()` at first use), which
+    /// lives as long as the device: state an op keeps between its launches (buffers, what
+    /// they hold). Calls for the same `T` run one at a time.
+    pub fn with_state<T: Any + Send + Default, R>(&self, f: impl FnOnce(&mut T) -> R) -> R {
+        let mut map = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        let slot = map.entry(TypeId::of::<T>()).or_insert_with(|| Box::new(T::default()));
+        f(slot.downcast_mut::<T>().expect("state keyed by its type"))
+    }
+
+    /// Records that the launch queued last on this device writes nothing outside the bytes
+    /// `writes` (device addresses) and lets the kernel after it start only once it has
+    /// waited for the kernel before it (`kernel_dsl::grid::wait_prior`, then
+    /// `release_next`): until then everything queued before it has finished.
+    pub fn mark_overlappable(&self, writes: std::ops::Range<u64>) {
+        let n = self.inner.queued.load(Ordering::SeqCst);
+        *self.inner.overlappable.lock().unwrap() = Some((n, writes.start, writes.end));
+    }
+
+    /// Whether a kernel queued next may read the bytes `reads` before its wait for the
+    /// kernel before it ([`kernel_dsl::host::LaunchConfig::overlapping_prior`]): the last
+    /// operation queued is a launch marked by [`CudaDevice::mark_overlappable`] that writes
+    /// none of them (everything queued before that launch has finished by then).
+    pub fn may_read_during_prior(&self, reads: std::ops::Range<u64>) -> bool {
+        let n = self.inner.queued.load(Ordering::SeqCst);
+        crate::reads_miss_marked(*self.inner.overlappable.lock().unwrap(), n, reads)
     }
 
     pub(crate) fn allocator(&self) -> &Arc<CachingAllocator> {
@@ -190,6 +241,7 @@ impl CudaDevice {
     /// does not wait, kernels queued later see zeros, kernels queued earlier do not.
     pub(crate) fn memset_zero(&self, addr: u64, bytes: usize) -> Result<(), LaunchError> {
         self.bind()?;
+        self.queued();
         // SAFETY: `addr` is a live block of at least `bytes` bytes of this device, kept alive
         // for the queued memset by the stream-ordered caching allocator.
         unsafe { result::memset_d8_async(addr, 0, bytes, self.inner.stream) }.map_err(|e| err("cuMemsetD8Async", e))
@@ -210,6 +262,7 @@ impl CudaDevice {
     /// (source reused right after the call; a kernel queued before the write reads the old data).
     pub(crate) fn write_raw<T: Copy>(&self, addr: u64, data: &[T]) -> Result<(), LaunchError> {
         self.bind()?;
+        self.queued();
         // SAFETY: `addr` is a live range of `size_of_val(data)` bytes of this device, kept
         // alive for the queued copy by the stream-ordered caching allocator; the source is
         // staged by the driver before the call returns (see above).
@@ -231,6 +284,7 @@ impl CudaDevice {
     /// Device-to-device copy of `bytes` bytes, queued on the stream.
     pub(crate) fn copy_raw(&self, src: u64, dst: u64, bytes: usize) -> Result<(), LaunchError> {
         self.bind()?;
+        self.queued();
         // SAFETY: both are live ranges of `bytes` bytes of this device, kept alive for the
         // queued copy by the stream-ordered caching allocator.
         unsafe { result::memcpy_dtod_async(dst, src, bytes, self.inner.stream) }.map_err(|e| err("cuMemcpyDtoDAsync", e))
@@ -314,6 +368,7 @@ impl Executor for CudaDevice {
         }
         self.bind()?;
         let (f, overlaps) = self.function(launch.binaries, launch.kernel.symbol)?;
+        self.queued();
         if launch.shared_bytes > 48 * 1024 {
             // SAFETY: valid function handle.
             unsafe {

@@ -67,6 +67,18 @@ pub enum Device {
 /// Distinguishes CPU executor devices (GPU devices are told apart by ordinal).
 static NEXT_CPU_ID: AtomicU64 = AtomicU64::new(0);
 
+/// Whether a launch queued when `queued` operations have been queued may read the bytes
+/// `reads` before its wait for the launch before it: the launch `marked` (`queued` right
+/// after it, and the bytes `[start, end)` it writes) is the last operation queued and
+/// writes none of them.
+#[cfg_attr(not(feature = "cuda"), allow(dead_code))]
+fn reads_miss_marked(marked: Option<(u64, u64, u64)>, queued: u64, reads: std::ops::Range<u64>) -> bool {
+    match marked {
+        Some((at, start, end)) => at == queued && (reads.end <= start || end <= reads.start || reads.is_empty()),
+        None => false,
+    }
+}
+
 fn bad(op: &'static str, reason: String) -> LaunchError {
     LaunchError::InvalidArgument { kernel: op, reason }
 }
@@ -359,6 +371,57 @@ impl DeviceEvent {
 }
 
 impl Device {
+    /// Records that the launch queued last on this device writes nothing outside the bytes
+    /// `writes` (the arguments' `addr`s) and releases the kernel after it only after its
+    /// own wait for the kernel before it (`kernel_dsl::grid`). A no-op off CUDA.
+    pub fn mark_overlappable(&self, writes: std::ops::Range<u64>) {
+        #[cfg(feature = "cuda")]
+        if let Device::Cuda(d) = self {
+            d.mark_overlappable(writes);
+        }
+        #[cfg(not(feature = "cuda"))]
+        let _ = writes;
+    }
+
+    /// Whether a kernel queued next may read the bytes `reads` before its wait for the
+    /// kernel before it: the last operation queued on the device is a launch
+    /// [`Device::mark_overlappable`] marked, and it writes none of them. Always `false` off
+    /// CUDA (no other runtime overlaps launches).
+    pub fn may_read_during_prior(&self, reads: std::ops::Range<u64>) -> bool {
+        match self {
+            #[cfg(feature = "cuda")]
+            Device::Cuda(d) => d.may_read_during_prior(reads),
+            _ => {
+                let _ = reads;
+                false
+            }
+        }
+    }
+
+    /// Operations queued on this device's stream so far (CUDA; `None` elsewhere): equal at
+    /// two points when nothing was queued between them.
+    pub fn queued_ops(&self) -> Option<u64> {
+        match self {
+            #[cfg(feature = "cuda")]
+            Device::Cuda(d) => Some(d.queued_ops()),
+            _ => None,
+        }
+    }
+
+    /// Runs `f` on this device's value of type `T` (`T::default()` at first use, kept as
+    /// long as the device): state an op keeps between its launches. CUDA only (`None`
+    /// elsewhere, and `f` does not run).
+    pub fn with_state<T: std::any::Any + Send + Default, R>(&self, f: impl FnOnce(&mut T) -> R) -> Option<R> {
+        match self {
+            #[cfg(feature = "cuda")]
+            Device::Cuda(d) => Some(d.with_state(f)),
+            _ => {
+                let _ = f;
+                None
+            }
+        }
+    }
+
     /// Records an event after the work queued so far (the host clock on the CPU executor,
     /// whose launches finish before they return). Two events time the work between them.
     pub fn record_event(&self) -> Result<DeviceEvent, LaunchError> {
@@ -558,3 +621,21 @@ impl<T> KernelArgSlice<T> for DeviceViewMut<'_, T> {
     }
 }
 impl<T> KernelArgSliceMut<T> for DeviceViewMut<'_, T> {}
+
+#[cfg(test)]
+mod overlap_tests {
+    use super::reads_miss_marked;
+
+    #[test]
+    fn reads_may_overlap_only_the_marked_launch_and_only_outside_its_writes() {
+        let marked = Some((7, 1000, 2000));
+        assert!(reads_miss_marked(marked, 7, 0..1000), "just below the writes");
+        assert!(reads_miss_marked(marked, 7, 2000..4096), "just above");
+        assert!(!reads_miss_marked(marked, 7, 1999..2001), "last written byte");
+        assert!(!reads_miss_marked(marked, 7, 0..1001), "first written byte");
+        assert!(!reads_miss_marked(marked, 7, 1200..1300), "inside");
+        assert!(!reads_miss_marked(marked, 7, 0..8000), "around");
+        assert!(!reads_miss_marked(marked, 8, 0..1000), "something was queued after the marked launch");
+        assert!(!reads_miss_marked(None, 0, 0..1000), "nothing marked");
+    }
+}

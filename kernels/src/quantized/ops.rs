@@ -258,13 +258,15 @@ pub fn matvec_q8_1(
     cols: usize,
     batch: usize,
 ) -> Result<(), LaunchError> {
-    matvec_q8_1_after(exec, wave_lanes, dtype, w, xq, xds, y, rows, cols, batch, false)
+    matvec_q8_1_after(exec, wave_lanes, dtype, w, xq, xds, y, rows, cols, batch, StreamTuning::default(), false).map(|_| ())
 }
 
-/// [`matvec_q8_1`]; `after_quantize`: the activations come from a [`quantize_q8_1`]
-/// launched just before (nothing else since), so the streaming kernels may overlap it:
-/// their weight copies (issued before they wait for the quantization) then read nothing a
-/// running kernel writes.
+/// [`matvec_q8_1`]; `overlap`: the kernel before this one (a [`quantize_q8_1`], or a
+/// matvec [`Device::mark_overlappable`] marked) writes nothing in `w`, so the streaming
+/// kernels may overlap it: their weight copies, issued before they wait for it, then read
+/// nothing a running kernel writes. `tuning` goes to the streaming kernels. Returns whether
+/// the kernel that ran waits for the kernel before it and only then releases the next
+/// (the streaming and row kernels): what `mark_overlappable` needs.
 #[allow(clippy::too_many_arguments)]
 fn matvec_q8_1_after(
     exec: &(impl Executor + ?Sized),
@@ -277,11 +279,12 @@ fn matvec_q8_1_after(
     rows: usize,
     cols: usize,
     batch: usize,
-    after_quantize: bool,
-) -> Result<(), LaunchError> {
+    tuning: StreamTuning,
+    overlap: bool,
+) -> Result<bool, LaunchError> {
     let cfg = check_matvec(on_amd(exec), wave_lanes, dtype, w, xq, xds, y, rows, cols, batch)?;
     if rows == 0 {
-        return Ok(());
+        return Ok(false);
     }
     let row_bytes = cols / dtype.block_weights() * dtype.block_bytes();
     // Batch 1 streams from STREAM_MIN_BYTES, batches of 2..8 at every size
@@ -289,10 +292,10 @@ fn matvec_q8_1_after(
     let (per_step, ..) = stream_step(exec, wave_lanes, dtype, cols, batch);
     let big_enough = if batch == 1 { rows * row_bytes >= STREAM_MIN_BYTES } else { batch >= STREAM_MIN_BATCH };
     if on_cuda(exec) && staged_format(dtype) && per_step > 0 && big_enough {
-        return launch_stream(exec, dtype, w, xq, xds, y, rows, cols, batch, per_step, StreamTuning::default(), after_quantize);
+        return launch_stream(exec, dtype, w, xq, xds, y, rows, cols, batch, per_step, tuning, overlap).map(|_| true);
     }
     if on_cuda(exec) && row_bytes <= ROW_STAGE_BYTES && staged_format(dtype) {
-        return matvec_rows(exec, dtype, w, xq, xds, y, rows, cols, batch);
+        return launch_rows(exec, dtype, w, xq, xds, y, rows, cols, batch, overlap).map(|_| true);
     }
     let units = chunk_units(exec, wave_lanes);
     let cfg = cfg.with_dynamic_shared(matvec_lds_words(dtype, units, (cfg.block.x / wave_lanes) as usize));
@@ -326,7 +329,7 @@ fn matvec_q8_1_after(
         }?;
         b0 += nb;
     }
-    Ok(())
+    Ok(false)
 }
 
 /// [`matvec_q8_1`] through [`matvec_row`](super::matvec_row) (a work-group per weight row,
@@ -345,6 +348,23 @@ pub fn matvec_rows(
     cols: usize,
     batch: usize,
 ) -> Result<(), LaunchError> {
+    launch_rows(exec, dtype, w, xq, xds, y, rows, cols, batch, false)
+}
+
+/// [`matvec_rows`]; `overlap` as for [`matvec_q8_1_after`].
+#[allow(clippy::too_many_arguments)]
+fn launch_rows(
+    exec: &(impl Executor + ?Sized),
+    dtype: GgmlDType,
+    w: &(impl KernelArgSlice<u8> + ?Sized),
+    xq: &(impl KernelArgSlice<u32> + ?Sized),
+    xds: &(impl KernelArgSlice<f32> + ?Sized),
+    y: &mut (impl KernelArgSliceMut<f32> + ?Sized),
+    rows: usize,
+    cols: usize,
+    batch: usize,
+    overlap: bool,
+) -> Result<(), LaunchError> {
     const K: &str = "matvec";
     let row_bytes = cols / dtype.block_weights() * dtype.block_bytes();
     if row_bytes > ROW_STAGE_BYTES || rows > u32::MAX as usize || !(1..=8).contains(&batch) || cols % dtype.block_weights() != 0 {
@@ -354,7 +374,10 @@ pub fn matvec_rows(
         return Ok(());
     }
     let group = matvec_row_group(cols / 32, row_bytes);
-    let cfg = LaunchConfig::new(Dim3::x(rows.div_ceil(group) as u32), Dim3::x(ROW_BLOCK)).with_dynamic_shared(matvec_row_words(row_bytes, group));
+    let mut cfg = LaunchConfig::new(Dim3::x(rows.div_ceil(group) as u32), Dim3::x(ROW_BLOCK)).with_dynamic_shared(matvec_row_words(row_bytes, group));
+    if overlap {
+        cfg = cfg.overlapping_prior();
+    }
     with_staged_format!(dtype, "matvec_row", Q => launch_tile!(matvec_row, Q, batch, (exec, cfg, w, xq, xds, y, rows, cols, batch, group)))
 }
 
@@ -533,10 +556,30 @@ pub fn matvec<T: Float + ScalarArg>(
     cols: usize,
     batch: usize,
 ) -> Result<(), LaunchError> {
+    matvec_tuned(dev, dtype, w, x, y, rows, cols, batch, StreamTuning::default())
+}
+
+/// [`matvec`] with the streaming kernels' grid and stages overridden by `tuning` (for
+/// tuning sweeps; see [`matvec_stream`]).
+#[allow(clippy::too_many_arguments)]
+pub fn matvec_tuned<T: Float + ScalarArg>(
+    dev: &Device,
+    dtype: GgmlDType,
+    w: &(impl KernelArgSlice<u8> + ?Sized),
+    x: &(impl KernelArgSlice<T> + ?Sized),
+    y: &mut (impl KernelArgSliceMut<f32> + ?Sized),
+    rows: usize,
+    cols: usize,
+    batch: usize,
+    tuning: StreamTuning,
+) -> Result<(), LaunchError> {
     const K: &str = "matvec";
     let n = batch.checked_mul(cols).ok_or_else(|| invalid(K, "batch x cols overflows usize".into()))?;
     if slice_of(x).1 != n {
         return Err(invalid(K, format!("`x` has {} elements; {batch} x {cols} needed", slice_of(x).1)));
+    }
+    if let Some(r) = dev.with_state(|held: &mut HeldActivations| matvec_reusing(dev, held, dtype, w, x, y, rows, cols, batch, tuning)) {
+        return r;
     }
     let (mut xq, mut xds): (DeviceVec<u32>, DeviceVec<f32>) = (dev.scratch(n / 4)?, dev.scratch(n / 16)?);
     check_matvec(on_amd(dev), dev.wave_lanes(), dtype, w, &xq, &xds, y, rows, cols, batch)?;
@@ -544,5 +587,77 @@ pub fn matvec<T: Float + ScalarArg>(
         return Ok(());
     }
     quantize_q8_1(dev, x, &mut xq, &mut xds)?;
-    matvec_q8_1_after(dev, dev.wave_lanes(), dtype, w, &xq, &xds, y, rows, cols, batch, true)
+    matvec_q8_1_after(dev, dev.wave_lanes(), dtype, w, &xq, &xds, y, rows, cols, batch, tuning, true).map(|_| ())
+}
+
+/// The q8_1 activations [`matvec`] made last on a device (CUDA), kept so that the next
+/// call on the same activations (a layer's projections of one input: q, k and v; gate and
+/// up) skips their quantization and its matvec starts while the matvec before it ends.
+#[derive(Default)]
+struct HeldActivations {
+    /// Address and element count of the activations `xq` / `xds` hold, and their type.
+    of: Option<(u64, usize, &'static str)>,
+    /// [`Device::queued_ops`] right after the last launch of [`matvec`]: while it has not
+    /// moved, no operation but those launches ran since the quantization, and none of them
+    /// wrote the activations.
+    at: u64,
+    xq: Option<DeviceVec<u32>>,
+    xds: Option<DeviceVec<f32>>,
+}
+
+/// [`matvec`] on a device that keeps [`HeldActivations`]: quantizes `x` unless `held`
+/// already has it and nothing was queued since; a streaming matvec after a matvec that
+/// writes nothing in `w` starts its weight copies at once (it waits for that matvec before
+/// it reads the activations or writes `y`), and marks itself so the next one may do the same.
+#[allow(clippy::too_many_arguments)]
+fn matvec_reusing<T: Float + ScalarArg>(
+    dev: &Device,
+    held: &mut HeldActivations,
+    dtype: GgmlDType,
+    w: &(impl KernelArgSlice<u8> + ?Sized),
+    x: &(impl KernelArgSlice<T> + ?Sized),
+    y: &mut (impl KernelArgSliceMut<f32> + ?Sized),
+    rows: usize,
+    cols: usize,
+    batch: usize,
+    tuning: StreamTuning,
+) -> Result<(), LaunchError> {
+    let (x_at, n) = slice_of(x);
+    let of = Some((x_at, n, T::NAME));
+    let reuse = held.of == of && dev.queued_ops() == Some(held.at);
+    if held.xq.as_ref().map(|v| v.len()) != Some(n / 4) {
+        held.of = None;
+        held.xq = Some(dev.alloc(n / 4)?);
+        held.xds = Some(dev.alloc(n / 16)?);
+    }
+    let (Some(xq), Some(xds)) = (held.xq.as_mut(), held.xds.as_mut()) else {
+        unreachable!("allocated above");
+    };
+    check_matvec(on_amd(dev), dev.wave_lanes(), dtype, w, &*xq, &*xds, y, rows, cols, batch)?;
+    if rows == 0 {
+        return Ok(());
+    }
+    // From here on the held activations change or are read: forget them until the
+    // launches succeed.
+    held.of = None;
+    let overlap = if reuse {
+        let (w_at, w_len) = slice_of(w);
+        dev.may_read_during_prior(w_at..w_at + w_len as u64)
+    } else {
+        quantize_q8_1(dev, x, xq, xds)?;
+        true
+    };
+    let ordered = matvec_q8_1_after(dev, dev.wave_lanes(), dtype, w, &*xq, &*xds, y, rows, cols, batch, tuning, overlap)?;
+    let (y_at, y_len) = slice_of(y);
+    let y_bytes = y_at..y_at + 4 * y_len as u64;
+    if ordered {
+        dev.mark_overlappable(y_bytes.clone());
+    }
+    // `y` overwrote part of `x`: the held codes are stale.
+    let x_bytes = x_at..x_at + (n * std::mem::size_of::<T>()) as u64;
+    if y_bytes.end <= x_bytes.start || x_bytes.end <= y_bytes.start {
+        held.of = of;
+        held.at = dev.queued_ops().unwrap_or(0);
+    }
+    Ok(())
 }
