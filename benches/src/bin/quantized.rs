@@ -9,8 +9,8 @@
 //! kernels with grids of several work-groups per SM (printed only).
 //! `quantized --sweep-stages [FORMAT...]`: the batch-1 streaming kernel with 2, 3 and 4
 //! shared stages and several grids (printed only).
-//! `quantized --sweep-chain`: `ops::matvec` chained on the same activations with several
-//! grids, beside calls that each quantize (printed only).
+//! `quantized --sweep-chain [FORMAT...]`: `ops::matvec` with several grids, each call
+//! quantizing and chained on the same activations (printed only).
 //! Bandwidth counts the bytes an ideal kernel moves once: the quantized weights, the q8_1
 //! activations (`cols` codes + 8 bytes per 32) and the f32 output; `matvec+quantize` adds
 //! the f32 activations read by the quantization. Timings cycle through copies of the
@@ -53,8 +53,9 @@ fn main() {
         sweep_stages(&dev, copy_gbps, if named.is_empty() { &[GgmlDType::Q4_0, GgmlDType::Q8_0, GgmlDType::Q4K, GgmlDType::Q6K] } else { &named });
         return;
     }
-    if args.iter().any(|a| a == "--sweep-chain") {
-        sweep_chain(&dev, copy_gbps);
+    if let Some(i) = args.iter().position(|a| a == "--sweep-chain") {
+        let named: Vec<GgmlDType> = args[i + 1..].iter().filter_map(|a| GgmlDType::ALL.into_iter().find(|d| d.name() == a)).collect();
+        sweep_chain(&dev, copy_gbps, if named.is_empty() { &[GgmlDType::Q4_0, GgmlDType::Q8_0, GgmlDType::Q4K, GgmlDType::Q6K] } else { &named });
         return;
     }
     if args.iter().any(|a| a == "--host") {
@@ -204,13 +205,13 @@ fn sweep_stages(dev: &kernels::runtime::Device, copy_gbps: f64, formats: &[GgmlD
     }
 }
 
-/// `ops::matvec` on the same activations every call (chained: quantized once, each matvec
-/// overlapping the end of the one before) with the launcher's grid and 3, 4, 5 and 6
-/// work-groups per SM, beside the same calls on alternating activations (each quantizes);
-/// the Llama-3-8B batch-1 shapes and its k/v projection (1024x4096, the row kernel).
-fn sweep_chain(dev: &kernels::runtime::Device, copy_gbps: f64) {
+/// `ops::matvec` with the launcher's grid and 3 to 7 work-groups per SM (where resident),
+/// each on alternating activations (every call quantizes) and chained on the same
+/// activations (quantized once, each matvec overlapping the end of the one before); the
+/// Llama-3-8B batch-1 shapes and its k/v projection (1024x4096, the row kernel).
+fn sweep_chain(dev: &kernels::runtime::Device, copy_gbps: f64, formats: &[GgmlDType]) {
     let cus = kernel_dsl::host::Executor::compute_units(dev).unwrap_or(1) as usize;
-    for dtype in [GgmlDType::Q4_0, GgmlDType::Q8_0, GgmlDType::Q4K, GgmlDType::Q6K] {
+    for &dtype in formats {
         for (rows, cols) in [(4096, 14336), (14336, 4096), (4096, 4096), (1024, 4096), (128256, 4096)] {
             let ws = ColdSet::new(dev, dev.upload(&weights(dtype, rows, cols)).unwrap());
             let x: Vec<f32> = (0..cols).map(|i| ((i * 7919) % 1000) as f32 / 500.0 - 1.0).collect();
@@ -218,16 +219,16 @@ fn sweep_chain(dev: &kernels::runtime::Device, copy_gbps: f64) {
             let mut y: DeviceVec<f32> = dev.alloc(rows).unwrap();
             let moved = ws.bytes() + cols + cols / 32 * 8 + rows * 4;
             let pct = |us: f64| 100.0 * moved as f64 / (us * 1e-6) / 1e9 / copy_gbps;
-            let mut turn = 0;
-            let us = time(dev, ws.bytes(), || {
-                turn += 1;
-                ops::matvec(dev, dtype, ws.next(), &xs[turn % 2], &mut y, rows, cols, 1).unwrap()
-            });
-            let mut line = format!("{:>5} {rows:>6}x{cols:<6} each quantizes {us:.2}us({:.1}%) | chained", dtype.name(), pct(us));
-            for per_cu in [None, Some(3), Some(4), Some(5), Some(6)] {
+            let mut line = format!("{:>5} {rows:>6}x{cols:<6} each quantizes / chained:", dtype.name());
+            for per_cu in [None, Some(3), Some(4), Some(5), Some(6), Some(7)] {
                 let tuning = ops::StreamTuning { groups: per_cu.map(|k| k * cus), stages: None };
-                let us = time(dev, ws.bytes(), || ops::matvec_tuned(dev, dtype, ws.next(), &xs[0], &mut y, rows, cols, 1, tuning).unwrap());
-                line += &format!(" {}:{us:.2}us({:.1}%)", per_cu.map_or("auto".to_string(), |k| format!("{k}/SM")), pct(us));
+                let mut turn = 0;
+                let each = time(dev, ws.bytes(), || {
+                    turn += 1;
+                    ops::matvec_tuned(dev, dtype, ws.next(), &xs[turn % 2], &mut y, rows, cols, 1, tuning).unwrap()
+                });
+                let chained = time(dev, ws.bytes(), || ops::matvec_tuned(dev, dtype, ws.next(), &xs[0], &mut y, rows, cols, 1, tuning).unwrap());
+                line += &format!(" {}:{each:.2}/{chained:.2}us({:.1}/{:.1}%)", per_cu.map_or("auto".to_string(), |k| format!("{k}/SM")), pct(each), pct(chained));
             }
             eprintln!("{line}");
         }

@@ -83,6 +83,8 @@ struct Inner {
     /// The last launch marked by [`CudaDevice::mark_overlappable`]: `queued` right after it
     /// and the byte range `[start, end)` it writes.
     overlappable: Mutex<Option<(u64, u64, u64)>>,
+    /// Resident work-groups per (function, work-group size, shared bytes).
+    resident: Mutex<HashMap<(usize, u32, usize), u32>>,
 }
 
 // SAFETY: CUDA handles are usable from any thread once the context is made current,
@@ -145,6 +147,7 @@ impl CudaDevice {
                 overlap: std::env::var_os("KERNEL_NO_OVERLAP").is_none(),
                 queued: AtomicU64::new(0),
                 overlappable: Mutex::new(None),
+                resident: Mutex::new(HashMap::new()),
                 functions: Mutex::new(HashMap::new()),
             });
             Ok(CudaDevice { memory: CachingAllocator::new(Box::new(CudaMemory(inner.clone()))), shared: Default::default(), state: Default::default(), inner })
@@ -182,6 +185,24 @@ impl CudaDevice {
     pub fn raw_stream(&self) -> sys::CUstream {
         self.queued();
         self.inner.stream
+    }
+
+    /// Work-groups of `block` work-items and `shared` bytes of shared memory that the
+    /// device holds at once running `f` (its occupancy per SM times the SMs), remembered per
+    /// function and shape.
+    fn resident_groups(&self, f: sys::CUfunction, block: u32, shared: usize) -> Result<u32, LaunchError> {
+        let key = (f as usize, block, shared);
+        if let Some(n) = self.inner.resident.lock().unwrap().get(&key) {
+            return Ok(*n);
+        }
+        let mut per_sm: std::ffi::c_int = 0;
+        // SAFETY: `f` is a loaded function of this context (bound by the caller).
+        unsafe { sys::cuOccupancyMaxActiveBlocksPerMultiprocessor(&mut per_sm, f, block as std::ffi::c_int, shared) }
+            .result()
+            .map_err(|e| err("cuOccupancyMaxActiveBlocksPerMultiprocessor", e))?;
+        let n = per_sm.max(1) as u32 * self.inner.sms;
+        self.inner.resident.lock().unwrap().insert(key, n);
+        Ok(n)
     }
 
     /// Counts one operation queued on the stream; returns the count after it.
@@ -362,7 +383,7 @@ impl Executor for CudaDevice {
     fn launch(&self, launch: &Launch<'_>) -> Result<(), LaunchError> {
         launch.config.validate()?;
         check_memory(self, launch)?;
-        let c = launch.config;
+        let mut c = launch.config;
         if c.grid.volume() == 0 {
             return Ok(());
         }
@@ -379,6 +400,9 @@ impl Executor for CudaDevice {
                 )
             }
             .map_err(|e| err("cuFuncSetAttribute", e))?;
+        }
+        if c.resident_most > 0 && c.grid.y == 1 && c.grid.z == 1 {
+            c.grid.x = self.resident_groups(f, c.block.volume() as u32, launch.shared_bytes)?.min(c.resident_most).max(1);
         }
         // One 8-byte cell per slot; CUDA reads each parameter's size from the cell start.
         // On the stack for every kernel of this project (a few dozen slots at most): no heap

@@ -27,6 +27,9 @@ pub struct LaunchConfig {
     /// The kernel may start while the previous kernel on the stream is still running
     /// ([`LaunchConfig::overlapping_prior`]).
     pub overlap_prior: bool,
+    /// Most work-groups of a grid the runtime sizes to what the device holds at once
+    /// ([`LaunchConfig::resident_grid`]); 0: `grid` as given.
+    pub resident_most: u32,
 }
 
 impl Dim3 {
@@ -47,7 +50,7 @@ impl Dim3 {
 impl LaunchConfig {
     /// A launch of `grid` work-groups of `block` work-items.
     pub const fn new(grid: Dim3, block: Dim3) -> Self {
-        LaunchConfig { grid, block, dynamic_shared_elems: 0, overlap_prior: false }
+        LaunchConfig { grid, block, dynamic_shared_elems: 0, overlap_prior: false, resident_most: 0 }
     }
     /// One work-item per element: `ceil(n / block)` groups of `block` work-items.
     pub fn for_elements(n: usize, block: u32) -> Self {
@@ -67,6 +70,16 @@ impl LaunchConfig {
     /// after the previous kernel as usual: the flag never changes results.
     pub const fn overlapping_prior(mut self) -> Self {
         self.overlap_prior = true;
+        self
+    }
+    /// Lets the runtime set `grid.x` (one-dimensional grids) to as many work-groups as the
+    /// device holds at once, at most `most`: where it can tell (CUDA: the occupancy of the
+    /// code it loaded for this kernel, at this work-group size and shared memory, times the
+    /// SMs). Elsewhere `grid` stays as given, so it should be the launcher's own estimate.
+    /// For kernels that spread their work over `grid_dim_x()` work-groups and run best with
+    /// all of them resident.
+    pub const fn resident_grid(mut self, most: u32) -> Self {
+        self.resident_most = most;
         self
     }
     /// Checks the limits every backend shares (block volume 1..=1024, no zero block dim,

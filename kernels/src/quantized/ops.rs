@@ -389,8 +389,9 @@ fn launch_rows(
 /// [`stream_groups_per_cu`] work-groups per compute unit for batch 1 and one per compute
 /// unit for larger batches (where the executor knows them, else 1024), at most one per
 /// step; `tuning` overrides it and the batch-1 kernel's stages (`None` or `Some(groups)`
-/// converts). Checked as [`matvec_q8_1`]; a shape the kernel does not take is an error
-/// too.
+/// converts). On CUDA the batch-1 grid (unless `tuning` sets it) is as many work-groups
+/// as the device holds at once (`LaunchConfig::resident_grid`). Checked as
+/// [`matvec_q8_1`]; a shape the kernel does not take is an error too.
 #[allow(clippy::too_many_arguments)]
 pub fn matvec_stream(
     exec: &(impl Executor + ?Sized),
@@ -497,7 +498,14 @@ fn launch_stream(
     if rows == 0 {
         return Ok(());
     }
-    let mut cfg = LaunchConfig::new(Dim3::x(groups.min(rows.div_ceil(per_step)) as u32), Dim3::x(block)).with_dynamic_shared(words);
+    let steps = rows.div_ceil(per_step);
+    let mut cfg = LaunchConfig::new(Dim3::x(groups.min(steps) as u32), Dim3::x(block)).with_dynamic_shared(words);
+    if batch == 1 && tuning.groups.is_none() {
+        // As many as the device holds at once, where the runtime can tell from the code it
+        // runs (the H100 runs the sm_90a variant, whose register counts differ: Q8_0 72,
+        // Q5_0 and Q5_1 80 against 80 and 88 in the sm_80 PTX); else the estimate above.
+        cfg = cfg.resident_grid(steps as u32);
+    }
     if overlap {
         cfg = cfg.overlapping_prior();
     }
