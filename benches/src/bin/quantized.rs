@@ -205,7 +205,8 @@ fn sweep_stages(dev: &kernels::runtime::Device, copy_gbps: f64, formats: &[GgmlD
     }
 }
 
-/// `ops::matvec` with the launcher's grid and 3 to 7 work-groups per SM (where resident),
+/// `ops::matvec` with the launcher's grid and stages, 3 and 4 stages, and 3 to 7
+/// work-groups per SM (where resident),
 /// each on alternating activations (every call quantizes) and chained on the same
 /// activations (quantized once, each matvec overlapping the end of the one before); the
 /// Llama-3-8B batch-1 shapes and its k/v projection (1024x4096, the row kernel).
@@ -220,15 +221,21 @@ fn sweep_chain(dev: &kernels::runtime::Device, copy_gbps: f64, formats: &[GgmlDT
             let moved = ws.bytes() + cols + cols / 32 * 8 + rows * 4;
             let pct = |us: f64| 100.0 * moved as f64 / (us * 1e-6) / 1e9 / copy_gbps;
             let mut line = format!("{:>5} {rows:>6}x{cols:<6} each quantizes / chained:", dtype.name());
-            for per_cu in [None, Some(3), Some(4), Some(5), Some(6), Some(7)] {
-                let tuning = ops::StreamTuning { groups: per_cu.map(|k| k * cus), stages: None };
+            let mut tunings: Vec<(String, ops::StreamTuning)> = vec![("auto".into(), ops::StreamTuning::default())];
+            for stages in [3, 4] {
+                tunings.push((format!("{stages} stages"), ops::StreamTuning { groups: None, stages: Some(stages) }));
+            }
+            for per_cu in 3..=7 {
+                tunings.push((format!("{per_cu}/SM"), ops::StreamTuning { groups: Some(per_cu * cus), stages: None }));
+            }
+            for (name, tuning) in tunings {
                 let mut turn = 0;
                 let each = time(dev, ws.bytes(), || {
                     turn += 1;
                     ops::matvec_tuned(dev, dtype, ws.next(), &xs[turn % 2], &mut y, rows, cols, 1, tuning).unwrap()
                 });
                 let chained = time(dev, ws.bytes(), || ops::matvec_tuned(dev, dtype, ws.next(), &xs[0], &mut y, rows, cols, 1, tuning).unwrap());
-                line += &format!(" {}:{each:.2}/{chained:.2}us({:.1}/{:.1}%)", per_cu.map_or("auto".to_string(), |k| format!("{k}/SM")), pct(each), pct(chained));
+                line += &format!(" {name}:{each:.2}/{chained:.2}us({:.1}/{:.1}%)", pct(each), pct(chained));
             }
             eprintln!("{line}");
         }

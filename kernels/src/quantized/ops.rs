@@ -648,24 +648,48 @@ fn matvec_reusing<T: Float + ScalarArg>(
     // From here on the held activations change or are read: forget them until the
     // launches succeed.
     held.of = None;
+    let mut tuning = tuning;
     let overlap = if reuse {
         let (w_at, w_len) = slice_of(w);
-        dev.may_read_during_prior(w_at..w_at + w_len as u64)
+        let chained = dev.may_read_during_prior(w_at..w_at + w_len as u64);
+        // Chained: a third stage keeps one more step in flight across the end of the
+        // matvec before.
+        let (per_step, ..) = stream_step(dev, dev.wave_lanes(), dtype, cols, batch);
+        let stage = 16 * stream_stage_words(cols / dtype.block_weights() * dtype.block_bytes(), per_step);
+        if chained && batch == 1 && tuning.stages.is_none() && 3 * stage <= CHAINED_STAGES_BYTES {
+            tuning.stages = Some(3);
+        }
+        chained
     } else {
         quantize_q8_1(dev, x, xq, xds)?;
         true
     };
     let ordered = matvec_q8_1_after(dev, dev.wave_lanes(), dtype, w, &*xq, &*xds, y, rows, cols, batch, tuning, overlap)?;
+    finish(dev, held, of, x_at, n * std::mem::size_of::<T>(), y, ordered)
+}
+
+/// After [`matvec_reusing`]'s launches: marks the matvec (where `ordered`: it waits for
+/// the kernel before it, then releases the next) and keeps the activations `of`
+/// (`x_bytes` bytes from `x_at`) held unless `y` overwrote part of them.
+fn finish(dev: &Device, held: &mut HeldActivations, of: Option<(u64, usize, &'static str)>, x_at: u64, x_bytes: usize, y: &(impl KernelArgSlice<f32> + ?Sized), ordered: bool) -> Result<(), LaunchError> {
     let (y_at, y_len) = slice_of(y);
     let y_bytes = y_at..y_at + 4 * y_len as u64;
     if ordered {
         dev.mark_overlappable(y_bytes.clone());
     }
-    // `y` overwrote part of `x`: the held codes are stale.
-    let x_bytes = x_at..x_at + (n * std::mem::size_of::<T>()) as u64;
-    if y_bytes.end <= x_bytes.start || x_bytes.end <= y_bytes.start {
+    let x_end = x_at + x_bytes as u64;
+    if y_bytes.end <= x_at || x_end <= y_bytes.start {
         held.of = of;
         held.at = dev.queued_ops().unwrap_or(0);
     }
     Ok(())
 }
+
+/// Most bytes of three shared stages for which a batch-1 matvec chained after another
+/// ([`matvec`] on the same activations) runs with three stages instead of
+/// [`STREAM_STAGES`]: H100, `bench-quantized --sweep-chain`, 4096x14336 / 14336x4096,
+/// chained, 3 against 2 stages: `Q4_0` 12.74 / 12.35 against 13.22 / 12.89 us, `Q4K`
+/// 13.20 / 12.90 against 13.55 / 13.22 us, `Q6K` (35 KiB) 19.58 / 18.37 against 19.55 /
+/// 18.58; calls that each quantize were 1-3% slower with three, so they keep two.
+/// `Q8_0`'s 15 KiB rows would leave fewer work-groups resident.
+pub const CHAINED_STAGES_BYTES: usize = 24 * 1024;
