@@ -1306,8 +1306,8 @@ pub const STREAM_UNITS: usize = 4;
 /// Most bytes of one [`matvec_stream`](fn@matvec_stream) stage (its rows of one step).
 pub const STREAM_STAGE_BYTES: usize = 16 * 1024;
 /// Work-groups per compute unit (SM) the [`matvec_stream`](fn@matvec_stream) launcher
-/// starts for `dtype` with stages of `lds_bytes` in all where the runtime cannot tell how
-/// many are resident (on CUDA it asks the driver for the code it loaded:
+/// starts for `dtype` with stages of `lds_bytes` in all (a matvec chained after another on
+/// CUDA takes instead as many as the driver says the loaded code keeps resident:
 /// `LaunchConfig::resident_grid`), so that all of them are resident at once, from the
 /// registers ptxas gives each instance of the sm_80 PTX on sm_90 (64K per SM): 6 at up to
 /// 80 per work-item (`Q4_0`, `Q4_1`, `Q8_0`), 5 at up to 96 (`Q5_0`, `Q5_1`, `Q4K`), 4 for

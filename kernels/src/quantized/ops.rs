@@ -258,15 +258,28 @@ pub fn matvec_q8_1(
     cols: usize,
     batch: usize,
 ) -> Result<(), LaunchError> {
-    matvec_q8_1_after(exec, wave_lanes, dtype, w, xq, xds, y, rows, cols, batch, StreamTuning::default(), false).map(|_| ())
+    matvec_q8_1_after(exec, wave_lanes, dtype, w, xq, xds, y, rows, cols, batch, StreamTuning::default(), Prior::Unknown).map(|_| ())
 }
 
-/// [`matvec_q8_1`]; `overlap`: the kernel before this one (a [`quantize_q8_1`], or a
-/// matvec [`Device::mark_overlappable`] marked) writes nothing in `w`, so the streaming
-/// kernels may overlap it: their weight copies, issued before they wait for it, then read
-/// nothing a running kernel writes. `tuning` goes to the streaming kernels. Returns whether
-/// the kernel that ran waits for the kernel before it and only then releases the next
-/// (the streaming and row kernels): what `mark_overlappable` needs.
+/// What a matvec's launcher knows of the kernel launched just before it.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Prior {
+    /// Nothing: the matvec starts after it.
+    Unknown,
+    /// The quantization of the matvec's activations ([`quantize_q8_1`]), which writes
+    /// nothing in `w`.
+    Quantize,
+    /// A matvec [`Device::mark_overlappable`] marked whose writes miss `w` (a chain on the
+    /// same activations).
+    Matvec,
+}
+
+/// [`matvec_q8_1`] after the kernel `prior` describes: after a known one (it writes nothing
+/// in `w`) the streaming and row kernels may overlap it, their weight copies, issued before
+/// they wait for it, then reading nothing a running kernel writes. `tuning` goes to the
+/// streaming kernels. Returns whether the kernel that ran waits for the kernel before it
+/// and only then releases the next (the streaming and row kernels): what
+/// `mark_overlappable` needs.
 #[allow(clippy::too_many_arguments)]
 fn matvec_q8_1_after(
     exec: &(impl Executor + ?Sized),
@@ -280,7 +293,7 @@ fn matvec_q8_1_after(
     cols: usize,
     batch: usize,
     tuning: StreamTuning,
-    overlap: bool,
+    prior: Prior,
 ) -> Result<bool, LaunchError> {
     let cfg = check_matvec(on_amd(exec), wave_lanes, dtype, w, xq, xds, y, rows, cols, batch)?;
     if rows == 0 {
@@ -292,10 +305,10 @@ fn matvec_q8_1_after(
     let (per_step, ..) = stream_step(exec, wave_lanes, dtype, cols, batch);
     let big_enough = if batch == 1 { rows * row_bytes >= STREAM_MIN_BYTES } else { batch >= STREAM_MIN_BATCH };
     if on_cuda(exec) && staged_format(dtype) && per_step > 0 && big_enough {
-        return launch_stream(exec, dtype, w, xq, xds, y, rows, cols, batch, per_step, tuning, overlap).map(|_| true);
+        return launch_stream(exec, dtype, w, xq, xds, y, rows, cols, batch, per_step, tuning, prior).map(|_| true);
     }
     if on_cuda(exec) && row_bytes <= ROW_STAGE_BYTES && staged_format(dtype) {
-        return launch_rows(exec, dtype, w, xq, xds, y, rows, cols, batch, overlap).map(|_| true);
+        return launch_rows(exec, dtype, w, xq, xds, y, rows, cols, batch, prior != Prior::Unknown).map(|_| true);
     }
     let units = chunk_units(exec, wave_lanes);
     let cfg = cfg.with_dynamic_shared(matvec_lds_words(dtype, units, (cfg.block.x / wave_lanes) as usize));
@@ -351,7 +364,8 @@ pub fn matvec_rows(
     launch_rows(exec, dtype, w, xq, xds, y, rows, cols, batch, false)
 }
 
-/// [`matvec_rows`]; `overlap` as for [`matvec_q8_1_after`].
+/// [`matvec_rows`]; `overlap`: the kernel may overlap the kernel before it, which writes
+/// nothing in `w` ([`matvec_q8_1_after`]).
 #[allow(clippy::too_many_arguments)]
 fn launch_rows(
     exec: &(impl Executor + ?Sized),
@@ -389,9 +403,8 @@ fn launch_rows(
 /// [`stream_groups_per_cu`] work-groups per compute unit for batch 1 and one per compute
 /// unit for larger batches (where the executor knows them, else 1024), at most one per
 /// step; `tuning` overrides it and the batch-1 kernel's stages (`None` or `Some(groups)`
-/// converts). On CUDA the batch-1 grid (unless `tuning` sets it) is as many work-groups
-/// as the device holds at once (`LaunchConfig::resident_grid`). Checked as
-/// [`matvec_q8_1`]; a shape the kernel does not take is an error too.
+/// converts). Checked as [`matvec_q8_1`]; a shape the kernel does not take is an error
+/// too.
 #[allow(clippy::too_many_arguments)]
 pub fn matvec_stream(
     exec: &(impl Executor + ?Sized),
@@ -413,7 +426,7 @@ pub fn matvec_stream(
         let name = if batch == 1 { "matvec_stream" } else { "matvec_stream_batch" };
         return Err(invalid(K, format!("{name} takes rows of at most {most_units} units and {stage_bytes} bytes (batch {batch}; {rows} x {cols} {})", dtype.name())));
     }
-    launch_stream(exec, dtype, w, xq, xds, y, rows, cols, batch, per_step, tuning.into(), false)
+    launch_stream(exec, dtype, w, xq, xds, y, rows, cols, batch, per_step, tuning.into(), Prior::Unknown)
 }
 
 /// Overrides of the streaming launchers' choices ([`matvec_stream`]), for tests and tuning
@@ -455,8 +468,9 @@ fn tile_rows(batch: usize) -> usize {
 /// kernel takes in steps of `per_step` ([`stream_per_step`], [`stream_batch_per_step`]):
 /// [`matvec_stream`](super::matvec_stream) for batch 1 ([`stream_groups_per_cu`]
 /// work-groups per compute unit), [`matvec_stream_batch`](super::matvec_stream_batch) for
-/// 2..=8 (one per compute unit); `tuning` overrides the grid and stages. `overlap`: the
-/// kernel may overlap the kernel before it (see [`matvec_q8_1_after`]).
+/// 2..=8 (one per compute unit); `tuning` overrides the grid and stages. After a known
+/// kernel (`prior`) it overlaps it ([`matvec_q8_1_after`]); chained after a matvec, batch
+/// 1 takes as many work-groups as the device holds at once and [`CHAINED_STAGES`] stages.
 #[allow(clippy::too_many_arguments)]
 fn launch_stream(
     exec: &(impl Executor + ?Sized),
@@ -470,10 +484,13 @@ fn launch_stream(
     batch: usize,
     per_step: usize,
     tuning: StreamTuning,
-    overlap: bool,
+    prior: Prior,
 ) -> Result<(), LaunchError> {
     const K: &str = "matvec";
-    let (name, block, stages) = if batch == 1 { ("matvec_stream", STREAM_BLOCK, tuning.stages.unwrap_or(STREAM_STAGES)) } else { ("matvec_stream_batch", BATCH_BLOCK, BATCH_STAGES) };
+    let row_bytes = cols / dtype.block_weights() * dtype.block_bytes();
+    let chained = batch == 1 && prior == Prior::Matvec;
+    let default_stages = if chained { CHAINED_STAGES } else { STREAM_STAGES };
+    let (name, block, stages) = if batch == 1 { ("matvec_stream", STREAM_BLOCK, tuning.stages.unwrap_or(default_stages)) } else { ("matvec_stream_batch", BATCH_BLOCK, BATCH_STAGES) };
     if let Some(n) = tuning.stages {
         if batch > 1 || !(MIN_STREAM_STAGES..=MAX_STREAM_STAGES).contains(&n) {
             return Err(invalid(K, format!("{name}: {n} stages (batch {batch}); the batch-1 kernel takes {MIN_STREAM_STAGES}..={MAX_STREAM_STAGES}")));
@@ -486,7 +503,7 @@ fn launch_stream(
     if batch > 1 && tile_rows(batch) > batch_tile(dtype, on_amd(exec)) {
         return Err(invalid(K, format!("{name}: batch {batch} is more than this device's code objects hold ({})", batch_tile(dtype, on_amd(exec)))));
     }
-    let words = stages * stream_stage_words(cols / dtype.block_weights() * dtype.block_bytes(), per_step);
+    let words = stages * stream_stage_words(row_bytes, per_step);
     if 16 * words > exec.max_shared_bytes() {
         return Err(invalid(K, format!("{name} needs {} bytes of shared memory per work-group; the device has {}", 16 * words, exec.max_shared_bytes())));
     }
@@ -500,13 +517,13 @@ fn launch_stream(
     }
     let steps = rows.div_ceil(per_step);
     let mut cfg = LaunchConfig::new(Dim3::x(groups.min(steps) as u32), Dim3::x(block)).with_dynamic_shared(words);
-    if batch == 1 && tuning.groups.is_none() {
+    if chained && tuning.groups.is_none() {
         // As many as the device holds at once, where the runtime can tell from the code it
         // runs (the H100 runs the sm_90a variant, whose register counts differ: Q8_0 72,
         // Q5_0 and Q5_1 80 against 80 and 88 in the sm_80 PTX); else the estimate above.
         cfg = cfg.resident_grid(steps as u32);
     }
-    if overlap {
+    if prior != Prior::Unknown {
         cfg = cfg.overlapping_prior();
     }
     with_staged_format!(dtype, name, Q => match tile_rows(batch) {
@@ -595,7 +612,7 @@ pub fn matvec_tuned<T: Float + ScalarArg>(
         return Ok(());
     }
     quantize_q8_1(dev, x, &mut xq, &mut xds)?;
-    matvec_q8_1_after(dev, dev.wave_lanes(), dtype, w, &xq, &xds, y, rows, cols, batch, tuning, true).map(|_| ())
+    matvec_q8_1_after(dev, dev.wave_lanes(), dtype, w, &xq, &xds, y, rows, cols, batch, tuning, Prior::Quantize).map(|_| ())
 }
 
 /// The q8_1 activations [`matvec`] made last on a device (CUDA), kept so that the next
@@ -648,23 +665,18 @@ fn matvec_reusing<T: Float + ScalarArg>(
     // From here on the held activations change or are read: forget them until the
     // launches succeed.
     held.of = None;
-    let mut tuning = tuning;
-    let overlap = if reuse {
+    let prior = if reuse {
         let (w_at, w_len) = slice_of(w);
-        let chained = dev.may_read_during_prior(w_at..w_at + w_len as u64);
-        // Chained: a third stage keeps one more step in flight across the end of the
-        // matvec before.
-        let (per_step, ..) = stream_step(dev, dev.wave_lanes(), dtype, cols, batch);
-        let stage = 16 * stream_stage_words(cols / dtype.block_weights() * dtype.block_bytes(), per_step);
-        if chained && batch == 1 && tuning.stages.is_none() && 3 * stage <= CHAINED_STAGES_BYTES {
-            tuning.stages = Some(3);
+        if dev.may_read_during_prior(w_at..w_at + w_len as u64) {
+            Prior::Matvec
+        } else {
+            Prior::Unknown
         }
-        chained
     } else {
         quantize_q8_1(dev, x, xq, xds)?;
-        true
+        Prior::Quantize
     };
-    let ordered = matvec_q8_1_after(dev, dev.wave_lanes(), dtype, w, &*xq, &*xds, y, rows, cols, batch, tuning, overlap)?;
+    let ordered = matvec_q8_1_after(dev, dev.wave_lanes(), dtype, w, &*xq, &*xds, y, rows, cols, batch, tuning, prior)?;
     finish(dev, held, of, x_at, n * std::mem::size_of::<T>(), y, ordered)
 }
 
@@ -685,11 +697,15 @@ fn finish(dev: &Device, held: &mut HeldActivations, of: Option<(u64, usize, &'st
     Ok(())
 }
 
-/// Most bytes of three shared stages for which a batch-1 matvec chained after another
-/// ([`matvec`] on the same activations) runs with three stages instead of
-/// [`STREAM_STAGES`]: H100, `bench-quantized --sweep-chain`, 4096x14336 / 14336x4096,
-/// chained, 3 against 2 stages: `Q4_0` 12.74 / 12.35 against 13.22 / 12.89 us, `Q4K`
-/// 13.20 / 12.90 against 13.55 / 13.22 us, `Q6K` (35 KiB) 19.58 / 18.37 against 19.55 /
-/// 18.58; calls that each quantize were 1-3% slower with three, so they keep two.
-/// `Q8_0`'s 15 KiB rows would leave fewer work-groups resident.
-pub const CHAINED_STAGES_BYTES: usize = 24 * 1024;
+/// Shared stages of a batch-1 matvec chained after another ([`matvec`] on the same
+/// activations), against [`STREAM_STAGES`] for the others: the third keeps one more step
+/// in flight across the end of the matvec before. H100, `bench-quantized --sweep-chain`,
+/// chained, 4096x14336 / 14336x4096, 3 against 2 stages: `Q4_0` 12.74 / 12.35 against
+/// 13.22 / 12.89 us, `Q4K` 13.20 / 12.90 against 13.55 / 13.22, `Q6K` 19.58 / 18.37
+/// against 19.55 / 18.58, `Q8_0` 21.54 / 21.41 against 22.34 / 22.26 (resident grids);
+/// calls that each quantize were 1-3% slower with three, so they keep two. Chained
+/// matvecs also take the resident grid (`LaunchConfig::resident_grid`): `Q8_0` at 7
+/// work-groups per SM (two stages), chained, 22.4 against 24.3 us at 6 (4096x14336),
+/// while calls that each quantize were 2-3% slower at 7, so they keep
+/// [`stream_groups_per_cu`].
+pub const CHAINED_STAGES: usize = 3;
