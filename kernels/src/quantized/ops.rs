@@ -470,7 +470,8 @@ fn tile_rows(batch: usize) -> usize {
 /// work-groups per compute unit), [`matvec_stream_batch`](super::matvec_stream_batch) for
 /// 2..=8 (one per compute unit); `tuning` overrides the grid and stages. After a known
 /// kernel (`prior`) it overlaps it ([`matvec_q8_1_after`]); chained after a matvec, batch
-/// 1 takes as many work-groups as the device holds at once and [`CHAINED_STAGES`] stages.
+/// 1 takes as many work-groups as the device holds at once and [`CHAINED_STAGES`] stages
+/// (from [`CHAINED_MIN_ROUNDS`] steps per work-group).
 #[allow(clippy::too_many_arguments)]
 fn launch_stream(
     exec: &(impl Executor + ?Sized),
@@ -489,7 +490,11 @@ fn launch_stream(
     const K: &str = "matvec";
     let row_bytes = cols / dtype.block_weights() * dtype.block_bytes();
     let chained = batch == 1 && prior == Prior::Matvec;
-    let default_stages = if chained { CHAINED_STAGES } else { STREAM_STAGES };
+    // Three stages only where a work-group takes several steps (at 4096x4096, 1.3-2.6 steps
+    // each, three were 15-25% slower chained than two on the H100).
+    let (stage_bytes, steps) = (16 * stream_stage_words(row_bytes, per_step.max(1)), rows.div_ceil(per_step.max(1)));
+    let estimate = exec.compute_units().map_or(1024, |cu| cu as usize * stream_groups_per_cu(dtype, STREAM_STAGES * stage_bytes));
+    let default_stages = if chained && steps >= CHAINED_MIN_ROUNDS * estimate { CHAINED_STAGES } else { STREAM_STAGES };
     let (name, block, stages) = if batch == 1 { ("matvec_stream", STREAM_BLOCK, tuning.stages.unwrap_or(default_stages)) } else { ("matvec_stream_batch", BATCH_BLOCK, BATCH_STAGES) };
     if let Some(n) = tuning.stages {
         if batch > 1 || !(MIN_STREAM_STAGES..=MAX_STREAM_STAGES).contains(&n) {
@@ -515,7 +520,6 @@ fn launch_stream(
     if rows == 0 {
         return Ok(());
     }
-    let steps = rows.div_ceil(per_step);
     let mut cfg = LaunchConfig::new(Dim3::x(groups.min(steps) as u32), Dim3::x(block)).with_dynamic_shared(words);
     if chained && tuning.groups.is_none() {
         // As many as the device holds at once, where the runtime can tell from the code it
@@ -709,3 +713,9 @@ fn finish(dev: &Device, held: &mut HeldActivations, of: Option<(u64, usize, &'st
 /// while calls that each quantize were 2-3% slower at 7, so they keep
 /// [`stream_groups_per_cu`].
 pub const CHAINED_STAGES: usize = 3;
+
+/// Steps per work-group (of the launcher's estimated grid) from which a chained batch-1
+/// matvec takes [`CHAINED_STAGES`]: at 4096x4096 (1.3-2.6 steps each) three stages were
+/// 15-25% slower chained than two on the H100 (`Q4_0` 6.33 against 5.29 us, `Q8_0` 8.33
+/// against 7.08, `Q4K` 6.20 against 5.05).
+pub const CHAINED_MIN_ROUNDS: usize = 3;
