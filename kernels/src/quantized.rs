@@ -1313,8 +1313,8 @@ pub const STREAM_STAGE_BYTES: usize = 16 * 1024;
 /// 80 per work-item (`Q4_0`, `Q4_1`, `Q8_0`), 5 at up to 96 (`Q5_0`, `Q5_1`, `Q4K`), 4 for
 /// `Q6K` (124); fewer where 228 KiB of shared memory per SM holds fewer (none of the
 /// Llama-3-8B shapes with [`STREAM_STAGES`] stages). `Q4K` at 5 rather than 4: matvecs
-/// chained on the same activations (`ops::matvec`) 9-10% faster at the FFN shapes and
-/// 4096x4096 on the H100 (`bench-quantized --sweep-chain`), each call alone within 1%.
+/// chained on the same activations (`ops::matvec`) 6-9% faster at the FFN shapes on the
+/// H100 (`bench-quantized --sweep-chain`), calls that each quantize within 1%.
 /// A grid that is not all resident is still correct, only slower (a second partial round
 /// of work-groups).
 pub const fn stream_groups_per_cu(dtype: GgmlDType, lds_bytes: usize) -> usize {

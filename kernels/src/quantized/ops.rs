@@ -572,8 +572,11 @@ fn offset(a: ArgValue, bytes: usize, len: usize) -> ArgValue {
 }
 
 /// `y (batch x rows, f32) = x (batch x cols) W^T` for a quantized `rows x cols` matrix `w`
-/// and `batch` (1..=8) activation rows: quantizes `x` to q8_1 in scratch buffers, then
-/// runs the int8 matvec. Candle's `QMatMul::forward` for small batches.
+/// and `batch` (1..=8) activation rows: quantizes `x` to q8_1, then runs the int8 matvec.
+/// Candle's `QMatMul::forward` for small batches. On CUDA the q8_1 codes stay with the
+/// device: the next call on the same `x` with nothing else queued in between (a layer's
+/// q, k and v; gate and up) reuses them, and its matvec starts while this one ends unless
+/// this one's `y` overlaps its weights.
 #[allow(clippy::too_many_arguments)]
 pub fn matvec<T: Float + ScalarArg>(
     dev: &Device,
