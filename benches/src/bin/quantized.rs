@@ -28,6 +28,17 @@ fn weights(dtype: GgmlDType, rows: usize, cols: usize) -> Vec<u8> {
     benches::quant_blocks::random_blocks(dtype.name(), dtype.block_weights(), dtype.block_bytes(), rows, cols)
 }
 
+/// `n` activations in [-1, 1), the same in every timing.
+fn activations(n: usize) -> Vec<f32> {
+    (0..n).map(|i| ((i * 7919) % 1000) as f32 / 500.0 - 1.0).collect()
+}
+
+/// Bytes an ideal matvec moves once: `wbytes` of weights, `batch` q8_1 activation rows of
+/// `cols` (a code per value, 8 bytes of scale and sum per 32) and the f32 output.
+fn moved_bytes(wbytes: usize, rows: usize, cols: usize, batch: usize) -> usize {
+    wbytes + batch * (cols + cols / 32 * 8 + rows * 4)
+}
+
 fn main() {
     let args: Vec<String> = std::env::args().collect();
     let out_dir = args.iter().position(|a| a == "--out").and_then(|i| args.get(i + 1)).cloned().unwrap_or_else(|| ".".into());
@@ -78,7 +89,7 @@ fn main() {
                 if batch > 1 && (rows, cols) != (4096, 14336) && (rows, cols) != (14336, 4096) {
                     continue;
                 }
-                let x: Vec<f32> = (0..batch * cols).map(|i| ((i * 7919) % 1000) as f32 / 500.0 - 1.0).collect();
+                let x = activations(batch * cols);
                 // Two copies of the activations, used in turn where every call must quantize
                 // its own (ops::matvec reuses the q8_1 codes of the activations it had last).
                 let xs = [dev.upload(&x).unwrap(), dev.upload(&x).unwrap()];
@@ -91,8 +102,7 @@ fn main() {
                     dev.synchronize().unwrap();
                     continue;
                 }
-                let act = batch * (cols + cols / 32 * 8);
-                let moved = wbytes + act + batch * rows * 4;
+                let moved = moved_bytes(wbytes, rows, cols, batch);
                 let us = time(&dev, wbytes, || ops::matvec_q8_1(&dev, dev.wave_lanes(), dtype, ws.next(), &xq, &xds, &mut y, rows, cols, batch).unwrap());
                 let mut turn = 0;
                 let full = time(&dev, wbytes, || {
@@ -141,13 +151,13 @@ fn sweep(dev: &kernels::runtime::Device, copy_gbps: f64) {
                     continue;
                 }
                 let ws = ColdSet::new(dev, dev.upload(&weights(dtype, rows, cols)).unwrap());
-                let x: Vec<f32> = (0..batch * cols).map(|i| ((i * 7919) % 1000) as f32 / 500.0 - 1.0).collect();
+                let x = activations(batch * cols);
                 let x = dev.upload(&x).unwrap();
                 let mut y: DeviceVec<f32> = dev.alloc(batch * rows).unwrap();
                 let (mut xq, mut xds): (DeviceVec<u32>, DeviceVec<f32>) = (dev.alloc(batch * cols / 4).unwrap(), dev.alloc(batch * cols / 16).unwrap());
                 ops::quantize_q8_1(dev, &x, &mut xq, &mut xds).unwrap();
                 let wbytes = ws.bytes();
-                let moved = wbytes + batch * (cols + cols / 32 * 8 + rows * 4);
+                let moved = moved_bytes(wbytes, rows, cols, batch);
                 let pct = |us: f64| 100.0 * moved as f64 / (us * 1e-6) / 1e9 / copy_gbps;
                 let row_us = time(dev, wbytes, || ops::matvec_rows(dev, dtype, ws.next(), &xq, &xds, &mut y, rows, cols, batch).unwrap());
                 let mut line = format!("{:>5} {rows:>6}x{cols:<6} b{batch} rows {row_us:7.2} us ({:4.1}%) | stream", dtype.name(), pct(row_us));
@@ -174,12 +184,12 @@ fn sweep_stages(dev: &kernels::runtime::Device, copy_gbps: f64, formats: &[GgmlD
     for &dtype in formats {
         for (rows, cols) in [(4096, 14336), (14336, 4096), (4096, 4096), (128256, 4096)] {
             let ws = ColdSet::new(dev, dev.upload(&weights(dtype, rows, cols)).unwrap());
-            let x: Vec<f32> = (0..cols).map(|i| ((i * 7919) % 1000) as f32 / 500.0 - 1.0).collect();
+            let x = activations(cols);
             let x = dev.upload(&x).unwrap();
             let mut y: DeviceVec<f32> = dev.alloc(rows).unwrap();
             let (mut xq, mut xds): (DeviceVec<u32>, DeviceVec<f32>) = (dev.alloc(cols / 4).unwrap(), dev.alloc(cols / 16).unwrap());
             ops::quantize_q8_1(dev, &x, &mut xq, &mut xds).unwrap();
-            let moved = ws.bytes() + cols + cols / 32 * 8 + rows * 4;
+            let moved = moved_bytes(ws.bytes(), rows, cols, 1);
             let pct = |us: f64| 100.0 * moved as f64 / (us * 1e-6) / 1e9 / copy_gbps;
             {
                 let mut dst: DeviceVec<u8> = dev.alloc(ws.bytes()).unwrap();
@@ -215,10 +225,10 @@ fn sweep_chain(dev: &kernels::runtime::Device, copy_gbps: f64, formats: &[GgmlDT
     for &dtype in formats {
         for (rows, cols) in [(4096, 14336), (14336, 4096), (4096, 4096), (1024, 4096), (128256, 4096)] {
             let ws = ColdSet::new(dev, dev.upload(&weights(dtype, rows, cols)).unwrap());
-            let x: Vec<f32> = (0..cols).map(|i| ((i * 7919) % 1000) as f32 / 500.0 - 1.0).collect();
+            let x = activations(cols);
             let xs = [dev.upload(&x).unwrap(), dev.upload(&x).unwrap()];
             let mut y: DeviceVec<f32> = dev.alloc(rows).unwrap();
-            let moved = ws.bytes() + cols + cols / 32 * 8 + rows * 4;
+            let moved = moved_bytes(ws.bytes(), rows, cols, 1);
             let pct = |us: f64| 100.0 * moved as f64 / (us * 1e-6) / 1e9 / copy_gbps;
             let mut line = format!("{:>5} {rows:>6}x{cols:<6} each quantizes / chained:", dtype.name());
             let mut tunings: Vec<(String, ops::StreamTuning)> = vec![("auto".into(), ops::StreamTuning::default())];

@@ -490,11 +490,14 @@ fn launch_stream(
     const K: &str = "matvec";
     let row_bytes = cols / dtype.block_weights() * dtype.block_bytes();
     let chained = batch == 1 && prior == Prior::Matvec;
+    // The static grid: `per_cu` work-groups per compute unit (1024 in all where the
+    // executor does not know its compute units).
+    let static_groups = |per_cu: usize| exec.compute_units().map_or(1024, |cu| cu as usize * per_cu);
+    let steps = rows.div_ceil(per_step);
     // Three stages only where a work-group takes several steps (at 4096x4096, 1.3-2.6 steps
     // each, three were 15-25% slower chained than two on the H100).
-    let (stage_bytes, steps) = (16 * stream_stage_words(row_bytes, per_step.max(1)), rows.div_ceil(per_step.max(1)));
-    let estimate = exec.compute_units().map_or(1024, |cu| cu as usize * stream_groups_per_cu(dtype, STREAM_STAGES * stage_bytes));
-    let default_stages = if chained && steps >= CHAINED_MIN_ROUNDS * estimate { CHAINED_STAGES } else { STREAM_STAGES };
+    let two_stages = STREAM_STAGES * 16 * stream_stage_words(row_bytes, per_step);
+    let default_stages = if chained && steps >= CHAINED_MIN_ROUNDS * static_groups(stream_groups_per_cu(dtype, two_stages)) { CHAINED_STAGES } else { STREAM_STAGES };
     let (name, block, stages) = if batch == 1 { ("matvec_stream", STREAM_BLOCK, tuning.stages.unwrap_or(default_stages)) } else { ("matvec_stream_batch", BATCH_BLOCK, BATCH_STAGES) };
     if let Some(n) = tuning.stages {
         if batch > 1 || !(MIN_STREAM_STAGES..=MAX_STREAM_STAGES).contains(&n) {
@@ -513,7 +516,7 @@ fn launch_stream(
         return Err(invalid(K, format!("{name} needs {} bytes of shared memory per work-group; the device has {}", 16 * words, exec.max_shared_bytes())));
     }
     let per_cu = if batch == 1 { stream_groups_per_cu(dtype, 16 * words) } else { 1 };
-    let groups = tuning.groups.unwrap_or_else(|| exec.compute_units().map_or(1024, |cu| cu as usize * per_cu));
+    let groups = tuning.groups.unwrap_or_else(|| static_groups(per_cu));
     if groups == 0 || groups > u32::MAX as usize {
         return Err(invalid(K, format!("{name}: {groups} work-groups")));
     }
@@ -683,20 +686,16 @@ fn matvec_reusing<T: Float + ScalarArg>(
         quantize_q8_1(dev, x, xq, xds)?;
         Prior::Quantize
     };
+    // `ordered`: the kernel waits for the kernel before it, then releases the next, so
+    // the next matvec may overlap it where it reads nothing this one writes.
     let ordered = matvec_q8_1_after(dev, dev.wave_lanes(), dtype, w, &*xq, &*xds, y, rows, cols, batch, tuning, prior)?;
-    finish(dev, held, of, x_at, n * std::mem::size_of::<T>(), y, ordered)
-}
-
-/// After [`matvec_reusing`]'s launches: marks the matvec (where `ordered`: it waits for
-/// the kernel before it, then releases the next) and keeps the activations `of`
-/// (`x_bytes` bytes from `x_at`) held unless `y` overwrote part of them.
-fn finish(dev: &Device, held: &mut HeldActivations, of: Option<(u64, usize, &'static str)>, x_at: u64, x_bytes: usize, y: &(impl KernelArgSlice<f32> + ?Sized), ordered: bool) -> Result<(), LaunchError> {
     let (y_at, y_len) = slice_of(y);
     let y_bytes = y_at..y_at + 4 * y_len as u64;
     if ordered {
         dev.mark_overlappable(y_bytes.clone());
     }
-    let x_end = x_at + x_bytes as u64;
+    // The held codes stay valid unless `y` overwrote part of `x`.
+    let x_end = x_at + (n * std::mem::size_of::<T>()) as u64;
     if y_bytes.end <= x_at || x_end <= y_bytes.start {
         held.of = of;
         held.at = dev.queued_ops().unwrap_or(0);
