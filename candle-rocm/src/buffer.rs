@@ -4,6 +4,7 @@ use crate::error::{at, invalid, unsupported};
 use candle_core::{CpuStorage, DType, Layout, Result};
 use half::{bf16, f16};
 use kernel_dsl::host::{ArgValue, KernelArgSlice, KernelArgSliceMut, MemLocation};
+use kernels::dtype::host::F8E4M3;
 use kernels::runtime::{Device, DeviceVec};
 
 /// A buffer of one dtype on a kernels [`Device`].
@@ -17,6 +18,8 @@ pub enum Buf {
     F16(DeviceVec<f16>),
     F32(DeviceVec<f32>),
     F64(DeviceVec<f64>),
+    /// f8e4m3 (OCP E4M3FN) as raw bits, bit-compatible with Candle's `float8::F8E4M3`.
+    F8E4M3(DeviceVec<F8E4M3>),
 }
 
 /// Runs `$body` with `$v` bound to the typed buffer, whatever its dtype.
@@ -32,6 +35,7 @@ macro_rules! with_buf {
             Buf::F16($v) => $body,
             Buf::F32($v) => $body,
             Buf::F64($v) => $body,
+            Buf::F8E4M3($v) => $body,
         }
     };
 }
@@ -48,6 +52,7 @@ impl Buf {
             Buf::F16(_) => DType::F16,
             Buf::F32(_) => DType::F32,
             Buf::F64(_) => DType::F64,
+            Buf::F8E4M3(_) => DType::F8E4M3,
         }
     }
 
@@ -74,6 +79,7 @@ impl Buf {
             DType::F16 => Buf::F16(dev.alloc(len).map_err(at(op))?),
             DType::F32 => Buf::F32(dev.alloc(len).map_err(at(op))?),
             DType::F64 => Buf::F64(dev.alloc(len).map_err(at(op))?),
+            DType::F8E4M3 => Buf::F8E4M3(dev.alloc(len).map_err(at(op))?),
             d => return Err(unsupported("storage", d)),
         })
     }
@@ -92,6 +98,7 @@ impl Buf {
             DType::F16 => Buf::F16(dev.alloc_uninit(len).map_err(at(op))?),
             DType::F32 => Buf::F32(dev.alloc_uninit(len).map_err(at(op))?),
             DType::F64 => Buf::F64(dev.alloc_uninit(len).map_err(at(op))?),
+            DType::F8E4M3 => Buf::F8E4M3(dev.alloc_uninit(len).map_err(at(op))?),
             d => return Err(unsupported("storage", d)),
         })
     }
@@ -109,6 +116,10 @@ impl Buf {
             CpuStorage::F16(v) => Buf::F16(dev.upload(v).map_err(at(op))?),
             CpuStorage::F32(v) => Buf::F32(dev.upload(v).map_err(at(op))?),
             CpuStorage::F64(v) => Buf::F64(dev.upload(v).map_err(at(op))?),
+            CpuStorage::F8E4M3(v) => {
+                let bits: Vec<F8E4M3> = v.iter().map(|x| F8E4M3(x.to_bits())).collect();
+                Buf::F8E4M3(dev.upload(&bits).map_err(at(op))?)
+            }
             other => return Err(unsupported("storage", candle_core::backend::BackendStorage::dtype(other))),
         })
     }
@@ -126,6 +137,10 @@ impl Buf {
             Buf::F16(v) => CpuStorage::F16(dev.download(v).map_err(at(op))?),
             Buf::F32(v) => CpuStorage::F32(dev.download(v).map_err(at(op))?),
             Buf::F64(v) => CpuStorage::F64(dev.download(v).map_err(at(op))?),
+            Buf::F8E4M3(v) => {
+                let bits = dev.download(v).map_err(at(op))?;
+                CpuStorage::F8E4M3(bits.iter().map(|x| float8::F8E4M3::from_bits(x.0)).collect())
+            }
         })
     }
 
@@ -271,4 +286,4 @@ macro_rules! buf_elem {
         }
     )*};
 }
-buf_elem!(u8 => U8, u32 => U32, i16 => I16, i32 => I32, i64 => I64, bf16 => BF16, f16 => F16, f32 => F32, f64 => F64);
+buf_elem!(u8 => U8, u32 => U32, i16 => I16, i32 => I32, i64 => I64, bf16 => BF16, f16 => F16, f32 => F32, f64 => F64, F8E4M3 => F8E4M3);

@@ -17,10 +17,20 @@
 //! assert!((y.to_vec1::<f32>().unwrap()[0] - (1f32.exp() + 1.0)).abs() < 1e-5);
 //! ```
 //!
-//! Quantized GGUF tensors (`QTensor`, `QMatMul`) run on the quantized kernels
-//! ([`quantized`]). Dtypes and ops without a kernel (f8e4m3/f6/f4 storage, unary math on
-//! integers) return a Candle error naming the op and dtype; nothing falls back
-//! to the CPU silently.
+//! Quantized GGUF tensors (`QTensor`, `QMatMul`, every GGML format including `Q8_1`) run
+//! on the quantized kernels ([`quantized`]).
+//!
+//! f8e4m3 (`DType::F8E4M3`) is stored as raw bits: fills, uploads and downloads, strided
+//! copies, `cat`, casts to and from every stored dtype, indexing (index_select, gather,
+//! scatter, index_add), where_cond, comparisons (by value: `-0 == +0`, NaN unordered),
+//! binary ops, affine, max/min/argmax/argmin and nearest upsampling run on the
+//! dtype-generic kernels, bit for bit Candle's CPU results (except NaN operands of
+//! `minimum`/`maximum`, NaN as for f32, and sums, accumulated in f64 and rounded once where
+//! Candle rounds every partial sum to f8). Unary math, powf/elu, matmul, convolutions,
+//! avg_pool2d and random numbers on f8e4m3 are Candle errors naming the op and dtype.
+//!
+//! Dtypes and ops without a kernel (f6/f4 storage, unary math on integers and f8e4m3)
+//! return a Candle error naming the op and dtype; nothing falls back to the CPU silently.
 pub mod blas;
 pub mod buffer;
 pub mod device;

@@ -19,7 +19,16 @@
 //!
 //! Formats: every block format of the kernels (`Q4_0`, `Q4_1`, `Q5_0`, `Q5_1`, `Q8_0`,
 //! `Q2K` .. `Q6K`; `Q8K` dequantizes and runs through the GEMM path, having no matvec) plus
-//! `F32`/`F16`/`BF16`. `Q8_1` (an activation format GGUF files do not hold) is a clear error.
+//! `F32`/`F16`/`BF16`, and `Q8_1` (GGML's `block_q8_1`: `d: f16, s: f16, qs: [i8; 32]`).
+//!
+//! `Q8_1` tensors are held as `Q8_0` blocks (`d`, `qs`: GGML's `block_q8_0`) plus the block
+//! sums `s` kept apart (2 bytes per block; the weights never read them): a Q8_1 weight is
+//! `d * q` like a Q8_0 one, so the `Q8_0` kernels run it, dequantize (bit for bit Candle's
+//! CPU result, which computes `q as f32 * d` for both) and the int8 matvec with q8_1
+//! activations (no kernel of its own). The split is done on the host at upload
+//! (`qstorage_from_data`, a load-time step) and undone by `data()`, which gives the
+//! original bytes back. (The kernels' own q8_1 *activation* layout, packed code words and
+//! `f32` `(d, s)` pairs, is a different thing: it never holds weights.)
 use crate::buffer::Buf;
 use crate::device::RocmDevice;
 use crate::error::{at, invalid};
@@ -68,7 +77,39 @@ enum Data {
 pub struct RocmQStorage {
     dtype: GgmlDType,
     data: Data,
+    /// `Q8_1` only: the blocks' `s` fields (f16 bits, little-endian, 2 bytes per block),
+    /// the blocks themselves being held as `Q8_0` in `data`.
+    q8_1_sums: Option<DeviceVec<u8>>,
     device: RocmDevice,
+}
+
+/// Bytes of a GGML `block_q8_1` (`d: f16, s: f16, qs: [i8; 32]`) and of a `block_q8_0`
+/// (`d: f16, qs: [i8; 32]`).
+const Q8_1_BYTES: usize = 36;
+const Q8_0_BYTES: usize = 34;
+
+/// `Q8_1` blocks split into `Q8_0` blocks (`d`, `qs`) and the sums `s` (whole blocks:
+/// checked by the caller).
+fn split_q8_1(data: &[u8]) -> (Vec<u8>, Vec<u8>) {
+    let n = data.len() / Q8_1_BYTES;
+    let (mut blocks, mut sums) = (Vec::with_capacity(n * Q8_0_BYTES), Vec::with_capacity(n * 2));
+    for b in data.chunks_exact(Q8_1_BYTES) {
+        blocks.extend_from_slice(&b[0..2]);
+        blocks.extend_from_slice(&b[4..]);
+        sums.extend_from_slice(&b[2..4]);
+    }
+    (blocks, sums)
+}
+
+/// The inverse of [`split_q8_1`].
+fn join_q8_1(blocks: &[u8], sums: &[u8]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(blocks.len() / Q8_0_BYTES * Q8_1_BYTES);
+    for (b, s) in blocks.chunks_exact(Q8_0_BYTES).zip(sums.chunks_exact(2)) {
+        out.extend_from_slice(&b[0..2]);
+        out.extend_from_slice(s);
+        out.extend_from_slice(&b[2..]);
+    }
+    out
 }
 
 /// Elements of `T` from little-endian bytes (`bytes.len()` a multiple of the size: checked).
@@ -85,14 +126,20 @@ impl RocmQStorage {
         if data.len() % block != 0 {
             return Err(invalid(OP, format!("{} bytes are not whole {dtype:?} blocks of {block} bytes", data.len())));
         }
+        let mut q8_1_sums = None;
         let data = match (dtype, kernel_format(dtype)) {
             (_, Some(k)) => Data::Blocks(k, dev.upload(data).map_err(at(OP))?),
+            (GgmlDType::Q8_1, None) => {
+                let (blocks, sums) = split_q8_1(data);
+                q8_1_sums = Some(dev.upload(&sums).map_err(at(OP))?);
+                Data::Blocks(KDType::Q8_0, dev.upload(&blocks).map_err(at(OP))?)
+            }
             (GgmlDType::F32, None) => Data::Float(Buf::upload(dev, &CpuStorage::F32(from_le(data, f32::from_le_bytes)))?),
             (GgmlDType::F16, None) => Data::Float(Buf::upload(dev, &CpuStorage::F16(from_le(data, |b: [u8; 2]| f16::from_bits(u16::from_le_bytes(b)))))?),
             (GgmlDType::BF16, None) => Data::Float(Buf::upload(dev, &CpuStorage::BF16(from_le(data, |b: [u8; 2]| bf16::from_bits(u16::from_le_bytes(b)))))?),
-            _ => return Err(invalid(OP, format!("{dtype:?} tensors are not supported (an activation format; GGUF weights never use it)"))),
+            _ => return Err(invalid(OP, format!("{dtype:?} tensors are not supported"))),
         };
-        Ok(RocmQStorage { dtype, data, device: device.clone() })
+        Ok(RocmQStorage { dtype, data, q8_1_sums, device: device.clone() })
     }
 
     /// Weights held (block weights times blocks).
@@ -168,7 +215,8 @@ impl ExtBackendQStorage for RocmQStorage {
     }
 
     fn storage_size_in_bytes(&self) -> usize {
-        match &self.data {
+        let sums = self.q8_1_sums.as_ref().map_or(0, |s| s.len());
+        sums + match &self.data {
             Data::Blocks(_, b) => b.len(),
             Data::Float(b) => b.len() * b.dtype().size_in_bytes(),
         }
@@ -177,7 +225,13 @@ impl ExtBackendQStorage for RocmQStorage {
     fn data(&self) -> Result<Vec<u8>> {
         let dev = self.device.kernels();
         Ok(match &self.data {
-            Data::Blocks(_, b) => dev.download(b).map_err(at("qdata"))?,
+            Data::Blocks(_, b) => {
+                let blocks = dev.download(b).map_err(at("qdata"))?;
+                match &self.q8_1_sums {
+                    Some(s) => join_q8_1(&blocks, &dev.download(s).map_err(at("qdata"))?),
+                    None => blocks,
+                }
+            }
             Data::Float(b) => match b.download(dev)? {
                 CpuStorage::F32(v) => v.iter().flat_map(|x| x.to_le_bytes()).collect(),
                 CpuStorage::F16(v) => v.iter().flat_map(|x| x.to_bits().to_le_bytes()).collect(),

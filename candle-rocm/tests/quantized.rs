@@ -25,13 +25,14 @@ use candle_core::quantized::{GgmlDType, QMatMul, QTensor};
 use candle_core::{DType, Device, Module, Tensor};
 use common::{devices, values};
 
-/// Every GGML format the backend stores (all but the activation format Q8_1).
-const FORMATS: [GgmlDType; 14] = [
+/// Every GGML format (Q8_1 is held as Q8_0 blocks plus its block sums).
+const FORMATS: [GgmlDType; 15] = [
     GgmlDType::Q4_0,
     GgmlDType::Q4_1,
     GgmlDType::Q5_0,
     GgmlDType::Q5_1,
     GgmlDType::Q8_0,
+    GgmlDType::Q8_1,
     GgmlDType::Q2K,
     GgmlDType::Q3K,
     GgmlDType::Q4K,
@@ -222,14 +223,87 @@ fn unsupported_format_and_bad_input_are_errors() {
     for dev in devices() {
         let d = dev.as_candle();
         let w = weights(7).to_device(&d).unwrap();
-        let e = QTensor::quantize(&w, GgmlDType::Q8_1).err().expect("Q8_1 weights must be refused");
-        assert!(e.to_string().contains("Q8_1"), "error names the format: {e}");
         // Data that is not whole blocks.
         let bad = candle_core::quantized::QStorage::from_data(std::borrow::Cow::Borrowed(&[0u8; 19][..]), &d, GgmlDType::Q4_0);
         assert!(bad.is_err(), "19 bytes are not Q4_0 blocks");
+        let bad = candle_core::quantized::QStorage::from_data(std::borrow::Cow::Borrowed(&[0u8; 34][..]), &d, GgmlDType::Q8_1);
+        let e = bad.err().expect("34 bytes are not a Q8_1 block (36)").to_string();
+        assert!(e.contains("Q8_1"), "error names the format: {e}");
+        // Q8_1 quantization of a non-f32-like source, and a dequantize of the wrong size.
+        let q = candle_rocm::RocmQStorage::from_data(&dev, &[0u8; 72], GgmlDType::Q8_1).unwrap();
+        assert_eq!(q.elem_count(), 64);
+        assert!(q.dequantize_to(63, DType::F32).is_err());
+        assert!(q.dequantize_to(64, DType::U8).is_err());
         // An input whose last dim is not the weights' columns.
         let mm = QMatMul::from_qtensor(QTensor::quantize(&w, GgmlDType::Q4_0).unwrap()).unwrap();
         let x = Tensor::zeros((2, COLS / 2), DType::F32, &d).unwrap();
         assert!(mm.forward(&x).is_err(), "mismatched input must be an error");
+    }
+}
+
+/// Q8_1 weights (GGML `block_q8_1`: `d: f16, s: f16, qs: [i8; 32]`): the bytes of any file
+/// come back unchanged (the sums `s` are kept apart, even where they disagree with the
+/// codes), `dequantize_to` f32/f16/bf16 is bit for bit Candle's CPU dequantize (rounded
+/// once to the half type), and `QMatMul::forward` is within the sum of the two sides'
+/// activation-rounding bounds of Candle's CPU result (both quantize the activations, ours
+/// to q8_1 with f32 scales per 32 values, Candle's to q8_1 with f16 scales per 32 values;
+/// each is within its bound of the f64 product, see the module doc, plus f32 accumulation
+/// in different orders).
+#[test]
+fn q8_1_weights_round_trip_dequantize_and_matmul_like_candle_cpu() {
+    for dev in devices() {
+        let d = dev.as_candle();
+        // Blocks from Candle's quantizer, then the sums overwritten with arbitrary bytes.
+        let cpu = QTensor::quantize(&weights(700), GgmlDType::Q8_1).unwrap();
+        let mut bytes = cpu.data().unwrap().to_vec();
+        assert_eq!(bytes.len(), ROWS * COLS / 32 * 36);
+        for (i, b) in bytes.chunks_exact_mut(36).enumerate() {
+            if i % 3 == 0 {
+                b[2] = i as u8;
+                b[3] = 0x5a;
+            }
+        }
+        let ours = candle_rocm::RocmQStorage::from_data(&dev, &bytes, GgmlDType::Q8_1).unwrap();
+        use candle_core::ext_backend::ExtBackendQStorage;
+        assert_eq!(ours.data().unwrap(), bytes, "on {}: Q8_1 bytes back", dev.name());
+        assert_eq!(ours.storage_size_in_bytes(), bytes.len());
+        assert_eq!(ours.dtype(), GgmlDType::Q8_1);
+        let cpu_q = candle_core::quantized::QTensor::new(
+            candle_core::quantized::QStorage::from_data(std::borrow::Cow::Borrowed(&bytes[..]), &Device::Cpu, GgmlDType::Q8_1).unwrap(),
+            (ROWS, COLS),
+        )
+        .unwrap();
+        let want = cpu_q.dequantize(&Device::Cpu).unwrap().flatten_all().unwrap();
+        for dtype in [DType::F32, DType::F16, DType::BF16] {
+            let b: Vec<f32> = match ours.dequantize_to(ROWS * COLS, dtype).unwrap().download(dev.kernels()).unwrap() {
+                candle_core::CpuStorage::F32(v) => v,
+                candle_core::CpuStorage::F16(v) => v.iter().map(|x| x.to_f32()).collect(),
+                candle_core::CpuStorage::BF16(v) => v.iter().map(|x| x.to_f32()).collect(),
+                _ => panic!("dequantize_to({dtype:?}) gave another dtype"),
+            };
+            let a = want.to_dtype(dtype).unwrap().to_dtype(DType::F32).unwrap().to_vec1::<f32>().unwrap();
+            let bad = a.iter().zip(&b).filter(|(x, y)| x.to_bits() != y.to_bits()).count();
+            assert_eq!(bad, 0, "on {}: Q8_1 dequantize to {dtype:?}: {bad} values differ from Candle's CPU", dev.name());
+        }
+        // QMatMul on a tensor quantized on our device: matvec (1, 3 rows) and GEMM (17).
+        let wq = f32s(&cpu.dequantize(&Device::Cpu).unwrap());
+        let ours_mm = QMatMul::from_qtensor(QTensor::quantize(&weights(700).to_device(&d).unwrap(), GgmlDType::Q8_1).unwrap()).unwrap();
+        let cpu_mm = QMatMul::from_qtensor(cpu).unwrap();
+        for batch in [1usize, 3, 17] {
+            let x = values(batch * COLS, 710 + batch as u64, -2.0, 2.0, false);
+            let xt = Tensor::from_vec(x.clone(), (batch, COLS), &Device::Cpu).unwrap();
+            let what = format!("Q8_1 batch {batch} on {}", dev.name());
+            let got = ours_mm.forward(&xt.to_device(&d).unwrap()).unwrap_or_else(|e| panic!("{what}: {e}"));
+            assert!(matches!(got.device(), Device::Ext(_)), "{what}: result left the device");
+            let (got, want) = (f32s(&got), f32s(&cpu_mm.forward(&xt).unwrap()));
+            let r = reference(&wq, &x, batch);
+            let half = 2f64.powi(-11);
+            for i in 0..got.len() {
+                let ours_bound = if batch <= 8 { r.bound32[i] } else { 2.0 * half * r.abs[i] + half * r.exact[i].abs() * 1.01 };
+                let bound = ours_bound + r.bound32[i] + 2.0 * f32_slack(r.abs[i]);
+                let err = (got[i] as f64 - want[i] as f64).abs();
+                assert!(err <= bound, "{what}: output {i}: ours {} vs Candle CPU {} (|diff| {err:.3e} > {bound:.3e})", got[i], want[i]);
+            }
+        }
     }
 }

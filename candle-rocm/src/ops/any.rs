@@ -22,6 +22,7 @@ macro_rules! any_dispatch {
             DType::F16 => { type $T = half::f16; $body }
             DType::F32 => { type $T = f32; $body }
             DType::F64 => { type $T = f64; $body }
+            DType::F8E4M3 => { type $T = kernels::dtype::host::F8E4M3; $body }
             d => Err(unsupported($op, d)),
         }
     };

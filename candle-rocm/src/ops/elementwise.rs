@@ -209,7 +209,7 @@ pub fn const_set(dev: &Device, buf: &mut Buf, l: &Layout, v: candle_core::scalar
         Scalar::F16(x) => x.to_bits() as u64,
         Scalar::F32(x) => x.to_bits() as u64,
         Scalar::F64(x) => x.to_bits(),
-        Scalar::F8E4M3(_) => return Err(unsupported(OP, DType::F8E4M3)),
+        Scalar::F8E4M3(x) => x.to_bits() as u64,
     };
     let blocks = contiguous_blocks(l);
     // Check every block before writing any.
