@@ -32,11 +32,19 @@ mod device_half {
             // SAFETY: same size; every bit pattern is a valid f16.
             F16::from_bits(self.0) as f32
         }
-        /// Rounds an `f32` to nearest-even.
+        /// Rounds an `f32` to nearest-even, keeping the sign of zero (on AMDGPU through
+        /// `kernel_dsl::arch::f32_to_f16_bits`, which stops a multiply from folding into the
+        /// conversion as a mix instruction with a `+0` addend).
         #[inline(always)]
         pub fn from_f32(v: f32) -> Self {
-            // SAFETY: as above.
-            f16((v as F16).to_bits())
+            #[cfg(target_arch = "amdgpu")]
+            {
+                f16(crate::arch::f32_to_f16_bits(v))
+            }
+            #[cfg(not(target_arch = "amdgpu"))]
+            {
+                f16((v as F16).to_bits())
+            }
         }
         /// The raw bits.
         #[inline(always)]

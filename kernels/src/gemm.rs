@@ -45,13 +45,13 @@
 //! VALU lowering) as plain f32 FMAs.
 //!
 //! On NVIDIA sm_90 (H100) [`host::matmul`] takes 16-bit products whose N is a multiple
-//! of 256 and K of 64 (any M, A row-major) to [`gemm_wgmma`] instead: the warpgroup
+//! of 256 and K of 64 (any M, A row-major) to [`gemm_wgmma`](fn@gemm_wgmma) instead: the warpgroup
 //! matrix units (`kernel_dsl::mma::wgmma`, only in the crate's `sm_90a` PTX variant), three
 //! warpgroups per 192 x 256 tile reading both operands from 128-byte swizzled shared
 //! tiles through descriptors (the CPU executor emulates it in its `mma.sync` mode).
 //! [`Engine`] picks a kernel explicitly.
 //!
-//! Also here: [`mma_tile`], [`mma_rows`] and [`mma_pv`], one-wave kernels that exercise the `mma`
+//! Also here: [`mma_tile`](fn@mma_tile), [`mma_rows`](fn@mma_rows) and [`mma_pv`](fn@mma_pv), one-wave kernels that exercise the `mma`
 //! primitive (a product, accumulator -> A conversion, row reductions) for the tests.
 use kernel_dsl::mma::{self, wgmma, FragA, FragB, FragC, Lowering, MmaFloat, SharedAddr, AB_WORDS};
 use kernel_dsl::hint::opaque_u32;
@@ -140,7 +140,7 @@ pub const fn wave_frags<T: GemmElem>(low: Lowering) -> (usize, usize) {
     match (low, T::SPLIT) {
         (Lowering::MmaSync, _) => (4, 4),
         (Lowering::Mfma, _) => (4, 2),
-        (Lowering::Wmma, _) => (2, 2),
+        (Lowering::Wmma | Lowering::Wmma12, _) => (2, 2),
         (Lowering::Valu, false) => (2, 1),
         (Lowering::Valu, true) => (1, 1),
     }
@@ -252,7 +252,7 @@ fn tile_offset<T>(swz: bool, r: usize, c: usize, ld: usize) -> usize {
     }
 }
 
-/// `true` where the epilogue goes through shared memory ([`staged_epilogue`]): on
+/// `true` where the epilogue goes through shared memory (`staged_epilogue`): on
 /// `mma.sync`, whose 16 accumulator fragments per wave would otherwise unroll into
 /// thousands of straight-line instructions run once each (instruction-cache misses),
 /// with scattered 2- or 4-byte global stores.
@@ -575,6 +575,50 @@ fn mma_k16<T: GemmElem>(
     });
 }
 
+/// Slices `kk` and `kk + 1` of a K step for 16-bit inputs where [`mma::pairs_k`]: as
+/// [`mma_k16`] twice, with each pair of products in one [`mma::mma_pair`] (gfx950's
+/// double-rate `v_mfma_f32_16x16x32_*`).
+#[cfg_attr(any(target_arch = "amdgpu", target_arch = "nvptx64"), inline(always))]
+#[cfg_attr(not(any(target_arch = "amdgpu", target_arch = "nvptx64")), inline(never))]
+fn mma_k32<T: GemmElem>(
+    acc: &mut [[FragC<f32>; MAX_F]; MAX_F],
+    (fm, fn_): (usize, usize),
+    (sa_lane, sb_lane): (SharedAddr, SharedAddr),
+    (lda, ldb): (usize, usize),
+    kk: usize,
+) {
+    let size = core::mem::size_of::<T>();
+    let mut b0 = [FragB::<T::Frag>::zero(); MAX_F];
+    let mut b1 = [FragB::<T::Frag>::zero(); MAX_F];
+    each!(j in [0, 1, 2, 3] {
+        if j < fn_ {
+            // SAFETY: rows kk*16.. + 32 of this wave's column block of the B tile (sb_lane
+            // plus the lane offset); ldb and the columns are multiples of 8.
+            unsafe {
+                b0[j] = FragB::load_shared_at(sb_lane.add((kk * 16 * ldb + j * 16) * size), ldb);
+                b1[j] = FragB::load_shared_at(sb_lane.add(((kk + 1) * 16 * ldb + j * 16) * size), ldb);
+            }
+        }
+    });
+    each!(i in [0, 1, 2, 3] {
+        if i < fm {
+            // SAFETY: rows i*16.. + 16, columns kk*16.. + 32 of this wave's row block of the
+            // A tile (sa_lane plus the lane offset); rows are 16-byte aligned.
+            let (a0, a1) = unsafe {
+                (
+                    FragA::load_shared_at(sa_lane.add((i * 16 * lda + kk * 16) * size), lda),
+                    FragA::load_shared_at(sa_lane.add((i * 16 * lda + (kk + 1) * 16) * size), lda),
+                )
+            };
+            each!(j in [0, 1, 2, 3] {
+                if j < fn_ {
+                    acc[i][j] = mma::mma_pair(&a0, &b0[j], &a1, &b1[j], acc[i][j]);
+                }
+            });
+        }
+    });
+}
+
 #[inline(always)]
 fn activate(x: f32, act: u32) -> f32 {
     match act {
@@ -684,7 +728,7 @@ unsafe fn staged_epilogue<T: GemmElem>(
 /// `j`, `act` 0 none, 1 ReLU, 2 GELU (erf), 3 SiLU. Grid z is `batch x splits`: with
 /// `splits > 1` (split-K) work-group `(z, s)` multiplies the `s`-th of `splits` equal runs
 /// of K steps and writes its raw f32 sums to `ws[(z * splits + s) * m * n ..]` (dense
-/// `m x n`), and [`gemm_split_sum`] adds them up in order and applies the epilogue.
+/// `m x n`), and [`gemm_split_sum`](fn@gemm_split_sum) adds them up in order and applies the epilogue.
 /// Launch with [`host::matmul`] (it checks the shapes and sizes the grid for the device's
 /// lowering).
 #[amdgpu_kernel(T = [f32, f16, bf16], max_threads = 256)]
@@ -855,6 +899,11 @@ pub fn gemm_tiled<T: GemmElem>(
                 if kk < bk / 16 {
                     if T::SPLIT && low == Lowering::Valu {
                         f32_k16_valu::<T>(&mut acc, (fm, fn_), (sa_ptr, sb_ptr), (lda, ldb), (wy, wx), kk);
+                    } else if !T::SPLIT && mma::pairs_k::<T::Frag>() && (bk / 16) % 2 == 0 {
+                        // Slice pairs (kk, kk + 1) in one product each; odd kk done.
+                        if kk % 2 == 0 {
+                            mma_k32::<T>(&mut acc, (fm, fn_), (sa_lane, sb_lane), (lda, ldb), kk);
+                        }
                     } else {
                         mma_k16::<T>(&mut acc, (fm, fn_), (sa_ptr, sb_ptr), (sa_lane, sb_lane), (lda, ldb), (wy, wx), kk);
                     }
@@ -1014,23 +1063,23 @@ pub fn gemm_tiled<T: GemmElem>(
     });
 }
 
-/// Warpgroups per work-group of [`gemm_wgmma`], each computing 64 rows x [`WG_BN`]. Three
+/// Warpgroups per work-group of [`gemm_wgmma`](fn@gemm_wgmma), each computing 64 rows x [`WG_BN`]. Three
 /// (192 x 256 tiles, 224 KiB of stages, 168 registers) ran 11-18% faster than two
 /// (128 x 256) on the H100 at 8192^3, 4096^3 and 4096 x 14336 x 4096 (measured with the
 /// earlier, unrolled epilogue).
 pub const WG_GROUPS: usize = 3;
-/// Work-items per work-group of [`gemm_wgmma`].
+/// Work-items per work-group of [`gemm_wgmma`](fn@gemm_wgmma).
 pub const WG_THREADS: usize = WG_GROUPS * 128;
-/// Tile rows per band of [`gemm_wgmma`]'s tile order ([`tile_of_band`]; 4 ran 1-3%
+/// Tile rows per band of [`gemm_wgmma`](fn@gemm_wgmma)'s tile order ([`tile_of_band`]; 4 ran 1-3%
 /// slower on the H100, 16 the same).
 pub const WG_GROUP_M: u32 = 8;
-/// Rows of C per work-group of [`gemm_wgmma`].
+/// Rows of C per work-group of [`gemm_wgmma`](fn@gemm_wgmma).
 pub const WG_BM: usize = 64 * WG_GROUPS;
-/// Columns of C per work-group of [`gemm_wgmma`].
+/// Columns of C per work-group of [`gemm_wgmma`](fn@gemm_wgmma).
 pub const WG_BN: usize = 256;
-/// K per shared-memory stage of [`gemm_wgmma`] (one 128-byte swizzled row of 16-bit items).
+/// K per shared-memory stage of [`gemm_wgmma`](fn@gemm_wgmma) (one 128-byte swizzled row of 16-bit items).
 pub const WG_BK: usize = 64;
-/// Stages in [`gemm_wgmma`]'s ring: the copies run two K steps ahead, and a warpgroup's
+/// Stages in [`gemm_wgmma`](fn@gemm_wgmma)'s ring: the copies run two K steps ahead, and a warpgroup's
 /// products of one step overlap the next step's wait and barrier. (Per-stage `mbarrier`s
 /// in place of the per-step barrier, and each slice as two `m64n128k16` products, ran
 /// within 1% on the H100: not kept.)
@@ -1041,7 +1090,7 @@ const WG_STAGE_BYTES: usize = WG_A_BYTES + WG_BN * WG_BK * 2;
 const WG_A_CHUNKS: usize = WG_BM * 8 / WG_THREADS;
 const WG_B_CHUNKS: usize = (WG_BN * 8).div_ceil(WG_THREADS);
 
-/// Shared-memory elements (16-bit) [`gemm_wgmma`] needs: the larger of the ring and the
+/// Shared-memory elements (16-bit) [`gemm_wgmma`](fn@gemm_wgmma) needs: the larger of the ring and the
 /// epilogue's f32 tile (which reuses it), plus 1024 bytes to align it for the swizzle.
 pub const fn wgmma_smem_elems() -> usize {
     let ring = WG_STAGES * WG_STAGE_BYTES;
@@ -1058,7 +1107,7 @@ pub const fn wgmma_smem_elems() -> usize {
 /// (`0`: `b[z * b_bs + j * ldb + kk]`), every row 16-byte aligned; C row-major, written
 /// by `staged_epilogue` (any alignment; the launcher still asks for 4-byte aligned rows,
 /// a requirement of the first, register-direct epilogue). Bias and activation as
-/// [`gemm_tiled`].
+/// [`gemm_tiled`](fn@gemm_tiled).
 ///
 /// A work-group of [`WG_GROUPS`] warpgroups computes a [`WG_BM`] x 256 tile, each
 /// warpgroup 64 x 256 with one `m64n256k16` per 16-deep slice (128 f32 accumulators per
@@ -1113,7 +1162,7 @@ pub fn gemm_wgmma<T: GemmElem>(
     }
 }
 
-/// The body of [`gemm_wgmma`] for one B layout.
+/// The body of [`gemm_wgmma`](fn@gemm_wgmma) for one B layout.
 #[allow(clippy::too_many_arguments)]
 #[inline(always)]
 fn wgmma_tile<T: GemmElem, const B_MN: bool>(
@@ -1285,7 +1334,7 @@ pub fn mma_tile<T: MmaFloat>(a: &[T], b: &[T], c: &[f32], d: &mut [f32]) {
     mma::mma(&fa, &fb, fc).for_each(|r, col, v| d[r * 16 + col] = v);
 }
 
-/// [`mma_tile`] for i8 inputs with i32 accumulation.
+/// [`mma_tile`](fn@mma_tile) for i8 inputs with i32 accumulation.
 #[amdgpu_kernel]
 pub fn mma_tile_i8(a: &[i8], b: &[i8], c: &[i32], d: &mut [i32]) {
     let fa = FragA::from_fn(|r, k| a[r * 16 + k]);

@@ -3,7 +3,7 @@
 //!
 //! Rows that fit the register tiles (up to 16384 elements with 1024 work-items, 32768 of
 //! 16-bit types on NVIDIA) and are whole 16-byte-aligned chunks
-//! ([`whole_chunks`](crate::row::whole_chunks): a width that is a multiple of 8 in buffers
+//! ([`whole_chunks`]: a width that is a multiple of 8 in buffers
 //! that start aligned, as every allocation does) are read from memory once, with one
 //! vector load per chunk and no scalar alternative in the code; LayerNorm takes the sums of
 //! `x - x[0]` and of its square from the registers in one work-group reduction (the shift
@@ -24,7 +24,8 @@ use kernel_dsl::mma::{copy, SharedAddr};
 use kernel_dsl::prelude::*;
 
 /// `v * scale * w + b` per element of a chunk, where `w` / `b` are the chunk of the weight
-/// and bias rows starting at `e` (an empty weight is 1, an empty bias 0).
+/// and bias rows starting at `e` (an empty weight is 1, an empty bias -0: the additive
+/// identity, so a `-0` product stays `-0` as in Candle's `x * rstd * w`).
 #[device]
 #[inline(always)]
 fn affine_chunk<T: Float>(v: &[f32; CHUNK], shift: f32, scale: f32, weight: &[T], bias: &[T], e: usize) -> [f32; CHUNK] {
@@ -36,7 +37,7 @@ fn affine_chunk<T: Float>(v: &[f32; CHUNK], shift: f32, scale: f32, weight: &[T]
 #[inline(always)]
 fn affine_chunk_as<T: Float, const WHOLE: bool>(v: &[f32; CHUNK], shift: f32, scale: f32, weight: &[T], bias: &[T], e: usize) -> [f32; CHUNK] {
     // An empty slice loads as all padding: weight 1, bias 0.
-    affine_with(v, shift, scale, load_chunk_as::<T, WHOLE>(weight, e, 1.0), load_chunk_as::<T, WHOLE>(bias, e, 0.0))
+    affine_with(v, shift, scale, load_chunk_as::<T, WHOLE>(weight, e, 1.0), load_chunk_as::<T, WHOLE>(bias, e, -0.0))
 }
 
 /// `true` when a row kernel's row `x`, output `y` and parameters `p` (each empty or
@@ -98,7 +99,7 @@ fn rms_norm_tile<T: Float>(x: &[T], w: &[T], y: &mut [T], eps: f32, partials: &m
 #[device]
 #[inline(always)]
 fn affine_chunk_scalar<T: Float>(v: &[f32; CHUNK], shift: f32, scale: f32, weight: &[T], bias: &[T], e: usize) -> [f32; CHUNK] {
-    affine_with(v, shift, scale, load_chunk_scalar(weight, e, 1.0), load_chunk_scalar(bias, e, 0.0))
+    affine_with(v, shift, scale, load_chunk_scalar(weight, e, 1.0), load_chunk_scalar(bias, e, -0.0))
 }
 
 /// `(v - shift) * scale * w + b`, elementwise.
@@ -159,7 +160,7 @@ pub fn rms_norm<T: Float>(input: &[T], weight: &[T], out: &mut [T], cols: u32, e
 }
 
 /// LayerNorm of rows that fit the work-group's register tiles of
-/// [`row_chunks`](crate::row::row_chunks) chunks per work-item:
+/// [`row_chunks`] chunks per work-item:
 /// `out = (x - mean) / sqrt(var + eps) * weight + bias` with the biased variance
 /// `mean((x - mean)^2)`; `weight` and `bias` have `cols` elements or are empty (1 and 0).
 /// The row is read once; the sums of `x - x[0]` and of its square come from the registers
@@ -443,7 +444,7 @@ pub fn launch_config<T>(rows: usize, cols: usize) -> Result<kernel_dsl::host::La
 
 /// Launch shape of [`layer_norm`](fn@layer_norm) for `rows` rows of `cols` elements: that
 /// of [`launch_config`] (16-bit rows keep four chunks per work-item packed on NVIDIA, see
-/// [`PackedTile`](crate::row::PackedTile)).
+/// [`PackedTile`]).
 #[cfg(not(any(target_arch = "amdgpu", target_arch = "nvptx64")))]
 pub fn layer_norm_launch_config<T>(rows: usize, cols: usize) -> Result<kernel_dsl::host::LaunchConfig, kernel_dsl::host::LaunchError> {
     crate::row::launch_config("layer_norm", rows, cols, core::mem::size_of::<T>())

@@ -9,12 +9,13 @@ use kernel_dsl::mma::{Lowering, MmaFloat};
 use kernels::gemm::{self, Activation, Engine, Epilogue, GemmElem, GemmShape, Operand};
 use kernels::runtime::Device;
 
-/// The CPU executor in every matrix-unit mode (MFMA at wave 64; WMMA, mma.sync and VALU
-/// at wave 32), plus the GPUs of this build.
+/// The CPU executor in every matrix-unit mode (MFMA at wave 64; gfx11 WMMA, gfx12 WMMA,
+/// mma.sync and VALU at wave 32), plus the GPUs of this build.
 fn matrix_executors() -> Vec<Device> {
     let mut v = vec![
         Device::cpu_with(CpuExecutor::new(WaveSize::W64)),
         Device::cpu_with(CpuExecutor::new(WaveSize::W32)),
+        Device::cpu_with(CpuExecutor::new(WaveSize::W32).with_matrix_unit(MatrixUnit::Wmma12)),
         Device::cpu_with(CpuExecutor::new(WaveSize::W32).with_matrix_unit(MatrixUnit::MmaSync)),
         Device::cpu_with(CpuExecutor::new(WaveSize::W32).with_matrix_unit(MatrixUnit::Valu)),
     ];
@@ -334,8 +335,8 @@ fn gemm_wgmma_whole_tiles<T: TestFloat + GemmElem>() {
     }
     // A shape it cannot take is refused by name, and C left as it was.
     let bad = GemmShape { batch: 1, m: 64, n: 200, k: 64 };
-    let (a, b) = (emulated.upload(&vec![T::from_f64(1.0); 64 * 64]).unwrap(), emulated.upload(&vec![T::from_f64(1.0); 64 * 200]).unwrap());
-    let mut c = emulated.upload(&vec![T::from_f64(-7.0); 64 * 200]).unwrap();
+    let (a, b) = (emulated.upload(&[T::from_f64(1.0); 64 * 64]).unwrap(), emulated.upload(&[T::from_f64(1.0); 64 * 200]).unwrap());
+    let mut c = emulated.upload(&[T::from_f64(-7.0); 64 * 200]).unwrap();
     let e = gemm::matmul_with(Engine::Wgmma, &emulated, bad, &a, Operand::row_major(64, 64), &b, Operand::row_major(64, 200), &mut c, 200, 64 * 200, &Epilogue::default()).unwrap_err();
     assert!(e.to_string().contains("whole tiles of 256"), "{e}");
     assert!(emulated.download(&c).unwrap().iter().all(|x| x.to_f64() == -7.0), "a refused product wrote C");

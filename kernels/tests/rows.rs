@@ -74,9 +74,7 @@ fn softmax_special_values_follow_the_reference() {
         for cols in [33, 4096, 40000] {
             let rows = 4;
             let mut x: Vec<f32> = inputs(rows * cols, -8.0, 8.0, 3 + cols as u64, false).into_iter().map(|v| v as f32).collect();
-            for c in cols / 2..cols {
-                x[c] = f32::NEG_INFINITY; // row 0: masked second half
-            }
+            x[cols / 2..cols].fill(f32::NEG_INFINITY); // row 0: masked second half
             x[cols + 5] = f32::INFINITY; // row 1
             x[2 * cols + cols - 1] = f32::NAN; // row 2
             // row 3: all masked but one
@@ -384,4 +382,73 @@ fn layer_norm_of_rows_with_a_large_mean() {
 fn layer_norm_bias_stage_matches_global_bias_loads() {
     run_layer_norm_bias_stage::<f16>();
     run_layer_norm_bias_stage::<bf16>();
+}
+
+/// Zeros keep their sign through RMSNorm and LayerNorm without a bias, as in Candle's
+/// `x * rstd * w`: `-0` in gives `-0` out (a bias-less affine map adds `-0`, the additive
+/// identity; adding `+0` turned `-0` products into `+0`), `+0` stays `+0`, on the tile and
+/// streaming paths, with and without a weight.
+#[test]
+fn norms_keep_the_sign_of_zero() {
+    fn check<T: TestFloat>() {
+        for exec in executors() {
+            for cols in [64, 4096, 40000] {
+                let mut x: Vec<T> = inputs(2 * cols, -2.0, 2.0, 13, false).into_iter().map(T::from_f64).collect();
+                let zeros = [0, 5, cols + 1, 2 * cols - 1];
+                for (n, &i) in zeros.iter().enumerate() {
+                    x[i] = T::from_f64(if n % 2 == 0 { -0.0 } else { 0.0 });
+                }
+                let w: Vec<T> = inputs(cols, 0.5, 1.5, 14, false).into_iter().map(T::from_f64).collect();
+                let dx = exec.upload(&x).unwrap();
+                for (use_w, layer) in [(false, false), (true, false), (false, true)] {
+                    if layer && cols != 64 {
+                        continue;
+                    }
+                    // LayerNorm: a row whose mean is 0 exactly keeps x - mean = x.
+                    let x_layer: Vec<T> = if layer {
+                        let mut v = vec![T::from_f64(1.0); 2 * cols];
+                        for r in 0..2 {
+                            for c in 0..cols / 2 {
+                                v[r * cols + cols / 2 + c] = T::from_f64(-1.0);
+                            }
+                        }
+                        v[0] = T::from_f64(-0.0);
+                        v[cols / 2] = T::from_f64(-0.0);
+                        v[cols + 1] = T::from_f64(0.0);
+                        v[cols + cols / 2 + 1] = T::from_f64(-0.0);
+                        v
+                    } else {
+                        x.clone()
+                    };
+                    let dxl = exec.upload(&x_layer).unwrap();
+                    let dw = exec.upload(if use_w { &w[..] } else { &[] }).unwrap();
+                    let mut dy = exec.alloc::<T>(2 * cols).unwrap();
+                    if layer {
+                        norm::layer_norm_rows::<T>(&exec, &dxl, None, None, &mut dy, cols, 1e-5).unwrap();
+                    } else {
+                        let cfg = norm::launch_config::<T>(2, cols).unwrap();
+                        norm::rms_norm::launch::<T>(&exec, cfg, &dx, &dw, &mut dy, cols as u32, 1e-5).unwrap();
+                    }
+                    let y = exec.download(&dy).unwrap();
+                    let src = if layer { &x_layer } else { &x };
+                    for (i, (xi, yi)) in src.iter().zip(&y).enumerate() {
+                        if xi.to_f64() == 0.0 {
+                            assert_eq!(
+                                yi.to_f64().is_sign_negative(),
+                                xi.to_f64().is_sign_negative(),
+                                "{} of {:?} at {i} gave {:?} (layer={layer}, weight={use_w}, cols {cols}) on {}",
+                                if layer { "LayerNorm" } else { "RMSNorm" },
+                                xi,
+                                yi,
+                                exec.name()
+                            );
+                        }
+                    }
+                }
+            }
+        }
+    }
+    check::<f32>();
+    check::<f16>();
+    check::<bf16>();
 }

@@ -3,6 +3,7 @@
 #
 #   tests/gpu/nvidia.sh            # machine with Rust and an NVIDIA GPU: build and run
 #   tests/gpu/nvidia.sh bundle     # machine with Rust, no GPU: build binaries into .device-bin/
+#   tests/gpu/nvidia.sh bundle-tests  # the same, test binaries only (no benchmarks)
 #   tests/gpu/nvidia.sh pack DIR   # compress the bundle into DIR/bundle.tar.xz (the `device`
 #                                  # tool carries at most 64 MiB); on the GPU machine:
 #                                  # tar -xJf DIR/bundle.tar.xz -C /tmp && /tmp/.device-bin/nvidia.sh report ...
@@ -25,24 +26,19 @@ else
 fi
 TARGET="${CARGO_TARGET_DIR:-target}"
 
-bundle() {
-    # Keep the benchmark peers built here (benches/candle-peer/build.sh, an hour to rebuild;
-    # benches/cuda/build-cutlass-peer.sh; benches/cuda/build-read-ceiling.sh).
-    local keep
-    keep="$(mktemp -d)"
-    for p in candle-peer cutlass-sm80-gemm read-ceiling; do
-        if [ -f "$BIN/$p" ]; then cp "$BIN/$p" "$keep/"; fi
-    done
-    rm -rf "$BIN" && mkdir -p "$BIN"
-    for p in "$keep"/*; do
-        if [ -f "$p" ]; then mv "$p" "$BIN/" && chmod +x "$BIN/$(basename "$p")"; fi
-    done
-    rmdir "$keep" 2>/dev/null || true
+# The test binaries of the crates whose kernels run on a GPU (release, CUDA path on), the
+# fixtures they read and the PTX for the ptxas report, into $BIN.
+bundle_tests() {
+    mkdir -p "$BIN"
     # The NVIDIA machine needs the PTX only: leave the AMD code objects out of these
     # binaries (the CPU-side tests of the code objects run in `cargo test --workspace`).
     export KERNEL_ARCHS="${KERNEL_ARCHS:-none}"
-    # Test binaries of the crates whose kernels run on a GPU, with the CUDA path enabled.
-    cargo test --release -p kernels -p candle-rocm --features kernels/cuda,candle-rocm/cuda --no-run --message-format=json 2>/dev/null \
+    # Every crate with kernels and a `cuda` feature.
+    local args=() features=()
+    for c in kernels candle-rocm attention; do
+        if grep -q '^cuda *=' "$c/Cargo.toml" 2>/dev/null; then args+=(-p "$c"); features+=("$c/cuda"); fi
+    done
+    cargo test --release "${args[@]}" --features "$(IFS=,; echo "${features[*]}")" --no-run --message-format=json 2>/dev/null \
         | python3 -c '
 import json, sys, shutil
 seen = set()
@@ -57,6 +53,28 @@ for line in sys.stdin:
         shutil.copy(m["executable"], sys.argv[1] + "/test-" + name)
         print("bundled test", name)
 ' "$BIN"
+    cp tests/gpu/nvidia.sh tests/gpu/ptxas_report.py "$BIN/"
+    # Test fixtures (Candle-written quantized blocks) the binaries read at run time.
+    rm -rf "$BIN/data" && cp -r kernels/tests/data "$BIN/data"
+    # The kernels' PTX, for the ptxas register/spill report on the GPU machine.
+    cp "$(ls -t "$TARGET"/release/build/kernels-*/out/gpu/sm_*/kernels.sm_*.ptx | head -1)" "$BIN/kernels.ptx"
+    strip "$BIN"/test-* 2>/dev/null || true
+}
+
+bundle() {
+    # Keep the benchmark peers built here (benches/candle-peer/build.sh, an hour to rebuild;
+    # benches/cuda/build-cutlass-peer.sh; benches/cuda/build-read-ceiling.sh).
+    local keep
+    keep="$(mktemp -d)"
+    for p in candle-peer cutlass-sm80-gemm read-ceiling; do
+        if [ -f "$BIN/$p" ]; then cp "$BIN/$p" "$keep/"; fi
+    done
+    rm -rf "$BIN" && mkdir -p "$BIN"
+    for p in "$keep"/*; do
+        if [ -f "$p" ]; then mv "$p" "$BIN/" && chmod +x "$BIN/$(basename "$p")"; fi
+    done
+    rmdir "$keep" 2>/dev/null || true
+    bundle_tests
     if [ -d benches/src ] && grep -q '\[\[bin\]\]' benches/Cargo.toml 2>/dev/null; then
         cargo build --release -p benches --features cuda --bins
         for b in $(cargo metadata --no-deps --format-version 1 | python3 -c '
@@ -80,12 +98,7 @@ for p in m["packages"]:
     cp "$TARGET/release/examples/qllama_e2e" "$BIN/bench-qllama-e2e"
     cargo build --release -p gguf-llama
     cp "$TARGET/release/gguf-llama" "$BIN/gguf-llama"
-    cp tests/gpu/nvidia.sh tests/gpu/ptxas_report.py "$BIN/"
-    # Test fixtures (Candle-written quantized blocks) the binaries read at run time.
-    cp -r kernels/tests/data "$BIN/data"
-    # The kernels' PTX, for the ptxas register/spill report on the GPU machine.
-    cp "$(ls -t "$TARGET"/release/build/kernels-*/out/gpu/sm_*/kernels.sm_*.ptx | head -1)" "$BIN/kernels.ptx"
-    strip "$BIN"/test-* "$BIN"/bench-* "$BIN"/llm-worker "$BIN"/gguf-llama 2>/dev/null || true
+    strip "$BIN"/bench-* "$BIN"/llm-worker "$BIN"/gguf-llama 2>/dev/null || true
     du -sh "$BIN"
 }
 
@@ -224,6 +237,7 @@ pack() {
 
 case "${1:-all}" in
     bundle) bundle ;;
+    bundle-tests) rm -rf "$BIN"; bundle_tests; du -sh "$BIN" ;;
     pack) pack "${2:-}" ;;
     run) run ;;
     report) shift; report "$@" ;;

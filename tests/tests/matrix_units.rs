@@ -1,9 +1,12 @@
 //! The `mma` kernels really use the matrix units: the gfx9 code objects (gfx90a, gfx942,
-//! gfx950) contain `v_mfma`, the gfx11 ones (gfx1100, gfx1101, gfx1151) `v_wmma`, the gfx12
-//! ones neither (their VALU lowering, until gfx12 WMMA is lowered), and the PTX `mma.sync`
+//! gfx950; there the GEMM uses the double-rate `v_mfma_f32_16x16x32_*`) contain `v_mfma`, the gfx11 ones (gfx1100, gfx1101, gfx1151) and the gfx12 ones
+//! (gfx1200, gfx1201: RDNA4 operand widths) `v_wmma`, gfx1030 neither (no matrix unit: the
+//! VALU lowering), and the PTX `mma.sync`
 //! (plus `ldmatrix` and `cp.async` in the GEMM). Every work-group barrier waits for the
 //! wave's loads and LDS accesses first, with the wait encoding of its generation (split
-//! `s_wait_*` counters on gfx12). Code objects are disassembled with the newest
+//! `s_wait_*` counters on gfx12). No mix instruction rounding to f16 (`v_fma_mixlo_f16`,
+//! ...) adds a `+0`: that is how a multiply folded into an f16 conversion loses the sign
+//! of a zero product. Code objects are disassembled with the newest
 //! `llvm-objdump` found; an architecture that disassembler cannot decode is skipped with
 //! the reason printed.
 use std::process::Command;
@@ -54,7 +57,11 @@ fn function<'a>(listing: &'a str, name: &str) -> &'a str {
 /// The disassembly of every AMD code object `kernels` embeds, by architecture; those the
 /// installed `llvm-objdump` cannot decode are left out with a SKIPPED line saying why.
 fn amd_listings() -> Vec<(&'static str, String)> {
-    let b = &kernels::__KERNEL_BINARIES;
+    amd_listings_of(&kernels::__KERNEL_BINARIES)
+}
+
+/// [`amd_listings`] for any crate's embedded kernels.
+fn amd_listings_of(b: &'static kernel_dsl::host::EmbeddedKernels) -> Vec<(&'static str, String)> {
     if b.code_objects.is_empty() {
         eprintln!("SKIPPED: kernels was built without AMD code objects (KERNEL_ARCHS / KERNEL_SKIP_GPU_BUILD)");
     }
@@ -74,23 +81,26 @@ fn amd_listings() -> Vec<(&'static str, String)> {
 fn amd_code_objects_use_the_matrix_units() {
     let mut checked = 0;
     for (arch, listing) in amd_listings() {
-        if arch.starts_with("gfx12") {
-            // The VALU lowering: gfx12 WMMA (other operand widths than gfx11) is not lowered yet.
+        let want = if arch.starts_with("gfx9") {
+            "v_mfma"
+        } else if arch.starts_with("gfx11") || arch.starts_with("gfx12") {
+            "v_wmma"
+        } else {
+            // No matrix unit (gfx1030): the VALU lowering.
             for k in MMA_KERNELS {
                 let f = function(&listing, k);
                 assert!(!f.contains("v_wmma") && !f.contains("v_mfma"), "{k} on {}: unexpected matrix instruction", arch);
             }
             continue;
-        }
-        let want = if arch.starts_with("gfx9") {
-            "v_mfma"
-        } else if arch.starts_with("gfx11") {
-            "v_wmma"
-        } else {
-            continue; // no matrix unit: the VALU lowering
         };
         for k in MMA_KERNELS {
             assert!(function(&listing, k).contains(want), "{k} on {} has no {want}", arch);
+        }
+        if arch == "gfx950" {
+            // The GEMM multiplies slice pairs on the double-rate 16x16x32 forms.
+            for (k, form) in [("gemm_tiled_f16", "v_mfma_f32_16x16x32_f16"), ("gemm_tiled_bf16", "v_mfma_f32_16x16x32_bf16")] {
+                assert!(function(&listing, k).contains(form), "{k} on gfx950 has no {form}");
+            }
         }
         checked += 1;
     }
@@ -191,4 +201,61 @@ fn ptx_uses_mma_sync_ldmatrix_and_cp_async() {
         assert!(entry(k).contains("ldmatrix.sync.aligned.m8n8.x4"), "{k}: no ldmatrix");
         assert!(entry(k).contains("cp.async.cg.shared.global"), "{k}: no cp.async");
     }
+}
+
+/// The mix instructions with an f16 result in `listing` (`v_fma_mixlo_f16`,
+/// `v_mad_mixhi_f16`, ...) whose addend is `+0`, as `(kernel, instruction)`. `a * b + 0` is
+/// not `a * b` when the product is `-0`: such an instruction is a multiply rounded to f16
+/// that lost the sign of zero (LLVM selects `fptrunc(fmul(a, b))` so). Mixes with an f32
+/// result are left alone: they come from a source-level `fma(a, b, 0.0)`, such as a
+/// product accumulated onto a zero accumulator, which means what it says.
+fn plus_zero_mixes(listing: &str) -> Vec<(String, String)> {
+    let mut kernel = String::new();
+    let mut found = Vec::new();
+    for line in listing.lines() {
+        let line = line.trim();
+        if let Some(name) = line.strip_suffix(">:").and_then(|l| l.split('<').nth(1)) {
+            kernel = name.to_string();
+            continue;
+        }
+        let code = line.split("//").next().unwrap_or("");
+        let mut words = code.split_whitespace();
+        let Some(op) = words.next() else { continue };
+        if !["v_fma_mixlo", "v_fma_mixhi", "v_mad_mixlo", "v_mad_mixhi"].iter().any(|p| op.starts_with(p)) {
+            continue;
+        }
+        let rest: Vec<&str> = words.collect();
+        // dst, src0, src1, src2, then modifiers such as `op_sel_hi:[1,0,0]`.
+        let src2 = rest.get(3).map(|w| w.trim_end_matches(','));
+        // `neg_lo:[_,_,1]` negates the addend: `-0` keeps the product's sign.
+        let negated = rest.iter().any(|w| w.strip_prefix("neg_lo:[").is_some_and(|m| m.trim_end_matches(']').split(',').nth(2) == Some("1")));
+        if matches!(src2, Some("0" | "0.0")) && !negated {
+            found.push((kernel.clone(), code.trim().to_string()));
+        }
+    }
+    found
+}
+
+#[test]
+fn plus_zero_mix_detector_reads_the_disassembly() {
+    let listing = "0000000000001600 <deq>:\n\tv_fma_mixlo_f16 v1, v2, v1, 0 op_sel_hi:[1,0,0]   // 000000001648: CC210001\n\
+                   0000000000001700 <ok>:\n\tv_fma_mix_f32 v0, v2, v3, v4\n\tv_fma_mix_f32 v5, v2, v3, 0\n\tv_fma_mixlo_f16 v1, v2, v1, 0 neg_lo:[0,0,1]\n\tv_mul_f32_e32 v1, v2, v1\n";
+    assert_eq!(plus_zero_mixes(listing), vec![("deq".to_string(), "v_fma_mixlo_f16 v1, v2, v1, 0 op_sel_hi:[1,0,0]".to_string())]);
+}
+
+/// No kernel of any crate, on any AMD architecture, multiplies through a mix instruction
+/// with a `+0` addend (`kernel_dsl`'s `f16::from_f32` keeps products out of the conversion):
+/// on gfx9-gfx12 LLVM selects `fptrunc(fmul(fpext(h), x))` as `v_fma_mixlo_f16 h, x, 0`, and
+/// dequantizing `(q - 8) * d` with `q = 8`, `d < 0` to f16 then gives `+0` for `-0`.
+#[test]
+fn amd_code_objects_keep_the_sign_of_zero_products() {
+    let mut checked = 0;
+    for b in [&kernels::__KERNEL_BINARIES, &workspace_tests::__KERNEL_BINARIES] {
+        for (arch, listing) in amd_listings_of(b) {
+            let bad = plus_zero_mixes(&listing);
+            assert!(bad.is_empty(), "{arch}: {} mix instructions with a +0 addend, first ones: {:?}", bad.len(), &bad[..bad.len().min(8)]);
+            checked += 1;
+        }
+    }
+    eprintln!("checked {checked} code objects for +0-addend mix instructions");
 }

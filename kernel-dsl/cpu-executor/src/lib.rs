@@ -135,6 +135,8 @@ pub enum MatrixUnit {
     Mfma,
     /// AMD RDNA3 `v_wmma_*` (gfx11): waves of 32.
     Wmma,
+    /// AMD RDNA4 `v_wmma_*` (gfx12): waves of 32, its own lane layout (8 items per lane).
+    Wmma12,
     /// NVIDIA `mma.sync` (sm_80+): waves (warps) of 32.
     MmaSync,
     /// No matrix unit (gfx1030): shuffles and FMAs in the `mma.sync` layout, waves of 32.
@@ -154,7 +156,7 @@ impl MatrixUnit {
     pub const fn wave_lanes(self) -> u32 {
         match self {
             Self::Mfma => 64,
-            Self::Wmma | Self::MmaSync | Self::Valu => 32,
+            Self::Wmma | Self::Wmma12 | Self::MmaSync | Self::Valu => 32,
         }
     }
 }

@@ -25,6 +25,32 @@ unsafe extern "unadjusted" {
     fn s_wait_dscnt(count: i16);
 }
 
+#[allow(improper_ctypes)]
+unsafe extern "unadjusted" {
+    #[link_name = "llvm.canonicalize.f32"]
+    fn canonicalize_f32(v: f32) -> f32;
+}
+
+/// Rounds an `f32` to `f16` bits (nearest-even) exactly as IEEE 754 says, signed zeros
+/// included.
+///
+/// A plain `v as f16` lets the AMDGPU instruction selector fold a multiply feeding the
+/// conversion, `fptrunc(fmul(a, b))`, into `v_fma_mix{lo,hi}_f16 a, b, 0` on every
+/// generation with mix instructions (gfx9 through gfx12). Its `+0` addend turns a `-0`
+/// product into `+0` (`-0 + +0 = +0`), so `f16::from_f32(-0.0 * d)` would lose its sign.
+/// `llvm.canonicalize` between the two keeps the multiply out of the pattern: the code
+/// is `v_mul_f32` + `v_cvt_f16_f32`, exact for every input (a NaN stays a NaN). The
+/// canonicalize itself is no instruction when the value comes from arithmetic (already
+/// canonical) and one `v_max_f32 v, v, v` when it comes straight from memory. Folds with
+/// a real addend (an `fma` into `v_fma_mix_f32`) are untouched. The code-object tests
+/// reject a mix instruction with a `+0` addend on every architecture.
+#[inline(always)]
+pub fn f32_to_f16_bits(v: f32) -> u16 {
+    // SAFETY: `llvm.canonicalize` returns its operand, with a signalling NaN quietened
+    // (which the conversion does anyway).
+    (unsafe { canonicalize_f32(v) } as f16).to_bits()
+}
+
 macro_rules! id_fns {
     ($($name:ident => $e:expr;)*) => {$(
         #[doc = concat!("`", stringify!($name), "` of the current work-item.")]

@@ -11,6 +11,7 @@ pub(super) fn lowering() -> Lowering {
     match item::matrix_unit() {
         MatrixUnit::Mfma => Lowering::Mfma,
         MatrixUnit::Wmma => Lowering::Wmma,
+        MatrixUnit::Wmma12 => Lowering::Wmma12,
         MatrixUnit::MmaSync => Lowering::MmaSync,
         MatrixUnit::Valu => Lowering::Valu,
     }
@@ -95,7 +96,7 @@ pub(super) fn mma<T: MmaInput>(a: &FragA<T>, b: &FragB<T>, c: FragC<T::Acc>) -> 
 mod tests {
     use super::super::layout::*;
     use super::super::Lowering;
-    const ALL: [Lowering; 4] = [Lowering::Mfma, Lowering::Wmma, Lowering::MmaSync, Lowering::Valu];
+    const ALL: [Lowering; 5] = [Lowering::Mfma, Lowering::Wmma, Lowering::Wmma12, Lowering::MmaSync, Lowering::Valu];
 
     /// Every element of each tile is held by some lane; the accumulator exactly once, A and
     /// B exactly once except WMMA's documented duplication of lanes 0-15 in 16-31.

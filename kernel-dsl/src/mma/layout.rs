@@ -9,7 +9,7 @@ pub const fn ab_len(low: Lowering) -> usize {
     match low {
         Lowering::Mfma => 4,
         Lowering::Wmma => 16,
-        Lowering::MmaSync | Lowering::Valu => 8,
+        Lowering::Wmma12 | Lowering::MmaSync | Lowering::Valu => 8,
     }
 }
 
@@ -18,7 +18,7 @@ pub const fn ab_len(low: Lowering) -> usize {
 pub const fn c_len(low: Lowering) -> usize {
     match low {
         Lowering::Mfma => 4,
-        Lowering::Wmma | Lowering::MmaSync | Lowering::Valu => 8,
+        Lowering::Wmma | Lowering::Wmma12 | Lowering::MmaSync | Lowering::Valu => 8,
     }
 }
 
@@ -29,6 +29,7 @@ pub const fn a_coord(low: Lowering, i8: bool, lane: usize, j: usize) -> (usize, 
     match low {
         Lowering::Mfma => (lane % 16, 4 * (lane / 16) + j),
         Lowering::Wmma => (lane % 16, j),
+        Lowering::Wmma12 => (lane % 16, wmma12_k(i8, lane, j)),
         Lowering::MmaSync | Lowering::Valu => {
             if i8 {
                 (g + 8 * (j / 4), 4 * t + j % 4)
@@ -46,6 +47,7 @@ pub const fn b_coord(low: Lowering, i8: bool, lane: usize, j: usize) -> (usize, 
     match low {
         Lowering::Mfma => (4 * (lane / 16) + j, lane % 16),
         Lowering::Wmma => (j, lane % 16),
+        Lowering::Wmma12 => (wmma12_k(i8, lane, j), lane % 16),
         Lowering::MmaSync | Lowering::Valu => {
             if i8 {
                 (4 * t + j % 4, g + 8 * (j / 4))
@@ -63,6 +65,7 @@ pub const fn c_coord(low: Lowering, lane: usize, j: usize) -> (usize, usize) {
     match low {
         Lowering::Mfma => (4 * (lane / 16) + j, lane % 16),
         Lowering::Wmma => (2 * j + lane / 16, lane % 16),
+        Lowering::Wmma12 => (j + 8 * (lane / 16), lane % 16),
         Lowering::MmaSync | Lowering::Valu => (g + 8 * ((j / 2) % 2), 2 * t + j % 2 + 8 * (j / 4)),
     }
 }
@@ -74,6 +77,7 @@ pub const fn c_locate(low: Lowering, row: usize, col: usize) -> (usize, usize) {
     match low {
         Lowering::Mfma => (col + 16 * (row / 4), row % 4),
         Lowering::Wmma => (col + 16 * (row % 2), row / 2),
+        Lowering::Wmma12 => (col + 16 * (row / 8), row % 8),
         Lowering::MmaSync | Lowering::Valu => {
             (4 * (row % 8) + (col % 8) / 2, col % 2 + 2 * (row / 8) + 4 * (col / 8))
         }
@@ -84,7 +88,20 @@ pub const fn c_locate(low: Lowering, row: usize, col: usize) -> (usize, usize) {
 #[inline(always)]
 pub const fn row_lane_masks(low: Lowering) -> &'static [u32] {
     match low {
-        Lowering::Mfma | Lowering::Wmma => &[1, 2, 4, 8],
+        Lowering::Mfma | Lowering::Wmma | Lowering::Wmma12 => &[1, 2, 4, 8],
         Lowering::MmaSync | Lowering::Valu => &[1, 2],
+    }
+}
+
+/// k of A (or B) item `j` in `lane` on gfx12 WMMA: lanes 0-15 hold k 0-3 and 8-11 of their
+/// row (column), lanes 16-31 k 4-7 and 12-15, two 16-bit items per register; 8-bit items
+/// are k 0-7 (lanes 0-15) and 8-15 (lanes 16-31), four per register.
+#[inline(always)]
+pub const fn wmma12_k(i8: bool, lane: usize, j: usize) -> usize {
+    let h = lane / 16;
+    if i8 {
+        j + 8 * h
+    } else {
+        j % 4 + 4 * h + 8 * (j / 4)
     }
 }

@@ -10,8 +10,9 @@
 //! |---|---|---|---|---|
 //! | `Mfma` | gfx90a, gfx942, gfx950 (`v_mfma_*_16x16x16*`; i8 on gfx942/950: `16x16x32`, half zero) | 64 | 4 | 4 |
 //! | `Wmma` | gfx11: gfx1100, gfx1101, gfx1151 (`v_wmma_*_16x16x16_*`) | 32 | 16 (lanes 16-31 repeat 0-15) | 8 |
+//! | `Wmma12` | gfx12: gfx1200, gfx1201 (`v_wmma_*_16x16x16_*`, RDNA4 operand widths) | 32 | 8 | 8 |
 //! | `MmaSync` | NVIDIA sm_80+ (two `mma.sync.m16n8k16` per tile) | 32 | 8 | 8 |
-//! | `Valu` | gfx1030, **gfx1200/gfx1201** (gfx12 WMMA not lowered yet), NVIDIA before sm_80 (shuffles + FMAs, `MmaSync` layout) | 32 | 8 | 8 |
+//! | `Valu` | gfx1030, NVIDIA before sm_80 (shuffles + FMAs, `MmaSync` layout) | 32 | 8 | 8 |
 //!
 //! Kernels never depend on the layout: they build fragments with `from_fn(|row, k| ..)`
 //! and read results with [`FragC::coord`] / [`FragC::for_each`], which ask the layout.
@@ -20,6 +21,9 @@
 //! - `Mfma`: A item j of lane l = `(l%16, 4(l/16)+j)`, B = `(4(l/16)+j, l%16)`,
 //!   C = `(4(l/16)+j, l%16)`.
 //! - `Wmma`: A = `(l%16, j)`, B = `(j, l%16)`, C = `(2j + l/16, l%16)`.
+//! - `Wmma12` with h = l/16: A = `(l%16, j%4 + 4h + 8(j/4))`, B = `(j%4 + 4h + 8(j/4), l%16)`,
+//!   C = `(j + 8h, l%16)`; for i8: A = `(l%16, j + 8h)`, B = `(j + 8h, l%16)` (AMD's matrix
+//!   instruction calculator, RDNA4).
 //! - `MmaSync`/`Valu` with g = l/4, t = l%4: A = `(g + 8((j/2)%2), 2t + j%2 + 8(j/4))`,
 //!   B = `(2t + j%2 + 8((j/2)%2), g + 8(j/4))`, C = `(g + 8((j/2)%2), 2t + j%2 + 8(j/4))`;
 //!   for i8: A = `(g + 8(j/4), 4t + j%4)`, B = `(4t + j%4, g + 8(j/4))`.
@@ -68,6 +72,8 @@ pub enum Lowering {
     Mfma,
     /// AMD RDNA3 WMMA, waves of 32.
     Wmma,
+    /// AMD RDNA4 (gfx12) WMMA, waves of 32: 8 items per lane, no repeated half-wave.
+    Wmma12,
     /// NVIDIA `mma.sync` (sm_80+), warps of 32.
     MmaSync,
     /// No matrix unit: lane shuffles and FMAs in the `MmaSync` layout, waves of 32.
@@ -96,9 +102,9 @@ impl Lowering {
 const DEVICE_LOWERING: Lowering = Lowering::Mfma;
 #[cfg(all(target_arch = "amdgpu", amdgpu_gen = "gfx11"))]
 const DEVICE_LOWERING: Lowering = Lowering::Wmma;
-// gfx12 has WMMA, but with other operand widths and layouts than gfx11 (8 halves per
-// lane, no repeated half-wave); until that lowering exists, gfx12 uses the VALU one.
-#[cfg(all(target_arch = "amdgpu", any(amdgpu_gen = "gfx10", amdgpu_gen = "gfx12")))]
+#[cfg(all(target_arch = "amdgpu", amdgpu_gen = "gfx12"))]
+const DEVICE_LOWERING: Lowering = Lowering::Wmma12;
+#[cfg(all(target_arch = "amdgpu", amdgpu_gen = "gfx10"))]
 const DEVICE_LOWERING: Lowering = Lowering::Valu;
 #[cfg(all(target_arch = "nvptx64", target_feature = "sm_80"))]
 const DEVICE_LOWERING: Lowering = Lowering::MmaSync;
@@ -209,11 +215,16 @@ macro_rules! unroll {
     };
     (@ $j:ident, $len:expr, $body:block, $($n:literal)*) => {{
         let len = $len;
-        $({
-            #[allow(non_upper_case_globals)]
-            const $j: usize = $n;
-            if $j < len $body
-        })*
+        $(
+            // Indices of steps past `len` sit in branches never taken; clippy sees the
+            // constant index, not the guard.
+            #[allow(clippy::out_of_bounds_indexing)]
+            {
+                #[allow(non_upper_case_globals)]
+                const $j: usize = $n;
+                if $j < len $body
+            };
+        )*
     }};
 }
 
@@ -637,6 +648,9 @@ impl FragC<f32> {
         if low == Lowering::Wmma {
             return wmma_to_a(self);
         }
+        if low == Lowering::Wmma12 {
+            return wmma12_to_a(self);
+        }
         let l = lane();
         unroll!(j < layout::ab_len(low), {
             let (r, k) = a_coord(low, false, l, j);
@@ -706,6 +720,65 @@ fn wmma_to_a<T: MmaFloat>(c: &FragC<f32>) -> FragA<T> {
     out
 }
 
+/// [`FragC::to_a`] in the gfx12 WMMA layouts with 8 shuffles. Lane `l` (row `r = l % 16`,
+/// half `h = l / 16`) needs `C[r][k]` for the 8 columns `K_h = {4h..4h+3, 8+4h..8+4h+3}`
+/// (its A items, in order); `C[r][k]` is item `r % 8` of lane `k + 16 (r / 8)`. In round
+/// `s` lane `l` reads column `K_h[(s + r) % 8]`. Each source lane then has exactly one
+/// reader per round, wanting its item `(i - s) % 8` (`i`: the position of the lane's
+/// column in its `K_h`): the source rotates its items once so that round `s` sends
+/// position `s`, and the reader rotates what it collected back into item order (selects,
+/// no memory).
+#[inline(always)]
+#[track_caller]
+fn wmma12_to_a<T: MmaFloat>(c: &FragC<f32>) -> FragA<T> {
+    let l = lane();
+    let (r, h) = (l % 16, l / 16);
+    // As a source: column `col`, its position in K_(col/4 % 2).
+    let col = l % 16;
+    let i = col % 4 + 4 * (col / 8);
+    // rot[t] = c[(i - t) mod 8]: the reversal p[t] = c[-t mod 8], then a right rotation
+    // by `i` (barrel shifter on the bits of `i`).
+    let mut rot = [0.0f32; 8];
+    unroll!(t < 8, {
+        rot[t % 8] = c.v[((8 - t) % 8) % C_CAP];
+    });
+    unroll!(bi < 3, {
+        let bit = 1usize << bi;
+        let take = i & bit != 0;
+        let prev = rot;
+        unroll!(t < 8, {
+            if take {
+                rot[t % 8] = prev[(t + 8 - bit) % 8];
+            }
+        });
+    });
+    // As a reader: round s fetches position p = (s + r) % 8 of K_h.
+    let mut got = [0.0f32; 8];
+    unroll!(s < 8, {
+        let p = (s + r) % 8;
+        let k = p % 4 + 4 * h + 8 * (p / 4);
+        let src = k + 16 * (r / 8);
+        got[s % 8] = wave::shuffle(rot[s % 8], src as u32);
+    });
+    // Item p = got[(p - r) mod 8]: a right rotation by r % 8.
+    let rr = r % 8;
+    unroll!(bi < 3, {
+        let bit = 1usize << bi;
+        let take = rr & bit != 0;
+        let prev = got;
+        unroll!(t < 8, {
+            if take {
+                got[t % 8] = prev[(t + 8 - bit) % 8];
+            }
+        });
+    });
+    let mut out = FragA::<T>::zero();
+    unroll!(p < 8, {
+        out.v[p % AB_CAP] = T::from_f32(got[p % 8]);
+    });
+    out
+}
+
 /// A scheduling fence: on AMDGPU the compiler may not move instructions across it
 /// (`llvm.amdgcn.sched.barrier(0)`), which bounds how many loads it hoists ahead and so
 /// the registers held at once; nothing elsewhere.
@@ -736,6 +809,47 @@ pub fn mma<T: MmaInput>(a: &FragA<T>, b: &FragB<T>, c: FragC<T::Acc>) -> FragC<T
             Lowering::Valu => valu::mma(a, b, c),
             _ => nvptx::mma(a, b, c),
         }
+    }
+}
+
+/// `true` where [`mma_pair`] multiplies both slices in one instruction: gfx950's double-rate
+/// `v_mfma_f32_16x16x32_{f16,bf16}` for 16-bit inputs, and the CPU executor's MFMA mode,
+/// which runs the same pairing (so kernels test the path gfx950 takes).
+#[inline(always)]
+pub fn pairs_k<T: MmaInput>() -> bool {
+    let wide = T::KIND != InputKind::I8;
+    #[cfg(target_arch = "amdgpu")]
+    {
+        wide && cfg!(amdgpu_arch = "gfx950")
+    }
+    #[cfg(target_arch = "nvptx64")]
+    {
+        let _ = wide;
+        false
+    }
+    #[cfg(not(any(target_arch = "amdgpu", target_arch = "nvptx64")))]
+    {
+        wide && lowering() == Lowering::Mfma
+    }
+}
+
+/// `a0 * b0 + a1 * b1 + c`: a tile product over two consecutive 16-deep slices (`a0`,
+/// `b0` the first). One 16x16x32 instruction where [`pairs_k`] says so, two [`mma`]s
+/// elsewhere (the CPU executor emulates the pair as the two products; only the order of
+/// the f32 additions inside the instruction differs). A wave operation.
+#[inline(always)]
+#[track_caller]
+pub fn mma_pair<T: MmaInput>(a0: &FragA<T>, b0: &FragB<T>, a1: &FragA<T>, b1: &FragB<T>, c: FragC<T::Acc>) -> FragC<T::Acc> {
+    #[cfg(target_arch = "amdgpu")]
+    {
+        match DEVICE_LOWERING {
+            Lowering::Mfma => amdgpu::mma_pair(a0, b0, a1, b1, c),
+            _ => mma(a1, b1, mma(a0, b0, c)),
+        }
+    }
+    #[cfg(not(target_arch = "amdgpu"))]
+    {
+        mma(a1, b1, mma(a0, b0, c))
     }
 }
 

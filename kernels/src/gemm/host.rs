@@ -94,6 +94,7 @@ pub fn lowering_of(dev: &Device) -> Lowering {
         Device::Cpu(e) => match e.executor().matrix_unit() {
             MatrixUnit::Mfma => Lowering::Mfma,
             MatrixUnit::Wmma => Lowering::Wmma,
+            MatrixUnit::Wmma12 => Lowering::Wmma12,
             MatrixUnit::MmaSync => Lowering::MmaSync,
             MatrixUnit::Valu => Lowering::Valu,
         },
@@ -106,6 +107,8 @@ pub fn lowering_of(dev: &Device) -> Lowering {
                 Lowering::Mfma
             } else if arch.starts_with("gfx11") {
                 Lowering::Wmma
+            } else if arch.starts_with("gfx12") {
+                Lowering::Wmma12
             } else {
                 Lowering::Valu
             }
