@@ -355,3 +355,13 @@ fn bad_arguments_are_named_and_nothing_is_written() {
     flash_attn(&dev, shape, &q, &k, &k, &mut out, &mut lse, &opts).unwrap();
     assert!(dev.download(&out).unwrap().iter().all(|&x| x == f16::ONE));
 }
+
+#[test]
+fn work_items_in_either_order_agree() {
+    // Lanes share the shared-memory tiles between barriers: a race would show as a
+    // different result when the CPU executor runs each group's work-items in reverse.
+    for wave in [WaveSize::W64, WaveSize::W32] {
+        let dev = Device::cpu_with(CpuExecutor::new(wave).with_reversed_items(true));
+        check::<f16>(&dev, &Case::new(1, 70, 45, 2, 1, 64).causal(), 70);
+    }
+}

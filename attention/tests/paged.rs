@@ -222,3 +222,11 @@ fn paged_bad_arguments_are_named() {
     paged_attention(&dev, shape, &q, &cache, &cache, &tables, &[20, 3], &mut out, &mut lse, 0.1, None).unwrap();
     assert!(dev.download(&out).unwrap().iter().all(|&x| x == f16::ONE));
 }
+
+#[test]
+fn paged_work_items_in_either_order_agree() {
+    for wave in [WaveSize::W64, WaveSize::W32] {
+        let dev = Device::cpu_with(CpuExecutor::new(wave).with_reversed_items(true));
+        check::<bf16>(&dev, &[50, 7], 8, 2, 64, 16, Some(32), 80);
+    }
+}

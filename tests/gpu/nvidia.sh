@@ -42,7 +42,7 @@ bundle() {
     # binaries (the CPU-side tests of the code objects run in `cargo test --workspace`).
     export KERNEL_ARCHS="${KERNEL_ARCHS:-none}"
     # Test binaries of the crates whose kernels run on a GPU, with the CUDA path enabled.
-    cargo test --release -p kernels -p candle-rocm --features kernels/cuda,candle-rocm/cuda --no-run --message-format=json 2>/dev/null \
+    cargo test --release -p kernels -p candle-rocm -p attention --features kernels/cuda,candle-rocm/cuda,attention/cuda --no-run --message-format=json 2>/dev/null \
         | python3 -c '
 import json, sys, shutil
 seen = set()
@@ -227,6 +227,6 @@ case "${1:-all}" in
     pack) pack "${2:-}" ;;
     run) run ;;
     report) shift; report "$@" ;;
-    all) cargo test -p kernels -p candle-rocm --features kernels/cuda,candle-rocm/cuda -- --test-threads=1 ;;
+    all) cargo test -p kernels -p candle-rocm -p attention --features kernels/cuda,candle-rocm/cuda,attention/cuda -- --test-threads=1 ;;
     *) echo "usage: $0 [bundle|run|report DIR]" >&2; exit 2 ;;
 esac
