@@ -12,6 +12,26 @@
 //!   [`paged::host::reshape_and_cache_rows`].
 //!
 //! The Candle entry points and the Hopper `wgmma` kernel are still to come (issue 29).
+//!
+//! ```
+//! use attention::{flash_attn, FlashOptions, FlashShape};
+//! use attention::runtime::Device;
+//! use half::f16;
+//! use kernel_dsl::host::WaveSize;
+//!
+//! // The CPU executor (MFMA lane layout at wave 64); `Device::cuda(0)` / `Device::rocm(0)`
+//! // run the same call on a GPU.
+//! let dev = Device::cpu(WaveSize::W64);
+//! let shape = FlashShape { batch: 1, seq_q: 3, seq_k: 5, heads: 2, kv_heads: 1, head_dim: 64 };
+//! let q = dev.upload(&vec![f16::from_f32(0.1); 3 * 2 * 64]).unwrap();
+//! let k = dev.upload(&vec![f16::from_f32(0.2); 5 * 64]).unwrap();
+//! let v = dev.upload(&vec![f16::from_f32(0.5); 5 * 64]).unwrap();
+//! let mut out = dev.alloc::<f16>(3 * 2 * 64).unwrap();
+//! let mut lse = dev.alloc::<f32>(2 * 3).unwrap();
+//! flash_attn(&dev, shape, &q, &k, &v, &mut out, &mut lse, &FlashOptions::causal(0.125)).unwrap();
+//! // Every value row is 0.5, so every output is 0.5.
+//! assert!(dev.download(&out).unwrap().iter().all(|x| (x.to_f32() - 0.5).abs() < 1e-3));
+//! ```
 pub mod flash;
 pub mod paged;
 
