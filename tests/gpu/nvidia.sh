@@ -241,6 +241,6 @@ case "${1:-all}" in
     pack) pack "${2:-}" ;;
     run) run ;;
     report) shift; report "$@" ;;
-    all) cargo test -p kernels -p candle-rocm --features kernels/cuda,candle-rocm/cuda -- --test-threads=1 ;;
-    *) echo "usage: $0 [bundle|run|report DIR]" >&2; exit 2 ;;
+    all) cargo test -p kernels -p candle-rocm -p attention --features kernels/cuda,candle-rocm/cuda,attention/cuda -- --test-threads=1 ;;
+    *) echo "usage: $0 [bundle|bundle-tests|pack DIR|run|report DIR]" >&2; exit 2 ;;
 esac

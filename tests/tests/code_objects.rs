@@ -103,6 +103,13 @@ fn kernels_crate_code_objects_match_launchers() {
 }
 
 #[test]
+fn attention_crate_code_objects_match_launchers() {
+    // flash_fwd and paged_decode (2 types x 5 head dims each), paged_merge (2),
+    // reshape_and_cache (3).
+    check_crate(&attention::__KERNEL_BINARIES, 25);
+}
+
+#[test]
 fn user_crate_code_objects_match_launchers() {
     check_crate(&workspace_tests::__KERNEL_BINARIES, 8);
 }

@@ -250,7 +250,7 @@ fn plus_zero_mix_detector_reads_the_disassembly() {
 #[test]
 fn amd_code_objects_keep_the_sign_of_zero_products() {
     let mut checked = 0;
-    for b in [&kernels::__KERNEL_BINARIES, &workspace_tests::__KERNEL_BINARIES] {
+    for b in [&kernels::__KERNEL_BINARIES, &attention::__KERNEL_BINARIES, &workspace_tests::__KERNEL_BINARIES] {
         for (arch, listing) in amd_listings_of(b) {
             let bad = plus_zero_mixes(&listing);
             assert!(bad.is_empty(), "{arch}: {} mix instructions with a +0 addend, first ones: {:?}", bad.len(), &bad[..bad.len().min(8)]);

@@ -1,0 +1,566 @@
+//! Flash-attention prefill forward: `O = softmax(Q K^T * scale + mask) V` with the online
+//! softmax, never materialising the score matrix, plus the log-sum-exp of every row.
+//!
+//! One source for every matrix unit: the products go through `kernel_dsl::mma` fragments
+//! (MFMA on CDNA, WMMA on RDNA3 and RDNA4, `mma.sync` on NVIDIA sm_80+, the VALU fallback
+//! on gfx10 and older NVIDIA), so the CPU executor runs every lowering's lane layout.
+//!
+//! # Layout
+//! `q [batch, seq_q, heads, D]`, `k`/`v [batch, seq_k, kv_heads, D]` (candle-flash-attn's
+//! layout), `out` like `q`, `lse [batch, heads, seq_q]` (f32, natural log). Variable-length
+//! batches ([`host::flash_attn_varlen`]) pack the sequences one after another:
+//! `q [total_q, heads, D]`, `k`/`v [total_k, kv_heads, D]`, sequence `b` at rows
+//! `cu_q[b]..cu_q[b + 1]`, and `lse [heads, total_q]`.
+//!
+//! # Work decomposition
+//! A work-group of [`WAVES`] waves takes [`BM`] = 64 query rows of one (sequence, head)
+//! and one chunk of value columns; each wave owns 16 of the rows (one row of 16x16
+//! fragments). The Q tile is staged once in shared memory; key/value tiles of [`BN`] = 32
+//! keys stream through shared memory (K stored transposed, so both products read
+//! row-major fragments: `ldmatrix` on NVIDIA). Per key tile each wave computes
+//! `S = Q K^T` (`D / 16 x 2` products), masks and scales it, updates its running row maxima
+//! and sums, rescales its output accumulator and adds `P V` with `P` converted from the
+//! accumulator to an A operand in registers ([`FragC::to_a`]). Scores live in the log2
+//! domain (`exp2`). Key tiles wholly outside a work-group's causal/sliding window are not
+//! visited.
+//!
+//! The value columns a work-group accumulates are capped per lowering
+//! ([`value_chunk`]: up to 128 on MFMA and `mma.sync`, 32 on WMMA, 16 on the VALU) so that the
+//! output accumulator fits the AMD register budget without spills; wider heads are split
+//! into chunks along grid y, each work-group recomputing `S` for its chunk (hd256 on
+//! MFMA/`mma.sync`: two chunks). Shared memory per work-group: [`smem_elems`] 16-bit
+//! elements (Q tile, transposed K tile, V tile; see `attention/README.md` for the figures).
+//!
+//! # Masks and options
+//! With `off = seq_k - seq_q` (per sequence), query row `i` sees key `j` when `j < seq_k`,
+//! `j >= i + off - window_left` (if `window_left >= 0`) and `j <= i + off + window_right`
+//! (if `window_right >= 0`): causal is `window_right = 0`, aligned to the bottom right as
+//! in Candle and FlashAttention. Scores are `x = scale * q.k`, then
+//! `softcap * tanh(x / softcap)` when `softcap > 0`, then minus `slope * |i + off - j|`
+//! with an ALiBi slope per head. A row that sees no key gets zeros and `lse = -inf`.
+use kernel_dsl::mma::{self, FragA, FragB, FragC, Lowering, MmaFloat};
+use kernel_dsl::prelude::*;
+
+/// A head dimension, as a type (kernels take no const generics): [`Hd64`], [`Hd80`],
+/// [`Hd96`], [`Hd128`], [`Hd256`].
+pub trait HeadDim: 'static {
+    /// The dimension.
+    const D: usize;
+}
+
+macro_rules! head_dims {
+    ($($name:ident = $d:literal),* $(,)?) => {$(
+        #[doc = concat!("Head dimension ", stringify!($d), ".")]
+        #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+        pub struct $name;
+        impl HeadDim for $name {
+            const D: usize = $d;
+        }
+    )*};
+}
+head_dims!(Hd64 = 64, Hd80 = 80, Hd96 = 96, Hd128 = 128, Hd256 = 256);
+
+/// The head dimensions the kernels are built for.
+pub const HEAD_DIMS: [usize; 5] = [64, 80, 96, 128, 256];
+
+/// Waves per work-group (each owns 16 query rows).
+pub const WAVES: usize = 4;
+/// Query rows per work-group.
+pub const BM: usize = 16 * WAVES;
+/// Keys per streamed K/V tile.
+pub const BN: usize = 32;
+/// 16-key fragments per key tile.
+const NF: usize = BN / 16;
+/// Shared-memory row padding in elements (rows stay 16-byte aligned, banks shift).
+pub const PAD: usize = 8;
+/// Most value columns one work-group accumulates.
+pub const MAX_DV: usize = 128;
+/// Most 16-column output fragments per wave.
+const MAX_OF: usize = MAX_DV / 16;
+
+/// Value columns per work-group for head dimension `d` on a lowering: the largest
+/// multiple of 16 that divides `d` and is at most the lowering's cap. The output
+/// accumulator (`chunk / 16` fragments per wave) must leave room for the rest within the
+/// AMD register budget, which is that of 1024-item work-groups (rustc cannot lower it):
+/// 128 VGPRs on gfx10 and 192 on gfx11, where the `Valu` and `Wmma` fragments also hold
+/// twice the items of `Mfma`'s and the VALU's emulated products need registers of their
+/// own: cap 32 on `Wmma` and `Wmma12` (gfx12), 16 on `Valu` (gfx10);
+/// `Mfma` (4 accumulator items per lane) and `MmaSync` (255 registers at 256 threads)
+/// cap at 128.
+pub const fn value_chunk(d: usize, low: Lowering) -> usize {
+    let most = match low {
+        Lowering::Mfma | Lowering::MmaSync => MAX_DV,
+        Lowering::Wmma | Lowering::Wmma12 => 32,
+        Lowering::Valu => 16,
+    };
+    let mut c = if d < most { d } else { most };
+    while c > 16 && d % c != 0 {
+        c -= 16;
+    }
+    c
+}
+
+/// Work-groups along the value columns (grid y is `heads` times this).
+pub const fn value_chunks(d: usize, low: Lowering) -> usize {
+    d / value_chunk(d, low)
+}
+
+/// Shared-memory elements of a work-group of `rows` query rows: the Q tile (`rows x (d +
+/// PAD)`), the transposed K tile (`d x (BN + PAD)`) and the V tile (`BN x (chunk + PAD)`).
+pub const fn smem_elems(d: usize, rows: usize, low: Lowering) -> usize {
+    rows * (d + PAD) + d * (BN + PAD) + BN * (value_chunk(d, low) + PAD)
+}
+
+/// Runs `$body` with `$i` bound to each listed constant (straight-line code, so fragment
+/// arrays are indexed by constants and stay in registers).
+macro_rules! each {
+    ($i:ident in [$($n:literal),*] $body:block) => {$({
+        #[allow(non_upper_case_globals)]
+        const $i: usize = $n;
+        $body
+    })*};
+}
+
+/// Runs `$body` with `$j` = 0, 1, .. `$len - 1` (at most 8: the accumulator items of a
+/// lane) as straight-line code, so the fragments' items are indexed by constants and stay
+/// in registers (a loop over them was not unrolled for NVPTX, which put the whole state
+/// in local memory). On the host a plain loop (the unrolled form makes unoptimised test
+/// builds' frames overflow the CPU executor's work-item stacks).
+#[cfg(not(any(target_arch = "amdgpu", target_arch = "nvptx64")))]
+macro_rules! each_item {
+    ($j:ident < $len:expr, $body:block) => {
+        for $j in 0..$len $body
+    };
+}
+#[cfg(any(target_arch = "amdgpu", target_arch = "nvptx64"))]
+macro_rules! each_item {
+    ($j:ident < $len:expr, $body:block) => {{
+        let len = $len;
+        each_item!(@ $j, len, $body, 0 1 2 3 4 5 6 7)
+    }};
+    (@ $j:ident, $len:ident, $body:block, $($n:literal)*) => {{
+        $(if $n < $len {
+            let $j = $n % $len;
+            $body
+        })*
+    }};
+}
+
+/// Turns a raw score `x = q.k` of row `r` of a wave's 16 and key `jt` of the tile into
+/// its log2-domain softmax input, or `-inf` for a masked key. A trait with an
+/// always-inlined method rather than a closure: a closure called at every accumulator item
+/// was left out of line on some targets (a call with its captures on the scratch stack).
+pub trait Score {
+    /// The softmax input of `x` at row `r`, tile key `jt`.
+    fn score(&self, r: usize, jt: usize, x: f32) -> f32;
+}
+
+/// The prefill scores: scale, soft-cap, ALiBi, causal/sliding-window mask.
+#[derive(Clone, Copy)]
+pub struct PrefillScore {
+    /// Query index (in its sequence) of the wave's row 0, plus the diagonal offset.
+    pub diag0: i32,
+    /// Key index of the tile's key 0.
+    pub k0: i32,
+    /// Keys of the sequence.
+    pub len_k: i32,
+    /// Left window (negative: unbounded).
+    pub window_left: i32,
+    /// Right window (negative: unbounded).
+    pub window_right: i32,
+    /// Softmax scale.
+    pub scale: f32,
+    /// Soft cap (`<= 0`: none) and its inverse.
+    pub softcap: f32,
+    /// `1 / softcap`.
+    pub inv_cap: f32,
+    /// ALiBi slope (0: none).
+    pub slope: f32,
+}
+
+impl Score for PrefillScore {
+    #[inline(always)]
+    fn score(&self, r: usize, jt: usize, x: f32) -> f32 {
+        let diag = self.diag0 + r as i32;
+        let j = self.k0 + jt as i32;
+        let seen = j < self.len_k
+            && (self.window_left < 0 || j >= diag - self.window_left)
+            && (self.window_right < 0 || j <= diag + self.window_right);
+        if seen {
+            let mut y = x * self.scale;
+            if self.softcap > 0.0 {
+                y = self.softcap * (y * self.inv_cap).tanh();
+            }
+            if self.slope != 0.0 {
+                y -= self.slope * (diag - j).abs() as f32;
+            }
+            y * core::f32::consts::LOG2_E
+        } else {
+            f32::NEG_INFINITY
+        }
+    }
+}
+
+/// The running online-softmax state of one wave's 16 query rows: the output accumulator
+/// (`chunk / 16` fragments of 16 value columns), the row maxima (log2 units) and the row
+/// sums, item by item in the accumulator layout (every item holds its row's values).
+#[derive(Clone, Copy)]
+pub struct RowState {
+    /// Unnormalised output, 16 value columns per fragment.
+    pub o: [FragC<f32>; MAX_OF],
+    /// Row maxima of the scores seen (log2 units; `-inf` before any key).
+    pub m: FragC<f32>,
+    /// Row sums of `exp2(score - m)`.
+    pub l: FragC<f32>,
+}
+
+impl RowState {
+    /// Nothing seen yet.
+    #[inline(always)]
+    pub fn new() -> Self {
+        let mut m = FragC::<f32>::zero();
+        each_item!(j < m.v.len(), {
+            m.v[j] = f32::NEG_INFINITY;
+        });
+        RowState { o: [FragC::<f32>::zero(); MAX_OF], m, l: FragC::<f32>::zero() }
+    }
+
+    /// Adds one key tile of [`BN`] keys (a wave operation): `S = Q K^T` from the 16 query
+    /// rows at `q` (row stride `ldq`, `d` columns) and the transposed keys at `kt` (`d`
+    /// rows of stride `ldk`), each score through [`Score::score`] (row, the key's index in
+    /// the tile, raw score), then the
+    /// online-softmax update and `O += P V` with the values at `v` (`BN` rows of stride
+    /// `ldv`, `nof * 16` columns). Fully masked rows stay at max `-inf`, sum 0, output 0.
+    ///
+    /// # Safety
+    /// The three tiles lie in shared memory as described, rows 16-byte aligned.
+    #[inline(always)]
+    #[allow(clippy::too_many_arguments)]
+    pub unsafe fn add_tile<T: MmaFloat>(
+        &mut self,
+        q: *const T,
+        ldq: usize,
+        kt: *const T,
+        ldk: usize,
+        v: *const T,
+        ldv: usize,
+        d: usize,
+        nof: usize,
+        score: &impl Score,
+    ) {
+        // WMMA fragments hold twice the items of MFMA's: there the tile goes in two halves
+        // of 16 keys, which keeps gfx11 within its 192 VGPRs (on the VALU, gfx10, halves
+        // spilled more than whole tiles).
+        // SAFETY (both): the caller's contract.
+        if mma::lowering() == Lowering::Wmma {
+            unsafe {
+                self.add_keys::<T, 1>(q, ldq, kt, ldk, v, ldv, d, nof, 0, score);
+                self.add_keys::<T, 1>(q, ldq, kt, ldk, v, ldv, d, nof, 16, score);
+            }
+        } else {
+            unsafe { self.add_keys::<T, NF>(q, ldq, kt, ldk, v, ldv, d, nof, 0, score) };
+        }
+    }
+
+    /// [`add_tile`](Self::add_tile) for the `NK` 16-key fragments from key `key0` of the
+    /// tile.
+    ///
+    /// # Safety
+    /// As [`add_tile`](Self::add_tile).
+    #[inline(always)]
+    #[allow(clippy::too_many_arguments)]
+    unsafe fn add_keys<T: MmaFloat, const NK: usize>(
+        &mut self,
+        q: *const T,
+        ldq: usize,
+        kt: *const T,
+        ldk: usize,
+        v: *const T,
+        ldv: usize,
+        d: usize,
+        nof: usize,
+        key0: usize,
+        score: &impl Score,
+    ) {
+        let mut s = [FragC::<f32>::zero(); NF];
+        let mut ks = 0;
+        while ks < d {
+            // SAFETY: the caller's contract (16 x 16 tiles inside the Q and K tiles).
+            let a = unsafe { FragA::<T>::load_shared(q.add(ks), ldq) };
+            each!(nf in [0, 1] {
+                if nf < NK {
+                    let bk = unsafe { FragB::<T>::load_shared(kt.add(ks * ldk + key0 + nf * 16), ldk) };
+                    s[nf] = mma::mma(&a, &bk, s[nf]);
+                }
+            });
+            // One step's operands at a time (the unrolled loop would otherwise load them all
+            // ahead and run out of registers on the 128-VGPR targets).
+            mma::schedule_fence();
+            ks += 16;
+        }
+        // Item by item rather than through `FragC::map`: its closure, called for 8 items on
+        // the wave-32 targets, was left out of line there (the scores' parameters then
+        // went through scratch memory).
+        each!(nf in [0, 1] {
+            if nf < NK {
+                each_item!(j < s[nf].len(), {
+                    let (r, c) = s[nf].coord(j);
+                    s[nf].v[j] = score.score(r, key0 + nf * 16 + c, s[nf].v[j]);
+                });
+            }
+        });
+        // New row maxima, the factor for what was accumulated, the tile's probabilities.
+        // A row that has seen no key keeps max -inf and uses 0 as its reference, so every
+        // exp2 is of -inf: zeros, never NaN.
+        let mut tmax = s[0];
+        if NK > 1 {
+            each_item!(j < tmax.v.len(), {
+                tmax.v[j] = tmax.v[j].max(s[1].v[j]);
+            });
+        }
+        let tmax = tmax.row_max();
+        let mut alpha = FragC::<f32>::zero();
+        each_item!(j < self.m.v.len(), {
+            let mn = self.m.v[j].max(tmax.v[j]);
+            let mu = if mn == f32::NEG_INFINITY { 0.0 } else { mn };
+            alpha.v[j] = (self.m.v[j] - mu).exp2();
+            self.m.v[j] = mn;
+            s[0].v[j] = (s[0].v[j] - mu).exp2();
+            if NK > 1 {
+                s[1].v[j] = (s[1].v[j] - mu).exp2();
+            }
+        });
+        let mut psum = s[0];
+        if NK > 1 {
+            each_item!(j < psum.v.len(), {
+                psum.v[j] += s[1].v[j];
+            });
+        }
+        let psum = psum.row_sum();
+        each_item!(j < self.l.v.len(), {
+            self.l.v[j] = self.l.v[j] * alpha.v[j] + psum.v[j];
+        });
+        each!(of in [0, 1, 2, 3, 4, 5, 6, 7] {
+            if of < nof {
+                each_item!(j < self.o[of].v.len(), {
+                    self.o[of].v[j] *= alpha.v[j];
+                });
+            }
+        });
+        // O += P V, P rounded to T in registers.
+        each!(nf in [0, 1] {
+            if nf < NK {
+                let pa = s[nf].to_a::<T>();
+                each!(of in [0, 1, 2, 3, 4, 5, 6, 7] {
+                    if of < nof {
+                        // SAFETY: the caller's contract (a 16 x 16 tile inside the V tile).
+                        let vb = unsafe { FragB::<T>::load_shared(v.add((key0 + nf * 16) * ldv + of * 16), ldv) };
+                        self.o[of] = mma::mma(&pa, &vb, self.o[of]);
+                    }
+                });
+                mma::schedule_fence();
+            }
+        });
+    }
+
+    /// Divides the output by the row sums (zero rows where nothing was seen) and returns
+    /// the natural log-sum-exp of each row (`-inf` where nothing was seen).
+    #[inline(always)]
+    pub fn finish(&mut self, nof: usize) -> FragC<f32> {
+        let mut lse = FragC::<f32>::zero();
+        each_item!(j < self.l.v.len(), {
+            let seen = self.l.v[j] > 0.0;
+            let inv = if seen { 1.0 / self.l.v[j] } else { 0.0 };
+            lse.v[j] = if seen { (self.m.v[j] + self.l.v[j].log2()) * core::f32::consts::LN_2 } else { f32::NEG_INFINITY };
+            each!(of in [0, 1, 2, 3, 4, 5, 6, 7] {
+                if of < nof {
+                    self.o[of].v[j] *= inv;
+                }
+            });
+        });
+        lse
+    }
+}
+
+impl Default for RowState {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+/// Flash-attention forward for one (query block, sequence, head, value chunk): see the
+/// module docs. Grid: x = query blocks of [`BM`] rows (of the longest sequence), y =
+/// `heads * value_chunks(D, lowering)`, z = sequences; [`WAVES`] waves per work-group;
+/// dynamic shared memory of [`smem_elems`]`(D, BM, lowering)` elements. `cu` empty: fixed
+/// lengths `seq_q`/`seq_k`; else the cumulative query offsets (`batch + 1`) followed by
+/// the key offsets (`batch + 1`). `alibi` empty or slopes at `alibi[b * alibi_bs + h]`.
+/// `window_*` negative: unbounded. `softcap <= 0`: none. Launch through
+/// [`host::flash_attn`] / [`host::flash_attn_varlen`], which check every size first; the
+/// kernel checks once per work-group that the rows it touches lie in the buffers and then
+/// indexes them without per-element checks.
+#[amdgpu_kernel(T = [f16, bf16], H = [Hd64, Hd80, Hd96, Hd128, Hd256], max_threads = 256)]
+#[allow(clippy::too_many_arguments)]
+pub fn flash_fwd<T: MmaFloat, H: HeadDim>(
+    q: &[T],
+    k: &[T],
+    v: &[T],
+    out: &mut [T],
+    lse: &mut [f32],
+    cu: &[u32],
+    alibi: &[f32],
+    seq_q: u32,
+    seq_k: u32,
+    heads: u32,
+    kv_heads: u32,
+    total_q: u32,
+    alibi_bs: u32,
+    scale: f32,
+    softcap: f32,
+    window_left: i32,
+    window_right: i32,
+    smem: SharedDyn<T>,
+) {
+    let low = mma::lowering();
+    let d = H::D;
+    let dv = value_chunk(d, low);
+    let (ldq, ldk, ldv) = (d + PAD, BN + PAD, dv + PAD);
+    if smem.len() < smem_elems(d, BM, low) {
+        panic!("flash_fwd: shared memory too small");
+    }
+    let chunks = value_chunks(d, low);
+    let (h, vc) = (block_idx_y() as usize / chunks, block_idx_y() as usize % chunks);
+    let nof = dv / 16;
+    let b = block_idx_z() as usize;
+    let heads_n = heads as usize;
+    let hk = h / (heads / kv_heads) as usize;
+    let varlen = !cu.is_empty();
+    let (q_row0, len_q, k_row0, len_k) = if varlen {
+        let nb = grid_dim_z() as usize + 1;
+        let (q0, q1, k0, k1) = (cu[b] as usize, cu[b + 1] as usize, cu[nb + b] as usize, cu[nb + b + 1] as usize);
+        (q0, q1 - q0, k0, k1 - k0)
+    } else {
+        (b * seq_q as usize, seq_q as usize, b * seq_k as usize, seq_k as usize)
+    };
+    let q0 = block_idx_x() as usize * BM;
+    if q0 >= len_q {
+        // The whole work-group: no row of this sequence here.
+        return;
+    }
+    let q_hi = if q0 + BM < len_q { q0 + BM } else { len_q };
+    let q_stride = heads_n * d;
+    let kv_stride = kv_heads as usize * d;
+    // Every element this work-group touches lies in its buffer (one uniform check).
+    let q_end = (q_row0 + q_hi) * q_stride;
+    let k_end = (k_row0 + len_k) * kv_stride;
+    let lse_end = if varlen { h * total_q as usize + q_row0 + q_hi } else { (b * heads_n + h) * seq_q as usize + q_hi };
+    if q_end > q.len() || q_end > out.len() || k_end > k.len() || k_end > v.len() || lse_end > lse.len() || h >= heads_n {
+        panic!("flash_fwd: a buffer is shorter than the shape needs");
+    }
+    let (qp, kp, vp, op) = (q.as_ptr(), k.as_ptr(), v.as_ptr(), out.as_mut_ptr());
+    let lse_p = lse.as_mut_ptr();
+    // The diagonal offset (bottom-right alignment) and the keys any row of the block sees.
+    let off = len_k as i32 - len_q as i32;
+    let mut kv_lo = 0i32;
+    let mut kv_hi = len_k as i32;
+    if window_left >= 0 {
+        kv_lo = (q0 as i32 + off - window_left).max(0);
+    }
+    if window_right >= 0 {
+        kv_hi = kv_hi.min(q_hi as i32 + off + window_right);
+    }
+    let n_tiles = if kv_hi > kv_lo { ((kv_hi - kv_lo) as usize).div_ceil(BN) } else { 0 };
+
+    let tid = flat_thread_idx() as usize;
+    let nthreads = flat_block_dim() as usize;
+    let wave = tid / wave::size() as usize;
+    let sp = smem.as_ptr();
+    let q_lds = sp;
+    let kt_lds = sp.wrapping_add(BM * ldq);
+    let v_lds = kt_lds.wrapping_add(d * ldk);
+
+    // The Q tile, zero past the sequence.
+    let q_base = (q_row0 + q0) * q_stride + h * d;
+    let mut e = tid;
+    while e < BM * d {
+        let (r, c) = (e / d, e % d);
+        // SAFETY: rows below q_hi lie in q (checked above); r < BM, c < d lie in the Q
+        // region of `smem` (length checked above).
+        unsafe { *q_lds.add(r * ldq + c) = if q0 + r < len_q { *qp.add(q_base + r * q_stride + c) } else { T::ZERO } };
+        e += nthreads;
+    }
+
+    let row0 = q0 + wave * 16;
+    let mut st = RowState::new();
+    let slope = if alibi.is_empty() { 0.0 } else { alibi[b * alibi_bs as usize + h] };
+    let inv_cap = if softcap > 0.0 { 1.0 / softcap } else { 0.0 };
+    let k_base = k_row0 * kv_stride + hk * d;
+    let v_base = k_base + vc * dv;
+
+    let mut t = 0;
+    while t < n_tiles {
+        let k0 = kv_lo as usize + t * BN;
+        // Every wave is done with the previous tile (and the Q tile is written).
+        barrier();
+        let mut e = tid;
+        while e < BN * d {
+            let (j, c) = (e / d, e % d);
+            // SAFETY: keys below len_k lie in k (checked above); c < d, j < BN lie in the
+            // K region.
+            unsafe { *kt_lds.add(c * ldk + j) = if k0 + j < len_k { *kp.add(k_base + (k0 + j) * kv_stride + c) } else { T::ZERO } };
+            e += nthreads;
+        }
+        let mut e = tid;
+        while e < BN * dv {
+            let (j, c) = (e / dv, e % dv);
+            // Zeros past the sequence: their probabilities are 0, and 0 * garbage could be
+            // NaN. SAFETY: as above, in the V region.
+            unsafe { *v_lds.add(j * ldv + c) = if k0 + j < len_k { *vp.add(v_base + (k0 + j) * kv_stride + c) } else { T::ZERO } };
+            e += nthreads;
+        }
+        barrier();
+        // Scale, soft-cap, ALiBi and mask, into the log2 domain.
+        let score = PrefillScore {
+            diag0: row0 as i32 + off,
+            k0: k0 as i32,
+            len_k: len_k as i32,
+            window_left,
+            window_right,
+            scale,
+            softcap,
+            inv_cap,
+            slope,
+        };
+        // SAFETY: the tiles lie in `smem` with rows 16-byte aligned (strides and offsets
+        // multiples of 8 elements).
+        unsafe { st.add_tile::<T>(q_lds.add(wave * 16 * ldq), ldq, kt_lds, ldk, v_lds, ldv, d, nof, &score) };
+        t += 1;
+    }
+
+    // Normalise, write the rows of this sequence and (first value chunk) the LSE.
+    let lse_f = st.finish(nof);
+    let o_base = q_row0 * q_stride + h * d + vc * dv;
+    each!(of in [0, 1, 2, 3, 4, 5, 6, 7] {
+        if of < nof {
+            st.o[of].for_each(|r, c, x| {
+                let i = row0 + r;
+                if i < len_q {
+                    // SAFETY: rows below q_hi lie in out (checked above).
+                    unsafe { *op.add(o_base + i * q_stride + of * 16 + c) = T::from_f32(x) };
+                }
+            });
+        }
+    });
+    if vc == 0 {
+        lse_f.for_each(|r, c, x| {
+            let i = row0 + r;
+            if c == 0 && i < len_q {
+                let at = if varlen { h * total_q as usize + q_row0 + i } else { (b * heads_n + h) * seq_q as usize + i };
+                // SAFETY: below lse_end (checked above).
+                unsafe { *lse_p.add(at) = x };
+            }
+        });
+    }
+}
+
+#[cfg(not(any(target_arch = "amdgpu", target_arch = "nvptx64")))]
+pub mod host;

@@ -1,0 +1,307 @@
+//! Decode attention over a paged KV cache (one new query token per sequence), split-KV
+//! (flash-decoding) with a merge pass, and `reshape_and_cache`, which writes new keys and
+//! values into their cache slots.
+//!
+//! # Layout
+//! - `q`, `out [batch, heads, D]`; `lse [batch, heads]` (f32, natural log).
+//! - `k_cache`, `v_cache [num_blocks, block_size, kv_heads, D]`: token `t` of sequence `b`
+//!   lives in block `block_tables[b * max_blocks + t / block_size]`, row `t % block_size`.
+//! - `context_lens [batch]`: tokens of each sequence in the cache (the new one included).
+//! - `slot_mapping [tokens]` for [`reshape_and_cache`]: `block * block_size + row`, or
+//!   negative to skip the token (padding).
+//!
+//! # Work decomposition
+//! [`paged_decode`] runs one work-group per (key split, KV head, value chunk, sequence).
+//! The `heads / kv_heads` query heads that share a KV head are the rows of the work-group's
+//! 16-row fragments (one wave per 16 heads), so each KV block is read once for all of them:
+//! the same online-softmax tile loop as [`flash_fwd`](crate::flash::flash_fwd), with the
+//! keys gathered through the block table into shared memory. Each split of `split_len`
+//! keys writes its unnormalised f32 output and its (max, sum) to a workspace;
+//! [`paged_merge`] combines a sequence's splits (only the ones its context reaches) into
+//! the output and the log-sum-exp. Shared memory as [`flash_fwd`](crate::flash::flash_fwd):
+//! [`smem_elems`](crate::flash::smem_elems).
+// The head-dimension types name the device instances (the host launcher finds them by name).
+#[allow(unused_imports)]
+use crate::flash::{Hd128, Hd256, Hd64, Hd80, Hd96};
+use crate::flash::{smem_elems, value_chunk, value_chunks, HeadDim, RowState, Score, BN, PAD};
+use kernel_dsl::mma::{self, MmaFloat};
+use kernel_dsl::prelude::*;
+
+/// Most query heads per KV head (four waves of 16 rows).
+pub const MAX_GROUP: usize = 64;
+
+/// Decode scores: scaled into the log2 domain, keys past the split masked.
+#[derive(Clone, Copy)]
+struct DecodeScore {
+    /// Keys of this tile inside the split.
+    keys: u32,
+    /// `scale * log2(e)`.
+    scale2: f32,
+}
+
+impl Score for DecodeScore {
+    #[inline(always)]
+    fn score(&self, _: usize, jt: usize, x: f32) -> f32 {
+        if (jt as u32) < self.keys {
+            x * self.scale2
+        } else {
+            f32::NEG_INFINITY
+        }
+    }
+}
+
+/// Runs `$body` with `$i` bound to each listed constant.
+macro_rules! each {
+    ($i:ident in [$($n:literal),*] $body:block) => {$({
+        #[allow(non_upper_case_globals)]
+        const $i: usize = $n;
+        $body
+    })*};
+}
+
+/// One split of one sequence's keys for the query heads of one KV head (see the module
+/// docs). Grid: x = splits, y = `kv_heads * value_chunks(D)`, z = sequences; `ceil(group /
+/// 16)` waves; dynamic shared memory of `flash::smem_elems(D)` elements. Writes, for
+/// every query head `h` of the group and split `s` its context reaches,
+/// `part_o[((b * heads + h) * splits + s) * D ..]` (unnormalised) and
+/// `part_ml[((b * heads + h) * splits + s) * 2 ..]` = (max in log2 units, sum).
+#[amdgpu_kernel(T = [f16, bf16], H = [Hd64, Hd80, Hd96, Hd128, Hd256], max_threads = 256)]
+#[allow(clippy::too_many_arguments)]
+pub fn paged_decode<T: MmaFloat, H: HeadDim>(
+    q: &[T],
+    k_cache: &[T],
+    v_cache: &[T],
+    block_tables: &[u32],
+    context_lens: &[u32],
+    part_o: &mut [f32],
+    part_ml: &mut [f32],
+    heads: u32,
+    kv_heads: u32,
+    block_size: u32,
+    max_blocks: u32,
+    split_len: u32,
+    scale: f32,
+    smem: SharedDyn<T>,
+) {
+    let low = mma::lowering();
+    let d = H::D;
+    let dv = value_chunk(d, low);
+    let (ldq, ldk, ldv) = (d + PAD, BN + PAD, dv + PAD);
+    let rows = flat_block_dim() as usize / wave::size() as usize * 16;
+    if smem.len() < smem_elems(d, rows, low) {
+        panic!("paged_decode: shared memory too small");
+    }
+    let chunks = value_chunks(d, low);
+    let (hk, vc) = (block_idx_y() as usize / chunks, block_idx_y() as usize % chunks);
+    let nof = dv / 16;
+    let (b, split) = (block_idx_z() as usize, block_idx_x() as usize);
+    let (heads_n, kv_n) = (heads as usize, kv_heads as usize);
+    let group = heads_n / kv_n;
+    let splits = grid_dim_x() as usize;
+    let ctx = context_lens[b] as usize;
+    let k_lo = split * split_len as usize;
+    if k_lo >= ctx {
+        // Past this sequence's context: the merge pass does not read this split.
+        return;
+    }
+    let k_hi = if k_lo + (split_len as usize) < ctx { k_lo + split_len as usize } else { ctx };
+    let n_tiles = (k_hi - k_lo).div_ceil(BN);
+    let bs = block_size as usize;
+    let table = b * max_blocks as usize;
+    let h0 = hk * group;
+    let row_elems = kv_n * d;
+    // Uniform checks: the group's query rows, this split's block-table entries and
+    // workspace rows lie in their buffers (the cache rows are checked per tile).
+    let part_end = ((b * heads_n + h0 + group) * splits) * d;
+    if (b * heads_n + h0 + group) * d > q.len()
+        || table + (k_hi - 1) / bs >= block_tables.len()
+        || part_end > part_o.len()
+        || part_end / d * 2 > part_ml.len()
+        || k_cache.len() != v_cache.len()
+    {
+        panic!("paged_decode: a buffer is shorter than the shape needs");
+    }
+    // Every block this split reads lies in the caches (one uniform pass over its table
+    // entries), so the gathers below index without per-element checks.
+    let num_blocks = k_cache.len() / row_elems / bs;
+    let mut blk = k_lo / bs;
+    while blk <= (k_hi - 1) / bs {
+        if block_tables[table + blk] as usize >= num_blocks {
+            panic!("paged_decode: a block table entry is outside the cache");
+        }
+        blk += 1;
+    }
+    let (qp, kp, vp, tp) = (q.as_ptr(), k_cache.as_ptr(), v_cache.as_ptr(), block_tables.as_ptr());
+
+    let tid = flat_thread_idx() as usize;
+    let nthreads = flat_block_dim() as usize;
+    let wave = tid / wave::size() as usize;
+    let sp = smem.as_ptr();
+    let q_lds = sp;
+    let kt_lds = sp.wrapping_add(rows * ldq);
+    let v_lds = kt_lds.wrapping_add(d * ldk);
+
+    // The group's query rows, zero past the group.
+    let mut e = tid;
+    while e < rows * d {
+        let (r, c) = (e / d, e % d);
+        // SAFETY: the group's rows lie in q (checked above); r < rows, c < d: inside the
+        // Q region (length checked above).
+        let x = if r < group { unsafe { *qp.add((b * heads_n + h0 + r) * d + c) } } else { T::ZERO };
+        unsafe { *q_lds.add(r * ldq + c) = x };
+        e += nthreads;
+    }
+
+    let mut st = RowState::new();
+    let scale2 = scale * core::f32::consts::LOG2_E;
+    let mut t = 0;
+    while t < n_tiles {
+        let k0 = k_lo + t * BN;
+        barrier();
+        // Keys (transposed) and values of this tile, gathered through the block table:
+        // one slot lookup per key row.
+        let mut e = tid;
+        while e < BN * d {
+            let (j, c) = (e / d, e % d);
+            let key = k0 + j;
+            let x = if key < k_hi {
+                // SAFETY: the table entries of this split lie in block_tables and name
+                // blocks inside the caches (checked above).
+                unsafe {
+                    let slot = *tp.add(table + key / bs) as usize * bs + key % bs;
+                    *kp.add(slot * row_elems + hk * d + c)
+                }
+            } else {
+                T::ZERO
+            };
+            // SAFETY: c < d, j < BN: inside the K region.
+            unsafe { *kt_lds.add(c * ldk + j) = x };
+            e += nthreads;
+        }
+        let mut e = tid;
+        while e < BN * dv {
+            let (j, c) = (e / dv, e % dv);
+            let key = k0 + j;
+            let x = if key < k_hi {
+                // SAFETY: as above (v_cache has k_cache's length).
+                unsafe {
+                    let slot = *tp.add(table + key / bs) as usize * bs + key % bs;
+                    *vp.add(slot * row_elems + hk * d + vc * dv + c)
+                }
+            } else {
+                T::ZERO
+            };
+            // SAFETY: j < BN, c < dv: inside the V region.
+            unsafe { *v_lds.add(j * ldv + c) = x };
+            e += nthreads;
+        }
+        barrier();
+        let score = DecodeScore { keys: (k_hi - k0) as u32, scale2 };
+        // SAFETY: the tiles lie in `smem`, rows 16-byte aligned.
+        unsafe { st.add_tile::<T>(q_lds.add(wave * 16 * ldq), ldq, kt_lds, ldk, v_lds, ldv, d, nof, &score) };
+        t += 1;
+    }
+
+    // This split's unnormalised rows and (first value chunk) their max and sum.
+    let row0 = wave * 16;
+    let part = |r: usize| ((b * heads_n + h0 + r) * splits + split) * d;
+    let (pop, pmp) = (part_o.as_mut_ptr(), part_ml.as_mut_ptr());
+    each!(of in [0, 1, 2, 3, 4, 5, 6, 7] {
+        if of < nof {
+            st.o[of].for_each(|r, c, x| {
+                if row0 + r < group {
+                    // SAFETY: the group's workspace rows lie in part_o (checked above).
+                    unsafe { *pop.add(part(row0 + r) + vc * dv + of * 16 + c) = x };
+                }
+            });
+        }
+    });
+    if vc == 0 {
+        st.m.for_each(|r, c, x| {
+            if c == 0 && row0 + r < group {
+                // SAFETY: inside part_ml (checked above).
+                unsafe { *pmp.add(part(row0 + r) / d * 2) = x };
+            }
+        });
+        st.l.for_each(|r, c, x| {
+            if c == 0 && row0 + r < group {
+                // SAFETY: inside part_ml (checked above).
+                unsafe { *pmp.add(part(row0 + r) / d * 2 + 1) = x };
+            }
+        });
+    }
+}
+
+/// Merges the splits of [`paged_decode`]: work-group `(h, b)` (grid x = heads, y =
+/// sequences) reads the `ceil(context_lens[b] / split_len)` splits of head `h` and writes
+/// `out[(b * heads + h) * d ..]` and `lse[b * heads + h]` (zeros and `-inf` for an empty
+/// context). Any work-group size.
+#[amdgpu_kernel(T = [f16, bf16], max_threads = 256)]
+#[allow(clippy::too_many_arguments)]
+pub fn paged_merge<T: Float>(
+    part_o: &[f32],
+    part_ml: &[f32],
+    context_lens: &[u32],
+    out: &mut [T],
+    lse: &mut [f32],
+    heads: u32,
+    d: u32,
+    splits: u32,
+    split_len: u32,
+) {
+    let (h, b) = (block_idx_x() as usize, block_idx_y() as usize);
+    let (heads, d, splits) = (heads as usize, d as usize, splits as usize);
+    let n = (context_lens[b] as usize).div_ceil(split_len as usize);
+    let first = (b * heads + h) * splits;
+    let mut mx = f32::NEG_INFINITY;
+    for s in 0..n {
+        mx = mx.max(part_ml[(first + s) * 2]);
+    }
+    let mu = if mx == f32::NEG_INFINITY { 0.0 } else { mx };
+    let mut sum = 0.0f32;
+    for s in 0..n {
+        let ms = part_ml[(first + s) * 2];
+        if ms != f32::NEG_INFINITY {
+            sum += part_ml[(first + s) * 2 + 1] * (ms - mu).exp2();
+        }
+    }
+    let inv = if sum > 0.0 { 1.0 / sum } else { 0.0 };
+    let mut c = thread_idx_x() as usize;
+    while c < d {
+        let mut acc = 0.0f32;
+        for s in 0..n {
+            let ms = part_ml[(first + s) * 2];
+            if ms != f32::NEG_INFINITY {
+                acc += part_o[(first + s) * d + c] * (ms - mu).exp2();
+            }
+        }
+        out[(b * heads + h) * d + c] = T::from_f32(acc * inv);
+        c += block_dim_x() as usize;
+    }
+    if thread_idx_x() == 0 {
+        lse[b * heads + h] = if sum > 0.0 { (mu + sum.log2()) * core::f32::consts::LN_2 } else { f32::NEG_INFINITY };
+    }
+}
+
+/// Writes token `t`'s key and value rows (`row = kv_heads * D` elements of `k`, `v`
+/// `[tokens, kv_heads, D]`) to slot `slot_mapping[t]` of the caches (`[slots, row]`);
+/// negative slots are skipped. One work-item per element (grid-stride).
+#[amdgpu_kernel(T = [f16, bf16, f32], max_threads = 256)]
+pub fn reshape_and_cache<T: Element>(k: &[T], v: &[T], k_cache: &mut [T], v_cache: &mut [T], slot_mapping: &[i64], row: u32) {
+    let row = row as usize;
+    let n = slot_mapping.len() * row;
+    let mut e = global_idx_x();
+    while e < n {
+        let (t, c) = (e / row, e % row);
+        let slot = slot_mapping[t];
+        if slot >= 0 {
+            let at = slot as usize * row + c;
+            k_cache[at] = k[e];
+            v_cache[at] = v[e];
+        }
+        e += global_size_x();
+    }
+}
+
+#[cfg(not(any(target_arch = "amdgpu", target_arch = "nvptx64")))]
+pub mod host;

@@ -1,0 +1,214 @@
+//! The checked launchers of [`paged_decode`](super::paged_decode) with its merge pass, and
+//! of [`reshape_and_cache`](super::reshape_and_cache). Block tables, context lengths and
+//! slot mappings are host slices: they are validated (every slot inside the cache) and
+//! uploaded, so an error writes nothing and the kernels never index out of range.
+use super::{paged_decode, paged_merge, reshape_and_cache, MAX_GROUP};
+use crate::flash::{smem_elems, value_chunks, Hd128, Hd256, Hd64, Hd80, Hd96, HeadDim, BN, HEAD_DIMS};
+use crate::{AttentionError, FlashElem};
+use kernel_dsl::host::{LaunchConfig, ScalarArg};
+use kernel_dsl::{Dim3, Element};
+use kernel_runtime::{Device, DeviceVec};
+
+/// Sizes of a paged decode step: `q [batch, heads, head_dim]` against caches
+/// `[num_blocks, block_size, kv_heads, head_dim]`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PagedShape {
+    /// Sequences (one query token each).
+    pub batch: usize,
+    /// Query heads.
+    pub heads: usize,
+    /// Key/value heads (divides `heads`, at most [`MAX_GROUP`] query heads each).
+    pub kv_heads: usize,
+    /// Head dimension: 64, 80, 96, 128 or 256.
+    pub head_dim: usize,
+    /// Blocks in each cache.
+    pub num_blocks: usize,
+    /// Tokens per block (any positive size; 16, 32 and 64 are the usual ones).
+    pub block_size: usize,
+}
+
+fn arg(arg: &'static str, reason: impl Into<String>) -> AttentionError {
+    AttentionError::Argument { arg, reason: reason.into() }
+}
+
+fn len_is(name: &'static str, have: usize, want: usize) -> Result<(), AttentionError> {
+    if have != want {
+        return Err(arg(name, format!("has {have} elements; the shape needs {want}")));
+    }
+    Ok(())
+}
+
+fn product(name: &'static str, xs: &[usize]) -> Result<usize, AttentionError> {
+    xs.iter().try_fold(1usize, |a, &x| a.checked_mul(x)).ok_or_else(|| arg(name, "size overflows usize"))
+}
+
+/// Keys per split: the caller's choice, or enough splits that about 128 work-groups run
+/// (`batch * kv_heads * splits`), each split at least 256 keys; a multiple of the key
+/// tile.
+pub fn split_len_for(batch: usize, kv_heads: usize, longest: usize, chosen: Option<usize>) -> usize {
+    let len = match chosen {
+        Some(s) => s.max(1),
+        None => {
+            let groups = (batch * kv_heads).max(1);
+            let splits = 128usize.div_ceil(groups).clamp(1, longest.div_ceil(256).max(1));
+            longest.div_ceil(splits).max(1)
+        }
+    };
+    len.div_ceil(BN) * BN
+}
+
+/// `out[b, h] = softmax(q[b, h] . K_b^T * scale) V_b` over the `context_lens[b]` cached
+/// tokens of sequence `b` (found through `block_tables [batch, max_blocks]`), and `lse[b,
+/// h]` its natural log-sum-exp (zeros and `-inf` for an empty context). `split_len`:
+/// keys per split-KV partition (`None`: chosen from the shape, [`split_len_for`]).
+///
+/// Errors name the argument; on an error nothing is written.
+#[allow(clippy::too_many_arguments)]
+pub fn paged_attention<T: FlashElem>(
+    dev: &Device,
+    shape: PagedShape,
+    q: &DeviceVec<T>,
+    k_cache: &DeviceVec<T>,
+    v_cache: &DeviceVec<T>,
+    block_tables: &[u32],
+    context_lens: &[u32],
+    out: &mut DeviceVec<T>,
+    lse: &mut DeviceVec<f32>,
+    scale: f32,
+    split_len: Option<usize>,
+) -> Result<(), AttentionError> {
+    let PagedShape { batch, heads, kv_heads, head_dim: d, num_blocks, block_size } = shape;
+    if !HEAD_DIMS.contains(&d) {
+        return Err(AttentionError::HeadDim(d));
+    }
+    if heads == 0 || kv_heads == 0 || heads % kv_heads != 0 {
+        return Err(arg("k_cache", format!("{kv_heads} key/value heads do not divide {heads} query heads")));
+    }
+    let group = heads / kv_heads;
+    if group > MAX_GROUP {
+        return Err(arg("q", format!("{group} query heads per key/value head; at most {MAX_GROUP}")));
+    }
+    if block_size == 0 {
+        return Err(arg("block_size", "must be positive"));
+    }
+    if !scale.is_finite() {
+        return Err(arg("scale", format!("{scale} is not finite")));
+    }
+    let nq = product("q", &[batch, heads, d])?;
+    len_is("q", q.len(), nq)?;
+    let cache = product("k_cache", &[num_blocks, block_size, kv_heads, d])?;
+    len_is("k_cache", k_cache.len(), cache)?;
+    len_is("v_cache", v_cache.len(), cache)?;
+    len_is("out", out.len(), nq)?;
+    len_is("lse", lse.len(), batch * heads)?;
+    len_is("context_lens", context_lens.len(), batch)?;
+    if batch == 0 {
+        return Ok(());
+    }
+    if block_tables.len() % batch != 0 {
+        return Err(arg("block_tables", format!("{} entries are not batch = {batch} rows", block_tables.len())));
+    }
+    let max_blocks = block_tables.len() / batch;
+    for (b, &c) in context_lens.iter().enumerate() {
+        let need = (c as usize).div_ceil(block_size);
+        if need > max_blocks {
+            return Err(arg("context_lens", format!("sequence {b} has {c} tokens; its block table row holds {}", max_blocks * block_size)));
+        }
+        let row = &block_tables[b * max_blocks..][..need];
+        if let Some(&bad) = row.iter().find(|&&x| x as usize >= num_blocks) {
+            return Err(arg("block_tables", format!("sequence {b} names block {bad}; the caches have {num_blocks}")));
+        }
+    }
+    let longest = context_lens.iter().copied().max().unwrap_or(0) as usize;
+    let split_len = split_len_for(batch, kv_heads, longest, split_len);
+    let splits = longest.div_ceil(split_len).max(1);
+    let low = crate::lowering_of(dev);
+    if batch > 65535 || kv_heads * value_chunks(d, low) > 65535 || split_len > u32::MAX as usize || max_blocks > u32::MAX as usize {
+        return Err(arg("q", "batch or heads exceed the grid limit of 65535"));
+    }
+    let tables = dev.upload(if block_tables.is_empty() { &[0u32][..] } else { block_tables })?;
+    let lens = dev.upload(context_lens)?;
+    let mut part_o = dev.alloc_uninit::<f32>(batch * heads * splits * d)?;
+    let mut part_ml = dev.alloc_uninit::<f32>(batch * heads * splits * 2)?;
+    let waves = group.div_ceil(16);
+    let cfg = LaunchConfig::new(Dim3::new(splits as u32, (kv_heads * value_chunks(d, low)) as u32, batch as u32), Dim3::x(waves as u32 * low.wave_lanes()))
+        .with_dynamic_shared(smem_elems(d, waves * 16, low));
+    let args = DecodeArgs {
+        heads: heads as u32,
+        kv_heads: kv_heads as u32,
+        block_size: block_size as u32,
+        max_blocks: max_blocks as u32,
+        split_len: split_len as u32,
+        scale,
+    };
+    fn go<T: FlashElem, H: HeadDim>(
+        dev: &Device,
+        cfg: LaunchConfig,
+        a: &DecodeArgs,
+        bufs: (&DeviceVec<T>, &DeviceVec<T>, &DeviceVec<T>, &DeviceVec<u32>, &DeviceVec<u32>, &mut DeviceVec<f32>, &mut DeviceVec<f32>),
+    ) -> Result<(), AttentionError> {
+        let (q, kc, vc, tables, lens, po, pml) = bufs;
+        paged_decode::launch::<T, H>(dev, cfg, q, kc, vc, tables, lens, po, pml, a.heads, a.kv_heads, a.block_size, a.max_blocks, a.split_len, a.scale)?;
+        Ok(())
+    }
+    let bufs = (q, k_cache, v_cache, &tables, &lens, &mut part_o, &mut part_ml);
+    match d {
+        64 => go::<T, Hd64>(dev, cfg, &args, bufs),
+        80 => go::<T, Hd80>(dev, cfg, &args, bufs),
+        96 => go::<T, Hd96>(dev, cfg, &args, bufs),
+        128 => go::<T, Hd128>(dev, cfg, &args, bufs),
+        _ => go::<T, Hd256>(dev, cfg, &args, bufs),
+    }?;
+    let cfg = LaunchConfig::new(Dim3::new(heads as u32, batch as u32, 1), Dim3::x(64));
+    paged_merge::launch::<T>(dev, cfg, &part_o, &part_ml, &lens, out, lse, heads as u32, d as u32, splits as u32, split_len as u32)?;
+    Ok(())
+}
+
+struct DecodeArgs {
+    heads: u32,
+    kv_heads: u32,
+    block_size: u32,
+    max_blocks: u32,
+    split_len: u32,
+    scale: f32,
+}
+
+/// Writes the rows of `k`, `v` (`[tokens, kv_heads, head_dim]`, `row = kv_heads *
+/// head_dim` elements per token) into the caches (`[num_blocks, block_size, kv_heads,
+/// head_dim]`, so `slots = num_blocks * block_size` rows) at `slot_mapping[t]` (`block *
+/// block_size + offset`; negative: skipped). Slots must be distinct and inside the cache;
+/// errors name the argument and write nothing.
+pub fn reshape_and_cache_rows<T: Element + ScalarArg>(
+    dev: &Device,
+    row: usize,
+    k: &DeviceVec<T>,
+    v: &DeviceVec<T>,
+    k_cache: &mut DeviceVec<T>,
+    v_cache: &mut DeviceVec<T>,
+    slot_mapping: &[i64],
+) -> Result<(), AttentionError> {
+    if row == 0 {
+        return Err(arg("k", "rows of zero elements"));
+    }
+    let n = product("k", &[slot_mapping.len(), row])?;
+    len_is("k", k.len(), n)?;
+    len_is("v", v.len(), n)?;
+    if k_cache.len() % row != 0 {
+        return Err(arg("k_cache", format!("{} elements are not whole rows of {row}", k_cache.len())));
+    }
+    len_is("v_cache", v_cache.len(), k_cache.len())?;
+    let slots = k_cache.len() / row;
+    let mut seen = std::collections::HashSet::new();
+    for (t, &s) in slot_mapping.iter().enumerate() {
+        if s >= 0 && (s as u64 >= slots as u64 || !seen.insert(s)) {
+            return Err(arg("slot_mapping", format!("token {t}: slot {s} is outside the {slots} cache slots or repeated")));
+        }
+    }
+    if n == 0 {
+        return Ok(());
+    }
+    let map = dev.upload(slot_mapping)?;
+    let groups = n.div_ceil(256).min(65535 * 16) as u32;
+    reshape_and_cache::launch::<T>(dev, LaunchConfig::new(Dim3::x(groups), Dim3::x(256)), k, v, k_cache, v_cache, &map, row as u32)?;
+    Ok(())
+}

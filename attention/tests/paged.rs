@@ -1,0 +1,233 @@
+//! `attention::paged` against a naive f64 softmax attention over the gathered cache, on
+//! the CPU executor in every matrix-unit emulation (and a GPU when this build has one):
+//! shuffled block tables, partly filled last blocks, block sizes 16/32/64, GQA ratios
+//! 1/4/8, sequences of different lengths in one launch, several split-KV partitions.
+//! Tolerances as in `tests/flash.rs` (inputs rounded first; `P` rounded to the input type
+//! before `P V`; f32 accumulation and merge).
+use attention::paged::host::{paged_attention, reshape_and_cache_rows, PagedShape};
+use attention::{AttentionError, FlashElem};
+use half::{bf16, f16};
+use kernel_dsl::host::{CpuExecutor, MatrixUnit, WaveSize};
+use kernel_dsl::Float;
+use kernel_runtime::Device;
+
+fn executors() -> Vec<Device> {
+    let mut v = vec![
+        Device::cpu_with(CpuExecutor::new(WaveSize::W64)),
+        Device::cpu_with(CpuExecutor::new(WaveSize::W32)),
+        Device::cpu_with(CpuExecutor::new(WaveSize::W32).with_matrix_unit(MatrixUnit::Wmma12)),
+        Device::cpu_with(CpuExecutor::new(WaveSize::W32).with_matrix_unit(MatrixUnit::MmaSync)),
+        Device::cpu_with(CpuExecutor::new(WaveSize::W32).with_matrix_unit(MatrixUnit::Valu)),
+    ];
+    for d in [Device::cuda(0), Device::rocm(0)].into_iter().flatten() {
+        v.push(d);
+    }
+    v
+}
+
+fn name(dev: &Device) -> String {
+    format!("{} / {:?}", kernel_dsl::host::Executor::name(dev), attention::lowering_of(dev))
+}
+
+/// Deterministic values in `[lo, hi)` and a permutation source.
+struct Rng(u64);
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 = self.0.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+        self.0 >> 11
+    }
+    fn uniform(&mut self, lo: f64, hi: f64) -> f64 {
+        lo + (hi - lo) * (self.next() as f64 / (1u64 << 53) as f64)
+    }
+    fn shuffle<X>(&mut self, v: &mut [X]) {
+        for i in (1..v.len()).rev() {
+            v.swap(i, (self.next() % (i as u64 + 1)) as usize);
+        }
+    }
+}
+
+trait Elem: FlashElem + Float + std::fmt::Debug + PartialEq {
+    const U: f64;
+    fn from_f64(v: f64) -> Self;
+}
+impl Elem for f16 {
+    const U: f64 = 1.0 / 2048.0;
+    fn from_f64(v: f64) -> Self {
+        f16::from_f64(v)
+    }
+}
+impl Elem for bf16 {
+    const U: f64 = 1.0 / 256.0;
+    fn from_f64(v: f64) -> Self {
+        bf16::from_f64(v)
+    }
+}
+
+fn values<T: Elem>(rng: &mut Rng, n: usize, lo: f64, hi: f64) -> Vec<T> {
+    (0..n).map(|_| T::from_f64(rng.uniform(lo, hi))).collect()
+}
+
+fn f(x: impl Float) -> f64 {
+    x.to_f32() as f64
+}
+
+/// A decode step over sequences of `lens` tokens in a cache of shuffled blocks.
+fn check<T: Elem>(dev: &Device, lens: &[usize], heads: usize, kv_heads: usize, d: usize, block_size: usize, split_len: Option<usize>, seed: u64) {
+    let mut rng = Rng(seed);
+    let batch = lens.len();
+    let max_blocks = lens.iter().map(|l| l.div_ceil(block_size)).max().unwrap().max(1) + 1;
+    // Blocks of all sequences plus a few unused ones, in shuffled order.
+    let used: usize = lens.iter().map(|l| l.div_ceil(block_size)).sum();
+    let num_blocks = used + 3;
+    let mut order: Vec<u32> = (0..num_blocks as u32).collect();
+    rng.shuffle(&mut order);
+    let mut tables = vec![0u32; batch * max_blocks];
+    let mut next = 0;
+    for (b, &l) in lens.iter().enumerate() {
+        for i in 0..l.div_ceil(block_size) {
+            tables[b * max_blocks + i] = order[next];
+            next += 1;
+        }
+        // Entries past the context name an out-of-range block: never read.
+        for i in l.div_ceil(block_size)..max_blocks {
+            tables[b * max_blocks + i] = u32::MAX;
+        }
+    }
+    let row = kv_heads * d;
+    let kc: Vec<T> = values(&mut rng, num_blocks * block_size * row, -2.0, 2.0);
+    let vc: Vec<T> = values(&mut rng, num_blocks * block_size * row, -1.0, 1.0);
+    let q: Vec<T> = values(&mut rng, batch * heads * d, -2.0, 2.0);
+    let scale = 1.0 / (d as f64).sqrt();
+    // Reference over the gathered cache.
+    let mut want = vec![0.0f64; batch * heads * d];
+    let mut want_lse = vec![f64::NEG_INFINITY; batch * heads];
+    for (b, &l) in lens.iter().enumerate() {
+        let slot = |t: usize| tables[b * max_blocks + t / block_size] as usize * block_size + t % block_size;
+        for h in 0..heads {
+            let hk = h / (heads / kv_heads);
+            if l == 0 {
+                continue;
+            }
+            let s: Vec<f64> = (0..l)
+                .map(|t| scale * (0..d).map(|c| f(q[(b * heads + h) * d + c]) * f(kc[slot(t) * row + hk * d + c])).sum::<f64>())
+                .collect();
+            let m = s.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
+            let sum: f64 = s.iter().map(|x| (x - m).exp()).sum();
+            want_lse[b * heads + h] = m + sum.ln();
+            for (t, x) in s.iter().enumerate() {
+                let p = (x - m).exp() / sum;
+                for c in 0..d {
+                    want[(b * heads + h) * d + c] += p * f(vc[slot(t) * row + hk * d + c]);
+                }
+            }
+        }
+    }
+    let (dq, dk, dv) = (dev.upload(&q).unwrap(), dev.upload(&kc).unwrap(), dev.upload(&vc).unwrap());
+    let mut out = dev.upload(&vec![T::from_f64(f64::NAN); q.len()]).unwrap();
+    let mut lse = dev.upload(&vec![f32::NAN; batch * heads]).unwrap();
+    let shape = PagedShape { batch, heads, kv_heads, head_dim: d, num_blocks, block_size };
+    let lens32: Vec<u32> = lens.iter().map(|&l| l as u32).collect();
+    paged_attention(dev, shape, &dq, &dk, &dv, &tables, &lens32, &mut out, &mut lse, scale as f32, split_len).unwrap();
+    let (got, got_lse) = (dev.download(&out).unwrap(), dev.download(&lse).unwrap());
+    let what = format!("{} lens {lens:?} heads {heads}/{kv_heads} d {d} block {block_size} split {split_len:?} on {}", T::NAME, name(dev));
+    for (i, (g, w)) in got.iter().zip(&want).enumerate() {
+        let tol = 2.0 * T::U + T::U * w.abs() + 1e-5;
+        assert!((f(*g) - w).abs() <= tol, "{what}: out[{i}] = {}, want {w}", f(*g));
+    }
+    for (i, (g, w)) in got_lse.iter().zip(&want_lse).enumerate() {
+        let g = *g as f64;
+        if w.is_infinite() {
+            assert!(g == *w, "{what}: lse[{i}] = {g}, want -inf");
+        } else {
+            assert!((g - w).abs() <= 1e-4 * (1.0 + w.abs()), "{what}: lse[{i}] = {g}, want {w}");
+        }
+    }
+}
+
+#[test]
+fn paged_decode_in_every_lowering() {
+    for (e, dev) in executors().iter().enumerate() {
+        // Different lengths (partly filled last blocks, an empty context), several splits.
+        check::<f16>(dev, &[37, 1, 100, 0], 4, 1, 64, 16, Some(32), 1 + e as u64);
+        check::<bf16>(dev, &[70, 5], 2, 2, 128, 32, None, 2 + e as u64);
+    }
+}
+
+#[test]
+fn paged_block_sizes_and_gqa_ratios() {
+    let devs = executors();
+    for (i, (bs, heads, kv)) in [(16usize, 8usize, 8usize), (32, 8, 2), (64, 8, 1), (16, 32, 1)].into_iter().enumerate() {
+        let dev = &devs[i % devs.len()];
+        check::<f16>(dev, &[45, 130, 3], heads, kv, 64, bs, Some(64), 10 + i as u64);
+    }
+}
+
+#[test]
+fn paged_head_dims() {
+    let devs = executors();
+    for (i, d) in [80usize, 96, 256].into_iter().enumerate() {
+        check::<bf16>(&devs[i % 2], &[33, 9], 4, 2, d, 16, Some(32), 20 + i as u64);
+    }
+}
+
+#[test]
+fn reshape_and_cache_writes_slots_and_then_decode_reads_them() {
+    for dev in executors().into_iter().take(2) {
+        let (kv_heads, d, block_size, num_blocks) = (2usize, 64usize, 16usize, 5usize);
+        let row = kv_heads * d;
+        let mut rng = Rng(7);
+        let kc: Vec<f16> = values(&mut rng, num_blocks * block_size * row, -1.0, 1.0);
+        let vc: Vec<f16> = values(&mut rng, num_blocks * block_size * row, -1.0, 1.0);
+        let k_new: Vec<f16> = values(&mut rng, 3 * row, -1.0, 1.0);
+        let v_new: Vec<f16> = values(&mut rng, 3 * row, -1.0, 1.0);
+        let slots = [3 * 16 + 5, -1, 16 + 15];
+        let (mut dkc, mut dvc) = (dev.upload(&kc).unwrap(), dev.upload(&vc).unwrap());
+        let (dkn, dvn) = (dev.upload(&k_new).unwrap(), dev.upload(&v_new).unwrap());
+        reshape_and_cache_rows(&dev, row, &dkn, &dvn, &mut dkc, &mut dvc, &slots).unwrap();
+        let (gk, gv) = (dev.download(&dkc).unwrap(), dev.download(&dvc).unwrap());
+        let (mut wk, mut wv) = (kc.clone(), vc.clone());
+        for (t, &s) in slots.iter().enumerate() {
+            if s >= 0 {
+                wk[s as usize * row..][..row].copy_from_slice(&k_new[t * row..][..row]);
+                wv[s as usize * row..][..row].copy_from_slice(&v_new[t * row..][..row]);
+            }
+        }
+        assert!(gk == wk && gv == wv, "reshape_and_cache on {}", name(&dev));
+        // Errors name the argument and write nothing.
+        let r = reshape_and_cache_rows(&dev, row, &dkn, &dvn, &mut dkc, &mut dvc, &[0, 1, (num_blocks * block_size) as i64]);
+        assert!(matches!(r, Err(AttentionError::Argument { arg: "slot_mapping", .. })), "{r:?}");
+        let r = reshape_and_cache_rows(&dev, row, &dkn, &dvn, &mut dkc, &mut dvc, &[0, 0, 1]);
+        assert!(matches!(r, Err(AttentionError::Argument { arg: "slot_mapping", .. })), "{r:?}");
+        assert!(dev.download(&dkc).unwrap() == gk, "k_cache written on error");
+    }
+}
+
+#[test]
+fn paged_bad_arguments_are_named() {
+    let dev = Device::cpu(WaveSize::W32);
+    let shape = PagedShape { batch: 2, heads: 4, kv_heads: 2, head_dim: 64, num_blocks: 4, block_size: 16 };
+    let q = dev.upload(&vec![f16::ONE; 2 * 4 * 64]).unwrap();
+    let cache = dev.upload(&vec![f16::ONE; 4 * 16 * 2 * 64]).unwrap();
+    let mut out = dev.upload(&vec![f16::from_f32(7.0); 2 * 4 * 64]).unwrap();
+    let mut lse = dev.upload(&vec![7.0f32; 8]).unwrap();
+    let arg_of = |r: Result<(), AttentionError>| match r {
+        Err(AttentionError::Argument { arg, .. }) => arg,
+        other => panic!("expected an argument error, got {other:?}"),
+    };
+    let tables = [0u32, 1, 2, 3];
+    assert_eq!(arg_of(paged_attention(&dev, shape, &q, &cache, &cache, &tables, &[33, 3], &mut out, &mut lse, 0.1, None)), "context_lens");
+    assert_eq!(arg_of(paged_attention(&dev, shape, &q, &cache, &cache, &[0, 9, 2, 3], &[20, 3], &mut out, &mut lse, 0.1, None)), "block_tables");
+    assert_eq!(arg_of(paged_attention(&dev, shape, &q, &q, &cache, &tables, &[20, 3], &mut out, &mut lse, 0.1, None)), "k_cache");
+    assert_eq!(arg_of(paged_attention(&dev, shape, &q, &cache, &cache, &tables, &[20], &mut out, &mut lse, 0.1, None)), "context_lens");
+    assert!(dev.download(&out).unwrap().iter().all(|&x| x == f16::from_f32(7.0)), "out written on error");
+    paged_attention(&dev, shape, &q, &cache, &cache, &tables, &[20, 3], &mut out, &mut lse, 0.1, None).unwrap();
+    assert!(dev.download(&out).unwrap().iter().all(|&x| x == f16::ONE));
+}
+
+#[test]
+fn paged_work_items_in_either_order_agree() {
+    for wave in [WaveSize::W64, WaveSize::W32] {
+        let dev = Device::cpu_with(CpuExecutor::new(wave).with_reversed_items(true));
+        check::<bf16>(&dev, &[50, 7], 8, 2, 64, 16, Some(32), 80);
+    }
+}
