@@ -94,7 +94,7 @@ pub const fn value_chunk(d: usize, low: Lowering) -> usize {
         Lowering::Valu => 16,
     };
     let mut c = if d < most { d } else { most };
-    while c > 16 && d % c != 0 {
+    while c > 16 && !d.is_multiple_of(c) {
         c -= 16;
     }
     c

@@ -324,10 +324,10 @@ fn bad_arguments_are_named_and_nothing_is_written() {
     let k = dev.upload(&vec![f16::ONE; 6 * 2 * 64]).unwrap();
     let sentinel = f16::from_f32(7.0);
     let mut out = dev.upload(&vec![sentinel; 4 * 4 * 64]).unwrap();
-    let mut lse = dev.upload(&vec![7.0f32; 16]).unwrap();
+    let mut lse = dev.upload(&[7.0f32; 16]).unwrap();
     let opts = FlashOptions::causal(0.125);
-    let short = dev.upload(&vec![f16::ONE; 5]).unwrap();
-    let mut short_out = dev.upload(&vec![sentinel; 5]).unwrap();
+    let short = dev.upload(&[f16::ONE; 5]).unwrap();
+    let mut short_out = dev.upload(&[sentinel; 5]).unwrap();
     let arg_of = |r: Result<(), AttentionError>| match r {
         Err(AttentionError::Argument { arg, .. }) => arg,
         other => panic!("expected an argument error, got {other:?}"),
@@ -336,7 +336,7 @@ fn bad_arguments_are_named_and_nothing_is_written() {
     assert_eq!(arg_of(flash_attn(&dev, shape, &q, &short, &k, &mut out, &mut lse, &opts)), "k");
     assert_eq!(arg_of(flash_attn(&dev, shape, &q, &k, &short, &mut out, &mut lse, &opts)), "v");
     assert_eq!(arg_of(flash_attn(&dev, shape, &q, &k, &k, &mut short_out, &mut lse, &opts)), "out");
-    let mut short_lse = dev.upload(&vec![7.0f32; 3]).unwrap();
+    let mut short_lse = dev.upload(&[7.0f32; 3]).unwrap();
     assert_eq!(arg_of(flash_attn(&dev, shape, &q, &k, &k, &mut out, &mut short_lse, &opts)), "lse");
     let bad_heads = FlashShape { kv_heads: 3, ..shape };
     assert_eq!(arg_of(flash_attn(&dev, bad_heads, &q, &k, &k, &mut out, &mut lse, &opts)), "k");

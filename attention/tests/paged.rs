@@ -72,6 +72,7 @@ fn f(x: impl Float) -> f64 {
 }
 
 /// A decode step over sequences of `lens` tokens in a cache of shuffled blocks.
+#[allow(clippy::too_many_arguments)] // one decode step's whole geometry
 fn check<T: Elem>(dev: &Device, lens: &[usize], heads: usize, kv_heads: usize, d: usize, block_size: usize, split_len: Option<usize>, seed: u64) {
     let mut rng = Rng(seed);
     let batch = lens.len();
@@ -209,7 +210,7 @@ fn paged_bad_arguments_are_named() {
     let q = dev.upload(&vec![f16::ONE; 2 * 4 * 64]).unwrap();
     let cache = dev.upload(&vec![f16::ONE; 4 * 16 * 2 * 64]).unwrap();
     let mut out = dev.upload(&vec![f16::from_f32(7.0); 2 * 4 * 64]).unwrap();
-    let mut lse = dev.upload(&vec![7.0f32; 8]).unwrap();
+    let mut lse = dev.upload(&[7.0f32; 8]).unwrap();
     let arg_of = |r: Result<(), AttentionError>| match r {
         Err(AttentionError::Argument { arg, .. }) => arg,
         other => panic!("expected an argument error, got {other:?}"),

@@ -1,10 +1,8 @@
 //! Compiles a crate's GPU kernels from its `build.rs`.
 //!
 //! ```no_run
-//! // build.rs
-//! fn main() {
-//!     build_support::KernelBuild::new().module("elementwise").build();
-//! }
+//! // build.rs, in `fn main`:
+//! build_support::KernelBuild::new().module("elementwise").build();
 //! ```
 //! and at the crate root: `kernel_dsl::embed_kernels!();`.
 //!

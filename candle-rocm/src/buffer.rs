@@ -60,6 +60,10 @@ impl Buf {
     pub fn len(&self) -> usize {
         with_buf!(self, v => v.len())
     }
+    /// No elements.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
 
     /// The whole buffer as a kernel argument.
     pub fn arg(&self) -> ArgValue {
@@ -216,6 +220,10 @@ impl Region {
             ArgValue::Slice { len, .. } => len,
             _ => 0,
         }
+    }
+    /// No elements.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
     }
 
     /// Address of the first element in the memory of its device (a device pointer on a

@@ -123,7 +123,7 @@ impl RocmQStorage {
         const OP: &str = "qstorage_from_data";
         let dev = device.kernels();
         let block = dtype.type_size();
-        if data.len() % block != 0 {
+        if !data.len().is_multiple_of(block) {
             return Err(invalid(OP, format!("{} bytes are not whole {dtype:?} blocks of {block} bytes", data.len())));
         }
         let mut q8_1_sums = None;

@@ -817,7 +817,7 @@ fn convolutions_pools_upsampling() {
             let ours = |d: &Device, xs: &[&Tensor], f: &dyn Fn(&[Tensor]) -> Result<Tensor>| -> Result<Tensor> {
                 f(&xs.iter().map(|x| x.to_device(d)).collect::<Result<Vec<_>>>()?)
             };
-            let cases: Vec<(&str, Vec<&Tensor>, Box<dyn Fn(&[Tensor]) -> Result<Tensor>>)> = vec![
+            let cases: Vec<(&str, Vec<&Tensor>, Box<TensorFn>)> = vec![
                 ("conv2d", vec![&x, &k], Box::new(|v| v[0].conv2d(&v[1], 1, 1, 1, 1))),
                 ("conv2d stride 2 dilation 2", vec![&x, &k], Box::new(|v| v[0].conv2d(&v[1], 0, 2, 2, 1))),
                 ("conv2d of a transposed input", vec![&x, &k], Box::new(|v| v[0].transpose(2, 3)?.conv2d(&v[1], 1, 1, 1, 1))),
@@ -996,3 +996,6 @@ fn f8e4m3_storage_casts_indexing_and_comparisons() {
         assert_eq!(f8_bits(&x.contiguous().unwrap()), f8_bits(&all));
     }
 }
+
+/// An op applied to a list of input tensors.
+type TensorFn = dyn Fn(&[Tensor]) -> Result<Tensor>;

@@ -13,7 +13,7 @@
 //! | 8-bit integer dot products   | [`dot`]: `dot4_i8`, `dot4_i8_u8` (dp4a, `v_dot4_i32_i8`)      |
 //! | fast math                    | [`math::FloatMath`] (`x.exp()`, `x.rsqrt()`, `x.erf()` ...) |
 //! | matrix units (MFMA, WMMA, mma.sync) | [`mma`]: 16x16x16 fragments, `mma`, accumulator -> A, row reductions |
-//! | half precision               | [`f16`], [`bf16`] (the `half` crate's types on the host), [`Float`] |
+//! | half precision               | [`f16`](struct@f16), [`bf16`] (the `half` crate's types on the host), [`Float`] |
 //!
 //! The same source compiles three ways: for `amdgcn-amd-amdhsa` and `nvptx64-nvidia-cuda`
 //! (by `build-support`, where this crate is `no_std` and has no dependencies), and for the

@@ -470,7 +470,7 @@ pub mod host {
 
     /// A launch of at least `n` work-items in work-groups of 256, as a 2-D grid (x up to
     /// 65535 groups, then y) for kernels that handle one element per work-item
-    /// ([`flat_global_idx`](super::flat_global_idx)); `n` up to 2^32.
+    /// ([`flat_global_idx`]); `n` up to 2^32.
     pub fn grid_2d(n: usize) -> kernel_dsl::host::LaunchConfig {
         let blocks = n.div_ceil(256).max(1);
         let gx = blocks.min(65535);

@@ -132,8 +132,8 @@ impl GgmlDType {
 /// q8_1 block they meet: `q` holds 32 integer codes as packed bytes (signed, or unsigned
 /// below 128), and the unit's contribution to a dot product with a q8_1 block
 /// `(a, d_a, s_a)` is
-/// `d_a * (c[0] * (q[0..16] . a[0..16]) + c[1] * (q[16..32] . a[16..32])) + m * s_a
-///  - d_a * (n[0] * sum a[0..16] + n[1] * sum a[16..32])`.
+/// `d_a * (c[0] * (q[0..16] . a[0..16]) + c[1] * (q[16..32] . a[16..32])) + m * s_a -
+/// d_a * (n[0] * sum a[0..16] + n[1] * sum a[16..32])`.
 #[derive(Clone, Copy)]
 pub struct Unit {
     /// 32 codes, four per word.

@@ -9,7 +9,7 @@ use kernel_dsl::prelude::*;
 /// Elements per chunk (one or two 16-byte accesses).
 pub const CHUNK: usize = 8;
 
-/// [`each_lane!`] over the first lane of each pair (`$j` = 0, 2, 4, 6), for conversions
+/// `each_lane!` over the first lane of each pair (`$j` = 0, 2, 4, 6), for conversions
 /// that take two elements at a time.
 #[macro_export]
 macro_rules! each_pair {
@@ -230,7 +230,7 @@ pub fn store_chunk<T: Float>(s: &mut [T], e: usize, v: &[f32; CHUNK]) {
 }
 
 /// Runs `$body` with `$k` = 0 .. `$n - 1` (`$n` <= [`TILE_CHUNKS`], a constant after
-/// inlining) as straight-line code (see [`each_lane!`]).
+/// inlining) as straight-line code (see `each_lane!`).
 #[macro_export]
 macro_rules! each_tile_chunk {
     ($k:ident, $n:expr, $body:block) => {

@@ -3,7 +3,7 @@
 //! accumulation for every element type.
 //!
 //! Rows of up to 16 elements per work-item (16384 with 1024 work-items) in whole
-//! 16-byte-aligned chunks ([`whole_chunks`](crate::row::whole_chunks)) are read from
+//! 16-byte-aligned chunks ([`whole_chunks`]) are read from
 //! memory once: each work-item keeps its share in registers ([`RowTile`]), so `exp` runs
 //! once per element and the row is written straight from registers. Longer rows, and
 //! misaligned ones, use the online softmax: one streaming pass computes the maximum and

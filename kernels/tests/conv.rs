@@ -69,6 +69,7 @@ fn close(got: f64, want: f64, mag: f64, eps: f64, what: &str) {
 /// conv2d as im2col (kernel) + GEMM (host, f64) against the direct f64 sum. The input is
 /// read through a view with padded rows (row stride w + 3) and an offset, to exercise
 /// strided inputs.
+#[allow(clippy::too_many_arguments)] // one convolution's whole geometry
 fn conv2d_case<T: F>(dev: &Device, b: usize, c: usize, h: usize, w: usize, c_out: usize, k: (usize, usize), g: ConvGeometry) {
     let (s3, s2) = (1, w + 3);
     let (s1, s0) = (h * s2, c * h * s2);

@@ -346,7 +346,7 @@ fn fill_and_copy_strided_all_types() {
             let src: Vec<T> = (0..18).map(|i| if i % 2 == 0 { v } else { w }).collect();
             let layout = ew::strided_layout(&[9, 2], &[1, 9], src.len()).unwrap();
             let (ds, dl) = (exec.upload(&src).unwrap(), exec.upload(&layout).unwrap());
-            let mut dy = exec.upload(&vec![v; 18]).unwrap();
+            let mut dy = exec.upload(&[v; 18]).unwrap();
             ew::copy_strided::launch::<T>(&exec, ew::launch_config(18), &ds, &dl, &mut dy).unwrap();
             let y = exec.download(&dy).unwrap();
             for i in 0..18 {

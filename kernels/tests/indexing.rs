@@ -586,7 +586,7 @@ fn run_scatter_add_slab<T: TestFloat + Data, I: Ix>() {
             let (ds, di) = (exec.upload(&src).unwrap(), exec.upload(&id).unwrap());
             // Through `ops`, then launched directly with every wave count (1, 2, 4, 8
             // dividing the columns, within the work-group bound).
-            for waves in [0u32, 1, 2, 4, 8].into_iter().filter(|&w| w == 0 || (cols % w as usize == 0 && w <= kernels::indexing::slab_max_waves(exec.wave_lanes()))) {
+            for waves in [0u32, 1, 2, 4, 8].into_iter().filter(|&w| w == 0 || (cols.is_multiple_of(w as usize) && w <= kernels::indexing::slab_max_waves(exec.wave_lanes()))) {
                 let mut dd = exec.upload(&dst0).unwrap();
                 if waves > 0 {
                     let cfg = kernels::indexing::slab_config::<T, I>(left, dst_dim, right, exec.wave_lanes(), waves).expect("a slab shape");

@@ -44,7 +44,7 @@ impl Rng {
 /// Scales the blocks use: ordinary values and the f16 extremes.
 fn scale(rng: &mut Rng, extremes: bool) -> f16 {
     let special = [f16::MAX, f16::MIN, f16::ZERO, f16::NEG_ZERO, f16::from_bits(1), f16::from_bits(0x83ff), f16::MIN_POSITIVE];
-    if extremes && rng.next() % 4 == 0 {
+    if extremes && rng.next().is_multiple_of(4) {
         special[(rng.next() % special.len() as u64) as usize]
     } else {
         f16::from_f32(rng.unit() * 0.05)
@@ -119,8 +119,8 @@ fn ref_block(dtype: GgmlDType, b: &[u8]) -> Vec<(f32, f32)> {
         GgmlDType::Q4_0 | GgmlDType::Q4_1 => {
             let (d, m, qs) = if dtype == GgmlDType::Q4_0 { (f16at(b, 0), None, &b[2..18]) } else { (f16at(b, 0), Some(f16at(b, 2)), &b[4..20]) };
             let mut y = vec![(0.0, 0.0); 32];
-            for j in 0..16 {
-                for (k, x) in [(j, qs[j] & 0xf), (j + 16, qs[j] >> 4)] {
+            for (j, &q) in qs.iter().enumerate() {
+                for (k, x) in [(j, q & 0xf), (j + 16, q >> 4)] {
                     y[k] = match m {
                         // The matvec adds the unsigned codes' products and `-8 d` times the
                         // activations' sum: both terms count.
@@ -138,9 +138,9 @@ fn ref_block(dtype: GgmlDType, b: &[u8]) -> Vec<(f32, f32)> {
             let qh = u32::from_le_bytes([b[o], b[o + 1], b[o + 2], b[o + 3]]);
             let qs = &b[o + 4..o + 20];
             let mut y = vec![(0.0, 0.0); 32];
-            for j in 0..16 {
-                let lo = (qs[j] & 0xf) as u32 | (((qh >> j) & 1) << 4);
-                let hi = (qs[j] >> 4) as u32 | (((qh >> (j + 16)) & 1) << 4);
+            for (j, &q) in qs.iter().enumerate() {
+                let lo = (q & 0xf) as u32 | (((qh >> j) & 1) << 4);
+                let hi = (q >> 4) as u32 | (((qh >> (j + 16)) & 1) << 4);
                 for (k, x) in [(j, lo), (j + 16, hi)] {
                     // Q5_0: the matvec adds the unsigned codes' products and `-16 d` times
                     // the activations' sum.
@@ -494,7 +494,7 @@ fn matvec_row_kernel_every_format_and_batch() {
         for dtype in matvec_formats().filter(|d| !matches!(d, GgmlDType::Q2K | GgmlDType::Q3K | GgmlDType::Q5K)) {
             let bw = dtype.block_weights();
             // Rows of 1, 2 and 4 per step (300, 200 and 8 units per row).
-            for (rows, cols) in [(1, bw), (7, 4 * bw.max(64)), (3, if bw == 32 { 300 * 32 } else { 40 * 256 }), (5, if bw == 32 { 200 * 32 } else { 25 * 256 })] {
+            for (rows, cols) in [(1, bw), (7, 4 * bw.max(64)), (3, if bw == 32 { 300 * 32 } else { 40 * 256 }), (5, 200 * 32 /* = 25 * 256: 200 units of 32 or 25 of 256 */)] {
                 for batch in 1..=8 {
                     check_matvec_on(&dev, dtype, rows, cols, batch, 3000 + 100 * rows as u64 + batch as u64 + dtype as u64, false, Path::Row);
                 }

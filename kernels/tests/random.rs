@@ -50,7 +50,7 @@ fn philox_known_answers() {
 fn uniform_ref(seed: u64, offset: u64, i: usize, lo: f64, up: f64) -> f64 {
     let b = offset + (i / 2) as u64;
     let w = philox_ref([b as u32, (b >> 32) as u32, 0, 0], [seed as u32, (seed >> 32) as u32]);
-    let (hi, l) = if i % 2 == 0 { (w[0], w[1]) } else { (w[2], w[3]) };
+    let (hi, l) = if i.is_multiple_of(2) { (w[0], w[1]) } else { (w[2], w[3]) };
     let u = ((((hi as u64) << 32) | l as u64) >> 11) as f64 / (1u64 << 53) as f64;
     lo + (up - lo) * u
 }

@@ -70,7 +70,7 @@ fn groups(dims: &[usize], strides: &[usize], red: &[usize]) -> Vec<Vec<usize>> {
 }
 
 fn input_len(dims: &[usize], strides: &[usize]) -> usize {
-    if dims.iter().any(|&d| d == 0) {
+    if dims.contains(&0) {
         return 0;
     }
     dims.iter().zip(strides).map(|(d, s)| (d - 1) * s).sum::<usize>() + 1

@@ -265,7 +265,7 @@ fn check_unaligned_path<T: TestFloat>() {
                 };
                 let (xp, cp, sp) = (pad(&x), pad(&c), pad(&s));
                 let mut yp = vec![T::from_f64(0.0); n + off];
-                if (xp[off..].as_ptr() as usize) % 16 != 0 {
+                if !(xp[off..].as_ptr() as usize).is_multiple_of(16) {
                     unaligned_runs += 1;
                 }
                 match layout {

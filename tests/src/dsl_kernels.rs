@@ -1,7 +1,7 @@
 //! Kernels that use every part of the device API.
 use kernel_dsl::prelude::*;
 
-/// Work-group size of [`block_sum`].
+/// Work-group size of [`block_sum`](fn@block_sum).
 pub const BLOCK_SUM_THREADS: usize = 256;
 
 /// Sums each work-group's slice of `input` with a shared-memory tree, one partial sum per
@@ -15,7 +15,7 @@ pub fn block_sum(input: &[f32], partial: &mut [f32], mut scratch: Shared<f32, BL
     let mut stride = BLOCK_SUM_THREADS / 2;
     while stride > 0 {
         if t < stride {
-            scratch[t] = scratch[t] + scratch[t + stride];
+            scratch[t] += scratch[t + stride];
         }
         barrier();
         stride /= 2;
@@ -128,10 +128,10 @@ pub fn grid_2d(out: &mut [u32], width: u32, height: u32) {
     }
 }
 
-/// Device helper used by [`clamp_kernel`].
+/// Device helper used by [`clamp_kernel`](fn@clamp_kernel).
 #[device]
 pub fn clamp_unit(x: f32) -> f32 {
-    x.max(0.0).min(1.0)
+    x.clamp(0.0, 1.0)
 }
 
 /// Calls a `#[device]` helper.
@@ -143,7 +143,7 @@ pub fn clamp_kernel(x: &[f32], out: &mut [f32]) {
     }
 }
 
-/// Launch bound of [`bounded_iota`].
+/// Launch bound of [`bounded_iota`](fn@bounded_iota).
 pub const BOUNDED_THREADS: u32 = 128;
 
 /// `out[i] = i`, compiled for work-groups of at most [`BOUNDED_THREADS`] work-items (the

@@ -99,7 +99,7 @@ fn heads_ok(heads: usize, kv_heads: usize, head_dim: usize) -> Result<(), Attent
     if !HEAD_DIMS.contains(&head_dim) {
         return Err(AttentionError::HeadDim(head_dim));
     }
-    if heads == 0 || kv_heads == 0 || heads % kv_heads != 0 {
+    if heads == 0 || kv_heads == 0 || !heads.is_multiple_of(kv_heads) {
         return Err(arg("k", format!("{kv_heads} key/value heads do not divide {heads} query heads")));
     }
     fits_i32("heads", heads)?;
@@ -307,7 +307,7 @@ fn launch<T: FlashElem>(
     fn go<T: FlashElem, H: HeadDim>(
         dev: &Device,
         p: &Plan,
-        bufs: (&DeviceVec<T>, &DeviceVec<T>, &DeviceVec<T>, &mut DeviceVec<T>, &mut DeviceVec<f32>),
+        bufs: PrefillBufs<'_, T>,
         cu: &(impl KernelArgSlice<u32> + ?Sized),
         alibi: &dyn KernelArgSlice<f32>,
     ) -> Result<(), AttentionError> {
@@ -330,3 +330,6 @@ fn launch<T: FlashElem>(
         d => Err(AttentionError::HeadDim(d)),
     }
 }
+
+/// q, k, v, the output and the per-row statistics of one prefill launch.
+type PrefillBufs<'a, T> = (&'a DeviceVec<T>, &'a DeviceVec<T>, &'a DeviceVec<T>, &'a mut DeviceVec<T>, &'a mut DeviceVec<f32>);

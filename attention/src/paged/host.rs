@@ -105,7 +105,7 @@ pub fn paged_attention<T: FlashElem>(
     if batch == 0 {
         return Ok(());
     }
-    if block_tables.len() % batch != 0 {
+    if !block_tables.len().is_multiple_of(batch) {
         return Err(arg("block_tables", format!("{} entries are not batch = {batch} rows", block_tables.len())));
     }
     let max_blocks = block_tables.len() / batch;
@@ -145,7 +145,7 @@ pub fn paged_attention<T: FlashElem>(
         dev: &Device,
         cfg: LaunchConfig,
         a: &DecodeArgs,
-        bufs: (&DeviceVec<T>, &DeviceVec<T>, &DeviceVec<T>, &DeviceVec<u32>, &DeviceVec<u32>, &mut DeviceVec<f32>, &mut DeviceVec<f32>),
+        bufs: DecodeBufs<'_, T>,
     ) -> Result<(), AttentionError> {
         let (q, kc, vc, tables, lens, po, pml) = bufs;
         paged_decode::launch::<T, H>(dev, cfg, q, kc, vc, tables, lens, po, pml, a.heads, a.kv_heads, a.block_size, a.max_blocks, a.split_len, a.scale)?;
@@ -193,7 +193,7 @@ pub fn reshape_and_cache_rows<T: Element + ScalarArg>(
     let n = product("k", &[slot_mapping.len(), row])?;
     len_is("k", k.len(), n)?;
     len_is("v", v.len(), n)?;
-    if k_cache.len() % row != 0 {
+    if !k_cache.len().is_multiple_of(row) {
         return Err(arg("k_cache", format!("{} elements are not whole rows of {row}", k_cache.len())));
     }
     len_is("v_cache", v_cache.len(), k_cache.len())?;
@@ -212,3 +212,7 @@ pub fn reshape_and_cache_rows<T: Element + ScalarArg>(
     reshape_and_cache::launch::<T>(dev, LaunchConfig::new(Dim3::x(groups), Dim3::x(256)), k, v, k_cache, v_cache, &map, row as u32)?;
     Ok(())
 }
+
+/// q, the key and value caches, block tables, sequence lengths and the partial outputs and
+/// statistics of one decode launch.
+type DecodeBufs<'a, T> = (&'a DeviceVec<T>, &'a DeviceVec<T>, &'a DeviceVec<T>, &'a DeviceVec<u32>, &'a DeviceVec<u32>, &'a mut DeviceVec<f32>, &'a mut DeviceVec<f32>);

@@ -160,7 +160,7 @@ impl Bench<'_> {
     }
 
     /// The ordered `scatter_add` of the benchmark table (4096 x 4096, sources of row i to
-    /// row ids[i] in every column) with the slab kernel at each wave count per work-group.
+    /// row `ids[i]` in every column) with the slab kernel at each wave count per work-group.
     fn sweep_scatter<T: Float + ScalarArg + kernels::indexing::Pod>(&mut self) {
         let dev = self.dev;
         let (r, c) = (4096usize, 4096usize);

@@ -273,7 +273,7 @@ fn host(dev: &kernels::runtime::Device) {
         let (mut xq, mut xds): (DeviceVec<u32>, DeviceVec<f32>) = (dev.alloc(cols / 4).unwrap(), dev.alloc(cols / 16).unwrap());
         let (xq2, xds2): (DeviceVec<u32>, DeviceVec<f32>) = (dev.alloc(cols / 4).unwrap(), dev.alloc(cols / 16).unwrap());
         let mut y2: DeviceVec<f32> = dev.alloc(rows).unwrap();
-        let mut calls: Vec<(&str, Box<dyn FnMut() + '_>)> = Vec::new();
+        let mut calls: Vec<NamedCall<'_>> = Vec::new();
         calls.push(("quantize_q8_1", Box::new(|| ops::quantize_q8_1(dev, &x, &mut xq, &mut xds).unwrap())));
         calls.push(("matvec_q8_1", Box::new(|| ops::matvec_q8_1(dev, dev.wave_lanes(), dtype, &w, &xq2, &xds2, &mut y2, rows, cols, 1).unwrap())));
         calls.push(("matvec (both)", Box::new(|| ops::matvec(dev, dtype, &w, &x, &mut y, rows, cols, 1).unwrap())));
@@ -294,3 +294,6 @@ fn host(dev: &kernels::runtime::Device) {
         }
     }
 }
+
+/// A timed call and its name.
+type NamedCall<'a> = (&'static str, Box<dyn FnMut() + 'a>);

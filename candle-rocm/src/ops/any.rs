@@ -179,6 +179,7 @@ pub fn reduce(dev: &Device, buf: &Buf, l: &Layout, op: candle_core::op::ReduceOp
 }
 
 /// `n` random values of a float dtype from the counter-based generator at `(seed, offset)`.
+#[allow(clippy::too_many_arguments)] // Candle's rand_uniform/rand_normal arguments, plus the generator's
 pub fn rand(dev: &Device, dtype: DType, n: usize, seed: u64, offset: u64, normal: bool, a: f64, b: f64) -> Result<Buf> {
     let op = if normal { "rand_normal" } else { "rand_uniform" };
     macro_rules! go {

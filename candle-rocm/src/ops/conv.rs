@@ -91,6 +91,7 @@ pub fn conv1d(dev: &Device, x: &Buf, l: &Layout, kernel: &Buf, kl: &Layout, p: &
 }
 
 /// `col (b, spatial_in, c_out * taps) = x^T (spatial_in, c_in) x kernel (c_in, c_out * taps)`.
+#[allow(clippy::too_many_arguments)] // the geometry of one transposed convolution
 fn transpose_col(dev: &Device, x: &Buf, l: &Layout, kernel: &Buf, kl: &Layout, b: usize, c_in: usize, spatial: usize, n: usize, op: &'static str) -> Result<Buf> {
     let xc = contiguous_buf(dev, x, l)?;
     let xb = xc.as_ref().unwrap_or(x);

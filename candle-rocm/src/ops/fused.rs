@@ -48,7 +48,7 @@ pub fn fused(dev: &Device, op: FusedOp, x: &Buf, xl: &Layout, rest: &[(&Buf, &La
             want(2, "layer_norm")?;
             let ((w, wl), (b, bl)) = (rest[0], rest[1]);
             float_dispatch!(x.dtype(), "layer_norm", T => {
-                let (mut k1, mut k2, mut k3): (Option<DeviceVec<T>>, Option<DeviceVec<T>>, Option<DeviceVec<T>>) = (None, None, None);
+                let (mut k1, mut k2, mut k3) = (None::<DeviceVec<T>>, None::<DeviceVec<T>>, None::<DeviceVec<T>>);
                 let xs = contiguous::<T>(dev, x, xl, &mut k1, "layer_norm")?;
                 let ws = contiguous::<T>(dev, w, wl, &mut k2, "layer_norm")?;
                 let bs = contiguous::<T>(dev, b, bl, &mut k3, "layer_norm")?;
@@ -84,7 +84,7 @@ fn rope(dev: &Device, op: FusedOp, x: &Buf, xl: &Layout, (c, cl): (&Buf, &Layout
         (c, s) => return Err(invalid(OP, format!("cos {c:?} / sin {s:?} do not fit x {:?}", xl.dims()))),
     }
     float_dispatch!(x.dtype(), OP, T => {
-        let (mut k1, mut k2, mut k3): (Option<DeviceVec<T>>, Option<DeviceVec<T>>, Option<DeviceVec<T>>) = (None, None, None);
+        let (mut k1, mut k2, mut k3) = (None::<DeviceVec<T>>, None::<DeviceVec<T>>, None::<DeviceVec<T>>);
         // Views without copies where contiguous: models pass tables narrowed to the
         // positions of this step (`cos.narrow(0, pos, t)`), which start inside the table.
         let xs = contiguous_view::<T>(dev, x, xl, &mut k1, OP)?;

@@ -110,7 +110,7 @@ pub fn index_select(dev: &Device, src: &Buf, l: &Layout, id: &Buf, il: &Layout, 
     let (left, right) = (prod(&dims[..dim]), prod(&dims[dim + 1..]));
     if src.dtype().size_in_bytes() == 8 {
         let mut keep = None;
-        let s = contiguous_bits::<u8>(dev, src, l, &mut keep, OP)?;
+        let s = contiguous_bits(dev, src, l, &mut keep, OP)?;
         let mut out = Buf::zeros(dev, src.dtype(), left * n * right)?;
         let mut y = out.region_mut(0, left * n * right)?;
         any_dispatch!(src.dtype(), OP, T => match &ids {
@@ -144,7 +144,7 @@ pub fn gather(dev: &Device, src: &Buf, l: &Layout, id: &Buf, il: &Layout, dim: u
     let mut out = Buf::zeros(dev, src.dtype(), left * n * right)?;
     let mut y = out.region_mut(0, left * n * right)?;
     if src.dtype().size_in_bytes() == 8 {
-        let s = contiguous_bits::<u8>(dev, src, l, &mut keep, OP)?;
+        let s = contiguous_bits(dev, src, l, &mut keep, OP)?;
         any_dispatch!(src.dtype(), OP, T => match &ids {
             Ids::U32(i) => kernels::indexing_any::ops::gather::<T, u32>(dev, &s, i, &mut y, left, sd[dim], n, right),
             Ids::I64(i) => kernels::indexing_any::ops::gather::<T, i64>(dev, &s, i, &mut y, left, sd[dim], n, right),
@@ -153,7 +153,7 @@ pub fn gather(dev: &Device, src: &Buf, l: &Layout, id: &Buf, il: &Layout, dim: u
         return Ok(out);
     }
     by_size!(src.dtype(), OP, B => {
-        let s = contiguous_bits::<B>(dev, src, l, &mut keep, OP)?;
+        let s = contiguous_bits(dev, src, l, &mut keep, OP)?;
         match &ids {
             Ids::U32(i) => ix::gather::<B, u32>(dev, &s, i, &mut y, left, sd[dim], n, right),
             Ids::I64(i) => ix::gather::<B, i64>(dev, &s, i, &mut y, left, sd[dim], n, right),
@@ -164,7 +164,7 @@ pub fn gather(dev: &Device, src: &Buf, l: &Layout, id: &Buf, il: &Layout, dim: u
 }
 
 /// The view as an exactly-sized contiguous region (a copy when needed, kept in `keep`).
-fn contiguous_bits<B>(dev: &Device, buf: &Buf, l: &Layout, keep: &mut Option<Buf>, _op: &'static str) -> Result<Region> {
+fn contiguous_bits(dev: &Device, buf: &Buf, l: &Layout, keep: &mut Option<Buf>, _op: &'static str) -> Result<Region> {
     let n = l.shape().elem_count();
     if l.is_contiguous() {
         return buf.region(l.start_offset(), n);
@@ -207,7 +207,7 @@ pub fn scatter(dev: &Device, dst: &mut Buf, l: &Layout, id: &Buf, il: &Layout, s
         });
     }
     let mut keep = None;
-    let s = contiguous_bits::<u8>(dev, src, sl, &mut keep, op)?;
+    let s = contiguous_bits(dev, src, sl, &mut keep, op)?;
     use kernels::indexing_any::ops as ia;
     any_dispatch!(dtype, op, T => match (&ids, add) {
         (Ids::U32(i), true) => ia::scatter_add::<T, u32>(dev, &s, i, &mut d, left, n, dd[dim], right),
@@ -249,7 +249,7 @@ pub fn index_add(dev: &Device, dst: &Buf, l: &Layout, id: &Buf, il: &Layout, src
     let mut o = out.region_mut(0, n_out)?;
     if !matches!(dst.dtype(), DType::F32 | DType::F16 | DType::BF16) {
         let mut keep = None;
-        let s = contiguous_bits::<u8>(dev, src, sl, &mut keep, OP)?;
+        let s = contiguous_bits(dev, src, sl, &mut keep, OP)?;
         any_dispatch!(dst.dtype(), OP, T => match &ids {
             Ids::U32(i) => kernels::indexing_any::ops::index_add::<T, u32>(dev, &s, i, &mut o, left, dd[dim], right),
             Ids::I64(i) => kernels::indexing_any::ops::index_add::<T, i64>(dev, &s, i, &mut o, left, dd[dim], right),

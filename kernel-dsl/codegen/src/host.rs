@@ -134,7 +134,9 @@ pub fn expand_host(def: &KernelDef) -> syn::Result<TokenStream> {
         #func
 
         #[doc = #doc_mod]
-        #[allow(non_snake_case, unused_imports, clippy::too_many_arguments)]
+        // `multiple_bound_locations`: a generic scalar parameter's `ScalarArg` bound goes to
+        // the launcher's where-clause beside the bounds the kernel declares inline.
+        #[allow(non_snake_case, unused_imports, clippy::too_many_arguments, clippy::multiple_bound_locations)]
         #vis mod #name {
             use super::*;
 

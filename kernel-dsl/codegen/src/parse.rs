@@ -25,8 +25,8 @@ pub enum ParamKind {
     Shared {
         /// Element type.
         elem: Type,
-        /// Length expression.
-        len: Expr,
+        /// Length expression (boxed: an `Expr` is large and the other variants are not).
+        len: Box<Expr>,
     },
     /// `SharedDyn<T>`: launch-sized shared memory (a hidden `u32` length slot at the end).
     SharedDyn {
@@ -159,7 +159,7 @@ fn classify(ty: &Type) -> Result<ParamKind> {
                         GenericArgument::Type(t) => syn::parse2::<Expr>(t.to_token_stream())?,
                         other => return Err(Error::new_spanned(other, "expected the length")),
                     };
-                    Ok(ParamKind::Shared { elem, len })
+                    Ok(ParamKind::Shared { elem, len: Box::new(len) })
                 }
                 "SharedDyn" => match &generic_args(1)?[0] {
                     GenericArgument::Type(t) => Ok(ParamKind::SharedDyn { elem: t.clone() }),

@@ -67,7 +67,7 @@ struct State {
     stats: MemoryStats,
 }
 
-/// A per-device cache of memory blocks over a backend's [`RawMemory`].
+/// A per-device cache of memory blocks over a backend's raw allocations (`RawMemory`).
 pub struct CachingAllocator {
     raw: Box<dyn RawMemory>,
     state: Mutex<State>,

@@ -76,7 +76,7 @@ struct Inner {
     /// binaries and of the symbol text (launchers pass the same `&'static str` every time;
     /// hashing two words instead of the mangled name keeps the lookup off the launch
     /// path's profile).
-    functions: Mutex<HashMap<(usize, usize, usize), (sys::CUfunction, bool)>>,
+    functions: Mutex<HashMap<FunctionKey, (sys::CUfunction, bool)>>,
     /// Operations queued on the stream through this device: launches, copies, fills, and
     /// every hand-out of the raw stream (after which anything may have been queued).
     queued: AtomicU64,
@@ -510,3 +510,6 @@ impl Drop for CudaEvent {
         }
     }
 }
+
+/// Addresses of the binaries, the symbol text and its length: a loaded function's key.
+type FunctionKey = (usize, usize, usize);

@@ -550,7 +550,7 @@ impl<T> DeviceVec<T> {
     pub fn reinterpret<U>(self) -> Result<DeviceVec<U>, LaunchError> {
         let bytes = self.len * std::mem::size_of::<T>();
         let us = std::mem::size_of::<U>();
-        if us == 0 || bytes % us != 0 {
+        if us == 0 || !bytes.is_multiple_of(us) {
             return Err(bad("reinterpret", format!("{bytes} bytes are not whole elements of {us} bytes")));
         }
         Ok(DeviceVec { block: self.block, len: bytes / us, location: self.location, _t: PhantomData })

@@ -82,7 +82,7 @@ pub fn descriptor(addr: SharedAddr, lbo: u32, sbo: u32) -> u64 {
     #[cfg(not(any(target_arch = "amdgpu", target_arch = "nvptx64")))]
     {
         let p = addr.as_ptr::<u8>() as u64;
-        assert!(p % 16 == 0 && p >> 48 == 0 && lbo >> 14 == 0 && sbo >> 14 == 0, "wgmma descriptor out of range");
+        assert!(p.is_multiple_of(16) && p >> 48 == 0 && lbo >> 14 == 0 && sbo >> 14 == 0, "wgmma descriptor out of range");
         (p >> 4) | ((lbo as u64 >> 4) << 44) | ((sbo as u64 >> 4) << 54)
     }
 }

@@ -31,7 +31,7 @@ macro_rules! with_format {
 }
 
 /// Runs `$body` with `$q` bound to the marker type of `$dtype` for the formats that have
-/// [`matvec_row`](super::matvec_row) and [`matvec_stream`](super::matvec_stream) instances
+/// [`matvec_row`](fn@super::matvec_row) and [`matvec_stream`](fn@super::matvec_stream) instances
 /// ([`staged_format`]); the others: an error naming `$kernel`.
 macro_rules! with_staged_format {
     ($dtype:expr, $kernel:expr, $q:ident => $body:expr) => {
@@ -244,7 +244,7 @@ macro_rules! launch_tile {
 /// where it takes the rows and the matrix has at least [`STREAM_MIN_BYTES`], and for
 /// batches of at least [`STREAM_MIN_BATCH`] where it takes the rows; else
 /// [`matvec_rows`] (rows staged whole by `cp.async`) for rows of up to [`ROW_STAGE_BYTES`];
-/// AMD GPUs and the CPU executor the chunked wave-per-row [`matvec`](super::matvec).
+/// AMD GPUs and the CPU executor the chunked wave-per-row [`matvec`](fn@super::matvec).
 #[allow(clippy::too_many_arguments)]
 pub fn matvec_q8_1(
     exec: &(impl Executor + ?Sized),
@@ -345,7 +345,7 @@ fn matvec_q8_1_after(
     Ok(false)
 }
 
-/// [`matvec_q8_1`] through [`matvec_row`](super::matvec_row) (a work-group per weight row,
+/// [`matvec_q8_1`] through [`matvec_row`](fn@super::matvec_row) (a work-group per weight row,
 /// the row staged by asynchronous copies): what NVIDIA GPUs run for rows of up to
 /// [`ROW_STAGE_BYTES`]; the arguments are checked by the caller. Public for the tests,
 /// which run it on the CPU executor too.
@@ -396,9 +396,9 @@ fn launch_rows(
 }
 
 /// [`matvec_q8_1`] through the streaming kernels (rows streamed through shared memory,
-/// activations held in registers): [`matvec_stream`](super::matvec_stream) for one
+/// activations held in registers): [`matvec_stream`](fn@super::matvec_stream) for one
 /// activation row, what NVIDIA GPUs run for batch 1 where [`stream_per_step`] takes the
-/// rows, and [`matvec_stream_batch`](super::matvec_stream_batch) for batches of 2..=8,
+/// rows, and [`matvec_stream_batch`](fn@super::matvec_stream_batch) for batches of 2..=8,
 /// NVIDIA's kernel for them where [`stream_batch_per_step`] takes the rows. The grid is
 /// [`stream_groups_per_cu`] work-groups per compute unit for batch 1 and one per compute
 /// unit for larger batches (where the executor knows them, else 1024), at most one per
@@ -466,8 +466,8 @@ fn tile_rows(batch: usize) -> usize {
 
 /// The launch of the streaming kernels for arguments [`check_matvec`] accepted, rows the
 /// kernel takes in steps of `per_step` ([`stream_per_step`], [`stream_batch_per_step`]):
-/// [`matvec_stream`](super::matvec_stream) for batch 1 ([`stream_groups_per_cu`]
-/// work-groups per compute unit), [`matvec_stream_batch`](super::matvec_stream_batch) for
+/// [`matvec_stream`](fn@super::matvec_stream) for batch 1 ([`stream_groups_per_cu`]
+/// work-groups per compute unit), [`matvec_stream_batch`](fn@super::matvec_stream_batch) for
 /// 2..=8 (one per compute unit); `tuning` overrides the grid and stages. After a known
 /// kernel (`prior`) it overlaps it ([`matvec_q8_1_after`]); chained after a matvec, batch
 /// 1 takes as many work-groups as the device holds at once and [`CHAINED_STAGES`] stages
@@ -542,7 +542,7 @@ fn launch_stream(
 }
 
 /// Activation rows from which NVIDIA GPUs run batches through
-/// [`matvec_stream_batch`](super::matvec_stream_batch) instead of [`matvec_rows`] (H100,
+/// [`matvec_stream_batch`](fn@super::matvec_stream_batch) instead of [`matvec_rows`] (H100,
 /// `bench-quantized --sweep`, Llama-3-8B shapes, Q4_0/Q8_0/Q4K/Q6K: batch 8 took 0.50-0.61
 /// of `matvec_row`'s time, batch 4 0.75-0.95, batch 2 0.84-0.98 except 4096x4096 `Q8_0`
 /// and `Q6K`, 1.03-1.06).
