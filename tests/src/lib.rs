@@ -3,5 +3,7 @@
 //! the whole kernel model (shared memory, barriers, wave operations, atomics) on the CPU
 //! executor and inspect the code objects of this crate and of `kernels`.
 pub mod dsl_kernels;
+/// The kernel of the book's tutorial (`docs/adding-a-kernel.md`).
+pub mod tutorial;
 
 kernel_dsl::embed_kernels!();
