@@ -7,9 +7,11 @@
 //!
 //! - `setup`: make `.candle/patched` (fast no-op when it is up to date; a stale or edited copy
 //!   is made again).
-//! - `demo`, `test [args]`: `setup`, then README's demo / `cargo test --workspace [args]`.
+//! - `demo [--full] [-n N] [cargo args]`: `setup`, then the demo (`candle-rocm/examples/demo.rs`:
+//!   what was built, then a small LLM on the best device).
+//! - `test [args]`: `setup`, then `cargo test --workspace [args]`.
 //! - `patch-diff`: write `patches/<crate>.patch` from the edited copy (how the patch is changed,
-//!   and how it is carried to a new Candle version: README, "Candle patch").
+//!   and how it is carried to a new Candle version: docs/candle.md, "Changing the patch").
 
 mod apply;
 mod fetch;
@@ -42,11 +44,7 @@ fn run(args: &[String]) -> Result<ExitCode, String> {
         }
         "demo" => {
             apply::setup(&root)?;
-            let mut a: Vec<String> = ["run", "--release", "-p", "kernels", "--example", "demo"]
-                .map(String::from)
-                .to_vec();
-            a.extend(rest.iter().cloned());
-            cargo(&root, &a)
+            cargo(&root, &demo_args(rest))
         }
         "test" => {
             apply::setup(&root)?;
@@ -62,7 +60,8 @@ fn run(args: &[String]) -> Result<ExitCode, String> {
             eprintln!(
                 "usage: cargo xtask <setup | demo | test [cargo test args] | patch-diff>\n\
                  setup       make .candle/patched (Candle {} + patches/*.patch)\n\
-                 demo        setup, then cargo run --release -p kernels --example demo\n\
+                 demo        setup, then cargo run --release -p candle-rocm --example demo\n\
+                             (--full: every kernel's registers; -n N: tokens; other args go to cargo)\n\
                  test        setup, then cargo test --workspace\n\
                  patch-diff  write patches/*.patch from the edited .candle/patched copy",
                 fetch::candle_version(&root).unwrap_or_else(|e| e)
@@ -70,6 +69,28 @@ fn run(args: &[String]) -> Result<ExitCode, String> {
             Ok(if cmd == "help" { ExitCode::SUCCESS } else { ExitCode::FAILURE })
         }
     }
+}
+
+/// `cargo run` of the demo: `--full` and `-n N` go to the demo, anything else (`--features
+/// cuda`) to cargo.
+fn demo_args(rest: &[String]) -> Vec<String> {
+    let mut cargo_args: Vec<String> =
+        ["run", "--release", "-p", "candle-rocm", "--example", "demo"].map(String::from).to_vec();
+    let mut demo = Vec::new();
+    let mut it = rest.iter();
+    while let Some(a) = it.next() {
+        match a.as_str() {
+            "--full" => demo.push(a.clone()),
+            "-n" => {
+                demo.push(a.clone());
+                demo.extend(it.next().cloned());
+            }
+            _ => cargo_args.push(a.clone()),
+        }
+    }
+    cargo_args.push("--".into());
+    cargo_args.extend(demo);
+    cargo_args
 }
 
 /// Runs the cargo that runs us, in the repository root; its exit status becomes ours.
