@@ -7,19 +7,19 @@
 //! - `k_cache`, `v_cache [num_blocks, block_size, kv_heads, D]`: token `t` of sequence `b`
 //!   lives in block `block_tables[b * max_blocks + t / block_size]`, row `t % block_size`.
 //! - `context_lens [batch]`: tokens of each sequence in the cache (the new one included).
-//! - `slot_mapping [tokens]` for [`reshape_and_cache`]: `block * block_size + row`, or
+//! - `slot_mapping [tokens]` for [`reshape_and_cache`](fn@reshape_and_cache): `block * block_size + row`, or
 //!   negative to skip the token (padding).
 //!
 //! # Work decomposition
-//! [`paged_decode`] runs one work-group per (key split, KV head, value chunk, sequence).
+//! [`paged_decode`](fn@paged_decode) runs one work-group per (key split, KV head, value chunk, sequence).
 //! The `heads / kv_heads` query heads that share a KV head are the rows of the work-group's
 //! 16-row fragments (one wave per 16 heads), so each KV block is read once for all of them:
-//! the same online-softmax tile loop as [`flash_fwd`](crate::flash::flash_fwd), with the
+//! the same online-softmax tile loop as [`flash_fwd`](fn@crate::flash::flash_fwd), with the
 //! keys gathered through the block table into shared memory. Each split of `split_len`
 //! keys writes its unnormalised f32 output and its (max, sum) to a workspace;
-//! [`paged_merge`] combines a sequence's splits (only the ones its context reaches) into
-//! the output and the log-sum-exp. Shared memory as [`flash_fwd`](crate::flash::flash_fwd):
-//! [`smem_elems`](crate::flash::smem_elems).
+//! [`paged_merge`](fn@paged_merge) combines a sequence's splits (only the ones its context reaches) into
+//! the output and the log-sum-exp. Shared memory as [`flash_fwd`](fn@crate::flash::flash_fwd):
+//! `crate::flash::smem_elems`.
 // The head-dimension types name the device instances (the host launcher finds them by name).
 #[allow(unused_imports)]
 use crate::flash::{Hd128, Hd256, Hd64, Hd80, Hd96};
@@ -232,7 +232,7 @@ pub fn paged_decode<T: MmaFloat, H: HeadDim>(
     }
 }
 
-/// Merges the splits of [`paged_decode`]: work-group `(h, b)` (grid x = heads, y =
+/// Merges the splits of [`paged_decode`](fn@paged_decode): work-group `(h, b)` (grid x = heads, y =
 /// sequences) reads the `ceil(context_lens[b] / split_len)` splits of head `h` and writes
 /// `out[(b * heads + h) * d ..]` and `lse[b * heads + h]` (zeros and `-inf` for an empty
 /// context). Any work-group size.

@@ -1,4 +1,4 @@
-//! The checked launchers of [`flash_fwd`](super::flash_fwd): every shape, length and
+//! The checked launchers of [`flash_fwd`](fn@super::flash_fwd): every shape, length and
 //! option is validated before anything runs, so an error writes nothing.
 use super::{flash_fwd, value_chunks, Hd128, Hd256, Hd64, Hd80, Hd96, HeadDim, BM, HEAD_DIMS, WAVES};
 use crate::AttentionError;

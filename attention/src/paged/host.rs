@@ -1,5 +1,5 @@
-//! The checked launchers of [`paged_decode`](super::paged_decode) with its merge pass, and
-//! of [`reshape_and_cache`](super::reshape_and_cache). Block tables, context lengths and
+//! The checked launchers of [`paged_decode`](fn@super::paged_decode) with its merge pass, and
+//! of [`reshape_and_cache`](fn@super::reshape_and_cache). Block tables, context lengths and
 //! slot mappings are host slices: they are validated (every slot inside the cache) and
 //! uploaded, so an error writes nothing and the kernels never index out of range.
 use super::{paged_decode, paged_merge, reshape_and_cache, MAX_GROUP};
