@@ -13,28 +13,13 @@
 use attention::flash::HEAD_DIMS;
 use attention::{flash_attn, flash_attn_varlen, AttentionError, FlashElem, FlashOptions, FlashShape, VarlenShape};
 use half::{bf16, f16};
-use kernel_dsl::host::{CpuExecutor, MatrixUnit, WaveSize};
+use kernel_dsl::host::{CpuExecutor, WaveSize};
 use kernel_dsl::Float;
 use kernel_runtime::Device;
 
 /// The CPU executor in every matrix-unit mode, plus the GPUs of this build.
-fn executors() -> Vec<Device> {
-    let mut v = vec![
-        Device::cpu_with(CpuExecutor::new(WaveSize::W64)),
-        Device::cpu_with(CpuExecutor::new(WaveSize::W32)),
-        Device::cpu_with(CpuExecutor::new(WaveSize::W32).with_matrix_unit(MatrixUnit::Wmma12)),
-        Device::cpu_with(CpuExecutor::new(WaveSize::W32).with_matrix_unit(MatrixUnit::MmaSync)),
-        Device::cpu_with(CpuExecutor::new(WaveSize::W32).with_matrix_unit(MatrixUnit::Valu)),
-    ];
-    for d in [Device::cuda(0), Device::rocm(0)].into_iter().flatten() {
-        v.push(d);
-    }
-    v
-}
-
-fn name(dev: &Device) -> String {
-    format!("{} / {:?}", kernel_dsl::host::Executor::name(dev), attention::lowering_of(dev))
-}
+mod common;
+use common::{executors, name};
 
 /// Deterministic values in `[lo, hi)`.
 fn inputs(n: usize, lo: f64, hi: f64, seed: u64) -> Vec<f64> {

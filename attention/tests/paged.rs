@@ -7,27 +7,12 @@
 use attention::paged::host::{paged_attention, reshape_and_cache_rows, PagedShape};
 use attention::{AttentionError, FlashElem};
 use half::{bf16, f16};
-use kernel_dsl::host::{CpuExecutor, MatrixUnit, WaveSize};
+use kernel_dsl::host::{CpuExecutor, WaveSize};
 use kernel_dsl::Float;
 use kernel_runtime::Device;
 
-fn executors() -> Vec<Device> {
-    let mut v = vec![
-        Device::cpu_with(CpuExecutor::new(WaveSize::W64)),
-        Device::cpu_with(CpuExecutor::new(WaveSize::W32)),
-        Device::cpu_with(CpuExecutor::new(WaveSize::W32).with_matrix_unit(MatrixUnit::Wmma12)),
-        Device::cpu_with(CpuExecutor::new(WaveSize::W32).with_matrix_unit(MatrixUnit::MmaSync)),
-        Device::cpu_with(CpuExecutor::new(WaveSize::W32).with_matrix_unit(MatrixUnit::Valu)),
-    ];
-    for d in [Device::cuda(0), Device::rocm(0)].into_iter().flatten() {
-        v.push(d);
-    }
-    v
-}
-
-fn name(dev: &Device) -> String {
-    format!("{} / {:?}", kernel_dsl::host::Executor::name(dev), attention::lowering_of(dev))
-}
+mod common;
+use common::{executors, name};
 
 /// Deterministic values in `[lo, hi)` and a permutation source.
 struct Rng(u64);

@@ -8,7 +8,7 @@
 //!   Inside a work-item, [`item`] answers who it is: [`item::thread_idx`],
 //!   [`item::block_idx`], the flat local id `x + y * block.x + z * block.x * block.y`, ...
 //! - Each work-item runs as a stackful coroutine ([`corosensei`]) on a pooled stack
-//!   (256 KiB by default, see [`CpuExecutor::with_stack_size`]), not as an OS thread. The
+//!   (1 MiB by default, see [`CpuExecutor::with_stack_size`]), not as an OS thread. The
 //!   work-items of one work-group run interleaved on one OS thread: each runs until it
 //!   returns or reaches a [`item::barrier`] or [`item::wave_exchange`], where it is suspended
 //!   until the others catch up.
@@ -70,8 +70,10 @@ use stack::{StackCache, StackPool};
 /// Most work-items a work-group may have.
 pub const MAX_BLOCK_SIZE: u32 = 1024;
 
-/// Default stack size of a work-item, in bytes.
-pub const DEFAULT_STACK_SIZE: usize = 256 * 1024;
+/// Default stack size of a work-item, in bytes: unoptimized builds of the matrix-unit
+/// kernels (flash attention) keep every unrolled fragment in their frames and overflowed
+/// 256 KiB. Stacks are mapped lazily, so untouched pages cost no memory.
+pub const DEFAULT_STACK_SIZE: usize = 1024 * 1024;
 
 /// A 3-D size or index (grid, block, work-group index, work-item index).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]

@@ -673,7 +673,10 @@ impl FragC<f32> {
 /// reads column `(r + s) % 16`; each source lane first rotates its 8 items so that the row
 /// its reader wants sits at a fixed position, and the reader rotates the 16 values it
 /// collected back into column order at the end (selects, no memory).
-#[inline(always)]
+// Out of line on the CPU executor: inlined, every unrolled copy's locals would sit in
+// the frame of each kernel that converts an accumulator, on its work-item stack.
+#[cfg_attr(any(target_arch = "amdgpu", target_arch = "nvptx64"), inline(always))]
+#[cfg_attr(not(any(target_arch = "amdgpu", target_arch = "nvptx64")), inline(never))]
 #[track_caller]
 fn wmma_to_a<T: MmaFloat>(c: &FragC<f32>) -> FragA<T> {
     let l = lane();
@@ -728,7 +731,10 @@ fn wmma_to_a<T: MmaFloat>(c: &FragC<f32>) -> FragA<T> {
 /// column in its `K_h`): the source rotates its items once so that round `s` sends
 /// position `s`, and the reader rotates what it collected back into item order (selects,
 /// no memory).
-#[inline(always)]
+// Out of line on the CPU executor: inlined, every unrolled copy's locals would sit in
+// the frame of each kernel that converts an accumulator, on its work-item stack.
+#[cfg_attr(any(target_arch = "amdgpu", target_arch = "nvptx64"), inline(always))]
+#[cfg_attr(not(any(target_arch = "amdgpu", target_arch = "nvptx64")), inline(never))]
 #[track_caller]
 fn wmma12_to_a<T: MmaFloat>(c: &FragC<f32>) -> FragA<T> {
     let l = lane();
