@@ -668,6 +668,38 @@ impl FragC<f32> {
     }
 }
 
+/// The first 8 accumulator items reversed: item `t` is `c[-t mod 8]` (with
+/// [`rotate_right`] by `a`, item `t` is `c[(a - t) mod 8]`, the order the WMMA `to_a`
+/// paths send them in).
+#[inline(always)]
+fn reversed_items(c: &FragC<f32>) -> [f32; 8] {
+    let mut p = [0.0f32; 8];
+    unroll!(t < 8, {
+        p[t % 8] = c.v[((8 - t) % 8) % C_CAP];
+    });
+    p
+}
+
+/// `v` rotated right by `by` (`N` a power of two, at most 16; `by < N`): item `t` becomes
+/// `v[(t - by) mod N]`. A barrel shifter on the bits of `by`, so every index is a constant
+/// and the items stay in registers (selects, no memory).
+#[inline(always)]
+fn rotate_right<const N: usize>(mut v: [f32; N], by: usize) -> [f32; N] {
+    unroll!(bi < 4, {
+        let bit = 1usize << bi;
+        if bit < N {
+            let take = by & bit != 0;
+            let prev = v;
+            unroll!(t < N, {
+                if take {
+                    v[t % N] = prev[(t + N - bit) % N];
+                }
+            });
+        }
+    });
+    v
+}
+
 /// [`FragC::to_a`] in the WMMA layouts with 16 shuffles: lane `l` (row `r = l % 16`)
 /// needs `C[r][0..16]`, held one per lane by the lanes of its row parity. In round `s` it
 /// reads column `(r + s) % 16`; each source lane first rotates its 8 items so that the row
@@ -682,22 +714,8 @@ fn wmma_to_a<T: MmaFloat>(c: &FragC<f32>) -> FragA<T> {
     let l = lane();
     let (col, r) = (l % 16, l % 16);
     let (a, b) = (col / 2, col % 2);
-    // rot[i] = c[(a - i) mod 8]: the static reversal p[i] = c[-i mod 8], then a right
-    // rotation by `a` (barrel shifter on the bits of `a`).
-    let mut rot = [0.0f32; 8];
-    unroll!(i < 8, {
-        rot[i % 8] = c.v[((8 - i) % 8) % C_CAP];
-    });
-    unroll!(bi < 3, {
-        let bit = 1usize << bi;
-        let take = a & bit != 0;
-        let prev = rot;
-        unroll!(i < 8, {
-            if take {
-                rot[i % 8] = prev[(i + 8 - bit) % 8];
-            }
-        });
-    });
+    // rot[i] = c[(a - i) mod 8].
+    let rot = rotate_right(reversed_items(c), a);
     let mut t = [0.0f32; 16];
     unroll!(s < 16, {
         let (sigma, tau) = (s / 2, s % 2);
@@ -705,17 +723,8 @@ fn wmma_to_a<T: MmaFloat>(c: &FragC<f32>) -> FragA<T> {
         let src = (r + s) % 16 + 16 * (r % 2);
         t[s % 16] = wave::shuffle(send, src as u32);
     });
-    // a[k] = t[(k - r) mod 16]: right rotation by r.
-    unroll!(bi < 4, {
-        let bit = 1usize << bi;
-        let take = r & bit != 0;
-        let prev = t;
-        unroll!(i < 16, {
-            if take {
-                t[i % 16] = prev[(i + 16 - bit) % 16];
-            }
-        });
-    });
+    // a[k] = t[(k - r) mod 16].
+    let t = rotate_right(t, r);
     let mut out = FragA::<T>::zero();
     unroll!(k < 16, {
         out.v[k % AB_CAP] = T::from_f32(t[k % 16]);
@@ -738,26 +747,11 @@ fn wmma_to_a<T: MmaFloat>(c: &FragC<f32>) -> FragA<T> {
 #[track_caller]
 fn wmma12_to_a<T: MmaFloat>(c: &FragC<f32>) -> FragA<T> {
     let l = lane();
+    // This lane's row as a reader, and its column as a source: r = l % 16 both.
     let (r, h) = (l % 16, l / 16);
-    // As a source: column `col`, its position in K_(col/4 % 2).
-    let col = l % 16;
-    let i = col % 4 + 4 * (col / 8);
-    // rot[t] = c[(i - t) mod 8]: the reversal p[t] = c[-t mod 8], then a right rotation
-    // by `i` (barrel shifter on the bits of `i`).
-    let mut rot = [0.0f32; 8];
-    unroll!(t < 8, {
-        rot[t % 8] = c.v[((8 - t) % 8) % C_CAP];
-    });
-    unroll!(bi < 3, {
-        let bit = 1usize << bi;
-        let take = i & bit != 0;
-        let prev = rot;
-        unroll!(t < 8, {
-            if take {
-                rot[t % 8] = prev[(t + 8 - bit) % 8];
-            }
-        });
-    });
+    // As a source: the position of column r in K_(r/4 % 2); rot[t] = c[(i - t) mod 8].
+    let i = r % 4 + 4 * (r / 8);
+    let rot = rotate_right(reversed_items(c), i);
     // As a reader: round s fetches position p = (s + r) % 8 of K_h.
     let mut got = [0.0f32; 8];
     unroll!(s < 8, {
@@ -766,18 +760,8 @@ fn wmma12_to_a<T: MmaFloat>(c: &FragC<f32>) -> FragA<T> {
         let src = k + 16 * (r / 8);
         got[s % 8] = wave::shuffle(rot[s % 8], src as u32);
     });
-    // Item p = got[(p - r) mod 8]: a right rotation by r % 8.
-    let rr = r % 8;
-    unroll!(bi < 3, {
-        let bit = 1usize << bi;
-        let take = rr & bit != 0;
-        let prev = got;
-        unroll!(t < 8, {
-            if take {
-                got[t % 8] = prev[(t + 8 - bit) % 8];
-            }
-        });
-    });
+    // Item p = got[(p - r) mod 8].
+    let got = rotate_right(got, r % 8);
     let mut out = FragA::<T>::zero();
     unroll!(p < 8, {
         out.v[p % AB_CAP] = T::from_f32(got[p % 8]);
