@@ -12,9 +12,20 @@
 //! queued later on the same stream. Blocks go back to the backend only in
 //! [`CachingAllocator::empty_cache`], after an allocation failed, and when the allocator drops;
 //! the backend waits for queued work before that.
+//!
+//! While a graph is being captured ([`Device::capture`](crate::Device::capture)) the
+//! allocator serves a *capture pool*: every block handed out or freed during the capture
+//! belongs to the graph from then on, because each replay writes and reads the same
+//! addresses. A pool block freed later goes back to the pool, not to the shared cache, and
+//! the pool's blocks return to the shared cache only when the graph drops
+//! ([`CachingAllocator::retire_pool`]). Nothing during a capture waits for the device: no
+//! retry after a failed allocation (that would synchronize), and
+//! [`CachingAllocator::empty_cache`] does nothing until the capture ends.
 use kernel_dsl::host::LaunchError;
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::thread::ThreadId;
 
 /// Memory a backend hands out in whole blocks.
 pub(crate) trait RawMemory: Send + Sync {
@@ -46,6 +57,12 @@ pub struct MemoryStats {
     pub cache_hits: u64,
     /// Live buffers (of non-zero size).
     pub live_blocks: u64,
+    /// Bytes in freed blocks that captured graphs keep (their capture pools): not reused by
+    /// other buffers and not returned by `empty_cache`; back in `cached_bytes` when the
+    /// graph drops.
+    pub graph_pool_bytes: usize,
+    /// Capture pools alive (one per captured graph, plus one during a capture).
+    pub graph_pools: u64,
 }
 
 /// Rounds a request up to its size class.
@@ -61,16 +78,26 @@ pub fn size_class(bytes: usize) -> usize {
     bytes.div_ceil(step).saturating_mul(step)
 }
 
+/// Free blocks by size class.
+type FreeLists = HashMap<usize, Vec<u64>>;
+
 #[derive(Default)]
 struct State {
-    free: HashMap<usize, Vec<u64>>,
+    free: FreeLists,
     stats: MemoryStats,
+    /// The free blocks of each live capture pool, by pool id (ids start at 1).
+    pools: HashMap<u64, FreeLists>,
+    /// The pool being captured into and the capturing thread.
+    capturing: Option<(u64, ThreadId)>,
+    last_pool: u64,
 }
 
 /// A per-device cache of memory blocks over a backend's raw allocations (`RawMemory`).
 pub struct CachingAllocator {
     raw: Box<dyn RawMemory>,
     state: Mutex<State>,
+    /// `state.capturing.is_some()`, readable without the lock (launches check it).
+    capturing: AtomicBool,
 }
 
 /// A block from a [`CachingAllocator`]; back in its cache when dropped.
@@ -78,20 +105,22 @@ pub(crate) struct Block {
     pub(crate) addr: u64,
     /// Size-class bytes (0 for an empty block, which holds no memory).
     pub(crate) class: usize,
+    /// The capture pool the block belongs to (0: none).
+    pool: u64,
     alloc: Arc<CachingAllocator>,
 }
 
 impl Drop for Block {
     fn drop(&mut self) {
         if self.class > 0 {
-            self.alloc.release(self.addr, self.class);
+            self.alloc.release(self.addr, self.class, self.pool);
         }
     }
 }
 
 impl CachingAllocator {
     pub(crate) fn new(raw: Box<dyn RawMemory>) -> Arc<Self> {
-        Arc::new(CachingAllocator { raw, state: Mutex::new(State::default()) })
+        Arc::new(CachingAllocator { raw, state: Mutex::new(State::default()), capturing: AtomicBool::new(false) })
     }
 
     fn lock(&self) -> MutexGuard<'_, State> {
@@ -101,26 +130,40 @@ impl CachingAllocator {
     /// A block of at least `bytes` bytes (contents unspecified: old data of a reused block).
     pub(crate) fn allocate(self: &Arc<Self>, bytes: usize) -> Result<Block, LaunchError> {
         if bytes == 0 {
-            return Ok(Block { addr: 0, class: 0, alloc: self.clone() });
+            return Ok(Block { addr: 0, class: 0, pool: 0, alloc: self.clone() });
         }
         let class = size_class(bytes);
-        let reused = {
+        let (reused, pool) = {
             let mut st = self.lock();
-            let addr = st.free.get_mut(&class).and_then(Vec::pop);
+            let pool = st.capturing.map_or(0, |(p, _)| p);
+            // During a capture, the pool's own free blocks first (freed earlier in the
+            // capture: the graph orders their uses), then the shared cache (work queued
+            // before the capture runs before every replay).
+            let from_pool = st.pools.get_mut(&pool).and_then(|f| f.get_mut(&class)).and_then(Vec::pop);
+            if from_pool.is_some() {
+                st.stats.graph_pool_bytes -= class;
+            }
+            let addr = from_pool.or_else(|| {
+                let a = st.free.get_mut(&class).and_then(Vec::pop);
+                if a.is_some() {
+                    st.stats.cached_bytes -= class;
+                }
+                a
+            });
             if addr.is_some() {
                 st.stats.cache_hits += 1;
-                st.stats.cached_bytes -= class;
                 Self::note_in_use(&mut st.stats, class);
             }
-            addr
+            (addr, pool)
         };
         let addr = match reused {
             Some(a) => a,
             None => {
                 let a = match self.raw.alloc(class) {
                     Ok(a) => a,
-                    // Out of memory with blocks cached: give them back and try once more.
-                    Err(_) if self.lock().stats.cached_bytes > 0 => {
+                    // Out of memory with blocks cached: give them back and try once more
+                    // (not during a capture: returning blocks waits for the device).
+                    Err(_) if pool == 0 && self.lock().stats.cached_bytes > 0 => {
                         self.empty_cache();
                         self.raw.alloc(class)?
                     }
@@ -132,7 +175,7 @@ impl CachingAllocator {
                 a
             }
         };
-        Ok(Block { addr, class, alloc: self.clone() })
+        Ok(Block { addr, class, pool, alloc: self.clone() })
     }
 
     fn note_in_use(s: &mut MemoryStats, class: usize) {
@@ -141,12 +184,87 @@ impl CachingAllocator {
         s.peak_in_use_bytes = s.peak_in_use_bytes.max(s.in_use_bytes);
     }
 
-    fn release(&self, addr: u64, class: usize) {
+    fn release(&self, addr: u64, class: usize, pool: u64) {
         let mut st = self.lock();
         st.stats.in_use_bytes -= class;
         st.stats.live_blocks -= 1;
-        st.stats.cached_bytes += class;
-        st.free.entry(class).or_default().push(addr);
+        // A block of a live pool goes back to it; any block freed during a capture joins the
+        // capture's pool (a kernel of the graph may use it: it must not be handed to
+        // another buffer while the graph lives).
+        let owner = if st.pools.contains_key(&pool) { Some(pool) } else { st.capturing.map(|(p, _)| p) };
+        match owner.and_then(|p| st.pools.get_mut(&p)) {
+            Some(free) => {
+                free.entry(class).or_default().push(addr);
+                st.stats.graph_pool_bytes += class;
+            }
+            None => {
+                st.free.entry(class).or_default().push(addr);
+                st.stats.cached_bytes += class;
+            }
+        }
+    }
+
+    /// Starts serving allocations from a new capture pool, for a capture by this thread;
+    /// its id. An error while another capture is under way.
+    pub(crate) fn begin_capture(&self) -> Result<u64, LaunchError> {
+        let mut st = self.lock();
+        if st.capturing.is_some() {
+            return Err(LaunchError::Capture { op: "capture", reason: "this device is already capturing a graph (captures do not nest)".into() });
+        }
+        st.last_pool += 1;
+        let id = st.last_pool;
+        st.pools.insert(id, FreeLists::new());
+        st.stats.graph_pools += 1;
+        st.capturing = Some((id, std::thread::current().id()));
+        self.capturing.store(true, Ordering::SeqCst);
+        Ok(id)
+    }
+
+    /// Ends the capture begun by [`CachingAllocator::begin_capture`]: allocations come from
+    /// the shared cache again. The pool lives on until [`CachingAllocator::retire_pool`].
+    pub(crate) fn end_capture(&self) {
+        self.lock().capturing = None;
+        self.capturing.store(false, Ordering::SeqCst);
+    }
+
+    /// Whether a graph is being captured on this device.
+    pub(crate) fn capturing(&self) -> bool {
+        self.capturing.load(Ordering::SeqCst)
+    }
+
+    /// `Ok` unless a graph is being captured by another thread than the caller: the device
+    /// has one queue, and work from another thread would land in the graph.
+    pub(crate) fn check_capture_thread(&self, op: &'static str) -> Result<(), LaunchError> {
+        if !self.capturing() {
+            return Ok(());
+        }
+        match self.lock().capturing {
+            Some((_, t)) if t != std::thread::current().id() => Err(LaunchError::Capture {
+                op,
+                reason: "another thread is capturing a graph on this device's queue; wait for its capture to end".into(),
+            }),
+            _ => Ok(()),
+        }
+    }
+
+    /// Gives the free blocks of pool `id` back to the shared cache and forgets the pool:
+    /// its blocks still held by buffers go to the shared cache when those drop. Called when
+    /// the graph that used the pool drops (work already queued, replays included, runs
+    /// before any later use of the blocks: one ordered queue).
+    pub(crate) fn retire_pool(&self, id: u64) {
+        let mut st = self.lock();
+        if st.capturing.is_some_and(|(p, _)| p == id) {
+            st.capturing = None;
+            self.capturing.store(false, Ordering::SeqCst);
+        }
+        let Some(free) = st.pools.remove(&id) else { return };
+        st.stats.graph_pools -= 1;
+        for (class, addrs) in free {
+            let bytes = class * addrs.len();
+            st.stats.graph_pool_bytes -= bytes;
+            st.stats.cached_bytes += bytes;
+            st.free.entry(class).or_default().extend(addrs);
+        }
     }
 
     /// Current figures.
@@ -154,10 +272,15 @@ impl CachingAllocator {
         self.lock().stats
     }
 
-    /// Returns every cached block to the backend (after queued work has finished).
+    /// Returns every cached block to the backend (after queued work has finished). Blocks
+    /// of capture pools stay; nothing happens while a graph is being captured (waiting for
+    /// the device would break the capture).
     pub fn empty_cache(&self) {
         let free: Vec<(usize, Vec<u64>)> = {
             let mut st = self.lock();
+            if st.capturing.is_some() {
+                return;
+            }
             st.stats.cached_bytes = 0;
             st.free.drain().collect()
         };
@@ -253,5 +376,63 @@ mod tests {
         assert_eq!(s.peak_in_use_bytes, 1024);
         let empty = a.allocate(0).unwrap();
         assert_eq!((empty.class, a.stats().live_blocks), (0, 0));
+    }
+
+    #[test]
+    fn capture_pools_keep_their_blocks_until_retired() {
+        let a = CachingAllocator::new(Box::new(HostMemory));
+        let before = a.allocate(1000).unwrap(); // allocated before the capture, freed during it
+        let cached = a.allocate(4096).unwrap();
+        let cached_addr = cached.addr;
+        drop(cached); // in the shared cache: a capture may take it
+        let pool = a.begin_capture().unwrap();
+        assert!(a.capturing());
+        assert!(a.begin_capture().is_err(), "captures do not nest");
+        let t1 = a.allocate(4096).unwrap();
+        assert_eq!((t1.addr, t1.pool), (cached_addr, pool), "the shared cache serves a capture");
+        let t1_addr = t1.addr;
+        drop(t1);
+        let s = a.stats();
+        assert_eq!((s.graph_pool_bytes, s.cached_bytes, s.graph_pools), (4096, 0, 1), "freed during the capture: kept by the pool");
+        let t2 = a.allocate(4000).unwrap();
+        assert_eq!(t2.addr, t1_addr, "the pool reuses its own blocks during the capture");
+        drop(before);
+        assert_eq!(a.stats().graph_pool_bytes, 1024, "a block freed during a capture joins the pool");
+        let out = a.allocate(10_000).unwrap(); // outlives the capture (a graph's output)
+        a.end_capture();
+        assert!(!a.capturing());
+        drop(t2);
+        let s = a.stats();
+        assert_eq!((s.graph_pool_bytes, s.cached_bytes), (4096 + 1024, 0), "pool blocks go back to the pool after the capture");
+        let fresh = a.allocate(4096).unwrap();
+        assert_ne!(fresh.addr, t1_addr, "the pool's blocks are not handed to other buffers");
+        drop(fresh);
+        a.empty_cache();
+        assert_eq!(a.stats().graph_pool_bytes, 4096 + 1024, "empty_cache leaves pools alone");
+        a.retire_pool(pool);
+        let s = a.stats();
+        assert_eq!((s.graph_pool_bytes, s.graph_pools, s.cached_bytes), (0, 0, 4096 + 1024));
+        drop(out); // its pool is gone: to the shared cache
+        let s = a.stats();
+        assert_eq!((s.in_use_bytes, s.live_blocks, s.cached_bytes), (0, 0, 4096 + 1024 + size_class(10_000)));
+        a.empty_cache();
+        let s = a.stats();
+        assert_eq!(s.backend_frees, s.backend_allocations, "every block went back");
+    }
+
+    #[test]
+    fn empty_cache_waits_for_the_capture_to_end() {
+        let a = CachingAllocator::new(Box::new(HostMemory));
+        drop(a.allocate(512).unwrap());
+        let pool = a.begin_capture().unwrap();
+        a.empty_cache();
+        assert_eq!(a.stats().cached_bytes, 512, "no backend free during a capture");
+        assert!(a.check_capture_thread("launch").is_ok(), "the capturing thread may queue work");
+        let other = std::thread::scope(|s| s.spawn(|| a.check_capture_thread("launch")).join().unwrap());
+        assert!(matches!(other, Err(LaunchError::Capture { op: "launch", .. })), "{other:?}");
+        a.retire_pool(pool);
+        assert!(!a.capturing(), "retiring the capturing pool ends the capture");
+        a.empty_cache();
+        assert_eq!(a.stats().cached_bytes, 0);
     }
 }

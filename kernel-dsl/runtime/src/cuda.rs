@@ -31,8 +31,26 @@ struct CudaMemory(Arc<Inner>);
 impl RawMemory for CudaMemory {
     fn alloc(&self, bytes: usize) -> Result<u64, LaunchError> {
         bind(&self.0)?;
+        // `cuMemAlloc` is a "potentially unsafe" call during a stream capture in the
+        // thread-local mode captures use here; the caching allocator makes it safe (the
+        // block joins the graph's pool), so this thread switches to the relaxed mode around
+        // it and back (the push-pop use `cuThreadExchangeStreamCaptureMode` documents).
+        let mut mode = sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_RELAXED;
+        // SAFETY: `mode` is a valid in/out value.
+        unsafe { sys::cuThreadExchangeStreamCaptureMode(&mut mode) }.result().map_err(|e| err("cuThreadExchangeStreamCaptureMode", e))?;
         // SAFETY: plain allocation of `bytes` > 0 bytes, freed by `free`.
-        unsafe { result::malloc_sync(bytes) }.map_err(|e| err("cuMemAlloc", e))
+        let a = unsafe { result::malloc_sync(bytes) }.map_err(|e| err("cuMemAlloc", e));
+        // SAFETY: as above; restores the thread's previous mode.
+        let restored = unsafe { sys::cuThreadExchangeStreamCaptureMode(&mut mode) }.result();
+        let a = a?;
+        if let Err(e) = restored {
+            // SAFETY: `a` came from `malloc_sync` just above and was never handed out.
+            unsafe {
+                let _ = result::free_sync(a);
+            }
+            return Err(err("cuThreadExchangeStreamCaptureMode", e));
+        }
+        Ok(a)
     }
     unsafe fn free(&self, addr: u64, _bytes: usize) {
         // SAFETY: the caller's contract: `addr` came from `alloc`, queued work has finished.
@@ -251,8 +269,9 @@ impl CudaDevice {
         &self.shared
     }
 
-    /// Waits for all work queued on the stream.
+    /// Waits for all work queued on the stream. Refused during a graph capture.
     pub fn synchronize(&self) -> Result<(), LaunchError> {
+        crate::graph::refuse_in_capture(&self.memory, "synchronize", crate::graph::NO_WAIT)?;
         self.bind()?;
         // SAFETY: valid stream.
         unsafe { result::stream::synchronize(self.inner.stream) }.map_err(|e| err("cuStreamSynchronize", e))
@@ -282,6 +301,7 @@ impl CudaDevice {
     /// before work queued earlier on it. `kernels/tests/runtime.rs` checks both properties
     /// (source reused right after the call; a kernel queued before the write reads the old data).
     pub(crate) fn write_raw<T: Copy>(&self, addr: u64, data: &[T]) -> Result<(), LaunchError> {
+        crate::graph::refuse_in_capture(&self.memory, "write", crate::graph::NO_UPLOAD)?;
         self.bind()?;
         self.queued();
         // SAFETY: `addr` is a live range of `size_of_val(data)` bytes of this device, kept
@@ -313,11 +333,46 @@ impl CudaDevice {
 
     /// Records an event on the stream (for timing).
     pub fn record_event(&self) -> Result<CudaEvent, LaunchError> {
+        crate::graph::refuse_in_capture(&self.memory, "record_event", crate::graph::NO_WAIT)?;
         self.bind()?;
         let ev = result::event::create(sys::CUevent_flags::CU_EVENT_DEFAULT).map_err(|e| err("cuEventCreate", e))?;
         // SAFETY: fresh event, valid stream.
         unsafe { result::event::record(ev, self.inner.stream) }.map_err(|e| err("cuEventRecord", e))?;
         Ok(CudaEvent { ev })
+    }
+
+    /// Starts capturing the stream into a graph (`cuStreamBeginCapture_v2`, thread-local
+    /// mode: this thread may not make calls that would break the capture, other threads may
+    /// work on other streams). Called by [`Device::capture`](crate::Device::capture), which
+    /// routes allocations to the graph's pool.
+    pub(crate) fn begin_capture(&self) -> Result<(), LaunchError> {
+        self.bind()?;
+        self.queued();
+        // SAFETY: valid stream of the bound context.
+        unsafe { result::stream::begin_capture(self.inner.stream, sys::CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL) }
+            .map_err(|e| err("cuStreamBeginCapture", e))
+    }
+
+    /// Ends the capture (`cuStreamEndCapture`) and instantiates the graph
+    /// (`cuGraphInstantiateWithFlags`).
+    pub(crate) fn end_capture(&self) -> Result<CudaGraph, LaunchError> {
+        self.bind()?;
+        // SAFETY: valid stream, capturing since `begin_capture`.
+        let graph = unsafe { result::stream::end_capture(self.inner.stream) }.map_err(|e| err("cuStreamEndCapture", e))?;
+        if graph.is_null() {
+            return Err(LaunchError::Capture { op: "capture", reason: "cuStreamEndCapture returned no graph".into() });
+        }
+        // SAFETY: `graph` is the valid graph just captured.
+        match unsafe { result::graph::instantiate(graph, sys::CUgraphInstantiate_flags(0)) } {
+            Ok(exec) => Ok(CudaGraph { graph, exec, dev: self.clone() }),
+            Err(e) => {
+                // SAFETY: `graph` is ours and not used afterwards.
+                unsafe {
+                    let _ = result::graph::destroy(graph);
+                }
+                Err(err("cuGraphInstantiateWithFlags", e))
+            }
+        }
     }
 
     fn function(&self, binaries: &'static EmbeddedKernels, symbol: &'static str) -> Result<(sys::CUfunction, bool), LaunchError> {
@@ -443,7 +498,9 @@ impl Executor for CudaDevice {
         for (p, c) in params.iter_mut().zip(cells.iter_mut()) {
             *p = c as *mut u64 as *mut c_void;
         }
-        if c.overlap_prior && overlaps && self.inner.overlap {
+        // Not while capturing a graph: a plain launch captures on every driver (a graph's
+        // launches leave no host gaps to hide), and `griddepcontrol.wait` is then a no-op.
+        if c.overlap_prior && overlaps && self.inner.overlap && !self.memory.capturing() {
             // Programmatic dependent launch: the kernel may start before the previous one
             // ends; it waits for it in `griddepcontrol.wait` (`kernel_dsl::grid`).
             // SAFETY: the attribute value is plain data.
@@ -477,6 +534,43 @@ impl Executor for CudaDevice {
             )
         }
         .map_err(|e| err("cuLaunchKernel", e))
+    }
+}
+
+/// A captured and instantiated CUDA graph of this device's stream.
+pub struct CudaGraph {
+    graph: sys::CUgraph,
+    exec: sys::CUgraphExec,
+    dev: CudaDevice,
+}
+
+// SAFETY: graph handles may be used from any thread of the process (the driver API is
+// thread-safe) once the context is current, which `launch` and `drop` make it; the handles
+// are destroyed once, by their owner.
+unsafe impl Send for CudaGraph {}
+// SAFETY: as for `Send`: `&CudaGraph` only launches the executable graph.
+unsafe impl Sync for CudaGraph {}
+
+impl CudaGraph {
+    /// Queues the graph on the device's stream (`cuGraphLaunch`).
+    pub(crate) fn launch(&self) -> Result<(), LaunchError> {
+        self.dev.bind()?;
+        self.dev.queued();
+        // SAFETY: valid executable graph and stream of the bound context.
+        unsafe { result::graph::launch(self.exec, self.dev.inner.stream) }.map_err(|e| err("cuGraphLaunch", e))
+    }
+}
+
+impl Drop for CudaGraph {
+    fn drop(&mut self) {
+        // "If the executable graph is in-flight, it will not be terminated, but rather freed
+        // asynchronously on completion" (cuGraphExecDestroy): no wait needed.
+        // SAFETY: handles created by `end_capture`, destroyed once.
+        unsafe {
+            let _ = result::ctx::set_current(self.dev.inner.ctx);
+            let _ = result::graph::exec_destroy(self.exec);
+            let _ = result::graph::destroy(self.graph);
+        }
     }
 }
 

@@ -7,7 +7,8 @@
 //! caching allocator ([`Device::memory_stats`], [`Device::empty_cache`]); a buffer's
 //! [`view`](DeviceVec::view) passes a sub-range to a kernel without a copy;
 //! [`Device::copy`] copies between views on the device; [`Device::scratch`] gives the
-//! temporary buffers of multi-pass kernels.
+//! temporary buffers of multi-pass kernels; [`Device::capture`] and [`StepGraph`] record
+//! a step once and replay it as one graph launch on a GPU ([`graph`]).
 //!
 //! ```
 //! use kernel_runtime::Device;
@@ -19,6 +20,7 @@
 //! assert_eq!(dev.download(&y).unwrap(), vec![2.0, 3.0]);
 //! ```
 mod alloc;
+pub mod graph;
 mod shared;
 #[cfg(feature = "cuda")]
 pub mod cuda;
@@ -26,6 +28,7 @@ pub mod cuda;
 pub mod rocm;
 
 pub use alloc::{size_class, CachingAllocator, MemoryStats};
+pub use graph::{Graph, StepGraph};
 pub use kernel_dsl::host::{CpuExecutor, LaunchError, WaveSize};
 
 use alloc::{Block, HostMemory};
@@ -163,7 +166,7 @@ impl Device {
         }
     }
 
-    fn allocator(&self) -> &Arc<CachingAllocator> {
+    pub(crate) fn allocator(&self) -> &Arc<CachingAllocator> {
         match self {
             Device::Cpu(c) => &c.memory,
             #[cfg(feature = "cuda")]
@@ -204,8 +207,9 @@ impl Device {
         self.alloc_uninit(len)
     }
 
-    /// Copies `data` to a new buffer.
+    /// Copies `data` to a new buffer. Refused during a graph capture ([`graph`]).
     pub fn upload<T: Copy>(&self, data: &[T]) -> Result<DeviceVec<T>, LaunchError> {
+        self.refuse_in_capture("upload", graph::NO_UPLOAD)?;
         let mut v = self.alloc_uninit::<T>(data.len())?;
         self.write(v.view_mut(..)?, data)?;
         Ok(v)
@@ -214,12 +218,17 @@ impl Device {
     /// A read-only device copy of `data` (a layout, launch geometry), shared with every
     /// other call on this device (and its clones) with the same contents: the first call
     /// uploads, later ones return the same buffer. Bounded: the cache starts over after a
-    /// few thousand distinct arrays.
+    /// few thousand distinct arrays. During a graph capture only arrays already cached are
+    /// served (the graph keeps them alive): run the step once before capturing it.
     pub fn upload_shared(&self, data: &[usize]) -> Result<Arc<DeviceVec<usize>>, LaunchError> {
         let cache = self.shared_uploads();
         if let Some(v) = cache.get(data) {
             return Ok(v);
         }
+        self.refuse_in_capture(
+            "upload_shared",
+            "this layout array was not uploaded before the capture (a host copy cannot be recorded); run the step once eagerly before capturing it",
+        )?;
         let v = Arc::new(self.upload(data)?);
         cache.insert(data, v.clone());
         Ok(v)
@@ -230,7 +239,7 @@ impl Device {
         self.shared_uploads().len()
     }
 
-    fn shared_uploads(&self) -> &shared::SharedUploads {
+    pub(crate) fn shared_uploads(&self) -> &shared::SharedUploads {
         match self {
             Device::Cpu(c) => &c.shared,
             #[cfg(feature = "cuda")]
@@ -240,8 +249,10 @@ impl Device {
         }
     }
 
-    /// Copies `data` into `dst` (same length), after the work queued before it.
+    /// Copies `data` into `dst` (same length), after the work queued before it. Refused
+    /// during a graph capture ([`graph`]): write a step's inputs before replaying it.
     pub fn write<T: Copy>(&self, dst: DeviceViewMut<'_, T>, data: &[T]) -> Result<(), LaunchError> {
+        self.refuse_in_capture("write", graph::NO_UPLOAD)?;
         self.check_here("write", dst.location)?;
         if dst.len != data.len() {
             return Err(bad("write", format!("{} elements into a view of {}", data.len(), dst.len)));
@@ -266,8 +277,10 @@ impl Device {
         self.read(v.view(..)?)
     }
 
-    /// Copies a view back to the host (after the work queued before it).
+    /// Copies a view back to the host (after the work queued before it). Refused during a
+    /// graph capture.
     pub fn read<T: Copy>(&self, src: DeviceView<'_, T>) -> Result<Vec<T>, LaunchError> {
+        self.refuse_in_capture("download", graph::NO_WAIT)?;
         self.check_here("download", src.location)?;
         let mut out = Vec::<T>::with_capacity(src.len);
         let bytes = src.len * std::mem::size_of::<T>();
@@ -289,6 +302,7 @@ impl Device {
     /// Device-to-device copy between views of equal length (queued; the views may belong
     /// to one buffer, overlapping ranges copy as if through a temporary only on the CPU).
     pub fn copy<T: Copy>(&self, src: DeviceView<'_, T>, dst: DeviceViewMut<'_, T>) -> Result<(), LaunchError> {
+        self.allocator().check_capture_thread("copy")?;
         self.check_here("copy", src.location)?;
         self.check_here("copy", dst.location)?;
         if src.len != dst.len {
@@ -323,14 +337,19 @@ impl Device {
     }
 
     /// Returns the cached (free) blocks to the backend, after dropping the arrays kept by
-    /// [`Device::upload_shared`].
+    /// [`Device::upload_shared`]. Does nothing during a graph capture (it would wait for
+    /// the device); blocks kept by graphs stay until the graphs drop.
     pub fn empty_cache(&self) {
+        if self.is_capturing() {
+            return;
+        }
         self.shared_uploads().clear();
         self.allocator().empty_cache()
     }
 
-    /// Waits for queued work.
+    /// Waits for queued work. Refused during a graph capture.
     pub fn synchronize(&self) -> Result<(), LaunchError> {
+        self.refuse_in_capture("synchronize", graph::NO_WAIT)?;
         match self {
             Device::Cpu(_) => Ok(()),
             #[cfg(feature = "cuda")]
@@ -424,7 +443,9 @@ impl Device {
 
     /// Records an event after the work queued so far (the host clock on the CPU executor,
     /// whose launches finish before they return). Two events time the work between them.
+    /// Refused during a graph capture (time the replays instead).
     pub fn record_event(&self) -> Result<DeviceEvent, LaunchError> {
+        self.refuse_in_capture("record_event", graph::NO_WAIT)?;
         match self {
             Device::Cpu(_) => Ok(DeviceEvent::Cpu(std::time::Instant::now())),
             #[cfg(feature = "cuda")]
@@ -477,6 +498,7 @@ impl Executor for Device {
         }
     }
     fn launch(&self, launch: &Launch<'_>) -> Result<(), LaunchError> {
+        self.allocator().check_capture_thread(launch.kernel.symbol)?;
         match self {
             Device::Cpu(c) => c.exec.launch(launch),
             #[cfg(feature = "cuda")]

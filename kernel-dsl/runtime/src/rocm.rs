@@ -68,9 +68,23 @@ struct RocmMemory(Arc<Inner>);
 impl RawMemory for RocmMemory {
     fn alloc(&self, bytes: usize) -> Result<u64, LaunchError> {
         self.0.device.set_current().map_err(|e| err("hipSetDevice", e))?;
+        // `hipMalloc` is a "potentially unsafe" call during a thread-local stream capture;
+        // the caching allocator makes it safe (the block joins the graph's pool), so the
+        // thread switches to the relaxed mode around it and back.
+        let mut mode: bindings::hipStreamCaptureMode = bindings::hipStreamCaptureMode_hipStreamCaptureModeRelaxed;
+        // SAFETY: `mode` is a valid in/out value.
+        check("hipThreadExchangeStreamCaptureMode", unsafe { bindings::hipThreadExchangeStreamCaptureMode(&mut mode) })?;
         let mut p: *mut c_void = ptr::null_mut();
         // SAFETY: `p` is a valid out-pointer; `bytes` > 0.
-        check("hipMalloc", unsafe { ffi::hipMalloc(&mut p, bytes) })?;
+        let allocated = check("hipMalloc", unsafe { ffi::hipMalloc(&mut p, bytes) });
+        // SAFETY: as above; restores the thread's previous mode.
+        let restored = check("hipThreadExchangeStreamCaptureMode", unsafe { bindings::hipThreadExchangeStreamCaptureMode(&mut mode) });
+        allocated?;
+        if let Err(e) = restored {
+            // SAFETY: `p` came from `hipMalloc` just above and was never handed out.
+            let _ = unsafe { ffi::hipFree(p) };
+            return Err(e);
+        }
         Ok(p as usize as u64)
     }
     unsafe fn free(&self, addr: u64, _bytes: usize) {
@@ -128,6 +142,7 @@ const _: fn() = || {
     fn send_sync<T: Send + Sync>() {}
     send_sync::<RocmDevice>();
     send_sync::<RocmEvent>();
+    send_sync::<RocmGraph>();
 };
 
 impl RocmDevice {
@@ -231,8 +246,9 @@ impl RocmDevice {
         &self.shared
     }
 
-    /// Waits for all work queued on the stream.
+    /// Waits for all work queued on the stream. Refused during a graph capture.
     pub fn synchronize(&self) -> Result<(), LaunchError> {
+        crate::graph::refuse_in_capture(&self.memory, "synchronize", crate::graph::NO_WAIT)?;
         self.bind()?;
         self.inner.stream.synchronize().map_err(|e| err("hipStreamSynchronize", e))
     }
@@ -257,6 +273,7 @@ impl RocmDevice {
     /// freed afterwards. Not run here (no AMD GPU): `kernels/tests/runtime.rs` checks the
     /// ordering and the reuse of the source on a GPU.
     pub(crate) fn write_raw<T: Copy>(&self, addr: u64, data: &[T]) -> Result<(), LaunchError> {
+        crate::graph::refuse_in_capture(&self.memory, "write", crate::graph::NO_UPLOAD)?;
         self.bind()?;
         // SAFETY: `addr` is a live range of `size_of_val(data)` bytes of this device, kept
         // alive by the stream-ordered caching allocator; HIP only reads through the source
@@ -293,11 +310,44 @@ impl RocmDevice {
 
     /// Records an event on the stream (for timing).
     pub fn record_event(&self) -> Result<RocmEvent, LaunchError> {
+        crate::graph::refuse_in_capture(&self.memory, "record_event", crate::graph::NO_WAIT)?;
         self.bind()?;
         // `hipEventCreate` (timing enabled), then `hipEventRecord` on the stream.
         let ev = Event::new().map_err(|e| err("hipEventCreate", e))?;
         ev.record(&self.inner.stream).map_err(|e| err("hipEventRecord", e))?;
         Ok(RocmEvent { ev })
+    }
+
+    /// Starts capturing the stream into a graph (`hipStreamBeginCapture`, thread-local
+    /// mode). Called by [`Device::capture`](crate::Device::capture), which routes
+    /// allocations to the graph's pool.
+    pub(crate) fn begin_capture(&self) -> Result<(), LaunchError> {
+        self.bind()?;
+        // SAFETY: valid stream of the bound device.
+        check("hipStreamBeginCapture", unsafe {
+            bindings::hipStreamBeginCapture(self.inner.stream.as_raw(), bindings::hipStreamCaptureMode_hipStreamCaptureModeThreadLocal)
+        })
+    }
+
+    /// Ends the capture (`hipStreamEndCapture`) and instantiates the graph
+    /// (`hipGraphInstantiate`).
+    pub(crate) fn end_capture(&self) -> Result<RocmGraph, LaunchError> {
+        self.bind()?;
+        let mut graph: bindings::hipGraph_t = ptr::null_mut();
+        // SAFETY: valid stream, capturing since `begin_capture`; `graph` is a valid out-pointer.
+        check("hipStreamEndCapture", unsafe { bindings::hipStreamEndCapture(self.inner.stream.as_raw(), &mut graph) })?;
+        if graph.is_null() {
+            return Err(LaunchError::Capture { op: "capture", reason: "hipStreamEndCapture returned no graph".into() });
+        }
+        let mut exec: bindings::hipGraphExec_t = ptr::null_mut();
+        // SAFETY: `graph` is the valid graph just captured; no error node or log requested.
+        let made = check("hipGraphInstantiate", unsafe { bindings::hipGraphInstantiate(&mut exec, graph, ptr::null_mut(), ptr::null_mut(), 0) });
+        if let Err(e) = made {
+            // SAFETY: `graph` is ours and not used afterwards.
+            let _ = unsafe { bindings::hipGraphDestroy(graph) };
+            return Err(e);
+        }
+        Ok(RocmGraph { graph, exec, dev: self.clone() })
     }
 
     /// Loads the code object of `binaries` for this device's architecture
@@ -418,6 +468,42 @@ impl Executor for RocmDevice {
                 extra.as_mut_ptr(),
             )
         })
+    }
+}
+
+/// A captured and instantiated HIP graph of this device's stream.
+pub struct RocmGraph {
+    graph: bindings::hipGraph_t,
+    exec: bindings::hipGraphExec_t,
+    dev: RocmDevice,
+}
+
+// SAFETY: HIP graph handles are process-wide objects and the HIP runtime API is
+// thread-safe; `launch` and `drop` bind the device first. Destroyed once, by the owner.
+unsafe impl Send for RocmGraph {}
+// SAFETY: as for `Send`: `&RocmGraph` only launches the executable graph.
+unsafe impl Sync for RocmGraph {}
+
+impl RocmGraph {
+    /// Queues the graph on the device's stream (`hipGraphLaunch`).
+    pub(crate) fn launch(&self) -> Result<(), LaunchError> {
+        self.dev.bind()?;
+        // SAFETY: valid executable graph and stream of the bound device.
+        check("hipGraphLaunch", unsafe { bindings::hipGraphLaunch(self.exec, self.dev.inner.stream.as_raw()) })
+    }
+}
+
+impl Drop for RocmGraph {
+    fn drop(&mut self) {
+        // HIP does not document destroying an executable graph still in flight: wait for
+        // the stream first (errors cannot be reported from drop).
+        let _ = self.dev.inner.device.set_current();
+        let _ = self.dev.inner.stream.synchronize();
+        // SAFETY: handles created by `end_capture`, destroyed once, after their last use.
+        unsafe {
+            let _ = bindings::hipGraphExecDestroy(self.exec);
+            let _ = bindings::hipGraphDestroy(self.graph);
+        }
     }
 }
 

@@ -13,11 +13,27 @@ const CAPACITY: usize = 4096;
 #[derive(Default)]
 pub(crate) struct SharedUploads {
     map: Mutex<HashMap<Vec<usize>, Arc<DeviceVec<usize>>>>,
+    /// During a graph capture: the arrays handed out, which the graph keeps alive.
+    captured: Mutex<Option<Vec<Arc<DeviceVec<usize>>>>>,
 }
 
 impl SharedUploads {
     pub(crate) fn get(&self, data: &[usize]) -> Option<Arc<DeviceVec<usize>>> {
-        self.map.lock().unwrap_or_else(PoisonError::into_inner).get(data).cloned()
+        let v = self.map.lock().unwrap_or_else(PoisonError::into_inner).get(data).cloned()?;
+        if let Some(kept) = self.captured.lock().unwrap_or_else(PoisonError::into_inner).as_mut() {
+            kept.push(v.clone());
+        }
+        Some(v)
+    }
+
+    /// Starts remembering the arrays handed out (a graph capture begins).
+    pub(crate) fn begin_capture(&self) {
+        *self.captured.lock().unwrap_or_else(PoisonError::into_inner) = Some(Vec::new());
+    }
+
+    /// The arrays handed out since [`SharedUploads::begin_capture`], for the graph to keep.
+    pub(crate) fn end_capture(&self) -> Vec<Arc<DeviceVec<usize>>> {
+        self.captured.lock().unwrap_or_else(PoisonError::into_inner).take().unwrap_or_default()
     }
 
     /// Keeps `v`, a copy of `data`. When full, the cache starts over: dropped entries go back

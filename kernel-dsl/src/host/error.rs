@@ -81,6 +81,16 @@ pub enum LaunchError {
         #[source]
         source: cpu_executor::ExecError,
     },
+    /// The operation cannot be recorded into a graph and was refused while the device is
+    /// capturing one (a host read, a wait, a host-to-device copy, a launch from another
+    /// thread): nothing was queued, and the capture goes on.
+    #[error("`{op}` is not allowed while the device is capturing a graph: {reason}")]
+    Capture {
+        /// The operation refused.
+        op: &'static str,
+        /// Why, and what to do instead.
+        reason: String,
+    },
     /// A GPU runtime call failed.
     #[error("{backend} error in {call}: {message}")]
     Backend {
