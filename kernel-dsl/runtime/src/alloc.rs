@@ -18,7 +18,10 @@
 //! belongs to the graph from then on, because each replay writes and reads the same
 //! addresses. A pool block freed later goes back to the pool, not to the shared cache, and
 //! the pool's blocks return to the shared cache only when the graph drops
-//! ([`CachingAllocator::retire_pool`]). Nothing during a capture waits for the device: no
+//! ([`CachingAllocator::retire_pool`]). Blocks allocated before the capture that the
+//! graph's launches and copies use (their start addresses are recorded) are *pinned* to the
+//! graph the same way: freed while the graph lives, they join its pool instead of the shared
+//! cache, so a replay never touches memory handed to another buffer. Nothing during a capture waits for the device: no
 //! retry after a failed allocation (that would synchronize), and
 //! [`CachingAllocator::empty_cache`] does nothing until the capture ends.
 use kernel_dsl::host::LaunchError;
@@ -90,6 +93,11 @@ struct State {
     /// The pool being captured into and the capturing thread.
     capturing: Option<(u64, ThreadId)>,
     last_pool: u64,
+    /// Addresses the capture under way used (buffer starts of its launches and copies).
+    recording: Vec<u64>,
+    /// Addresses used by live graphs, sorted, with their pool: a block holding one of them
+    /// joins that pool when freed.
+    pinned: Vec<(u64, u64)>,
 }
 
 /// A per-device cache of memory blocks over a backend's raw allocations (`RawMemory`).
@@ -191,7 +199,11 @@ impl CachingAllocator {
         // A block of a live pool goes back to it; any block freed during a capture joins the
         // capture's pool (a kernel of the graph may use it: it must not be handed to
         // another buffer while the graph lives).
-        let owner = if st.pools.contains_key(&pool) { Some(pool) } else { st.capturing.map(|(p, _)| p) };
+        let owner = if st.pools.contains_key(&pool) {
+            Some(pool)
+        } else {
+            Self::pinned_in(&st.pinned, addr, class).or(st.capturing.map(|(p, _)| p))
+        };
         match owner.and_then(|p| st.pools.get_mut(&p)) {
             Some(free) => {
                 free.entry(class).or_default().push(addr);
@@ -201,6 +213,20 @@ impl CachingAllocator {
                 st.free.entry(class).or_default().push(addr);
                 st.stats.cached_bytes += class;
             }
+        }
+    }
+
+    /// The pool of a live graph that uses an address in `[addr, addr + class)`.
+    fn pinned_in(pinned: &[(u64, u64)], addr: u64, class: usize) -> Option<u64> {
+        let i = pinned.partition_point(|&(a, _)| a < addr);
+        pinned.get(i).filter(|&&(a, _)| a < addr + class as u64).map(|&(_, p)| p)
+    }
+
+    /// Notes that the capture under way uses the buffer starting at (or holding) `addr`.
+    pub(crate) fn record_use(&self, addr: u64) {
+        let mut st = self.lock();
+        if st.capturing.is_some() && addr != 0 {
+            st.recording.push(addr);
         }
     }
 
@@ -223,7 +249,14 @@ impl CachingAllocator {
     /// Ends the capture begun by [`CachingAllocator::begin_capture`]: allocations come from
     /// the shared cache again. The pool lives on until [`CachingAllocator::retire_pool`].
     pub(crate) fn end_capture(&self) {
-        self.lock().capturing = None;
+        let mut st = self.lock();
+        if let Some((pool, _)) = st.capturing.take() {
+            let mut used = std::mem::take(&mut st.recording);
+            used.sort_unstable();
+            used.dedup();
+            st.pinned.extend(used.into_iter().map(|a| (a, pool)));
+            st.pinned.sort_unstable();
+        }
         self.capturing.store(false, Ordering::SeqCst);
     }
 
@@ -255,8 +288,10 @@ impl CachingAllocator {
         let mut st = self.lock();
         if st.capturing.is_some_and(|(p, _)| p == id) {
             st.capturing = None;
+            st.recording.clear();
             self.capturing.store(false, Ordering::SeqCst);
         }
+        st.pinned.retain(|&(_, p)| p != id);
         let Some(free) = st.pools.remove(&id) else { return };
         st.stats.graph_pools -= 1;
         for (class, addrs) in free {
@@ -418,6 +453,30 @@ mod tests {
         a.empty_cache();
         let s = a.stats();
         assert_eq!(s.backend_frees, s.backend_allocations, "every block went back");
+    }
+
+    #[test]
+    fn blocks_a_graph_uses_stay_with_it_until_it_drops() {
+        let a = CachingAllocator::new(Box::new(HostMemory));
+        let input = a.allocate(2000).unwrap(); // allocated before the capture, used by the graph
+        let unused = a.allocate(2000).unwrap();
+        let pool = a.begin_capture().unwrap();
+        a.record_use(input.addr + 64); // a view into it
+        a.end_capture();
+        let (in_addr, class) = (input.addr, input.class);
+        drop(input);
+        drop(unused);
+        let s = a.stats();
+        assert_eq!((s.graph_pool_bytes, s.cached_bytes), (class, class), "the used block joins the graph's pool, the other the cache");
+        let again = a.allocate(2000).unwrap();
+        assert_ne!(again.addr, in_addr, "a block the graph uses is not handed out while it lives");
+        drop(again);
+        a.retire_pool(pool);
+        let s = a.stats();
+        assert_eq!((s.graph_pool_bytes, s.cached_bytes), (0, 2 * class));
+        let b = a.allocate(2000).unwrap();
+        let c = a.allocate(2000).unwrap();
+        assert!([b.addr, c.addr].contains(&in_addr), "back in the shared cache after the graph drops");
     }
 
     #[test]

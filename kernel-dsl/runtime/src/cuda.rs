@@ -357,6 +357,9 @@ impl CudaDevice {
     /// (`cuGraphInstantiateWithFlags`).
     pub(crate) fn end_capture(&self) -> Result<CudaGraph, LaunchError> {
         self.bind()?;
+        // Ops that remember what they queued last (`with_state`, `queued_ops`) must not take
+        // work that was only recorded for work that ran.
+        self.queued();
         // SAFETY: valid stream, capturing since `begin_capture`.
         let graph = unsafe { result::stream::end_capture(self.inner.stream) }.map_err(|e| err("cuStreamEndCapture", e))?;
         if graph.is_null() {

@@ -19,8 +19,13 @@
 //!   [`LaunchError::Capture`] and queue nothing;
 //! - the capturing thread owns the device's queue until the capture ends: launches and
 //!   copies from other threads are refused ([`LaunchError::Capture`]);
-//! - buffers allocated before the capture that the graph uses (its inputs, outputs and
-//!   weights) must outlive it: [`StepGraph`] owns them with the step.
+//! - buffers allocated before the capture that the graph's launches and copies use (its
+//!   inputs, outputs, weights) stay reserved for it: the capture records their addresses,
+//!   and such a block freed while the graph lives joins the graph's pool instead of being
+//!   handed to another buffer. Work a library queues on the raw stream
+//!   ([`CudaDevice::raw_stream`](crate::cuda::CudaDevice::raw_stream), cuBLAS) is not seen:
+//!   keep its buffers alive as long as the graph. [`StepGraph`] owns the step's state with
+//!   the graph.
 //!
 //! The CPU executor has no graphs ([`Device::supports_graphs`] is `false`): [`StepGraph`]
 //! runs the step eagerly there, so callers write one code path.
@@ -219,8 +224,9 @@ impl<'a, S> StepGraph<'a, S> {
     /// The step must queue the same work every time: per-step values live in the
     /// device buffers of `state` (written between runs), not in host values read by the
     /// step; it must not read the device back. The buffers of `state` are the graph's
-    /// fixed addresses: write into them ([`Device::write`], [`Device::copy`], kernels) but
-    /// do not replace them through [`StepGraph::state_mut`].
+    /// fixed addresses: write into them ([`Device::write`], [`Device::copy`], kernels); a
+    /// buffer replaced through [`StepGraph::state_mut`] is not seen by the graph (which
+    /// keeps the old block).
     pub fn new(dev: &Device, state: S, step: impl FnMut(&Device, &mut S) -> Result<(), LaunchError> + Send + 'a) -> Result<Self, LaunchError> {
         Self::build(dev, state, Box::new(step), dev.supports_graphs())
     }
@@ -255,8 +261,8 @@ impl<'a, S> StepGraph<'a, S> {
         &self.state
     }
 
-    /// The state, to write the next step's inputs into its buffers. Replacing a buffer the
-    /// graph uses would leave the graph on the old address.
+    /// The state, to write the next step's inputs into its buffers. A buffer replaced here
+    /// is not seen by the graph, which keeps using (and holding) the old one.
     pub fn state_mut(&mut self) -> &mut S {
         &mut self.state
     }
@@ -270,5 +276,101 @@ impl<'a, S> StepGraph<'a, S> {
     pub fn into_state(mut self) -> S {
         drop(self.graph.take());
         self.state
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::WaveSize;
+
+    /// A step that allocates temporaries, zero-fills and copies: `y[i] = x[i + 1] + 0`, the
+    /// last element zero, through two temporaries.
+    fn shift_step(dev: &Device, (x, y): &mut (DeviceVec<u32>, DeviceVec<u32>)) -> Result<(), LaunchError> {
+        let n = x.len();
+        let mut t = dev.alloc::<u32>(n)?;
+        dev.copy(x.view(1..)?, t.view_mut(..n - 1)?)?;
+        let mut u = dev.scratch::<u32>(n)?;
+        dev.copy(t.view(..)?, u.view_mut(..)?)?;
+        dev.copy(u.view(..)?, y.view_mut(..)?)
+    }
+
+    fn shifted(xs: &[u32]) -> Vec<u32> {
+        xs[1..].iter().copied().chain([0]).collect()
+    }
+
+    #[test]
+    fn the_cpu_executor_runs_step_graphs_eagerly_without_leaks() {
+        let dev = Device::cpu(WaveSize::W32);
+        assert!(!dev.supports_graphs() && !dev.is_capturing());
+        let e = dev.capture(|_| Ok(())).err().expect("no graphs on the CPU executor");
+        assert!(matches!(e, LaunchError::Capture { op: "capture", .. }), "{e}");
+        let n = 1000;
+        let xs: Vec<u32> = (0..n).map(|i| i * 7 + 1).collect();
+        let state = (dev.upload(&xs).unwrap(), dev.alloc::<u32>(n as usize).unwrap());
+        let mut step = StepGraph::new(&dev, state, shift_step).unwrap();
+        assert!(!step.is_graph());
+        assert_eq!(dev.download(&step.state().1).unwrap(), shifted(&xs), "new runs the step once");
+        let warm = dev.memory_stats();
+        for k in 0..200u32 {
+            let xs: Vec<u32> = (0..n).map(|i| i.wrapping_mul(k + 3) ^ k).collect();
+            let (x, _) = step.state_mut();
+            dev.write(x.view_mut(..).unwrap(), &xs).unwrap();
+            step.run().unwrap();
+            assert_eq!(dev.download(&step.state().1).unwrap(), shifted(&xs), "run {k}");
+        }
+        let after = dev.memory_stats();
+        assert_eq!(after.backend_allocations, warm.backend_allocations, "steady state: no new blocks");
+        assert_eq!((after.live_blocks, after.graph_pools, after.graph_pool_bytes), (2, 0, 0), "only x and y live, no pools");
+        drop(step.into_state());
+        dev.empty_cache();
+        let s = dev.memory_stats();
+        assert_eq!((s.in_use_bytes, s.cached_bytes, s.live_blocks), (0, 0, 0));
+        assert_eq!(s.backend_frees, s.backend_allocations, "every block went back");
+    }
+
+    #[test]
+    fn a_failing_step_is_an_error_from_new() {
+        let dev = Device::cpu(WaveSize::W64);
+        let state = (dev.upload(&[1u32, 2, 3]).unwrap(), dev.alloc::<u32>(2).unwrap());
+        let e = StepGraph::new(&dev, state, shift_step).err().expect("y has 2 elements, x 3");
+        assert!(e.to_string().contains("3 elements"), "{e}");
+    }
+
+    /// The refusals during a capture, driven through the allocator's capture state (the CPU
+    /// executor cannot capture; a GPU takes the same paths in `Device`).
+    #[test]
+    fn waits_reads_and_host_copies_are_typed_errors_during_a_capture_and_change_nothing() {
+        let dev = Device::cpu(WaveSize::W32);
+        let mut x = dev.upload(&[1u32, 2, 3, 4]).unwrap();
+        let layout = dev.upload_shared(&[4, 1]).unwrap();
+        let pool = dev.allocator().begin_capture().unwrap();
+        dev.shared_uploads().begin_capture();
+        assert!(dev.is_capturing());
+        let refused = [
+            ("write", dev.write(x.view_mut(..).unwrap(), &[9, 9, 9, 9]).err()),
+            ("upload", dev.upload(&[5u32]).err()),
+            ("download", dev.download(&x).err()),
+            ("synchronize", dev.synchronize().err()),
+            ("record_event", dev.record_event().err()),
+            ("upload_shared", dev.upload_shared(&[8, 2]).err()),
+        ];
+        for (op, e) in refused {
+            match e {
+                Some(LaunchError::Capture { op: o, reason }) => assert!(o == op && !reason.is_empty(), "{op}: {o}: {reason}"),
+                other => panic!("{op}: expected a capture error, got {other:?}"),
+            }
+        }
+        let again = dev.upload_shared(&[4, 1]).unwrap();
+        assert!(Arc::ptr_eq(&again, &layout), "a cached layout is served during a capture");
+        dev.empty_cache();
+        let kept = dev.shared_uploads().end_capture();
+        assert_eq!(kept.len(), 1, "the graph keeps the layouts it reads");
+        dev.allocator().end_capture();
+        dev.allocator().retire_pool(pool);
+        assert_eq!(dev.download(&x).unwrap(), vec![1, 2, 3, 4], "the refused write changed nothing");
+        assert_eq!(dev.shared_uploads_len(), 1, "empty_cache did nothing during the capture");
+        let s = dev.memory_stats();
+        assert_eq!((s.graph_pools, s.graph_pool_bytes), (0, 0));
     }
 }

@@ -302,7 +302,11 @@ impl Device {
     /// Device-to-device copy between views of equal length (queued; the views may belong
     /// to one buffer, overlapping ranges copy as if through a temporary only on the CPU).
     pub fn copy<T: Copy>(&self, src: DeviceView<'_, T>, dst: DeviceViewMut<'_, T>) -> Result<(), LaunchError> {
-        self.allocator().check_capture_thread("copy")?;
+        if self.is_capturing() {
+            self.allocator().check_capture_thread("copy")?;
+            self.allocator().record_use(src.addr);
+            self.allocator().record_use(dst.addr);
+        }
         self.check_here("copy", src.location)?;
         self.check_here("copy", dst.location)?;
         if src.len != dst.len {
@@ -498,7 +502,17 @@ impl Executor for Device {
         }
     }
     fn launch(&self, launch: &Launch<'_>) -> Result<(), LaunchError> {
-        self.allocator().check_capture_thread(launch.kernel.symbol)?;
+        if self.is_capturing() {
+            let alloc = self.allocator();
+            alloc.check_capture_thread(launch.kernel.symbol)?;
+            for a in launch.args {
+                if let ArgValue::Slice { addr, len, .. } = *a {
+                    if len > 0 {
+                        alloc.record_use(addr);
+                    }
+                }
+            }
+        }
         match self {
             Device::Cpu(c) => c.exec.launch(launch),
             #[cfg(feature = "cuda")]
