@@ -128,6 +128,46 @@ impl RocmDevice {
         }
     }
 
+    /// Whether this device records graphs ([`RocmDevice::capture`]): GPUs do, the CPU
+    /// executor does not (run the ops eagerly there).
+    pub fn supports_graphs(&self) -> bool {
+        self.inner.dev.supports_graphs()
+    }
+
+    /// Records the Candle ops `f` runs on this device into a graph, *without running
+    /// them*, and returns it with `f`'s result (tensors created inside `f` come from the
+    /// graph's capture pool and keep their buffers for every
+    /// [`replay`](kernels::runtime::Graph::replay)). One `replay` then queues all of the
+    /// ops at once: for a decode step that is launch-bound op by op.
+    ///
+    /// What the ops may do is [`kernels::runtime::graph`]'s rule set, plus for Candle:
+    /// run `f` once eagerly first (layouts get uploaded, kernels loaded); every per-step
+    /// value is a tensor allocated before the capture whose contents are written between
+    /// replays (`slice_set` from a new tensor, outside the capture); no host reads
+    /// (`to_vec*`, `to_scalar`, `to_device(&Cpu)`) and no tensors made from host data
+    /// (`Tensor::new`, `from_vec`) inside `f` (typed errors); shapes are fixed; random ops
+    /// replay the numbers of the capture (the Philox counter lives on the host). Matmuls
+    /// through cuBLAS/rocBLAS are recorded from the library's calls on the device's stream.
+    /// An error on the CPU executor, while profiling (profiling records events), and when
+    /// `f` fails (its error; the partial capture is discarded).
+    pub fn capture<R>(&self, f: impl FnOnce() -> Result<R>) -> Result<(kernels::runtime::Graph, R)> {
+        if self.is_profiling() {
+            return Err(invalid("capture", "profiling records events on the stream, which a graph cannot hold: set_profiling(false) first"));
+        }
+        let mut failed = None;
+        let captured = self.inner.dev.capture(|_| {
+            f().map_err(|e| {
+                failed = Some(e);
+                kernels::runtime::LaunchError::Capture { op: "capture", reason: "the captured Candle ops failed".into() }
+            })
+        });
+        match (captured, failed) {
+            (Ok(g), _) => Ok(g),
+            (Err(_), Some(e)) => Err(e),
+            (Err(e), None) => Err(crate::error::launch("capture", e)),
+        }
+    }
+
     /// This device as a Candle device (`candle_core::Device::Ext`).
     pub fn as_candle(&self) -> candle_core::Device {
         candle_core::Device::Ext(Arc::new(self.clone()))
