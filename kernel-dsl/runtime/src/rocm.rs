@@ -496,9 +496,12 @@ impl RocmGraph {
 impl Drop for RocmGraph {
     fn drop(&mut self) {
         // HIP does not document destroying an executable graph still in flight: wait for
-        // the stream first (errors cannot be reported from drop).
+        // the stream first (errors cannot be reported from drop), unless another graph is
+        // being captured on it (a wait would break that capture).
         let _ = self.dev.inner.device.set_current();
-        let _ = self.dev.inner.stream.synchronize();
+        if !self.dev.memory.capturing() {
+            let _ = self.dev.inner.stream.synchronize();
+        }
         // SAFETY: handles created by `end_capture`, destroyed once, after their last use.
         unsafe {
             let _ = bindings::hipGraphExecDestroy(self.exec);
