@@ -20,9 +20,10 @@
 //! the pool's blocks return to the shared cache only when the graph drops
 //! ([`CachingAllocator::retire_pool`]). Blocks allocated before the capture that the
 //! graph's launches and copies use (their start addresses are recorded) are *pinned* to the
-//! graph the same way: freed while the graph lives, they join its pool instead of the shared
-//! cache, so a replay never touches memory handed to another buffer. Nothing during a capture waits for the device: no
-//! retry after a failed allocation (that would synchronize), and
+//! graph the same way: freed while the graph lives, they join its pool instead of the
+//! shared cache (and pass to another live graph that uses them when it drops), so a replay
+//! never touches memory handed to another buffer. Nothing during a capture waits for the
+//! device: no retry after a failed allocation (that would synchronize), and
 //! [`CachingAllocator::empty_cache`] does nothing until the capture ends.
 use kernel_dsl::host::LaunchError;
 use std::collections::HashMap;
@@ -280,8 +281,9 @@ impl CachingAllocator {
         }
     }
 
-    /// Gives the free blocks of pool `id` back to the shared cache and forgets the pool:
-    /// its blocks still held by buffers go to the shared cache when those drop. Called when
+    /// Gives the free blocks of pool `id` back to the shared cache (or to the pool of another
+    /// live graph that uses them) and forgets the pool: its blocks still held by buffers go
+    /// the same way when those drop. Called when
     /// the graph that used the pool drops (work already queued, replays included, runs
     /// before any later use of the blocks: one ordered queue).
     pub(crate) fn retire_pool(&self, id: u64) {
@@ -295,10 +297,16 @@ impl CachingAllocator {
         let Some(free) = st.pools.remove(&id) else { return };
         st.stats.graph_pools -= 1;
         for (class, addrs) in free {
-            let bytes = class * addrs.len();
-            st.stats.graph_pool_bytes -= bytes;
-            st.stats.cached_bytes += bytes;
-            st.free.entry(class).or_default().extend(addrs);
+            for addr in addrs {
+                match Self::pinned_in(&st.pinned, addr, class) {
+                    Some(other) => st.pools.entry(other).or_default().entry(class).or_default().push(addr),
+                    None => {
+                        st.stats.graph_pool_bytes -= class;
+                        st.stats.cached_bytes += class;
+                        st.free.entry(class).or_default().push(addr);
+                    }
+                }
+            }
         }
     }
 
@@ -477,6 +485,29 @@ mod tests {
         let b = a.allocate(2000).unwrap();
         let c = a.allocate(2000).unwrap();
         assert!([b.addr, c.addr].contains(&in_addr), "back in the shared cache after the graph drops");
+    }
+
+    #[test]
+    fn a_block_two_graphs_use_stays_until_both_drop() {
+        let a = CachingAllocator::new(Box::new(HostMemory));
+        let shared = a.allocate(3000).unwrap();
+        let (addr, class) = (shared.addr, shared.class);
+        let g1 = a.begin_capture().unwrap();
+        a.record_use(addr);
+        a.end_capture();
+        let g2 = a.begin_capture().unwrap();
+        a.record_use(addr + 8);
+        a.end_capture();
+        drop(shared);
+        a.retire_pool(g1);
+        let s = a.stats();
+        assert_eq!((s.graph_pool_bytes, s.cached_bytes, s.graph_pools), (class, 0, 1), "the second graph still uses it");
+        let other = a.allocate(3000).unwrap();
+        assert_ne!(other.addr, addr);
+        drop(other);
+        a.retire_pool(g2);
+        let s = a.stats();
+        assert_eq!((s.graph_pool_bytes, s.cached_bytes, s.graph_pools), (0, 2 * class, 0));
     }
 
     #[test]
