@@ -113,6 +113,9 @@ impl Cublas {
         while start < call.batch {
             let nb = (call.batch - start).min(MAX_BATCH);
             let (a, b, c) = call.pointers(start);
+            for addr in [a, b, c] {
+                dev.note_graph_use(addr);
+            }
             // SAFETY: `call` was checked by the caller: every element the plan addresses in
             // `nb` batches from `start` lies inside the operand regions and the output,
             // which stay alive until the queued call has run (stream-ordered allocator).

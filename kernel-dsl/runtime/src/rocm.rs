@@ -238,6 +238,15 @@ impl RocmDevice {
         &self.inner.stream
     }
 
+    /// Tells a graph capture under way that work queued on the raw stream by a library
+    /// (cuBLAS, rocBLAS, MIOpen) uses the buffer holding `addr`: the buffer then stays
+    /// reserved for the graph like those of kernel arguments. A no-op outside a capture.
+    pub fn note_graph_use(&self, addr: u64) {
+        if self.memory.capturing() {
+            self.memory.record_use(addr);
+        }
+    }
+
     pub(crate) fn allocator(&self) -> &Arc<CachingAllocator> {
         &self.memory
     }
