@@ -22,10 +22,10 @@
 //! - buffers allocated before the capture that the graph's launches and copies use (its
 //!   inputs, outputs, weights) stay reserved for it: the capture records their addresses,
 //!   and such a block freed while the graph lives joins the graph's pool instead of being
-//!   handed to another buffer. Work a library queues on the raw stream
-//!   ([`CudaDevice::raw_stream`](crate::cuda::CudaDevice::raw_stream), cuBLAS) is not seen:
-//!   keep its buffers alive as long as the graph. [`StepGraph`] owns the step's state with
-//!   the graph.
+//!   handed to another buffer. Work a library queues on the raw stream (cuBLAS, rocBLAS)
+//!   is seen only through `note_graph_use` (`CudaDevice`, `RocmDevice`) on its buffers;
+//!   otherwise keep them alive as long as the graph. [`StepGraph`] owns the step's state
+//!   with the graph.
 //!
 //! The CPU executor has no graphs ([`Device::supports_graphs`] is `false`): [`StepGraph`]
 //! runs the step eagerly there, so callers write one code path.
