@@ -27,6 +27,9 @@
 //!   otherwise keep them alive as long as the graph. [`StepGraph`] owns the step's state
 //!   with the graph.
 //!
+//! Launches that may overlap the kernel before them (programmatic dependent launch, CUDA)
+//! are queued plainly inside a capture: the graph runs its kernels in order.
+//!
 //! The CPU executor has no graphs ([`Device::supports_graphs`] is `false`): [`StepGraph`]
 //! runs the step eagerly there, so callers write one code path.
 use crate::{Device, DeviceVec};

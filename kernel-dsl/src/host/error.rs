@@ -81,9 +81,10 @@ pub enum LaunchError {
         #[source]
         source: cpu_executor::ExecError,
     },
-    /// The operation cannot be recorded into a graph and was refused while the device is
-    /// capturing one (a host read, a wait, a host-to-device copy, a launch from another
-    /// thread): nothing was queued, and the capture goes on.
+    /// Graph capture: the operation cannot be recorded into a graph and was refused while
+    /// the device is capturing one (a host read, a wait, a host-to-device copy, a launch
+    /// from another thread): nothing was queued. Also a capture that cannot start (a
+    /// device without graphs, a capture already under way) or end.
     #[error("`{op}` is not allowed while the device is capturing a graph: {reason}")]
     Capture {
         /// The operation refused.
