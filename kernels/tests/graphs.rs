@@ -14,6 +14,16 @@ use kernels::runtime::{size_class, Device, DeviceVec, LaunchError, StepGraph};
 use kernels::Executor;
 use std::sync::Arc;
 
+/// The tests of this file run one at a time: each opens its own handle of the GPU, and
+/// while one captures, another freeing memory (`cuMemFree` when its device drops) or
+/// waiting may disturb the capture. One capture per process at a time is the supported
+/// use (an engine captures from one thread).
+static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+fn serial() -> std::sync::MutexGuard<'static, ()> {
+    ONE_AT_A_TIME.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
 const ROWS: usize = 37;
 const COLS: usize = 129;
 const N: usize = ROWS * COLS;
@@ -68,6 +78,7 @@ fn bits(v: &[f32]) -> Vec<u32> {
 
 #[test]
 fn replays_with_new_inputs_give_the_bits_of_the_eager_step() {
+    let _serial = serial();
     for dev in executors() {
         let name = dev.name();
         let mut eager = new_step(&dev);
@@ -93,6 +104,7 @@ fn replays_with_new_inputs_give_the_bits_of_the_eager_step() {
 
 #[test]
 fn a_thousand_replays_keep_memory_flat_and_dropping_the_graph_frees_its_pool() {
+    let _serial = serial();
     for dev in executors() {
         let name = dev.name();
         let (xs, rs) = step_inputs(7);
@@ -127,6 +139,7 @@ fn a_thousand_replays_keep_memory_flat_and_dropping_the_graph_frees_its_pool() {
 /// device usable; launches from another thread during a capture are refused.
 #[test]
 fn captures_return_outputs_and_refuse_what_cannot_be_recorded() {
+    let _serial = serial();
     for dev in executors() {
         let name = dev.name();
         let (xs, _) = step_inputs(3);

@@ -151,7 +151,11 @@ impl CudaDevice {
                 .map_err(|e| err("cuDeviceGetAttribute", e))?;
             let ctx = result::primary_ctx::retain(device).map_err(|e| err("cuDevicePrimaryCtxRetain", e))?;
             result::ctx::set_current(ctx).map_err(|e| err("cuCtxSetCurrent", e))?;
-            let stream = result::stream::create(result::stream::StreamKind::Default).map_err(|e| err("cuStreamCreate", e))?;
+            // Non-blocking: no implicit ordering with the legacy NULL stream, which nothing
+            // here relies on (reads wait for this stream explicitly). A blocking stream
+            // would make any legacy-stream call in the process (another device handle's
+            // read, a library) fail while this stream captures a graph, and break the capture.
+            let stream = result::stream::create(result::stream::StreamKind::NonBlocking).map_err(|e| err("cuStreamCreate", e))?;
             let inner = Arc::new(Inner {
                 ordinal,
                 name,

@@ -184,10 +184,13 @@ impl RocmDevice {
             });
         }
 
-        // A blocking stream (flags 0): launches, memsets, uploads and device copies are all
-        // queued on it; only reads (`hipMemcpy` device-to-host on the NULL stream, after a
-        // stream synchronize) wait. Created on the current device, set above.
-        let stream = device.get_stream_with_flags(stream_flags::DEFAULT).map_err(|e| err("hipStreamCreateWithFlags", e))?;
+        // Launches, memsets, uploads and device copies are all queued on this stream; only
+        // reads (`hipMemcpy` device-to-host on the NULL stream, after a stream synchronize)
+        // wait. Non-blocking: no implicit ordering with the NULL stream, which nothing here
+        // relies on (reads wait for this stream explicitly); a blocking stream would make
+        // NULL-stream calls elsewhere in the process fail while this stream captures a
+        // graph. Created on the current device, set above.
+        let stream = device.get_stream_with_flags(stream_flags::NON_BLOCKING).map_err(|e| err("hipStreamCreateWithFlags", e))?;
         let inner = Arc::new(Inner {
             ordinal,
             device,
@@ -274,8 +277,8 @@ impl RocmDevice {
     /// Host-to-device copy of `data` to `addr`, queued on the stream after the work queued
     /// before it (`hipMemcpyHtoDAsync`); `data` may be reused or freed once this returns.
     ///
-    /// `hipMemcpy` runs on the NULL stream, which the blocking stream is ordered with: a
-    /// wait for all queued work on every layout upload of an op. The HIP API reference
+    /// `hipMemcpy` runs on the NULL stream, not ordered with this (non-blocking) stream:
+    /// it would need a wait for all queued work on every layout upload of an op. The HIP API reference
     /// (`hip_runtime_api.h`, `hipMemcpyAsync`) warns: "If host or dest are not pinned, the
     /// memory copy will be performed synchronously": from pageable memory the call consumes
     /// `data` before returning (at worst after the stream's earlier work), so `data` may be
