@@ -1,4 +1,14 @@
-//! Sampling parameters and the host sampler (skeleton).
+//! Sampling parameters and the host sampler.
+//!
+//! Processing order (as vLLM and Hugging Face do it): repetition penalty, temperature, top-k,
+//! top-p, min-p, then a draw from the softmax of what is left with the request's seeded
+//! ChaCha RNG. Temperature 0 is greedy argmax (ties to the lowest id) and ignores
+//! top-k/top-p/min-p and the RNG. Logprobs are the log-softmax of the processed logits, the
+//! distribution the token was drawn from (excluded tokens have none); for greedy, of the
+//! penalised logits at temperature 1.
+
+use rand::Rng;
+use rand_chacha::ChaCha12Rng;
 
 /// Per-request generation settings.
 #[derive(Clone, Debug, PartialEq)]
@@ -11,28 +21,89 @@ pub struct SamplingParams {
     pub top_p: Option<f32>,
     /// Drop tokens whose probability is below min_p times the largest, min_p in [0, 1].
     pub min_p: Option<f32>,
-    /// Divides positive logits (multiplies negative ones) of tokens already in the sequence; > 0.
+    /// Divides positive logits (multiplies negative ones) of tokens already in the sequence
+    /// (prompt and generated); > 0, 1 = off.
     pub repetition_penalty: Option<f32>,
-    /// Seed of the request's RNG (ChaCha); `None` seeds from the OS.
+    /// Seed of the request's RNG (ChaCha12); `None` seeds from the OS.
     pub seed: Option<u64>,
     /// Tokens to generate at most (>= 1).
     pub max_tokens: usize,
     /// Token ids that end generation (EOS); not emitted.
     pub stop_token_ids: Vec<u32>,
-    /// Strings that end generation when they appear in the decoded completion; not emitted.
+    /// Non-empty strings that end generation when they appear in the decoded completion; the
+    /// matched string is not emitted. Needs the engine's decoder.
     pub stop_strings: Vec<String>,
     /// Report the sampled token's logprob and this many top logprobs.
     pub logprobs: Option<usize>,
 }
 
+impl Default for SamplingParams {
+    /// Temperature 1, no truncation, 16 tokens (OpenAI's default), unseeded.
+    fn default() -> Self {
+        Self {
+            temperature: 1.0,
+            top_k: None,
+            top_p: None,
+            min_p: None,
+            repetition_penalty: None,
+            seed: None,
+            max_tokens: 16,
+            stop_token_ids: Vec::new(),
+            stop_strings: Vec::new(),
+            logprobs: None,
+        }
+    }
+}
+
+impl SamplingParams {
+    /// Greedy decoding of up to `max_tokens` tokens.
+    pub fn greedy(max_tokens: usize) -> Self {
+        Self { temperature: 0.0, max_tokens, ..Self::default() }
+    }
+
+    /// Checks every field's range; the message names the field.
+    pub fn validate(&self) -> Result<(), String> {
+        let t = self.temperature;
+        if !(t >= 0.0 && t.is_finite()) {
+            return Err(format!("temperature must be finite and >= 0, got {t}"));
+        }
+        if self.top_k == Some(0) {
+            return Err("top_k must be >= 1".into());
+        }
+        if let Some(p) = self.top_p {
+            if !(p > 0.0 && p <= 1.0) {
+                return Err(format!("top_p must be in (0, 1], got {p}"));
+            }
+        }
+        if let Some(p) = self.min_p {
+            if !(0.0..=1.0).contains(&p) {
+                return Err(format!("min_p must be in [0, 1], got {p}"));
+            }
+        }
+        if let Some(r) = self.repetition_penalty {
+            if !(r > 0.0 && r.is_finite()) {
+                return Err(format!("repetition_penalty must be finite and > 0, got {r}"));
+            }
+        }
+        if self.max_tokens == 0 {
+            return Err("max_tokens must be >= 1".into());
+        }
+        if self.stop_strings.iter().any(String::is_empty) {
+            return Err("stop_strings must not contain an empty string".into());
+        }
+        Ok(())
+    }
+}
+
 /// One row to sample: the logits and the request state the processors need.
 pub struct SampleInput<'a> {
+    /// One logit per vocabulary entry.
     pub logits: &'a [f32],
     pub params: &'a SamplingParams,
     /// Every token of the sequence so far (prompt and generated), for the repetition penalty.
     pub history: &'a [u32],
     /// The request's RNG.
-    pub rng: &'a mut rand_chacha::ChaCha12Rng,
+    pub rng: &'a mut ChaCha12Rng,
 }
 
 /// A sampled token with its logprobs when asked for.
@@ -40,22 +111,151 @@ pub struct SampleInput<'a> {
 pub struct Sampled {
     pub token: u32,
     pub logprob: Option<f32>,
+    /// The `logprobs` most likely tokens, most likely first (ties: lower id first).
     pub top_logprobs: Vec<(u32, f32)>,
 }
 
 /// Turns logits rows into tokens; the host implementation is [`HostSampler`], a device sampler
-/// may replace it.
+/// may replace it ([`crate::Engine::with_sampler`]).
 pub trait Sampler: Send {
     /// Samples one token per input, in order.
     fn sample(&mut self, batch: &mut [SampleInput<'_>]) -> Vec<Sampled>;
 }
 
-/// Sampling on the host in f32/f64.
+/// Sampling on the host (probabilities in f64).
 #[derive(Clone, Debug, Default)]
 pub struct HostSampler;
 
 impl Sampler for HostSampler {
-    fn sample(&mut self, _batch: &mut [SampleInput<'_>]) -> Vec<Sampled> {
-        todo!()
+    fn sample(&mut self, batch: &mut [SampleInput<'_>]) -> Vec<Sampled> {
+        batch.iter_mut().map(sample_one).collect()
     }
+}
+
+/// Samples one row (see the module doc for the order of processing).
+pub fn sample_one(input: &mut SampleInput<'_>) -> Sampled {
+    let p = input.params;
+    assert!(!input.logits.is_empty(), "empty logits row");
+    // NaN logits can never be chosen.
+    let mut l: Vec<f64> =
+        input.logits.iter().map(|&x| if x.is_nan() { f64::NEG_INFINITY } else { x as f64 }).collect();
+    if let Some(r) = p.repetition_penalty.filter(|&r| r != 1.0) {
+        let r = r as f64;
+        let mut seen = vec![false; l.len()];
+        for &t in input.history {
+            if let Some(s) = seen.get_mut(t as usize) {
+                if !*s {
+                    *s = true;
+                    let x = &mut l[t as usize];
+                    *x = if *x > 0.0 { *x / r } else { *x * r };
+                }
+            }
+        }
+    }
+    let token = if p.temperature == 0.0 {
+        argmax(&l)
+    } else {
+        let t = p.temperature as f64;
+        l.iter_mut().for_each(|x| *x /= t);
+        truncate(&mut l, p);
+        draw(&l, input.rng)
+    };
+    let (logprob, top_logprobs) = match p.logprobs {
+        None => (None, Vec::new()),
+        Some(n) => {
+            let lp = log_softmax(&l);
+            let mut top: Vec<u32> = (0..lp.len() as u32).filter(|&i| lp[i as usize].is_finite()).collect();
+            top.sort_by(|&a, &b| lp[b as usize].total_cmp(&lp[a as usize]).then(a.cmp(&b)));
+            top.truncate(n);
+            (Some(lp[token as usize] as f32), top.into_iter().map(|i| (i, lp[i as usize] as f32)).collect())
+        }
+    };
+    Sampled { token, logprob, top_logprobs }
+}
+
+/// The largest logit's index, the lowest on ties.
+fn argmax(l: &[f64]) -> u32 {
+    let mut best = 0;
+    for (i, &x) in l.iter().enumerate() {
+        if x > l[best] {
+            best = i;
+        }
+    }
+    best as u32
+}
+
+fn log_softmax(l: &[f64]) -> Vec<f64> {
+    let max = l.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+    if max == f64::NEG_INFINITY {
+        return vec![-(l.len() as f64).ln(); l.len()];
+    }
+    let lse = max + l.iter().map(|&x| (x - max).exp()).sum::<f64>().ln();
+    l.iter().map(|&x| x - lse).collect()
+}
+
+/// Sets the logits that top-k, top-p and min-p exclude to -inf (never the most likely one).
+fn truncate(l: &mut [f64], p: &SamplingParams) {
+    if p.top_k.is_none() && p.top_p.is_none() && p.min_p.is_none() {
+        return;
+    }
+    // Token ids by logit, most likely first (ties: lower id first).
+    let mut order: Vec<u32> = (0..l.len() as u32).collect();
+    order.sort_by(|&a, &b| l[b as usize].total_cmp(&l[a as usize]).then(a.cmp(&b)));
+    let mut keep = order.len();
+    if let Some(k) = p.top_k {
+        keep = keep.min(k);
+    }
+    if let Some(top_p) = p.top_p {
+        let probs = softmax_of(l, &order[..keep]);
+        let mut cum = 0.0;
+        let mut n = 0;
+        for pr in &probs {
+            cum += pr;
+            n += 1;
+            // The smallest prefix reaching top_p (a hair of slack for rounding at 1.0).
+            if cum >= top_p as f64 - 1e-12 {
+                break;
+            }
+        }
+        keep = n.max(1);
+    }
+    if let Some(min_p) = p.min_p {
+        let probs = softmax_of(l, &order[..keep]);
+        let cut = probs[0] * min_p as f64;
+        keep = probs.iter().take_while(|&&pr| pr >= cut).count().max(1);
+    }
+    for &i in &order[keep..] {
+        l[i as usize] = f64::NEG_INFINITY;
+    }
+}
+
+/// Softmax over the logits of `ids` only.
+fn softmax_of(l: &[f64], ids: &[u32]) -> Vec<f64> {
+    let max = ids.iter().map(|&i| l[i as usize]).fold(f64::NEG_INFINITY, f64::max);
+    let e: Vec<f64> = ids.iter().map(|&i| (l[i as usize] - max).exp()).collect();
+    let s: f64 = e.iter().sum();
+    e.into_iter().map(|x| x / s).collect()
+}
+
+/// Draws an index from softmax(l) with one uniform number of `rng`.
+fn draw(l: &[f64], rng: &mut ChaCha12Rng) -> u32 {
+    let max = l.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+    if max == f64::NEG_INFINITY {
+        return 0;
+    }
+    let w: Vec<f64> = l.iter().map(|&x| (x - max).exp()).collect();
+    let total: f64 = w.iter().sum();
+    let target = rng.random::<f64>() * total;
+    let mut cum = 0.0;
+    let mut last = 0;
+    for (i, &x) in w.iter().enumerate() {
+        if x > 0.0 {
+            cum += x;
+            last = i;
+            if cum > target {
+                return i as u32;
+            }
+        }
+    }
+    last as u32
 }
