@@ -78,6 +78,9 @@ pub struct EngineStats {
     pub steps: u64,
 }
 
+/// A batch plan: each sequence and how many of its tokens run.
+type Plan = Vec<(SeqId, usize)>;
+
 struct Sequence {
     /// Prompt then generated tokens; the last one is not yet in the KV cache while decoding.
     tokens: Vec<u32>,
@@ -384,8 +387,8 @@ impl<R: ModelRunner> Engine<R> {
     /// Plans one batch: decodes first, then prefill chunks of running sequences, then new
     /// admissions, under the token budget. When blocks run out for a running sequence, the
     /// newest running sequence not yet scheduled is preempted (possibly itself).
-    fn schedule(&mut self) -> (Vec<(SeqId, usize)>, Vec<(u32, u32)>) {
-        let mut plan: Vec<(SeqId, usize)> = Vec::new();
+    fn schedule(&mut self) -> (Plan, Vec<(u32, u32)>) {
+        let mut plan: Plan = Vec::new();
         let mut copies = Vec::new();
         let mut budget = self.config.max_batched_tokens;
         let remaining = |s: &Sequence| s.tokens.len() - s.num_computed;

@@ -206,11 +206,14 @@ impl ModelRunner for PagedSim {
     }
 }
 
+/// A token's logprob and top logprobs.
+pub type TokenLogprobs = (Option<f32>, Vec<(u32, f32)>);
+
 /// What a receiver got: tokens (with logprobs) and the finish event.
 #[derive(Debug, Default)]
 pub struct Outcome {
     pub tokens: Vec<u32>,
-    pub logprobs: Vec<(Option<f32>, Vec<(u32, f32)>)>,
+    pub logprobs: Vec<TokenLogprobs>,
     pub finished: Option<(FinishReason, usize, usize)>,
     pub after_finish: usize,
 }
