@@ -193,48 +193,74 @@ fn log_softmax(l: &[f64]) -> Vec<f64> {
     l.iter().map(|&x| x - lse).collect()
 }
 
-/// Sets the logits that top-k, top-p and min-p exclude to -inf (never the most likely one).
-fn truncate(l: &mut [f64], p: &SamplingParams) {
-    if p.top_k.is_none() && p.top_p.is_none() && p.min_p.is_none() {
-        return;
-    }
-    // Token ids by logit, most likely first (ties: lower id first).
-    let mut order: Vec<u32> = (0..l.len() as u32).collect();
-    order.sort_by(|&a, &b| l[b as usize].total_cmp(&l[a as usize]).then(a.cmp(&b)));
-    let mut keep = order.len();
-    if let Some(k) = p.top_k {
-        keep = keep.min(k);
-    }
-    if let Some(top_p) = p.top_p {
-        let probs = softmax_of(l, &order[..keep]);
-        let mut cum = 0.0;
-        let mut n = 0;
-        for pr in &probs {
-            cum += pr;
-            n += 1;
-            // The smallest prefix reaching top_p (a hair of slack for rounding at 1.0).
-            if cum >= top_p as f64 - 1e-12 {
-                break;
-            }
-        }
-        keep = n.max(1);
-    }
-    if let Some(min_p) = p.min_p {
-        let probs = softmax_of(l, &order[..keep]);
-        let cut = probs[0] * min_p as f64;
-        keep = probs.iter().take_while(|&&pr| pr >= cut).count().max(1);
-    }
-    for &i in &order[keep..] {
-        l[i as usize] = f64::NEG_INFINITY;
-    }
+/// Most likely first, ties to the lower id: a total order, so selections are deterministic.
+fn by_logit(l: &[f64]) -> impl Fn(&u32, &u32) -> std::cmp::Ordering + '_ {
+    |&a, &b| l[b as usize].total_cmp(&l[a as usize]).then(a.cmp(&b))
 }
 
-/// Softmax over the logits of `ids` only.
-fn softmax_of(l: &[f64], ids: &[u32]) -> Vec<f64> {
-    let max = ids.iter().map(|&i| l[i as usize]).fold(f64::NEG_INFINITY, f64::max);
-    let e: Vec<f64> = ids.iter().map(|&i| (l[i as usize] - max).exp()).collect();
-    let s: f64 = e.iter().sum();
-    e.into_iter().map(|x| x / s).collect()
+/// The `k` most likely token ids, most likely first, in O(n + k log k).
+fn top_sorted(l: &[f64], k: usize) -> Vec<u32> {
+    let mut ids: Vec<u32> = (0..l.len() as u32).collect();
+    if k < ids.len() {
+        ids.select_nth_unstable_by(k, by_logit(l));
+        ids.truncate(k);
+    }
+    ids.sort_unstable_by(by_logit(l));
+    ids
+}
+
+/// Sets the logits that top-k, top-p and min-p exclude to -inf (never the most likely one).
+fn truncate(l: &mut [f64], p: &SamplingParams) {
+    let n = l.len();
+    if let Some(k) = p.top_k.filter(|&k| k < n) {
+        let keep = top_sorted(l, k);
+        let cut = l[keep[k - 1] as usize];
+        // Everything below the k-th logit, and ties of it with a higher id than those kept.
+        let last_id = keep[k - 1];
+        for (i, x) in l.iter_mut().enumerate() {
+            if *x < cut || (*x == cut && i as u32 > last_id) {
+                *x = f64::NEG_INFINITY;
+            }
+        }
+    }
+    if let Some(top_p) = p.top_p.filter(|&t| t < 1.0) {
+        let max = l.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+        let total: f64 = l.iter().map(|&x| (x - max).exp()).sum();
+        let target = top_p as f64 * total;
+        // The smallest most-likely-first prefix reaching top_p: look at the best 64 tokens,
+        // then 4x more until the prefix is found (exact; usually one O(n) selection).
+        let mut k = 64.min(n);
+        let keep = loop {
+            let order = top_sorted(l, k);
+            let mut cum = 0.0;
+            let found = order.iter().position(|&i| {
+                cum += (l[i as usize] - max).exp();
+                cum >= target
+            });
+            match found {
+                Some(j) => break order[..=j].to_vec(),
+                None if k == n => break order,
+                None => k = (k * 4).min(n),
+            }
+        };
+        let mut kept = vec![false; n];
+        keep.iter().for_each(|&i| kept[i as usize] = true);
+        for (x, k) in l.iter_mut().zip(kept) {
+            if !k {
+                *x = f64::NEG_INFINITY;
+            }
+        }
+    }
+    if let Some(min_p) = p.min_p.filter(|&m| m > 0.0) {
+        // p_i >= min_p * p_max  <=>  l_i >= l_max + ln(min_p).
+        let max = l.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+        let cut = max + (min_p as f64).ln();
+        for x in l.iter_mut() {
+            if *x < cut {
+                *x = f64::NEG_INFINITY;
+            }
+        }
+    }
 }
 
 /// Draws an index from softmax(l) with one uniform number of `rng`.

@@ -404,3 +404,10 @@ fn runner_failure_ends_the_batch_and_frees_blocks() {
     let (o, _, _) = run(e, &[(p.clone(), SamplingParams::greedy(4))]);
     assert_eq!(o[0].tokens, reference_greedy(&p, 4, VOCAB));
 }
+
+#[test]
+fn engine_is_send_for_a_send_runner() {
+    // A server moves the engine onto its own stepping thread.
+    fn send<T: Send>(_: &T) {}
+    send(&engine(8, config(1, 1, false)));
+}

@@ -165,3 +165,19 @@ fn validate_names_the_bad_field() {
         assert!(e.contains(field), "{e}");
     }
 }
+
+#[test]
+fn ties_and_wide_top_p_sets_are_exact() {
+    // 1000 equal logits: top-k and top-p keep the lowest ids; top-p 0.5 needs 500 candidates,
+    // more than the first selection of 64.
+    let l = vec![0.0f32; 1000];
+    let c = counts(&l, &SamplingParams { top_k: Some(3), ..temp(1.0) }, 1_000);
+    let mut p = vec![0.0; 1000];
+    p[..3].fill(1.0 / 3.0);
+    check_freq(&c, &p);
+    let c = counts(&l, &SamplingParams { top_p: Some(0.5), ..temp(1.0) }, 2_000);
+    assert!(c[500..].iter().all(|&k| k == 0), "a token past the top-p set was drawn");
+    // Uniform over the 500 kept: the first 250 get half the draws.
+    let lo: usize = c[..250].iter().sum();
+    check_freq(&[lo, 2_000 - lo], &[0.5, 0.5]);
+}
