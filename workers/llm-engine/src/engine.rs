@@ -281,6 +281,11 @@ impl<R: ModelRunner> Engine<R> {
         }
     }
 
+    /// The limits the engine runs under.
+    pub fn config(&self) -> &EngineConfig {
+        &self.config
+    }
+
     /// The block manager (read-only: occupancy, reference counts).
     pub fn block_manager(&self) -> &BlockManager {
         &self.blocks

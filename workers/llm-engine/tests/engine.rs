@@ -411,3 +411,40 @@ fn engine_is_send_for_a_send_runner() {
     fn send<T: Send>(_: &T) {}
     send(&engine(8, config(1, 1, false)));
 }
+
+#[test]
+fn requests_arriving_while_others_decode_and_waiting_cancels_and_forks() {
+    let reqs = eight_requests();
+    // Room for 3 at once, so later arrivals wait; 9 blocks force preemptions too.
+    let mut e = engine(9, config(3, 24, true));
+    let mut rxs = Vec::new();
+    let mut outs: Vec<Outcome> = Vec::new();
+    let mut ids = Vec::new();
+    for (p, sp) in &reqs {
+        let (id, rx) = e.add_request(p.clone(), sp.clone()).unwrap();
+        ids.push(id);
+        rxs.push(rx);
+        outs.push(Outcome::default());
+        e.step().unwrap();
+    }
+    // The last request is still waiting: cancelling it sends Finished with nothing else.
+    assert!(e.stats().waiting > 0);
+    e.cancel(ids[7]);
+    // A fork of a waiting request computes its prompt itself.
+    let (_, mut frx) = e.fork(ids[6], SamplingParams::greedy(5)).unwrap();
+    let mut fork = Outcome::default();
+    while e.step().unwrap() {
+        e.block_manager().check_invariants().unwrap();
+    }
+    for (rx, o) in rxs.iter_mut().zip(&mut outs) {
+        drain(rx, o);
+    }
+    drain(&mut frx, &mut fork);
+    check_greedy(&reqs[..7], &outs[..7]);
+    assert_eq!(outs[7].finished, Some((FinishReason::Cancelled, reqs[7].0.len(), 0)));
+    assert!(outs[7].tokens.is_empty());
+    assert_eq!(fork.tokens, reference_greedy(&reqs[6].0, 5, VOCAB));
+    let s = e.stats();
+    assert!(s.preemptions > 0, "{s:?}");
+    assert_eq!((s.running, s.waiting, s.blocks_used), (0, 0, 0));
+}
