@@ -602,10 +602,13 @@ fn flush(seq: &mut Sequence, n: usize) {
 
 /// Which pending tokens can be sent (their text end offsets) and whether a stop string
 /// matched. A token is sent when its text ends before the earliest full match, or, with no
-/// match, before the earliest tail of the text that could still grow into a stop string.
+/// match, before the earliest tail of the text that could still grow into a stop string and
+/// before any incomplete character at the end (a byte-level tokenizer decodes a partial UTF-8
+/// sequence as U+FFFD until its last byte arrives).
 fn stop_string_scan(seq: &Sequence, decoder: &Decoder) -> (Vec<usize>, bool) {
     let completion = seq.completion();
     let full = decoder(completion);
+    let stable = full.trim_end_matches('\u{FFFD}').len();
     let mut from = seq.emitted_text_len.min(full.len());
     while !full.is_char_boundary(from) {
         from -= 1;
@@ -616,15 +619,23 @@ fn stop_string_scan(seq: &Sequence, decoder: &Decoder) -> (Vec<usize>, bool) {
         // The earliest start of a suffix of `full` that is a proper prefix of a stop string.
         let longest = stops.iter().map(String::len).max().unwrap_or(0);
         let lo = full.len().saturating_sub(longest.saturating_sub(1)).max(from);
-        (lo..full.len())
+        let partial = (lo..full.len())
             .filter(|&j| full.is_char_boundary(j))
             .find(|&j| stops.iter().any(|s| s.len() > full.len() - j && s.starts_with(&full[j..])))
-            .unwrap_or(full.len())
+            .unwrap_or(full.len());
+        partial.min(stable)
     });
     let mut send = Vec::new();
     for k in 0..seq.pending.len() {
         let text = decoder(&completion[..seq.emitted + k + 1]);
-        let end = common_prefix_len(&text, &full);
+        let common = common_prefix_len(&text, &full);
+        // A token whose text is not a prefix of the full text ends inside the character
+        // where they differ (a partial UTF-8 sequence): it covers that whole character.
+        let end = if common == text.len() {
+            common
+        } else {
+            full[common..].chars().next().map_or(text.len(), |c| common + c.len_utf8())
+        };
         if end > limit {
             break;
         }
@@ -634,8 +645,7 @@ fn stop_string_scan(seq: &Sequence, decoder: &Decoder) -> (Vec<usize>, bool) {
 }
 
 fn common_prefix_len(a: &str, b: &str) -> usize {
-    let n = a.bytes().zip(b.bytes()).take_while(|(x, y)| x == y).count();
-    let mut n = n;
+    let mut n = a.bytes().zip(b.bytes()).take_while(|(x, y)| x == y).count();
     while !a.is_char_boundary(n) {
         n -= 1;
     }

@@ -448,3 +448,44 @@ fn requests_arriving_while_others_decode_and_waiting_cancels_and_forks() {
     assert!(s.preemptions > 0, "{s:?}");
     assert_eq!((s.running, s.waiting, s.blocks_used), (0, 0, 0));
 }
+
+/// Token t's bytes: some tokens are lone UTF-8 lead or continuation bytes, as in a byte-level
+/// tokenizer; C3 A9 is "é".
+fn byte_piece(t: u32) -> &'static [u8] {
+    [&b"a"[..], &[0xC3], &[0xA9], b"b", &[0xE2], &[0x82], &[0xAC], b" "][t as usize % 8]
+}
+fn byte_decode(ids: &[u32]) -> String {
+    String::from_utf8_lossy(&ids.iter().flat_map(|&t| byte_piece(t).iter().copied()).collect::<Vec<u8>>()).into_owned()
+}
+
+#[test]
+fn stop_strings_on_characters_split_across_tokens() {
+    // A prompt whose greedy continuation contains "é" (made of two tokens).
+    let (prompt, reference, n) = (0..100)
+        .find_map(|seed| {
+            let prompt = tokens(seed, 9, VOCAB);
+            let r = reference_greedy(&prompt, 100, VOCAB);
+            let n = (1..=r.len()).find(|&n| byte_decode(&r[..n]).contains('é'))?;
+            Some((prompt, r, n))
+        })
+        .expect("some prompt yields an é");
+    let mut e = engine(32, config(8, 64, false)).with_decoder(Box::new(byte_decode));
+    let sp = SamplingParams { stop_strings: vec!["é".into()], ..SamplingParams::greedy(100) };
+    let (_, mut rx) = e.add_request(prompt.clone(), sp).unwrap();
+    let mut o = Outcome::default();
+    while e.step().unwrap() {
+        drain(&mut rx, &mut o);
+        // A token ending in an incomplete character is held until the character completes.
+        assert!(!byte_decode(&o.tokens).ends_with('\u{FFFD}'), "{:?}", o.tokens);
+    }
+    drain(&mut rx, &mut o);
+    // The lead byte (token n-2) and the continuation byte (n-1) are not sent.
+    assert_eq!(o.tokens, reference[..n - 2]);
+    assert_eq!(o.finished, Some((FinishReason::Stop, prompt.len(), n)));
+    // Without the stop string, every token is sent (none is held back forever).
+    let (o, _, _) = run(
+        engine(32, config(8, 64, false)).with_decoder(Box::new(byte_decode)),
+        &[(prompt.clone(), SamplingParams { stop_strings: vec!["zz".into()], ..SamplingParams::greedy(100) })],
+    );
+    assert_eq!(o[0].tokens, reference);
+}
