@@ -9,9 +9,9 @@ use std::collections::{HashMap, VecDeque};
 use thiserror::Error;
 use tokio::sync::mpsc::UnboundedSender;
 
-/// Detokeniser used for stop strings: the ids of a request's completion to its text. Called
-/// after every sampled token of requests that have stop strings (on the whole completion so
-/// far), so it should be a plain, cheap `tokenizer.decode`.
+/// Detokeniser used for stop strings: token ids (a slice of a request's completion, possibly
+/// empty) to text, e.g. `tokenizer.decode(ids, false)`. Called a few times per sampled token of
+/// requests with stop strings, on the unsent tokens and the 4 tokens before them.
 pub type Decoder = Box<dyn Fn(&[u32]) -> String + Send>;
 
 /// Engine limits.
@@ -96,9 +96,8 @@ struct Sequence {
     tx: UnboundedSender<Event>,
     /// Sampled tokens not yet sent (held back while they may start a stop string).
     pending: Vec<Sampled>,
-    /// Completion tokens sent so far and the byte length of their decoded text.
+    /// Completion tokens sent so far.
     emitted: usize,
-    emitted_text_len: usize,
 }
 
 impl Sequence {
@@ -200,7 +199,6 @@ impl<R: ModelRunner> Engine<R> {
             tx,
             pending: Vec::new(),
             emitted: 0,
-            emitted_text_len: 0,
         };
         (id, seq, rx)
     }
@@ -573,9 +571,6 @@ impl<R: ModelRunner> Engine<R> {
             let decoder = self.decoder.as_ref().expect("checked at add_request");
             let (send, stop) = stop_string_scan(seq, decoder);
             flush(seq, send.len());
-            if let Some(&end) = send.last() {
-                seq.emitted_text_len = end;
-            }
             if stop {
                 return self.finish(id, FinishReason::Stop);
             }
@@ -606,13 +601,15 @@ fn flush(seq: &mut Sequence, n: usize) {
 /// before any incomplete character at the end (a byte-level tokenizer decodes a partial UTF-8
 /// sequence as U+FFFD until its last byte arrives).
 fn stop_string_scan(seq: &Sequence, decoder: &Decoder) -> (Vec<usize>, bool) {
+    // Decode a window: the unsent tokens and a few sent ones before them as context (for a
+    // character or a leading space spanning tokens), so the cost per token stays constant.
+    const CONTEXT: usize = 4;
     let completion = seq.completion();
-    let full = decoder(completion);
+    let base = seq.emitted.saturating_sub(CONTEXT);
+    let full = decoder(&completion[base..]);
     let stable = full.trim_end_matches('\u{FFFD}').len();
-    let mut from = seq.emitted_text_len.min(full.len());
-    while !full.is_char_boundary(from) {
-        from -= 1;
-    }
+    // Where the unsent text starts.
+    let from = common_prefix_len(&decoder(&completion[base..seq.emitted]), &full);
     let stops = &seq.params.stop_strings;
     let matched = stops.iter().filter_map(|s| full[from..].find(s.as_str()).map(|i| from + i)).min();
     let limit = matched.unwrap_or_else(|| {
@@ -627,7 +624,7 @@ fn stop_string_scan(seq: &Sequence, decoder: &Decoder) -> (Vec<usize>, bool) {
     });
     let mut send = Vec::new();
     for k in 0..seq.pending.len() {
-        let text = decoder(&completion[..seq.emitted + k + 1]);
+        let text = decoder(&completion[base..seq.emitted + k + 1]);
         let common = common_prefix_len(&text, &full);
         // A token whose text is not a prefix of the full text ends inside the character
         // where they differ (a partial UTF-8 sequence): it covers that whole character.

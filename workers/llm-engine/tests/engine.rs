@@ -263,7 +263,11 @@ fn decode(ids: &[u32]) -> String {
 }
 
 fn engine_with_decoder() -> Engine<PagedSim> {
-    engine(32, config(8, 64, false)).with_decoder(Box::new(decode))
+    // The engine decodes short windows (unsent tokens and 4 before), not whole completions.
+    engine(32, config(8, 64, false)).with_decoder(Box::new(|ids: &[u32]| {
+        assert!(ids.len() <= 12, "decoding {} tokens", ids.len());
+        decode(ids)
+    }))
 }
 
 #[test]
