@@ -8,6 +8,7 @@
 //! penalised logits at temperature 1.
 
 use rand::Rng;
+use std::collections::HashSet;
 use rand_chacha::ChaCha12Rng;
 
 /// Per-request generation settings.
@@ -136,22 +137,34 @@ impl Sampler for HostSampler {
 pub fn sample_one(input: &mut SampleInput<'_>) -> Sampled {
     let p = input.params;
     assert!(!input.logits.is_empty(), "empty logits row");
+    let penalty = p.repetition_penalty.filter(|&r| r != 1.0).map(f64::from);
+    let seen: HashSet<u32> = if penalty.is_some() { input.history.iter().copied().collect() } else { HashSet::new() };
     // NaN logits can never be chosen.
-    let mut l: Vec<f64> =
-        input.logits.iter().map(|&x| if x.is_nan() { f64::NEG_INFINITY } else { x as f64 }).collect();
-    if let Some(r) = p.repetition_penalty.filter(|&r| r != 1.0) {
-        let r = r as f64;
-        let mut seen = vec![false; l.len()];
-        for &t in input.history {
-            if let Some(s) = seen.get_mut(t as usize) {
-                if !*s {
-                    *s = true;
-                    let x = &mut l[t as usize];
-                    *x = if *x > 0.0 { *x / r } else { *x * r };
+    let logit = |i: usize, x: f32| -> f64 {
+        let x = if x.is_nan() { f64::NEG_INFINITY } else { x as f64 };
+        match penalty {
+            Some(r) if seen.contains(&(i as u32)) => {
+                if x > 0.0 {
+                    x / r
+                } else {
+                    x * r
                 }
             }
+            _ => x,
         }
+    };
+    if p.temperature == 0.0 && p.logprobs.is_none() {
+        // Greedy without logprobs: one pass, no copy of the row.
+        let (mut best, mut best_v) = (0, f64::NEG_INFINITY);
+        for (i, &x) in input.logits.iter().enumerate() {
+            let v = logit(i, x);
+            if v > best_v {
+                (best, best_v) = (i, v);
+            }
+        }
+        return Sampled { token: best as u32, logprob: None, top_logprobs: Vec::new() };
     }
+    let mut l: Vec<f64> = input.logits.iter().enumerate().map(|(i, &x)| logit(i, x)).collect();
     let token = if p.temperature == 0.0 {
         argmax(&l)
     } else {

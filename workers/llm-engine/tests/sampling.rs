@@ -181,3 +181,27 @@ fn ties_and_wide_top_p_sets_are_exact() {
     let lo: usize = c[..250].iter().sum();
     check_freq(&[lo, 2_000 - lo], &[0.5, 0.5]);
 }
+
+#[test]
+fn greedy_fast_path_agrees_with_the_logprobs_path() {
+    // Random rows (with ties and NaN), penalties on and off: the token is the same whether
+    // logprobs are asked for (full processing) or not (single pass).
+    let mut rng = ChaCha12Rng::seed_from_u64(9);
+    for case in 0..200u64 {
+        let l: Vec<f32> = (0..50u64)
+            .map(|i| match (case * 31 + i * 7) % 23 {
+                0 => f32::NAN,
+                k => (k % 6) as f32 - 2.5,
+            })
+            .collect();
+        let history: Vec<u32> = (0..10).map(|i| ((case + i * 13) % 50) as u32).collect();
+        for pen in [None, Some(1.3), Some(0.7)] {
+            let fast = SamplingParams { repetition_penalty: pen, ..SamplingParams::greedy(1) };
+            let full = SamplingParams { logprobs: Some(1), ..fast.clone() };
+            let a = sample(&l, &fast, &history, &mut rng);
+            let b = sample(&l, &full, &history, &mut rng);
+            assert_eq!(a.token, b.token, "case {case} penalty {pen:?}");
+            assert_eq!(b.top_logprobs[0].0, b.token);
+        }
+    }
+}
