@@ -493,3 +493,33 @@ fn stop_strings_on_characters_split_across_tokens() {
     );
     assert_eq!(o[0].tokens, reference);
 }
+
+#[test]
+fn runner_returning_the_wrong_number_of_rows_is_an_error() {
+    struct Short(PagedSim);
+    impl llm_engine::ModelRunner for Short {
+        type Error = SimError;
+        fn block_size(&self) -> usize {
+            self.0.block_size
+        }
+        fn num_blocks(&self) -> usize {
+            self.0.num_blocks
+        }
+        fn step(&mut self, batch: &[llm_engine::SeqChunk]) -> Result<Vec<Vec<f32>>, SimError> {
+            let mut rows = self.0.step(batch)?;
+            rows.pop();
+            Ok(rows)
+        }
+        fn copy_blocks(&mut self, pairs: &[(u32, u32)]) -> Result<(), SimError> {
+            self.0.copy_blocks(pairs)
+        }
+    }
+    let mut e = Engine::new(Short(PagedSim::new(BS, 16, VOCAB)), config(4, 64, false));
+    let (_, mut rx) = e.add_request(vec![1, 2, 3], SamplingParams::greedy(3)).unwrap();
+    assert!(matches!(e.step(), Err(EngineError::RunnerOutput(_))));
+    let mut o = Outcome::default();
+    drain(&mut rx, &mut o);
+    assert!(matches!(o.finished, Some((FinishReason::Error(_), 3, 0))));
+    assert_eq!(e.stats().blocks_used, 0);
+    assert!(!e.has_work());
+}
