@@ -523,3 +523,35 @@ fn runner_returning_the_wrong_number_of_rows_is_an_error() {
     assert_eq!(e.stats().blocks_used, 0);
     assert!(!e.has_work());
 }
+
+#[test]
+fn events_reach_async_and_blocking_readers_while_the_engine_steps_on_its_own_thread() {
+    let a = tokens(40, 30, VOCAB);
+    let b = tokens(41, 12, VOCAB);
+    let mut e = engine(32, config(4, 64, false));
+    let (_, mut rx_async) = e.add_request(a.clone(), SamplingParams::greedy(20)).unwrap();
+    let (_, mut rx_blocking) = e.add_request(b.clone(), SamplingParams::greedy(15)).unwrap();
+    let stepper = std::thread::spawn(move || while e.step().unwrap() {});
+    let reader = std::thread::spawn(move || {
+        let mut ids = Vec::new();
+        while let Some(ev) = rx_blocking.blocking_recv() {
+            if let llm_engine::Event::Token { id, .. } = ev {
+                ids.push(id);
+            }
+        }
+        ids
+    });
+    let rt = tokio::runtime::Builder::new_current_thread().build().unwrap();
+    let got_a = rt.block_on(async move {
+        let mut ids = Vec::new();
+        while let Some(ev) = rx_async.recv().await {
+            if let llm_engine::Event::Token { id, .. } = ev {
+                ids.push(id);
+            }
+        }
+        ids
+    });
+    stepper.join().unwrap();
+    assert_eq!(got_a, reference_greedy(&a, 20, VOCAB));
+    assert_eq!(reader.join().unwrap(), reference_greedy(&b, 15, VOCAB));
+}
