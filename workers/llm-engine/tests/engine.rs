@@ -555,3 +555,20 @@ fn events_reach_async_and_blocking_readers_while_the_engine_steps_on_its_own_thr
     assert_eq!(got_a, reference_greedy(&a, 20, VOCAB));
     assert_eq!(reader.join().unwrap(), reference_greedy(&b, 15, VOCAB));
 }
+
+#[test]
+fn prefix_cache_keys_blocks_by_their_whole_prefix() {
+    // Blocks of equal tokens after different first blocks hold different K/V: a request must
+    // get the one after its own first block.
+    let mut e = engine(32, config(8, 256, true));
+    let (p, p2, q) = (tokens(50, 16, VOCAB), tokens(51, 16, VOCAB), tokens(52, 16, VOCAB));
+    let a = [p.clone(), q.clone(), tokens(53, 5, VOCAB)].concat();
+    let b = [p2.clone(), q.clone(), tokens(54, 5, VOCAB)].concat();
+    let n = [p2.clone(), q.clone(), tokens(55, 5, VOCAB)].concat();
+    for (prompt, hits) in [(a, 0), (b, 0), (n, 32)] {
+        let (o, s, e2) = run(e, &[(prompt.clone(), SamplingParams::greedy(4))]);
+        e = e2;
+        check_greedy(&[(prompt, SamplingParams::greedy(4))], &o);
+        assert_eq!(s.prefix_cache_hit_tokens, hits, "{s:?}");
+    }
+}
