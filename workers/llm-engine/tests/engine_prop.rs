@@ -1,5 +1,5 @@
 //! Random workloads (proptest): any pool size, budget, slot count, prefix caching, arrival
-//! times, shared prefixes and cancellations give every request exactly its reference tokens.
+//! times, shared prefixes, forks and cancellations give every request exactly its reference tokens.
 
 mod common;
 
@@ -18,12 +18,27 @@ struct Req {
     max_tokens: usize,
     arrive_at: usize,
     cancel_at: Option<usize>,
+    /// Fork a greedy child of this many tokens this many steps after arrival.
+    fork: Option<(usize, usize)>,
 }
 
 fn req() -> impl Strategy<Value = Req> {
-    (0usize..50, 1usize..60, 1usize..30, 0usize..20, prop::option::weighted(0.2, 0usize..30)).prop_map(
-        |(shared, own, max_tokens, arrive_at, cancel_at)| Req { shared, own, max_tokens, arrive_at, cancel_at },
+    (
+        0usize..50,
+        1usize..60,
+        1usize..30,
+        0usize..20,
+        prop::option::weighted(0.2, 0usize..30),
+        prop::option::weighted(0.3, (0usize..20, 1usize..20)),
     )
+        .prop_map(|(shared, own, max_tokens, arrive_at, cancel_at, fork)| Req {
+            shared,
+            own,
+            max_tokens,
+            arrive_at,
+            cancel_at,
+            fork,
+        })
 }
 
 proptest! {
@@ -49,11 +64,22 @@ proptest! {
             .collect();
         let mut live: Vec<Option<(u64, llm_engine::Receiver<llm_engine::Event>)>> = reqs.iter().map(|_| None).collect();
         let mut outs: Vec<Outcome> = reqs.iter().map(|_| Outcome::default()).collect();
+        // Forks: (child prompt, max tokens, receiver, outcome).
+        let mut forks = Vec::new();
         let mut step = 0;
         loop {
             for (i, r) in reqs.iter().enumerate() {
                 if r.arrive_at == step {
                     live[i] = Some(e.add_request(prompts[i].clone(), SamplingParams::greedy(r.max_tokens)).unwrap());
+                }
+                if let (Some((at, m)), Some((id, _))) = (r.fork, &live[i]) {
+                    if at + r.arrive_at == step && outs[i].finished.is_none() {
+                        let child_prompt = [&prompts[i][..], &outs[i].tokens[..]].concat();
+                        match e.fork(*id, SamplingParams::greedy(m)) {
+                            Ok((_, rx)) => forks.push((child_prompt, m, rx, Outcome::default())),
+                            Err(err) => prop_assert!(child_prompt.len() >= MAX_LEN, "{}", err),
+                        }
+                    }
                 }
                 if r.cancel_at.map(|c| c + r.arrive_at) == Some(step) {
                     if let Some((id, _)) = &live[i] {
@@ -67,6 +93,9 @@ proptest! {
                 if let Some((_, rx)) = l {
                     drain(rx, o);
                 }
+            }
+            for (_, _, rx, o) in &mut forks {
+                drain(rx, o);
             }
             step += 1;
             prop_assert!(step < 5_000, "no progress");
@@ -90,6 +119,11 @@ proptest! {
                 }
                 other => prop_assert!(false, "unexpected finish {:?}", other),
             }
+        }
+        for (prompt, m, _, o) in &forks {
+            let n = (*m).min(MAX_LEN - prompt.len());
+            prop_assert_eq!(&o.tokens, &reference_greedy(prompt, n, VOCAB));
+            prop_assert_eq!(o.finished.clone(), Some((FinishReason::Length, prompt.len(), n)));
         }
         let s = e.stats();
         prop_assert_eq!((s.running, s.waiting, s.blocks_used), (0, 0, 0));
