@@ -23,8 +23,11 @@ struct Desc {
     recv: usize,
 }
 
+/// A rank's deposit: what it called and its input bytes.
+type Deposit = Option<(Desc, Arc<Vec<u8>>)>;
+
 struct Round {
-    ops: Vec<Option<(Desc, Arc<Vec<u8>>)>>,
+    ops: Vec<Deposit>,
     deposited: usize,
     finished: usize,
     /// The reduced or gathered bytes, computed by the first rank to complete.
@@ -172,7 +175,7 @@ fn deposit(shared: &Shared, rank: usize, seq: u64, op: &RawOp) -> Result<(), Col
 }
 
 /// The result every rank's output is cut from, or why the ranks disagree.
-fn combine(ops: &[Option<(Desc, Arc<Vec<u8>>)>], op: &RawOp) -> Result<Arc<Vec<u8>>, String> {
+fn combine(ops: &[Deposit], op: &RawOp) -> Result<Arc<Vec<u8>>, String> {
     let all: Vec<&(Desc, Arc<Vec<u8>>)> = ops.iter().map(|o| o.as_ref().expect("all deposited")).collect();
     let d0 = all[0].0;
     for (r, (d, _)) in all.iter().enumerate() {

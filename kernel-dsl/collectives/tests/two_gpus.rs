@@ -11,14 +11,10 @@ use kernel_collectives::{group, Backend, Collective, Communicator, Library, Redu
 use kernel_runtime::Device;
 use std::sync::Arc;
 
+/// GPU `ordinal`: CUDA with the `cuda` feature, else HIP.
 fn open(ordinal: usize) -> Result<Device, String> {
-    let cuda = Device::cuda(ordinal);
-    if cfg!(feature = "cuda") {
-        if let Ok(d) = cuda {
-            return Ok(d);
-        }
-    }
-    Device::rocm(ordinal).map_err(|e| format!("GPU {ordinal}: {e}"))
+    let d = if cfg!(feature = "cuda") { Device::cuda(ordinal) } else { Device::rocm(ordinal) };
+    d.map_err(|e| format!("GPU {ordinal}: {e}"))
 }
 
 fn backend(dev: &Device) -> Backend {
@@ -29,12 +25,18 @@ fn backend(dev: &Device) -> Backend {
     }
 }
 
+/// A line on stderr past the test harness's output capture.
+fn say(line: &str) {
+    use std::io::Write;
+    let _ = writeln!(std::io::stderr().lock(), "{line}");
+}
+
 /// The library, or `None` after saying why the test is skipped.
 fn setup(test: &str) -> Option<Arc<Library>> {
     let reason = match (open(0), open(1)) {
         (Ok(d), Ok(_)) => match Library::load(backend(&d)) {
             Ok(lib) => {
-                eprintln!("{test}: {lib:?}");
+                say(&format!("{test}: {lib:?}"));
                 return Some(lib);
             }
             Err(e) => e.to_string(),
@@ -44,7 +46,7 @@ fn setup(test: &str) -> Option<Arc<Library>> {
     if std::env::var("COLLECTIVES_REQUIRE_GPU").is_ok_and(|v| v == "1") {
         panic!("{test}: {reason} (COLLECTIVES_REQUIRE_GPU=1)");
     }
-    eprintln!("SKIPPED {test}: {reason}");
+    say(&format!("SKIPPED {test}: {reason}"));
     None
 }
 
