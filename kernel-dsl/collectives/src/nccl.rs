@@ -8,7 +8,8 @@ use std::sync::Arc;
 
 /// One rank of an NCCL/RCCL communicator, bound to one GPU [`Device`]; collectives are
 /// queued on the device's stream (so `Device::capture` records them). Destroyed on drop
-/// (`ncclCommDestroy`). Use it from one thread at a time.
+/// (`ncclCommDestroy`, after waiting for the device's queued work): drop graphs that
+/// recorded its collectives first. Use it from one thread at a time.
 pub struct NcclCommunicator {
     lib: Arc<Library>,
     comm: Comm,
@@ -192,6 +193,9 @@ impl Collective for NcclCommunicator {
 
 impl Drop for NcclCommunicator {
     fn drop(&mut self) {
+        // Queued collectives still use the communicator (refused, and skipped, while the
+        // device captures a graph).
+        let _ = self.dev.synchronize();
         let _ = bind(&self.dev);
         // SAFETY: a communicator created by this library, destroyed once.
         let _ = unsafe { (self.lib.fns.comm_destroy)(self.comm) };

@@ -55,19 +55,30 @@ fn input(r: usize, len: usize) -> Vec<f32> {
     (0..len).map(|i| ((i * 5 + r * 3) % 9) as f32 - 4.0).collect()
 }
 
-/// Runs `f(rank, comm)` on one thread per GPU, joined through one unique id.
-fn on_ranks<R: Send>(lib: &Library, n: usize, f: impl Fn(usize, &Communicator) -> R + Sync) -> Vec<R> {
+/// Runs one thread per GPU, joined through one unique id: `setup(rank, device)` allocates
+/// the rank's buffers, then (after every rank has) `body(rank, comm, buffers)`.
+///
+/// Why the barrier: with one thread per GPU in one process, a `cuMemAlloc` on one GPU can
+/// wait for an NCCL kernel on the other that waits for this rank (NCCL's documented
+/// thread-per-GPU hazard). Allocating everything before the first collective avoids it:
+/// the caching allocator then reuses blocks and calls `cuMemAlloc` no more.
+fn on_ranks<S: Send, R: Send>(lib: &Library, n: usize, setup: impl Fn(usize, &Device) -> S + Sync, body: impl Fn(usize, &Communicator, S) -> R + Sync) -> Vec<R> {
     let id = lib.unique_id().unwrap();
     // What another process would receive: the id as hex.
     let hex = id.to_hex();
+    let barrier = std::sync::Barrier::new(n);
     std::thread::scope(|s| {
         let hs: Vec<_> = (0..n)
             .map(|r| {
-                let (f, hex) = (&f, &hex);
+                let (setup, body, hex, barrier) = (&setup, &body, &hex, &barrier);
                 s.spawn(move || {
                     let dev = open(r).unwrap();
                     let c = Communicator::init_rank(&dev, n, r, &hex.parse().unwrap()).unwrap();
-                    f(r, &c)
+                    assert_eq!((c.rank(), c.world_size()), (r, n));
+                    let state = setup(r, &dev);
+                    dev.synchronize().unwrap();
+                    barrier.wait();
+                    body(r, &c, state)
                 })
             })
             .collect();
@@ -79,34 +90,42 @@ fn on_ranks<R: Send>(lib: &Library, n: usize, f: impl Fn(usize, &Communicator) -
 fn all_reduce_all_gather_broadcast_reduce_scatter_on_two_gpus() {
     let Some(lib) = setup("collectives_on_two_gpus") else { return };
     let (n, len) = (2, 1000);
-    let out = on_ranks(&lib, n, |r, c| {
-        let dev = c.device().clone();
-        let mut sum = dev.upload(&input(r, len)).unwrap();
-        c.all_reduce_in_place(sum.view_mut(..).unwrap(), ReduceOp::Sum).unwrap();
-        let x = dev.upload(&input(r, len)).unwrap();
-        let mut max = dev.alloc::<f32>(len).unwrap();
-        c.all_reduce(x.view(..).unwrap(), max.view_mut(..).unwrap(), ReduceOp::Max).unwrap();
-        let xb = dev.upload(&input(r, len).into_iter().map(bf16::from_f32).collect::<Vec<_>>()).unwrap();
-        let mut sum_b = dev.alloc::<bf16>(len).unwrap();
-        c.all_reduce(xb.view(..).unwrap(), sum_b.view_mut(..).unwrap(), ReduceOp::Sum).unwrap();
-        let mut gathered = dev.alloc::<f32>(len * n).unwrap();
-        c.all_gather(x.view(..).unwrap(), gathered.view_mut(..).unwrap()).unwrap();
-        let mut b = dev.upload(&input(r, len)).unwrap();
-        c.broadcast(b.view_mut(..).unwrap(), 1).unwrap();
-        let mut scattered = dev.alloc::<f32>(len / n).unwrap();
-        c.reduce_scatter(x.view(..).unwrap(), scattered.view_mut(..).unwrap(), ReduceOp::Sum).unwrap();
-        // A bad length is refused before anything is queued.
-        let e = c.all_gather(x.view(..).unwrap(), scattered.view_mut(..).unwrap()).unwrap_err();
-        assert!(e.to_string().contains("all_gather"), "{e}");
-        (
-            dev.download(&sum).unwrap(),
-            dev.download(&max).unwrap(),
-            dev.download(&sum_b).unwrap().into_iter().map(bf16::to_f32).collect::<Vec<_>>(),
-            dev.download(&gathered).unwrap(),
-            dev.download(&b).unwrap(),
-            dev.download(&scattered).unwrap(),
-        )
-    });
+    let out = on_ranks(
+        &lib,
+        n,
+        |r, dev| {
+            let x = dev.upload(&input(r, len)).unwrap();
+            let sum = dev.upload(&input(r, len)).unwrap();
+            let max = dev.alloc::<f32>(len).unwrap();
+            let xb = dev.upload(&input(r, len).into_iter().map(bf16::from_f32).collect::<Vec<_>>()).unwrap();
+            let sum_b = dev.alloc::<bf16>(len).unwrap();
+            let gathered = dev.alloc::<f32>(len * n).unwrap();
+            let b = dev.upload(&input(r, len)).unwrap();
+            let scattered = dev.alloc::<f32>(len / n).unwrap();
+            (x, sum, max, xb, sum_b, gathered, b, scattered)
+        },
+        |_, c, (x, mut sum, mut max, xb, mut sum_b, mut gathered, mut b, mut scattered)| {
+            let dev = c.device().clone();
+            c.all_reduce_in_place(sum.view_mut(..).unwrap(), ReduceOp::Sum).unwrap();
+            c.all_reduce(x.view(..).unwrap(), max.view_mut(..).unwrap(), ReduceOp::Max).unwrap();
+            c.all_reduce(xb.view(..).unwrap(), sum_b.view_mut(..).unwrap(), ReduceOp::Sum).unwrap();
+            c.all_gather(x.view(..).unwrap(), gathered.view_mut(..).unwrap()).unwrap();
+            c.broadcast(b.view_mut(..).unwrap(), 1).unwrap();
+            c.reduce_scatter(x.view(..).unwrap(), scattered.view_mut(..).unwrap(), ReduceOp::Sum).unwrap();
+            // A bad length is refused before anything is queued (the ranks stay in step).
+            let e = c.all_gather(x.view(..).unwrap(), scattered.view_mut(..).unwrap()).unwrap_err();
+            assert!(e.to_string().contains("all_gather"), "{e}");
+            dev.synchronize().unwrap();
+            (
+                dev.download(&sum).unwrap(),
+                dev.download(&max).unwrap(),
+                dev.download(&sum_b).unwrap().into_iter().map(bf16::to_f32).collect::<Vec<_>>(),
+                dev.download(&gathered).unwrap(),
+                dev.download(&b).unwrap(),
+                dev.download(&scattered).unwrap(),
+            )
+        },
+    );
     let (a, b) = (input(0, len), input(1, len));
     let sum: Vec<f32> = a.iter().zip(&b).map(|(x, y)| x + y).collect();
     let max: Vec<f32> = a.iter().zip(&b).map(|(x, y)| x.max(*y)).collect();
@@ -147,28 +166,30 @@ fn one_thread_drives_both_gpus_in_a_group() {
 fn all_reduce_inside_a_captured_graph_replays_with_new_inputs() {
     let Some(lib) = setup("all_reduce_in_a_graph") else { return };
     let len = 3000;
-    let out = on_ranks(&lib, 2, |r, c| {
-        let dev = c.device().clone();
-        let x = dev.upload(&input(r, len)).unwrap();
-        let mut y = dev.alloc::<f32>(len).unwrap();
-        // Once eagerly (NCCL sets up its connections), then recorded.
-        c.all_reduce(x.view(..).unwrap(), y.view_mut(..).unwrap(), ReduceOp::Sum).unwrap();
-        dev.synchronize().unwrap();
-        let (graph, ()) = dev
-            .capture(|_| {
-                c.all_reduce(x.view(..)?, y.view_mut(..)?, ReduceOp::Sum)?;
-                Ok(())
-            })
-            .unwrap();
-        let mut x = x;
-        let mut got = Vec::new();
-        for step in 0..3 {
-            dev.write(x.view_mut(..).unwrap(), &input(r + 10 * step, len)).unwrap();
-            graph.replay().unwrap();
-            got.push(dev.download(&y).unwrap());
-        }
-        got
-    });
+    let out = on_ranks(
+        &lib,
+        2,
+        |r, dev| (dev.upload(&input(r, len)).unwrap(), dev.alloc::<f32>(len).unwrap()),
+        |r, c, (mut x, mut y)| {
+            let dev = c.device().clone();
+            // Once eagerly (NCCL sets up its connections), then recorded.
+            c.all_reduce(x.view(..).unwrap(), y.view_mut(..).unwrap(), ReduceOp::Sum).unwrap();
+            dev.synchronize().unwrap();
+            let (graph, ()) = dev
+                .capture(|_| {
+                    c.all_reduce(x.view(..)?, y.view_mut(..)?, ReduceOp::Sum)?;
+                    Ok(())
+                })
+                .unwrap();
+            let mut got = Vec::new();
+            for step in 0..3 {
+                dev.write(x.view_mut(..).unwrap(), &input(r + 10 * step, len)).unwrap();
+                graph.replay().unwrap();
+                got.push(dev.download(&y).unwrap());
+            }
+            got
+        },
+    );
     for step in 0..3 {
         let want: Vec<f32> = input(10 * step, len).iter().zip(input(1 + 10 * step, len)).map(|(a, b)| a + b).collect();
         for (r, got) in out.iter().enumerate() {
