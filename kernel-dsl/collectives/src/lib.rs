@@ -454,13 +454,13 @@ impl Collective for Communicator {
 }
 
 thread_local! {
-    /// Depth of [`group`] calls on this thread, and the libraries whose group it opened.
-    static GROUP: RefCell<(usize, Vec<Arc<Library>>)> = const { RefCell::new((0, Vec::new())) };
+    /// Depth of [`group`] calls on this thread.
+    static GROUP: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
 }
 
 /// Whether this thread is inside [`group`].
 pub(crate) fn in_group() -> bool {
-    GROUP.with(|g| g.borrow().0 > 0)
+    GROUP.with(|g| g.get() > 0)
 }
 
 /// Runs `f` as one group of collectives (`ncclGroupStart` ... `ncclGroupEnd`): the way one
@@ -483,22 +483,15 @@ pub fn group<'b, R>(f: impl FnOnce(&GroupScope<'b>) -> Result<R, CollectiveError
             }
         }
     }
-    GROUP.with(|g| {
-        let mut g = g.borrow_mut();
-        g.0 += 1;
-        g.1.extend(started.iter().cloned());
-    });
+    GROUP.with(|g| g.set(g.get() + 1));
     let scope = GroupScope { pending: RefCell::new(Vec::new()), _b: PhantomData };
     let out = match err {
         Some(e) => Err(e),
         None => f(&scope),
     };
     let depth = GROUP.with(|g| {
-        let mut g = g.borrow_mut();
-        g.0 -= 1;
-        let keep = g.1.len() - started.len();
-        g.1.truncate(keep);
-        g.0
+        g.set(g.get() - 1);
+        g.get()
     });
     let mut end_err = None;
     for lib in started.iter().rev() {
