@@ -113,8 +113,6 @@ pub(crate) struct Pending {
 thread_local! {
     /// Pending collectives of the group scope queueing now.
     static SINK: RefCell<Vec<Pending>> = const { RefCell::new(Vec::new()) };
-    /// Pending collectives of ended inner groups, completed when the outermost group ends.
-    static DEFERRED: RefCell<Vec<Pending>> = const { RefCell::new(Vec::new()) };
 }
 
 /// Runs `f` (one queue through a group scope) and moves what it deposited into `pending`.
@@ -124,16 +122,10 @@ pub(crate) fn with_scope(pending: &RefCell<Vec<Pending>>, f: impl FnOnce() -> Re
     out
 }
 
-pub(crate) fn defer_to_outer(pending: Vec<Pending>) {
-    DEFERRED.with(|d| d.borrow_mut().extend(pending));
-}
-
-/// Completes the collectives of the outermost group (all deposited by now); the first error.
+/// Completes the collectives of a group (all deposited by now); the first error.
 pub(crate) fn complete_all(pending: Vec<Pending>) -> Result<(), CollectiveError> {
-    let mut all = DEFERRED.with(|d| std::mem::take(&mut *d.borrow_mut()));
-    all.extend(pending);
     let mut first = None;
-    for p in all {
+    for p in pending {
         if let Err(e) = complete(&p.shared, p.rank, p.seq, &p.op) {
             first.get_or_insert(e);
         }
@@ -262,10 +254,16 @@ impl Collective for HostCommunicator {
     fn queue_raw(&self, op: RawOpHandle, in_group_scope: bool) -> Result<(), CollectiveError> {
         let op = op.0;
         op.validate(&self.dev, self.shared.nranks)?;
-        if crate::in_group() && !in_group_scope {
+        let depth = crate::group_depth();
+        if depth > 0 && !in_group_scope {
             return Err(CollectiveError::Unsupported(
                 "inside kernel_collectives::group, queue host collectives through the GroupScope (its borrows outlive the group)".into(),
             ));
+        }
+        if depth > 1 {
+            // The buffers are borrowed for the inner group only, but the ranks this thread
+            // drives would complete when the outermost group ends.
+            return Err(CollectiveError::Unsupported("host collectives in a nested kernel_collectives::group".into()));
         }
         let seq = self.seq.fetch_add(1, Ordering::SeqCst);
         deposit(&self.shared, self.rank, seq, &op)?;

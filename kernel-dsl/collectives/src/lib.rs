@@ -458,16 +458,33 @@ thread_local! {
     static GROUP: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
 }
 
-/// Whether this thread is inside [`group`].
-pub(crate) fn in_group() -> bool {
-    GROUP.with(|g| g.get() > 0)
+/// How many [`group`] calls this thread is inside.
+pub(crate) fn group_depth() -> usize {
+    GROUP.with(|g| g.get())
+}
+
+/// Leaves a [`group`] level on drop (also when its closure panics).
+struct Level;
+
+impl Level {
+    fn enter() -> Level {
+        GROUP.with(|g| g.set(g.get() + 1));
+        Level
+    }
+}
+
+impl Drop for Level {
+    fn drop(&mut self) {
+        GROUP.with(|g| g.set(g.get() - 1));
+    }
 }
 
 /// Runs `f` as one group of collectives (`ncclGroupStart` ... `ncclGroupEnd`): the way one
 /// thread drives several ranks (each rank's call alone would wait for the others), and the
 /// way to fuse several collectives into one launch. Queue the collectives through the
 /// [`GroupScope`] (its borrows last until the group ends, when the host stand-in runs
-/// them); they are issued when `f` returns, even when it fails. Groups nest.
+/// them); they are issued when `f` returns, even when it fails. Groups nest (NCCL/RCCL
+/// collectives only: the host stand-in refuses collectives in a nested group).
 pub fn group<'b, R>(f: impl FnOnce(&GroupScope<'b>) -> Result<R, CollectiveError>) -> Result<R, CollectiveError> {
     let libs: Vec<Arc<Library>> = [Backend::Nccl, Backend::Rccl].into_iter().filter_map(Library::loaded).collect();
     let mut started = Vec::new();
@@ -483,16 +500,13 @@ pub fn group<'b, R>(f: impl FnOnce(&GroupScope<'b>) -> Result<R, CollectiveError
             }
         }
     }
-    GROUP.with(|g| g.set(g.get() + 1));
+    let level = Level::enter();
     let scope = GroupScope { pending: RefCell::new(Vec::new()), _b: PhantomData };
     let out = match err {
         Some(e) => Err(e),
         None => f(&scope),
     };
-    let depth = GROUP.with(|g| {
-        g.set(g.get() - 1);
-        g.get()
-    });
+    drop(level);
     let mut end_err = None;
     for lib in started.iter().rev() {
         // SAFETY: ends the group started above.
@@ -501,11 +515,8 @@ pub fn group<'b, R>(f: impl FnOnce(&GroupScope<'b>) -> Result<R, CollectiveError
             end_err.get_or_insert(e);
         }
     }
-    // Host collectives deferred in this scope: run them now (in an outer group, hand them up).
-    let pending = scope.pending.into_inner();
-    if depth > 0 {
-        host::defer_to_outer(pending);
-    } else if let Err(e) = host::complete_all(pending) {
+    // Host collectives of this scope (only the outermost group takes them): run them now.
+    if let Err(e) = host::complete_all(scope.pending.into_inner()) {
         end_err.get_or_insert(e);
     }
     let out = out?;

@@ -213,7 +213,11 @@ fn host_collectives_outside_the_group_scope_are_refused_inside_a_group() {
     let mut b = devs[0].upload(&[1.0f32]).unwrap();
     let e = group(|_| comms[0].all_reduce_in_place(b.view_mut(..)?, ReduceOp::Sum)).unwrap_err();
     assert!(matches!(e, CollectiveError::Unsupported(_)), "{e}");
-    // The group took no step: the ranks still pair up.
+    // Nor in a nested group (its borrows end before the outer group completes the ranks).
+    let mut c = devs[0].upload(&[1.0f32]).unwrap();
+    let e = group(|_| group(|inner| inner.all_reduce_in_place(&comms[0], c.view_mut(..)?, ReduceOp::Sum))).unwrap_err();
+    assert!(matches!(&e, CollectiveError::Unsupported(m) if m.contains("nested")), "{e}");
+    // The groups took no step: the ranks still pair up.
     let mut bufs = [devs[0].upload(&[1.0f32]).unwrap(), devs[1].upload(&[2.0f32]).unwrap()];
     group(|g| {
         for (c, b) in comms.iter().zip(bufs.iter_mut()) {
