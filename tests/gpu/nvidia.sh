@@ -127,9 +127,16 @@ cublas_setup() {
 nccl_setup() {
     if [ -z "${NCCL_LIBRARY:-}" ]; then
         local found
-        found="$(python3 -c 'import glob, site, sys
-for d in site.getsitepackages() + [site.getusersitepackages()]:
-    for f in glob.glob(d + "/nvidia/nccl/lib/libnccl.so.2"):
+        found="$(python3 -c 'import glob, os, site, sys
+dirs = []
+try:
+    import nvidia.nccl
+    dirs += list(nvidia.nccl.__path__)
+except Exception:
+    pass
+dirs += [os.path.join(d, "nvidia", "nccl") for d in site.getsitepackages() + [site.getusersitepackages()]]
+for d in dirs:
+    for f in glob.glob(os.path.join(d, "lib", "libnccl.so.2")):
         print(f); sys.exit()' 2>/dev/null || true)"
         if [ -n "$found" ]; then export NCCL_LIBRARY="$found"; fi
     fi
