@@ -340,8 +340,8 @@ pub trait Collective {
     /// The device the rank's buffers live on.
     fn device(&self) -> &Device;
     #[doc(hidden)]
-    /// Queues a validated-by-the-callee type-erased collective; `in_group_scope` when it
-    /// comes through a [`GroupScope`] (whose borrows outlive the group).
+    /// Checks and queues a type-erased collective (what the methods below build);
+    /// `in_group_scope` when it comes through a [`GroupScope`], whose borrows outlive the group.
     fn queue_raw(&self, op: RawOpHandle, in_group_scope: bool) -> Result<(), CollectiveError>;
 
     /// `recv = op(send of every rank)`, elementwise.
