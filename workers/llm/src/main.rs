@@ -1,0 +1,225 @@
+//! `llm-worker`: generate text with a llama-family model, benchmark decode throughput, or
+//! write a random-weight model. `llm-worker --help` lists the options.
+use anyhow::{bail, Context, Result};
+use clap::{Parser, Subcommand};
+use llm_worker::generate::{blocks_needed, generate, HostSampling};
+use llm_worker::random::{RandomModel, Shape};
+use llm_worker::{device, Family, LlamaRunner, Message, Model, TextTools};
+use std::io::Write;
+use std::path::PathBuf;
+use std::time::Instant;
+
+#[derive(Parser)]
+#[command(name = "llm-worker", about = "Llama-family LLM worker on Candle (our backend or Candle's CPU)")]
+struct Cli {
+    #[command(subcommand)]
+    cmd: Cmd,
+}
+
+#[derive(Subcommand)]
+enum Cmd {
+    /// Generate from a prompt, streaming the text; prints prefill and decode tokens/s.
+    Generate {
+        /// A Hugging Face folder (config.json + safetensors) or a GGUF file.
+        #[arg(long)]
+        model: PathBuf,
+        /// tokenizer.json (default: in the folder, or next to the GGUF file).
+        #[arg(long)]
+        tokenizer: Option<PathBuf>,
+        #[arg(long, default_value = "the")]
+        prompt: String,
+        /// Render the prompt as a user message through the model's chat template.
+        #[arg(long)]
+        chat: bool,
+        /// A system message (with --chat).
+        #[arg(long)]
+        system: Option<String>,
+        #[arg(long, default_value_t = 64)]
+        max_tokens: usize,
+        /// 0 = greedy.
+        #[arg(long, default_value_t = 0.0)]
+        temperature: f64,
+        #[arg(long)]
+        top_p: Option<f64>,
+        #[arg(long, default_value_t = 299792458)]
+        seed: u64,
+        /// cpu (Candle's CPU), cpu-executor, cuda:N, rocm:N.
+        #[arg(long, default_value = "cpu")]
+        device: String,
+        #[arg(long, default_value_t = 16)]
+        block_size: usize,
+    },
+    /// Decode throughput and time to first token at several concurrencies (random prompts, greedy).
+    Bench {
+        #[arg(long)]
+        model: PathBuf,
+        #[arg(long, default_value_t = 512)]
+        prompt_len: usize,
+        #[arg(long, default_value_t = 256)]
+        gen: usize,
+        /// Comma-separated numbers of concurrent sequences.
+        #[arg(long, default_value = "1,8,32", value_delimiter = ',')]
+        concurrency: Vec<usize>,
+        #[arg(long, default_value = "cpu")]
+        device: String,
+        #[arg(long, default_value_t = 16)]
+        block_size: usize,
+        #[arg(long, default_value_t = 0)]
+        seed: u64,
+    },
+    /// Write a model with seeded random weights (a Hugging Face folder, or a llama GGUF file).
+    WriteRandom {
+        /// The folder (safetensors) or the .gguf file (with --gguf) to write.
+        #[arg(long)]
+        out: PathBuf,
+        /// llama, mistral, qwen2, qwen3.
+        #[arg(long, default_value = "llama")]
+        family: String,
+        /// tiny, 1b, 8b.
+        #[arg(long, default_value = "tiny")]
+        shape: String,
+        /// f32, f16, bf16.
+        #[arg(long, default_value = "bf16")]
+        dtype: String,
+        #[arg(long, default_value_t = 0)]
+        seed: u64,
+        /// rope_theta at the top level of config.json (older transformers) instead of rope_parameters.
+        #[arg(long)]
+        legacy_rope: bool,
+        /// Shards of about this many MiB, with model.safetensors.index.json.
+        #[arg(long)]
+        shard_mib: Option<usize>,
+        /// Mistral's sliding window.
+        #[arg(long)]
+        sliding_window: Option<usize>,
+        /// Write a llama GGUF of this GGML type instead (through gguf-llama: f32 f16 bf16
+        /// q4_0 q4_1 q5_0 q5_1 q8_0 q2k q3k q4k q5k q6k), tokenizer.json next to it.
+        #[arg(long)]
+        gguf: Option<String>,
+    },
+}
+
+fn load(model: &PathBuf, spec: &str) -> Result<(Model, String)> {
+    let (dev, name) = device(spec)?;
+    let t0 = Instant::now();
+    let m = Model::load(model, &dev)?;
+    eprintln!("model {} ({:?}, {:?}, {} layers) on {name}, loaded in {:.2} s", model.display(), m.cfg.family, m.dtype, m.cfg.num_layers, t0.elapsed().as_secs_f64());
+    Ok((m, name))
+}
+
+fn run(cli: Cli) -> Result<()> {
+    match cli.cmd {
+        Cmd::Generate { model, tokenizer, prompt, chat, system, max_tokens, temperature, top_p, seed, device, block_size } => {
+            if top_p.is_some_and(|p| !(p > 0.0 && p <= 1.0)) {
+                bail!("--top-p must be in (0, 1]");
+            }
+            let (m, _) = load(&model, &device)?;
+            let text = TextTools::load(&model, tokenizer.as_deref(), m.cfg.vocab_size)?;
+            let prompt_text = if chat {
+                let mut msgs = vec![];
+                if let Some(s) = &system {
+                    msgs.push(Message::new("system", s));
+                }
+                msgs.push(Message::new("user", &prompt));
+                text.render_chat(&msgs, true)?
+            } else {
+                prompt.clone()
+            };
+            let ids = text.encode(&prompt_text)?;
+            if ids.is_empty() {
+                bail!("the prompt encodes to no tokens");
+            }
+            let stop = m.cfg.eos_token_ids.clone();
+            let blocks = blocks_needed(1, ids.len() + max_tokens, block_size);
+            let mut runner = LlamaRunner::new(m, blocks, block_size)?;
+            let mut sampling = HostSampling::new(temperature, top_p, seed);
+            print!("{prompt_text}");
+            let mut out = std::io::stdout();
+            let (mut got, mut printed) = (vec![], 0usize);
+            let (_, t) = generate(&mut runner, std::slice::from_ref(&ids), max_tokens, &mut sampling, &stop, |_, tok| {
+                got.push(tok);
+                if let Ok(s) = text.decode(&got) {
+                    if s.len() > printed && s.is_char_boundary(printed) {
+                        print!("{}", &s[printed..]);
+                        printed = s.len();
+                        let _ = out.flush();
+                    }
+                }
+            })?;
+            println!();
+            eprintln!(
+                "prefill: {} tokens in {:.3} s = {:.1} tokens/s; decode: {} tokens in {:.3} s = {:.1} tokens/s",
+                t.prompt_tokens,
+                t.prefill_s,
+                t.prompt_tokens as f64 / t.prefill_s.max(1e-9),
+                t.decode_tokens,
+                t.decode_s,
+                t.decode_tokens as f64 / t.decode_s.max(1e-9)
+            );
+        }
+        Cmd::Bench { model, prompt_len, gen, concurrency, device, block_size, seed } => {
+            if prompt_len == 0 || gen == 0 || concurrency.contains(&0) {
+                bail!("--prompt-len, --gen and every --concurrency must be positive");
+            }
+            let (m, dev_name) = load(&model, &device)?;
+            let vocab = m.cfg.vocab_size;
+            let max_c = concurrency.iter().copied().max().unwrap_or(1);
+            let mut runner = LlamaRunner::new(m, blocks_needed(max_c, prompt_len + gen, block_size), block_size)?;
+            for &c in &concurrency {
+                // Random prompts below the last two ids (the written models' special tokens).
+                let prompts: Vec<Vec<u32>> = (0..c)
+                    .map(|i| gguf_llama::seeded_values(prompt_len, seed ^ (i as u64 + 1), 0.0, (vocab - 2) as f32).into_iter().map(|x| x as u32).collect())
+                    .collect();
+                let mut sampling = HostSampling::new(0.0, None, seed);
+                let (_, t) = generate(&mut runner, &prompts, gen, &mut sampling, &[], |_, _| {})?;
+                let decode_tok_s = t.decode_tokens as f64 / t.decode_s.max(1e-9);
+                eprintln!("concurrency {c}: decode {decode_tok_s:.1} tokens/s aggregate, time to first token {:.1} ms, prefill {:.1} tokens/s", t.prefill_s * 1e3, t.prompt_tokens as f64 / t.prefill_s.max(1e-9));
+                let j = serde_json::json!({
+                    "model": model.display().to_string(), "device": dev_name, "concurrency": c, "prompt_len": prompt_len, "gen": gen,
+                    "decode_tok_s": decode_tok_s, "ttft_ms": t.prefill_s * 1e3, "prefill_tok_s": t.prompt_tokens as f64 / t.prefill_s.max(1e-9),
+                });
+                println!("{j}");
+            }
+        }
+        Cmd::WriteRandom { out, family, shape, dtype, seed, legacy_rope, shard_mib, sliding_window, gguf } => {
+            if let Some(ty) = gguf {
+                if family != "llama" {
+                    bail!("GGUF files are written for the llama family only");
+                }
+                let t = gguf_llama::parse_type(&ty).with_context(|| format!("unknown GGML type {ty:?}"))?;
+                let s = gguf_llama::LlamaShape::by_name(&shape).with_context(|| format!("unknown shape {shape:?} (tiny, 1b, 8b)"))?;
+                gguf_llama::write_gguf(&out, &s, gguf_llama::Storage::Quantized(t), seed)?;
+                gguf_llama::write_tokenizer(&out.with_file_name("tokenizer.json"), s.vocab)?;
+            } else {
+                let fam = Family::from_name(&family).with_context(|| format!("unknown family {family:?} (llama, mistral, qwen2, qwen3)"))?;
+                let sh = Shape::by_name(&shape).with_context(|| format!("unknown shape {shape:?} (tiny, 1b, 8b)"))?;
+                let mut r = RandomModel::new(fam, sh);
+                r.dtype = match dtype.as_str() {
+                    "f32" => candle_core::DType::F32,
+                    "f16" => candle_core::DType::F16,
+                    "bf16" => candle_core::DType::BF16,
+                    d => bail!("unknown dtype {d:?} (f32, f16, bf16)"),
+                };
+                r.seed = seed;
+                r.legacy_rope = legacy_rope;
+                r.shard_bytes = shard_mib.map(|m| m << 20);
+                if sliding_window.is_some() {
+                    r.sliding_window = sliding_window;
+                }
+                r.write(&out)?;
+            }
+            eprintln!("wrote {}", out.display());
+        }
+    }
+    Ok(())
+}
+
+fn main() -> std::process::ExitCode {
+    match run(Cli::parse()) {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("llm-worker: error: {e:#}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
