@@ -4,7 +4,6 @@
 //! for `llm_engine`, the tokenizer and chat template ([`text`]), a static-batch driver
 //! ([`generate`]) and a random-weight model writer ([`random`]).
 pub mod config;
-mod contract;
 pub mod error;
 pub mod generate;
 pub mod model;

@@ -3,7 +3,7 @@
 use crate::error::{Error, Result};
 use crate::model::{chunk_mask, AttnChunk, LayerCache, Model};
 use candle_core::Tensor;
-pub use crate::contract::{ModelRunner, SeqChunk};
+pub use llm_engine::{ModelRunner, SeqChunk};
 
 /// A llama-family model with its paged KV cache.
 pub struct LlamaRunner {
