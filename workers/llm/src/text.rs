@@ -198,6 +198,48 @@ fn strftime_now(fmt: &str) -> String {
     out
 }
 
+/// serde_json formatting with Python's `json.dumps` separators (`", "` and `": "`).
+struct PySeparators;
+
+impl serde_json::ser::Formatter for PySeparators {
+    fn begin_array_value<W: ?Sized + std::io::Write>(&mut self, w: &mut W, first: bool) -> std::io::Result<()> {
+        if first {
+            Ok(())
+        } else {
+            w.write_all(b", ")
+        }
+    }
+    fn begin_object_key<W: ?Sized + std::io::Write>(&mut self, w: &mut W, first: bool) -> std::io::Result<()> {
+        if first {
+            Ok(())
+        } else {
+            w.write_all(b", ")
+        }
+    }
+    fn begin_object_value<W: ?Sized + std::io::Write>(&mut self, w: &mut W) -> std::io::Result<()> {
+        w.write_all(b": ")
+    }
+}
+
+/// `tojson` as `transformers` defines it for chat templates: `json.dumps` (Python's
+/// separators, `indent=N` pretty-printing, no HTML escaping, non-ASCII kept).
+fn tojson(v: minijinja::Value, kwargs: minijinja::value::Kwargs) -> std::result::Result<minijinja::Value, minijinja::Error> {
+    use serde::Serialize;
+    let indent: Option<usize> = kwargs.get("indent")?;
+    kwargs.assert_all_used()?;
+    let mut out = Vec::new();
+    let r = match indent {
+        Some(n) => {
+            let pad = vec![b' '; n];
+            let mut ser = serde_json::Serializer::with_formatter(&mut out, serde_json::ser::PrettyFormatter::with_indent(&pad));
+            v.serialize(&mut ser)
+        }
+        None => v.serialize(&mut serde_json::Serializer::with_formatter(&mut out, PySeparators)),
+    };
+    r.map_err(|e| minijinja::Error::new(minijinja::ErrorKind::InvalidOperation, format!("tojson: {e}")))?;
+    Ok(minijinja::Value::from_safe_string(String::from_utf8(out).expect("serde_json writes UTF-8")))
+}
+
 /// Renders a Hugging Face chat template (Jinja) with `messages`, `add_generation_prompt`,
 /// `bos_token` and `eos_token`, as `transformers` does (trim_blocks, lstrip_blocks).
 pub fn render_chat(template: &str, messages: &[Message], add_generation_prompt: bool, bos: Option<&str>, eos: Option<&str>) -> Result<String> {
@@ -208,6 +250,7 @@ pub fn render_chat(template: &str, messages: &[Message], add_generation_prompt: 
     env.set_unknown_method_callback(minijinja_contrib::pycompat::unknown_method_callback);
     env.add_function("raise_exception", |msg: String| -> std::result::Result<String, minijinja::Error> { Err(minijinja::Error::new(ErrorKind::InvalidOperation, msg)) });
     env.add_function("strftime_now", |fmt: String| strftime_now(&fmt));
+    env.add_filter("tojson", tojson);
     let e = |x: minijinja::Error| Error::Template(format!("{x:#}"));
     env.add_template("chat", template).map_err(e)?;
     let t = env.get_template("chat").map_err(e)?;
