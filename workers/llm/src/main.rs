@@ -99,7 +99,7 @@ enum Cmd {
     },
 }
 
-fn load(model: &PathBuf, spec: &str) -> Result<(Model, String)> {
+fn load(model: &std::path::Path, spec: &str) -> Result<(Model, String)> {
     let (dev, name) = device(spec)?;
     let t0 = Instant::now();
     let m = Model::load(model, &dev)?;
