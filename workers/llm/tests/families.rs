@@ -55,35 +55,42 @@ impl Reference for QLlama {
 }
 
 fn vb(dir: &Path) -> VarBuilder<'static> {
-    unsafe { VarBuilder::from_mmaped_safetensors(&[dir.join("model.safetensors")], DType::F32, &Device::Cpu).unwrap() }
+    vb_of(dir, DType::F32)
+}
+
+fn vb_of(dir: &Path, dtype: DType) -> VarBuilder<'static> {
+    unsafe { VarBuilder::from_mmaped_safetensors(&[dir.join("model.safetensors")], dtype, &Device::Cpu).unwrap() }
+}
+
+fn llama_config(c: &ModelConfig) -> ct::llama::Config {
+    ct::llama::Config {
+        hidden_size: c.hidden_size,
+        intermediate_size: c.intermediate_size,
+        vocab_size: c.vocab_size,
+        num_hidden_layers: c.num_layers,
+        num_attention_heads: c.num_heads,
+        num_key_value_heads: c.num_kv_heads,
+        use_flash_attn: false,
+        rms_norm_eps: c.rms_norm_eps,
+        rope_theta: c.rope_theta as f32,
+        bos_token_id: None,
+        eos_token_id: None,
+        rope_scaling: c.rope_scaling.map(|s| match s {
+            llm_worker::RopeScaling::Llama3 { factor, low_freq_factor, high_freq_factor, original_max_position_embeddings } => {
+                ct::llama::Llama3RopeConfig { factor, low_freq_factor, high_freq_factor, original_max_position_embeddings, rope_type: ct::llama::Llama3RopeType::Llama3 }
+            }
+            other => panic!("{other:?}"),
+        }),
+        max_position_embeddings: c.max_position_embeddings,
+        tie_word_embeddings: c.tie_word_embeddings,
+    }
 }
 
 fn reference(dir: &Path, c: &ModelConfig) -> Box<dyn Reference> {
     let act = candle_nn::Activation::Silu;
     match c.family {
         Family::Llama => {
-            let rope_scaling = c.rope_scaling.map(|s| match s {
-                llm_worker::RopeScaling::Llama3 { factor, low_freq_factor, high_freq_factor, original_max_position_embeddings } => {
-                    ct::llama::Llama3RopeConfig { factor, low_freq_factor, high_freq_factor, original_max_position_embeddings, rope_type: ct::llama::Llama3RopeType::Llama3 }
-                }
-                other => panic!("{other:?}"),
-            });
-            let cfg = ct::llama::Config {
-                hidden_size: c.hidden_size,
-                intermediate_size: c.intermediate_size,
-                vocab_size: c.vocab_size,
-                num_hidden_layers: c.num_layers,
-                num_attention_heads: c.num_heads,
-                num_key_value_heads: c.num_kv_heads,
-                use_flash_attn: false,
-                rms_norm_eps: c.rms_norm_eps,
-                rope_theta: c.rope_theta as f32,
-                bos_token_id: None,
-                eos_token_id: None,
-                rope_scaling,
-                max_position_embeddings: c.max_position_embeddings,
-                tie_word_embeddings: c.tie_word_embeddings,
-            };
+            let cfg = llama_config(c);
             let cache = ct::llama::Cache::new(true, DType::F32, &cfg, &Device::Cpu).unwrap();
             Box::new(Llama(ct::llama::Llama::load(vb(dir), &cfg).unwrap(), cache))
         }
@@ -265,4 +272,31 @@ fn llama_on_the_cpu_executor_matches_candle_transformers() {
     let dev = candle_rocm::cpu_executor(candle_rocm::WaveSize::W64);
     // Our kernels' f32 GEMM and reductions sum in other orders than Candle's CPU: 1e-4 still.
     compare(Model::load(dir.path(), &dev).unwrap(), reference(dir.path(), &c), F32_TOL);
+}
+
+#[test]
+fn llama_bf16_error_within_twice_candles() {
+    // bf16 weights; the reference is the same weights in f32 math. Both bf16 forwards round
+    // every activation to 8 bits of mantissa (attention softmax in f32 in both), in other
+    // orders: ours must stay within twice Candle's own bf16 error.
+    let (dir, c) = write(Family::Llama, |r| r.dtype = DType::BF16);
+    let model = Model::load(dir.path(), &Device::Cpu).unwrap();
+    assert_eq!(model.dtype, DType::BF16);
+    let mut ours = LlamaRunner::new(model, 8, BS).unwrap();
+    let cfg = llama_config(&c);
+    let mut f32_ref = Llama(ct::llama::Llama::load(vb_of(dir.path(), DType::F32), &cfg).unwrap(), ct::llama::Cache::new(true, DType::F32, &cfg, &Device::Cpu).unwrap());
+    let mut bf16_ref = Llama(ct::llama::Llama::load(vb_of(dir.path(), DType::BF16), &cfg).unwrap(), ct::llama::Cache::new(true, DType::BF16, &cfg, &Device::Cpu).unwrap());
+    let mut ids = PROMPT.to_vec();
+    let mut start = 0;
+    for step in 0..=DECODE_STEPS {
+        let chunk = ids[start..].to_vec();
+        let o = ours.step(&[SeqChunk { seq_id: 0, tokens: chunk.clone(), start_pos: start, block_table: vec![3, 1, 0], sample: true }]).unwrap().remove(0);
+        let exact = f32_ref.logits(&chunk, start);
+        let theirs: Vec<f32> = bf16_ref.0.forward(&input(&chunk), start, &mut bf16_ref.1).unwrap().flatten_all().unwrap().to_dtype(DType::F32).unwrap().to_vec1().unwrap();
+        let (e_ours, e_candle) = (rel_err(&o, &exact), rel_err(&theirs, &exact));
+        eprintln!("step {step}: bf16 error ours {e_ours:.2e}, Candle's {e_candle:.2e}");
+        assert!(e_candle > 0.0 && e_ours <= 2.0 * e_candle, "step {step}: ours {e_ours:.3e} vs Candle's {e_candle:.3e}");
+        start = ids.len();
+        ids.push(argmax(&exact));
+    }
 }
