@@ -1,4 +1,71 @@
-//! Model-independent core of the LLM serving engine (skeleton: bodies follow).
+//! Model-independent core of the LLM serving engine: what vLLM calls the block manager, the
+//! scheduler and the sampler, with the model behind the [`ModelRunner`] trait. Pure host
+//! Rust; `workers/llm` supplies the runner (weights, paged KV cache, kernels).
+//!
+//! # Parts
+//! - [`BlockManager`]: the paged KV cache's bookkeeping. Physical blocks of `block_size`
+//!   tokens with reference counts; sequences share blocks (a [`Engine::fork`] shares its
+//!   parent's) and a write into a shared block copies it first (copy-on-write, done by
+//!   [`ModelRunner::copy_blocks`]). With [`EngineConfig::prefix_caching`], every full block is
+//!   registered under the hash of its tokens chained with its parent block's hash; a new
+//!   request takes the cached blocks of its longest cached prefix, and freed blocks stay
+//!   findable until they are reallocated, least recently freed first (LRU).
+//! - The scheduler (inside [`Engine::step`]): continuous batching under `max_num_seqs` and a
+//!   token budget `max_batched_tokens`. Running decodes come first (one token each), then
+//!   prefill chunks of running sequences, then waiting requests first come first served, a
+//!   chunk each as far as the budget and free blocks allow (chunked prefill). When a running
+//!   sequence needs a block and none is free, the newest running sequence loses its blocks
+//!   and goes back to the front of the queue with its generated tokens appended to its prompt
+//!   (preemption by recompute; the prefix cache often makes the recompute cheap).
+//! - [`Sampler`] / [`HostSampler`]: repetition penalty, temperature (0 = greedy), top-k,
+//!   top-p, min-p and logprobs on the host with a per-request seeded ChaCha RNG; a device
+//!   sampler can replace it ([`Engine::with_sampler`]).
+//! - Stop handling: `max_tokens`, `max_model_len`, stop token ids, stop strings (matched on
+//!   the completion decoded by the [`Decoder`] given to [`Engine::with_decoder`]; tokens are
+//!   held back while they might start a stop string, and the match is never sent),
+//!   [`Engine::cancel`] and a dropped receiver (blocks freed at once).
+//!
+//! # The step loop
+//! Each [`Engine::step`]: cancel requests whose receiver was dropped; schedule a batch of
+//! [`SeqChunk`]s (allocating blocks, collecting copy-on-write pairs, preempting); tell the
+//! runner which blocks are fresh ([`ModelRunner::blocks_allocated`]), copy blocks, run
+//! [`ModelRunner::step`]; register newly full blocks in the prefix cache; sample one token
+//! per chunk that reached the end of its sequence; apply the stop rules and send
+//! [`Event`]s. A server calls `step` in a loop on its own thread while [`Engine::has_work`];
+//! events go out through tokio unbounded channels ([`Receiver`]), readable from async and
+//! sync code. Sequence lengths never exceed `max_model_len` KV positions, so the runner's
+//! cache must hold one such sequence ([`Engine::try_new`] checks).
+//!
+//! ```
+//! use llm_engine::{Engine, EngineConfig, Event, ModelRunner, SamplingParams, SeqChunk};
+//!
+//! /// A "model" whose next token is always (last token + 1) mod 8.
+//! struct Counter;
+//! impl ModelRunner for Counter {
+//!     type Error = std::convert::Infallible;
+//!     fn block_size(&self) -> usize { 16 }
+//!     fn num_blocks(&self) -> usize { 8 }
+//!     fn step(&mut self, batch: &[SeqChunk]) -> Result<Vec<Vec<f32>>, Self::Error> {
+//!         Ok(batch.iter().filter(|c| c.sample).map(|c| {
+//!             let next = (*c.tokens.last().unwrap() as usize + 1) % 8;
+//!             (0..8).map(|t| if t == next { 1.0 } else { 0.0 }).collect()
+//!         }).collect())
+//!     }
+//!     fn copy_blocks(&mut self, _pairs: &[(u32, u32)]) -> Result<(), Self::Error> { Ok(()) }
+//! }
+//!
+//! let config = EngineConfig { max_num_seqs: 4, max_batched_tokens: 64, max_model_len: 128, prefix_caching: true };
+//! let mut engine = Engine::new(Counter, config);
+//! let params = SamplingParams { stop_token_ids: vec![0], ..SamplingParams::greedy(10) };
+//! let (_id, mut rx) = engine.add_request(vec![3, 4], params).unwrap();
+//! while engine.step().unwrap() {}
+//! let mut tokens = Vec::new();
+//! while let Ok(ev) = rx.try_recv() {
+//!     if let Event::Token { id, .. } = ev { tokens.push(id) }
+//! }
+//! assert_eq!(tokens, [5, 6, 7]); // then 0, the stop token, ends it unsent
+//! assert_eq!(engine.stats().blocks_used, 0);
+//! ```
 
 mod block;
 mod engine;
@@ -6,7 +73,9 @@ mod sampling;
 
 pub use block::{BlockHash, BlockManager, BlockManagerError};
 pub use engine::{Decoder, Engine, EngineConfig, EngineError, EngineStats};
-pub use sampling::{HostSampler, SampleInput, Sampled, Sampler, SamplingParams};
+pub use sampling::{sample_one, HostSampler, SampleInput, Sampled, Sampler, SamplingParams};
+/// The RNG crate of [`SampleInput::rng`], for samplers written elsewhere.
+pub use rand_chacha;
 
 /// Identifies one request (sequence) inside an [`Engine`].
 pub type SeqId = u64;
@@ -22,9 +91,9 @@ pub struct SeqChunk {
     pub seq_id: SeqId,
     /// Token ids to run now: a (chunk of a) prompt, or the one token sampled last step.
     pub tokens: Vec<u32>,
-    /// Position of tokens[0]; tokens cover positions start_pos..start_pos+tokens.len().
+    /// Position of `tokens[0]`; tokens cover positions `start_pos..start_pos+tokens.len()`.
     pub start_pos: usize,
-    /// Physical KV block ids holding positions 0..start_pos+tokens.len() (block_size each).
+    /// Physical KV block ids holding positions `0..start_pos+tokens.len()` (`block_size` each).
     pub block_table: Vec<u32>,
     /// Whether logits are needed for the last token of this chunk (false for non-final prefill chunks).
     pub sample: bool,
