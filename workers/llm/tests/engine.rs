@@ -1,0 +1,76 @@
+//! The runner under `llm_engine::Engine`: f32 greedy tokens of every request equal the same
+//! request run alone, when batched with 7 others of different lengths, with chunked prefill,
+//! preemption (recompute) and prefix sharing; every block is free at the end.
+use candle_core::Device;
+use llm_engine::{Engine, EngineConfig, Event, FinishReason, SamplingParams};
+use llm_worker::generate::{generate, HostSampling};
+use llm_worker::random::{RandomModel, Shape};
+use llm_worker::{Family, LlamaRunner, Model};
+
+const MAX_NEW: usize = 6;
+
+fn prompts() -> Vec<Vec<u32>> {
+    // Lengths 3..=17; the last four share an 8-token prefix (two full blocks of 4).
+    let shared: Vec<u32> = (0..8).map(|i| 40 + i * 3).collect();
+    (0..8u32)
+        .map(|k| {
+            let own: Vec<u32> = (0..3 + k * 2).map(|i| (i * 53 + k * 97 + 1) % 500).collect();
+            if k >= 4 {
+                shared.iter().chain(&own[..own.len() - 8]).copied().collect()
+            } else {
+                own
+            }
+        })
+        .collect()
+}
+
+fn run_engine(dir: &std::path::Path, num_blocks: usize, config: EngineConfig) -> (Vec<Vec<u32>>, llm_engine::EngineStats) {
+    let runner = LlamaRunner::new(Model::load(dir, &Device::Cpu).unwrap(), num_blocks, 4).unwrap();
+    let mut engine = Engine::new(runner, config);
+    let mut rxs: Vec<_> = prompts().into_iter().map(|p| engine.add_request(p, SamplingParams::greedy(MAX_NEW)).unwrap().1).collect();
+    while engine.step().unwrap() {}
+    let stats = engine.stats();
+    assert_eq!((stats.running, stats.waiting, stats.blocks_used), (0, 0, 0), "{stats:?}");
+    let tokens = rxs
+        .iter_mut()
+        .map(|rx| {
+            let mut t = vec![];
+            let mut finished = None;
+            while let Ok(ev) = rx.try_recv() {
+                match ev {
+                    Event::Token { id, .. } => t.push(id),
+                    Event::Finished { reason, .. } => finished = Some(reason),
+                }
+            }
+            assert_eq!(finished, Some(FinishReason::Length));
+            t
+        })
+        .collect();
+    (tokens, stats)
+}
+
+#[test]
+fn greedy_tokens_through_the_engine_equal_alone() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut r = RandomModel::new(Family::Llama, Shape::TINY);
+    r.seed = 21;
+    r.write(dir.path()).unwrap();
+    // Alone: each prompt by itself on a fresh cache.
+    let alone: Vec<Vec<u32>> = prompts()
+        .iter()
+        .map(|p| {
+            let mut runner = LlamaRunner::new(Model::load(dir.path(), &Device::Cpu).unwrap(), 8, 4).unwrap();
+            generate(&mut runner, std::slice::from_ref(p), MAX_NEW, &mut HostSampling::new(0.0, None, 0), &[], |_, _| {}).unwrap().0.remove(0)
+        })
+        .collect();
+    // Roomy: all 8 in one batch.
+    let roomy = EngineConfig { max_num_seqs: 8, max_batched_tokens: 256, max_model_len: 32, prefix_caching: false };
+    let (tokens, _) = run_engine(dir.path(), 64, roomy);
+    assert_eq!(tokens, alone, "batched");
+    // Tight: chunked prefill (8 tokens a step), 12 blocks (preemption), prefix caching.
+    let tight = EngineConfig { max_num_seqs: 8, max_batched_tokens: 8, max_model_len: 32, prefix_caching: true };
+    let (tokens, stats) = run_engine(dir.path(), 12, tight);
+    assert_eq!(tokens, alone, "chunked, preempted, prefix-shared");
+    eprintln!("{stats:?}");
+    assert!(stats.preemptions > 0 && stats.prefix_cache_hit_tokens > 0, "{stats:?}");
+}
