@@ -2,7 +2,8 @@
 //! write a random-weight model. `llm-worker --help` lists the options.
 use anyhow::{bail, Context, Result};
 use clap::{Parser, Subcommand};
-use llm_worker::generate::{blocks_needed, generate, HostSampling};
+use llm_engine::{Engine, EngineConfig, Event, FinishReason, SamplingParams};
+use llm_worker::generate::blocks_needed;
 use llm_worker::random::{RandomModel, Shape};
 use llm_worker::{device, Family, LlamaRunner, Message, Model, TextTools};
 use std::io::Write;
@@ -18,7 +19,8 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Cmd {
-    /// Generate from a prompt, streaming the text; prints prefill and decode tokens/s.
+    /// Generate from a prompt through the engine, streaming the text; prints prefill and
+    /// decode tokens/s.
     Generate {
         /// A Hugging Face folder (config.json + safetensors) or a GGUF file.
         #[arg(long)]
@@ -49,7 +51,8 @@ enum Cmd {
         #[arg(long, default_value_t = 16)]
         block_size: usize,
     },
-    /// Decode throughput and time to first token at several concurrencies (random prompts, greedy).
+    /// Decode throughput and time to first token at several concurrencies, through the
+    /// engine (random prompts, greedy, all requests at once; one JSON line per concurrency).
     Bench {
         #[arg(long)]
         model: PathBuf,
@@ -64,6 +67,9 @@ enum Cmd {
         device: String,
         #[arg(long, default_value_t = 16)]
         block_size: usize,
+        /// The engine's token budget per step (chunked prefill beyond it).
+        #[arg(long, default_value_t = 4096)]
+        max_batched_tokens: usize,
         #[arg(long, default_value_t = 0)]
         seed: u64,
     },
@@ -130,53 +136,99 @@ fn run(cli: Cli) -> Result<()> {
                 bail!("the prompt encodes to no tokens");
             }
             let stop = m.cfg.eos_token_ids.clone();
-            let blocks = blocks_needed(1, ids.len() + max_tokens, block_size);
-            let mut runner = LlamaRunner::new(m, blocks, block_size)?;
-            let mut sampling = HostSampling::new(temperature, top_p, seed);
+            let max_len = ids.len() + max_tokens;
+            let runner = LlamaRunner::new(m, blocks_needed(1, max_len, block_size), block_size)?;
+            let config = EngineConfig { max_num_seqs: 1, max_batched_tokens: ids.len().max(16), max_model_len: max_len, prefix_caching: false };
+            let mut engine = Engine::try_new(runner, config)?;
+            let params = SamplingParams { temperature: temperature as f32, top_p: top_p.map(|p| p as f32), seed: Some(seed), max_tokens, stop_token_ids: stop, ..SamplingParams::default() };
+            let t0 = Instant::now();
+            let (_, mut rx) = engine.add_request(ids.clone(), params)?;
             print!("{prompt_text}");
             let mut out = std::io::stdout();
-            let (mut got, mut printed) = (vec![], 0usize);
-            let (_, t) = generate(&mut runner, std::slice::from_ref(&ids), max_tokens, &mut sampling, &stop, |_, tok| {
-                got.push(tok);
-                if let Ok(s) = text.decode(&got) {
-                    if s.len() > printed && s.is_char_boundary(printed) {
-                        print!("{}", &s[printed..]);
-                        printed = s.len();
-                        let _ = out.flush();
+            let (mut got, mut printed, mut first) = (vec![], 0usize, None);
+            // Drain after every step, the last one (which reports no work left) included.
+            let mut more = true;
+            while more {
+                more = engine.step()?;
+                while let Ok(ev) = rx.try_recv() {
+                    match ev {
+                        Event::Token { id, .. } => {
+                            first.get_or_insert_with(|| t0.elapsed().as_secs_f64());
+                            got.push(id);
+                            let s = text.decode(&got)?;
+                            // Hold back a character whose bytes are not all generated yet.
+                            if s.len() > printed && s.is_char_boundary(printed) && !s.ends_with('\u{FFFD}') {
+                                print!("{}", &s[printed..]);
+                                printed = s.len();
+                                let _ = out.flush();
+                            }
+                        }
+                        Event::Finished { reason: FinishReason::Error(e), .. } => bail!("generation failed: {e}"),
+                        Event::Finished { .. } => {}
                     }
                 }
-            })?;
+            }
             println!();
+            let total = t0.elapsed().as_secs_f64();
+            let prefill_s = first.unwrap_or(total);
+            let decoded = got.len().saturating_sub(1);
             eprintln!(
                 "prefill: {} tokens in {:.3} s = {:.1} tokens/s; decode: {} tokens in {:.3} s = {:.1} tokens/s",
-                t.prompt_tokens,
-                t.prefill_s,
-                t.prompt_tokens as f64 / t.prefill_s.max(1e-9),
-                t.decode_tokens,
-                t.decode_s,
-                t.decode_tokens as f64 / t.decode_s.max(1e-9)
+                ids.len(),
+                prefill_s,
+                ids.len() as f64 / prefill_s.max(1e-9),
+                decoded,
+                total - prefill_s,
+                decoded as f64 / (total - prefill_s).max(1e-9)
             );
         }
-        Cmd::Bench { model, prompt_len, gen, concurrency, device, block_size, seed } => {
+        Cmd::Bench { model, prompt_len, gen, concurrency, device, block_size, max_batched_tokens, seed } => {
             if prompt_len == 0 || gen == 0 || concurrency.contains(&0) {
                 bail!("--prompt-len, --gen and every --concurrency must be positive");
             }
             let (m, dev_name) = load(&model, &device)?;
             let vocab = m.cfg.vocab_size;
             let max_c = concurrency.iter().copied().max().unwrap_or(1);
-            let mut runner = LlamaRunner::new(m, blocks_needed(max_c, prompt_len + gen, block_size), block_size)?;
+            let max_len = prompt_len + gen;
+            let runner = LlamaRunner::new(m, blocks_needed(max_c, max_len, block_size), block_size)?;
+            let config = EngineConfig { max_num_seqs: max_c, max_batched_tokens: max_batched_tokens.max(max_c), max_model_len: max_len, prefix_caching: false };
+            let mut engine = Engine::try_new(runner, config)?;
             for &c in &concurrency {
                 // Random prompts below the last two ids (the written models' special tokens).
-                let prompts: Vec<Vec<u32>> = (0..c)
-                    .map(|i| gguf_llama::seeded_values(prompt_len, seed ^ (i as u64 + 1), 0.0, (vocab - 2) as f32).into_iter().map(|x| x as u32).collect())
-                    .collect();
-                let mut sampling = HostSampling::new(0.0, None, seed);
-                let (_, t) = generate(&mut runner, &prompts, gen, &mut sampling, &[], |_, _| {})?;
-                let decode_tok_s = t.decode_tokens as f64 / t.decode_s.max(1e-9);
-                eprintln!("concurrency {c}: decode {decode_tok_s:.1} tokens/s aggregate, time to first token {:.1} ms, prefill {:.1} tokens/s", t.prefill_s * 1e3, t.prompt_tokens as f64 / t.prefill_s.max(1e-9));
+                let t0 = Instant::now();
+                let mut rxs = vec![];
+                for i in 0..c {
+                    let p = gguf_llama::seeded_values(prompt_len, seed ^ (i as u64 + 1), 0.0, (vocab - 2) as f32).into_iter().map(|x| x as u32).collect();
+                    rxs.push(engine.add_request(p, SamplingParams::greedy(gen))?.1);
+                }
+                // Per request: arrival time of each token.
+                let mut times: Vec<Vec<f64>> = vec![vec![]; c];
+                let mut more = true;
+                while more {
+                    more = engine.step()?;
+                    let now = t0.elapsed().as_secs_f64();
+                    for (rx, t) in rxs.iter_mut().zip(&mut times) {
+                        while let Ok(ev) = rx.try_recv() {
+                            match ev {
+                                Event::Token { .. } => t.push(now),
+                                Event::Finished { reason: FinishReason::Error(e), .. } => bail!("generation failed: {e}"),
+                                Event::Finished { .. } => {}
+                            }
+                        }
+                    }
+                }
+                let end = t0.elapsed().as_secs_f64();
+                let ttft = times.iter().map(|t| t.first().copied().unwrap_or(end)).sum::<f64>() / c as f64;
+                // Aggregate decode rate once every sequence is decoding: tokens after the last
+                // first token, over that time.
+                let all_started = times.iter().map(|t| t.first().copied().unwrap_or(end)).fold(0f64, f64::max);
+                let after: usize = times.iter().map(|t| t.iter().filter(|&&x| x > all_started).count()).sum();
+                let decode_tok_s = after as f64 / (end - all_started).max(1e-9);
+                let total: usize = times.iter().map(Vec::len).sum();
+                eprintln!("concurrency {c}: decode {decode_tok_s:.1} tokens/s aggregate, time to first token {:.1} ms (mean), {total} tokens in {end:.2} s", ttft * 1e3);
                 let j = serde_json::json!({
                     "model": model.display().to_string(), "device": dev_name, "concurrency": c, "prompt_len": prompt_len, "gen": gen,
-                    "decode_tok_s": decode_tok_s, "ttft_ms": t.prefill_s * 1e3, "prefill_tok_s": t.prompt_tokens as f64 / t.prefill_s.max(1e-9),
+                    "decode_tok_s": decode_tok_s, "ttft_ms": ttft * 1e3, "output_tok_s": total as f64 / end, "seconds": end,
                 });
                 println!("{j}");
             }
