@@ -96,7 +96,7 @@ pub fn append_kv(cache: &LayerCache, k: &Tensor, v: &Tensor, slots: &Tensor) -> 
     Ok(())
 }
 
-/// One chunk's part of a packed batch, as [`paged_attention`] needs it.
+/// A multi-token chunk (prefill) of a packed batch, as [`paged_attention`] needs it.
 pub struct AttnChunk {
     /// First row of the chunk in the packed token dimension.
     pub offset: usize,
@@ -107,17 +107,47 @@ pub struct AttnChunk {
     pub mask: Tensor,
 }
 
-/// Attention of the packed queries `q: [tokens, heads, head_dim]` over each chunk's cached
-/// keys and values (written by [`append_kv`] first); `[tokens, heads * head_dim]` in `q`'s
-/// dtype, softmax in f32.
-pub fn paged_attention(q: &Tensor, cache: &LayerCache, chunks: &[AttnChunk], scale: f64) -> candle_core::Result<Tensor> {
+/// The one-token chunks (decodes) of a packed batch, attended together: contexts padded to
+/// the longest one (padding slots masked).
+pub struct DecodeGroup {
+    /// Packed rows of the decode tokens, `[B]` u32.
+    pub rows: Tensor,
+    /// Each row's context slots, padded to `ctx`: `[B * ctx]` u32.
+    pub slots: Tensor,
+    /// Additive mask `[B, 1, 1, ctx]` f32: padding and the sliding window.
+    pub mask: Tensor,
+    pub ctx: usize,
+}
+
+/// What [`paged_attention`] needs of a batch.
+pub struct AttnBatch {
+    pub decode: Option<DecodeGroup>,
+    pub chunks: Vec<AttnChunk>,
+    /// Where each packed row is in `[decode rows..., chunk rows...]`; `None` when that is
+    /// the packed order already.
+    pub order: Option<Tensor>,
+}
+
+/// Attention of the packed queries `q: [tokens, heads, head_dim]` over each sequence's
+/// cached keys and values (written by [`append_kv`] first); `[tokens, heads * head_dim]`
+/// in `q`'s dtype, softmax in f32.
+pub fn paged_attention(q: &Tensor, cache: &LayerCache, batch: &AttnBatch, scale: f64) -> candle_core::Result<Tensor> {
     let (_, nh, hd) = q.dims3()?;
     let (nb, bs, nkv, _) = cache.k.dims4()?;
     let g = nh / nkv;
     let kf = cache.k.reshape((nb * bs, nkv, hd))?;
     let vf = cache.v.reshape((nb * bs, nkv, hd))?;
-    let mut outs = Vec::with_capacity(chunks.len());
-    for c in chunks {
+    let mut outs = Vec::with_capacity(batch.chunks.len() + 1);
+    if let Some(d) = &batch.decode {
+        let b = d.rows.dim(0)?;
+        let gather = |c: &Tensor| -> candle_core::Result<Tensor> { c.index_select(&d.slots, 0)?.to_dtype(DType::F32)?.reshape((b, d.ctx, nkv, hd))?.permute((0, 2, 1, 3))?.contiguous() };
+        let (k, v) = (gather(&kf)?, gather(&vf)?); // [b, nkv, ctx, hd]
+        let qd = q.index_select(&d.rows, 0)?.to_dtype(DType::F32)?.reshape((b, nkv, g, hd))?;
+        let att = (qd.matmul(&k.t()?)? * scale)?.broadcast_add(&d.mask)?;
+        let p = candle_nn::ops::softmax_last_dim(&att)?;
+        outs.push(p.matmul(&v)?.reshape((b, nh * hd))?.to_dtype(q.dtype())?);
+    }
+    for c in &batch.chunks {
         let ctx = c.ctx_slots.dim(0)?;
         let k = kf.index_select(&c.ctx_slots, 0)?.to_dtype(DType::F32)?.transpose(0, 1)?.contiguous()?; // [nkv, ctx, hd]
         let v = vf.index_select(&c.ctx_slots, 0)?.to_dtype(DType::F32)?.transpose(0, 1)?.contiguous()?;
@@ -128,7 +158,11 @@ pub fn paged_attention(q: &Tensor, cache: &LayerCache, chunks: &[AttnChunk], sca
         let o = p.matmul(&v)?.reshape((nkv, g, c.len, hd))?.permute((2, 0, 1, 3))?.reshape((c.len, nh * hd))?;
         outs.push(o.to_dtype(q.dtype())?);
     }
-    Tensor::cat(&outs, 0)
+    let out = Tensor::cat(&outs, 0)?;
+    match &batch.order {
+        Some(o) => out.index_select(o, 0),
+        None => Ok(out),
+    }
 }
 
 struct Layer {
@@ -333,9 +367,9 @@ impl Model {
     }
 
     /// The forward of a packed batch: `tokens`/`positions`/`slots` (where each token's K/V
-    /// goes) `[T]`, the chunks' attention views, and the packed rows whose logits are wanted.
+    /// goes) `[T]`, the batch's attention views, and the packed rows whose logits are wanted.
     /// Returns `[rows, vocab]` f32, or `None` when no row samples (the K/V are written anyway).
-    pub fn forward(&self, tokens: &[u32], positions: &[u32], slots: &[u32], chunks: &[AttnChunk], sample_rows: &[u32], cache: &[LayerCache]) -> Result<Option<Tensor>> {
+    pub fn forward(&self, tokens: &[u32], positions: &[u32], slots: &[u32], attn: &AttnBatch, sample_rows: &[u32], cache: &[LayerCache]) -> Result<Option<Tensor>> {
         let c = &self.cfg;
         let dev = &self.device;
         let t = tokens.len();
@@ -359,7 +393,7 @@ impl Model {
             let q = apply_rope(&q, &cos, &sin, c.rope_interleaved)?;
             let k = apply_rope(&k, &cos, &sin, c.rope_interleaved)?;
             append_kv(lc, &k, &v, &slots)?;
-            let a = paged_attention(&q, lc, chunks, scale)?;
+            let a = paged_attention(&q, lc, attn, scale)?;
             x = (layer.o.forward(&a)? + &x)?;
             let h = rms_norm(&x, &layer.post_norm, c.rms_norm_eps)?;
             let m = layer.down.forward(&silu_mul(&layer.gate.forward(&h)?, &layer.up.forward(&h)?)?)?;

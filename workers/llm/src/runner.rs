@@ -1,7 +1,7 @@
 //! [`LlamaRunner`]: the model side of `llm_engine::Engine`. It owns the weights and the paged
 //! KV cache, turns a batch of [`SeqChunk`]s into one packed forward, and copies blocks.
 use crate::error::{Error, Result};
-use crate::model::{chunk_mask, AttnChunk, LayerCache, Model};
+use crate::model::{chunk_mask, AttnBatch, AttnChunk, DecodeGroup, LayerCache, Model};
 use candle_core::Tensor;
 pub use llm_engine::{ModelRunner, SeqChunk};
 
@@ -43,8 +43,11 @@ impl LlamaRunner {
         let bs = self.block_size;
         let (maxpos, vocab) = (self.model.max_positions(), self.model.cfg.vocab_size);
         let dev = self.model.device.clone();
+        let window = self.model.window();
         let (mut tokens, mut positions, mut slots, mut rows) = (vec![], vec![], vec![], vec![]);
         let mut chunks = Vec::with_capacity(batch.len());
+        // One-token chunks (decodes): packed row, context slots.
+        let mut decodes: Vec<(usize, Vec<u32>)> = vec![];
         for c in batch {
             let (start, len) = (c.start_pos, c.tokens.len());
             let end = start + len;
@@ -70,17 +73,50 @@ impl LlamaRunner {
             positions.extend((start..end).map(|p| p as u32));
             slots.extend((start..end).map(slot));
             let ctx: Vec<u32> = (0..end).map(slot).collect();
-            chunks.push(AttnChunk {
-                offset,
-                len,
-                ctx_slots: Tensor::new(ctx.as_slice(), &dev)?,
-                mask: Tensor::from_vec(chunk_mask(start, len, self.model.window()), (len, end), &dev)?,
-            });
+            if len == 1 {
+                decodes.push((offset, ctx));
+            } else {
+                chunks.push(AttnChunk {
+                    offset,
+                    len,
+                    ctx_slots: Tensor::new(ctx.as_slice(), &dev)?,
+                    mask: Tensor::from_vec(chunk_mask(start, len, window), (len, end), &dev)?,
+                });
+            }
             if c.sample {
                 rows.push((offset + len - 1) as u32);
             }
         }
-        match self.model.forward(&tokens, &positions, &slots, &chunks, &rows, &self.cache)? {
+        // Rows in the order paged_attention produces them: decodes, then the chunks.
+        let produced: Vec<usize> = decodes.iter().map(|d| d.0).chain(chunks.iter().flat_map(|c| c.offset..c.offset + c.len)).collect();
+        let order = if produced.iter().enumerate().all(|(i, &r)| i == r) {
+            None
+        } else {
+            let mut inv = vec![0u32; produced.len()];
+            for (i, &r) in produced.iter().enumerate() {
+                inv[r] = i as u32;
+            }
+            Some(Tensor::new(inv.as_slice(), &dev)?)
+        };
+        let decode = if decodes.is_empty() {
+            None
+        } else {
+            let ctx = decodes.iter().map(|d| d.1.len()).max().unwrap_or(1);
+            let (mut pad_slots, mut mask) = (Vec::with_capacity(decodes.len() * ctx), Vec::with_capacity(decodes.len() * ctx));
+            for (_, s) in &decodes {
+                let p = s.len() - 1;
+                for k in 0..ctx {
+                    let visible = k < s.len() && window.is_none_or(|w| p - k < w);
+                    pad_slots.push(if k < s.len() { s[k] } else { s[0] });
+                    mask.push(if visible { 0f32 } else { f32::NEG_INFINITY });
+                }
+            }
+            let b = decodes.len();
+            let r: Vec<u32> = decodes.iter().map(|d| d.0 as u32).collect();
+            Some(DecodeGroup { rows: Tensor::new(r.as_slice(), &dev)?, slots: Tensor::new(pad_slots.as_slice(), &dev)?, mask: Tensor::from_vec(mask, (b, 1, 1, ctx), &dev)?, ctx })
+        };
+        let attn = AttnBatch { decode, chunks, order };
+        match self.model.forward(&tokens, &positions, &slots, &attn, &rows, &self.cache)? {
             Some(l) => Ok(l.to_vec2::<f32>()?),
             None => Ok(vec![]),
         }

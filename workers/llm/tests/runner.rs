@@ -105,3 +105,27 @@ fn bad_chunks_are_typed_errors() {
     assert_eq!(r.step(&[ok]).unwrap().len(), 1);
     assert!(matches!(LlamaRunner::new(Model::load(dir.path(), &Device::Cpu).unwrap(), 0, 4), Err(Error::Invalid(_))));
 }
+
+#[test]
+fn batched_steps_on_the_cpu_executor_match_candles_cpu() {
+    // Two prefills packed in one step, then two decodes of different context lengths (the
+    // padded decode group), on our backend against the same runner on Candle's CPU (f32:
+    // summation order only).
+    let dir = tiny(Family::Qwen2);
+    let exec = candle_rocm::cpu_executor(candle_rocm::WaveSize::W64);
+    let mut ours = LlamaRunner::new(Model::load(dir.path(), &exec).unwrap(), 8, 4).unwrap();
+    let mut cpu = runner(&dir, 8);
+    let (a, b) = (prompt(5, 4), prompt(9, 5));
+    let steps = [
+        vec![SeqChunk { seq_id: 0, tokens: a.clone(), start_pos: 0, block_table: vec![7, 2], sample: true }, SeqChunk { seq_id: 1, tokens: b.clone(), start_pos: 0, block_table: vec![0, 5, 3], sample: true }],
+        vec![SeqChunk { seq_id: 1, tokens: vec![44], start_pos: 9, block_table: vec![0, 5, 3], sample: true }, SeqChunk { seq_id: 0, tokens: vec![71], start_pos: 5, block_table: vec![7, 2], sample: true }],
+    ];
+    for (i, batch) in steps.iter().enumerate() {
+        let (x, y) = (ours.step(batch).unwrap(), cpu.step(batch).unwrap());
+        assert_eq!(x.len(), 2);
+        for (r, (p, q)) in x.iter().zip(&y).enumerate() {
+            let e = max_rel(p, q);
+            assert!(e < 1e-4, "step {i} row {r}: {e:.2e}");
+        }
+    }
+}
