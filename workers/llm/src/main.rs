@@ -131,7 +131,9 @@ fn run(cli: Cli) -> Result<()> {
             } else {
                 prompt.clone()
             };
-            let ids = text.encode(&prompt_text)?;
+            // A rendered template carries its own special tokens; a plain prompt gets the
+            // tokenizer's (a Llama BOS).
+            let ids = text.encode_with(&prompt_text, !chat)?;
             if ids.is_empty() {
                 bail!("the prompt encodes to no tokens");
             }

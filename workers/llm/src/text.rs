@@ -116,9 +116,17 @@ impl TextTools {
         Ok(TextTools { tokenizer: tok, chat_template, bos_token, eos_token, source })
     }
 
-    /// Token ids of `text` (special tokens in the text are recognized).
+    /// Token ids of `text` (special tokens written in the text are recognized; nothing is
+    /// added: what a rendered chat template needs).
     pub fn encode(&self, text: &str) -> Result<Vec<u32>> {
-        Ok(self.tokenizer.encode(text, false).map_err(|e| Error::Invalid(format!("tokenizing: {e}")))?.get_ids().to_vec())
+        self.encode_with(text, false)
+    }
+
+    /// Token ids of `text`, with the tokenizer's post-processor adding its special tokens
+    /// (a BOS for Llama checkpoints) when `add_special_tokens`: what a plain prompt needs,
+    /// as `transformers` encodes by default.
+    pub fn encode_with(&self, text: &str, add_special_tokens: bool) -> Result<Vec<u32>> {
+        Ok(self.tokenizer.encode(text, add_special_tokens).map_err(|e| Error::Invalid(format!("tokenizing: {e}")))?.get_ids().to_vec())
     }
 
     /// The text of `ids`, special tokens skipped.

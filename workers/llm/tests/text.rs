@@ -96,3 +96,20 @@ fn gguf_tokenizer_from_metadata_or_a_clear_error() {
     // With the tokenizer given, it loads.
     assert!(TextTools::load(&path, Some(&tj), 512).is_ok());
 }
+
+#[test]
+fn plain_prompts_get_the_tokenizers_bos() {
+    // A Llama-style post-processor prepends <s>: plain prompts get it, rendered templates
+    // (which write their own) do not.
+    let dir = tempfile::tempdir().unwrap();
+    RandomModel::new(Family::Llama, Shape::TINY).write(dir.path()).unwrap();
+    let mut tok = tokenizers::Tokenizer::from_file(dir.path().join("tokenizer.json")).unwrap();
+    let post = tokenizers::processors::template::TemplateProcessing::builder().try_single("<s> $A").unwrap().special_tokens(vec![("<s>", 510)]).build().unwrap();
+    tok.with_post_processor(Some(post));
+    let with_bos = dir.path().join("bos.json");
+    tok.save(&with_bos, false).unwrap();
+    let t = TextTools::load(dir.path(), Some(&with_bos), 512).unwrap();
+    let plain = t.encode("the cat").unwrap();
+    assert_eq!(t.encode_with("the cat", true).unwrap(), [&[510][..], &plain].concat());
+    assert_ne!(plain[0], 510);
+}
