@@ -203,28 +203,33 @@ impl ModelConfig {
         })
     }
 
-    /// Reads the `llama` architecture's keys of a GGUF file's metadata.
+    /// Reads a GGUF file's metadata: architectures `llama` (interleaved rope: llama.cpp's
+    /// converter permutes q/k), `qwen2` (q/k/v biases) and `qwen3` (q/k norms, explicit
+    /// head size), both with rope on halves.
     pub fn from_gguf(ct: &gguf_file::Content, path: &Path) -> Result<ModelConfig> {
         let arch = ct.metadata.get("general.architecture").and_then(|v| v.to_string().ok()).cloned().unwrap_or_else(|| "(none)".into());
-        if arch != "llama" {
-            return Err(Error::UnknownArchitecture { path: path.into(), arch });
-        }
-        let get = |k: &str| ct.metadata.get(&format!("llama.{k}"));
-        let u = |k: &str| -> Result<usize> { get(k).and_then(|v| v.to_u32().ok()).map(|x| x as usize).ok_or_else(|| malformed(path, format!("metadata llama.{k} missing"))) };
+        let family = match arch.as_str() {
+            "llama" => Family::Llama,
+            "qwen2" => Family::Qwen2,
+            "qwen3" => Family::Qwen3,
+            _ => return Err(Error::UnknownArchitecture { path: path.into(), arch }),
+        };
+        let get = |k: &str| ct.metadata.get(&format!("{arch}.{k}"));
+        let u = |k: &str| -> Result<usize> { get(k).and_then(|v| v.to_u32().ok()).map(|x| x as usize).ok_or_else(|| malformed(path, format!("metadata {arch}.{k} missing"))) };
         let hidden_size = u("embedding_length")?;
         let num_heads = u("attention.head_count")?;
         let num_kv_heads = u("attention.head_count_kv").unwrap_or(num_heads);
         if num_heads == 0 || num_kv_heads == 0 || num_heads % num_kv_heads != 0 {
             return Err(malformed(path, format!("{num_heads} attention heads are not a multiple of {num_kv_heads} key/value heads")));
         }
-        let head_dim = hidden_size / num_heads;
+        let head_dim = u("attention.key_length").unwrap_or(hidden_size / num_heads);
         let vocab_size = match ct.tensor_infos.get("token_embd.weight") {
             Some(i) => i.shape.dims()[0],
             None => return Err(malformed(path, "tensor token_embd.weight missing")),
         };
         let tok = |k: &str| ct.metadata.get(&format!("tokenizer.ggml.{k}")).and_then(|v| v.to_u32().ok());
         Ok(ModelConfig {
-            family: Family::Llama,
+            family,
             vocab_size,
             hidden_size,
             intermediate_size: u("feed_forward_length")?,
@@ -235,11 +240,11 @@ impl ModelConfig {
             rms_norm_eps: get("attention.layer_norm_rms_epsilon").and_then(|v| v.to_f32().ok()).unwrap_or(1e-5) as f64,
             rope_theta: get("rope.freq_base").and_then(|v| v.to_f32().ok()).unwrap_or(10_000.0) as f64,
             rope_scaling: None,
-            rope_interleaved: true,
+            rope_interleaved: family == Family::Llama,
             max_position_embeddings: u("context_length").unwrap_or(4096),
             sliding_window: None,
-            qkv_bias: false,
-            qk_norm: false,
+            qkv_bias: ct.tensor_infos.contains_key("blk.0.attn_q.bias"),
+            qk_norm: ct.tensor_infos.contains_key("blk.0.attn_q_norm.weight"),
             tie_word_embeddings: !ct.tensor_infos.contains_key("output.weight"),
             bos_token_id: tok("bos_token_id"),
             eos_token_ids: tok("eos_token_id").into_iter().collect(),

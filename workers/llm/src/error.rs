@@ -11,7 +11,7 @@ pub enum Error {
     #[error("{path}: malformed: {msg}")]
     Malformed { path: PathBuf, msg: String },
     /// The model's architecture is not one of the llama family this worker runs.
-    #[error("{path}: unknown architecture {arch:?}; supported: llama, mistral, qwen2, qwen3 (safetensors) and llama (GGUF)")]
+    #[error("{path}: unknown architecture {arch:?}; supported: llama, mistral, qwen2, qwen3 (safetensors) and llama, qwen2, qwen3 (GGUF)")]
     UnknownArchitecture { path: PathBuf, arch: String },
     /// A GGUF tensor type the loader cannot read.
     #[error("{path}: unsupported GGML type: {msg}")]

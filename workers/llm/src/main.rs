@@ -98,8 +98,9 @@ enum Cmd {
         /// Mistral's sliding window.
         #[arg(long)]
         sliding_window: Option<usize>,
-        /// Write a llama GGUF of this GGML type instead (through gguf-llama: f32 f16 bf16
-        /// q4_0 q4_1 q5_0 q5_1 q8_0 q2k q3k q4k q5k q6k), tokenizer.json next to it.
+        /// Write a GGUF of this GGML type instead (f32 f16 bf16 q4_0 q4_1 q5_0 q5_1 q8_0 q2k
+        /// q3k q4k q5k q6k): llama through gguf-llama, qwen2/qwen3 from this crate's weights;
+        /// tokenizer.json next to it.
         #[arg(long)]
         gguf: Option<String>,
     },
@@ -236,10 +237,14 @@ fn run(cli: Cli) -> Result<()> {
             }
         }
         Cmd::WriteRandom { out, family, shape, dtype, seed, legacy_rope, shard_mib, sliding_window, gguf } => {
-            if let Some(ty) = gguf {
-                if family != "llama" {
-                    bail!("GGUF files are written for the llama family only");
-                }
+            if let Some(ty) = gguf.as_deref().filter(|_| family != "llama") {
+                let fam = Family::from_name(&family).with_context(|| format!("unknown family {family:?} (llama, qwen2, qwen3 for GGUF)"))?;
+                let t = gguf_llama::parse_type(ty).with_context(|| format!("unknown GGML type {ty:?}"))?;
+                let sh = Shape::by_name(&shape).with_context(|| format!("unknown shape {shape:?} (tiny, 1b, 8b)"))?;
+                let mut r = RandomModel::new(fam, sh);
+                r.seed = seed;
+                r.write_gguf(&out, t)?;
+            } else if let Some(ty) = gguf {
                 let t = gguf_llama::parse_type(&ty).with_context(|| format!("unknown GGML type {ty:?}"))?;
                 let s = gguf_llama::LlamaShape::by_name(&shape).with_context(|| format!("unknown shape {shape:?} (tiny, 1b, 8b)"))?;
                 gguf_llama::write_gguf(&out, &s, gguf_llama::Storage::Quantized(t), seed)?;

@@ -305,7 +305,8 @@ impl Model {
         Ok(Model { norm: get("model.norm.weight", &[h])?, cfg, dtype, device: dev.clone(), path: dir.into(), embed, layers, lm_head, cos, sin })
     }
 
-    /// Loads a llama GGUF file: weights stay in their GGML blocks (QMatMul), activations f32.
+    /// Loads a GGUF file (llama, qwen2, qwen3): weights stay in their GGML blocks (QMatMul),
+    /// activations f32.
     pub fn load_gguf(path: &Path, dev: &Device) -> Result<Model> {
         let mut f = std::fs::File::open(path).map_err(|source| Error::Io { path: path.into(), source })?;
         let ct = gguf_file::Content::read(&mut f).map_err(|e| {
@@ -326,26 +327,22 @@ impl Model {
             }
         }
         let mut q = |name: &str| ct.tensor(&mut f, name, dev).map_err(|e| malformed(path, format!("tensor {name}: {e}")));
-        let mut qlin = |name: &str| -> Result<Linear> { Ok(Linear { w: Weight::Quant(QMatMul::from_qtensor(q(name)?)?), b: None }) };
         let mut layers = Vec::with_capacity(cfg.num_layers);
         for l in 0..cfg.num_layers {
             let p = format!("blk.{l}");
-            let qv = qlin(&format!("{p}.attn_q.weight"))?;
-            let kv = qlin(&format!("{p}.attn_k.weight"))?;
-            let vv = qlin(&format!("{p}.attn_v.weight"))?;
-            let ov = qlin(&format!("{p}.attn_output.weight"))?;
-            let gate = qlin(&format!("{p}.ffn_gate.weight"))?;
-            let up = qlin(&format!("{p}.ffn_up.weight"))?;
-            let down = qlin(&format!("{p}.ffn_down.weight"))?;
-            layers.push((p, qv, kv, vv, ov, gate, up, down));
+            let mut qlin = |name: &str, bias: bool| -> Result<Linear> {
+                let w = Weight::Quant(QMatMul::from_qtensor(q(&format!("{p}.{name}.weight"))?)?);
+                let b = if bias { Some(q(&format!("{p}.{name}.bias"))?.dequantize(dev)?) } else { None };
+                Ok(Linear { w, b })
+            };
+            let bias = cfg.qkv_bias;
+            let (qv, kv, vv, ov) = (qlin("attn_q", bias)?, qlin("attn_k", bias)?, qlin("attn_v", bias)?, qlin("attn_output", false)?);
+            let (gate, up, down) = (qlin("ffn_gate", false)?, qlin("ffn_up", false)?, qlin("ffn_down", false)?);
+            let mut norm = |name: &str| -> Result<Tensor> { Ok(q(&format!("{p}.{name}.weight"))?.dequantize(dev)?) };
+            let (q_norm, k_norm) = if cfg.qk_norm { (Some(norm("attn_q_norm")?), Some(norm("attn_k_norm")?)) } else { (None, None) };
+            layers.push(Layer { input_norm: norm("attn_norm")?, q: qv, k: kv, v: vv, o: ov, q_norm, k_norm, post_norm: norm("ffn_norm")?, gate, up, down });
         }
         let mut norm = |name: &str| -> Result<Tensor> { Ok(ct.tensor(&mut f, name, dev).map_err(|e| malformed(path, format!("tensor {name}: {e}")))?.dequantize(dev)?) };
-        let layers = layers
-            .into_iter()
-            .map(|(p, q, k, v, o, gate, up, down)| {
-                Ok(Layer { input_norm: norm(&format!("{p}.attn_norm.weight"))?, q, k, v, o, q_norm: None, k_norm: None, post_norm: norm(&format!("{p}.ffn_norm.weight"))?, gate, up, down })
-            })
-            .collect::<Result<Vec<_>>>()?;
         let final_norm = norm("output_norm.weight")?;
         let embed_q = ct.tensor(&mut f, "token_embd.weight", dev).map_err(|e| malformed(path, format!("tensor token_embd.weight: {e}")))?;
         let embed = embed_q.dequantize(dev)?;

@@ -257,6 +257,80 @@ impl RandomModel {
     }
 }
 
+impl RandomModel {
+    /// Writes the same model (same seed, same values) as a GGUF file of the `qwen2` or
+    /// `qwen3` architecture, weight matrices quantized to `ty` with Candle's CPU code, norms
+    /// and biases `f32`; `tokenizer.json` next to it. (Llama GGUF files come from
+    /// `gguf-llama`: their q/k rows are permuted for the interleaved rope.)
+    pub fn write_gguf(&self, path: &Path, ty: candle_core::quantized::GgmlDType) -> Result<()> {
+        use candle_core::quantized::{gguf_file, GgmlDType, QTensor};
+        let arch = match self.family {
+            Family::Qwen2 | Family::Qwen3 => self.family.model_type(),
+            f => return Err(Error::Invalid(format!("GGUF files of the {f:?} family are written by gguf-llama (llama only)"))),
+        };
+        let e = |x: candle_core::Error| Error::Invalid(format!("{}: {x}", path.display()));
+        let rename = |n: &str| -> String {
+            let n = n.replace("model.embed_tokens.", "token_embd.").replace("model.norm.", "output_norm.").replace("lm_head.", "output.");
+            let n = n.replace("model.layers.", "blk.");
+            [
+                ("self_attn.q_proj", "attn_q"),
+                ("self_attn.k_proj", "attn_k"),
+                ("self_attn.v_proj", "attn_v"),
+                ("self_attn.o_proj", "attn_output"),
+                ("self_attn.q_norm", "attn_q_norm"),
+                ("self_attn.k_norm", "attn_k_norm"),
+                ("input_layernorm", "attn_norm"),
+                ("post_attention_layernorm", "ffn_norm"),
+                ("mlp.gate_proj", "ffn_gate"),
+                ("mlp.up_proj", "ffn_up"),
+                ("mlp.down_proj", "ffn_down"),
+            ]
+            .iter()
+            .fold(n, |n, (a, b)| n.replace(a, b))
+        };
+        let mut tensors = vec![];
+        for (name, shape, lo, hi) in self.tensors() {
+            let seed = name.bytes().fold(0xcbf2_9ce4_8422_2325 ^ self.seed, |h, b| (h ^ b as u64).wrapping_mul(0x100_0000_01b3));
+            let v = gguf_llama::seeded_values(shape.iter().product(), seed, lo, hi);
+            // The safetensors folder rounds to its dtype: so does this file's source.
+            let t = candle_core::Tensor::from_vec(v, shape.as_slice(), &candle_core::Device::Cpu).map_err(e)?.to_dtype(self.dtype).map_err(e)?.to_dtype(DType::F32).map_err(e)?;
+            let q = if shape.len() == 1 { QTensor::quantize(&t, GgmlDType::F32) } else { QTensor::quantize(&t, ty) };
+            tensors.push((rename(&name), q.map_err(|x| Error::Invalid(format!("{name} {shape:?} as {ty:?}: {x}")))?));
+        }
+        let s = &self.shape;
+        let (bos, eos) = gguf_llama::special_ids(s.vocab);
+        use gguf_file::Value as V;
+        let u = |x: usize| V::U32(x as u32);
+        let k = |key: &str| format!("{arch}.{key}");
+        let md: Vec<(String, V)> = vec![
+            ("general.architecture".into(), V::String(arch.into())),
+            ("general.name".into(), V::String(format!("random {arch} (seed {}, {ty:?})", self.seed))),
+            // quantized_qwen3 reads its rope tables' dtype here: 0 = f32.
+            ("general.dtype".into(), V::U32(0)),
+            (k("context_length"), u(s.max_positions)),
+            (k("embedding_length"), u(s.hidden)),
+            (k("block_count"), u(s.layers)),
+            (k("feed_forward_length"), u(s.intermediate)),
+            (k("attention.head_count"), u(s.heads)),
+            (k("attention.head_count_kv"), u(s.kv_heads)),
+            (k("attention.key_length"), u(s.head_dim)),
+            (k("attention.value_length"), u(s.head_dim)),
+            (k("rope.freq_base"), V::F32(self.rope_theta as f32)),
+            (k("attention.layer_norm_rms_epsilon"), V::F32(1e-5)),
+            ("tokenizer.ggml.bos_token_id".into(), V::U32(bos)),
+            ("tokenizer.ggml.eos_token_id".into(), V::U32(eos)),
+            ("tokenizer.chat_template".into(), V::String(CHAT_TEMPLATE.into())),
+        ];
+        let md: Vec<(&str, &V)> = md.iter().map(|(k, v)| (k.as_str(), v)).collect();
+        let ts: Vec<(&str, &QTensor)> = tensors.iter().map(|(n, q)| (n.as_str(), q)).collect();
+        let io = |source| Error::Io { path: path.into(), source };
+        let mut f = std::io::BufWriter::new(std::fs::File::create(path).map_err(io)?);
+        gguf_file::write(&mut f, &md, &ts).map_err(e)?;
+        std::io::Write::flush(&mut f).map_err(io)?;
+        gguf_llama::write_tokenizer(&path.with_file_name("tokenizer.json"), s.vocab).map_err(|x| Error::Invalid(x.to_string()))
+    }
+}
+
 /// The chat template of written models: ChatML-like turns, with the Python-style
 /// `.strip()` and `raise_exception` that real templates use.
 pub const CHAT_TEMPLATE: &str = "{{ bos_token }}{% for message in messages %}{% if message['role'] not in ['system', 'user', 'assistant'] %}{{ raise_exception('unknown role: ' + message['role']) }}{% endif %}<|{{ message['role'] }}|>\n{{ message['content'].strip() }}{{ eos_token }}\n{% endfor %}{% if add_generation_prompt %}<|assistant|>\n{% endif %}";

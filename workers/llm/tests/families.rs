@@ -47,6 +47,18 @@ impl Reference for Qwen3 {
         self.0.forward(&input(ids), offset).unwrap().flatten_all().unwrap().to_vec1().unwrap()
     }
 }
+struct QQwen2(ct::quantized_qwen2::ModelWeights);
+impl Reference for QQwen2 {
+    fn logits(&mut self, ids: &[u32], offset: usize) -> Vec<f32> {
+        self.0.forward(&input(ids), offset).unwrap().flatten_all().unwrap().to_vec1().unwrap()
+    }
+}
+struct QQwen3(ct::quantized_qwen3::ModelWeights);
+impl Reference for QQwen3 {
+    fn logits(&mut self, ids: &[u32], offset: usize) -> Vec<f32> {
+        self.0.forward(&input(ids), offset).unwrap().flatten_all().unwrap().to_vec1().unwrap()
+    }
+}
 struct QLlama(ct::quantized_llama::ModelWeights, Device);
 impl Reference for QLlama {
     fn logits(&mut self, ids: &[u32], offset: usize) -> Vec<f32> {
@@ -322,4 +334,27 @@ fn quantized_llama_gguf_on_the_cpu_executor() {
     let content = candle_core::quantized::gguf_file::Content::read(&mut f).unwrap();
     let reference = ct::quantized_llama::ModelWeights::from_gguf(content, &mut f, &dev).unwrap();
     compare_steps(Model::load(&path, &dev).unwrap(), Box::new(QLlama(reference, dev.clone())), F32_TOL, 1);
+}
+
+#[test]
+fn quantized_qwen2_and_qwen3_gguf_match_candle_transformers() {
+    // This crate's GGUF writer (the random folder's weights quantized to Q8_0); Candle's CPU
+    // kernels on both sides, f32 activations: summation order only.
+    for family in [Family::Qwen2, Family::Qwen3] {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("m.gguf");
+        let mut r = RandomModel::new(family, Shape::TINY);
+        r.seed = 9;
+        r.write_gguf(&path, candle_core::quantized::GgmlDType::Q8_0).unwrap();
+        let model = Model::load(&path, &Device::Cpu).unwrap();
+        assert_eq!(model.cfg.family, family);
+        assert_eq!((model.cfg.qkv_bias, model.cfg.qk_norm, model.cfg.rope_interleaved), (family == Family::Qwen2, family == Family::Qwen3, false));
+        let mut f = std::fs::File::open(&path).unwrap();
+        let content = candle_core::quantized::gguf_file::Content::read(&mut f).unwrap();
+        let reference: Box<dyn Reference> = match family {
+            Family::Qwen2 => Box::new(QQwen2(ct::quantized_qwen2::ModelWeights::from_gguf(content, &mut f, &Device::Cpu).unwrap())),
+            _ => Box::new(QQwen3(ct::quantized_qwen3::ModelWeights::from_gguf(content, &mut f, &Device::Cpu).unwrap())),
+        };
+        compare(model, reference, F32_TOL);
+    }
 }
