@@ -59,7 +59,9 @@ pub fn apply_rope(x: &Tensor, cos: &Tensor, sin: &Tensor, interleaved: bool) -> 
 /// One layer's paged K and V: `[num_blocks, block_size, kv_heads, head_dim]` each (the one
 /// place that knows the layout).
 pub struct LayerCache {
+    /// Keys, rope applied.
     pub k: Tensor,
+    /// Values.
     pub v: Tensor,
 }
 
