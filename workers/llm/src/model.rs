@@ -344,15 +344,11 @@ impl Model {
             let (q_norm, k_norm) = if cfg.qk_norm { (Some(norm("attn_q_norm")?), Some(norm("attn_k_norm")?)) } else { (None, None) };
             layers.push(Layer { input_norm: norm("attn_norm")?, q: qv, k: kv, v: vv, o: ov, q_norm, k_norm, post_norm: norm("ffn_norm")?, gate, up, down });
         }
-        let mut norm = |name: &str| -> Result<Tensor> { Ok(ct.tensor(&mut f, name, dev).map_err(|e| malformed(path, format!("tensor {name}: {e}")))?.dequantize(dev)?) };
-        let final_norm = norm("output_norm.weight")?;
-        let embed_q = ct.tensor(&mut f, "token_embd.weight", dev).map_err(|e| malformed(path, format!("tensor token_embd.weight: {e}")))?;
+        let final_norm = q("output_norm.weight")?.dequantize(dev)?;
+        // The embedding table is dequantized (f32) for row gathers, as Candle's models do.
+        let embed_q = q("token_embd.weight")?;
         let embed = embed_q.dequantize(dev)?;
-        let head = if ct.tensor_infos.contains_key("output.weight") {
-            ct.tensor(&mut f, "output.weight", dev).map_err(|e| malformed(path, format!("tensor output.weight: {e}")))?
-        } else {
-            embed_q
-        };
+        let head = if ct.tensor_infos.contains_key("output.weight") { q("output.weight")? } else { embed_q };
         let lm_head = Linear { w: Weight::Quant(QMatMul::from_qtensor(head)?), b: None };
         let (cos, sin) = rope_tables(&cfg, DType::F32, dev)?;
         Ok(Model { cfg, dtype: DType::F32, device: dev.clone(), path: path.into(), embed, layers, norm: final_norm, lm_head, cos, sin })
