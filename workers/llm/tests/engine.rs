@@ -3,7 +3,7 @@
 //! preemption (recompute) and prefix sharing; every block is free at the end.
 use candle_core::Device;
 use llm_engine::{Engine, EngineConfig, Event, FinishReason, SamplingParams};
-use llm_worker::generate::{generate, HostSampling};
+use llm_worker::generate::generate;
 use llm_worker::random::{RandomModel, Shape};
 use llm_worker::{Family, LlamaRunner, Model};
 
@@ -60,7 +60,7 @@ fn greedy_tokens_through_the_engine_equal_alone() {
         .iter()
         .map(|p| {
             let mut runner = LlamaRunner::new(Model::load(dir.path(), &Device::Cpu).unwrap(), 8, 4).unwrap();
-            generate(&mut runner, std::slice::from_ref(p), MAX_NEW, &mut HostSampling::new(0.0, None, 0), &[], |_, _| {}).unwrap().0.remove(0)
+            generate(&mut runner, std::slice::from_ref(p), MAX_NEW, &[], |_, _| {}).unwrap().0.remove(0)
         })
         .collect();
     // Roomy: all 8 in one batch.

@@ -2,7 +2,7 @@
 //! different lengths, chunked prefill beside decodes) give the same logits and greedy
 //! tokens as alone; block copies carry the cache; bad chunks are typed errors.
 use candle_core::Device;
-use llm_worker::generate::{generate, HostSampling};
+use llm_worker::generate::generate;
 use llm_worker::random::{RandomModel, Shape};
 use llm_worker::runner::{ModelRunner, SeqChunk};
 use llm_worker::{Error, Family, LlamaRunner, Model};
@@ -34,9 +34,9 @@ fn greedy_tokens_alone_equal_batched() {
         let dir = tiny(family);
         let prompts: Vec<Vec<u32>> = [5, 9, 3, 12].iter().enumerate().map(|(i, &n)| prompt(n, i as u32)).collect();
         let mut r = runner(&dir, 64);
-        let (batched, _) = generate(&mut r, &prompts, 8, &mut HostSampling::new(0.0, None, 0), &[], |_, _| {}).unwrap();
+        let (batched, _) = generate(&mut r, &prompts, 8, &[], |_, _| {}).unwrap();
         for (i, p) in prompts.iter().enumerate() {
-            let (alone, _) = generate(&mut r, std::slice::from_ref(p), 8, &mut HostSampling::new(0.0, None, 0), &[], |_, _| {}).unwrap();
+            let (alone, _) = generate(&mut r, std::slice::from_ref(p), 8, &[], |_, _| {}).unwrap();
             assert_eq!(alone[0], batched[i], "{family:?} sequence {i}");
             assert_eq!(alone[0].len(), 8);
         }
