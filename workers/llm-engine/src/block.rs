@@ -49,6 +49,8 @@ pub struct BlockManager {
     free: BTreeMap<u64, u32>,
     next_tick: u64,
     by_hash: HashMap<BlockHash, u32>,
+    /// Free blocks holding a cached prefix (kept up to date for cheap stats).
+    cached_free: usize,
     /// Blocks handed out fresh (not as cache hits) since the last [`BlockManager::take_fresh`].
     fresh: Vec<u32>,
 }
@@ -67,6 +69,7 @@ impl BlockManager {
             next_tick: num_blocks as u64,
             by_hash: HashMap::new(),
             fresh: Vec::new(),
+            cached_free: 0,
         }
     }
 
@@ -88,7 +91,7 @@ impl BlockManager {
     }
     /// Free blocks that still hold a reusable cached prefix.
     pub fn num_cached_free(&self) -> usize {
-        self.free.values().filter(|&&b| self.meta[b as usize].cached.is_some()).count()
+        self.cached_free
     }
     /// Whether prefix caching is on.
     pub fn prefix_caching(&self) -> bool {
@@ -109,6 +112,7 @@ impl BlockManager {
         let (_, block) = self.free.pop_first().ok_or(BlockManagerError::OutOfBlocks { need: 1, free: 0 })?;
         let m = &mut self.meta[block as usize];
         if let Some(key) = m.cached.take() {
+            self.cached_free -= 1;
             if self.by_hash.get(&key.hash) == Some(&block) {
                 self.by_hash.remove(&key.hash);
             }
@@ -146,6 +150,7 @@ impl BlockManager {
         assert!(m.refs > 0, "double free of block {block}");
         m.refs -= 1;
         if m.refs == 0 {
+            self.cached_free += m.cached.is_some() as usize;
             m.free_tick = self.next_tick;
             self.free.insert(self.next_tick, block);
             self.next_tick += 1;
@@ -197,17 +202,20 @@ impl BlockManager {
         }
         if m.refs == 0 {
             self.free.remove(&m.free_tick);
+            self.cached_free -= 1;
         }
         m.refs += 1;
         Some((block, hash))
     }
 
-    /// Registers `block` (a full, computed block of `tokens` after `parent`) in the prefix
-    /// cache and returns its hash. A block whose hash is already cached stays unregistered.
+    /// Registers `block` (a full, computed block in use, holding `tokens` after `parent`) in
+    /// the prefix cache and returns its hash. A block whose hash is already cached stays
+    /// unregistered.
     pub fn register(&mut self, block: u32, parent: Option<BlockHash>, tokens: &[u32]) -> BlockHash {
         debug_assert_eq!(tokens.len(), self.block_size);
         let hash = Self::hash_block(parent, tokens);
-        if self.prefix_caching && self.meta[block as usize].cached.is_none() {
+        let m = &self.meta[block as usize];
+        if self.prefix_caching && m.refs > 0 && m.cached.is_none() {
             self.by_hash.entry(hash).or_insert_with(|| {
                 self.meta[block as usize].cached = Some(CacheKey { hash, parent, tokens: tokens.into() });
                 block
@@ -234,6 +242,10 @@ impl BlockManager {
                     return Err(format!("block {b} holds a key not in the cache map"));
                 }
             }
+        }
+        let cached_free = self.free.values().filter(|&&b| self.meta[b as usize].cached.is_some()).count();
+        if cached_free != self.cached_free {
+            return Err(format!("cached_free is {} but {cached_free} free blocks are cached", self.cached_free));
         }
         if self.free.len() != self.meta.iter().filter(|m| m.refs == 0).count() {
             return Err("free queue holds a block twice or a used block".into());

@@ -17,7 +17,8 @@ pub type Decoder = Box<dyn Fn(&[u32]) -> String + Send>;
 /// Engine limits.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct EngineConfig {
-    /// Sequences running at once (in one batch) at most.
+    /// Sequences running at once (in one batch) at most. Keep it <= `max_batched_tokens`, or
+    /// some running sequences skip steps (decodes are served oldest first).
     pub max_num_seqs: usize,
     /// Tokens (decode tokens + prefill chunk tokens) in one step at most.
     pub max_batched_tokens: usize,
@@ -44,8 +45,8 @@ pub enum EngineError {
     /// The runner failed; the sequences of that step finished with `FinishReason::Error`.
     #[error("model runner: {0}")]
     Runner(Box<dyn std::error::Error + Send + Sync>),
-    /// The runner broke its contract (e.g. returned the wrong number of logits rows); the
-    /// sequences of that step finished with `FinishReason::Error`.
+    /// The runner (or a replacement sampler) broke its contract, e.g. returned the wrong
+    /// number of logits rows; the sequences of that step finished with `FinishReason::Error`.
     #[error("model runner returned {0}")]
     RunnerOutput(String),
 }
@@ -540,6 +541,11 @@ impl<R: ModelRunner> Engine<R> {
             }
             self.sampler.sample(&mut inputs)
         };
+        if sampled.len() != sampled_ids.len() {
+            let msg = format!("the sampler returned {} tokens for {} rows", sampled.len(), sampled_ids.len());
+            self.fail_batch(&batch, &msg);
+            return Err(EngineError::RunnerOutput(msg));
+        }
         for (id, s) in sampled_ids.into_iter().zip(sampled) {
             self.stats.generated_tokens += 1;
             self.accept(id, s);

@@ -122,7 +122,9 @@ pub trait ModelRunner {
 pub enum Event {
     /// One generated token; `logprob`/`top_logprobs` when the request asked for logprobs.
     Token { id: u32, logprob: Option<f32>, top_logprobs: Vec<(u32, f32)> },
-    /// The last event of a stream.
+    /// The last event of a stream. `prompt_tokens`: the prompt's length (a fork's: its parent's
+    /// tokens at the fork); `completion_tokens`: every token sampled, including a stop token
+    /// and tokens withheld because they formed a stop string.
     Finished { reason: FinishReason, prompt_tokens: usize, completion_tokens: usize },
 }
 

@@ -8,6 +8,7 @@
 //! penalised logits at temperature 1.
 
 use rand::Rng;
+use rayon::prelude::*;
 use std::collections::HashSet;
 use rand_chacha::ChaCha12Rng;
 
@@ -123,13 +124,16 @@ pub trait Sampler: Send {
     fn sample(&mut self, batch: &mut [SampleInput<'_>]) -> Vec<Sampled>;
 }
 
-/// Sampling on the host (probabilities in f64).
+/// Sampling on the host (probabilities in f64), rows in parallel on rayon's pool.
 #[derive(Clone, Debug, Default)]
 pub struct HostSampler;
 
 impl Sampler for HostSampler {
     fn sample(&mut self, batch: &mut [SampleInput<'_>]) -> Vec<Sampled> {
-        batch.iter_mut().map(sample_one).collect()
+        if batch.len() == 1 {
+            return vec![sample_one(&mut batch[0])];
+        }
+        batch.par_iter_mut().map(sample_one).collect()
     }
 }
 
@@ -222,6 +226,50 @@ fn top_sorted(l: &[f64], k: usize) -> Vec<u32> {
     ids
 }
 
+/// The smallest most-likely-first set of ids (ties: lower id first) whose weights `w` reach
+/// `target`, found by partitioning around pivots (expected O(n), no sort of the vocabulary).
+fn top_mass(l: &[f64], w: &[f64], target: f64) -> Vec<u32> {
+    let mut kept = Vec::new();
+    let mut cand: Vec<u32> = (0..l.len() as u32).filter(|&i| w[i as usize] > 0.0).collect();
+    let mut need = target;
+    while !cand.is_empty() {
+        if cand.len() <= 64 {
+            cand.sort_unstable_by(by_logit(l));
+            for i in cand {
+                kept.push(i);
+                need -= w[i as usize];
+                if need <= 0.0 {
+                    break;
+                }
+            }
+            return kept;
+        }
+        // Median of three as the pivot.
+        let mut three = [l[cand[0] as usize], l[cand[cand.len() / 2] as usize], l[cand[cand.len() - 1] as usize]];
+        three.sort_by(f64::total_cmp);
+        let pivot = three[1];
+        let (hi, rest): (Vec<u32>, Vec<u32>) = cand.iter().partition(|&&i| l[i as usize] > pivot);
+        let hi_mass: f64 = hi.iter().map(|&i| w[i as usize]).sum();
+        if hi_mass >= need {
+            cand = hi;
+            continue;
+        }
+        kept.extend_from_slice(&hi);
+        need -= hi_mass;
+        let (mut eq, lo): (Vec<u32>, Vec<u32>) = rest.into_iter().partition(|&i| l[i as usize] == pivot);
+        eq.sort_unstable();
+        for i in eq {
+            kept.push(i);
+            need -= w[i as usize];
+            if need <= 0.0 {
+                return kept;
+            }
+        }
+        cand = lo;
+    }
+    kept
+}
+
 /// Sets the logits that top-k, top-p and min-p exclude to -inf (never the most likely one).
 fn truncate(l: &mut [f64], p: &SamplingParams) {
     let n = l.len();
@@ -238,26 +286,12 @@ fn truncate(l: &mut [f64], p: &SamplingParams) {
     }
     if let Some(top_p) = p.top_p.filter(|&t| t < 1.0) {
         let max = l.iter().copied().fold(f64::NEG_INFINITY, f64::max);
-        let total: f64 = l.iter().map(|&x| (x - max).exp()).sum();
-        let target = top_p as f64 * total;
-        // The smallest most-likely-first prefix reaching top_p: look at the best 64 tokens,
-        // then 4x more until the prefix is found (exact; usually one O(n) selection).
-        let mut k = 64.min(n);
-        let keep = loop {
-            let order = top_sorted(l, k);
-            let mut cum = 0.0;
-            let found = order.iter().position(|&i| {
-                cum += (l[i as usize] - max).exp();
-                cum >= target
-            });
-            match found {
-                Some(j) => break order[..=j].to_vec(),
-                None if k == n => break order,
-                None => k = (k * 4).min(n),
-            }
-        };
+        let w: Vec<f64> = l.iter().map(|&x| (x - max).exp()).collect();
+        let target = top_p as f64 * w.iter().sum::<f64>();
         let mut kept = vec![false; n];
-        keep.iter().for_each(|&i| kept[i as usize] = true);
+        for i in top_mass(l, &w, target) {
+            kept[i as usize] = true;
+        }
         for (x, k) in l.iter_mut().zip(kept) {
             if !k {
                 *x = f64::NEG_INFINITY;

@@ -493,3 +493,82 @@ fn stop_strings_on_characters_split_across_tokens() {
     );
     assert_eq!(o[0].tokens, reference);
 }
+
+#[test]
+fn runner_returning_the_wrong_number_of_rows_is_an_error() {
+    struct Short(PagedSim);
+    impl llm_engine::ModelRunner for Short {
+        type Error = SimError;
+        fn block_size(&self) -> usize {
+            self.0.block_size
+        }
+        fn num_blocks(&self) -> usize {
+            self.0.num_blocks
+        }
+        fn step(&mut self, batch: &[llm_engine::SeqChunk]) -> Result<Vec<Vec<f32>>, SimError> {
+            let mut rows = self.0.step(batch)?;
+            rows.pop();
+            Ok(rows)
+        }
+        fn copy_blocks(&mut self, pairs: &[(u32, u32)]) -> Result<(), SimError> {
+            self.0.copy_blocks(pairs)
+        }
+    }
+    let mut e = Engine::new(Short(PagedSim::new(BS, 16, VOCAB)), config(4, 64, false));
+    let (_, mut rx) = e.add_request(vec![1, 2, 3], SamplingParams::greedy(3)).unwrap();
+    assert!(matches!(e.step(), Err(EngineError::RunnerOutput(_))));
+    let mut o = Outcome::default();
+    drain(&mut rx, &mut o);
+    assert!(matches!(o.finished, Some((FinishReason::Error(_), 3, 0))));
+    assert_eq!(e.stats().blocks_used, 0);
+    assert!(!e.has_work());
+}
+
+#[test]
+fn events_reach_async_and_blocking_readers_while_the_engine_steps_on_its_own_thread() {
+    let a = tokens(40, 30, VOCAB);
+    let b = tokens(41, 12, VOCAB);
+    let mut e = engine(32, config(4, 64, false));
+    let (_, mut rx_async) = e.add_request(a.clone(), SamplingParams::greedy(20)).unwrap();
+    let (_, mut rx_blocking) = e.add_request(b.clone(), SamplingParams::greedy(15)).unwrap();
+    let stepper = std::thread::spawn(move || while e.step().unwrap() {});
+    let reader = std::thread::spawn(move || {
+        let mut ids = Vec::new();
+        while let Some(ev) = rx_blocking.blocking_recv() {
+            if let llm_engine::Event::Token { id, .. } = ev {
+                ids.push(id);
+            }
+        }
+        ids
+    });
+    let rt = tokio::runtime::Builder::new_current_thread().build().unwrap();
+    let got_a = rt.block_on(async move {
+        let mut ids = Vec::new();
+        while let Some(ev) = rx_async.recv().await {
+            if let llm_engine::Event::Token { id, .. } = ev {
+                ids.push(id);
+            }
+        }
+        ids
+    });
+    stepper.join().unwrap();
+    assert_eq!(got_a, reference_greedy(&a, 20, VOCAB));
+    assert_eq!(reader.join().unwrap(), reference_greedy(&b, 15, VOCAB));
+}
+
+#[test]
+fn prefix_cache_keys_blocks_by_their_whole_prefix() {
+    // Blocks of equal tokens after different first blocks hold different K/V: a request must
+    // get the one after its own first block.
+    let mut e = engine(32, config(8, 256, true));
+    let (p, p2, q) = (tokens(50, 16, VOCAB), tokens(51, 16, VOCAB), tokens(52, 16, VOCAB));
+    let a = [p.clone(), q.clone(), tokens(53, 5, VOCAB)].concat();
+    let b = [p2.clone(), q.clone(), tokens(54, 5, VOCAB)].concat();
+    let n = [p2.clone(), q.clone(), tokens(55, 5, VOCAB)].concat();
+    for (prompt, hits) in [(a, 0), (b, 0), (n, 32)] {
+        let (o, s, e2) = run(e, &[(prompt.clone(), SamplingParams::greedy(4))]);
+        e = e2;
+        check_greedy(&[(prompt, SamplingParams::greedy(4))], &o);
+        assert_eq!(s.prefix_cache_hit_tokens, hits, "{s:?}");
+    }
+}

@@ -205,3 +205,30 @@ fn greedy_fast_path_agrees_with_the_logprobs_path() {
         }
     }
 }
+
+#[test]
+fn top_p_set_over_a_large_vocabulary_equals_a_sorted_reference() {
+    // The kept set (tokens with a finite logprob) against sorting all 3000 probabilities.
+    for case in 0..4u64 {
+        let l: Vec<f32> = (0..3000u64).map(|i| ((i * 2654435761 + case * 97) % 10007) as f32 / 1000.0).collect();
+        for top_p in [0.05f32, 0.5, 0.9, 0.99] {
+            let sp = SamplingParams { top_p: Some(top_p), logprobs: Some(3000), ..temp(0.7) };
+            let mut rng = ChaCha12Rng::seed_from_u64(case);
+            let s = sample(&l, &sp, &[], &mut rng);
+            let mut got: Vec<u32> = s.top_logprobs.iter().map(|x| x.0).collect();
+            got.sort();
+            let p = probs(&l, 0.7, &(0..3000).collect::<Vec<_>>());
+            let mut order: Vec<usize> = (0..3000).collect();
+            order.sort_by(|&a, &b| p[b].total_cmp(&p[a]).then(a.cmp(&b)));
+            let mut cum = 0.0;
+            let n = order.iter().position(|&i| {
+                cum += p[i];
+                cum >= top_p as f64
+            });
+            let mut want: Vec<u32> = order[..=n.unwrap()].iter().map(|&i| i as u32).collect();
+            want.sort();
+            assert_eq!(got, want, "case {case} top_p {top_p}");
+            assert!(want.contains(&s.token));
+        }
+    }
+}
