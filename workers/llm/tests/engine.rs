@@ -74,3 +74,54 @@ fn greedy_tokens_through_the_engine_equal_alone() {
     eprintln!("{stats:?}");
     assert!(stats.preemptions > 0 && stats.prefix_cache_hit_tokens > 0, "{stats:?}");
 }
+
+#[test]
+fn blocks_and_device_memory_return_to_steady_state() {
+    // On our backend (a CPU executor device of its own, so no other test's tensors count):
+    // after requests finish, stop at a token or are cancelled, the engine holds no block and,
+    // once warm, the device holds exactly what it held before them. The first two rounds
+    // are the warm-up: first launches make one-time allocations (the second round's prefix
+    // cache hits give new chunk shapes); candle-rocm's memory test warms up the same way.
+    let dir = tempfile::tempdir().unwrap();
+    RandomModel::new(Family::Qwen2, Shape::TINY).write(dir.path()).unwrap();
+    let rocm = candle_rocm::RocmDevice::new_cpu_executor(candle_rocm::WaveSize::W64);
+    let runner = LlamaRunner::new(Model::load(dir.path(), &rocm.as_candle()).unwrap(), 16, 4).unwrap();
+    let config = EngineConfig { max_num_seqs: 4, max_batched_tokens: 32, max_model_len: 24, prefix_caching: true };
+    let mut engine = Engine::new(runner, config);
+    let mut steady = rocm.memory_stats();
+    for round in 0..4 {
+        let p = prompts();
+        let (_, mut finished) = engine.add_request(p[1].clone(), SamplingParams::greedy(4)).unwrap();
+        let (cancelled, mut rx_c) = engine.add_request(p[5].clone(), SamplingParams::greedy(8)).unwrap();
+        // A stop token: the first token the model picks for this prompt.
+        let first = {
+            let mut r = LlamaRunner::new(Model::load(dir.path(), &Device::Cpu).unwrap(), 8, 4).unwrap();
+            generate(&mut r, &[p[2].clone()], 1, &[], |_, _| {}).unwrap().0[0][0]
+        };
+        let (_, mut stopped) = engine.add_request(p[2].clone(), SamplingParams { stop_token_ids: vec![first], ..SamplingParams::greedy(8) }).unwrap();
+        engine.step().unwrap();
+        engine.step().unwrap();
+        engine.cancel(cancelled);
+        while engine.step().unwrap() {}
+        let reason = |rx: &mut llm_engine::Receiver<Event>| {
+            let mut last = None;
+            while let Ok(ev) = rx.try_recv() {
+                if let Event::Finished { reason, .. } = ev {
+                    last = Some(reason);
+                }
+            }
+            last
+        };
+        assert_eq!(reason(&mut finished), Some(FinishReason::Length), "round {round}");
+        assert_eq!(reason(&mut rx_c), Some(FinishReason::Cancelled), "round {round}");
+        assert_eq!(reason(&mut stopped), Some(FinishReason::Stop), "round {round}");
+        let s = engine.stats();
+        assert_eq!((s.running, s.waiting, s.blocks_used), (0, 0, 0), "round {round}: {s:?}");
+        let now = rocm.memory_stats();
+        eprintln!("round {round}: {now:?}");
+        if round >= 2 {
+            assert_eq!((now.in_use_bytes, now.live_blocks, now.cached_bytes), (steady.in_use_bytes, steady.live_blocks, steady.cached_bytes), "round {round}");
+        }
+        steady = now;
+    }
+}
