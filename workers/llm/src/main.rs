@@ -193,7 +193,9 @@ fn run(cli: Cli) -> Result<()> {
             let vocab = m.cfg.vocab_size;
             let max_c = concurrency.iter().copied().max().unwrap_or(1);
             let max_len = prompt_len + gen;
-            let runner = LlamaRunner::new(m, blocks_needed(max_c, max_len, block_size), block_size)?;
+            let blocks = blocks_needed(max_c, max_len, block_size);
+            let runner = LlamaRunner::new(m, blocks, block_size)?;
+            eprintln!("KV cache: {blocks} blocks of {block_size} tokens, {:.1} MiB", (blocks * runner.block_bytes()) as f64 / (1u64 << 20) as f64);
             let config = EngineConfig { max_num_seqs: max_c, max_batched_tokens: max_batched_tokens.max(max_c), max_model_len: max_len, prefix_caching: false };
             let mut engine = Engine::try_new(runner, config)?;
             for &c in &concurrency {
