@@ -278,3 +278,23 @@ impl ModelConfig {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn linear_scaling_divides_every_frequency() {
+        let base = r#""model_type": "llama", "vocab_size": 8, "hidden_size": 64, "intermediate_size": 8, "num_hidden_layers": 1, "num_attention_heads": 4, "rope_theta": 10000.0"#;
+        let plain = ModelConfig::from_hf_json(&format!("{{{base}}}"), Path::new("c")).unwrap();
+        let scaled = ModelConfig::from_hf_json(&format!("{{{base}, \"rope_scaling\": {{\"type\": \"linear\", \"factor\": 4.0}}}}"), Path::new("c")).unwrap();
+        assert_eq!(scaled.rope_scaling, Some(RopeScaling::Linear { factor: 4.0 }));
+        let (p, s) = (plain.inv_freq(), scaled.inv_freq());
+        assert_eq!(p.len(), 8);
+        for (i, (a, b)) in p.iter().zip(&s).enumerate() {
+            let exact = 1.0 / 10000f64.powf(2.0 * i as f64 / 16.0);
+            assert!((*a as f64 - exact).abs() <= 1e-6 * exact, "{i}: {a} vs {exact}");
+            assert_eq!(*b, a / 4.0);
+        }
+    }
+}

@@ -46,6 +46,15 @@ fn folder_tokenizer_and_template() {
     assert_eq!(ids[0], 510, "<s> is one special token");
     assert!(ids.iter().all(|&i| i < 512));
     assert_eq!(t.decode(&t.encode("the cat sat").unwrap()).unwrap(), "the cat sat");
+    // The template in its own file (newer checkpoints), when tokenizer_config.json has none.
+    let cfg = dir.path().join("tokenizer_config.json");
+    std::fs::write(&cfg, r#"{"bos_token": "<s>", "eos_token": {"content": "</s>"}}"#).unwrap();
+    std::fs::write(dir.path().join("chat_template.jinja"), "{{ messages[0].content }}|{{ eos_token }}").unwrap();
+    let t = TextTools::load(dir.path(), None, 512).unwrap();
+    assert_eq!(t.render_chat(&[Message::new("user", "x")], true).unwrap(), "x|</s>");
+    std::fs::remove_file(dir.path().join("chat_template.jinja")).unwrap();
+    let t = TextTools::load(dir.path(), None, 512).unwrap();
+    assert!(matches!(t.render_chat(&[Message::new("user", "x")], true), Err(Error::Template(_))));
     // A tokenizer with more ids than the model has embeddings.
     let big = dir.path().join("big.json");
     gguf_llama::write_tokenizer(&big, 600).unwrap();
