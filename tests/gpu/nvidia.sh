@@ -94,8 +94,10 @@ for p in m["packages"]:
     cargo build --release -p candle-rocm --features cuda --example llama_e2e
     cp "$TARGET/release/examples/llama_e2e" "$BIN/bench-llama-e2e"
     # The GGUF LLM worker and the random-GGUF writer (README, "Quantized models").
-    cargo build --release -p candle-rocm --features cuda --example llm_worker --example qllama_e2e
-    cp "$TARGET/release/examples/llm_worker" "$BIN/llm-worker"
+    cargo build --release -p candle-rocm --features cuda --example qllama_e2e
+    # The LLM worker (workers/llm): generate, bench, write-random.
+    cargo build --release -p llm-worker --features cuda
+    cp "$TARGET/release/llm-worker" "$BIN/llm-worker"
     cp "$TARGET/release/examples/qllama_e2e" "$BIN/bench-qllama-e2e"
     cargo build --release -p gguf-llama
     cp "$TARGET/release/gguf-llama" "$BIN/gguf-llama"
