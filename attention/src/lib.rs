@@ -32,6 +32,7 @@
 //! // Every value row is 0.5, so every output is 0.5.
 //! assert!(dev.download(&out).unwrap().iter().all(|x| (x.to_f32() - 0.5).abs() < 1e-3));
 //! ```
+pub mod cache;
 pub mod flash;
 pub mod paged;
 
