@@ -144,9 +144,12 @@ pub(crate) fn whole_buffer(op: &str, arg: &str, t: &Tensor) -> Result<()> {
     Ok(())
 }
 
+/// What runs while a storage is write-locked.
+type Writer<'f> = &'f mut dyn FnMut(&mut RocmStorage) -> Result<()>;
+
 /// An in-place op handing the caller's closure the storage it write-locks.
 struct Locked<'f> {
-    f: RefCell<&'f mut dyn FnMut(&mut RocmStorage) -> Result<()>>,
+    f: RefCell<Writer<'f>>,
 }
 
 impl candle_core::InplaceOp1 for Locked<'_> {

@@ -82,7 +82,7 @@ pub fn rope_and_cache_rows<T: Float + 'static>(
     }
     len_is("v_cache", v_cache.len(), k_cache.len())?;
     let d2 = d / 2;
-    if cos.len() % d2 != 0 {
+    if !cos.len().is_multiple_of(d2) {
         return Err(arg("cos", format!("{} elements are not whole rows of head_dim / 2 = {d2}", cos.len())));
     }
     len_is("sin", sin.len(), cos.len())?;
@@ -101,8 +101,9 @@ pub fn rope_and_cache_rows<T: Float + 'static>(
     if items == 0 {
         return Ok(());
     }
-    if items > u32::MAX as usize {
-        return Err(arg("k", format!("{items} pairs exceed one launch")));
+    // The kernel counts pairs in 32 bits, with room for its grid stride.
+    if items > (u32::MAX / 2) as usize {
+        return Err(arg("k", format!("{items} pairs exceed one launch (2^31)")));
     }
     let map = dev.upload(slot_mapping)?;
     let pos = dev.upload(positions)?;
