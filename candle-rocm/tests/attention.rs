@@ -211,6 +211,23 @@ fn decode_row_and_fully_masked_rows() {
 }
 
 #[test]
+fn no_keys_give_zero_rows_on_every_device() {
+    let q = input(&[1, 3, 2, 64], DType::BF16, 15);
+    let k = input(&[1, 0, 2, 64], DType::BF16, 16);
+    let mut devs: Vec<Device> = devices().iter().map(RocmDevice::as_candle).collect();
+    devs.push(Device::Cpu);
+    for dev in devs {
+        let (q, k) = (q.to_device(&dev).unwrap(), k.to_device(&dev).unwrap());
+        // Freed blocks of the outputs' sizes, holding ones: the outputs reuse them, so
+        // zeros below were written.
+        drop((Tensor::ones((1, 3, 2, 64), DType::BF16, &dev).unwrap(), Tensor::ones((1, 2, 3), DType::F32, &dev).unwrap()));
+        let (out, lse) = fa::flash_attn_lse(&q, &k, &k, None, 0.125, None, None, 0.0).unwrap();
+        assert!(host(&out).iter().all(|&x| x == 0.0), "{:?}: zeros", dev.location());
+        assert!(host(&lse).iter().all(|&x| x == f32::NEG_INFINITY), "{:?}: lse -inf", dev.location());
+    }
+}
+
+#[test]
 fn windows_longer_than_the_keys_are_unbounded_as_in_candle_flash_attn() {
     let (q, k, v) = (input(&[1, 12, 2, 64], DType::F16, 10), input(&[1, 4, 2, 64], DType::F16, 11), input(&[1, 4, 2, 64], DType::F16, 12));
     let dev = RocmDevice::new_cpu_executor(WaveSize::W64).as_candle();
