@@ -11,7 +11,14 @@
 //!   `reshape_and_cache`. Entry points: [`paged::host::paged_attention`],
 //!   [`paged::host::reshape_and_cache_rows`].
 //!
-//! The Candle entry points and the Hopper `wgmma` kernel are still to come (issue 29).
+//! - [`cache`]: `rope_and_cache`, the cache write with the rotary embedding applied to the
+//!   keys (and, in the same launch, the queries) on the way. Entry point:
+//!   [`cache::host::rope_and_cache_rows`].
+//!
+//! The Candle entry points are `candle_rocm::flash_attn` (candle-flash-attn's functions:
+//! `flash_attn`, `flash_attn_windowed`, `flash_attn_alibi`, `flash_attn_varlen`, ...) and
+//! `candle_rocm::paged` (`paged_attention`, `reshape_and_cache`, `rope_and_cache`). The
+//! Hopper `wgmma` kernel is still to come (issue 29).
 //!
 //! ```
 //! use attention::{flash_attn, FlashOptions, FlashShape};
@@ -32,6 +39,7 @@
 //! // Every value row is 0.5, so every output is 0.5.
 //! assert!(dev.download(&out).unwrap().iter().all(|x| (x.to_f32() - 0.5).abs() < 1e-3));
 //! ```
+pub mod cache;
 pub mod flash;
 pub mod paged;
 

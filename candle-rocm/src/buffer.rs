@@ -270,6 +270,7 @@ impl StridedInput {
 pub trait BufElem: Copy + Send + Sync + 'static {
     fn wrap(v: DeviceVec<Self>) -> Buf;
     fn get(b: &Buf) -> Option<&DeviceVec<Self>>;
+    fn get_mut(b: &mut Buf) -> Option<&mut DeviceVec<Self>>;
     fn take(b: Buf) -> Option<DeviceVec<Self>>;
 }
 
@@ -280,6 +281,12 @@ macro_rules! buf_elem {
                 Buf::$V(v)
             }
             fn get(b: &Buf) -> Option<&DeviceVec<Self>> {
+                match b {
+                    Buf::$V(v) => Some(v),
+                    _ => None,
+                }
+            }
+            fn get_mut(b: &mut Buf) -> Option<&mut DeviceVec<Self>> {
                 match b {
                     Buf::$V(v) => Some(v),
                     _ => None,

@@ -29,16 +29,24 @@
 //! Candle rounds every partial sum to f8). Unary math, powf/elu, matmul, convolutions,
 //! avg_pool2d and random numbers on f8e4m3 are Candle errors naming the op and dtype.
 //!
+//! Attention: [`flash_attn`] has the `candle-flash-attn` functions (`flash_attn`,
+//! `flash_attn_varlen`, windows, ALiBi, softcap) on this device and on `Device::Cpu`, so a
+//! model switches by changing its import; [`paged`] has `paged_attention`,
+//! `reshape_and_cache` and `rope_and_cache` over a paged KV cache.
+//!
 //! Dtypes and ops without a kernel (f6/f4 storage, unary math on integers and f8e4m3)
 //! return a Candle error naming the op and dtype; nothing falls back to the CPU silently.
 pub mod blas;
 pub mod buffer;
 pub mod device;
 pub mod error;
+pub mod flash_attn;
 pub mod ops;
+pub mod paged;
 pub mod profile;
 pub mod quantized;
 pub mod storage;
+mod tensor_access;
 
 pub use device::{cpu_executor, RocmDevice, BACKEND};
 pub use profile::{OpStat, Profile};

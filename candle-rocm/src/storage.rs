@@ -28,6 +28,11 @@ impl RocmStorage {
         &self.buf
     }
 
+    /// The typed device buffer, for kernels that write a tensor in place (KV caches).
+    pub(crate) fn buf_mut(&mut self) -> &mut Buf {
+        &mut self.buf
+    }
+
     /// The device holding this buffer.
     pub fn rocm_device(&self) -> &RocmDevice {
         &self.device

@@ -1,0 +1,320 @@
+//! Decode attention over a paged KV cache on Candle tensors of this backend:
+//! [`reshape_and_cache`] writes a step's keys and values into their cache blocks,
+//! [`rope_and_cache`] does the same with the rotary embedding applied to the keys (and,
+//! in the same launch, to the queries), and [`paged_attention`] attends one query token per
+//! sequence over its cached context. Kernels: [`attention::paged`], [`attention::cache`].
+//!
+//! Layouts (as vLLM and candle-vllm):
+//! - caches `[num_blocks, block_size, kv_heads, head_dim]` (one tensor each for keys and
+//!   values, allocated whole, e.g. `Tensor::zeros`; written in place);
+//! - `key`, `value [tokens, kv_heads, head_dim]`, `slot_mapping [tokens]` (`block *
+//!   block_size + row`, negative: padding, not written);
+//! - `q [batch, heads, head_dim]`, `block_tables [batch, max_blocks]` (token `t` of sequence
+//!   `b` lives in block `block_tables[b][t / block_size]`), `context_lens [batch]` (cached
+//!   tokens, the new one included).
+//!
+//! Index tensors (`slot_mapping`, `positions`, `block_tables`, `context_lens`) are u32, i32
+//! or i64 and may live on the device: each call reads them back to the host, checks every
+//! entry (a slot or block outside the cache, a repeated slot, a context longer than its
+//! block table row are errors naming the argument, and nothing is written) and uploads
+//! them for the kernel.
+//!
+//! These run on rocm-kernels devices only; a tensor on another device is an error naming
+//! it.
+use crate::buffer::BufElem;
+use crate::device::RocmDevice;
+use crate::error::invalid;
+use crate::tensor_access::{buf_mut, dims_n, distinct_storage, dtype_is, host_ints, host_u32, input, output, rocm_device, same_device, whole_buffer, with_mut};
+use attention::cache::host::{rope_and_cache_rows, RopeCacheShape};
+use attention::paged::host::{paged_attention as paged_decode, reshape_and_cache_rows, PagedShape};
+use attention::{AttentionError, FlashElem};
+use candle_core::{DType, Result, Tensor};
+use half::{bf16, f16};
+use kernel_dsl::Float;
+
+fn err(op: &str, e: AttentionError) -> candle_core::Error {
+    match e {
+        AttentionError::HeadDim(_) => invalid(op, format!("argument `q`: {e}")),
+        e => invalid(op, e),
+    }
+}
+
+/// The checked geometry of a cache write: `(tokens, kv_heads, head_dim)` of `key`.
+fn cache_write_checks(op: &str, key: &Tensor, value: &Tensor, key_cache: &Tensor, value_cache: &Tensor, slot_mapping: &Tensor) -> Result<(usize, usize, usize)> {
+    let kd = dims_n(op, "key", key, 3, "[tokens, kv_heads, head_dim]")?;
+    let (tokens, kvh, d) = (kd[0], kd[1], kd[2]);
+    if value.dims() != kd {
+        return Err(invalid(op, format!("argument `value` has shape {:?}; expected key's {:?}", value.shape(), key.shape())));
+    }
+    let cd = dims_n(op, "key_cache", key_cache, 4, "[num_blocks, block_size, kv_heads, head_dim]")?;
+    if cd[2] != kvh || cd[3] != d {
+        return Err(invalid(op, format!("argument `key_cache` has shape {:?}; key {:?} needs [num_blocks, block_size, {kvh}, {d}]", key_cache.shape(), key.shape())));
+    }
+    if value_cache.dims() != cd {
+        return Err(invalid(op, format!("argument `value_cache` has shape {:?}; expected key_cache's {:?}", value_cache.shape(), key_cache.shape())));
+    }
+    if slot_mapping.dims() != [tokens] {
+        return Err(invalid(op, format!("argument `slot_mapping` has shape {:?}; expected [{tokens}]", slot_mapping.shape())));
+    }
+    if !matches!(key.dtype(), DType::F16 | DType::BF16 | DType::F32) {
+        return Err(invalid(op, format!("argument `key` has dtype {:?}; expected f16, bf16 or f32", key.dtype())));
+    }
+    for (name, t) in [("value", value), ("key_cache", key_cache), ("value_cache", value_cache)] {
+        dtype_is(op, name, t, key.dtype())?;
+    }
+    let dev = rocm_device(op, "key_cache", key_cache)?.as_candle();
+    for (name, t) in [("key", key), ("value", value), ("value_cache", value_cache), ("slot_mapping", slot_mapping)] {
+        same_device(op, name, t, &dev)?;
+    }
+    whole_buffer(op, "key_cache", key_cache)?;
+    whole_buffer(op, "value_cache", value_cache)?;
+    Ok((tokens, kvh, d))
+}
+
+/// Writes `key`, `value [tokens, kv_heads, head_dim]` into `key_cache`, `value_cache
+/// [num_blocks, block_size, kv_heads, head_dim]` at `slot_mapping [tokens]` (negative:
+/// skipped) in place. f16, bf16 or f32. Slots must be distinct and inside the caches.
+pub fn reshape_and_cache(key: &Tensor, value: &Tensor, key_cache: &Tensor, value_cache: &Tensor, slot_mapping: &Tensor) -> Result<()> {
+    const OP: &str = "reshape_and_cache";
+    let (_, kvh, d) = cache_write_checks(OP, key, value, key_cache, value_cache, slot_mapping)?;
+    distinct_storage(OP, &[("key_cache", key_cache), ("value_cache", value_cache)], &[("key", key), ("value", value)])?;
+    let slots = host_ints(OP, "slot_mapping", slot_mapping)?;
+    let dev = rocm_device(OP, "key_cache", key_cache)?;
+    dev.profiled(
+        || "reshape_and_cache".into(),
+        key.dtype(),
+        || match key.dtype() {
+            DType::F16 => write_on::<f16>(dev, kvh * d, key, value, key_cache, value_cache, &slots),
+            DType::BF16 => write_on::<bf16>(dev, kvh * d, key, value, key_cache, value_cache, &slots),
+            _ => write_on::<f32>(dev, kvh * d, key, value, key_cache, value_cache, &slots),
+        },
+    )
+}
+
+fn write_on<T: BufElem + kernel_dsl::Element + kernel_dsl::host::ScalarArg>(
+    dev: &RocmDevice,
+    row: usize,
+    key: &Tensor,
+    value: &Tensor,
+    key_cache: &Tensor,
+    value_cache: &Tensor,
+    slots: &[i64],
+) -> Result<()> {
+    const OP: &str = "reshape_and_cache";
+    let ((ks, kl), (vs, vl)) = (key.storage_and_layout(), value.storage_and_layout());
+    let (k, v) = (input::<T>(OP, "key", dev, &ks, kl)?, input::<T>(OP, "value", dev, &vs, vl)?);
+    with_mut(key_cache, |kc| {
+        with_mut(value_cache, |vc| {
+            let kc = buf_mut::<T>(OP, "key_cache", kc)?;
+            let vc = buf_mut::<T>(OP, "value_cache", vc)?;
+            reshape_and_cache_rows(dev.kernels(), row, &k, &v, kc, vc, slots).map_err(|e| err(OP, e))
+        })
+    })
+}
+
+/// The rotary embedding [`rope_and_cache`] applies: Candle's tables and each token's
+/// position.
+#[derive(Clone, Copy)]
+pub struct Rope<'a> {
+    /// `[max_positions, head_dim / 2]`, the dtype of the keys (as
+    /// `candle_nn::rotary_emb::rope` takes them).
+    pub cos: &'a Tensor,
+    /// Like `cos`.
+    pub sin: &'a Tensor,
+    /// `[tokens]` (u32, i32 or i64): the table row of each token.
+    pub positions: &'a Tensor,
+    /// `true`: `rope_i`'s interleaved pairs `(x[2i], x[2i + 1])`; `false`: `rope`'s
+    /// half-split pairs `(x[i], x[i + head_dim / 2])`, as llama.
+    pub interleaved: bool,
+}
+
+/// [`reshape_and_cache`] with the keys rotated by `rope` on their way into the cache (the
+/// values unchanged), and, when `q [tokens, heads, head_dim]` is given, the queries
+/// rotated by the same positions in the same launch: returns the rotated queries (a new
+/// tensor). Equals `candle_nn::rotary_emb::rope` (or `rope_i`) of the keys and queries at
+/// their positions followed by [`reshape_and_cache`], in one launch; the rotation runs in
+/// f32 and rounds once.
+#[allow(clippy::too_many_arguments)]
+pub fn rope_and_cache(
+    key: &Tensor,
+    value: &Tensor,
+    key_cache: &Tensor,
+    value_cache: &Tensor,
+    slot_mapping: &Tensor,
+    rope: Rope<'_>,
+    q: Option<&Tensor>,
+) -> Result<Option<Tensor>> {
+    const OP: &str = "rope_and_cache";
+    let (tokens, kvh, d) = cache_write_checks(OP, key, value, key_cache, value_cache, slot_mapping)?;
+    let dev = rocm_device(OP, "key_cache", key_cache)?;
+    let cd = dev.as_candle();
+    for (name, t) in [("cos", rope.cos), ("sin", rope.sin)] {
+        let td = dims_n(OP, name, t, 2, "[max_positions, head_dim / 2]")?;
+        if td[1] * 2 != d {
+            return Err(invalid(OP, format!("argument `{name}` has shape {:?}; head_dim {d} needs [max_positions, {}]", t.shape(), d / 2)));
+        }
+        dtype_is(OP, name, t, key.dtype())?;
+        same_device(OP, name, t, &cd)?;
+    }
+    if rope.sin.dims() != rope.cos.dims() {
+        return Err(invalid(OP, format!("argument `sin` has shape {:?}; cos has {:?}", rope.sin.shape(), rope.cos.shape())));
+    }
+    if rope.positions.dims() != [tokens] {
+        return Err(invalid(OP, format!("argument `positions` has shape {:?}; expected [{tokens}]", rope.positions.shape())));
+    }
+    same_device(OP, "positions", rope.positions, &cd)?;
+    let heads = match q {
+        Some(q) => {
+            let qd = dims_n(OP, "q", q, 3, "[tokens, heads, head_dim]")?;
+            if qd[0] != tokens || qd[2] != d {
+                return Err(invalid(OP, format!("argument `q` has shape {:?}; expected [{tokens}, heads, {d}]", q.shape())));
+            }
+            dtype_is(OP, "q", q, key.dtype())?;
+            same_device(OP, "q", q, &cd)?;
+            qd[1]
+        }
+        None => 0,
+    };
+    let mut srcs = vec![("key", key), ("value", value), ("cos", rope.cos), ("sin", rope.sin)];
+    if let Some(q) = q {
+        srcs.push(("q", q));
+    }
+    distinct_storage(OP, &[("key_cache", key_cache), ("value_cache", value_cache)], &srcs)?;
+    let slots = host_ints(OP, "slot_mapping", slot_mapping)?;
+    let positions = host_u32(OP, "positions", rope.positions)?;
+    let shape = RopeCacheShape { tokens, kv_heads: kvh, heads, head_dim: d, interleaved: rope.interleaved };
+    dev.profiled(
+        || "rope_and_cache".into(),
+        key.dtype(),
+        || match key.dtype() {
+            DType::F16 => rope_on::<f16>(dev, shape, key, value, key_cache, value_cache, &slots, &positions, &rope, q),
+            DType::BF16 => rope_on::<bf16>(dev, shape, key, value, key_cache, value_cache, &slots, &positions, &rope, q),
+            _ => rope_on::<f32>(dev, shape, key, value, key_cache, value_cache, &slots, &positions, &rope, q),
+        },
+    )
+}
+
+#[allow(clippy::too_many_arguments)]
+fn rope_on<T: BufElem + Float>(
+    dev: &RocmDevice,
+    shape: RopeCacheShape,
+    key: &Tensor,
+    value: &Tensor,
+    key_cache: &Tensor,
+    value_cache: &Tensor,
+    slots: &[i64],
+    positions: &[u32],
+    rope: &Rope<'_>,
+    q: Option<&Tensor>,
+) -> Result<Option<Tensor>> {
+    const OP: &str = "rope_and_cache";
+    let ((ks, kl), (vs, vl)) = (key.storage_and_layout(), value.storage_and_layout());
+    let ((cs, cl), (ss, sl)) = (rope.cos.storage_and_layout(), rope.sin.storage_and_layout());
+    let (k, v) = (input::<T>(OP, "key", dev, &ks, kl)?, input::<T>(OP, "value", dev, &vs, vl)?);
+    let (cos, sin) = (input::<T>(OP, "cos", dev, &cs, cl)?, input::<T>(OP, "sin", dev, &ss, sl)?);
+    // The queries rotate in place in a copy of their own.
+    let mut qo = match q {
+        Some(q) => {
+            let (qs, ql) = q.storage_and_layout();
+            let qi = input::<T>(OP, "q", dev, &qs, ql)?;
+            let mut o = dev.kernels().alloc_uninit::<T>(qi.len()).map_err(crate::error::at(OP))?;
+            dev.kernels().copy(qi.view(..).map_err(crate::error::at(OP))?, o.view_mut(..).map_err(crate::error::at(OP))?).map_err(crate::error::at(OP))?;
+            Some(o)
+        }
+        None => None,
+    };
+    with_mut(key_cache, |kc| {
+        with_mut(value_cache, |vc| {
+            let kc = buf_mut::<T>(OP, "key_cache", kc)?;
+            let vc = buf_mut::<T>(OP, "value_cache", vc)?;
+            rope_and_cache_rows(dev.kernels(), shape, &k, &v, qo.as_mut(), kc, vc, slots, positions, &cos, &sin).map_err(|e| err(OP, e))
+        })
+    })?;
+    Ok(qo.map(|o| output(dev, o, (shape.tokens, shape.heads, shape.head_dim))))
+}
+
+/// One decode step: `out[b, h] = softmax(q[b, h] . K_b^T * softmax_scale) V_b` over the
+/// `context_lens[b]` cached tokens of sequence `b`, found through `block_tables [batch,
+/// max_blocks]`; `q [batch, heads, head_dim]` (f16 or bf16), caches `[num_blocks,
+/// block_size, kv_heads, head_dim]` (grouped-query: `kv_heads` divides `heads`, at most
+/// [`attention::paged::MAX_GROUP`] query heads per KV head). Returns `[batch, heads,
+/// head_dim]`; an empty context gives zeros. Long contexts with few sequences are split
+/// (flash-decoding) and merged.
+pub fn paged_attention(q: &Tensor, key_cache: &Tensor, value_cache: &Tensor, block_tables: &Tensor, context_lens: &Tensor, softmax_scale: f32) -> Result<Tensor> {
+    Ok(paged_attention_lse(q, key_cache, value_cache, block_tables, context_lens, softmax_scale)?.0)
+}
+
+/// [`paged_attention`] that also returns each row's natural log-sum-exp, f32 `[batch,
+/// heads]` (`-inf` for an empty context), for merging with attention over other keys.
+pub fn paged_attention_lse(
+    q: &Tensor,
+    key_cache: &Tensor,
+    value_cache: &Tensor,
+    block_tables: &Tensor,
+    context_lens: &Tensor,
+    softmax_scale: f32,
+) -> Result<(Tensor, Tensor)> {
+    const OP: &str = "paged_attention";
+    let qd = dims_n(OP, "q", q, 3, "[batch, heads, head_dim]")?;
+    let (batch, heads, d) = (qd[0], qd[1], qd[2]);
+    let cd = dims_n(OP, "key_cache", key_cache, 4, "[num_blocks, block_size, kv_heads, head_dim]")?;
+    let (num_blocks, block_size, kvh) = (cd[0], cd[1], cd[2]);
+    if cd[3] != d {
+        return Err(invalid(OP, format!("argument `key_cache` has shape {:?}; q {:?} needs head_dim {d}", key_cache.shape(), q.shape())));
+    }
+    if value_cache.dims() != cd {
+        return Err(invalid(OP, format!("argument `value_cache` has shape {:?}; expected key_cache's {:?}", value_cache.shape(), key_cache.shape())));
+    }
+    let bt = dims_n(OP, "block_tables", block_tables, 2, "[batch, max_blocks]")?;
+    if bt[0] != batch {
+        return Err(invalid(OP, format!("argument `block_tables` has shape {:?}; expected [{batch}, max_blocks]", block_tables.shape())));
+    }
+    if context_lens.dims() != [batch] {
+        return Err(invalid(OP, format!("argument `context_lens` has shape {:?}; expected [{batch}]", context_lens.shape())));
+    }
+    if !matches!(q.dtype(), DType::F16 | DType::BF16) {
+        return Err(invalid(OP, format!("argument `q` has dtype {:?}; expected f16 or bf16", q.dtype())));
+    }
+    dtype_is(OP, "key_cache", key_cache, q.dtype())?;
+    dtype_is(OP, "value_cache", value_cache, q.dtype())?;
+    let dev = rocm_device(OP, "q", q)?;
+    let candle_dev = dev.as_candle();
+    for (name, t) in [("key_cache", key_cache), ("value_cache", value_cache), ("block_tables", block_tables), ("context_lens", context_lens)] {
+        same_device(OP, name, t, &candle_dev)?;
+    }
+    let tables = host_u32(OP, "block_tables", block_tables)?;
+    let lens = host_u32(OP, "context_lens", context_lens)?;
+    let shape = PagedShape { batch, heads, kv_heads: kvh, head_dim: d, num_blocks, block_size };
+    dev.profiled(
+        || "paged_attention".into(),
+        q.dtype(),
+        || match q.dtype() {
+            DType::F16 => decode_on::<f16>(dev, shape, q, key_cache, value_cache, &tables, &lens, softmax_scale),
+            _ => decode_on::<bf16>(dev, shape, q, key_cache, value_cache, &tables, &lens, softmax_scale),
+        },
+    )
+}
+
+#[allow(clippy::too_many_arguments)]
+fn decode_on<T: FlashElem + BufElem>(
+    dev: &RocmDevice,
+    shape: PagedShape,
+    q: &Tensor,
+    key_cache: &Tensor,
+    value_cache: &Tensor,
+    tables: &[u32],
+    lens: &[u32],
+    scale: f32,
+) -> Result<(Tensor, Tensor)> {
+    const OP: &str = "paged_attention";
+    let PagedShape { batch, heads, head_dim, .. } = shape;
+    let ((qs, ql), (ks, kl), (vs, vl)) = (q.storage_and_layout(), key_cache.storage_and_layout(), value_cache.storage_and_layout());
+    let q = input::<T>(OP, "q", dev, &qs, ql)?;
+    let kc = input::<T>(OP, "key_cache", dev, &ks, kl)?;
+    let vc = input::<T>(OP, "value_cache", dev, &vs, vl)?;
+    let kd = dev.kernels();
+    let mut out = kd.alloc_uninit::<T>(batch * heads * head_dim).map_err(crate::error::at(OP))?;
+    let mut lse = kd.alloc_uninit::<f32>(batch * heads).map_err(crate::error::at(OP))?;
+    paged_decode(kd, shape, &q, &kc, &vc, tables, lens, &mut out, &mut lse, scale, None).map_err(|e| err(OP, e))?;
+    Ok((output(dev, out, (batch, heads, head_dim)), output(dev, lse, (batch, heads))))
+}
