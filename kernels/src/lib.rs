@@ -40,6 +40,9 @@ pub mod gemm;
 pub mod indexing;
 // Kernels take every buffer, size and stride as an argument (the kernel ABI).
 #[allow(clippy::too_many_arguments)]
+pub mod llm;
+// Kernels take every buffer, size and stride as an argument (the kernel ABI).
+#[allow(clippy::too_many_arguments)]
 pub mod matmul_simple;
 // Kernels take every buffer, size and stride as an argument (the kernel ABI).
 #[allow(clippy::too_many_arguments)]
