@@ -35,6 +35,8 @@ pub mod blas;
 pub mod buffer;
 pub mod device;
 pub mod error;
+pub mod gemm;
+pub mod llm_ops;
 pub mod ops;
 pub mod profile;
 pub mod quantized;

@@ -48,10 +48,12 @@ pub struct Rows4;
 impl MatvecRows for Rows4 {
     const N: usize = 4;
 }
-/// Up to 8 activation rows.
+/// Up to 8 activation rows; in AMD code objects a 4-row tile (8 rows spilled gfx9's 102
+/// scalar registers), so the launcher runs AMD batches in tiles of at most 4
+/// ([`ops::dense_matvec`]).
 pub struct Rows8;
 impl MatvecRows for Rows8 {
-    const N: usize = 8;
+    const N: usize = if cfg!(target_arch = "amdgpu") { 4 } else { 8 };
 }
 
 /// Weight rows one [`dense_matvec`](fn@dense_matvec) work-group takes for rows of `cols`

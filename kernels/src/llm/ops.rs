@@ -4,7 +4,7 @@
 //! [`Device`](crate::runtime::Device), or a [`CpuExecutor`](kernel_dsl::host::CpuExecutor)
 //! on host slices) and buffers or views as slice arguments.
 use super::{matvec_group, Rows1, Rows2, Rows4, Rows8, MATVEC_BLOCK, SAMPLE_PARAMS};
-use kernel_dsl::host::{ArgValue, Executor, KernelArgSlice, KernelArgSliceMut, LaunchConfig, LaunchError, ScalarArg};
+use kernel_dsl::host::{ArgValue, Executor, KernelArgSlice, KernelArgSliceMut, LaunchConfig, LaunchError, MemLocation, ScalarArg};
 use kernel_dsl::{Dim3, Float};
 
 /// Most activation rows of one [`dense_matvec`] call.
@@ -30,9 +30,39 @@ fn check_len(kernel: &'static str, name: &str, got: usize, want: Option<usize>, 
     }
 }
 
+/// Activation rows of one [`dense_matvec`](fn@super::dense_matvec) launch on `exec`: 8, or 4
+/// on an AMD GPU (its code objects' 8-row tile holds 4, see [`Rows8`]).
+pub fn matvec_tile(exec: &(impl Executor + ?Sized)) -> usize {
+    if matches!(exec.memory(), MemLocation::Device { backend: "rocm", .. }) {
+        4
+    } else {
+        MAX_ROWS
+    }
+}
+
+/// A checked part of a kernel argument (a batch tile), passed as is.
+struct Part(ArgValue);
+
+impl<T> KernelArgSlice<T> for Part {
+    fn kernel_arg(&self) -> ArgValue {
+        self.0
+    }
+}
+impl<T> KernelArgSliceMut<T> for Part {}
+
+/// The slice argument `a` advanced by `bytes`, `len` elements long (inside `a`: the callers
+/// checked the lengths).
+fn offset(a: ArgValue, bytes: usize, len: usize) -> ArgValue {
+    match a {
+        ArgValue::Slice { addr, location, .. } => ArgValue::Slice { addr: addr + bytes as u64, len, location },
+        other => other,
+    }
+}
+
 /// `y (batch x rows) = x (batch x cols) W^T (+ bias)` for a dense row-major `rows x cols`
 /// weight `w` and `batch` (1..=[`MAX_ROWS`]) contiguous activation rows, `f32`
 /// accumulation ([`dense_matvec`](fn@super::dense_matvec)); `bias` has `rows` elements.
+/// One launch reads the weights once for [`matvec_tile`] activation rows.
 #[allow(clippy::too_many_arguments)]
 pub fn dense_matvec<T: Float + ScalarArg>(
     exec: &(impl Executor + ?Sized),
@@ -44,7 +74,27 @@ pub fn dense_matvec<T: Float + ScalarArg>(
     cols: usize,
     batch: usize,
 ) -> Result<(), LaunchError> {
+    dense_matvec_tiled(exec, w, x, bias, y, rows, cols, batch, matvec_tile(exec))
+}
+
+/// [`dense_matvec`] in launches of at most `tile` (1, 2, 4 or 8) activation rows each
+/// (what AMD GPUs run with 4; public so the CPU executor's tests run that path too).
+#[allow(clippy::too_many_arguments)]
+pub fn dense_matvec_tiled<T: Float + ScalarArg>(
+    exec: &(impl Executor + ?Sized),
+    w: &(impl KernelArgSlice<T> + ?Sized),
+    x: &(impl KernelArgSlice<T> + ?Sized),
+    bias: Option<&(dyn KernelArgSlice<T> + '_)>,
+    y: &mut (impl KernelArgSliceMut<T> + ?Sized),
+    rows: usize,
+    cols: usize,
+    batch: usize,
+    tile: usize,
+) -> Result<(), LaunchError> {
     const K: &str = "dense_matvec";
+    if !matches!(tile, 1 | 2 | 4 | 8) {
+        return Err(invalid(K, format!("`tile` = {tile}; 1, 2, 4 or 8")));
+    }
     if !(1..=MAX_ROWS).contains(&batch) {
         return Err(invalid(K, format!("`batch` = {batch}; 1..={MAX_ROWS} activation rows")));
     }
@@ -65,12 +115,21 @@ pub fn dense_matvec<T: Float + ScalarArg>(
     }
     let cfg = LaunchConfig::new(Dim3::x(groups as u32), Dim3::x(MATVEC_BLOCK));
     let bias: &(dyn KernelArgSlice<T> + '_) = bias.unwrap_or(&[] as &[T; 0]);
-    match batch.next_power_of_two() {
-        1 => super::dense_matvec::launch::<T, Rows1>(exec, cfg, w, x, bias, y, rows, cols, batch, group),
-        2 => super::dense_matvec::launch::<T, Rows2>(exec, cfg, w, x, bias, y, rows, cols, batch, group),
-        4 => super::dense_matvec::launch::<T, Rows4>(exec, cfg, w, x, bias, y, rows, cols, batch, group),
-        _ => super::dense_matvec::launch::<T, Rows8>(exec, cfg, w, x, bias, y, rows, cols, batch, group),
+    let size = std::mem::size_of::<T>();
+    let mut b0 = 0;
+    while b0 < batch {
+        let nb = (batch - b0).min(tile);
+        let x_t = Part(offset(x.kernel_arg(), b0 * cols * size, nb * cols));
+        let mut y_t = Part(offset(y.kernel_arg(), b0 * rows * size, nb * rows));
+        match nb.next_power_of_two() {
+            1 => super::dense_matvec::launch::<T, Rows1>(exec, cfg, w, &x_t, bias, &mut y_t, rows, cols, nb, group),
+            2 => super::dense_matvec::launch::<T, Rows2>(exec, cfg, w, &x_t, bias, &mut y_t, rows, cols, nb, group),
+            4 => super::dense_matvec::launch::<T, Rows4>(exec, cfg, w, &x_t, bias, &mut y_t, rows, cols, nb, group),
+            _ => super::dense_matvec::launch::<T, Rows8>(exec, cfg, w, &x_t, bias, &mut y_t, rows, cols, nb, group),
+        }?;
+        b0 += nb;
     }
+    Ok(())
 }
 
 /// Work-items of a row kernel for rows of `cols` elements: whole waves of both sizes (64),
