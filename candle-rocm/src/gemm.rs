@@ -1,6 +1,6 @@
 //! The operands and shape of one (batched) GEMM, shared by the matmul op
 //! ([`crate::ops::matmul`]), the vendor BLAS ([`crate::blas`]) and the matvec path
-//! ([`crate::ops::matmul::matvec_plan`]): they point down to this module, not at each other.
+//! ([`matvec_plan`]): they point down to this module, not at each other.
 use crate::buffer::Region;
 use crate::error::invalid;
 use candle_core::Result;

@@ -87,7 +87,7 @@ pub fn linear(x: &Tensor, w: &Tensor, bias: Option<&Tensor>) -> Result<Tensor> {
             return Err(invalid(OP, format!("`bias` has shape {:?}; [{n}] expected", b.dims())));
         }
     }
-    let rows = if k == 0 { 0 } else { x.elem_count() / k };
+    let rows = x.elem_count().checked_div(k).unwrap_or(0);
     let mut out_dims = dims.to_vec();
     *out_dims.last_mut().expect("x has a last dimension") = n;
     let Some(dev) = RocmDevice::from_candle(x.device()) else {

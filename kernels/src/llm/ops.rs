@@ -200,7 +200,7 @@ pub fn silu_mul<T: Float + ScalarArg>(
     super::silu_mul::launch::<T>(exec, cfg, gu, out, inter)
 }
 
-/// Sampling parameters of one row of [`sample`]; `Default` is greedy decoding.
+/// Sampling parameters of one row of [`sample_packed`]; `Default` is greedy decoding.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct SamplingParams {
     /// Softmax temperature; 0 (or less): greedy (argmax).
@@ -250,7 +250,7 @@ impl SamplingParams {
     }
 }
 
-/// Checks one row of packed [`sample`] parameters (as [`SamplingParams::check`]).
+/// Checks one row of packed [`sample_packed`] parameters (as [`SamplingParams::check`]).
 fn check_param_row(p: &[f32]) -> Result<(), String> {
     let k = p[1];
     if !(k >= 0.0 && k < (1 << 24) as f32 && k.fract() == 0.0) {
