@@ -1,5 +1,5 @@
 //! Fused ops of an LLM decode step on Candle tensors, one API on every device: on a
-//! [`RocmDevice`](crate::RocmDevice) they run the `kernels::llm` kernels, on
+//! [`RocmDevice`] they run the `kernels::llm` kernels, on
 //! `Device::Cpu` plain Candle ops (the sampler: the same kernel through the CPU executor on
 //! host copies, so a key gives the same token there). Arguments are checked first; an
 //! error names the argument and nothing is written.
