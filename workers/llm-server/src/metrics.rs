@@ -56,6 +56,7 @@ pub(crate) struct Metrics {
     blocks_free: AtomicU64,
     blocks_total: AtomicU64,
     preemptions: AtomicU64,
+    engine_generated: AtomicU64,
 }
 
 impl Metrics {
@@ -71,6 +72,7 @@ impl Metrics {
         self.blocks_free.store(s.blocks_free as u64, Ordering::Relaxed);
         self.blocks_total.store(s.blocks_total as u64, Ordering::Relaxed);
         self.preemptions.store(s.preemptions, Ordering::Relaxed);
+        self.engine_generated.store(s.generated_tokens, Ordering::Relaxed);
     }
 
     /// The Prometheus text exposition.
@@ -93,6 +95,7 @@ impl Metrics {
         gauge(&mut o, "llm_kv_blocks_free", "gauge", "KV cache blocks free (prefix-cached ones included).", ld(&self.blocks_free));
         gauge(&mut o, "llm_kv_blocks_total", "gauge", "KV cache blocks.", ld(&self.blocks_total));
         gauge(&mut o, "llm_preemptions_total", "counter", "Sequences preempted for recompute.", ld(&self.preemptions));
+        gauge(&mut o, "llm_engine_generated_tokens_total", "counter", "Tokens the engine sampled (sent, stop tokens, and those of requests cancelled later).", ld(&self.engine_generated));
         self.ttft.write(&mut o, "llm_time_to_first_token_seconds", "Time from request arrival to its first token.");
         self.itl.write(&mut o, "llm_inter_token_latency_seconds", "Time between consecutive tokens of a request.");
         self.e2e.write(&mut o, "llm_request_duration_seconds", "Time from request arrival to its last event.");
