@@ -176,6 +176,9 @@ struct Common {
     seed: Option<i64>,
     presence_penalty: Option<f32>,
     frequency_penalty: Option<f32>,
+    /// vLLM's extension: generate `max_tokens` even past EOS (benchmarks).
+    #[serde(default)]
+    ignore_eos: bool,
 }
 
 #[derive(Deserialize)]
@@ -310,7 +313,7 @@ fn sampling(c: &Common, model: &dyn crate::ServedModel, prompt_len: usize, defau
         top_p: c.top_p,
         seed: c.seed.map(|s| s as u64),
         max_tokens: max_tokens as usize,
-        stop_token_ids: model.eos_token_ids(),
+        stop_token_ids: if c.ignore_eos { Vec::new() } else { model.eos_token_ids() },
         stop_strings,
         ..SamplingParams::default()
     })

@@ -95,7 +95,7 @@ pub fn reference_logits(history: &[u32]) -> Vec<f32> {
     }
     l[0xC3] -= 1.5;
     // EOS now and then (about one context in 60 greedily).
-    l[EOS as usize] = if mix(h, 999) % 60 == 0 { 5.0 } else { -5.0 };
+    l[EOS as usize] = if mix(h, 999).is_multiple_of(60) { 5.0 } else { -5.0 };
     l
 }
 
