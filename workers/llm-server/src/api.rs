@@ -4,7 +4,7 @@ use crate::{Cmd, Shared};
 use axum::body::Bytes;
 use axum::extract::rejection::BytesRejection;
 use axum::extract::{DefaultBodyLimit, Request, State};
-use axum::http::{header, HeaderMap, StatusCode};
+use axum::http::{header, StatusCode};
 use axum::middleware::{self, Next};
 use axum::response::sse::{Event as SseEvent, Sse};
 use axum::response::{IntoResponse, Response};
@@ -395,7 +395,7 @@ async fn completions(State(s): St, body: Result<Bytes, BytesRejection>) -> Resul
     generate(s, model, job).await
 }
 
-async fn chat_completions(State(s): St, _h: HeaderMap, body: Result<Bytes, BytesRejection>) -> Result<Response, ApiError> {
+async fn chat_completions(State(s): St, body: Result<Bytes, BytesRejection>) -> Result<Response, ApiError> {
     let r: ChatRequest = parse(body)?;
     let model = s.model.get().expect("gate checked").clone();
     let job = chat_job(r, &*model)?;

@@ -268,17 +268,21 @@ where
 {
     let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
     rt.block_on(async move {
+        // Handlers first, so that a signal arriving at any later point is seen.
+        let signal = shutdown_signal()?;
+        tokio::pin!(signal);
         let listener = tokio::net::TcpListener::bind(addr).await.map_err(|source| ServerError::Bind { addr, source })?;
         let mut server = Server::start(config, listener, load)?;
         tracing::info!(addr = %server.local_addr(), "listening; loading the model");
         let loaded = tokio::select! {
             r = server.ready() => Some(r),
-            _ = shutdown_signal() => None,
+            _ = &mut signal => None,
         };
         match loaded {
             Some(Ok(())) => {
                 tracing::info!(addr = %server.local_addr(), "model loaded: ready");
-                shutdown_signal().await;
+                signal.await;
+                tracing::info!("signal received");
             }
             Some(Err(e)) => {
                 server.shutdown();
@@ -292,26 +296,25 @@ where
     })
 }
 
-/// Resolves on SIGINT (Ctrl-C) or, on Unix, SIGTERM.
-pub async fn shutdown_signal() {
-    let ctrl_c = async {
-        let _ = tokio::signal::ctrl_c().await;
-    };
+/// Installs the SIGINT (Ctrl-C) and, on Unix, SIGTERM handlers now (inside a tokio runtime)
+/// and returns a future that resolves on the first of them.
+pub fn shutdown_signal() -> std::io::Result<impl std::future::Future<Output = ()>> {
     #[cfg(unix)]
-    let term = async {
-        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-            Ok(mut s) => {
-                s.recv().await;
+    {
+        use tokio::signal::unix::{signal, SignalKind};
+        let mut term = signal(SignalKind::terminate())?;
+        let mut int = signal(SignalKind::interrupt())?;
+        Ok(async move {
+            tokio::select! {
+                _ = term.recv() => {}
+                _ = int.recv() => {}
             }
-            Err(_) => std::future::pending().await,
-        }
-    };
-    #[cfg(not(unix))]
-    let term = std::future::pending::<()>();
-    tokio::select! {
-        _ = ctrl_c => {}
-        _ = term => {}
+        })
     }
+    #[cfg(not(unix))]
+    Ok(async {
+        let _ = tokio::signal::ctrl_c().await;
+    })
 }
 
 fn engine_thread<M, R, F>(load: F, shared: Arc<Shared>, cmds: mpsc::Receiver<Cmd>, load_tx: watch::Sender<LoadState>)

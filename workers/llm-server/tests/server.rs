@@ -69,6 +69,14 @@ async fn completion_fields_and_reference_text() {
     assert_eq!(v["choices"][0]["text"], decode(&want));
     assert_eq!(v["usage"]["completion_tokens"], want.len() + eos as usize);
 
+    // ignore_eos (vLLM's extension) generates max_tokens whatever the model says.
+    let (st, body) = post(&c, &base, "/v1/completions", json!({"model": "tiny-test", "prompt": [BOS, 97], "max_tokens": 200, "temperature": 0, "ignore_eos": true})).await;
+    assert_eq!(st, StatusCode::OK);
+    let v: Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(v["usage"]["completion_tokens"], 200);
+    assert_eq!(v["usage"]["prompt_tokens"], 2);
+    assert_eq!(v["choices"][0]["finish_reason"], "length");
+
     // /v1/models and /health.
     let m: Value = c.get(format!("{base}/v1/models")).send().await.unwrap().json().await.unwrap();
     assert_eq!(m["object"], "list");
