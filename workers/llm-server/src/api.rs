@@ -104,6 +104,9 @@ async fn gate(State(s): St, req: Request, next: Next) -> Response {
     if s.draining.load(Ordering::SeqCst) {
         return ApiError::unavailable("the server is shutting down").into_response();
     }
+    if s.engine_down.load(Ordering::SeqCst) {
+        return ApiError::unavailable("the engine has stopped").into_response();
+    }
     if s.model.get().is_none() {
         return ApiError::unavailable("the model is loading").into_response();
     }
@@ -113,6 +116,8 @@ async fn gate(State(s): St, req: Request, next: Next) -> Response {
 async fn health(State(s): St) -> Response {
     if s.draining.load(Ordering::SeqCst) {
         (StatusCode::SERVICE_UNAVAILABLE, "shutting down\n").into_response()
+    } else if s.engine_down.load(Ordering::SeqCst) {
+        (StatusCode::SERVICE_UNAVAILABLE, "engine stopped\n").into_response()
     } else if s.model.get().is_none() {
         (StatusCode::SERVICE_UNAVAILABLE, "loading\n").into_response()
     } else {
@@ -714,6 +719,7 @@ impl StreamState {
             }
             None => {
                 self.done = true;
+                out.push(json!({"error": {"message": "the engine stopped", "type": "server_error", "param": null, "code": null}}).to_string());
                 out.push("[DONE]".to_string());
             }
         }

@@ -129,6 +129,8 @@ pub(crate) struct Shared {
     pub(crate) max_in_flight: AtomicUsize,
     pub(crate) in_flight: AtomicUsize,
     pub(crate) draining: AtomicBool,
+    /// The engine thread has ended (after shutdown, or a panic in the runner).
+    pub(crate) engine_down: AtomicBool,
     pub(crate) cmds: Mutex<Option<mpsc::Sender<Cmd>>>,
     pub(crate) metrics: Metrics,
     pub(crate) next_id: AtomicUsize,
@@ -166,6 +168,7 @@ impl Server {
             max_in_flight: AtomicUsize::new(0),
             in_flight: AtomicUsize::new(0),
             draining: AtomicBool::new(false),
+            engine_down: AtomicBool::new(false),
             cmds: Mutex::new(Some(cmd_tx)),
             metrics: Metrics::default(),
             next_id: AtomicUsize::new(0),
@@ -323,6 +326,14 @@ where
     R: ModelRunner + 'static,
     F: FnOnce() -> Result<Loaded<M, R>, LoadError>,
 {
+    /// Marks the engine down however the thread ends (a runner panic included).
+    struct Down(Arc<Shared>);
+    impl Drop for Down {
+        fn drop(&mut self) {
+            self.0.engine_down.store(true, Ordering::SeqCst);
+        }
+    }
+    let _down = Down(shared.clone());
     let t0 = std::time::Instant::now();
     let (model, engine) = match load() {
         Ok(x) => x,

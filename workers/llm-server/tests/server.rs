@@ -325,3 +325,39 @@ async fn health_waits_for_the_model() {
     server.shutdown();
     server.wait().await.unwrap();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn runner_failure_and_engine_panic() {
+    let mut server = start(Setup::default()).await;
+    server.ready().await.unwrap();
+    let base = format!("http://{}", server.local_addr());
+    let c = client();
+    // A failing step: 500 for that request (streamed: an error event, then [DONE]); the
+    // server goes on.
+    let (st, body) = post(&c, &base, "/v1/completions", json!({"model": "tiny-test", "prompt": [BOS, 1, 97]})).await;
+    assert_eq!(st, StatusCode::INTERNAL_SERVER_ERROR);
+    assert_eq!(err_of(&body)["type"], "server_error");
+    let r = c.post(format!("{base}/v1/completions")).json(&json!({"model": "tiny-test", "prompt": [BOS, 1], "stream": true})).send().await.unwrap();
+    let data = sse_data(&r.text().await.unwrap());
+    assert_eq!(data.last().unwrap(), "[DONE]");
+    err_of(&data[data.len() - 2]);
+    let (st, _) = post(&c, &base, "/v1/completions", json!({"model": "tiny-test", "prompt": "fine", "max_tokens": 3})).await;
+    assert_eq!(st, StatusCode::OK);
+    let m = c.get(format!("{base}/metrics")).send().await.unwrap().text().await.unwrap();
+    assert_eq!(metric(&m, "llm_kv_blocks_used"), 0.0);
+
+    // A panicking runner takes the engine thread down: the request gets 500, then /health
+    // and new requests 503, and wait() reports it.
+    let (st, body) = post(&c, &base, "/v1/completions", json!({"model": "tiny-test", "prompt": [BOS, 2]})).await;
+    assert_eq!(st, StatusCode::INTERNAL_SERVER_ERROR, "{body}");
+    let t0 = Instant::now();
+    while c.get(format!("{base}/health")).send().await.unwrap().status() != StatusCode::SERVICE_UNAVAILABLE {
+        assert!(t0.elapsed() < Duration::from_secs(5));
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let (st, body) = post(&c, &base, "/v1/completions", json!({"model": "tiny-test", "prompt": "x"})).await;
+    assert_eq!(st, StatusCode::SERVICE_UNAVAILABLE);
+    err_of(&body);
+    server.shutdown();
+    assert!(matches!(server.wait().await, Err(llm_server::ServerError::EnginePanicked)));
+}

@@ -8,8 +8,24 @@ use llm_engine::{Engine, EngineConfig};
 use serde_json::{json, Value};
 use std::time::{Duration, Instant};
 
+/// Log lines captured by the global subscriber.
+#[derive(Clone, Default)]
+struct Buf(std::sync::Arc<std::sync::Mutex<Vec<u8>>>);
+impl std::io::Write for Buf {
+    fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(b);
+        Ok(b.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
 #[test]
 fn sigterm_stops_run_cleanly() {
+    let logs = Buf::default();
+    let w = logs.clone();
+    tracing_subscriber::fmt().with_ansi(false).with_writer(move || w.clone()).init();
     let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
     let addr: std::net::SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
     let config = llm_server::ServerConfig { shutdown_grace: Duration::from_millis(200), ..Default::default() };
@@ -49,4 +65,11 @@ fn sigterm_stops_run_cleanly() {
         std::thread::sleep(Duration::from_millis(20));
     }
     server.join().unwrap().unwrap();
+    // One structured line for the request, with its timings.
+    let text = String::from_utf8(logs.0.lock().unwrap().clone()).unwrap();
+    let lines: Vec<&str> = text.lines().filter(|l| l.contains("llm_server::request")).collect();
+    assert_eq!(lines.len(), 1, "{text}");
+    for field in ["endpoint=\"completions\"", "stream=true", "prompt_tokens=4", "finish=\"abort\"", "ttft_ms=", "mean_itl_ms=", "total_ms="] {
+        assert!(lines[0].contains(field), "{field} not in {}", lines[0]);
+    }
 }

@@ -125,7 +125,8 @@ impl std::fmt::Display for RunnerError {
 }
 impl std::error::Error for RunnerError {}
 
-/// The paged runner: slot `block * block_size + offset` holds (token, position).
+/// The paged runner: slot `block * block_size + offset` holds (token, position). A prompt
+/// with the byte token 1 makes its step fail; with 2, panic.
 pub struct TestRunner {
     pub block_size: usize,
     pub slots: Vec<Option<(u32, usize)>>,
@@ -142,6 +143,11 @@ impl ModelRunner for TestRunner {
     }
     fn step(&mut self, batch: &[SeqChunk]) -> Result<Vec<Vec<f32>>, RunnerError> {
         std::thread::sleep(self.step_delay);
+        // Fault injection: byte 1 in a prompt makes the step fail, byte 2 panics the engine.
+        if batch.iter().any(|c| c.tokens.contains(&1)) {
+            return Err(RunnerError("injected runner failure".into()));
+        }
+        assert!(!batch.iter().any(|c| c.tokens.contains(&2)), "injected runner panic");
         let bs = self.block_size;
         let mut out = Vec::new();
         for c in batch {
