@@ -214,6 +214,6 @@ fn llm(steps: usize) -> candle_core::Result<()> {
             ours.tokens.len()
         );
     }
-    println!("(random weights: the tokens mean nothing; a real model: candle-rocm/examples/llm_worker.rs, docs/workers.md)");
+    println!("(random weights: the tokens mean nothing; a real model: `llm-worker generate`, docs/workers.md)");
     Ok(())
 }

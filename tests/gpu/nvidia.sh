@@ -33,10 +33,11 @@ bundle_tests() {
     # The NVIDIA machine needs the PTX only: leave the AMD code objects out of these
     # binaries (the CPU-side tests of the code objects run in `cargo test --workspace`).
     export KERNEL_ARCHS="${KERNEL_ARCHS:-none}"
-    # Every crate with kernels and a `cuda` feature.
+    # Every crate with GPU work and a `cuda` feature (DIR or DIR:PACKAGE when the names differ).
     local args=() features=()
-    for c in kernels candle-rocm attention; do
-        if grep -q '^cuda *=' "$c/Cargo.toml" 2>/dev/null; then args+=(-p "$c"); features+=("$c/cuda"); fi
+    for c in kernels candle-rocm attention kernel-dsl/collectives:kernel-collectives; do
+        local dir="${c%%:*}" pkg="${c##*:}"
+        if grep -q '^cuda *=' "$dir/Cargo.toml" 2>/dev/null; then args+=(-p "$pkg"); features+=("$pkg/cuda"); fi
     done
     cargo test --release "${args[@]}" --features "$(IFS=,; echo "${features[*]}")" --no-run --message-format=json 2>/dev/null \
         | python3 -c '
@@ -93,8 +94,10 @@ for p in m["packages"]:
     cargo build --release -p candle-rocm --features cuda --example llama_e2e
     cp "$TARGET/release/examples/llama_e2e" "$BIN/bench-llama-e2e"
     # The GGUF LLM worker and the random-GGUF writer (README, "Quantized models").
-    cargo build --release -p candle-rocm --features cuda --example llm_worker --example qllama_e2e
-    cp "$TARGET/release/examples/llm_worker" "$BIN/llm-worker"
+    cargo build --release -p candle-rocm --features cuda --example qllama_e2e
+    # The LLM worker (workers/llm): generate, bench, write-random.
+    cargo build --release -p llm-worker --features cuda
+    cp "$TARGET/release/llm-worker" "$BIN/llm-worker"
     cp "$TARGET/release/examples/qllama_e2e" "$BIN/bench-qllama-e2e"
     cargo build --release -p gguf-llama
     cp "$TARGET/release/gguf-llama" "$BIN/gguf-llama"
@@ -119,9 +122,36 @@ cublas_setup() {
     export CANDLE_ROCM_REQUIRE_BLAS="${CANDLE_ROCM_REQUIRE_BLAS:-1}"
 }
 
+# kernel-collectives loads NCCL at run time: NCCL_LIBRARY names the file when set, else the
+# loader looks for libnccl.so.2. The GPU machines have it from PyTorch's wheel
+# (nvidia-nccl-cu*: site-packages/nvidia/nccl/lib/libnccl.so.2). With 2 or more GPUs a
+# missing NCCL or GPU fails the collectives tests instead of skipping them.
+nccl_setup() {
+    if [ -z "${NCCL_LIBRARY:-}" ]; then
+        local found
+        found="$(python3 -c 'import glob, os, site, sys
+dirs = []
+try:
+    import nvidia.nccl
+    dirs += list(nvidia.nccl.__path__)
+except Exception:
+    pass
+dirs += [os.path.join(d, "nvidia", "nccl") for d in site.getsitepackages() + [site.getusersitepackages()]]
+for d in dirs:
+    for f in glob.glob(os.path.join(d, "lib", "libnccl.so.2")):
+        print(f); sys.exit()' 2>/dev/null || true)"
+        if [ -n "$found" ]; then export NCCL_LIBRARY="$found"; fi
+    fi
+    echo "NCCL_LIBRARY=${NCCL_LIBRARY:-<unset: the loader looks for libnccl.so.2>}"
+    local gpus
+    gpus="$(nvidia-smi -L 2>/dev/null | grep -c '^GPU' || true)"
+    if [ "${gpus:-0}" -ge 2 ]; then export COLLECTIVES_REQUIRE_GPU="${COLLECTIVES_REQUIRE_GPU:-1}"; fi
+}
+
 run() {
     if [ -d "$BIN/data" ]; then export KERNELS_TEST_DATA="$BIN/data"; fi
     cublas_setup
+    nccl_setup
     nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader || true
     status=0
     if command -v ptxas >/dev/null && [ -f "$BIN/kernels.ptx" ]; then
@@ -143,6 +173,7 @@ report() {
     mkdir -p "$out"
     if [ -d "$BIN/data" ]; then export KERNELS_TEST_DATA="$BIN/data"; fi
     cublas_setup > "$out/cublas.txt" 2>&1
+    nccl_setup > "$out/nccl.txt" 2>&1
     nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader > "$out/gpu.txt" 2>&1 || true
     step() { # step NAME SECONDS CMD...: runs CMD with a limit, logs to DIR/NAME.log
         local name="$1" limit="$2"; shift 2
@@ -241,6 +272,6 @@ case "${1:-all}" in
     pack) pack "${2:-}" ;;
     run) run ;;
     report) shift; report "$@" ;;
-    all) cargo test -p kernels -p candle-rocm -p attention --features kernels/cuda,candle-rocm/cuda,attention/cuda -- --test-threads=1 ;;
+    all) nccl_setup; cargo test -p kernels -p candle-rocm -p attention -p kernel-collectives --features kernels/cuda,candle-rocm/cuda,attention/cuda,kernel-collectives/cuda -- --test-threads=1 ;;
     *) echo "usage: $0 [bundle|bundle-tests|pack DIR|run|report DIR]" >&2; exit 2 ;;
 esac

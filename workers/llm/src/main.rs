@@ -1,0 +1,286 @@
+//! `llm-worker`: generate text with a llama-family model, benchmark decode throughput, or
+//! write a random-weight model. `llm-worker --help` lists the options.
+use anyhow::{bail, Context, Result};
+use clap::{Parser, Subcommand};
+use llm_engine::{Engine, EngineConfig, Event, FinishReason, SamplingParams};
+use llm_worker::generate::blocks_needed;
+use llm_worker::random::{RandomModel, Shape};
+use llm_worker::{device, Family, LlamaRunner, Message, Model, TextTools};
+use std::io::Write;
+use std::path::PathBuf;
+use std::time::Instant;
+
+#[derive(Parser)]
+#[command(name = "llm-worker", about = "Llama-family LLM worker on Candle (our backend or Candle's CPU)")]
+struct Cli {
+    #[command(subcommand)]
+    cmd: Cmd,
+}
+
+#[derive(Subcommand)]
+enum Cmd {
+    /// Generate from a prompt through the engine, streaming the text; prints prefill and
+    /// decode tokens/s.
+    Generate {
+        /// A Hugging Face folder (config.json + safetensors) or a GGUF file.
+        #[arg(long)]
+        model: PathBuf,
+        /// tokenizer.json (default: in the folder, or next to the GGUF file).
+        #[arg(long)]
+        tokenizer: Option<PathBuf>,
+        #[arg(long, default_value = "the")]
+        prompt: String,
+        /// Render the prompt as a user message through the model's chat template.
+        #[arg(long)]
+        chat: bool,
+        /// A system message (with --chat).
+        #[arg(long)]
+        system: Option<String>,
+        #[arg(long, default_value_t = 64)]
+        max_tokens: usize,
+        /// 0 = greedy.
+        #[arg(long, default_value_t = 0.0)]
+        temperature: f64,
+        #[arg(long)]
+        top_p: Option<f64>,
+        #[arg(long, default_value_t = 299792458)]
+        seed: u64,
+        /// cpu (Candle's CPU), cpu-executor, cuda:N, rocm:N.
+        #[arg(long, default_value = "cpu")]
+        device: String,
+        #[arg(long, default_value_t = 16)]
+        block_size: usize,
+    },
+    /// Decode throughput and time to first token at several concurrencies, through the
+    /// engine (random prompts, greedy, all requests at once; one JSON line per concurrency).
+    Bench {
+        #[arg(long)]
+        model: PathBuf,
+        #[arg(long, default_value_t = 512)]
+        prompt_len: usize,
+        #[arg(long, default_value_t = 256)]
+        gen: usize,
+        /// Comma-separated numbers of concurrent sequences.
+        #[arg(long, default_value = "1,8,32", value_delimiter = ',')]
+        concurrency: Vec<usize>,
+        #[arg(long, default_value = "cpu")]
+        device: String,
+        #[arg(long, default_value_t = 16)]
+        block_size: usize,
+        /// The engine's token budget per step (chunked prefill beyond it).
+        #[arg(long, default_value_t = 4096)]
+        max_batched_tokens: usize,
+        #[arg(long, default_value_t = 0)]
+        seed: u64,
+    },
+    /// Write a model with seeded random weights (a Hugging Face folder, or a llama GGUF file).
+    WriteRandom {
+        /// The folder (safetensors) or the .gguf file (with --gguf) to write.
+        #[arg(long)]
+        out: PathBuf,
+        /// llama, mistral, qwen2, qwen3.
+        #[arg(long, default_value = "llama")]
+        family: String,
+        /// tiny, 1b, 8b.
+        #[arg(long, default_value = "tiny")]
+        shape: String,
+        /// f32, f16, bf16.
+        #[arg(long, default_value = "bf16")]
+        dtype: String,
+        #[arg(long, default_value_t = 0)]
+        seed: u64,
+        /// rope_theta at the top level of config.json (older transformers) instead of rope_parameters.
+        #[arg(long)]
+        legacy_rope: bool,
+        /// Shards of about this many MiB, with model.safetensors.index.json.
+        #[arg(long)]
+        shard_mib: Option<usize>,
+        /// Mistral's sliding window.
+        #[arg(long)]
+        sliding_window: Option<usize>,
+        /// Write a GGUF of this GGML type instead (f32 f16 bf16 q4_0 q4_1 q5_0 q5_1 q8_0 q2k
+        /// q3k q4k q5k q6k): llama through gguf-llama, qwen2/qwen3 from this crate's weights;
+        /// tokenizer.json next to it.
+        #[arg(long)]
+        gguf: Option<String>,
+    },
+}
+
+fn load(model: &std::path::Path, spec: &str) -> Result<(Model, String)> {
+    let (dev, name) = device(spec)?;
+    let t0 = Instant::now();
+    let m = Model::load(model, &dev)?;
+    eprintln!("model {} ({:?}, {:?}, {} layers) on {name}, loaded in {:.2} s", model.display(), m.cfg.family, m.dtype, m.cfg.num_layers, t0.elapsed().as_secs_f64());
+    Ok((m, name))
+}
+
+fn run(cli: Cli) -> Result<()> {
+    match cli.cmd {
+        Cmd::Generate { model, tokenizer, prompt, chat, system, max_tokens, temperature, top_p, seed, device, block_size } => {
+            if top_p.is_some_and(|p| !(p > 0.0 && p <= 1.0)) {
+                bail!("--top-p must be in (0, 1]");
+            }
+            let (m, _) = load(&model, &device)?;
+            let text = TextTools::load(&model, tokenizer.as_deref(), m.cfg.vocab_size)?;
+            let prompt_text = if chat {
+                let mut msgs = vec![];
+                if let Some(s) = &system {
+                    msgs.push(Message::new("system", s));
+                }
+                msgs.push(Message::new("user", &prompt));
+                text.render_chat(&msgs, true)?
+            } else {
+                prompt.clone()
+            };
+            // A rendered template carries its own special tokens; a plain prompt gets the
+            // tokenizer's (a Llama BOS).
+            let ids = text.encode_with(&prompt_text, !chat)?;
+            if ids.is_empty() {
+                bail!("the prompt encodes to no tokens");
+            }
+            let stop = m.cfg.eos_token_ids.clone();
+            let max_len = ids.len() + max_tokens;
+            let runner = LlamaRunner::new(m, blocks_needed(1, max_len, block_size), block_size)?;
+            let config = EngineConfig { max_num_seqs: 1, max_batched_tokens: ids.len().max(16), max_model_len: max_len, prefix_caching: false };
+            let mut engine = Engine::try_new(runner, config)?;
+            let params = SamplingParams { temperature: temperature as f32, top_p: top_p.map(|p| p as f32), seed: Some(seed), max_tokens, stop_token_ids: stop, ..SamplingParams::default() };
+            let t0 = Instant::now();
+            let (_, mut rx) = engine.add_request(ids.clone(), params)?;
+            print!("{prompt_text}");
+            let mut out = std::io::stdout();
+            let (mut got, mut printed, mut first) = (vec![], 0usize, None);
+            // Drain after every step, the last one (which reports no work left) included.
+            let mut more = true;
+            while more {
+                more = engine.step()?;
+                while let Ok(ev) = rx.try_recv() {
+                    match ev {
+                        Event::Token { id, .. } => {
+                            first.get_or_insert_with(|| t0.elapsed().as_secs_f64());
+                            got.push(id);
+                            let s = text.decode(&got)?;
+                            // Hold back a character whose bytes are not all generated yet.
+                            if s.len() > printed && s.is_char_boundary(printed) && !s.ends_with('\u{FFFD}') {
+                                print!("{}", &s[printed..]);
+                                printed = s.len();
+                                let _ = out.flush();
+                            }
+                        }
+                        Event::Finished { reason: FinishReason::Error(e), .. } => bail!("generation failed: {e}"),
+                        Event::Finished { .. } => {}
+                    }
+                }
+            }
+            println!();
+            let total = t0.elapsed().as_secs_f64();
+            let prefill_s = first.unwrap_or(total);
+            let decoded = got.len().saturating_sub(1);
+            eprintln!(
+                "prefill: {} tokens in {:.3} s = {:.1} tokens/s; decode: {} tokens in {:.3} s = {:.1} tokens/s",
+                ids.len(),
+                prefill_s,
+                ids.len() as f64 / prefill_s.max(1e-9),
+                decoded,
+                total - prefill_s,
+                decoded as f64 / (total - prefill_s).max(1e-9)
+            );
+        }
+        Cmd::Bench { model, prompt_len, gen, concurrency, device, block_size, max_batched_tokens, seed } => {
+            if prompt_len == 0 || gen == 0 || concurrency.contains(&0) {
+                bail!("--prompt-len, --gen and every --concurrency must be positive");
+            }
+            let (m, dev_name) = load(&model, &device)?;
+            let vocab = m.cfg.vocab_size;
+            let max_c = concurrency.iter().copied().max().unwrap_or(1);
+            let max_len = prompt_len + gen;
+            let blocks = blocks_needed(max_c, max_len, block_size);
+            let runner = LlamaRunner::new(m, blocks, block_size)?;
+            eprintln!("KV cache: {blocks} blocks of {block_size} tokens, {:.1} MiB", (blocks * runner.block_bytes()) as f64 / (1u64 << 20) as f64);
+            let config = EngineConfig { max_num_seqs: max_c, max_batched_tokens: max_batched_tokens.max(max_c), max_model_len: max_len, prefix_caching: false };
+            let mut engine = Engine::try_new(runner, config)?;
+            for &c in &concurrency {
+                // Random prompts below the last two ids (the written models' special tokens).
+                let t0 = Instant::now();
+                let mut rxs = vec![];
+                for i in 0..c {
+                    let p = gguf_llama::seeded_values(prompt_len, seed ^ (i as u64 + 1), 0.0, (vocab - 2) as f32).into_iter().map(|x| x as u32).collect();
+                    rxs.push(engine.add_request(p, SamplingParams::greedy(gen))?.1);
+                }
+                // Per request: arrival time of each token.
+                let mut times: Vec<Vec<f64>> = vec![vec![]; c];
+                let mut more = true;
+                while more {
+                    more = engine.step()?;
+                    let now = t0.elapsed().as_secs_f64();
+                    for (rx, t) in rxs.iter_mut().zip(&mut times) {
+                        while let Ok(ev) = rx.try_recv() {
+                            match ev {
+                                Event::Token { .. } => t.push(now),
+                                Event::Finished { reason: FinishReason::Error(e), .. } => bail!("generation failed: {e}"),
+                                Event::Finished { .. } => {}
+                            }
+                        }
+                    }
+                }
+                let end = t0.elapsed().as_secs_f64();
+                let ttft = times.iter().map(|t| t.first().copied().unwrap_or(end)).sum::<f64>() / c as f64;
+                // Aggregate decode rate once every sequence is decoding: tokens after the last
+                // first token, over that time.
+                let all_started = times.iter().map(|t| t.first().copied().unwrap_or(end)).fold(0f64, f64::max);
+                let after: usize = times.iter().map(|t| t.iter().filter(|&&x| x > all_started).count()).sum();
+                let decode_tok_s = after as f64 / (end - all_started).max(1e-9);
+                let total: usize = times.iter().map(Vec::len).sum();
+                eprintln!("concurrency {c}: decode {decode_tok_s:.1} tokens/s aggregate, time to first token {:.1} ms (mean), {total} tokens in {end:.2} s", ttft * 1e3);
+                let j = serde_json::json!({
+                    "model": model.display().to_string(), "device": dev_name, "concurrency": c, "prompt_len": prompt_len, "gen": gen,
+                    "decode_tok_s": decode_tok_s, "ttft_ms": ttft * 1e3, "output_tok_s": total as f64 / end, "seconds": end,
+                });
+                println!("{j}");
+            }
+        }
+        Cmd::WriteRandom { out, family, shape, dtype, seed, legacy_rope, shard_mib, sliding_window, gguf } => {
+            if let Some(ty) = gguf.as_deref().filter(|_| family != "llama") {
+                let fam = Family::from_name(&family).with_context(|| format!("unknown family {family:?} (llama, qwen2, qwen3 for GGUF)"))?;
+                let t = gguf_llama::parse_type(ty).with_context(|| format!("unknown GGML type {ty:?}"))?;
+                let sh = Shape::by_name(&shape).with_context(|| format!("unknown shape {shape:?} (tiny, 1b, 8b)"))?;
+                let mut r = RandomModel::new(fam, sh);
+                r.seed = seed;
+                r.write_gguf(&out, t)?;
+            } else if let Some(ty) = gguf {
+                let t = gguf_llama::parse_type(&ty).with_context(|| format!("unknown GGML type {ty:?}"))?;
+                let s = gguf_llama::LlamaShape::by_name(&shape).with_context(|| format!("unknown shape {shape:?} (tiny, 1b, 8b)"))?;
+                gguf_llama::write_gguf(&out, &s, gguf_llama::Storage::Quantized(t), seed)?;
+                gguf_llama::write_tokenizer(&out.with_file_name("tokenizer.json"), s.vocab)?;
+            } else {
+                let fam = Family::from_name(&family).with_context(|| format!("unknown family {family:?} (llama, mistral, qwen2, qwen3)"))?;
+                let sh = Shape::by_name(&shape).with_context(|| format!("unknown shape {shape:?} (tiny, 1b, 8b)"))?;
+                let mut r = RandomModel::new(fam, sh);
+                r.dtype = match dtype.as_str() {
+                    "f32" => candle_core::DType::F32,
+                    "f16" => candle_core::DType::F16,
+                    "bf16" => candle_core::DType::BF16,
+                    d => bail!("unknown dtype {d:?} (f32, f16, bf16)"),
+                };
+                r.seed = seed;
+                r.legacy_rope = legacy_rope;
+                r.shard_bytes = shard_mib.map(|m| m << 20);
+                if sliding_window.is_some() {
+                    r.sliding_window = sliding_window;
+                }
+                r.write(&out)?;
+            }
+            eprintln!("wrote {}", out.display());
+        }
+    }
+    Ok(())
+}
+
+fn main() -> std::process::ExitCode {
+    match run(Cli::parse()) {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("llm-worker: error: {e:#}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}

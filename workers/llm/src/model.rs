@@ -1,0 +1,431 @@
+//! The llama-family forward written for serving: a batch of chunks of different lengths
+//! packed into one token dimension, rope at each token's own position, K/V appended to a
+//! paged cache and attention over it, logits only for the rows that sample.
+//!
+//! Every op that a fused kernel will replace sits behind one small function here
+//! ([`rms_norm`], [`apply_rope`], [`append_kv`], [`paged_attention`], [`silu_mul`],
+//! [`Linear::forward`]); today they are plain Candle ops that run on every device.
+use crate::config::ModelConfig;
+use crate::error::{malformed, Error, Result};
+use candle_core::quantized::{gguf_file, QMatMul};
+use candle_core::{DType, Device, Module, Tensor};
+use std::path::{Path, PathBuf};
+
+/// A weight matrix `[out, in]`: dense (safetensors) or GGML blocks (GGUF), with an optional bias.
+pub struct Linear {
+    w: Weight,
+    b: Option<Tensor>,
+}
+
+enum Weight {
+    Dense(Tensor),
+    Quant(QMatMul),
+}
+
+impl Linear {
+    /// `x @ W^T + b` for `x` of `[tokens, in]`.
+    pub fn forward(&self, x: &Tensor) -> candle_core::Result<Tensor> {
+        let y = match &self.w {
+            Weight::Dense(w) => x.matmul(&w.t()?)?,
+            Weight::Quant(q) => q.forward(x)?,
+        };
+        match &self.b {
+            Some(b) => y.broadcast_add(b),
+            None => Ok(y),
+        }
+    }
+}
+
+/// RMSNorm over the last dimension.
+pub fn rms_norm(x: &Tensor, w: &Tensor, eps: f64) -> candle_core::Result<Tensor> {
+    candle_nn::ops::rms_norm(&x.contiguous()?, w, eps as f32)
+}
+
+/// `silu(gate) * up`.
+pub fn silu_mul(gate: &Tensor, up: &Tensor) -> candle_core::Result<Tensor> {
+    candle_nn::ops::silu(gate)? * up
+}
+
+/// Rope of `x: [tokens, heads, head_dim]` with each token's `cos`/`sin` rows `[tokens, head_dim/2]`.
+pub fn apply_rope(x: &Tensor, cos: &Tensor, sin: &Tensor, interleaved: bool) -> candle_core::Result<Tensor> {
+    if interleaved {
+        let xt = x.transpose(0, 1)?.unsqueeze(0)?.contiguous()?;
+        candle_nn::rotary_emb::rope_i(&xt, cos, sin)?.squeeze(0)?.transpose(0, 1)?.contiguous()
+    } else {
+        candle_nn::rotary_emb::rope_thd(&x.unsqueeze(0)?.contiguous()?, cos, sin)?.squeeze(0)
+    }
+}
+
+/// One layer's paged K and V: `[num_blocks, block_size, kv_heads, head_dim]` each (the one
+/// place that knows the layout).
+pub struct LayerCache {
+    /// Keys, rope applied.
+    pub k: Tensor,
+    /// Values.
+    pub v: Tensor,
+}
+
+impl LayerCache {
+    /// A zeroed cache.
+    pub fn new(num_blocks: usize, block_size: usize, kv_heads: usize, head_dim: usize, dtype: DType, dev: &Device) -> candle_core::Result<Self> {
+        let shape = (num_blocks, block_size, kv_heads, head_dim);
+        Ok(LayerCache { k: Tensor::zeros(shape, dtype, dev)?, v: Tensor::zeros(shape, dtype, dev)? })
+    }
+
+    /// Copies whole blocks `src -> dst` in K and V (copy-on-write of shared prefixes).
+    pub fn copy_blocks(&self, src: &Tensor, dst: &Tensor) -> candle_core::Result<()> {
+        for c in [&self.k, &self.v] {
+            let (nb, bs, h, d) = c.dims4()?;
+            let flat = c.reshape((nb, bs * h * d))?;
+            let rows = flat.index_select(src, 0)?;
+            let idx = dst.unsqueeze(1)?.broadcast_as(rows.shape())?.contiguous()?;
+            flat.scatter_set(&idx, &rows, 0)?;
+        }
+        Ok(())
+    }
+}
+
+/// Writes `k`, `v` (`[tokens, kv_heads, head_dim]`) into the cache slots `slots` (`[tokens]`
+/// u32: `block * block_size + offset`).
+pub fn append_kv(cache: &LayerCache, k: &Tensor, v: &Tensor, slots: &Tensor) -> candle_core::Result<()> {
+    for (c, x) in [(&cache.k, k), (&cache.v, v)] {
+        let (nb, bs, h, d) = c.dims4()?;
+        let flat = c.reshape((nb * bs, h * d))?;
+        let x = x.reshape(((), h * d))?.to_dtype(c.dtype())?.contiguous()?;
+        let idx = slots.unsqueeze(1)?.broadcast_as(x.shape())?.contiguous()?;
+        flat.scatter_set(&idx, &x, 0)?;
+    }
+    Ok(())
+}
+
+/// A multi-token chunk (prefill) of a packed batch, as [`paged_attention`] needs it.
+pub struct AttnChunk {
+    /// First row of the chunk in the packed token dimension.
+    pub offset: usize,
+    pub len: usize,
+    /// Slots of every cached position `0..start_pos + len`, `[ctx]` u32 on the device.
+    pub ctx_slots: Tensor,
+    /// Additive mask `[len, ctx]` f32 (0 or -inf): causal, and the sliding window.
+    pub mask: Tensor,
+}
+
+/// The one-token chunks (decodes) of a packed batch, attended together: contexts padded to
+/// the longest one (padding slots masked).
+pub struct DecodeGroup {
+    /// Packed rows of the decode tokens, `[B]` u32.
+    pub rows: Tensor,
+    /// Each row's context slots, padded to `ctx`: `[B * ctx]` u32.
+    pub slots: Tensor,
+    /// Additive mask `[B, 1, 1, ctx]` f32: padding and the sliding window.
+    pub mask: Tensor,
+    pub ctx: usize,
+}
+
+/// What [`paged_attention`] needs of a batch.
+pub struct AttnBatch {
+    pub decode: Option<DecodeGroup>,
+    pub chunks: Vec<AttnChunk>,
+    /// Where each packed row is in `[decode rows..., chunk rows...]`; `None` when that is
+    /// the packed order already.
+    pub order: Option<Tensor>,
+}
+
+/// Attention of the packed queries `q: [tokens, heads, head_dim]` over each sequence's
+/// cached keys and values (written by [`append_kv`] first); `[tokens, heads * head_dim]`
+/// in `q`'s dtype, softmax in f32.
+pub fn paged_attention(q: &Tensor, cache: &LayerCache, batch: &AttnBatch, scale: f64) -> candle_core::Result<Tensor> {
+    let (_, nh, hd) = q.dims3()?;
+    let (nb, bs, nkv, _) = cache.k.dims4()?;
+    let g = nh / nkv;
+    let kf = cache.k.reshape((nb * bs, nkv, hd))?;
+    let vf = cache.v.reshape((nb * bs, nkv, hd))?;
+    let mut outs = Vec::with_capacity(batch.chunks.len() + 1);
+    if let Some(d) = &batch.decode {
+        let b = d.rows.dim(0)?;
+        let gather = |c: &Tensor| -> candle_core::Result<Tensor> { c.index_select(&d.slots, 0)?.to_dtype(DType::F32)?.reshape((b, d.ctx, nkv, hd))?.permute((0, 2, 1, 3))?.contiguous() };
+        let (k, v) = (gather(&kf)?, gather(&vf)?); // [b, nkv, ctx, hd]
+        let qd = q.index_select(&d.rows, 0)?.to_dtype(DType::F32)?.reshape((b, nkv, g, hd))?;
+        let att = (qd.matmul(&k.t()?)? * scale)?.broadcast_add(&d.mask)?;
+        let p = candle_nn::ops::softmax_last_dim(&att)?;
+        outs.push(p.matmul(&v)?.reshape((b, nh * hd))?.to_dtype(q.dtype())?);
+    }
+    for c in &batch.chunks {
+        let ctx = c.ctx_slots.dim(0)?;
+        let k = kf.index_select(&c.ctx_slots, 0)?.to_dtype(DType::F32)?.transpose(0, 1)?.contiguous()?; // [nkv, ctx, hd]
+        let v = vf.index_select(&c.ctx_slots, 0)?.to_dtype(DType::F32)?.transpose(0, 1)?.contiguous()?;
+        let qc = q.narrow(0, c.offset, c.len)?.to_dtype(DType::F32)?.reshape((c.len, nkv, g, hd))?.permute((1, 2, 0, 3))?.reshape((nkv, g * c.len, hd))?;
+        let att = (qc.matmul(&k.t()?)? * scale)?.reshape((nkv, g, c.len, ctx))?;
+        let att = att.broadcast_add(&c.mask)?;
+        let p = candle_nn::ops::softmax_last_dim(&att)?.reshape((nkv, g * c.len, ctx))?;
+        let o = p.matmul(&v)?.reshape((nkv, g, c.len, hd))?.permute((2, 0, 1, 3))?.reshape((c.len, nh * hd))?;
+        outs.push(o.to_dtype(q.dtype())?);
+    }
+    let out = Tensor::cat(&outs, 0)?;
+    match &batch.order {
+        Some(o) => out.index_select(o, 0),
+        None => Ok(out),
+    }
+}
+
+struct Layer {
+    input_norm: Tensor,
+    q: Linear,
+    k: Linear,
+    v: Linear,
+    o: Linear,
+    q_norm: Option<Tensor>,
+    k_norm: Option<Tensor>,
+    post_norm: Tensor,
+    gate: Linear,
+    up: Linear,
+    down: Linear,
+}
+
+/// A loaded llama-family model on one device.
+pub struct Model {
+    pub cfg: ModelConfig,
+    /// Activations' dtype: the weights' for safetensors, f32 for GGUF.
+    pub dtype: DType,
+    pub device: Device,
+    /// Where the model came from (file or folder).
+    pub path: PathBuf,
+    embed: Tensor,
+    layers: Vec<Layer>,
+    norm: Tensor,
+    lm_head: Linear,
+    cos: Tensor,
+    sin: Tensor,
+}
+
+/// The safetensors files of a folder: the index's shards, `model.safetensors`, or every `*.safetensors`.
+fn safetensors_files(dir: &Path) -> Result<Vec<PathBuf>> {
+    let index = dir.join("model.safetensors.index.json");
+    if index.is_file() {
+        let text = std::fs::read_to_string(&index).map_err(|source| Error::Io { path: index.clone(), source })?;
+        let v: serde_json::Value = serde_json::from_str(&text).map_err(|e| malformed(&index, format!("not JSON: {e}")))?;
+        let map = v.get("weight_map").and_then(|m| m.as_object()).ok_or_else(|| malformed(&index, "no `weight_map` object"))?;
+        let mut files: Vec<PathBuf> = Vec::new();
+        for f in map.values() {
+            let f = dir.join(f.as_str().ok_or_else(|| malformed(&index, "a weight_map value is not a string"))?);
+            if !files.contains(&f) {
+                files.push(f);
+            }
+        }
+        for f in &files {
+            if !f.is_file() {
+                return Err(Error::NotFound(f.clone()));
+            }
+        }
+        return Ok(files);
+    }
+    let single = dir.join("model.safetensors");
+    if single.is_file() {
+        return Ok(vec![single]);
+    }
+    let mut files: Vec<PathBuf> = std::fs::read_dir(dir)
+        .map_err(|source| Error::Io { path: dir.into(), source })?
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| p.extension().is_some_and(|x| x == "safetensors"))
+        .collect();
+    files.sort();
+    if files.is_empty() {
+        return Err(Error::NotFound(single));
+    }
+    Ok(files)
+}
+
+fn rope_tables(cfg: &ModelConfig, dtype: DType, dev: &Device) -> candle_core::Result<(Tensor, Tensor)> {
+    let inv = cfg.inv_freq();
+    let n = inv.len();
+    let inv = Tensor::from_vec(inv, (1, n), &Device::Cpu)?;
+    let t = Tensor::arange(0u32, cfg.max_position_embeddings as u32, &Device::Cpu)?.to_dtype(DType::F32)?.reshape(((), 1))?;
+    let f = t.matmul(&inv)?;
+    Ok((f.cos()?.to_dtype(dtype)?.to_device(dev)?, f.sin()?.to_dtype(dtype)?.to_device(dev)?))
+}
+
+impl Model {
+    /// Loads a Hugging Face folder (`config.json` + safetensors) or a GGUF file onto `dev`.
+    pub fn load(path: &Path, dev: &Device) -> Result<Model> {
+        if path.is_dir() {
+            Self::load_safetensors(path, dev)
+        } else if path.is_file() {
+            Self::load_gguf(path, dev)
+        } else {
+            Err(Error::NotFound(path.into()))
+        }
+    }
+
+    /// Loads a Hugging Face folder, in the weights' own dtype.
+    pub fn load_safetensors(dir: &Path, dev: &Device) -> Result<Model> {
+        let cfg = ModelConfig::from_hf_file(&dir.join("config.json"))?;
+        let files = safetensors_files(dir)?;
+        let bad = |e: candle_core::Error| malformed(files[0].clone(), e);
+        // SAFETY: the files are mapped read-only; the model does not outlive a change to them
+        // any more than any mmap-based loader does.
+        let st = unsafe { candle_core::safetensors::MmapedSafetensors::multi(&files) }.map_err(bad)?;
+        let embed_name = "model.embed_tokens.weight";
+        let view = st.get(embed_name).map_err(|e| malformed(files[0].clone(), format!("{embed_name}: {e}")))?;
+        let dtype = match view.dtype() {
+            safetensors::Dtype::F32 => DType::F32,
+            safetensors::Dtype::F16 => DType::F16,
+            safetensors::Dtype::BF16 => DType::BF16,
+            other => return Err(Error::Unsupported { path: files[0].clone(), msg: format!("weights of dtype {other:?} (bf16, f16, f32 are)") }),
+        };
+        drop(st);
+        // SAFETY: as above.
+        let vb = unsafe { candle_nn::VarBuilder::from_mmaped_safetensors(&files, dtype, dev) }.map_err(bad)?;
+        let c = &cfg;
+        let (h, nh, nkv, hd) = (c.hidden_size, c.num_heads, c.num_kv_heads, c.head_dim);
+        let get = |name: &str, shape: &[usize]| -> Result<Tensor> { vb.get(shape, name).map_err(|e| malformed(dir, format!("tensor {name}: {e}"))) };
+        let lin = |p: &str, out: usize, inp: usize, bias: bool| -> Result<Linear> {
+            Ok(Linear { w: Weight::Dense(get(&format!("{p}.weight"), &[out, inp])?), b: if bias { Some(get(&format!("{p}.bias"), &[out])?) } else { None } })
+        };
+        let mut layers = Vec::with_capacity(c.num_layers);
+        for l in 0..c.num_layers {
+            let p = format!("model.layers.{l}");
+            layers.push(Layer {
+                input_norm: get(&format!("{p}.input_layernorm.weight"), &[h])?,
+                q: lin(&format!("{p}.self_attn.q_proj"), nh * hd, h, c.qkv_bias)?,
+                k: lin(&format!("{p}.self_attn.k_proj"), nkv * hd, h, c.qkv_bias)?,
+                v: lin(&format!("{p}.self_attn.v_proj"), nkv * hd, h, c.qkv_bias)?,
+                o: lin(&format!("{p}.self_attn.o_proj"), h, nh * hd, false)?,
+                q_norm: if c.qk_norm { Some(get(&format!("{p}.self_attn.q_norm.weight"), &[hd])?) } else { None },
+                k_norm: if c.qk_norm { Some(get(&format!("{p}.self_attn.k_norm.weight"), &[hd])?) } else { None },
+                post_norm: get(&format!("{p}.post_attention_layernorm.weight"), &[h])?,
+                gate: lin(&format!("{p}.mlp.gate_proj"), c.intermediate_size, h, false)?,
+                up: lin(&format!("{p}.mlp.up_proj"), c.intermediate_size, h, false)?,
+                down: lin(&format!("{p}.mlp.down_proj"), h, c.intermediate_size, false)?,
+            });
+        }
+        let embed = get(embed_name, &[c.vocab_size, h])?;
+        let lm_head = if c.tie_word_embeddings && !vb.contains_tensor("lm_head.weight") {
+            Linear { w: Weight::Dense(embed.clone()), b: None }
+        } else {
+            lin("lm_head", c.vocab_size, h, false)?
+        };
+        let (cos, sin) = rope_tables(c, dtype, dev)?;
+        Ok(Model { norm: get("model.norm.weight", &[h])?, cfg, dtype, device: dev.clone(), path: dir.into(), embed, layers, lm_head, cos, sin })
+    }
+
+    /// Loads a GGUF file (llama, qwen2, qwen3): weights stay in their GGML blocks (QMatMul),
+    /// activations f32.
+    pub fn load_gguf(path: &Path, dev: &Device) -> Result<Model> {
+        let mut f = std::fs::File::open(path).map_err(|source| Error::Io { path: path.into(), source })?;
+        let ct = gguf_file::Content::read(&mut f).map_err(|e| {
+            let m = e.to_string();
+            if m.contains("unknown dtype") {
+                Error::UnsupportedGgmlType { path: path.into(), msg: m }
+            } else {
+                malformed(path, format!("not a GGUF file: {m}"))
+            }
+        })?;
+        let cfg = ModelConfig::from_gguf(&ct, path)?;
+        let file_len = f.metadata().map_err(|source| Error::Io { path: path.into(), source })?.len();
+        for (name, info) in &ct.tensor_infos {
+            let bytes = info.shape.elem_count() / info.ggml_dtype.block_size() * info.ggml_dtype.type_size();
+            let end = ct.tensor_data_offset.checked_add(info.offset).and_then(|s| s.checked_add(bytes as u64));
+            if end.is_none_or(|e| e > file_len) {
+                return Err(malformed(path, format!("tensor {name} ends past the end of the file ({file_len} bytes): truncated?")));
+            }
+        }
+        let mut q = |name: &str| ct.tensor(&mut f, name, dev).map_err(|e| malformed(path, format!("tensor {name}: {e}")));
+        let mut layers = Vec::with_capacity(cfg.num_layers);
+        for l in 0..cfg.num_layers {
+            let p = format!("blk.{l}");
+            let mut qlin = |name: &str, bias: bool| -> Result<Linear> {
+                let w = Weight::Quant(QMatMul::from_qtensor(q(&format!("{p}.{name}.weight"))?)?);
+                let b = if bias { Some(q(&format!("{p}.{name}.bias"))?.dequantize(dev)?) } else { None };
+                Ok(Linear { w, b })
+            };
+            let bias = cfg.qkv_bias;
+            let (qv, kv, vv, ov) = (qlin("attn_q", bias)?, qlin("attn_k", bias)?, qlin("attn_v", bias)?, qlin("attn_output", false)?);
+            let (gate, up, down) = (qlin("ffn_gate", false)?, qlin("ffn_up", false)?, qlin("ffn_down", false)?);
+            let mut norm = |name: &str| -> Result<Tensor> { Ok(q(&format!("{p}.{name}.weight"))?.dequantize(dev)?) };
+            let (q_norm, k_norm) = if cfg.qk_norm { (Some(norm("attn_q_norm")?), Some(norm("attn_k_norm")?)) } else { (None, None) };
+            layers.push(Layer { input_norm: norm("attn_norm")?, q: qv, k: kv, v: vv, o: ov, q_norm, k_norm, post_norm: norm("ffn_norm")?, gate, up, down });
+        }
+        let final_norm = q("output_norm.weight")?.dequantize(dev)?;
+        // The embedding table is dequantized (f32) for row gathers, as Candle's models do.
+        let embed_q = q("token_embd.weight")?;
+        let embed = embed_q.dequantize(dev)?;
+        let head = if ct.tensor_infos.contains_key("output.weight") { q("output.weight")? } else { embed_q };
+        let lm_head = Linear { w: Weight::Quant(QMatMul::from_qtensor(head)?), b: None };
+        let (cos, sin) = rope_tables(&cfg, DType::F32, dev)?;
+        Ok(Model { cfg, dtype: DType::F32, device: dev.clone(), path: path.into(), embed, layers, norm: final_norm, lm_head, cos, sin })
+    }
+
+    /// A zeroed paged cache for every layer.
+    pub fn new_cache(&self, num_blocks: usize, block_size: usize) -> Result<Vec<LayerCache>> {
+        (0..self.cfg.num_layers)
+            .map(|_| Ok(LayerCache::new(num_blocks, block_size, self.cfg.num_kv_heads, self.cfg.head_dim, self.dtype, &self.device)?))
+            .collect()
+    }
+
+    /// The forward of a packed batch: `tokens`/`positions`/`slots` (where each token's K/V
+    /// goes) `[T]`, the batch's attention views, and the packed rows whose logits are wanted.
+    /// Returns `[rows, vocab]` f32, or `None` when no row samples (the K/V are written anyway).
+    pub fn forward(&self, tokens: &[u32], positions: &[u32], slots: &[u32], attn: &AttnBatch, sample_rows: &[u32], cache: &[LayerCache]) -> Result<Option<Tensor>> {
+        let c = &self.cfg;
+        let dev = &self.device;
+        let t = tokens.len();
+        let (nh, nkv, hd) = (c.num_heads, c.num_kv_heads, c.head_dim);
+        let tokens = Tensor::new(tokens, dev)?;
+        let positions = Tensor::new(positions, dev)?;
+        let slots = Tensor::new(slots, dev)?;
+        let cos = self.cos.index_select(&positions, 0)?;
+        let sin = self.sin.index_select(&positions, 0)?;
+        let scale = 1.0 / (hd as f64).sqrt();
+        let mut x = self.embed.index_select(&tokens, 0)?;
+        for (layer, lc) in self.layers.iter().zip(cache) {
+            let h = rms_norm(&x, &layer.input_norm, c.rms_norm_eps)?;
+            let mut q = layer.q.forward(&h)?.reshape((t, nh, hd))?;
+            let mut k = layer.k.forward(&h)?.reshape((t, nkv, hd))?;
+            let v = layer.v.forward(&h)?.reshape((t, nkv, hd))?;
+            if let (Some(qn), Some(kn)) = (&layer.q_norm, &layer.k_norm) {
+                q = rms_norm(&q, qn, c.rms_norm_eps)?;
+                k = rms_norm(&k, kn, c.rms_norm_eps)?;
+            }
+            let q = apply_rope(&q, &cos, &sin, c.rope_interleaved)?;
+            let k = apply_rope(&k, &cos, &sin, c.rope_interleaved)?;
+            append_kv(lc, &k, &v, &slots)?;
+            let a = paged_attention(&q, lc, attn, scale)?;
+            x = (layer.o.forward(&a)? + &x)?;
+            let h = rms_norm(&x, &layer.post_norm, c.rms_norm_eps)?;
+            let m = layer.down.forward(&silu_mul(&layer.gate.forward(&h)?, &layer.up.forward(&h)?)?)?;
+            x = (m + &x)?;
+        }
+        if sample_rows.is_empty() {
+            return Ok(None);
+        }
+        let last = x.index_select(&Tensor::new(sample_rows, dev)?, 0)?;
+        let h = rms_norm(&last, &self.norm, c.rms_norm_eps)?;
+        Ok(Some(self.lm_head.forward(&h)?.to_dtype(DType::F32)?))
+    }
+
+    /// Largest position the rope tables cover, plus one.
+    pub fn max_positions(&self) -> usize {
+        self.cos.dim(0).unwrap_or(0)
+    }
+
+    /// Sliding window, if the model has one.
+    pub fn window(&self) -> Option<usize> {
+        self.cfg.sliding_window
+    }
+}
+
+/// Builds the `[len, ctx]` additive mask of a chunk starting at `start`: causal, plus the
+/// sliding window `w` (a query at `p` sees keys `k` with `p - w < k <= p`).
+pub fn chunk_mask(start: usize, len: usize, window: Option<usize>) -> Vec<f32> {
+    let ctx = start + len;
+    let mut m = vec![0f32; len * ctx];
+    for i in 0..len {
+        let p = start + i;
+        for k in 0..ctx {
+            let visible = k <= p && window.is_none_or(|w| p - k < w);
+            if !visible {
+                m[i * ctx + k] = f32::NEG_INFINITY;
+            }
+        }
+    }
+    m
+}
