@@ -6,7 +6,7 @@ use axum::extract::rejection::BytesRejection;
 use axum::extract::{DefaultBodyLimit, Request, State};
 use axum::http::{header, StatusCode};
 use axum::middleware::{self, Next};
-use axum::response::sse::{Event as SseEvent, Sse};
+use axum::response::sse::{Event as SseEvent, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
@@ -580,7 +580,8 @@ async fn generate(s: Arc<Shared>, model: Arc<dyn crate::ServedModel>, job: Job) 
     s.metrics.prompt_tokens.fetch_add(job.prompt.len() as u64, Ordering::Relaxed);
     let ctx = Ctx { id, created, model_name: model.name().to_string(), kind: job.kind, logprobs: job.logprobs, include_usage: job.include_usage };
     if job.stream {
-        Ok(Sse::new(sse_stream(ctx, model, events, tracker)).into_response())
+        // Comment lines every 15 s keep idle proxies from closing a stream during a long prefill.
+        Ok(Sse::new(sse_stream(ctx, model, events, tracker)).keep_alive(KeepAlive::default()).into_response())
     } else {
         whole(ctx, &*model, events, tracker).await
     }
