@@ -9,6 +9,7 @@ pub mod generate;
 pub mod model;
 pub mod random;
 pub mod runner;
+pub mod serve;
 pub mod text;
 
 pub use config::{Family, ModelConfig, RopeScaling};

@@ -5,6 +5,7 @@ use clap::{Parser, Subcommand};
 use llm_engine::{Engine, EngineConfig, Event, FinishReason, SamplingParams};
 use llm_worker::generate::blocks_needed;
 use llm_worker::random::{RandomModel, Shape};
+use llm_worker::serve::{load_served, ServeArgs};
 use llm_worker::{device, Family, LlamaRunner, Message, Model, TextTools};
 use std::io::Write;
 use std::path::PathBuf;
@@ -72,6 +73,45 @@ enum Cmd {
         max_batched_tokens: usize,
         #[arg(long, default_value_t = 0)]
         seed: u64,
+    },
+    /// An OpenAI-compatible HTTP server (llm-server): /v1/completions, /v1/chat/completions
+    /// (streamed or not), /v1/models, /health, /metrics; exits 0 on SIGTERM/SIGINT.
+    Serve {
+        #[arg(long)]
+        model: PathBuf,
+        #[arg(long)]
+        tokenizer: Option<PathBuf>,
+        /// cpu (Candle's CPU), cpu-executor, cuda:N, rocm:N.
+        #[arg(long, default_value = "cpu")]
+        device: String,
+        #[arg(long, default_value = "127.0.0.1")]
+        host: String,
+        #[arg(long, default_value_t = 8080)]
+        port: u16,
+        /// Require `Authorization: Bearer KEY`.
+        #[arg(long)]
+        api_key: Option<String>,
+        /// Requests waiting for a batch slot at most (429 beyond).
+        #[arg(long, default_value_t = 256)]
+        max_queue: usize,
+        /// Context length (default: the model's, at most 4096).
+        #[arg(long)]
+        max_model_len: Option<usize>,
+        /// The model id clients send (default: the file or folder name).
+        #[arg(long)]
+        served_model_name: Option<String>,
+        #[arg(long, default_value_t = 64)]
+        max_num_seqs: usize,
+        #[arg(long, default_value_t = 4096)]
+        max_batched_tokens: usize,
+        #[arg(long, default_value_t = 16)]
+        block_size: usize,
+        /// KV cache blocks (default: max-num-seqs sequences of max-model-len).
+        #[arg(long)]
+        num_blocks: Option<usize>,
+        /// Seconds in-flight requests may run on after SIGTERM before they are cancelled.
+        #[arg(long, default_value_t = 30.0)]
+        shutdown_grace: f64,
     },
     /// Write a model with seeded random weights (a Hugging Face folder, or a llama GGUF file).
     WriteRandom {
@@ -184,6 +224,17 @@ fn run(cli: Cli) -> Result<()> {
                 total - prefill_s,
                 decoded as f64 / (total - prefill_s).max(1e-9)
             );
+        }
+        Cmd::Serve { model, tokenizer, device, host, port, api_key, max_queue, max_model_len, served_model_name, max_num_seqs, max_batched_tokens, block_size, num_blocks, shutdown_grace } => {
+            let filter = tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+            tracing_subscriber::fmt().with_env_filter(filter).init();
+            let ip: std::net::IpAddr = host.parse().with_context(|| format!("--host {host:?}"))?;
+            if !(shutdown_grace >= 0.0 && shutdown_grace.is_finite()) {
+                bail!("--shutdown-grace must be a number of seconds >= 0");
+            }
+            let config = llm_server::ServerConfig { api_key, max_queue, shutdown_grace: std::time::Duration::from_secs_f64(shutdown_grace), ..Default::default() };
+            let args = ServeArgs { model, tokenizer, device, name: served_model_name, max_model_len, max_num_seqs, max_batched_tokens, block_size, num_blocks };
+            llm_server::run(config, std::net::SocketAddr::new(ip, port), move || load_served(&args))?;
         }
         Cmd::Bench { model, prompt_len, gen, concurrency, device, block_size, max_batched_tokens, seed } => {
             if prompt_len == 0 || gen == 0 || concurrency.contains(&0) {
