@@ -211,6 +211,11 @@ fn run(cli: Cli) -> Result<()> {
                     }
                 }
             }
+            // What was held back for a character still incomplete at the end (printed lossily).
+            let s = text.decode(&got)?;
+            if s.len() > printed && s.is_char_boundary(printed) {
+                print!("{}", &s[printed..]);
+            }
             println!();
             let total = t0.elapsed().as_secs_f64();
             let prefill_s = first.unwrap_or(total);
