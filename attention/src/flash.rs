@@ -16,8 +16,11 @@
 //! A work-group of [`WAVES`] waves takes [`BM`] = 64 query rows of one (sequence, head)
 //! and one chunk of value columns; each wave owns 16 of the rows (one row of 16x16
 //! fragments). The Q tile is staged once in shared memory; key/value tiles of [`BN`] = 32
-//! keys stream through shared memory (K stored transposed, so both products read
-//! row-major fragments: `ldmatrix` on NVIDIA). Per key tile each wave computes
+//! keys stream through shared memory in 16-byte copies ([`copy_rows`]: `cp.async` on
+//! NVIDIA sm_80+, into [`stages`] buffers so that the next tile loads while the waves
+//! work on the current one; synchronous copies into one buffer elsewhere). K keeps its
+//! row-major `[key][dim]` layout there; `K^T` is read from it by [`load_keys_b`]
+//! (`ldmatrix` on NVIDIA, as are Q and V). Per key tile each wave computes
 //! `S = Q K^T` (`D / 16 x 2` products), masks and scales it, updates its running row maxima
 //! and sums, rescales its output accumulator and adds `P V` with `P` converted from the
 //! accumulator to an A operand in registers ([`FragC::to_a`]). Scores live in the log2
@@ -29,7 +32,8 @@
 //! output accumulator fits the AMD register budget without spills; wider heads are split
 //! into chunks along grid y, each work-group recomputing `S` for its chunk (hd256 on
 //! MFMA/`mma.sync`: two chunks). Shared memory per work-group: [`smem_elems`] 16-bit
-//! elements (Q tile, transposed K tile, V tile; see `attention/README.md` for the figures).
+//! elements (Q tile, then per stage the K and V tiles; see `attention/README.md` for the
+//! figures).
 //!
 //! # Masks and options
 //! With `off = seq_k - seq_q` (per sequence), query row `i` sees key `j` when `j < seq_k`,
@@ -38,7 +42,7 @@
 //! in Candle and FlashAttention. Scores are `x = scale * q.k`, then
 //! `softcap * tanh(x / softcap)` when `softcap > 0`, then minus `slope * |i + off - j|`
 //! with an ALiBi slope per head. A row that sees no key gets zeros and `lse = -inf`.
-use kernel_dsl::mma::{self, FragA, FragB, FragC, Lowering, MmaFloat};
+use kernel_dsl::mma::{self, copy, FragA, FragB, FragC, Lowering, MmaFloat, SharedAddr};
 use kernel_dsl::prelude::*;
 
 /// A head dimension, as a type (kernels take no const generics): [`Hd64`], [`Hd80`],
@@ -105,10 +109,83 @@ pub const fn value_chunks(d: usize, low: Lowering) -> usize {
     d / value_chunk(d, low)
 }
 
+/// Shared-memory buffers of the K/V tiles: two on `MmaSync` (`cp.async` fills the next
+/// tile while the waves work on the current one), one elsewhere (the copies are
+/// synchronous on AMD and the CPU executor, so a second buffer would only cost LDS).
+pub const fn stages(low: Lowering) -> usize {
+    match low {
+        Lowering::MmaSync => 2,
+        _ => 1,
+    }
+}
+
+/// Shared-memory elements of one K/V stage: the K tile (`BN x (d + PAD)`, keys as rows)
+/// and the V tile (`BN x (chunk + PAD)`).
+pub const fn stage_elems(d: usize, low: Lowering) -> usize {
+    BN * (d + PAD) + BN * (value_chunk(d, low) + PAD)
+}
+
 /// Shared-memory elements of a work-group of `rows` query rows: the Q tile (`rows x (d +
-/// PAD)`), the transposed K tile (`d x (BN + PAD)`) and the V tile (`BN x (chunk + PAD)`).
+/// PAD)`) and [`stages`] K/V stages ([`stage_elems`]).
 pub const fn smem_elems(d: usize, rows: usize, low: Lowering) -> usize {
-    rows * (d + PAD) + d * (BN + PAD) + BN * (value_chunk(d, low) + PAD)
+    rows * (d + PAD) + stages(low) * stage_elems(d, low)
+}
+
+/// The B operand (k = head dimension, column = key) of the 16 keys whose rows start at
+/// `base` in shared memory (row-major `[key][dim]`, row stride `ld`): `K^T` without
+/// storing K transposed. On `MmaSync` (and the VALU lowering, which shares its layout)
+/// B item `j` is A item `j` with index bits 1 and 2 swapped (A holds (row g + 8b, k 2t +
+/// a + 8c), B (k 2t + a + 8b, column g + 8c) for `j = 4c + 2b + a`), so the tile loads as
+/// an A fragment: one `ldmatrix.x4` (not `.trans`). Elsewhere element loads.
+///
+/// # Safety
+/// The 16 x 16 tile at `base` is readable shared memory; rows 16-byte aligned.
+#[inline(always)]
+pub unsafe fn load_keys_b<T: MmaFloat>(base: *const T, ld: usize) -> FragB<T> {
+    match mma::lowering() {
+        Lowering::MmaSync | Lowering::Valu => {
+            // SAFETY: the caller's contract.
+            let a = unsafe { FragA::<T>::load_shared(base, ld) };
+            let mut v = a.v;
+            v[2] = a.v[4];
+            v[3] = a.v[5];
+            v[4] = a.v[2];
+            v[5] = a.v[3];
+            FragB { v }
+        }
+        // SAFETY: the caller's contract.
+        _ => FragB::from_fn(|k, c| unsafe { *base.add(c * ld + k) }),
+    }
+}
+
+/// Issues the 16-byte copies of `rows` rows of `cols` elements (a multiple of 8) from
+/// global memory into shared memory at `dst` (row stride `ld` elements), work-item `tid`
+/// of `nthreads` taking every `nthreads`-th chunk; `src_row(j)` is row `j`'s source and
+/// whether it is valid (an invalid row is filled with zeros and its source not read).
+/// `cp.async` on NVIDIA sm_80+ (the caller commits and waits), synchronous elsewhere.
+///
+/// # Safety
+/// Every row's source is 16-byte aligned global memory, and a valid row's has `cols`
+/// readable elements; `dst` has `rows` rows of `ld` 16-bit elements (16-byte aligned)
+/// in shared memory.
+#[inline(always)]
+pub unsafe fn copy_rows<T>(dst: SharedAddr, ld: usize, rows: usize, cols: usize, tid: usize, nthreads: usize, src_row: impl Fn(usize) -> (*const T, bool)) {
+    let per_row = cols / 8;
+    let size = core::mem::size_of::<T>();
+    let mut e = tid;
+    while e < rows * per_row {
+        let (j, c) = (e / per_row, e % per_row);
+        let at = dst.add((j * ld + c * 8) * size);
+        let (p, valid) = src_row(j);
+        if valid {
+            // SAFETY: the caller's contract.
+            unsafe { copy::copy_16_whole_at(at, p.wrapping_add(c * 8) as *const u8) };
+        } else {
+            // SAFETY: the caller's contract (nothing is read).
+            unsafe { copy::copy_16_at(at, p as *const u8, 0) };
+        }
+        e += nthreads;
+    }
 }
 
 /// Runs `$body` with `$i` bound to each listed constant (straight-line code, so fragment
@@ -226,8 +303,8 @@ impl RowState {
     }
 
     /// Adds one key tile of [`BN`] keys (a wave operation): `S = Q K^T` from the 16 query
-    /// rows at `q` (row stride `ldq`, `d` columns) and the transposed keys at `kt` (`d`
-    /// rows of stride `ldk`), each score through [`Score::score`] (row, the key's index in
+    /// rows at `q` (row stride `ldq`, `d` columns) and the keys at `kt` (`BN` rows of
+    /// stride `ldk`, `d` columns; read as `K^T` by [`load_keys_b`]), each score through [`Score::score`] (row, the key's index in
     /// the tile, raw score), then the
     /// online-softmax update and `O += P V` with the values at `v` (`BN` rows of stride
     /// `ldv`, `nof * 16` columns). Fully masked rows stay at max `-inf`, sum 0, output 0.
@@ -289,7 +366,7 @@ impl RowState {
             let a = unsafe { FragA::<T>::load_shared(q.add(ks), ldq) };
             each!(nf in [0, 1] {
                 if nf < NK {
-                    let bk = unsafe { FragB::<T>::load_shared(kt.add(ks * ldk + key0 + nf * 16), ldk) };
+                    let bk = unsafe { load_keys_b::<T>(kt.add((key0 + nf * 16) * ldk + ks), ldk) };
                     s[nf] = mma::mma(&a, &bk, s[nf]);
                 }
             });
@@ -423,7 +500,7 @@ pub fn flash_fwd<T: MmaFloat, H: HeadDim>(
     let low = mma::lowering();
     let d = H::D;
     let dv = value_chunk(d, low);
-    let (ldq, ldk, ldv) = (d + PAD, BN + PAD, dv + PAD);
+    let (ldq, ldk, ldv) = (d + PAD, d + PAD, dv + PAD);
     if smem.len() < smem_elems(d, BM, low) {
         panic!("flash_fwd: shared memory too small");
     }
@@ -475,19 +552,20 @@ pub fn flash_fwd<T: MmaFloat, H: HeadDim>(
     let wave = tid / wave::size() as usize;
     let sp = smem.as_ptr();
     let q_lds = sp;
-    let kt_lds = sp.wrapping_add(BM * ldq);
-    let v_lds = kt_lds.wrapping_add(d * ldk);
+    let st_elems = stage_elems(d, low);
+    let nst = stages(low);
+    let size = core::mem::size_of::<T>();
+    let kv_sa = SharedAddr::new(sp.wrapping_add(BM * ldq));
+    let kv_lds = sp.wrapping_add(BM * ldq);
 
-    // The Q tile, zero past the sequence.
+    // The Q tile, zero past the sequence (the first copy group, with K/V tile 0).
     let q_base = (q_row0 + q0) * q_stride + h * d;
-    let mut e = tid;
-    while e < BM * d {
-        let (r, c) = (e / d, e % d);
-        // SAFETY: rows below q_hi lie in q (checked above); r < BM, c < d lie in the Q
-        // region of `smem` (length checked above).
-        unsafe { *q_lds.add(r * ldq + c) = if q0 + r < len_q { *qp.add(q_base + r * q_stride + c) } else { T::ZERO } };
-        e += nthreads;
-    }
+    // SAFETY: rows below q_hi lie in q (checked above), 16-byte aligned (d and the strides
+    // are multiples of 8 elements); the Q region holds BM rows of ldq.
+    unsafe { copy_rows::<T>(SharedAddr::new(q_lds), ldq, BM, d, tid, nthreads, |r| {
+        let ok = q0 + r < len_q;
+        (if ok { qp.wrapping_add(q_base + r * q_stride) } else { qp }, ok)
+    }) };
 
     let row0 = q0 + wave * 16;
     let mut st = RowState::new();
@@ -495,28 +573,43 @@ pub fn flash_fwd<T: MmaFloat, H: HeadDim>(
     let inv_cap = if softcap > 0.0 { 1.0 / softcap } else { 0.0 };
     let k_base = k_row0 * kv_stride + hk * d;
     let v_base = k_base + vc * dv;
-
+    // Issues the copies of key tile `t` into stage `t % nst` (keys and values past the
+    // sequence are zeros: their probabilities are 0, and 0 * garbage could be NaN).
+    let issue = |t: usize| {
+        let k0 = kv_lo as usize + t * BN;
+        let stage = kv_sa.add((t % nst) * st_elems * size);
+        // SAFETY: keys below len_k lie in k and v (checked above), rows 16-byte aligned;
+        // the stage holds BN rows of ldk then BN rows of ldv.
+        unsafe {
+            copy_rows::<T>(stage, ldk, BN, d, tid, nthreads, |j| {
+                let ok = k0 + j < len_k;
+                (if ok { kp.wrapping_add(k_base + (k0 + j) * kv_stride) } else { kp }, ok)
+            });
+            copy_rows::<T>(stage.add(BN * ldk * size), ldv, BN, dv, tid, nthreads, |j| {
+                let ok = k0 + j < len_k;
+                (if ok { vp.wrapping_add(v_base + (k0 + j) * kv_stride) } else { vp }, ok)
+            });
+        }
+    };
+    // Prologue: tiles 0 .. nst - 1 in flight (with Q), one copy group each.
+    let mut t = 0;
+    while t + 1 < nst {
+        if t < n_tiles {
+            issue(t);
+        }
+        copy::commit();
+        t += 1;
+    }
     let mut t = 0;
     while t < n_tiles {
         let k0 = kv_lo as usize + t * BN;
-        // Every wave is done with the previous tile (and the Q tile is written).
-        barrier();
-        let mut e = tid;
-        while e < BN * d {
-            let (j, c) = (e / d, e % d);
-            // SAFETY: keys below len_k lie in k (checked above); c < d, j < BN lie in the
-            // K region.
-            unsafe { *kt_lds.add(c * ldk + j) = if k0 + j < len_k { *kp.add(k_base + (k0 + j) * kv_stride + c) } else { T::ZERO } };
-            e += nthreads;
+        // The tile nst - 1 ahead goes into the stage every wave finished with at the end of
+        // the previous iteration; then tile t's group (and Q's) is waited for.
+        if t + nst - 1 < n_tiles {
+            issue(t + nst - 1);
         }
-        let mut e = tid;
-        while e < BN * dv {
-            let (j, c) = (e / dv, e % dv);
-            // Zeros past the sequence: their probabilities are 0, and 0 * garbage could be
-            // NaN. SAFETY: as above, in the V region.
-            unsafe { *v_lds.add(j * ldv + c) = if k0 + j < len_k { *vp.add(v_base + (k0 + j) * kv_stride + c) } else { T::ZERO } };
-            e += nthreads;
-        }
+        copy::commit();
+        copy::wait_groups(nst as u32 - 1);
         barrier();
         // Scale, soft-cap, ALiBi and mask, into the log2 domain.
         let score = PrefillScore {
@@ -530,11 +623,18 @@ pub fn flash_fwd<T: MmaFloat, H: HeadDim>(
             inv_cap,
             slope,
         };
+        let kt_lds = kv_lds.wrapping_add((t % nst) * st_elems);
+        let v_lds = kt_lds.wrapping_add(BN * ldk);
         // SAFETY: the tiles lie in `smem` with rows 16-byte aligned (strides and offsets
         // multiples of 8 elements).
         unsafe { st.add_tile::<T>(q_lds.add(wave * 16 * ldq), ldq, kt_lds, ldk, v_lds, ldv, d, nof, &score) };
+        // Every wave is done with this stage before it is refilled.
+        barrier();
         t += 1;
     }
+    // Nothing is left in flight (with no key tile, the Q copies were never waited for).
+    copy::commit();
+    copy::wait_groups(0);
 
     // Normalise, write the rows of this sequence and (first value chunk) the LSE.
     let lse_f = st.finish(nof);
