@@ -15,13 +15,14 @@
 //! # Work decomposition
 //! A work-group of [`WAVES`] waves takes [`BM`] = 64 query rows of one (sequence, head)
 //! and one chunk of value columns; each wave owns 16 of the rows (one row of 16x16
-//! fragments). The Q tile is staged once in shared memory; key/value tiles of [`BN`] = 32
-//! keys stream through shared memory in 16-byte copies ([`copy_rows`]: `cp.async` on
+//! fragments). The Q tile is staged once in shared memory; key/value tiles of
+//! [`prefill_bn`] keys (64 on `mma.sync`, 32 elsewhere) stream through shared memory in 16-byte copies ([`copy_rows`]: `cp.async` on
 //! NVIDIA sm_80+, into [`stages`] buffers so that the next tile loads while the waves
 //! work on the current one; synchronous copies into one buffer elsewhere). K keeps its
 //! row-major `[key][dim]` layout there; `K^T` is read from it by [`load_keys_b`]
 //! (`ldmatrix` on NVIDIA, as are Q and V). Per key tile each wave computes
-//! `S = Q K^T` (`D / 16 x 2` products), masks and scales it, updates its running row maxima
+//! `S = Q K^T` (`D / 16 x bn / 16` products), masks and scales it (tiles that need no
+//! mask or modifier only fold the scale into the exponent, [`Score::plain`]), updates its running row maxima
 //! and sums, rescales its output accumulator and adds `P V` with `P` converted from the
 //! accumulator to an A operand in registers ([`FragC::to_a`]). Scores live in the log2
 //! domain (`exp2`). Key tiles wholly outside a work-group's causal/sliding window are not
@@ -71,10 +72,20 @@ pub const HEAD_DIMS: [usize; 5] = [64, 80, 96, 128, 256];
 pub const WAVES: usize = 4;
 /// Query rows per work-group.
 pub const BM: usize = 16 * WAVES;
-/// Keys per streamed K/V tile.
+/// Keys per streamed K/V tile of the decode kernel, and of the prefill kernel except on
+/// `MmaSync` ([`prefill_bn`]).
 pub const BN: usize = 32;
-/// 16-key fragments per key tile.
-const NF: usize = BN / 16;
+
+/// Keys per prefill K/V tile: 64 on `MmaSync` (the per-tile work besides the products, the
+/// output rescale, row reductions, barriers and copy issue, then covers twice the keys;
+/// its 255 registers hold the wider score tile), [`BN`] elsewhere (the AMD register
+/// budgets).
+pub const fn prefill_bn(low: Lowering) -> usize {
+    match low {
+        Lowering::MmaSync => 64,
+        _ => BN,
+    }
+}
 /// Shared-memory row padding in elements (rows stay 16-byte aligned, banks shift).
 pub const PAD: usize = 8;
 /// Most value columns one work-group accumulates.
@@ -119,16 +130,16 @@ pub const fn stages(low: Lowering) -> usize {
     }
 }
 
-/// Shared-memory elements of one K/V stage: the K tile (`BN x (d + PAD)`, keys as rows)
-/// and the V tile (`BN x (chunk + PAD)`).
-pub const fn stage_elems(d: usize, low: Lowering) -> usize {
-    BN * (d + PAD) + BN * (value_chunk(d, low) + PAD)
+/// Shared-memory elements of one K/V stage of `bn` keys: the K tile (`bn x (d + PAD)`,
+/// keys as rows) and the V tile (`bn x (chunk + PAD)`).
+pub const fn stage_elems(d: usize, bn: usize, low: Lowering) -> usize {
+    bn * (d + PAD) + bn * (value_chunk(d, low) + PAD)
 }
 
-/// Shared-memory elements of a work-group of `rows` query rows: the Q tile (`rows x (d +
-/// PAD)`) and [`stages`] K/V stages ([`stage_elems`]).
+/// Shared-memory elements of a prefill work-group of `rows` query rows: the Q tile
+/// (`rows x (d + PAD)`) and [`stages`] K/V stages ([`stage_elems`] of [`prefill_bn`] keys).
 pub const fn smem_elems(d: usize, rows: usize, low: Lowering) -> usize {
-    rows * (d + PAD) + stages(low) * stage_elems(d, low)
+    rows * (d + PAD) + stages(low) * stage_elems(d, prefill_bn(low), low)
 }
 
 /// The B operand (k = head dimension, column = key) of the 16 keys whose rows start at
@@ -230,6 +241,10 @@ macro_rules! each_item {
 pub trait Score {
     /// The softmax input of `x` at row `r`, tile key `jt`.
     fn score(&self, r: usize, jt: usize, x: f32) -> f32;
+    /// `Some(c)` when every score of the tile is `c * x` with `c > 0` (no key masked, no
+    /// modifier), for all the wave's rows: the tile then skips [`score`](Self::score) and
+    /// folds `c` into the exponent (`exp2(c x - m)`, one FMA). Must be wave-uniform.
+    fn plain(&self) -> Option<f32>;
 }
 
 /// The prefill scores: scale, soft-cap, ALiBi, causal/sliding-window mask.
@@ -239,6 +254,8 @@ pub struct PrefillScore {
     pub diag0: i32,
     /// Key index of the tile's key 0.
     pub k0: i32,
+    /// Keys of the tile.
+    pub bn: i32,
     /// Keys of the sequence.
     pub len_k: i32,
     /// Left window (negative: unbounded).
@@ -256,6 +273,18 @@ pub struct PrefillScore {
 }
 
 impl Score for PrefillScore {
+    #[inline(always)]
+    fn plain(&self) -> Option<f32> {
+        // The wave's rows see keys diag0 + r - left ..= diag0 + r + right, r in 0..16.
+        let inside = self.k0 + self.bn <= self.len_k
+            && (self.window_left < 0 || self.k0 >= self.diag0 + 15 - self.window_left)
+            && (self.window_right < 0 || self.k0 + self.bn - 1 <= self.diag0 + self.window_right);
+        if inside && self.softcap <= 0.0 && self.slope == 0.0 && self.scale > 0.0 {
+            Some(self.scale * core::f32::consts::LOG2_E)
+        } else {
+            None
+        }
+    }
     #[inline(always)]
     fn score(&self, r: usize, jt: usize, x: f32) -> f32 {
         let diag = self.diag0 + r as i32;
@@ -302,18 +331,19 @@ impl RowState {
         RowState { o: [FragC::<f32>::zero(); MAX_OF], m, l: FragC::<f32>::zero() }
     }
 
-    /// Adds one key tile of [`BN`] keys (a wave operation): `S = Q K^T` from the 16 query
+    /// Adds one key tile of `16 NK` keys (a wave operation): `S = Q K^T` from the 16 query
     /// rows at `q` (row stride `ldq`, `d` columns) and the keys at `kt` (`BN` rows of
-    /// stride `ldk`, `d` columns; read as `K^T` by [`load_keys_b`]), each score through [`Score::score`] (row, the key's index in
-    /// the tile, raw score), then the
-    /// online-softmax update and `O += P V` with the values at `v` (`BN` rows of stride
+    /// stride `ldk`, `d` columns; read as `K^T` by [`load_keys_b`]), each score through
+    /// [`Score::score`] (row, the key's index in the tile, raw score) unless the tile is
+    /// [`Score::plain`], then the online-softmax update and `O += P V` with the values at
+    /// `v` (`16 NK` rows of stride
     /// `ldv`, `nof * 16` columns). Fully masked rows stay at max `-inf`, sum 0, output 0.
     ///
     /// # Safety
     /// The three tiles lie in shared memory as described, rows 16-byte aligned.
     #[inline(always)]
     #[allow(clippy::too_many_arguments)]
-    pub unsafe fn add_tile<T: MmaFloat>(
+    pub unsafe fn add_tile<T: MmaFloat, const NK: usize>(
         &mut self,
         q: *const T,
         ldq: usize,
@@ -330,12 +360,13 @@ impl RowState {
         // spilled more than whole tiles).
         // SAFETY (both): the caller's contract.
         if mma::lowering() == Lowering::Wmma {
-            unsafe {
-                self.add_keys::<T, 1>(q, ldq, kt, ldk, v, ldv, d, nof, 0, score);
-                self.add_keys::<T, 1>(q, ldq, kt, ldk, v, ldv, d, nof, 16, score);
+            let mut half = 0;
+            while half < NK {
+                unsafe { self.add_keys::<T, 1>(q, ldq, kt, ldk, v, ldv, d, nof, half * 16, score) };
+                half += 1;
             }
         } else {
-            unsafe { self.add_keys::<T, NF>(q, ldq, kt, ldk, v, ldv, d, nof, 0, score) };
+            unsafe { self.add_keys::<T, NK>(q, ldq, kt, ldk, v, ldv, d, nof, 0, score) };
         }
     }
 
@@ -359,12 +390,12 @@ impl RowState {
         key0: usize,
         score: &impl Score,
     ) {
-        let mut s = [FragC::<f32>::zero(); NF];
+        let mut s = [FragC::<f32>::zero(); NK];
         let mut ks = 0;
         while ks < d {
             // SAFETY: the caller's contract (16 x 16 tiles inside the Q and K tiles).
             let a = unsafe { FragA::<T>::load_shared(q.add(ks), ldq) };
-            each!(nf in [0, 1] {
+            each!(nf in [0, 1, 2, 3] {
                 if nf < NK {
                     let bk = unsafe { load_keys_b::<T>(kt.add((key0 + nf * 16) * ldk + ks), ldk) };
                     s[nf] = mma::mma(&a, &bk, s[nf]);
@@ -375,44 +406,57 @@ impl RowState {
             mma::schedule_fence();
             ks += 16;
         }
-        // Item by item rather than through `FragC::map`: its closure, called for 8 items on
-        // the wave-32 targets, was left out of line there (the scores' parameters then
-        // went through scratch memory).
-        each!(nf in [0, 1] {
-            if nf < NK {
-                each_item!(j < s[nf].len(), {
-                    let (r, c) = s[nf].coord(j);
-                    s[nf].v[j] = score.score(r, key0 + nf * 16 + c, s[nf].v[j]);
+        // A plain tile keeps its raw scores and folds the scale into the exponent; the
+        // others go through the score function item by item (rather than through
+        // `FragC::map`: its closure, called for 8 items on the wave-32 targets, was left
+        // out of line there and the scores' parameters went through scratch memory).
+        let plain = score.plain();
+        let c = match plain {
+            Some(c) => c,
+            None => {
+                each!(nf in [0, 1, 2, 3] {
+                    if nf < NK {
+                        each_item!(j < s[nf].len(), {
+                            let (r, col) = s[nf].coord(j);
+                            s[nf].v[j] = score.score(r, key0 + nf * 16 + col, s[nf].v[j]);
+                        });
+                    }
                 });
+                1.0
             }
-        });
+        };
         // New row maxima, the factor for what was accumulated, the tile's probabilities.
         // A row that has seen no key keeps max -inf and uses 0 as its reference, so every
         // exp2 is of -inf: zeros, never NaN.
         let mut tmax = s[0];
-        if NK > 1 {
-            each_item!(j < tmax.v.len(), {
-                tmax.v[j] = tmax.v[j].max(s[1].v[j]);
-            });
-        }
+        each!(nf in [1, 2, 3] {
+            if nf < NK {
+                each_item!(j < tmax.v.len(), {
+                    tmax.v[j] = tmax.v[j].max(s[nf].v[j]);
+                });
+            }
+        });
         let tmax = tmax.row_max();
         let mut alpha = FragC::<f32>::zero();
         each_item!(j < self.m.v.len(), {
-            let mn = self.m.v[j].max(tmax.v[j]);
+            let mn = self.m.v[j].max(tmax.v[j] * c);
             let mu = if mn == f32::NEG_INFINITY { 0.0 } else { mn };
             alpha.v[j] = (self.m.v[j] - mu).exp2();
             self.m.v[j] = mn;
-            s[0].v[j] = (s[0].v[j] - mu).exp2();
-            if NK > 1 {
-                s[1].v[j] = (s[1].v[j] - mu).exp2();
-            }
+            each!(nf in [0, 1, 2, 3] {
+                if nf < NK {
+                    s[nf].v[j] = (s[nf].v[j] * c - mu).exp2();
+                }
+            });
         });
         let mut psum = s[0];
-        if NK > 1 {
-            each_item!(j < psum.v.len(), {
-                psum.v[j] += s[1].v[j];
-            });
-        }
+        each!(nf in [1, 2, 3] {
+            if nf < NK {
+                each_item!(j < psum.v.len(), {
+                    psum.v[j] += s[nf].v[j];
+                });
+            }
+        });
         let psum = psum.row_sum();
         each_item!(j < self.l.v.len(), {
             self.l.v[j] = self.l.v[j] * alpha.v[j] + psum.v[j];
@@ -425,7 +469,7 @@ impl RowState {
             }
         });
         // O += P V, P rounded to T in registers.
-        each!(nf in [0, 1] {
+        each!(nf in [0, 1, 2, 3] {
             if nf < NK {
                 let pa = s[nf].to_a::<T>();
                 each!(of in [0, 1, 2, 3, 4, 5, 6, 7] {
@@ -545,14 +589,15 @@ pub fn flash_fwd<T: MmaFloat, H: HeadDim>(
     if window_right >= 0 {
         kv_hi = kv_hi.min(q_hi as i32 + off + window_right);
     }
-    let n_tiles = if kv_hi > kv_lo { ((kv_hi - kv_lo) as usize).div_ceil(BN) } else { 0 };
+    let bn = prefill_bn(low);
+    let n_tiles = if kv_hi > kv_lo { ((kv_hi - kv_lo) as usize).div_ceil(bn) } else { 0 };
 
     let tid = flat_thread_idx() as usize;
     let nthreads = flat_block_dim() as usize;
     let wave = tid / wave::size() as usize;
     let sp = smem.as_ptr();
     let q_lds = sp;
-    let st_elems = stage_elems(d, low);
+    let st_elems = stage_elems(d, bn, low);
     let nst = stages(low);
     let size = core::mem::size_of::<T>();
     let kv_sa = SharedAddr::new(sp.wrapping_add(BM * ldq));
@@ -576,16 +621,16 @@ pub fn flash_fwd<T: MmaFloat, H: HeadDim>(
     // Issues the copies of key tile `t` into stage `t % nst` (keys and values past the
     // sequence are zeros: their probabilities are 0, and 0 * garbage could be NaN).
     let issue = |t: usize| {
-        let k0 = kv_lo as usize + t * BN;
+        let k0 = kv_lo as usize + t * bn;
         let stage = kv_sa.add((t % nst) * st_elems * size);
         // SAFETY: keys below len_k lie in k and v (checked above), rows 16-byte aligned;
-        // the stage holds BN rows of ldk then BN rows of ldv.
+        // the stage holds bn rows of ldk then bn rows of ldv.
         unsafe {
-            copy_rows::<T>(stage, ldk, BN, d, tid, nthreads, |j| {
+            copy_rows::<T>(stage, ldk, bn, d, tid, nthreads, |j| {
                 let ok = k0 + j < len_k;
                 (if ok { kp.wrapping_add(k_base + (k0 + j) * kv_stride) } else { kp }, ok)
             });
-            copy_rows::<T>(stage.add(BN * ldk * size), ldv, BN, dv, tid, nthreads, |j| {
+            copy_rows::<T>(stage.add(bn * ldk * size), ldv, bn, dv, tid, nthreads, |j| {
                 let ok = k0 + j < len_k;
                 (if ok { vp.wrapping_add(v_base + (k0 + j) * kv_stride) } else { vp }, ok)
             });
@@ -602,7 +647,7 @@ pub fn flash_fwd<T: MmaFloat, H: HeadDim>(
     }
     let mut t = 0;
     while t < n_tiles {
-        let k0 = kv_lo as usize + t * BN;
+        let k0 = kv_lo as usize + t * bn;
         // The tile nst - 1 ahead goes into the stage every wave finished with at the end of
         // the previous iteration; then tile t's group (and Q's) is waited for.
         if t + nst - 1 < n_tiles {
@@ -615,6 +660,7 @@ pub fn flash_fwd<T: MmaFloat, H: HeadDim>(
         let score = PrefillScore {
             diag0: row0 as i32 + off,
             k0: k0 as i32,
+            bn: bn as i32,
             len_k: len_k as i32,
             window_left,
             window_right,
@@ -624,10 +670,17 @@ pub fn flash_fwd<T: MmaFloat, H: HeadDim>(
             slope,
         };
         let kt_lds = kv_lds.wrapping_add((t % nst) * st_elems);
-        let v_lds = kt_lds.wrapping_add(BN * ldk);
+        let v_lds = kt_lds.wrapping_add(bn * ldk);
+        let q_w = q_lds.wrapping_add(wave * 16 * ldq);
         // SAFETY: the tiles lie in `smem` with rows 16-byte aligned (strides and offsets
         // multiples of 8 elements).
-        unsafe { st.add_tile::<T>(q_lds.add(wave * 16 * ldq), ldq, kt_lds, ldk, v_lds, ldv, d, nof, &score) };
+        unsafe {
+            if bn == 64 {
+                st.add_tile::<T, 4>(q_w, ldq, kt_lds, ldk, v_lds, ldv, d, nof, &score);
+            } else {
+                st.add_tile::<T, 2>(q_w, ldq, kt_lds, ldk, v_lds, ldv, d, nof, &score);
+            }
+        }
         // Every wave is done with this stage before it is refilled.
         barrier();
         t += 1;

@@ -25,7 +25,7 @@
 // The head-dimension types name the device instances (the host launcher finds them by name).
 #[allow(unused_imports)]
 use crate::flash::{Hd128, Hd256, Hd64, Hd80, Hd96};
-use crate::flash::{copy_rows, smem_elems, stage_elems, stages, value_chunk, value_chunks, HeadDim, RowState, Score, BN, PAD};
+use crate::flash::{copy_rows, stage_elems, stages, value_chunk, value_chunks, HeadDim, RowState, Score, BN, PAD};
 use kernel_dsl::mma::{self, copy, Lowering, MmaFloat, SharedAddr};
 use kernel_dsl::prelude::*;
 
@@ -33,10 +33,10 @@ use kernel_dsl::prelude::*;
 pub const MAX_GROUP: usize = 64;
 
 /// Shared-memory elements (16-bit) of a [`paged_decode`](fn@paged_decode) work-group of
-/// `rows` query rows: [`smem_elems`] (Q, then the K/V stages) and two tiles' cache slots
+/// `rows` query rows: the Q rows, [`stages`] K/V stages of [`BN`] keys and two tiles' cache slots
 /// (`2 * BN` u32 values).
 pub const fn decode_smem_elems(d: usize, rows: usize, low: Lowering) -> usize {
-    smem_elems(d, rows, low) + 4 * BN
+    rows * (d + PAD) + stages(low) * stage_elems(d, BN, low) + 4 * BN
 }
 
 /// Decode scores: scaled into the log2 domain, keys past the split masked.
@@ -49,6 +49,14 @@ struct DecodeScore {
 }
 
 impl Score for DecodeScore {
+    #[inline(always)]
+    fn plain(&self) -> Option<f32> {
+        if self.keys as usize >= BN && self.scale2 > 0.0 {
+            Some(self.scale2)
+        } else {
+            None
+        }
+    }
     #[inline(always)]
     fn score(&self, _: usize, jt: usize, x: f32) -> f32 {
         if (jt as u32) < self.keys {
@@ -150,13 +158,13 @@ pub fn paged_decode<T: MmaFloat, H: HeadDim>(
     let wave = tid / wave::size() as usize;
     let sp = smem.as_ptr();
     let q_lds = sp;
-    let st_elems = stage_elems(d, low);
+    let st_elems = stage_elems(d, BN, low);
     let nst = stages(low);
     let size = core::mem::size_of::<T>();
     let kv_sa = SharedAddr::new(sp.wrapping_add(rows * ldq));
     let kv_lds = sp.wrapping_add(rows * ldq);
-    // Two tiles' cache slots (u32, 4-byte aligned: smem_elems is even).
-    let slots = sp.wrapping_add(smem_elems(d, rows, low)) as *mut u32;
+    // Two tiles' cache slots (u32, 4-byte aligned: the element count before them is even).
+    let slots = sp.wrapping_add(decode_smem_elems(d, rows, low) - 4 * BN) as *mut u32;
 
     // The group's query rows, zero past the group (the first copy group, with tile 0).
     // SAFETY: the group's rows lie in q (checked above), 16-byte aligned; the Q region
@@ -240,7 +248,7 @@ pub fn paged_decode<T: MmaFloat, H: HeadDim>(
         let kt_lds = kv_lds.wrapping_add((t % nst) * st_elems);
         let v_lds = kt_lds.wrapping_add(BN * ldk);
         // SAFETY: the tiles lie in `smem`, rows 16-byte aligned.
-        unsafe { st.add_tile::<T>(q_lds.add(wave * 16 * ldq), ldq, kt_lds, ldk, v_lds, ldv, d, nof, &score) };
+        unsafe { st.add_tile::<T, 2>(q_lds.add(wave * 16 * ldq), ldq, kt_lds, ldk, v_lds, ldv, d, nof, &score) };
         // Every wave is done with this stage (and the slots) before they are refilled.
         barrier();
         t += 1;
