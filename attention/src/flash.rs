@@ -16,13 +16,14 @@
 //! A work-group of [`WAVES`] waves takes [`BM`] = 64 query rows of one (sequence, head)
 //! and one chunk of value columns; each wave owns 16 of the rows (one row of 16x16
 //! fragments). The Q tile is staged once in shared memory; key/value tiles of
-//! [`prefill_bn`] keys (64 on `mma.sync`, 32 elsewhere) stream through shared memory in 16-byte copies ([`copy_rows`]: `cp.async` on
-//! NVIDIA sm_80+, into [`stages`] buffers so that the next tile loads while the waves
-//! work on the current one; synchronous copies into one buffer elsewhere). K keeps its
-//! row-major `[key][dim]` layout there; `K^T` is read from it by [`load_keys_b`]
-//! (`ldmatrix` on NVIDIA, as are Q and V). Per key tile each wave computes
-//! `S = Q K^T` (`D / 16 x bn / 16` products), masks and scales it (tiles that need no
-//! mask or modifier only fold the scale into the exponent, [`Score::plain`]), updates its running row maxima
+//! [`prefill_bn`] keys (64 on `mma.sync` up to hd128, 32 elsewhere) stream through
+//! shared memory in 16-byte copies ([`copy_rows`]: `cp.async` on NVIDIA sm_80+, into
+//! [`stages`] buffers so that the next tile loads while the waves work on the current
+//! one; synchronous copies into one buffer elsewhere). K keeps its row-major `[key][dim]`
+//! layout there; `K^T` is read from it by [`load_keys_b`] (`ldmatrix` on NVIDIA, as are
+//! Q and V). Per key tile each wave computes `S = Q K^T` (`D / 16 x bn / 16` products),
+//! masks and scales it (tiles that need no mask or modifier only fold the scale into the
+//! exponent, [`Score::plain`]), updates its running row maxima
 //! and sums, rescales its output accumulator and adds `P V` with `P` converted from the
 //! accumulator to an A operand in registers ([`FragC::to_a`]). Scores live in the log2
 //! domain (`exp2`). Key tiles wholly outside a work-group's causal/sliding window are not
@@ -76,13 +77,14 @@ pub const BM: usize = 16 * WAVES;
 /// `MmaSync` ([`prefill_bn`]).
 pub const BN: usize = 32;
 
-/// Keys per prefill K/V tile: 64 on `MmaSync` (the per-tile work besides the products, the
-/// output rescale, row reductions, barriers and copy issue, then covers twice the keys;
-/// its 255 registers hold the wider score tile), [`BN`] elsewhere (the AMD register
-/// budgets).
-pub const fn prefill_bn(low: Lowering) -> usize {
+/// Keys per prefill K/V tile for head dimension `d`: 64 on `MmaSync` up to hd128 (the
+/// per-tile work besides the products, the output rescale, row reductions, barriers and
+/// copy issue, then covers twice the keys; its 255 registers hold the wider score tile),
+/// [`BN`] elsewhere (the AMD register budgets) and for hd256 (two 64-key stages would need
+/// 133 KiB of shared memory, more than sm_86/sm_89 give a work-group).
+pub const fn prefill_bn(d: usize, low: Lowering) -> usize {
     match low {
-        Lowering::MmaSync => 64,
+        Lowering::MmaSync if d <= 128 => 64,
         _ => BN,
     }
 }
@@ -139,7 +141,7 @@ pub const fn stage_elems(d: usize, bn: usize, low: Lowering) -> usize {
 /// Shared-memory elements of a prefill work-group of `rows` query rows: the Q tile
 /// (`rows x (d + PAD)`) and [`stages`] K/V stages ([`stage_elems`] of [`prefill_bn`] keys).
 pub const fn smem_elems(d: usize, rows: usize, low: Lowering) -> usize {
-    rows * (d + PAD) + stages(low) * stage_elems(d, prefill_bn(low), low)
+    rows * (d + PAD) + stages(low) * stage_elems(d, prefill_bn(d, low), low)
 }
 
 /// The B operand (k = head dimension, column = key) of the 16 keys whose rows start at
@@ -589,7 +591,7 @@ pub fn flash_fwd<T: MmaFloat, H: HeadDim>(
     if window_right >= 0 {
         kv_hi = kv_hi.min(q_hi as i32 + off + window_right);
     }
-    let bn = prefill_bn(low);
+    let bn = prefill_bn(d, low);
     let n_tiles = if kv_hi > kv_lo { ((kv_hi - kv_lo) as usize).div_ceil(bn) } else { 0 };
 
     let tid = flat_thread_idx() as usize;

@@ -14,6 +14,7 @@
 //!   from DRAM, not from the L2 the previous call filled.
 //!
 //! `attention [--out DIR] [--quick] [--only prefill|decode]`: writes `DIR/rust_attention.json`;
+//! `--prefill B,H,S,D,CAUSAL` or `--decode B,CTX` time one shape only (for `ncu`);
 //! `python/torch_attention.py` times PyTorch SDPA on the same shapes and
 //! `python/report_attention.py` merges both into `report_attention.csv`.
 use attention::paged::host::{paged_attention, PagedShape};
@@ -204,6 +205,16 @@ fn main() {
     let quick = args.iter().any(|a| a == "--quick");
     let only = value("--only");
     let Some(dev) = benches::gpu() else { return };
+    // One shape only (for ncu): `--prefill B,H,S,D,causal` or `--decode B,CTX`.
+    let nums = |v: String| v.split(',').map(|x| x.parse::<usize>().expect("a number")).collect::<Vec<_>>();
+    if let Some(v) = value("--prefill").map(nums) {
+        prefill::<bf16>(&dev, v[0], v[1], v[2], v[3], v.get(4).is_some_and(|&c| c != 0));
+        return;
+    }
+    if let Some(v) = value("--decode").map(nums) {
+        decode(&dev, v[0], 32, 8, v[1], 128, 16);
+        return;
+    }
     let mut pre = Vec::new();
     if only.as_deref() != Some("decode") {
         let seqs: &[usize] = if quick { &[1024, 4096] } else { &[512, 1024, 2048, 4096, 8192, 16384] };
