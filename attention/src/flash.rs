@@ -159,11 +159,14 @@ pub unsafe fn load_keys_b<T: MmaFloat>(base: *const T, ld: usize) -> FragB<T> {
         Lowering::MmaSync | Lowering::Valu => {
             // SAFETY: the caller's contract.
             let a = unsafe { FragA::<T>::load_shared(base, ld) };
+            // Indices modulo the array length: constants on every target, in bounds where
+            // the fragments hold 4 items (MFMA, where this arm never runs).
             let mut v = a.v;
-            v[2] = a.v[4];
-            v[3] = a.v[5];
-            v[4] = a.v[2];
-            v[5] = a.v[3];
+            let n = v.len();
+            v[2 % n] = a.v[4 % n];
+            v[3 % n] = a.v[5 % n];
+            v[4 % n] = a.v[2 % n];
+            v[5 % n] = a.v[3 % n];
             FragB { v }
         }
         // SAFETY: the caller's contract.
