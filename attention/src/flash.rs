@@ -248,7 +248,8 @@ pub trait Score {
     fn score(&self, r: usize, jt: usize, x: f32) -> f32;
     /// `Some(c)` when every score of the tile is `c * x` with `c > 0` (no key masked, no
     /// modifier), for all the wave's rows: the tile then skips [`score`](Self::score) and
-    /// folds `c` into the exponent (`exp2(c x - m)`, one FMA). Must be wave-uniform.
+    /// folds `c` into the exponent (`exp2(c x - m)`). Must be wave-uniform. The prefill
+    /// and decode scores answer `None` except on `MmaSync` (AMD SGPR budgets).
     fn plain(&self) -> Option<f32>;
 }
 
@@ -280,6 +281,11 @@ pub struct PrefillScore {
 impl Score for PrefillScore {
     #[inline(always)]
     fn plain(&self) -> Option<f32> {
+        // AMD keeps the per-item path: the extra uniform values of this test took gfx90a's
+        // hd256 instance past its 100 SGPRs (3 spills).
+        if mma::lowering() != Lowering::MmaSync {
+            return None;
+        }
         // The wave's rows see keys diag0 + r - left ..= diag0 + r + right, r in 0..16.
         let inside = self.k0 + self.bn <= self.len_k
             && (self.window_left < 0 || self.k0 >= self.diag0 + 15 - self.window_left)

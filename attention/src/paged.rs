@@ -51,7 +51,7 @@ struct DecodeScore {
 impl Score for DecodeScore {
     #[inline(always)]
     fn plain(&self) -> Option<f32> {
-        if self.keys as usize >= BN && self.scale2 > 0.0 {
+        if mma::lowering() == Lowering::MmaSync && self.keys as usize >= BN && self.scale2 > 0.0 {
             Some(self.scale2)
         } else {
             None
