@@ -15,10 +15,15 @@
 //! # Work decomposition
 //! A work-group of [`WAVES`] waves takes [`BM`] = 64 query rows of one (sequence, head)
 //! and one chunk of value columns; each wave owns 16 of the rows (one row of 16x16
-//! fragments). The Q tile is staged once in shared memory; key/value tiles of [`BN`] = 32
-//! keys stream through shared memory (K stored transposed, so both products read
-//! row-major fragments: `ldmatrix` on NVIDIA). Per key tile each wave computes
-//! `S = Q K^T` (`D / 16 x 2` products), masks and scales it, updates its running row maxima
+//! fragments). The Q tile is staged once in shared memory; key/value tiles of
+//! [`prefill_bn`] keys (64 on `mma.sync` up to hd128, 32 elsewhere) stream through
+//! shared memory in 16-byte copies ([`copy_rows`]: `cp.async` on NVIDIA sm_80+, into
+//! [`stages`] buffers so that the next tile loads while the waves work on the current
+//! one; synchronous copies into one buffer elsewhere). K keeps its row-major `[key][dim]`
+//! layout there; `K^T` is read from it by [`load_keys_b`] (`ldmatrix` on NVIDIA, as are
+//! Q and V). Per key tile each wave computes `S = Q K^T` (`D / 16 x bn / 16` products),
+//! masks and scales it (tiles that need no mask or modifier only fold the scale into the
+//! exponent, [`Score::plain`]), updates its running row maxima
 //! and sums, rescales its output accumulator and adds `P V` with `P` converted from the
 //! accumulator to an A operand in registers ([`FragC::to_a`]). Scores live in the log2
 //! domain (`exp2`). Key tiles wholly outside a work-group's causal/sliding window are not
@@ -29,7 +34,8 @@
 //! output accumulator fits the AMD register budget without spills; wider heads are split
 //! into chunks along grid y, each work-group recomputing `S` for its chunk (hd256 on
 //! MFMA/`mma.sync`: two chunks). Shared memory per work-group: [`smem_elems`] 16-bit
-//! elements (Q tile, transposed K tile, V tile; see `attention/README.md` for the figures).
+//! elements (Q tile, then per stage the K and V tiles; see `attention/README.md` for the
+//! figures).
 //!
 //! # Masks and options
 //! With `off = seq_k - seq_q` (per sequence), query row `i` sees key `j` when `j < seq_k`,
@@ -38,7 +44,7 @@
 //! in Candle and FlashAttention. Scores are `x = scale * q.k`, then
 //! `softcap * tanh(x / softcap)` when `softcap > 0`, then minus `slope * |i + off - j|`
 //! with an ALiBi slope per head. A row that sees no key gets zeros and `lse = -inf`.
-use kernel_dsl::mma::{self, FragA, FragB, FragC, Lowering, MmaFloat};
+use kernel_dsl::mma::{self, copy, FragA, FragB, FragC, Lowering, MmaFloat, SharedAddr};
 use kernel_dsl::prelude::*;
 
 /// A head dimension, as a type (kernels take no const generics): [`Hd64`], [`Hd80`],
@@ -67,10 +73,21 @@ pub const HEAD_DIMS: [usize; 5] = [64, 80, 96, 128, 256];
 pub const WAVES: usize = 4;
 /// Query rows per work-group.
 pub const BM: usize = 16 * WAVES;
-/// Keys per streamed K/V tile.
+/// Keys per streamed K/V tile of the decode kernel, and of the prefill kernel except on
+/// `MmaSync` ([`prefill_bn`]).
 pub const BN: usize = 32;
-/// 16-key fragments per key tile.
-const NF: usize = BN / 16;
+
+/// Keys per prefill K/V tile for head dimension `d`: 64 on `MmaSync` up to hd128 (the
+/// per-tile work besides the products, the output rescale, row reductions, barriers and
+/// copy issue, then covers twice the keys; its 255 registers hold the wider score tile),
+/// [`BN`] elsewhere (the AMD register budgets) and for hd256 (two 64-key stages would need
+/// 133 KiB of shared memory, more than sm_86/sm_89 give a work-group).
+pub const fn prefill_bn(d: usize, low: Lowering) -> usize {
+    match low {
+        Lowering::MmaSync if d <= 128 => 64,
+        _ => BN,
+    }
+}
 /// Shared-memory row padding in elements (rows stay 16-byte aligned, banks shift).
 pub const PAD: usize = 8;
 /// Most value columns one work-group accumulates.
@@ -105,10 +122,86 @@ pub const fn value_chunks(d: usize, low: Lowering) -> usize {
     d / value_chunk(d, low)
 }
 
-/// Shared-memory elements of a work-group of `rows` query rows: the Q tile (`rows x (d +
-/// PAD)`), the transposed K tile (`d x (BN + PAD)`) and the V tile (`BN x (chunk + PAD)`).
+/// Shared-memory buffers of the K/V tiles: two on `MmaSync` (`cp.async` fills the next
+/// tile while the waves work on the current one), one elsewhere (the copies are
+/// synchronous on AMD and the CPU executor, so a second buffer would only cost LDS).
+pub const fn stages(low: Lowering) -> usize {
+    match low {
+        Lowering::MmaSync => 2,
+        _ => 1,
+    }
+}
+
+/// Shared-memory elements of one K/V stage of `bn` keys: the K tile (`bn x (d + PAD)`,
+/// keys as rows) and the V tile (`bn x (chunk + PAD)`).
+pub const fn stage_elems(d: usize, bn: usize, low: Lowering) -> usize {
+    bn * (d + PAD) + bn * (value_chunk(d, low) + PAD)
+}
+
+/// Shared-memory elements of a prefill work-group of `rows` query rows: the Q tile
+/// (`rows x (d + PAD)`) and [`stages`] K/V stages ([`stage_elems`] of [`prefill_bn`] keys).
 pub const fn smem_elems(d: usize, rows: usize, low: Lowering) -> usize {
-    rows * (d + PAD) + d * (BN + PAD) + BN * (value_chunk(d, low) + PAD)
+    rows * (d + PAD) + stages(low) * stage_elems(d, prefill_bn(d, low), low)
+}
+
+/// The B operand (k = head dimension, column = key) of the 16 keys whose rows start at
+/// `base` in shared memory (row-major `[key][dim]`, row stride `ld`): `K^T` without
+/// storing K transposed. On `MmaSync` (and the VALU lowering, which shares its layout)
+/// B item `j` is A item `j` with index bits 1 and 2 swapped (A holds (row g + 8b, k 2t +
+/// a + 8c), B (k 2t + a + 8b, column g + 8c) for `j = 4c + 2b + a`), so the tile loads as
+/// an A fragment: one `ldmatrix.x4` (not `.trans`). Elsewhere element loads.
+///
+/// # Safety
+/// The 16 x 16 tile at `base` is readable shared memory; rows 16-byte aligned.
+#[inline(always)]
+pub unsafe fn load_keys_b<T: MmaFloat>(base: *const T, ld: usize) -> FragB<T> {
+    match mma::lowering() {
+        Lowering::MmaSync | Lowering::Valu => {
+            // SAFETY: the caller's contract.
+            let a = unsafe { FragA::<T>::load_shared(base, ld) };
+            // Indices modulo the array length: constants on every target, in bounds where
+            // the fragments hold 4 items (MFMA, where this arm never runs).
+            let mut v = a.v;
+            let n = v.len();
+            v[2 % n] = a.v[4 % n];
+            v[3 % n] = a.v[5 % n];
+            v[4 % n] = a.v[2 % n];
+            v[5 % n] = a.v[3 % n];
+            FragB { v }
+        }
+        // SAFETY: the caller's contract.
+        _ => FragB::from_fn(|k, c| unsafe { *base.add(c * ld + k) }),
+    }
+}
+
+/// Issues the 16-byte copies of `rows` rows of `cols` elements (a multiple of 8) from
+/// global memory into shared memory at `dst` (row stride `ld` elements), work-item `tid`
+/// of `nthreads` taking every `nthreads`-th chunk; `src_row(j)` is row `j`'s source and
+/// whether it is valid (an invalid row is filled with zeros and its source not read).
+/// `cp.async` on NVIDIA sm_80+ (the caller commits and waits), synchronous elsewhere.
+///
+/// # Safety
+/// Every row's source is 16-byte aligned global memory, and a valid row's has `cols`
+/// readable elements; `dst` has `rows` rows of `ld` 16-bit elements (16-byte aligned)
+/// in shared memory.
+#[inline(always)]
+pub unsafe fn copy_rows<T>(dst: SharedAddr, ld: usize, rows: usize, cols: usize, tid: usize, nthreads: usize, src_row: impl Fn(usize) -> (*const T, bool)) {
+    let per_row = cols / 8;
+    let size = core::mem::size_of::<T>();
+    let mut e = tid;
+    while e < rows * per_row {
+        let (j, c) = (e / per_row, e % per_row);
+        let at = dst.add((j * ld + c * 8) * size);
+        let (p, valid) = src_row(j);
+        if valid {
+            // SAFETY: the caller's contract.
+            unsafe { copy::copy_16_whole_at(at, p.wrapping_add(c * 8) as *const u8) };
+        } else {
+            // SAFETY: the caller's contract (nothing is read).
+            unsafe { copy::copy_16_at(at, p as *const u8, 0) };
+        }
+        e += nthreads;
+    }
 }
 
 /// Runs `$body` with `$i` bound to each listed constant (straight-line code, so fragment
@@ -153,6 +246,11 @@ macro_rules! each_item {
 pub trait Score {
     /// The softmax input of `x` at row `r`, tile key `jt`.
     fn score(&self, r: usize, jt: usize, x: f32) -> f32;
+    /// `Some(c)` when every score of the tile is `c * x` with `c > 0` (no key masked, no
+    /// modifier), for all the wave's rows: the tile then skips [`score`](Self::score) and
+    /// folds `c` into the exponent (`exp2(c x - m)`). Must be wave-uniform. The prefill
+    /// and decode scores answer `None` except on `MmaSync` (AMD SGPR budgets).
+    fn plain(&self) -> Option<f32>;
 }
 
 /// The prefill scores: scale, soft-cap, ALiBi, causal/sliding-window mask.
@@ -162,6 +260,8 @@ pub struct PrefillScore {
     pub diag0: i32,
     /// Key index of the tile's key 0.
     pub k0: i32,
+    /// Keys of the tile.
+    pub bn: i32,
     /// Keys of the sequence.
     pub len_k: i32,
     /// Left window (negative: unbounded).
@@ -179,6 +279,23 @@ pub struct PrefillScore {
 }
 
 impl Score for PrefillScore {
+    #[inline(always)]
+    fn plain(&self) -> Option<f32> {
+        // AMD keeps the per-item path: the extra uniform values of this test took gfx90a's
+        // hd256 instance past its 100 SGPRs (3 spills).
+        if mma::lowering() != Lowering::MmaSync {
+            return None;
+        }
+        // The wave's rows see keys diag0 + r - left ..= diag0 + r + right, r in 0..16.
+        let inside = self.k0 + self.bn <= self.len_k
+            && (self.window_left < 0 || self.k0 >= self.diag0 + 15 - self.window_left)
+            && (self.window_right < 0 || self.k0 + self.bn - 1 <= self.diag0 + self.window_right);
+        if inside && self.softcap <= 0.0 && self.slope == 0.0 && self.scale > 0.0 {
+            Some(self.scale * core::f32::consts::LOG2_E)
+        } else {
+            None
+        }
+    }
     #[inline(always)]
     fn score(&self, r: usize, jt: usize, x: f32) -> f32 {
         let diag = self.diag0 + r as i32;
@@ -225,18 +342,19 @@ impl RowState {
         RowState { o: [FragC::<f32>::zero(); MAX_OF], m, l: FragC::<f32>::zero() }
     }
 
-    /// Adds one key tile of [`BN`] keys (a wave operation): `S = Q K^T` from the 16 query
-    /// rows at `q` (row stride `ldq`, `d` columns) and the transposed keys at `kt` (`d`
-    /// rows of stride `ldk`), each score through [`Score::score`] (row, the key's index in
-    /// the tile, raw score), then the
-    /// online-softmax update and `O += P V` with the values at `v` (`BN` rows of stride
+    /// Adds one key tile of `16 NK` keys (a wave operation): `S = Q K^T` from the 16 query
+    /// rows at `q` (row stride `ldq`, `d` columns) and the keys at `kt` (`BN` rows of
+    /// stride `ldk`, `d` columns; read as `K^T` by [`load_keys_b`]), each score through
+    /// [`Score::score`] (row, the key's index in the tile, raw score) unless the tile is
+    /// [`Score::plain`], then the online-softmax update and `O += P V` with the values at
+    /// `v` (`16 NK` rows of stride
     /// `ldv`, `nof * 16` columns). Fully masked rows stay at max `-inf`, sum 0, output 0.
     ///
     /// # Safety
     /// The three tiles lie in shared memory as described, rows 16-byte aligned.
     #[inline(always)]
     #[allow(clippy::too_many_arguments)]
-    pub unsafe fn add_tile<T: MmaFloat>(
+    pub unsafe fn add_tile<T: MmaFloat, const NK: usize>(
         &mut self,
         q: *const T,
         ldq: usize,
@@ -253,12 +371,13 @@ impl RowState {
         // spilled more than whole tiles).
         // SAFETY (both): the caller's contract.
         if mma::lowering() == Lowering::Wmma {
-            unsafe {
-                self.add_keys::<T, 1>(q, ldq, kt, ldk, v, ldv, d, nof, 0, score);
-                self.add_keys::<T, 1>(q, ldq, kt, ldk, v, ldv, d, nof, 16, score);
+            let mut half = 0;
+            while half < NK {
+                unsafe { self.add_keys::<T, 1>(q, ldq, kt, ldk, v, ldv, d, nof, half * 16, score) };
+                half += 1;
             }
         } else {
-            unsafe { self.add_keys::<T, NF>(q, ldq, kt, ldk, v, ldv, d, nof, 0, score) };
+            unsafe { self.add_keys::<T, NK>(q, ldq, kt, ldk, v, ldv, d, nof, 0, score) };
         }
     }
 
@@ -282,14 +401,14 @@ impl RowState {
         key0: usize,
         score: &impl Score,
     ) {
-        let mut s = [FragC::<f32>::zero(); NF];
+        let mut s = [FragC::<f32>::zero(); NK];
         let mut ks = 0;
         while ks < d {
             // SAFETY: the caller's contract (16 x 16 tiles inside the Q and K tiles).
             let a = unsafe { FragA::<T>::load_shared(q.add(ks), ldq) };
-            each!(nf in [0, 1] {
+            each!(nf in [0, 1, 2, 3] {
                 if nf < NK {
-                    let bk = unsafe { FragB::<T>::load_shared(kt.add(ks * ldk + key0 + nf * 16), ldk) };
+                    let bk = unsafe { load_keys_b::<T>(kt.add((key0 + nf * 16) * ldk + ks), ldk) };
                     s[nf] = mma::mma(&a, &bk, s[nf]);
                 }
             });
@@ -298,44 +417,57 @@ impl RowState {
             mma::schedule_fence();
             ks += 16;
         }
-        // Item by item rather than through `FragC::map`: its closure, called for 8 items on
-        // the wave-32 targets, was left out of line there (the scores' parameters then
-        // went through scratch memory).
-        each!(nf in [0, 1] {
-            if nf < NK {
-                each_item!(j < s[nf].len(), {
-                    let (r, c) = s[nf].coord(j);
-                    s[nf].v[j] = score.score(r, key0 + nf * 16 + c, s[nf].v[j]);
+        // A plain tile keeps its raw scores and folds the scale into the exponent; the
+        // others go through the score function item by item (rather than through
+        // `FragC::map`: its closure, called for 8 items on the wave-32 targets, was left
+        // out of line there and the scores' parameters went through scratch memory).
+        let plain = score.plain();
+        let c = match plain {
+            Some(c) => c,
+            None => {
+                each!(nf in [0, 1, 2, 3] {
+                    if nf < NK {
+                        each_item!(j < s[nf].len(), {
+                            let (r, col) = s[nf].coord(j);
+                            s[nf].v[j] = score.score(r, key0 + nf * 16 + col, s[nf].v[j]);
+                        });
+                    }
                 });
+                1.0
             }
-        });
+        };
         // New row maxima, the factor for what was accumulated, the tile's probabilities.
         // A row that has seen no key keeps max -inf and uses 0 as its reference, so every
         // exp2 is of -inf: zeros, never NaN.
         let mut tmax = s[0];
-        if NK > 1 {
-            each_item!(j < tmax.v.len(), {
-                tmax.v[j] = tmax.v[j].max(s[1].v[j]);
-            });
-        }
+        each!(nf in [1, 2, 3] {
+            if nf < NK {
+                each_item!(j < tmax.v.len(), {
+                    tmax.v[j] = tmax.v[j].max(s[nf].v[j]);
+                });
+            }
+        });
         let tmax = tmax.row_max();
         let mut alpha = FragC::<f32>::zero();
         each_item!(j < self.m.v.len(), {
-            let mn = self.m.v[j].max(tmax.v[j]);
+            let mn = self.m.v[j].max(tmax.v[j] * c);
             let mu = if mn == f32::NEG_INFINITY { 0.0 } else { mn };
             alpha.v[j] = (self.m.v[j] - mu).exp2();
             self.m.v[j] = mn;
-            s[0].v[j] = (s[0].v[j] - mu).exp2();
-            if NK > 1 {
-                s[1].v[j] = (s[1].v[j] - mu).exp2();
-            }
+            each!(nf in [0, 1, 2, 3] {
+                if nf < NK {
+                    s[nf].v[j] = (s[nf].v[j] * c - mu).exp2();
+                }
+            });
         });
         let mut psum = s[0];
-        if NK > 1 {
-            each_item!(j < psum.v.len(), {
-                psum.v[j] += s[1].v[j];
-            });
-        }
+        each!(nf in [1, 2, 3] {
+            if nf < NK {
+                each_item!(j < psum.v.len(), {
+                    psum.v[j] += s[nf].v[j];
+                });
+            }
+        });
         let psum = psum.row_sum();
         each_item!(j < self.l.v.len(), {
             self.l.v[j] = self.l.v[j] * alpha.v[j] + psum.v[j];
@@ -348,7 +480,7 @@ impl RowState {
             }
         });
         // O += P V, P rounded to T in registers.
-        each!(nf in [0, 1] {
+        each!(nf in [0, 1, 2, 3] {
             if nf < NK {
                 let pa = s[nf].to_a::<T>();
                 each!(of in [0, 1, 2, 3, 4, 5, 6, 7] {
@@ -423,7 +555,7 @@ pub fn flash_fwd<T: MmaFloat, H: HeadDim>(
     let low = mma::lowering();
     let d = H::D;
     let dv = value_chunk(d, low);
-    let (ldq, ldk, ldv) = (d + PAD, BN + PAD, dv + PAD);
+    let (ldq, ldk, ldv) = (d + PAD, d + PAD, dv + PAD);
     if smem.len() < smem_elems(d, BM, low) {
         panic!("flash_fwd: shared memory too small");
     }
@@ -468,26 +600,28 @@ pub fn flash_fwd<T: MmaFloat, H: HeadDim>(
     if window_right >= 0 {
         kv_hi = kv_hi.min(q_hi as i32 + off + window_right);
     }
-    let n_tiles = if kv_hi > kv_lo { ((kv_hi - kv_lo) as usize).div_ceil(BN) } else { 0 };
+    let bn = prefill_bn(d, low);
+    let n_tiles = if kv_hi > kv_lo { ((kv_hi - kv_lo) as usize).div_ceil(bn) } else { 0 };
 
     let tid = flat_thread_idx() as usize;
     let nthreads = flat_block_dim() as usize;
     let wave = tid / wave::size() as usize;
     let sp = smem.as_ptr();
     let q_lds = sp;
-    let kt_lds = sp.wrapping_add(BM * ldq);
-    let v_lds = kt_lds.wrapping_add(d * ldk);
+    let st_elems = stage_elems(d, bn, low);
+    let nst = stages(low);
+    let size = core::mem::size_of::<T>();
+    let kv_sa = SharedAddr::new(sp.wrapping_add(BM * ldq));
+    let kv_lds = sp.wrapping_add(BM * ldq);
 
-    // The Q tile, zero past the sequence.
+    // The Q tile, zero past the sequence (the first copy group, with K/V tile 0).
     let q_base = (q_row0 + q0) * q_stride + h * d;
-    let mut e = tid;
-    while e < BM * d {
-        let (r, c) = (e / d, e % d);
-        // SAFETY: rows below q_hi lie in q (checked above); r < BM, c < d lie in the Q
-        // region of `smem` (length checked above).
-        unsafe { *q_lds.add(r * ldq + c) = if q0 + r < len_q { *qp.add(q_base + r * q_stride + c) } else { T::ZERO } };
-        e += nthreads;
-    }
+    // SAFETY: rows below q_hi lie in q (checked above), 16-byte aligned (d and the strides
+    // are multiples of 8 elements); the Q region holds BM rows of ldq.
+    unsafe { copy_rows::<T>(SharedAddr::new(q_lds), ldq, BM, d, tid, nthreads, |r| {
+        let ok = q0 + r < len_q;
+        (if ok { qp.wrapping_add(q_base + r * q_stride) } else { qp }, ok)
+    }) };
 
     let row0 = q0 + wave * 16;
     let mut st = RowState::new();
@@ -495,33 +629,49 @@ pub fn flash_fwd<T: MmaFloat, H: HeadDim>(
     let inv_cap = if softcap > 0.0 { 1.0 / softcap } else { 0.0 };
     let k_base = k_row0 * kv_stride + hk * d;
     let v_base = k_base + vc * dv;
-
+    // Issues the copies of key tile `t` into stage `t % nst` (keys and values past the
+    // sequence are zeros: their probabilities are 0, and 0 * garbage could be NaN).
+    let issue = |t: usize| {
+        let k0 = kv_lo as usize + t * bn;
+        let stage = kv_sa.add((t % nst) * st_elems * size);
+        // SAFETY: keys below len_k lie in k and v (checked above), rows 16-byte aligned;
+        // the stage holds bn rows of ldk then bn rows of ldv.
+        unsafe {
+            copy_rows::<T>(stage, ldk, bn, d, tid, nthreads, |j| {
+                let ok = k0 + j < len_k;
+                (if ok { kp.wrapping_add(k_base + (k0 + j) * kv_stride) } else { kp }, ok)
+            });
+            copy_rows::<T>(stage.add(bn * ldk * size), ldv, bn, dv, tid, nthreads, |j| {
+                let ok = k0 + j < len_k;
+                (if ok { vp.wrapping_add(v_base + (k0 + j) * kv_stride) } else { vp }, ok)
+            });
+        }
+    };
+    // Prologue: tiles 0 .. nst - 1 in flight (with Q), one copy group each.
+    let mut t = 0;
+    while t + 1 < nst {
+        if t < n_tiles {
+            issue(t);
+        }
+        copy::commit();
+        t += 1;
+    }
     let mut t = 0;
     while t < n_tiles {
-        let k0 = kv_lo as usize + t * BN;
-        // Every wave is done with the previous tile (and the Q tile is written).
-        barrier();
-        let mut e = tid;
-        while e < BN * d {
-            let (j, c) = (e / d, e % d);
-            // SAFETY: keys below len_k lie in k (checked above); c < d, j < BN lie in the
-            // K region.
-            unsafe { *kt_lds.add(c * ldk + j) = if k0 + j < len_k { *kp.add(k_base + (k0 + j) * kv_stride + c) } else { T::ZERO } };
-            e += nthreads;
+        let k0 = kv_lo as usize + t * bn;
+        // The tile nst - 1 ahead goes into the stage every wave finished with at the end of
+        // the previous iteration; then tile t's group (and Q's) is waited for.
+        if t + nst - 1 < n_tiles {
+            issue(t + nst - 1);
         }
-        let mut e = tid;
-        while e < BN * dv {
-            let (j, c) = (e / dv, e % dv);
-            // Zeros past the sequence: their probabilities are 0, and 0 * garbage could be
-            // NaN. SAFETY: as above, in the V region.
-            unsafe { *v_lds.add(j * ldv + c) = if k0 + j < len_k { *vp.add(v_base + (k0 + j) * kv_stride + c) } else { T::ZERO } };
-            e += nthreads;
-        }
+        copy::commit();
+        copy::wait_groups(nst as u32 - 1);
         barrier();
         // Scale, soft-cap, ALiBi and mask, into the log2 domain.
         let score = PrefillScore {
             diag0: row0 as i32 + off,
             k0: k0 as i32,
+            bn: bn as i32,
             len_k: len_k as i32,
             window_left,
             window_right,
@@ -530,11 +680,25 @@ pub fn flash_fwd<T: MmaFloat, H: HeadDim>(
             inv_cap,
             slope,
         };
+        let kt_lds = kv_lds.wrapping_add((t % nst) * st_elems);
+        let v_lds = kt_lds.wrapping_add(bn * ldk);
+        let q_w = q_lds.wrapping_add(wave * 16 * ldq);
         // SAFETY: the tiles lie in `smem` with rows 16-byte aligned (strides and offsets
         // multiples of 8 elements).
-        unsafe { st.add_tile::<T>(q_lds.add(wave * 16 * ldq), ldq, kt_lds, ldk, v_lds, ldv, d, nof, &score) };
+        unsafe {
+            if bn == 64 {
+                st.add_tile::<T, 4>(q_w, ldq, kt_lds, ldk, v_lds, ldv, d, nof, &score);
+            } else {
+                st.add_tile::<T, 2>(q_w, ldq, kt_lds, ldk, v_lds, ldv, d, nof, &score);
+            }
+        }
+        // Every wave is done with this stage before it is refilled.
+        barrier();
         t += 1;
     }
+    // Nothing is left in flight (with no key tile, the Q copies were never waited for).
+    copy::commit();
+    copy::wait_groups(0);
 
     // Normalise, write the rows of this sequence and (first value chunk) the LSE.
     let lse_f = st.finish(nof);

@@ -15,20 +15,29 @@
 //! The `heads / kv_heads` query heads that share a KV head are the rows of the work-group's
 //! 16-row fragments (one wave per 16 heads), so each KV block is read once for all of them:
 //! the same online-softmax tile loop as [`flash_fwd`](fn@crate::flash::flash_fwd), with the
-//! keys gathered through the block table into shared memory. Each split of `split_len`
+//! keys and values gathered through the block table into shared memory in 16-byte copies
+//! (`cp.async` into two stages on NVIDIA sm_80+). The cache slots of a tile's keys are
+//! looked up one tile ahead (one table read per key, by the first [`BN`] work-items) and
+//! kept in shared memory, so the copies issue without waiting on the table. Each split of `split_len`
 //! keys writes its unnormalised f32 output and its (max, sum) to a workspace;
 //! [`paged_merge`](fn@paged_merge) combines a sequence's splits (only the ones its context reaches) into
-//! the output and the log-sum-exp. Shared memory as [`flash_fwd`](fn@crate::flash::flash_fwd):
-//! `crate::flash::smem_elems`.
+//! the output and the log-sum-exp. Shared memory: [`decode_smem_elems`].
 // The head-dimension types name the device instances (the host launcher finds them by name).
 #[allow(unused_imports)]
 use crate::flash::{Hd128, Hd256, Hd64, Hd80, Hd96};
-use crate::flash::{smem_elems, value_chunk, value_chunks, HeadDim, RowState, Score, BN, PAD};
-use kernel_dsl::mma::{self, MmaFloat};
+use crate::flash::{copy_rows, stage_elems, stages, value_chunk, value_chunks, HeadDim, RowState, Score, BN, PAD};
+use kernel_dsl::mma::{self, copy, Lowering, MmaFloat, SharedAddr};
 use kernel_dsl::prelude::*;
 
 /// Most query heads per KV head (four waves of 16 rows).
 pub const MAX_GROUP: usize = 64;
+
+/// Shared-memory elements (16-bit) of a [`paged_decode`](fn@paged_decode) work-group of
+/// `rows` query rows: the Q rows, [`stages`] K/V stages of [`BN`] keys and two tiles' cache slots
+/// (`2 * BN` u32 values).
+pub const fn decode_smem_elems(d: usize, rows: usize, low: Lowering) -> usize {
+    rows * (d + PAD) + stages(low) * stage_elems(d, BN, low) + 4 * BN
+}
 
 /// Decode scores: scaled into the log2 domain, keys past the split masked.
 #[derive(Clone, Copy)]
@@ -40,6 +49,14 @@ struct DecodeScore {
 }
 
 impl Score for DecodeScore {
+    #[inline(always)]
+    fn plain(&self) -> Option<f32> {
+        if mma::lowering() == Lowering::MmaSync && self.keys as usize >= BN && self.scale2 > 0.0 {
+            Some(self.scale2)
+        } else {
+            None
+        }
+    }
     #[inline(always)]
     fn score(&self, _: usize, jt: usize, x: f32) -> f32 {
         if (jt as u32) < self.keys {
@@ -61,7 +78,7 @@ macro_rules! each {
 
 /// One split of one sequence's keys for the query heads of one KV head (see the module
 /// docs). Grid: x = splits, y = `kv_heads * value_chunks(D)`, z = sequences; `ceil(group /
-/// 16)` waves; dynamic shared memory of `flash::smem_elems(D)` elements. Writes, for
+/// 16)` waves; dynamic shared memory of [`decode_smem_elems`] elements. Writes, for
 /// every query head `h` of the group and split `s` its context reaches,
 /// `part_o[((b * heads + h) * splits + s) * D ..]` (unnormalised) and
 /// `part_ml[((b * heads + h) * splits + s) * 2 ..]` = (max in log2 units, sum).
@@ -86,9 +103,9 @@ pub fn paged_decode<T: MmaFloat, H: HeadDim>(
     let low = mma::lowering();
     let d = H::D;
     let dv = value_chunk(d, low);
-    let (ldq, ldk, ldv) = (d + PAD, BN + PAD, dv + PAD);
+    let (ldq, ldk, ldv) = (d + PAD, d + PAD, dv + PAD);
     let rows = flat_block_dim() as usize / wave::size() as usize * 16;
-    if smem.len() < smem_elems(d, rows, low) {
+    if smem.len() < decode_smem_elems(d, rows, low) {
         panic!("paged_decode: shared memory too small");
     }
     let chunks = value_chunks(d, low);
@@ -124,6 +141,9 @@ pub fn paged_decode<T: MmaFloat, H: HeadDim>(
     // Every block this split reads lies in the caches (one uniform pass over its table
     // entries), so the gathers below index without per-element checks.
     let num_blocks = k_cache.len() / row_elems / bs;
+    if num_blocks * bs > u32::MAX as usize - 1 {
+        panic!("paged_decode: the caches have more than 2^32 - 2 slots");
+    }
     let mut blk = k_lo / bs;
     while blk <= (k_hi - 1) / bs {
         if block_tables[table + blk] as usize >= num_blocks {
@@ -138,18 +158,72 @@ pub fn paged_decode<T: MmaFloat, H: HeadDim>(
     let wave = tid / wave::size() as usize;
     let sp = smem.as_ptr();
     let q_lds = sp;
-    let kt_lds = sp.wrapping_add(rows * ldq);
-    let v_lds = kt_lds.wrapping_add(d * ldk);
+    let st_elems = stage_elems(d, BN, low);
+    let nst = stages(low);
+    let size = core::mem::size_of::<T>();
+    let kv_sa = SharedAddr::new(sp.wrapping_add(rows * ldq));
+    let kv_lds = sp.wrapping_add(rows * ldq);
+    // Two tiles' cache slots (u32, 4-byte aligned: the element count before them is even).
+    let slots = sp.wrapping_add(decode_smem_elems(d, rows, low) - 4 * BN) as *mut u32;
 
-    // The group's query rows, zero past the group.
-    let mut e = tid;
-    while e < rows * d {
-        let (r, c) = (e / d, e % d);
-        // SAFETY: the group's rows lie in q (checked above); r < rows, c < d: inside the
-        // Q region (length checked above).
-        let x = if r < group { unsafe { *qp.add((b * heads_n + h0 + r) * d + c) } } else { T::ZERO };
-        unsafe { *q_lds.add(r * ldq + c) = x };
-        e += nthreads;
+    // The group's query rows, zero past the group (the first copy group, with tile 0).
+    // SAFETY: the group's rows lie in q (checked above), 16-byte aligned; the Q region
+    // holds `rows` rows of ldq (length checked above).
+    unsafe {
+        copy_rows::<T>(SharedAddr::new(q_lds), ldq, rows, d, tid, nthreads, |r| {
+            let ok = r < group;
+            (if ok { qp.wrapping_add((b * heads_n + h0 + r) * d) } else { qp }, ok)
+        })
+    };
+    // The cache slot of key `key` of the sequence (u32::MAX past the split).
+    let slot_of = |key: usize| -> u32 {
+        if key < k_hi {
+            // SAFETY: the table entries of this split lie in block_tables and name blocks
+            // inside the caches (checked above); slots fit 32 bits (checked above).
+            unsafe { *tp.add(table + key / bs) * block_size + (key % bs) as u32 }
+        } else {
+            u32::MAX
+        }
+    };
+    let kv_off = hk * d;
+    // Issues the copies of tile `t`'s keys and values (gathered through the slots the
+    // previous iteration stored) into stage `t % nst`; zeros past the split.
+    let issue = |t: usize| {
+        let sl = slots.wrapping_add((t % 2) * BN);
+        let stage = kv_sa.add((t % nst) * st_elems * size);
+        // SAFETY: the slots name rows inside the caches (checked above; v_cache has
+        // k_cache's length), 16-byte aligned; the stage holds BN rows of ldk then BN
+        // rows of ldv; `sl` holds BN slots written before the last barrier.
+        unsafe {
+            copy_rows::<T>(stage, ldk, BN, d, tid, nthreads, |j| {
+                let s = *sl.add(j);
+                let ok = s != u32::MAX;
+                (if ok { kp.wrapping_add(s as usize * row_elems + kv_off) } else { kp }, ok)
+            });
+            copy_rows::<T>(stage.add(BN * ldk * size), ldv, BN, dv, tid, nthreads, |j| {
+                let s = *sl.add(j);
+                let ok = s != u32::MAX;
+                (if ok { vp.wrapping_add(s as usize * row_elems + kv_off + vc * dv) } else { vp }, ok)
+            });
+        }
+    };
+    // Slots of tiles 0 .. nst, then tiles 0 .. nst - 1 in flight, one copy group each.
+    if tid < BN {
+        let mut s = 0;
+        while s < nst {
+            // SAFETY: inside the slot region (2 * BN values, nst <= 2).
+            unsafe { *slots.add(s * BN + tid) = slot_of(k_lo + s * BN + tid) };
+            s += 1;
+        }
+    }
+    barrier();
+    let mut t = 0;
+    while t + 1 < nst {
+        if t < n_tiles {
+            issue(t);
+        }
+        copy::commit();
+        t += 1;
     }
 
     let mut st = RowState::new();
@@ -157,50 +231,30 @@ pub fn paged_decode<T: MmaFloat, H: HeadDim>(
     let mut t = 0;
     while t < n_tiles {
         let k0 = k_lo + t * BN;
-        barrier();
-        // Keys (transposed) and values of this tile, gathered through the block table:
-        // one slot lookup per key row.
-        let mut e = tid;
-        while e < BN * d {
-            let (j, c) = (e / d, e % d);
-            let key = k0 + j;
-            let x = if key < k_hi {
-                // SAFETY: the table entries of this split lie in block_tables and name
-                // blocks inside the caches (checked above).
-                unsafe {
-                    let slot = *tp.add(table + key / bs) as usize * bs + key % bs;
-                    *kp.add(slot * row_elems + hk * d + c)
-                }
-            } else {
-                T::ZERO
-            };
-            // SAFETY: c < d, j < BN: inside the K region.
-            unsafe { *kt_lds.add(c * ldk + j) = x };
-            e += nthreads;
+        // The slots of tile t + nst are looked up now (the load overlaps the wait below)
+        // and stored after the barrier, into the buffer tile t + nst - 2 used.
+        let ahead = if tid < BN { slot_of(k_lo + (t + nst) * BN + tid) } else { u32::MAX };
+        if t + nst - 1 < n_tiles {
+            issue(t + nst - 1);
         }
-        let mut e = tid;
-        while e < BN * dv {
-            let (j, c) = (e / dv, e % dv);
-            let key = k0 + j;
-            let x = if key < k_hi {
-                // SAFETY: as above (v_cache has k_cache's length).
-                unsafe {
-                    let slot = *tp.add(table + key / bs) as usize * bs + key % bs;
-                    *vp.add(slot * row_elems + hk * d + vc * dv + c)
-                }
-            } else {
-                T::ZERO
-            };
-            // SAFETY: j < BN, c < dv: inside the V region.
-            unsafe { *v_lds.add(j * ldv + c) = x };
-            e += nthreads;
-        }
+        copy::commit();
+        copy::wait_groups(nst as u32 - 1);
         barrier();
+        if tid < BN {
+            // SAFETY: inside the slot region.
+            unsafe { *slots.add(((t + nst) % 2) * BN + tid) = ahead };
+        }
         let score = DecodeScore { keys: (k_hi - k0) as u32, scale2 };
+        let kt_lds = kv_lds.wrapping_add((t % nst) * st_elems);
+        let v_lds = kt_lds.wrapping_add(BN * ldk);
         // SAFETY: the tiles lie in `smem`, rows 16-byte aligned.
-        unsafe { st.add_tile::<T>(q_lds.add(wave * 16 * ldq), ldq, kt_lds, ldk, v_lds, ldv, d, nof, &score) };
+        unsafe { st.add_tile::<T, 2>(q_lds.add(wave * 16 * ldq), ldq, kt_lds, ldk, v_lds, ldv, d, nof, &score) };
+        // Every wave is done with this stage (and the slots) before they are refilled.
+        barrier();
         t += 1;
     }
+    copy::commit();
+    copy::wait_groups(0);
 
     // This split's unnormalised rows and (first value chunk) their max and sum.
     let row0 = wave * 16;

@@ -11,7 +11,7 @@
 #   tests/gpu/nvidia.sh report DIR [PART...]
 #                                  # GPU machine: the tests (GPU only) and every benchmark
 #                                  # against its peer, results under DIR; PARTs (default
-#                                  # all): tests llm quantized matvec gemm e2e qe2e
+#                                  # all): tests llm quantized matvec gemm attention e2e qe2e
 #
 # `bundle` + `run` is how the project's H100 checks are made: the GPU machine has CUDA and
 # PyTorch but no Rust toolchain, so x86-64 binaries built here travel there.
@@ -184,7 +184,7 @@ report() {
     # Parts to run (default: all). One `run` call has a 10-minute limit, so a session
     # splits the report over calls: `report DIR tests`, `report DIR llm quantized`, ...
     shift || true
-    local parts="${*:-tests llm quantized matvec gemm e2e qe2e}"
+    local parts="${*:-tests llm quantized matvec gemm attention e2e qe2e}"
     has() { case " $parts " in *" $1 "*) return 0 ;; *) return 1 ;; esac; }
     export CANDLE_ROCM_GPU_ONLY=1
     if has tests; then
@@ -193,7 +193,7 @@ report() {
         done
     fi
     local py="$BIN/python"
-    mkdir -p "$out/llm" "$out/quantized" "$out/matvec" "$out/gemm" "$out/e2e"
+    mkdir -p "$out/llm" "$out/quantized" "$out/matvec" "$out/gemm" "$out/attention" "$out/e2e"
     if has llm; then
         step bench-llm 240 "$BIN/bench-llm" --out "$out/llm"
         step torch-llm 240 python3 "$py/torch_llm.py" --out "$out/llm"
@@ -230,6 +230,13 @@ report() {
             echo "cutlass-gemm rc=$rc" | tee -a "$out/summary.txt"
         fi
         step report-gemm 30 python3 "$py/report_gemm.py" "$out/gemm"
+    fi
+    if has attention; then
+        # Prefill TFLOP/s against PyTorch SDPA (flash and cuDNN backends), paged decode GB/s
+        # against SDPA over the gathered cache and the same run's copy bandwidth.
+        step bench-attention 300 "$BIN/bench-attention" --out "$out/attention"
+        step torch-attention 300 python3 "$py/torch_attention.py" --out "$out/attention"
+        step report-attention 30 python3 "$py/report_attention.py" "$out/attention"
     fi
     if has e2e; then
         if [ -x "$BIN/candle-peer" ]; then

@@ -2,8 +2,8 @@
 //! of [`reshape_and_cache`](fn@super::reshape_and_cache). Block tables, context lengths and
 //! slot mappings are host slices: they are validated (every slot inside the cache) and
 //! uploaded, so an error writes nothing and the kernels never index out of range.
-use super::{paged_decode, paged_merge, reshape_and_cache, MAX_GROUP};
-use crate::flash::{smem_elems, value_chunks, Hd128, Hd256, Hd64, Hd80, Hd96, HeadDim, BN, HEAD_DIMS};
+use super::{decode_smem_elems, paged_decode, paged_merge, reshape_and_cache, MAX_GROUP};
+use crate::flash::{value_chunks, Hd128, Hd256, Hd64, Hd80, Hd96, HeadDim, BN, HEAD_DIMS};
 use crate::{AttentionError, FlashElem};
 use kernel_dsl::host::{LaunchConfig, ScalarArg};
 use kernel_dsl::{Dim3, Element};
@@ -42,15 +42,26 @@ fn product(name: &'static str, xs: &[usize]) -> Result<usize, AttentionError> {
     xs.iter().try_fold(1usize, |a, &x| a.checked_mul(x)).ok_or_else(|| arg(name, "size overflows usize"))
 }
 
-/// Keys per split: the caller's choice, or enough splits that about 128 work-groups run
-/// (`batch * kv_heads * splits`), each split at least 256 keys; a multiple of the key
-/// tile.
+/// Work-groups a decode launch aims for when it chooses the split length: about eight per
+/// compute unit of a large GPU (132 on the H100), so that each one's copies keep enough
+/// bytes in flight for DRAM bandwidth (a work-group is one wave for up to 16 query heads
+/// per KV head).
+pub const TARGET_GROUPS: usize = 1024;
+
+/// Shortest split the heuristic makes, in keys: shorter ones cost more in the merge pass
+/// (each writes `heads / kv_heads` f32 rows of `head_dim`) and per-split setup than their
+/// parallelism gains.
+pub const MIN_SPLIT: usize = 128;
+
+/// Keys per split: the caller's choice, or enough splits that about [`TARGET_GROUPS`]
+/// work-groups run (`batch * kv_heads * splits`), each split at least [`MIN_SPLIT`] keys;
+/// a multiple of the key tile.
 pub fn split_len_for(batch: usize, kv_heads: usize, longest: usize, chosen: Option<usize>) -> usize {
     let len = match chosen {
         Some(s) => s.max(1),
         None => {
             let groups = (batch * kv_heads).max(1);
-            let splits = 128usize.div_ceil(groups).clamp(1, longest.div_ceil(256).max(1));
+            let splits = TARGET_GROUPS.div_ceil(groups).clamp(1, longest.div_ceil(MIN_SPLIT).max(1));
             longest.div_ceil(splits).max(1)
         }
     };
@@ -97,6 +108,9 @@ pub fn paged_attention<T: FlashElem>(
     let nq = product("q", &[batch, heads, d])?;
     len_is("q", q.len(), nq)?;
     let cache = product("k_cache", &[num_blocks, block_size, kv_heads, d])?;
+    if num_blocks.saturating_mul(block_size) > u32::MAX as usize - 1 {
+        return Err(arg("k_cache", format!("{num_blocks} blocks of {block_size} slots exceed 2^32 - 2 slots")));
+    }
     len_is("k_cache", k_cache.len(), cache)?;
     len_is("v_cache", v_cache.len(), cache)?;
     len_is("out", out.len(), nq)?;
@@ -132,7 +146,7 @@ pub fn paged_attention<T: FlashElem>(
     let mut part_ml = dev.alloc_uninit::<f32>(batch * heads * splits * 2)?;
     let waves = group.div_ceil(16);
     let cfg = LaunchConfig::new(Dim3::new(splits as u32, (kv_heads * value_chunks(d, low)) as u32, batch as u32), Dim3::x(waves as u32 * low.wave_lanes()))
-        .with_dynamic_shared(smem_elems(d, waves * 16, low));
+        .with_dynamic_shared(decode_smem_elems(d, waves * 16, low));
     let args = DecodeArgs {
         heads: heads as u32,
         kv_heads: kv_heads as u32,

@@ -1,0 +1,263 @@
+//! Attention kernels (`attention::flash_attn` prefill, `attention::paged::host::paged_attention`
+//! decode) timed with GPU events, with a spot check of each shape against f64.
+//!
+//! - Prefill: `q`, `k`, `v [batch, seq, heads, d]` (kv_heads = heads), causal and not,
+//!   head dims 64 (32 heads) and 128 (16 heads), `batch * seq` = 8192 tokens (batch 1 from
+//!   seq 8192 on). TFLOP/s with FLOPs = `4 * batch * heads * seq_q * seq_k * d`, halved
+//!   for causal (the convention of FlashAttention's benchmarks).
+//! - Decode: one query token per sequence, Llama-3-8B heads (32 query, 8 KV, d 128),
+//!   block size 16, every sequence `ctx` tokens long, batch 1..64, ctx 1k..32k (pairs
+//!   with more than 1M cached tokens left out). GB/s = (K and V bytes of the context +
+//!   q + out) / time; `copy_gbps` is a device-to-device copy of 1 GiB in the same run
+//!   (read + write bytes over time, as in `elementwise`). Block tables cycle through
+//!   copies of the cache region (256 MiB in all at least) so that every call reads K/V
+//!   from DRAM, not from the L2 the previous call filled.
+//!
+//! `attention [--out DIR] [--quick] [--only prefill|decode]`: writes `DIR/rust_attention.json`;
+//! `--prefill B,H,S,D,CAUSAL` or `--decode B,CTX` time one shape only (for `ncu`);
+//! `python/torch_attention.py` times PyTorch SDPA on the same shapes and
+//! `python/report_attention.py` merges both into `report_attention.csv`.
+use attention::paged::host::{paged_attention, PagedShape};
+use attention::{flash_attn, FlashElem, FlashOptions, FlashShape};
+use benches::{copy, gpu_ms, median};
+use half::bf16;
+use kernel_dsl::Float;
+use kernels::runtime::{Device, DeviceVec};
+use std::io::Write;
+
+fn data<T: Float>(n: usize, seed: u64) -> Vec<T> {
+    let mut s = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+    (0..n)
+        .map(|_| {
+            s ^= s << 13;
+            s ^= s >> 7;
+            s ^= s << 17;
+            T::from_f32(((s >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0)
+        })
+        .collect()
+}
+
+/// Median time of one call of `f` in microseconds: a few warm-up calls, then 5
+/// repetitions of enough calls to take about 30 ms each (at least 3, at most 200).
+fn time_us(dev: &Device, mut f: impl FnMut()) -> f64 {
+    f();
+    let one = gpu_ms(dev, &mut f).max(1e-3);
+    f();
+    let iters = ((30.0 / one) as usize).clamp(3, 200);
+    let mut reps: Vec<f64> = (0..5)
+        .map(|_| {
+            gpu_ms(dev, || {
+                for _ in 0..iters {
+                    f();
+                }
+            }) / iters as f64
+                * 1e3
+        })
+        .collect();
+    median(&mut reps)
+}
+
+/// The f64 attention of one query row against `keys` (row `t` of `k`/`v` at `t * stride`).
+fn reference_row(q: &[f64], k: impl Fn(usize, usize) -> f64, v: impl Fn(usize, usize) -> f64, keys: usize, scale: f64) -> Vec<f64> {
+    let d = q.len();
+    let s: Vec<f64> = (0..keys).map(|t| scale * (0..d).map(|c| q[c] * k(t, c)).sum::<f64>()).collect();
+    let m = s.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
+    let sum: f64 = s.iter().map(|x| (x - m).exp()).sum();
+    let mut o = vec![0.0; d];
+    for (t, x) in s.iter().enumerate() {
+        let p = (x - m).exp() / sum;
+        for (c, oc) in o.iter_mut().enumerate() {
+            *oc += p * v(t, c);
+        }
+    }
+    o
+}
+
+/// Values in [-1, 1], rounded to bf16 and summed over a softmax: outputs differ from f64
+/// by the rounding of P (2^-8 relative) and of the output, well under 0.02.
+const TOL: f64 = 0.02;
+
+struct Prefill {
+    dtype: &'static str,
+    causal: bool,
+    batch: usize,
+    heads: usize,
+    seq: usize,
+    d: usize,
+    us: f64,
+    tflops: f64,
+}
+
+fn prefill<T: FlashElem + Float>(dev: &Device, batch: usize, heads: usize, seq: usize, d: usize, causal: bool) -> Prefill {
+    let n = batch * seq * heads * d;
+    let (q, k, v) = (data::<T>(n, 1), data::<T>(n, 2), data::<T>(n, 3));
+    let (dq, dk, dvv) = (dev.upload(&q).unwrap(), dev.upload(&k).unwrap(), dev.upload(&v).unwrap());
+    let mut out: DeviceVec<T> = dev.alloc(n).unwrap();
+    let mut lse: DeviceVec<f32> = dev.alloc(batch * heads * seq).unwrap();
+    let shape = FlashShape { batch, seq_q: seq, seq_k: seq, heads, kv_heads: heads, head_dim: d };
+    let scale = 1.0 / (d as f32).sqrt();
+    let opts = if causal { FlashOptions::causal(scale) } else { FlashOptions::new(scale) };
+    let us = time_us(dev, || flash_attn(dev, shape, &dq, &dk, &dvv, &mut out, &mut lse, &opts).unwrap());
+    // Spot check: head 1 of the last sequence, its first, middle and last query rows.
+    let got = dev.download(&out).unwrap();
+    let (b, h) = (batch - 1, 1);
+    let at = |x: &[T], t: usize, c: usize| x[((b * seq + t) * heads + h) * d + c].to_f32() as f64;
+    for i in [0, seq / 2, seq - 1] {
+        let qi: Vec<f64> = (0..d).map(|c| at(&q, i, c)).collect();
+        let keys = if causal { i + 1 } else { seq };
+        let want = reference_row(&qi, |t, c| at(&k, t, c), |t, c| at(&v, t, c), keys, scale as f64);
+        for (c, w) in want.iter().enumerate() {
+            let g = at(&got, i, c);
+            assert!((g - w).abs() <= TOL, "prefill {} b{batch} h{heads} s{seq} d{d} causal {causal}: out[{b},{i},{h},{c}] = {g}, want {w}", T::NAME);
+        }
+    }
+    let flops = 4.0 * (batch * heads * seq * seq * d) as f64 / if causal { 2.0 } else { 1.0 };
+    let tflops = flops / (us * 1e-6) / 1e12;
+    eprintln!("prefill {:<4} causal {causal:<5} b {batch:>2} h {heads:>2} s {seq:>5} d {d:>3} {us:>10.1} us {tflops:>7.1} TFLOP/s", T::NAME);
+    Prefill { dtype: T::NAME, causal, batch, heads, seq, d, us, tflops }
+}
+
+struct Decode {
+    batch: usize,
+    heads: usize,
+    kv_heads: usize,
+    ctx: usize,
+    d: usize,
+    block_size: usize,
+    bytes: usize,
+    us: f64,
+    gbps: f64,
+}
+
+fn decode(dev: &Device, batch: usize, heads: usize, kv_heads: usize, ctx: usize, d: usize, bs: usize) -> Decode {
+    type T = bf16;
+    let row = kv_heads * d;
+    let blocks_per_seq = ctx.div_ceil(bs);
+    let used = batch * blocks_per_seq;
+    let kv_bytes = 2 * used * bs * row * 2;
+    // Copies of the region the block tables name, so that the calls cycle through at least
+    // 256 MiB of K/V (each call then reads its blocks from DRAM).
+    let copies = benches::COLD_BYTES.div_ceil(kv_bytes).clamp(1, 64);
+    let num_blocks = used * copies;
+    // One cache with made-up values (the spot check reads them back through the table).
+    let kc: Vec<T> = data(num_blocks * bs * row, 4);
+    let vc: Vec<T> = data(num_blocks * bs * row, 5);
+    let q: Vec<T> = data(batch * heads * d, 6);
+    let (dk, dvv, dq) = (dev.upload(&kc).unwrap(), dev.upload(&vc).unwrap(), dev.upload(&q).unwrap());
+    // Table copy `c`: sequence `b`'s blocks scattered over region `c` (a fixed stride
+    // permutation, so neighbouring logical blocks are not neighbours in memory).
+    let stride = (0..).map(|s| 7 + 2 * s).find(|s: &usize| gcd(*s, used) == 1).unwrap();
+    let tables: Vec<Vec<u32>> = (0..copies)
+        .map(|c| (0..used).map(|i| (c * used + (i * stride) % used) as u32).collect())
+        .collect();
+    let lens = vec![ctx as u32; batch];
+    let mut out: DeviceVec<T> = dev.alloc(batch * heads * d).unwrap();
+    let mut lse: DeviceVec<f32> = dev.alloc(batch * heads).unwrap();
+    let shape = PagedShape { batch, heads, kv_heads, head_dim: d, num_blocks, block_size: bs };
+    let scale = 1.0 / (d as f32).sqrt();
+    let mut turn = 0;
+    let us = time_us(dev, || {
+        turn += 1;
+        paged_attention(dev, shape, &dq, &dk, &dvv, &tables[turn % copies], &lens, &mut out, &mut lse, scale, None).unwrap();
+    });
+    // Spot check of the last call (table `turn % copies`): the last sequence, two heads.
+    let got = dev.download(&out).unwrap();
+    let table = &tables[turn % copies];
+    let b = batch - 1;
+    for h in [0, heads - 1] {
+        let hk = h / (heads / kv_heads);
+        let slot = |t: usize| table[b * blocks_per_seq + t / bs] as usize * bs + t % bs;
+        let qi: Vec<f64> = (0..d).map(|c| q[(b * heads + h) * d + c].to_f32() as f64).collect();
+        let kv = |x: &[T], t: usize, c: usize| x[slot(t) * row + hk * d + c].to_f32() as f64;
+        let want = reference_row(&qi, |t, c| kv(&kc, t, c), |t, c| kv(&vc, t, c), ctx, scale as f64);
+        for (c, w) in want.iter().enumerate() {
+            let g = got[(b * heads + h) * d + c].to_f32() as f64;
+            assert!((g - w).abs() <= TOL, "decode b{batch} ctx{ctx}: out[{b},{h},{c}] = {g}, want {w}");
+        }
+    }
+    let bytes = kv_bytes + 2 * batch * heads * d * 2;
+    let gbps = bytes as f64 / (us * 1e-6) / 1e9;
+    eprintln!("decode  bf16 b {batch:>2} h {heads}/{kv_heads} ctx {ctx:>5} d {d} bs {bs} {us:>10.1} us {gbps:>7.1} GB/s");
+    Decode { batch, heads, kv_heads, ctx, d, block_size: bs, bytes, us, gbps }
+}
+
+fn gcd(a: usize, b: usize) -> usize {
+    if b == 0 {
+        a
+    } else {
+        gcd(b, a % b)
+    }
+}
+
+/// Device-to-device copy bandwidth of 1 GiB (read + write bytes over time).
+fn copy_gbps(dev: &Device) -> f64 {
+    let n = 1usize << 30;
+    let src: DeviceVec<u8> = dev.alloc(n).unwrap();
+    let mut dst: DeviceVec<u8> = dev.alloc(n).unwrap();
+    let us = time_us(dev, || copy(dev, &src, &mut dst));
+    2.0 * n as f64 / (us * 1e-6) / 1e9
+}
+
+fn main() {
+    let args: Vec<String> = std::env::args().collect();
+    let value = |flag: &str| args.iter().position(|a| a == flag).and_then(|i| args.get(i + 1)).cloned();
+    let out_dir = value("--out").unwrap_or_else(|| ".".into());
+    let quick = args.iter().any(|a| a == "--quick");
+    let only = value("--only");
+    let Some(dev) = benches::gpu() else { return };
+    // One shape only (for ncu): `--prefill B,H,S,D,causal` or `--decode B,CTX`.
+    let nums = |v: String| v.split(',').map(|x| x.parse::<usize>().expect("a number")).collect::<Vec<_>>();
+    if let Some(v) = value("--prefill").map(nums) {
+        prefill::<bf16>(&dev, v[0], v[1], v[2], v[3], v.get(4).is_some_and(|&c| c != 0));
+        return;
+    }
+    if let Some(v) = value("--decode").map(nums) {
+        decode(&dev, v[0], 32, 8, v[1], 128, 16);
+        return;
+    }
+    let mut pre = Vec::new();
+    if only.as_deref() != Some("decode") {
+        let seqs: &[usize] = if quick { &[1024, 4096] } else { &[512, 1024, 2048, 4096, 8192, 16384] };
+        for &(d, heads) in &[(128, 16), (64, 32)] {
+            for causal in [false, true] {
+                for &seq in seqs {
+                    pre.push(prefill::<bf16>(&dev, (8192 / seq).max(1), heads, seq, d, causal));
+                }
+            }
+        }
+    }
+    let mut dec = Vec::new();
+    let mut copy = 0.0;
+    if only.as_deref() != Some("prefill") {
+        copy = copy_gbps(&dev);
+        eprintln!("copy 1 GiB: {copy:.1} GB/s");
+        let batches: &[usize] = if quick { &[1, 16] } else { &[1, 4, 16, 32, 64] };
+        let ctxs: &[usize] = if quick { &[1024, 4096] } else { &[1024, 4096, 16384, 32768] };
+        for &b in batches {
+            for &ctx in ctxs {
+                if b * ctx <= 1 << 20 {
+                    dec.push(decode(&dev, b, 32, 8, ctx, 128, 16));
+                }
+            }
+        }
+    }
+    let mut rows: Vec<String> = pre
+        .iter()
+        .map(|p| {
+            format!(
+                "{{\"kind\":\"prefill\",\"dtype\":\"{}\",\"causal\":{},\"batch\":{},\"heads\":{},\"kv_heads\":{},\"seq\":{},\"head_dim\":{},\"us\":{:.3},\"tflops\":{:.2}}}",
+                p.dtype, p.causal, p.batch, p.heads, p.heads, p.seq, p.d, p.us, p.tflops
+            )
+        })
+        .collect();
+    rows.extend(dec.iter().map(|r| {
+        format!(
+            "{{\"kind\":\"decode\",\"dtype\":\"bf16\",\"causal\":false,\"batch\":{},\"heads\":{},\"kv_heads\":{},\"seq\":{},\"head_dim\":{},\"block_size\":{},\"bytes\":{},\"us\":{:.3},\"gbps\":{:.2},\"copy_gbps\":{:.2}}}",
+            r.batch, r.heads, r.kv_heads, r.ctx, r.d, r.block_size, r.bytes, r.us, r.gbps, copy
+        )
+    }));
+    std::fs::create_dir_all(&out_dir).unwrap();
+    let path = format!("{out_dir}/rust_attention.json");
+    std::fs::File::create(&path).unwrap().write_all(format!("[\n{}\n]\n", rows.join(",\n")).as_bytes()).unwrap();
+    println!("wrote {path}");
+}
