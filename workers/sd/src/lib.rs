@@ -35,7 +35,7 @@ pub enum SdError {
     /// A weights file that is not valid safetensors, or lacks a tensor (or has one of the
     /// wrong shape) that the model loads.
     #[error("malformed {what} ({path}): {source}")]
-    Malformed { what: &'static str, path: PathBuf, source: candle_core::Error },
+    Malformed { what: &'static str, path: PathBuf, source: Box<candle_core::Error> },
     /// The tokenizer files could not be read or used.
     #[error("tokenizer ({path}): {msg}")]
     Tokenizer { path: PathBuf, msg: String },
@@ -44,11 +44,17 @@ pub enum SdError {
     Invalid(String),
     /// A tensor op failed while running the models.
     #[error(transparent)]
-    Candle(#[from] candle_core::Error),
+    Candle(Box<candle_core::Error>),
     #[error("{path}: {source}")]
     Io { path: PathBuf, source: std::io::Error },
     #[error("writing {path}: {source}")]
-    Image { path: PathBuf, source: image::ImageError },
+    Image { path: PathBuf, source: Box<image::ImageError> },
+}
+
+impl From<candle_core::Error> for SdError {
+    fn from(e: candle_core::Error) -> Self {
+        SdError::Candle(Box::new(e))
+    }
 }
 
 pub type Result<T> = std::result::Result<T, SdError>;
@@ -315,7 +321,7 @@ impl ModelFiles {
 /// [`SdError::Malformed`].
 fn var_builder(path: &Path, what: &'static str, dtype: DType, dev: &Device) -> Result<VarBuilder<'static>> {
     let data = std::fs::read(path).map_err(|source| SdError::Io { path: path.into(), source })?;
-    VarBuilder::from_buffered_safetensors(data, dtype, dev).map_err(|source| SdError::Malformed { what, path: path.into(), source })
+    VarBuilder::from_buffered_safetensors(data, dtype, dev).map_err(|source| SdError::Malformed { what, path: path.into(), source: Box::new(source) })
 }
 
 /// The three networks of a pipeline, on one device at one dtype.
@@ -345,7 +351,7 @@ impl Models {
     /// the right shape is [`SdError::Malformed`] naming it.
     pub fn load(cfg: &SdConfig, files: &ModelFiles, dtype: DType, dev: &Device) -> Result<Self> {
         fn mal<'a>(what: &'static str, path: &'a Path) -> impl FnOnce(candle_core::Error) -> SdError + 'a {
-            move |source| SdError::Malformed { what, path: path.into(), source }
+            move |source| SdError::Malformed { what, path: path.into(), source: Box::new(source) }
         }
         let clip = cfg.clip.build(var_builder(&files.text_encoder, "text encoder weights", dtype, dev)?).map_err(mal("text encoder weights", &files.text_encoder))?;
         let clip2 = match (&cfg.clip2, &files.text_encoder_2) {
@@ -472,7 +478,7 @@ impl Pipeline {
     /// Runs the whole request: text encoding, `req.steps` denoising steps, VAE decode.
     pub fn generate(&self, req: &Request, progress: &mut dyn Progress) -> Result<Generated> {
         let scale = self.cfg.latent_scale();
-        if req.width == 0 || req.height == 0 || req.width % scale != 0 || req.height % scale != 0 {
+        if req.width == 0 || req.height == 0 || !req.width.is_multiple_of(scale) || !req.height.is_multiple_of(scale) {
             return Err(SdError::Invalid(format!("{}x{} is not a positive multiple of {scale}", req.width, req.height)));
         }
         if req.steps == 0 {
@@ -537,7 +543,7 @@ pub fn save_png(image: &Tensor, path: &Path) -> Result<()> {
     let px = (image.permute((1, 2, 0))? * 255.)?.round()?.clamp(0f32, 255f32)?.to_dtype(DType::U8)?;
     let px = px.flatten_all()?.to_vec1::<u8>()?;
     let buf = image::RgbImage::from_raw(w as u32, h as u32, px).ok_or_else(|| SdError::Invalid("image buffer size".into()))?;
-    buf.save_with_format(path, image::ImageFormat::Png).map_err(|source| SdError::Image { path: path.into(), source })
+    buf.save_with_format(path, image::ImageFormat::Png).map_err(|source| SdError::Image { path: path.into(), source: Box::new(source) })
 }
 
 /// Parses `--device`: `cpu` (Candle's own CPU backend) or any [`candle_rocm::RocmDevice::from_spec`]

@@ -171,7 +171,7 @@ fn bench_cmd(shape: Shape, steps: usize, device: &str, dtype: DType, batch: usiz
     let cfg = shape.config();
     let (w, h) = (width.unwrap_or(cfg.width), height.unwrap_or(cfg.height));
     let s = cfg.latent_scale();
-    if w % s != 0 || h % s != 0 || steps == 0 || batch == 0 {
+    if !w.is_multiple_of(s) || !h.is_multiple_of(s) || steps == 0 || batch == 0 {
         return Err(SdError::Invalid(format!("{w}x{h} must be multiples of {s}; steps and batch at least 1")));
     }
     let models = random::models(&cfg, 0, dtype, &dev)?;
