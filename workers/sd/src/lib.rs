@@ -552,5 +552,5 @@ pub fn device(spec: &str) -> Result<Device> {
     if spec == "cpu" {
         return Ok(Device::Cpu);
     }
-    Ok(candle_rocm::RocmDevice::from_spec(spec)?.as_candle())
+    candle_rocm::RocmDevice::from_spec(spec).map(|d| d.as_candle()).map_err(|e| SdError::Invalid(format!("{e}; or cpu (Candle's CPU backend)")))
 }

@@ -127,3 +127,54 @@ impl Scheduler for EulerAncestral {
 pub fn host_f32(t: &Tensor) -> Result<Tensor> {
     t.to_dtype(DType::F32)?.to_device(&Device::Cpu)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use candle_transformers::models::stable_diffusion::euler_ancestral_discrete::EulerAncestralDiscreteSchedulerConfig;
+
+    fn t(seed: u64) -> Tensor {
+        crate::host_noise(seed, &[1, 4, 3, 5]).unwrap()
+    }
+
+    /// Against candle-transformers' scheduler: the same timesteps, initial sigma and input
+    /// scaling, and the same last step (sigma_to = 0: no ancestral noise, so it is
+    /// deterministic on both sides). Trailing spacing only for step counts dividing 1000
+    /// (candle-transformers' trailing list gets an extra step otherwise).
+    #[test]
+    fn euler_ancestral_matches_candle_transformers() {
+        for (spacing, steps) in [(TimestepSpacing::Leading, 1), (TimestepSpacing::Leading, 7), (TimestepSpacing::Leading, 30), (TimestepSpacing::Trailing, 1), (TimestepSpacing::Trailing, 4), (TimestepSpacing::Trailing, 25)] {
+            for prediction in [PredictionType::Epsilon, PredictionType::VPrediction] {
+                let mut ours = EulerAncestral::new(steps, prediction, spacing, 3).unwrap();
+                let mut theirs = EulerAncestralDiscreteSchedulerConfig { prediction_type: prediction, timestep_spacing: spacing, ..Default::default() }.build(steps).unwrap();
+                assert_eq!(ours.timesteps(), theirs.timesteps(), "{spacing:?} {steps}");
+                let (a, b) = (ours.init_noise_sigma(), theirs.init_noise_sigma());
+                assert!((a - b).abs() <= 1e-12 * b, "{spacing:?} {steps}: init sigma {a} vs {b}");
+                let ts = ours.timesteps().to_vec();
+                for &ti in &ts {
+                    let x = ours.scale_model_input(t(1), ti).unwrap();
+                    let y = theirs.scale_model_input(t(1), ti).unwrap();
+                    let d = (x - y).unwrap().abs().unwrap().max_all().unwrap().to_scalar::<f32>().unwrap();
+                    assert!(d <= 1e-6, "{spacing:?} {steps}: scale at {ti}: {d}");
+                }
+                let last = *ts.last().unwrap();
+                let x = ours.step(&t(2), last, &t(4)).unwrap();
+                let y = theirs.step(&t(2), last, &t(4)).unwrap();
+                let d = (x - y).unwrap().abs().unwrap().max_all().unwrap().to_scalar::<f32>().unwrap();
+                assert!(d <= 1e-5, "{spacing:?} {steps}: last step differs by {d}");
+            }
+        }
+    }
+
+    /// The ancestral noise depends on the seed only (the same draw on every run).
+    #[test]
+    fn euler_ancestral_noise_is_seeded() {
+        let run = |seed| {
+            let mut s = EulerAncestral::new(4, PredictionType::Epsilon, TimestepSpacing::Leading, seed).unwrap();
+            let t0 = s.timesteps()[0];
+            s.step(&t(2), t0, &t(4)).unwrap().flatten_all().unwrap().to_vec1::<f32>().unwrap()
+        };
+        assert_eq!(run(9), run(9));
+        assert_ne!(run(9), run(10));
+    }
+}
