@@ -3,7 +3,7 @@
 //! version draws it with `randn_like` on the tensor's device, so the image would depend on
 //! the device's random generator).
 
-use candle_core::{bail, DType, Device, Result, Tensor};
+use candle_core::{bail, Device, Result, Tensor};
 use candle_transformers::models::stable_diffusion::ddim::DDIMSchedulerConfig;
 use candle_transformers::models::stable_diffusion::schedulers::{PredictionType, Scheduler, SchedulerConfig, TimestepSpacing};
 use rand::SeedableRng;
@@ -121,11 +121,6 @@ impl Scheduler for EulerAncestral {
         let noise = Tensor::from_vec(noise, prev.shape(), &Device::Cpu)?.to_dtype(prev.dtype())?.to_device(prev.device())?;
         prev + (noise * up)?
     }
-}
-
-/// The dtype-independent f32 host copy of a tensor (tests and comparisons).
-pub fn host_f32(t: &Tensor) -> Result<Tensor> {
-    t.to_dtype(DType::F32)?.to_device(&Device::Cpu)
 }
 
 #[cfg(test)]
