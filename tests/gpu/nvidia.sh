@@ -12,6 +12,7 @@
 #                                  # GPU machine: the tests (GPU only) and every benchmark
 #                                  # against its peer, results under DIR; PARTs (default
 #                                  # all): tests llm quantized matvec gemm attention e2e qe2e
+#                                  # engine sd
 #
 # `bundle` + `run` is how the project's H100 checks are made: the GPU machine has CUDA and
 # PyTorch but no Rust toolchain, so x86-64 binaries built here travel there.
@@ -98,10 +99,13 @@ for p in m["packages"]:
     # The LLM worker (workers/llm): generate, bench, write-random.
     cargo build --release -p llm-worker --features cuda
     cp "$TARGET/release/llm-worker" "$BIN/llm-worker"
+    # The Stable Diffusion worker (workers/sd).
+    cargo build --release -p sd-worker --features cuda
+    cp "$TARGET/release/sd-worker" "$BIN/sd-worker"
     cp "$TARGET/release/examples/qllama_e2e" "$BIN/bench-qllama-e2e"
     cargo build --release -p gguf-llama
     cp "$TARGET/release/gguf-llama" "$BIN/gguf-llama"
-    strip "$BIN"/bench-* "$BIN"/llm-worker "$BIN"/gguf-llama 2>/dev/null || true
+    strip "$BIN"/bench-* "$BIN"/llm-worker "$BIN"/sd-worker "$BIN"/gguf-llama 2>/dev/null || true
     du -sh "$BIN"
 }
 
@@ -184,7 +188,7 @@ report() {
     # Parts to run (default: all). One `run` call has a 10-minute limit, so a session
     # splits the report over calls: `report DIR tests`, `report DIR llm quantized`, ...
     shift || true
-    local parts="${*:-tests llm quantized matvec gemm attention e2e qe2e}"
+    local parts="${*:-tests llm quantized matvec gemm attention e2e qe2e engine sd}"
     has() { case " $parts " in *" $1 "*) return 0 ;; *) return 1 ;; esac; }
     export CANDLE_ROCM_GPU_ONLY=1
     if has tests; then
@@ -267,6 +271,31 @@ report() {
             step "report-qe2e-$ty" 30 python3 "$py/report_e2e.py" "$out/qe2e/ours_$ty.jsonl" "$out/qe2e/peer_$ty.jsonl"
             rm -f "$f"
         done
+    fi
+    if has engine; then
+        # The serving engine (workers/llm) through `llm-worker bench`: random-weight models
+        # written here, prompt 512, 256 generated tokens, aggregate decode tokens/s per
+        # concurrency (JSON lines), beside the copy bandwidth of the matvec part.
+        mkdir -p "$out/engine"
+        local d="${ENGINE_DIR:-/tmp}"
+        step engine-write-1b 300 "$BIN/llm-worker" write-random --family llama --shape 1b --dtype bf16 --out "$d/llama1b_bf16"
+        step engine-1b-bf16 300 "$BIN/llm-worker" bench --model "$d/llama1b_bf16" --device cuda:0 \
+            --prompt-len 512 --gen 256 --concurrency "${ENGINE_CONCURRENCY:-1,8,32,64}"
+        grep '^{' "$out/engine-1b-bf16.log" > "$out/engine/ours_1b_bf16.jsonl" || true
+        rm -rf "$d/llama1b_bf16"
+        step engine-write-8b-q4k 300 "$BIN/gguf-llama" --out "$d/llama8b_q4k.gguf" --type q4k --shape 8b
+        "$BIN/gguf-llama" --help >/dev/null 2>&1 || true
+        step engine-8b-q4k 300 "$BIN/llm-worker" bench --model "$d/llama8b_q4k.gguf" --device cuda:0 \
+            --prompt-len 512 --gen 256 --concurrency "${ENGINE_CONCURRENCY_8B:-1,8}"
+        grep '^{' "$out/engine-8b-q4k.log" > "$out/engine/ours_8b_q4k.jsonl" || true
+        rm -f "$d/llama8b_q4k.gguf"
+    fi
+    if has sd; then
+        # Stable Diffusion (workers/sd): UNet step and VAE decode at SD 1.5 shapes, random
+        # weights, f16, batch 2 (classifier-free guidance), 512x512.
+        mkdir -p "$out/sd"
+        step sd15-f16 300 "$BIN/sd-worker" bench --shape sd15 --steps 5 --device cuda:0 --dtype f16
+        grep '^{' "$out/sd15-f16.log" > "$out/sd/ours_sd15_f16.jsonl" || true
     fi
 }
 
