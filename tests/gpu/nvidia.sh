@@ -283,8 +283,7 @@ report() {
             --prompt-len 512 --gen 256 --concurrency "${ENGINE_CONCURRENCY:-1,8,32,64}"
         grep '^{' "$out/engine-1b-bf16.log" > "$out/engine/ours_1b_bf16.jsonl" || true
         rm -rf "$d/llama1b_bf16"
-        step engine-write-8b-q4k 300 "$BIN/gguf-llama" --out "$d/llama8b_q4k.gguf" --type q4k --shape 8b
-        "$BIN/gguf-llama" --help >/dev/null 2>&1 || true
+        step engine-write-8b-q4k 300 "$BIN/llm-worker" write-random --family llama --shape 8b --gguf q4k --out "$d/llama8b_q4k.gguf"
         step engine-8b-q4k 300 "$BIN/llm-worker" bench --model "$d/llama8b_q4k.gguf" --device cuda:0 \
             --prompt-len 512 --gen 256 --concurrency "${ENGINE_CONCURRENCY_8B:-1,8}"
         grep '^{' "$out/engine-8b-q4k.log" > "$out/engine/ours_8b_q4k.jsonl" || true
