@@ -12,7 +12,7 @@
 #                                  # GPU machine: the tests (GPU only) and every benchmark
 #                                  # against its peer, results under DIR; PARTs (default
 #                                  # all): tests llm quantized matvec gemm attention e2e qe2e
-#                                  # engine sd
+#                                  # engine serve sd
 #
 # `bundle` + `run` is how the project's H100 checks are made: the GPU machine has CUDA and
 # PyTorch but no Rust toolchain, so x86-64 binaries built here travel there.
@@ -99,13 +99,16 @@ for p in m["packages"]:
     # The LLM worker (workers/llm): generate, bench, write-random.
     cargo build --release -p llm-worker --features cuda
     cp "$TARGET/release/llm-worker" "$BIN/llm-worker"
+    # The server's load generator (workers/llm-server/examples/serve_load.rs).
+    cargo build --release -p llm-server --example serve_load
+    cp "$TARGET/release/examples/serve_load" "$BIN/serve-load"
     # The Stable Diffusion worker (workers/sd).
     cargo build --release -p sd-worker --features cuda
     cp "$TARGET/release/sd-worker" "$BIN/sd-worker"
     cp "$TARGET/release/examples/qllama_e2e" "$BIN/bench-qllama-e2e"
     cargo build --release -p gguf-llama
     cp "$TARGET/release/gguf-llama" "$BIN/gguf-llama"
-    strip "$BIN"/bench-* "$BIN"/llm-worker "$BIN"/sd-worker "$BIN"/gguf-llama 2>/dev/null || true
+    strip "$BIN"/bench-* "$BIN"/serve-load "$BIN"/llm-worker "$BIN"/sd-worker "$BIN"/gguf-llama 2>/dev/null || true
     du -sh "$BIN"
 }
 
@@ -188,7 +191,7 @@ report() {
     # Parts to run (default: all). One `run` call has a 10-minute limit, so a session
     # splits the report over calls: `report DIR tests`, `report DIR llm quantized`, ...
     shift || true
-    local parts="${*:-tests llm quantized matvec gemm attention e2e qe2e engine sd}"
+    local parts="${*:-tests llm quantized matvec gemm attention e2e qe2e engine serve sd}"
     has() { case " $parts " in *" $1 "*) return 0 ;; *) return 1 ;; esac; }
     export CANDLE_ROCM_GPU_ONLY=1
     if has tests; then
@@ -282,12 +285,33 @@ report() {
         step engine-1b-bf16 300 "$BIN/llm-worker" bench --model "$d/llama1b_bf16" --device cuda:0 \
             --prompt-len 512 --gen 256 --concurrency "${ENGINE_CONCURRENCY:-1,8,32,64}"
         grep '^{' "$out/engine-1b-bf16.log" > "$out/engine/ours_1b_bf16.jsonl" || true
-        rm -rf "$d/llama1b_bf16"
         step engine-write-8b-q4k 300 "$BIN/llm-worker" write-random --family llama --shape 8b --gguf q4k --out "$d/llama8b_q4k.gguf"
         step engine-8b-q4k 300 "$BIN/llm-worker" bench --model "$d/llama8b_q4k.gguf" --device cuda:0 \
             --prompt-len 512 --gen 256 --concurrency "${ENGINE_CONCURRENCY_8B:-1,8}"
         grep '^{' "$out/engine-8b-q4k.log" > "$out/engine/ours_8b_q4k.jsonl" || true
         rm -f "$d/llama8b_q4k.gguf"
+    fi
+    if has serve; then
+        # `llm-worker serve` on the 1B bf16 folder (the engine part's, else written here),
+        # driven over loopback by the load generator from light load to saturation, then
+        # SIGTERM: the exit status is the graceful-shutdown check.
+        mkdir -p "$out/serve"
+        local d="${ENGINE_DIR:-/tmp}" port=18080
+        if [ ! -f "$d/llama1b_bf16/config.json" ]; then
+            step serve-write-1b 300 "$BIN/llm-worker" write-random --family llama --shape 1b --dtype bf16 --out "$d/llama1b_bf16"
+        fi
+        "$BIN/llm-worker" serve --model "$d/llama1b_bf16" --device cuda:0 --port $port --served-model-name llama1b \
+            --max-num-seqs 64 > "$out/serve/server.log" 2>&1 &
+        local pid=$!
+        for _ in $(seq 1 180); do curl -sf "http://127.0.0.1:$port/health" >/dev/null 2>&1 && break; sleep 1; done
+        step serve-load 360 "$BIN/serve-load" --url "http://127.0.0.1:$port" --model llama1b --rates "${SERVE_RATES:-1,4,16,inf}" \
+            --requests "${SERVE_REQUESTS:-64}" --prompt-len 512 --max-tokens 256 --vocab 128256
+        grep '^{' "$out/serve-load.log" > "$out/serve/load.jsonl" || true
+        curl -s "http://127.0.0.1:$port/metrics" > "$out/serve/metrics.txt" 2>&1 || true
+        kill -TERM $pid 2>/dev/null || true
+        local rc=0
+        wait $pid || rc=$?
+        echo "serve-shutdown rc=$rc" | tee -a "$out/summary.txt"
     fi
     if has sd; then
         # Stable Diffusion (workers/sd): UNet step and VAE decode at SD 1.5 shapes, random
