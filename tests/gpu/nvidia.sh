@@ -291,6 +291,11 @@ report() {
         grep '^{' "$out/engine-8b-q4k.log" > "$out/engine/ours_8b_q4k.jsonl" || true
         rm -f "$d/llama8b_q4k.gguf"
     fi
+    if has nccl; then
+        # Collectives on two GPUs (nvidia-h100-x2): NCCL all-reduce/all-gather/broadcast of
+        # our buffers against host sums, also inside a captured graph.
+        step nccl-two-gpus 180 "$BIN/test-nccl_two_gpus" --test-threads=1
+    fi
     if has serve; then
         # `llm-worker serve` on the 1B bf16 folder (the engine part's, else written here),
         # driven over loopback by the load generator from light load to saturation, then
