@@ -3,8 +3,9 @@
 //! paged cache and attention over it, logits only for the rows that sample.
 //!
 //! Every op that a fused kernel will replace sits behind one small function here
-//! ([`rms_norm`], [`apply_rope`], [`append_kv`], [`paged_attention`], [`silu_mul`],
-//! [`Linear::forward`]); today they are plain Candle ops that run on every device.
+//! ([`rms_norm`], [`rope_append_kv`], [`paged_attention`], [`silu_mul`],
+//! [`Linear::forward`]); each dispatches on the device: fused kernels of candle-rocm on
+//! our device, plain Candle ops elsewhere (`Device::Cpu`) or when fused is off.
 use crate::config::ModelConfig;
 use crate::error::{malformed, Error, Result};
 use candle_core::quantized::{gguf_file, QMatMul};
@@ -121,18 +122,102 @@ pub struct DecodeGroup {
     pub ctx: usize,
 }
 
+/// The decodes of a packed batch for the paged-attention kernel: each sequence's block
+/// table and context length, read by the kernel from the cache directly (no gather, no
+/// padding). The runner checked every entry on the host when it built them.
+pub struct PagedDecode {
+    /// Packed rows of the decode tokens, `[B]` u32.
+    pub rows: Tensor,
+    /// Block tables and context lengths, checked and uploaded once for every layer.
+    pub index: candle_rocm::paged::DecodeIndex,
+}
+
+/// The multi-token chunks of a packed batch for the varlen flash kernel: every chunk's
+/// queries against every cached key of its sequence (the prefix of a continued chunk or a
+/// prefix-cache hit included), gathered from the cache in one `index_select`, in one
+/// causal call (causal aligns each chunk's last query with its last key).
+pub struct VarlenChunks {
+    /// Packed rows of the chunks' tokens, chunk after chunk, `[Q]` u32.
+    pub rows: Tensor,
+    /// Cache slots of each chunk's keys `0..start_pos + len`, chunk after chunk, `[K]` u32.
+    pub ctx_slots: Tensor,
+    /// Cumulative query offsets `[chunks + 1]` u32.
+    pub cu_q: Tensor,
+    /// Cumulative key offsets `[chunks + 1]` u32.
+    pub cu_k: Tensor,
+    pub max_q: usize,
+    pub max_k: usize,
+}
+
 /// What [`paged_attention`] needs of a batch.
 pub struct AttnBatch {
+    /// Decodes on the plain path (gathered, padded, masked).
     pub decode: Option<DecodeGroup>,
+    /// Decodes on the paged kernel (instead of `decode`).
+    pub paged: Option<PagedDecode>,
+    /// Chunks on the plain path.
     pub chunks: Vec<AttnChunk>,
+    /// Chunks on the varlen flash kernel (instead of `chunks`).
+    pub varlen: Option<VarlenChunks>,
+    /// The sliding window of the varlen call (`None`: causal only).
+    pub window: Option<usize>,
     /// Where each packed row is in `[decode rows..., chunk rows...]`; `None` when that is
     /// the packed order already.
     pub order: Option<Tensor>,
 }
 
+/// Whether `dev` is a rocm-kernels device (the fused kernels' home); everything else
+/// (`Device::Cpu`, Candle's own CUDA) runs the plain Candle ops.
+pub fn on_our_device(dev: &Device) -> bool {
+    candle_rocm::RocmDevice::from_candle(dev).is_some()
+}
+
+/// Where a step's new keys and values go: per-token cache slots and rope positions.
+pub enum KvIndex {
+    /// Plain Candle ops: `slots`, `positions` `[tokens]` u32.
+    Plain { slots: Tensor, positions: Tensor },
+    /// Our device: checked and uploaded once per step, read by every layer's kernel.
+    Fused(candle_rocm::paged::CacheIndex),
+}
+
+impl KvIndex {
+    /// The fused form on our device when `fused`, else the plain one.
+    pub fn new(dev: &Device, slots: &[u32], positions: &[u32], fused: bool, num_blocks: usize, block_size: usize) -> candle_core::Result<Self> {
+        if fused && on_our_device(dev) {
+            let s: Vec<i64> = slots.iter().map(|&s| i64::from(s)).collect();
+            Ok(KvIndex::Fused(candle_rocm::paged::CacheIndex::new(dev, &s, positions, num_blocks, block_size)?))
+        } else {
+            Ok(KvIndex::Plain { slots: Tensor::new(slots, dev)?, positions: Tensor::new(positions, dev)? })
+        }
+    }
+}
+
+/// Rope of `q` and `k` at their positions and the write of `k`, `v` to the cache: on our
+/// device one `rope_and_cache` launch (tables `cos`, `sin` `[max_positions, head_dim / 2]`),
+/// elsewhere [`apply_rope`] twice and [`append_kv`]. Returns the rotated queries.
+pub fn rope_append_kv(cache: &LayerCache, q: &Tensor, k: &Tensor, v: &Tensor, index: &KvIndex, tables: (&Tensor, &Tensor), interleaved: bool) -> candle_core::Result<Tensor> {
+    match index {
+        KvIndex::Fused(ix) => {
+            let dt = cache.k.dtype();
+            let (q, k, v) = (q.to_dtype(dt)?.contiguous()?, k.to_dtype(dt)?.contiguous()?, v.to_dtype(dt)?.contiguous()?);
+            let q = candle_rocm::paged::rope_and_cache_indexed(&k, &v, &cache.k, &cache.v, ix, tables.0, tables.1, interleaved, Some(&q))?;
+            q.ok_or_else(|| candle_core::Error::Msg("rope_and_cache returned no queries".into()))
+        }
+        KvIndex::Plain { slots, positions } => {
+            let cos = tables.0.index_select(positions, 0)?;
+            let sin = tables.1.index_select(positions, 0)?;
+            let q = apply_rope(q, &cos, &sin, interleaved)?;
+            let k = apply_rope(k, &cos, &sin, interleaved)?;
+            append_kv(cache, &k, v, slots)?;
+            Ok(q)
+        }
+    }
+}
+
 /// Attention of the packed queries `q: [tokens, heads, head_dim]` over each sequence's
 /// cached keys and values (written by [`append_kv`] first); `[tokens, heads * head_dim]`
-/// in `q`'s dtype, softmax in f32.
+/// in `q`'s dtype, softmax in f32. Decodes and chunks take the kernel forms
+/// ([`PagedDecode`], [`VarlenChunks`]) where the batch carries them.
 pub fn paged_attention(q: &Tensor, cache: &LayerCache, batch: &AttnBatch, scale: f64) -> candle_core::Result<Tensor> {
     let (_, nh, hd) = q.dims3()?;
     let (nb, bs, nkv, _) = cache.k.dims4()?;
@@ -140,6 +225,12 @@ pub fn paged_attention(q: &Tensor, cache: &LayerCache, batch: &AttnBatch, scale:
     let kf = cache.k.reshape((nb * bs, nkv, hd))?;
     let vf = cache.v.reshape((nb * bs, nkv, hd))?;
     let mut outs = Vec::with_capacity(batch.chunks.len() + 1);
+    if let Some(d) = &batch.paged {
+        let b = d.rows.dim(0)?;
+        let qd = q.index_select(&d.rows, 0)?.to_dtype(cache.k.dtype())?;
+        let o = candle_rocm::paged::paged_attention_indexed(&qd, &cache.k, &cache.v, &d.index, scale as f32)?;
+        outs.push(o.reshape((b, nh * hd))?.to_dtype(q.dtype())?);
+    }
     if let Some(d) = &batch.decode {
         let b = d.rows.dim(0)?;
         let gather = |c: &Tensor| -> candle_core::Result<Tensor> { c.index_select(&d.slots, 0)?.to_dtype(DType::F32)?.reshape((b, d.ctx, nkv, hd))?.permute((0, 2, 1, 3))?.contiguous() };
@@ -148,6 +239,18 @@ pub fn paged_attention(q: &Tensor, cache: &LayerCache, batch: &AttnBatch, scale:
         let att = (qd.matmul(&k.t()?)? * scale)?.broadcast_add(&d.mask)?;
         let p = candle_nn::ops::softmax_last_dim(&att)?;
         outs.push(p.matmul(&v)?.reshape((b, nh * hd))?.to_dtype(q.dtype())?);
+    }
+    if let Some(c) = &batch.varlen {
+        let nq = c.rows.dim(0)?;
+        let qc = q.index_select(&c.rows, 0)?.to_dtype(cache.k.dtype())?;
+        let k = kf.index_select(&c.ctx_slots, 0)?;
+        let v = vf.index_select(&c.ctx_slots, 0)?;
+        let o = match batch.window {
+            // A query at p sees keys p - w < k <= p: w - 1 to the left.
+            Some(w) => candle_rocm::flash_attn::flash_attn_varlen_windowed(&qc, &k, &v, &c.cu_q, &c.cu_k, c.max_q, c.max_k, scale as f32, Some(w.saturating_sub(1)), Some(0))?,
+            None => candle_rocm::flash_attn::flash_attn_varlen(&qc, &k, &v, &c.cu_q, &c.cu_k, c.max_q, c.max_k, scale as f32, true)?,
+        };
+        outs.push(o.reshape((nq, nh * hd))?.to_dtype(q.dtype())?);
     }
     for c in &batch.chunks {
         let ctx = c.ctx_slots.dim(0)?;
@@ -160,7 +263,7 @@ pub fn paged_attention(q: &Tensor, cache: &LayerCache, batch: &AttnBatch, scale:
         let o = p.matmul(&v)?.reshape((nkv, g, c.len, hd))?.permute((2, 0, 1, 3))?.reshape((c.len, nh * hd))?;
         outs.push(o.to_dtype(q.dtype())?);
     }
-    let out = Tensor::cat(&outs, 0)?;
+    let out = if outs.len() == 1 { outs.remove(0) } else { Tensor::cat(&outs, 0)? };
     match &batch.order {
         Some(o) => out.index_select(o, 0),
         None => Ok(out),
@@ -195,6 +298,8 @@ pub struct Model {
     lm_head: Linear,
     cos: Tensor,
     sin: Tensor,
+    /// Whether the fused kernels run where the device has them (see [`Model::set_fused`]).
+    fused: bool,
 }
 
 /// The safetensors files of a folder: the index's shards, `model.safetensors`, or every `*.safetensors`.
@@ -304,7 +409,7 @@ impl Model {
             lin("lm_head", c.vocab_size, h, false)?
         };
         let (cos, sin) = rope_tables(c, dtype, dev)?;
-        Ok(Model { norm: get("model.norm.weight", &[h])?, cfg, dtype, device: dev.clone(), path: dir.into(), embed, layers, lm_head, cos, sin })
+        Ok(Model { norm: get("model.norm.weight", &[h])?, cfg, dtype, device: dev.clone(), path: dir.into(), embed, layers, lm_head, cos, sin, fused: true })
     }
 
     /// Loads a GGUF file (llama, qwen2, qwen3): weights stay in their GGML blocks (QMatMul),
@@ -351,7 +456,7 @@ impl Model {
         let head = if ct.tensor_infos.contains_key("output.weight") { q("output.weight")? } else { embed_q };
         let lm_head = Linear { w: Weight::Quant(QMatMul::from_qtensor(head)?), b: None };
         let (cos, sin) = rope_tables(&cfg, DType::F32, dev)?;
-        Ok(Model { cfg, dtype: DType::F32, device: dev.clone(), path: path.into(), embed, layers, norm: final_norm, lm_head, cos, sin })
+        Ok(Model { cfg, dtype: DType::F32, device: dev.clone(), path: path.into(), embed, layers, norm: final_norm, lm_head, cos, sin, fused: true })
     }
 
     /// A zeroed paged cache for every layer.
@@ -370,10 +475,11 @@ impl Model {
         let t = tokens.len();
         let (nh, nkv, hd) = (c.num_heads, c.num_kv_heads, c.head_dim);
         let tokens = Tensor::new(tokens, dev)?;
-        let positions = Tensor::new(positions, dev)?;
-        let slots = Tensor::new(slots, dev)?;
-        let cos = self.cos.index_select(&positions, 0)?;
-        let sin = self.sin.index_select(&positions, 0)?;
+        let (num_blocks, block_size) = match cache.first() {
+            Some(lc) => (lc.k.dim(0)?, lc.k.dim(1)?),
+            None => (0, 1),
+        };
+        let index = KvIndex::new(dev, slots, positions, self.fused, num_blocks, block_size)?;
         let scale = 1.0 / (hd as f64).sqrt();
         let mut x = self.embed.index_select(&tokens, 0)?;
         for (layer, lc) in self.layers.iter().zip(cache) {
@@ -385,9 +491,7 @@ impl Model {
                 q = rms_norm(&q, qn, c.rms_norm_eps)?;
                 k = rms_norm(&k, kn, c.rms_norm_eps)?;
             }
-            let q = apply_rope(&q, &cos, &sin, c.rope_interleaved)?;
-            let k = apply_rope(&k, &cos, &sin, c.rope_interleaved)?;
-            append_kv(lc, &k, &v, &slots)?;
+            let q = rope_append_kv(lc, &q, &k, &v, &index, (&self.cos, &self.sin), c.rope_interleaved)?;
             let a = paged_attention(&q, lc, attn, scale)?;
             x = (layer.o.forward(&a)? + &x)?;
             let h = rms_norm(&x, &layer.post_norm, c.rms_norm_eps)?;
@@ -400,6 +504,19 @@ impl Model {
         let last = x.index_select(&Tensor::new(sample_rows, dev)?, 0)?;
         let h = rms_norm(&last, &self.norm, c.rms_norm_eps)?;
         Ok(Some(self.lm_head.forward(&h)?.to_dtype(DType::F32)?))
+    }
+
+    /// `false`: every op runs as plain Candle ops even on our device (the reference the
+    /// fused path is tested against); `true` (the default): fused kernels where the
+    /// device has them.
+    pub fn set_fused(&mut self, on: bool) {
+        self.fused = on;
+    }
+
+    /// Whether this step's attention runs on the kernels: our device, fused on, f16/bf16
+    /// activations (the attention kernels' dtypes) and a head size they have.
+    pub fn kernel_attention(&self) -> bool {
+        self.fused && on_our_device(&self.device) && matches!(self.dtype, DType::F16 | DType::BF16) && attention::flash::HEAD_DIMS.contains(&self.cfg.head_dim)
     }
 
     /// Largest position the rope tables cover, plus one.
