@@ -174,20 +174,24 @@ pub fn on_our_device(dev: &Device) -> bool {
 
 /// Where a step's new keys and values go: per-token cache slots and rope positions.
 pub enum KvIndex {
-    /// Plain Candle ops: `slots`, `positions` `[tokens]` u32.
-    Plain { slots: Tensor, positions: Tensor },
+    /// Plain Candle ops: `slots [tokens]` u32 and each token's rope rows `[tokens,
+    /// head_dim / 2]` (gathered once per step).
+    Plain { slots: Tensor, cos: Tensor, sin: Tensor },
     /// Our device: checked and uploaded once per step, read by every layer's kernel.
     Fused(candle_rocm::paged::CacheIndex),
 }
 
 impl KvIndex {
-    /// The fused form on our device when `fused`, else the plain one.
-    pub fn new(dev: &Device, slots: &[u32], positions: &[u32], fused: bool, num_blocks: usize, block_size: usize) -> candle_core::Result<Self> {
+    /// The fused form on our device when `fused`, else the plain one (rope rows gathered
+    /// from the tables `cos`, `sin`).
+    #[allow(clippy::too_many_arguments)]
+    pub fn new(dev: &Device, slots: &[u32], positions: &[u32], tables: (&Tensor, &Tensor), fused: bool, num_blocks: usize, block_size: usize) -> candle_core::Result<Self> {
         if fused && on_our_device(dev) {
             let s: Vec<i64> = slots.iter().map(|&s| i64::from(s)).collect();
             Ok(KvIndex::Fused(candle_rocm::paged::CacheIndex::new(dev, &s, positions, num_blocks, block_size)?))
         } else {
-            Ok(KvIndex::Plain { slots: Tensor::new(slots, dev)?, positions: Tensor::new(positions, dev)? })
+            let positions = Tensor::new(positions, dev)?;
+            Ok(KvIndex::Plain { slots: Tensor::new(slots, dev)?, cos: tables.0.index_select(&positions, 0)?, sin: tables.1.index_select(&positions, 0)? })
         }
     }
 }
@@ -203,11 +207,9 @@ pub fn rope_append_kv(cache: &LayerCache, q: &Tensor, k: &Tensor, v: &Tensor, in
             let q = candle_rocm::paged::rope_and_cache_indexed(&k, &v, &cache.k, &cache.v, ix, tables.0, tables.1, interleaved, Some(&q))?;
             q.ok_or_else(|| candle_core::Error::Msg("rope_and_cache returned no queries".into()))
         }
-        KvIndex::Plain { slots, positions } => {
-            let cos = tables.0.index_select(positions, 0)?;
-            let sin = tables.1.index_select(positions, 0)?;
-            let q = apply_rope(q, &cos, &sin, interleaved)?;
-            let k = apply_rope(k, &cos, &sin, interleaved)?;
+        KvIndex::Plain { slots, cos, sin } => {
+            let q = apply_rope(q, cos, sin, interleaved)?;
+            let k = apply_rope(k, cos, sin, interleaved)?;
             append_kv(cache, &k, v, slots)?;
             Ok(q)
         }
@@ -479,7 +481,7 @@ impl Model {
             Some(lc) => (lc.k.dim(0)?, lc.k.dim(1)?),
             None => (0, 1),
         };
-        let index = KvIndex::new(dev, slots, positions, self.fused, num_blocks, block_size)?;
+        let index = KvIndex::new(dev, slots, positions, (&self.cos, &self.sin), self.fused, num_blocks, block_size)?;
         let scale = 1.0 / (hd as f64).sqrt();
         let mut x = self.embed.index_select(&tokens, 0)?;
         for (layer, lc) in self.layers.iter().zip(cache) {
