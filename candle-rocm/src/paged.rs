@@ -328,6 +328,7 @@ fn decode_on<T: FlashElem + BufElem>(
 /// (i64, negative: skipped) and `positions` (u32) of every new token, for a cache of
 /// `num_blocks` blocks of `block_size` tokens. Every layer's [`rope_and_cache_indexed`]
 /// uses them with no host read.
+#[derive(Debug)]
 pub struct CacheIndex {
     slot_mapping: Tensor,
     positions: Tensor,
@@ -374,6 +375,7 @@ impl CacheIndex {
 /// `block_tables [batch, max_blocks]` and `context_lens [batch]` (u32) for a cache of
 /// `num_blocks` blocks of `block_size` tokens. Every layer's [`paged_attention_indexed`]
 /// uses them with no host read.
+#[derive(Debug)]
 pub struct DecodeIndex {
     block_tables: Tensor,
     context_lens: Tensor,
