@@ -21,6 +21,7 @@ fn main() {
         .module("unary_f64")
         .module("gemm")
         .module("quantized")
+        .module("llm")
         // The H100's warpgroup matrix units (`wgmma`) exist only in `sm_90a` PTX.
         .ptx_variant("sm_90a", &["gemm_wgmma"])
         // On the H100 the decode matvec and its activations' quantization overlap the

@@ -41,6 +41,8 @@ pub mod buffer;
 pub mod device;
 pub mod error;
 pub mod flash_attn;
+pub mod gemm;
+pub mod llm_ops;
 pub mod ops;
 pub mod paged;
 pub mod profile;

@@ -39,6 +39,10 @@ pub mod gemm;
 #[allow(clippy::too_many_arguments)]
 pub mod indexing;
 // Kernels take every buffer, size and stride as an argument (the kernel ABI).
+// `x == x` is the not-NaN test of device code.
+#[allow(clippy::too_many_arguments, clippy::eq_op)]
+pub mod llm;
+// Kernels take every buffer, size and stride as an argument (the kernel ABI).
 #[allow(clippy::too_many_arguments)]
 pub mod matmul_simple;
 // Kernels take every buffer, size and stride as an argument (the kernel ABI).

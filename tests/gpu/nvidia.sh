@@ -11,7 +11,7 @@
 #   tests/gpu/nvidia.sh report DIR [PART...]
 #                                  # GPU machine: the tests (GPU only) and every benchmark
 #                                  # against its peer, results under DIR; PARTs (default
-#                                  # all): tests llm quantized gemm e2e qe2e
+#                                  # all): tests llm quantized matvec gemm e2e qe2e
 #
 # `bundle` + `run` is how the project's H100 checks are made: the GPU machine has CUDA and
 # PyTorch but no Rust toolchain, so x86-64 binaries built here travel there.
@@ -184,7 +184,7 @@ report() {
     # Parts to run (default: all). One `run` call has a 10-minute limit, so a session
     # splits the report over calls: `report DIR tests`, `report DIR llm quantized`, ...
     shift || true
-    local parts="${*:-tests llm quantized gemm e2e qe2e}"
+    local parts="${*:-tests llm quantized matvec gemm e2e qe2e}"
     has() { case " $parts " in *" $1 "*) return 0 ;; *) return 1 ;; esac; }
     export CANDLE_ROCM_GPU_ONLY=1
     if has tests; then
@@ -193,7 +193,7 @@ report() {
         done
     fi
     local py="$BIN/python"
-    mkdir -p "$out/llm" "$out/quantized" "$out/gemm" "$out/e2e"
+    mkdir -p "$out/llm" "$out/quantized" "$out/matvec" "$out/gemm" "$out/e2e"
     if has llm; then
         step bench-llm 240 "$BIN/bench-llm" --out "$out/llm"
         step torch-llm 240 python3 "$py/torch_llm.py" --out "$out/llm"
@@ -213,6 +213,12 @@ report() {
             echo "candle-qmatvec rc=$rc" | tee -a "$out/summary.txt"
         fi
         step report-quantized 30 python3 "$py/report_quantized.py" "$out/quantized"
+    fi
+    if has matvec; then
+        # Dense bf16/f16 decode matvecs (kernels::llm) against PyTorch's F.linear (cuBLAS).
+        step bench-dense-matvec 240 "$BIN/bench-dense_matvec" --out "$out/matvec"
+        step torch-dense-matvec 180 python3 "$py/torch_dense_matvec.py" --out "$out/matvec"
+        step report-dense-matvec 30 python3 "$py/report_dense_matvec.py" "$out/matvec"
     fi
     if has gemm; then
         step bench-gemm 240 "$BIN/bench-gemm" --out "$out/gemm"

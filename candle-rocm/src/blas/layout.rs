@@ -7,7 +7,7 @@
 //! is its transpose in column-major, no transpose flag); one whose row stride is 1 is
 //! column-major (transpose flag set). Anything else (both strides above 1, overlapping
 //! rows, sizes beyond `i32`) has no BLAS form and stays with the backend's kernel.
-use crate::ops::matmul::{GemmOperand, GemmShape};
+use crate::gemm::{GemmOperand, GemmShape};
 
 /// How one operand `X (rows x cols)` lies in memory, seen by a column-major BLAS.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

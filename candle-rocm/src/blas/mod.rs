@@ -21,7 +21,7 @@ pub mod rocblas;
 use crate::buffer::Region;
 #[cfg(any(feature = "cuda", feature = "rocm"))]
 use crate::error::invalid;
-use crate::ops::matmul::{GemmOperand, GemmShape};
+use crate::gemm::{GemmOperand, GemmShape};
 use candle_core::{DType, Result};
 use kernels::runtime::Device;
 use layout::ColMajorGemm;

@@ -1,6 +1,7 @@
 //! Convolutions as im2col/col2im kernels + the backend's GEMM, pools and upsampling.
 use super::any::any_dispatch;
-use super::matmul::{gemm, GemmOperand, GemmShape};
+use super::matmul::gemm;
+use crate::gemm::{GemmOperand, GemmShape};
 use super::{alloc, float_dispatch};
 use crate::buffer::{Buf, BufElem, Region};
 use crate::error::{at, invalid, unsupported};

@@ -4,65 +4,29 @@
 use super::{alloc, float_dispatch};
 use crate::buffer::{Buf, BufElem, Region};
 use crate::error::{at, invalid};
+use crate::gemm::check_operands;
+pub use crate::gemm::{GemmOperand, GemmShape};
 use candle_core::{DType, Layout, Result};
 use kernels::runtime::{Device, DeviceVec};
 
-/// One GEMM operand: element `(bi, i, j)` is `data[bi * batch + i * row + j * col]`.
-#[derive(Clone, Copy)]
-pub struct GemmOperand {
-    pub data: Region,
-    pub batch: usize,
-    pub row: usize,
-    pub col: usize,
-}
-
-/// Sizes of `batch` products `(m x k) * (k x n)`.
-#[derive(Clone, Copy, Debug)]
-pub struct GemmShape {
-    pub batch: usize,
-    pub m: usize,
-    pub n: usize,
-    pub k: usize,
-}
-
-/// Checks that `c` holds `batch x m x n` elements and that every element the operands
-/// address lies inside their regions.
-fn check_operands(a: &GemmOperand, b: &GemmOperand, c_len: usize, s: GemmShape) -> Result<()> {
-    const OP: &str = "matmul";
-    let GemmShape { batch, m, n, k } = s;
-    if Some(c_len) != batch.checked_mul(m).and_then(|v| v.checked_mul(n)) {
-        return Err(invalid(
-            OP,
-            format!("output has {c_len} elements, {batch}x{m}x{n} expected"),
-        ));
-    }
-    if c_len == 0 {
-        return Ok(());
-    }
-    for (name, o, rows, cols) in [("lhs", a, m, k), ("rhs", b, k, n)] {
-        if rows * cols == 0 {
-            continue;
-        }
-        let last = [(batch - 1, o.batch), (rows - 1, o.row), (cols - 1, o.col)]
-            .iter()
-            .try_fold(0usize, |acc, &(i, st)| {
-                i.checked_mul(st).and_then(|v| acc.checked_add(v))
-            });
-        match last {
-            Some(last) if last < o.data.len() => {}
-            _ => {
-                return Err(invalid(
-                    OP,
-                    format!("{name} reaches past element {} of its buffer", o.data.len()),
-                ))
-            }
-        }
-    }
-    Ok(())
-}
-
 thread_local! {
     static MMA_ON_CPU: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+    static NO_MATVEC: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// Runs `f` with matvec-shaped products ([`crate::gemm::matvec_plan`]) it issues on this
+/// thread going to the GEMM path (vendor BLAS or GEMM kernel) instead of the dense matvec:
+/// to compare the two, or to rule the matvec out.
+pub fn with_gemm_for_matvecs<R>(f: impl FnOnce() -> R) -> R {
+    crate::blas::with_thread_flag(&NO_MATVEC, f)
+}
+
+/// `true` while matvec-shaped products take the dense matvec on this thread: not inside
+/// [`with_gemm_for_matvecs`], and not with `CANDLE_ROCM_MATVEC=0` in the environment (read
+/// once; the whole process).
+pub fn matvecs_allowed() -> bool {
+    static OFF: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    !*OFF.get_or_init(|| std::env::var("CANDLE_ROCM_MATVEC").is_ok_and(|v| v == "0")) && !NO_MATVEC.with(|k| k.get())
 }
 
 /// Runs `f` with the f16/bf16 GEMMs it issues on the CPU executor taking the matrix-unit
@@ -87,7 +51,11 @@ fn mma_gemm(dev: &Device, dtype: DType, m: usize) -> bool {
 }
 
 /// The GEMM contract: `c[bi] = a[bi] * b[bi]` with `c` contiguous `(batch, m, n)`, `f32`
-/// accumulation. Operands are checked to stay inside their regions. On a GPU whose vendor
+/// accumulation. Operands are checked to stay inside their regions. Matvec-shaped
+/// products (decode: at most 8 activation rows against a `Linear` weight,
+/// [`crate::gemm::matvec_plan`]) run on the dense matvec (`kernels::llm::dense_matvec`,
+/// the weight streamed once at the memory's rate) on every device, unless
+/// [`matvecs_allowed`] says no. Otherwise, on a GPU whose vendor
 /// BLAS is loaded (cuBLAS, rocBLAS: [`crate::blas`]) and layouts it can take, the BLAS.
 /// Otherwise f16/bf16 on a GPU take `kernels::gemm` (matrix units: MFMA, WMMA, `mma.sync`,
 /// tiled and pipelined), and f32/f64 and the CPU executor the `kernels::matmul_simple`
@@ -106,6 +74,13 @@ pub fn gemm<
     check_operands(a, b, c.len(), s)?;
     if batch * m * n == 0 {
         return Ok(());
+    }
+    if matvecs_allowed() {
+        if let Some(p) = crate::gemm::matvec_plan(a, b, s) {
+            let mut y = Region::of::<T>(c);
+            kernels::llm::ops::dense_matvec::<T>(dev, &p.w, &p.x, None, &mut y, p.n, p.k, p.rows).map_err(at(OP))?;
+            return Ok(());
+        }
     }
     if crate::blas::try_gemm(dev, T::DTYPE, a, b, &Region::of::<T>(c), s)? {
         return Ok(());

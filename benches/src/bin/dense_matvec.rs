@@ -1,0 +1,88 @@
+//! Dense f16/bf16 matrix-vector products (`kernels::llm::ops::dense_matvec`, decode's
+//! `x W^T` against a `Linear` weight) on the Llama 3.2 1B and Llama 3 8B weight shapes,
+//! timed with GPU events against a device-to-device copy in the same run.
+//!
+//! `dense_matvec [--out DIR] [--quick]`: writes `DIR/rust_dense_matvec.json`.
+//! Shapes are `rows x cols` = `out_features x in_features` (the weight `[N, K]`): 2048x2048,
+//! 2048x8192, 8192x2048 (1B), 4096x4096, 4096x14336, 14336x4096 (8B) and the 128256x4096
+//! output head, batch 1 on every shape and batches 2, 4, 8 on the 8B MLP shapes. Bandwidth
+//! counts the bytes an ideal kernel moves once: the weights, the activations and the
+//! output. Timings cycle through copies of the weights (256 MiB in all, as
+//! [`benches::ColdSet`]) so that every call reads them from DRAM, as a decode step does.
+//! `python/torch_dense_matvec.py` times PyTorch's `F.linear` (cuBLAS) on the same shapes
+//! the same way and `python/report_dense_matvec.py` merges both into a CSV.
+use benches::{cold_copies, copy, time};
+use half::{bf16, f16};
+use kernel_dsl::host::ScalarArg;
+use kernel_dsl::Float;
+use kernels::llm::ops;
+use kernels::runtime::{Device, DeviceVec};
+use std::io::Write;
+
+/// The shapes (rows = out features, cols = in features).
+const SHAPES: [(usize, usize); 7] = [(2048, 2048), (2048, 8192), (8192, 2048), (4096, 4096), (4096, 14336), (14336, 4096), (128256, 4096)];
+
+/// Deterministic values in [-1, 1) as `T`.
+fn values<T: Float>(n: usize, seed: usize) -> Vec<T> {
+    (0..n).map(|i| T::from_f32(((i * 7919 + seed * 104729) % 2000) as f32 / 1000.0 - 1.0)).collect()
+}
+
+fn run<T: Float + ScalarArg>(dev: &Device, name: &str, shapes: &[(usize, usize)], copy_gbps: f64, lines: &mut Vec<String>) {
+    let size = std::mem::size_of::<T>();
+    for &(rows, cols) in shapes {
+        let wbytes = rows * cols * size;
+        let w = dev.upload(&values::<T>(rows * cols, 1)).unwrap();
+        let mut ws: Vec<DeviceVec<T>> = Vec::new();
+        for _ in 1..cold_copies(wbytes) {
+            let mut c = dev.alloc::<T>(rows * cols).unwrap();
+            dev.copy(w.view(..).unwrap(), c.view_mut(..).unwrap()).unwrap();
+            ws.push(c);
+        }
+        ws.push(w);
+        for batch in [1usize, 2, 4, 8] {
+            if batch > 1 && (rows, cols) != (4096, 14336) && (rows, cols) != (14336, 4096) {
+                continue;
+            }
+            let x = dev.upload(&values::<T>(batch * cols, 2)).unwrap();
+            let mut y = dev.alloc::<T>(batch * rows).unwrap();
+            let moved = wbytes + batch * (cols + rows) * size;
+            let mut turn = 0;
+            let us = time(dev, wbytes, || {
+                turn += 1;
+                ops::dense_matvec(dev, &ws[turn % ws.len()], &x, None, &mut y, rows, cols, batch).unwrap()
+            });
+            let hot = time(dev, wbytes, || ops::dense_matvec(dev, &ws[0], &x, None, &mut y, rows, cols, batch).unwrap());
+            let gbps = moved as f64 / (us * 1e-6) / 1e9;
+            eprintln!("{name:>4} {rows:>6}x{cols:<6} b{batch}: {us:8.2} us {gbps:6.0} GB/s ({:5.1}% of copy) | hot {hot:8.2} us", 100.0 * gbps / copy_gbps);
+            lines.push(format!(
+                "{{\"dtype\":\"{name}\",\"rows\":{rows},\"cols\":{cols},\"batch\":{batch},\"weight_bytes\":{wbytes},\"moved\":{moved},\"us\":{us:.3},\"gbps\":{gbps:.1},\"pct_of_copy\":{:.2},\"us_hot\":{hot:.3},\"copies\":{},\"copy_gbps\":{copy_gbps:.1}}}",
+                100.0 * gbps / copy_gbps,
+                ws.len()
+            ));
+        }
+    }
+}
+
+fn main() {
+    let args: Vec<String> = std::env::args().collect();
+    let out_dir = args.iter().position(|a| a == "--out").and_then(|i| args.get(i + 1)).cloned().unwrap_or_else(|| ".".into());
+    let quick = args.iter().any(|a| a == "--quick");
+    let Some(dev) = benches::gpu() else { return };
+
+    // Copy bandwidth (bytes read + written) on a 1 GiB buffer.
+    let gib = 1usize << 30;
+    let src: DeviceVec<u8> = dev.alloc(gib).unwrap();
+    let mut dst: DeviceVec<u8> = dev.alloc(gib).unwrap();
+    let copy_us = time(&dev, gib, || copy(&dev, &src, &mut dst));
+    let copy_gbps = 2.0 * gib as f64 / (copy_us * 1e-6) / 1e9;
+    eprintln!("copy 1 GiB: {copy_us:.1} us, {copy_gbps:.0} GB/s");
+    drop((src, dst));
+
+    let shapes: &[(usize, usize)] = if quick { &[(4096, 14336)] } else { &SHAPES };
+    let mut lines = Vec::new();
+    run::<bf16>(&dev, "bf16", shapes, copy_gbps, &mut lines);
+    run::<f16>(&dev, "f16", if quick { shapes } else { &SHAPES[3..6] }, copy_gbps, &mut lines);
+    std::fs::create_dir_all(&out_dir).unwrap();
+    let mut f = std::fs::File::create(format!("{out_dir}/rust_dense_matvec.json")).unwrap();
+    writeln!(f, "[\n{}\n]", lines.join(",\n")).unwrap();
+}

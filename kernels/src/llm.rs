@@ -1,0 +1,561 @@
+//! Kernels of an LLM decode step that Candle's op-by-op path splits into many launches:
+//!
+//! - [`dense_matvec`](fn@dense_matvec): `y = x W^T (+ bias)` for 1..8 activation rows and a
+//!   dense `f32`/`f16`/`bf16` weight stored `[N, K]` row-major (as `nn.Linear` holds it),
+//!   `f32` accumulation. Decode's products are matrix-vector ones: every weight byte is
+//!   read once per step, so the kernel is built to stream the weights at the memory's rate
+//!   (16-byte streaming loads, four chunks of each work-item in flight, several rows per
+//!   work-group for short rows, wave reductions).
+//! - [`add_rms_norm`](fn@add_rms_norm): `h = x + residual` and `RMSNorm(h) * weight` in one
+//!   pass over the row (both outputs written), the pre-norm transformer's residual step.
+//! - [`silu_mul`](fn@silu_mul): `SiLU(gate) * up` from one fused gate/up product
+//!   (`[.., 2I] -> [.., I]`).
+//! - [`sample`](fn@sample): one token per row of logits: repetition penalty, temperature,
+//!   top-k, top-p, min-p, then a seeded draw (Gumbel-max with Philox4x32-10 noise); greedy
+//!   (argmax) where the temperature is 0.
+//!
+//! The checked host entry points are in [`ops`].
+use crate::each;
+use crate::random::philox4x32_10;
+use crate::reduce::{block_reduce, MAX_WAVES};
+use crate::row::{unpack_chunk, words_chunk, CHUNK};
+use kernel_dsl::prelude::*;
+
+/// Work-items of one [`dense_matvec`](fn@dense_matvec) work-group.
+pub const MATVEC_BLOCK: u32 = 256;
+
+/// Chunks (of [`CHUNK`] elements) one work-item of [`dense_matvec`](fn@dense_matvec) has
+/// in flight at once.
+pub const MATVEC_UNROLL: usize = 4;
+
+/// Activation rows of one [`dense_matvec`](fn@dense_matvec) instance.
+pub trait MatvecRows: 'static {
+    /// Most activation rows.
+    const N: usize;
+}
+/// One activation row (decode of one sequence).
+pub struct Rows1;
+impl MatvecRows for Rows1 {
+    const N: usize = 1;
+}
+/// Up to 2 activation rows.
+pub struct Rows2;
+impl MatvecRows for Rows2 {
+    const N: usize = 2;
+}
+/// Up to 4 activation rows.
+pub struct Rows4;
+impl MatvecRows for Rows4 {
+    const N: usize = 4;
+}
+/// Up to 8 activation rows; in AMD code objects a 4-row tile (8 rows spilled gfx9's 102
+/// scalar registers), so the launcher runs AMD batches in tiles of at most 4
+/// ([`ops::dense_matvec`]).
+pub struct Rows8;
+impl MatvecRows for Rows8 {
+    const N: usize = if cfg!(target_arch = "amdgpu") { 4 } else { 8 };
+}
+
+/// Weight rows one [`dense_matvec`](fn@dense_matvec) work-group takes for rows of `cols`
+/// elements on waves of `wave_lanes`: the fewest (1, 2, 4, 8) that leave each work-item at
+/// least [`MATVEC_UNROLL`] chunks of its row, at most one row per wave.
+pub const fn matvec_group(cols: usize, wave_lanes: usize) -> usize {
+    let chunks = cols.div_ceil(CHUNK);
+    let most = MATVEC_BLOCK as usize / wave_lanes;
+    let mut g = 1;
+    while g < most && g < 8 && (MATVEC_BLOCK as usize / g) * MATVEC_UNROLL > chunks {
+        g *= 2;
+    }
+    g
+}
+
+/// The 16 (or, for `f32`, 32) bytes of the chunk at `p` as words, loaded with the
+/// streaming hint ([`kernel_dsl::hint::load_streaming_u32x4`]): weights are read once.
+///
+/// # Safety
+/// `p` is 16-byte aligned and a whole chunk of `T` from it lies in global memory.
+#[device]
+#[inline(always)]
+unsafe fn load_weights<T: Float>(p: *const T) -> [[u32; 4]; 2] {
+    let q = p as *const [u32; 4];
+    // SAFETY: the caller's contract; a chunk of a 32-bit type is two 16-byte words.
+    unsafe {
+        let lo = kernel_dsl::hint::load_streaming_u32x4(q);
+        let hi = if core::mem::size_of::<T>() == 4 { kernel_dsl::hint::load_streaming_u32x4(q.add(1)) } else { [0; 4] };
+        [lo, hi]
+    }
+}
+
+/// A chunk loaded by [`load_weights`] (or [`load_words`]) in `f32`.
+#[device]
+#[inline(always)]
+fn words_f32<T: Float>(w: [[u32; 4]; 2]) -> [f32; CHUNK] {
+    if core::mem::size_of::<T>() == 2 {
+        unpack_chunk::<T>(&words_chunk::<T>(w[0]))
+    } else {
+        let mut v = [0.0; CHUNK];
+        each!(j in [0, 1, 2, 3] {
+            v[j] = f32::from_bits(w[0][j]);
+            v[j + 4] = f32::from_bits(w[1][j]);
+        });
+        v
+    }
+}
+
+/// A whole chunk of `T` at `p`, plain loads (activations: read by every row).
+///
+/// # Safety
+/// As [`load_weights`].
+#[device]
+#[inline(always)]
+unsafe fn load_words<T: Float>(p: *const T) -> [[u32; 4]; 2] {
+    let q = p as *const [u32; 4];
+    // SAFETY: the caller's contract.
+    unsafe {
+        let lo = core::ptr::read(q);
+        let hi = if core::mem::size_of::<T>() == 4 { core::ptr::read(q.add(1)) } else { [0; 4] };
+        [lo, hi]
+    }
+}
+
+/// `sum_j a[j] * b[j]` over a chunk, as two interleaved chains (half the dependent
+/// latency of one).
+#[device]
+#[inline(always)]
+fn dot_chunk(a: &[f32; CHUNK], b: &[f32; CHUNK]) -> f32 {
+    let (mut s0, mut s1) = (0.0f32, 0.0f32);
+    each!(j in [0, 2, 4, 6] {
+        s0 = a[j].mul_add(b[j], s0);
+        s1 = a[j + 1].mul_add(b[j + 1], s1);
+    });
+    s0 + s1
+}
+
+/// `y[b * rows + r] = sum_k w[r * cols + k] * x[b * cols + k] (+ bias[r])` for
+/// `b < batch <= R::N`, accumulated in `f32` and rounded once to `T`; `bias` is empty or
+/// has `rows` elements.
+///
+/// Work-group `g` takes the `group` weight rows `g * group ..` ([`matvec_group`]: 1, 2, 4
+/// or 8, whole waves per row); work-item `j` of a row's `team = MATVEC_BLOCK / group`
+/// takes chunks `j, j + team, ...` of [`CHUNK`] elements (so each load instruction of a
+/// wave reads whole contiguous lines) in rounds of [`MATVEC_UNROLL`] chunks whose weight
+/// loads (16-byte, streaming) all go out before any is used; it multiplies each weight
+/// chunk with the same chunk of every activation row (the weights are read once for the
+/// whole batch). A row's sums: a wave reduction, then, where the row spans several waves,
+/// their sums in a fixed order through shared memory. Rows of whole aligned chunks (`cols`
+/// a multiple of [`CHUNK`], `w` and `x` on 16 bytes) take the vector path; others one
+/// element at a time. Launch with [`MATVEC_BLOCK`] work-items and `rows.div_ceil(group)`
+/// work-groups.
+#[amdgpu_kernel(T = [f32, f16, bf16], R = [Rows1, Rows2, Rows4, Rows8], max_threads = 256)]
+pub fn dense_matvec<T: Float, R: MatvecRows>(
+    w: &[T],
+    x: &[T],
+    bias: &[T],
+    y: &mut [T],
+    rows: usize,
+    cols: usize,
+    batch: usize,
+    group: usize,
+    mut partials: Shared<f32, 64>,
+) {
+    let (tid, threads) = (flat_thread_idx() as usize, flat_block_dim() as usize);
+    let ws = wave::size() as usize;
+    // Uniform checks that make the unchecked accesses below in bounds.
+    if threads != MATVEC_BLOCK as usize || !(group == 1 || group == 2 || group == 4 || group == 8) || group * ws > threads || batch > R::N || R::N > 8 {
+        return;
+    }
+    let fits = rows.checked_mul(cols).is_some_and(|n| n <= w.len()) && batch.checked_mul(cols).is_some_and(|n| n <= x.len()) && batch * rows <= y.len();
+    if !fits || !(bias.is_empty() || bias.len() == rows) {
+        return;
+    }
+    let team = threads / group;
+    let (g, j) = (tid / team, tid % team);
+    let row = block_idx_x() as usize * group + g;
+    let active = row < rows;
+    let mut acc = [0f32; 8];
+    let vec = cols % CHUNK == 0 && (w.as_ptr() as usize) % 16 == 0 && (x.as_ptr() as usize) % 16 == 0;
+    if active && vec {
+        let chunks = cols / CHUNK;
+        let wrow = row * cols;
+        let mut c = j;
+        // Full rounds: every chunk in range, no per-chunk branch.
+        while c + (MATVEC_UNROLL - 1) * team < chunks {
+            let mut wv = [[[0u32; 4]; 2]; MATVEC_UNROLL];
+            each!(u in [0, 1, 2, 3] {
+                // SAFETY: chunk c + u * team < chunks lies inside row `row` (< rows, and
+                // rows * cols <= w.len()); aligned as `vec` says.
+                wv[u] = unsafe { load_weights(w.as_ptr().add(wrow + (c + u * team) * CHUNK)) };
+            });
+            each!(u in [0, 1, 2, 3] {
+                let wf = words_f32::<T>(wv[u]);
+                each!(b in [0, 1, 2, 3, 4, 5, 6, 7] {
+                    if b < R::N && b < batch {
+                        // SAFETY: b < batch and the chunk is inside a row of x (batch * cols
+                        // <= x.len()); aligned as `vec` says.
+                        let xf = words_f32::<T>(unsafe { load_words(x.as_ptr().add(b * cols + (c + u * team) * CHUNK)) });
+                        acc[b] += dot_chunk(&wf, &xf);
+                    }
+                });
+            });
+            c += MATVEC_UNROLL * team;
+        }
+        // The last round: up to MATVEC_UNROLL - 1 chunks, loads first as above.
+        if c < chunks {
+            let mut wv = [[[0u32; 4]; 2]; MATVEC_UNROLL];
+            each!(u in [0, 1, 2] {
+                if c + u * team < chunks {
+                    // SAFETY: as above (checked).
+                    wv[u] = unsafe { load_weights(w.as_ptr().add(wrow + (c + u * team) * CHUNK)) };
+                }
+            });
+            each!(u in [0, 1, 2] {
+                if c + u * team < chunks {
+                    let wf = words_f32::<T>(wv[u]);
+                    each!(b in [0, 1, 2, 3, 4, 5, 6, 7] {
+                        if b < R::N && b < batch {
+                            // SAFETY: as above.
+                            let xf = words_f32::<T>(unsafe { load_words(x.as_ptr().add(b * cols + (c + u * team) * CHUNK)) });
+                            acc[b] += dot_chunk(&wf, &xf);
+                        }
+                    });
+                }
+            });
+        }
+    } else if active {
+        // Odd widths and misaligned views: element by element, strided like the chunks.
+        let wrow = &w[row * cols..row * cols + cols];
+        let mut k = j;
+        while k < cols {
+            let wk = wrow[k].to_f32();
+            each!(b in [0, 1, 2, 3, 4, 5, 6, 7] {
+                if b < R::N && b < batch {
+                    acc[b] = wk.mul_add(x[b * cols + k].to_f32(), acc[b]);
+                }
+            });
+            k += team;
+        }
+    }
+    // Wave sums (every lane reaches them: uniform control flow), then per row in a fixed
+    // order.
+    let mut sums = [0f32; 8];
+    each!(b in [0, 1, 2, 3, 4, 5, 6, 7] {
+        if b < R::N && b < batch {
+            sums[b] = wave::sum(acc[b]);
+        }
+    });
+    let per_row = team / ws;
+    let wave_in_group = tid / ws;
+    if per_row == 1 {
+        if active && wave::lane_id() == 0 {
+            let bv = if bias.is_empty() { 0.0 } else { bias[row].to_f32() };
+            each!(b in [0, 1, 2, 3, 4, 5, 6, 7] {
+                if b < R::N && b < batch {
+                    y[b * rows + row] = T::from_f32(sums[b] + bv);
+                }
+            });
+        }
+        return;
+    }
+    if wave::lane_id() == 0 {
+        each!(b in [0, 1, 2, 3, 4, 5, 6, 7] {
+            if b < R::N {
+                partials[wave_in_group * 8 + b] = sums[b];
+            }
+        });
+    }
+    barrier();
+    // Work-item t < group * 8 finishes (row t / 8, activation row t % 8).
+    let (gr, b) = (tid / 8, tid % 8);
+    let out_row = block_idx_x() as usize * group + gr;
+    if gr < group && b < batch && out_row < rows {
+        let mut s = 0.0f32;
+        let mut i = 0;
+        while i < per_row {
+            s += partials[(gr * per_row + i) * 8 + b];
+            i += 1;
+        }
+        let bv = if bias.is_empty() { 0.0 } else { bias[out_row].to_f32() };
+        y[b * rows + out_row] = T::from_f32(s + bv);
+    }
+}
+
+/// Residual add and RMSNorm of one row per work-group: `h = x + residual` (rounded to `T`,
+/// as Candle's add), `res_out = h`, `out = h / sqrt(mean(h^2) + eps) * weight` (in `f32`,
+/// rounded once); `weight` has `cols` elements or is empty (no scaling). The sum of
+/// squares is taken from the rounded `h` (what a separate norm would read). Work-item `t`
+/// takes elements `t, t + threads, ...` and reads back its own `res_out` in the second
+/// pass (no other work-item wrote them).
+#[amdgpu_kernel(T = [f32, f16, bf16])]
+pub fn add_rms_norm<T: Float>(x: &[T], residual: &[T], weight: &[T], res_out: &mut [T], out: &mut [T], cols: u32, eps: f32, mut partials: Shared<f32, MAX_WAVES>) {
+    let cols = cols as usize;
+    let row = block_idx_x() as usize;
+    let (tid, threads) = (flat_thread_idx() as usize, flat_block_dim() as usize);
+    let (start, end) = (row * cols, row * cols + cols);
+    if end > x.len() || end > residual.len() || end > res_out.len() || end > out.len() || !(weight.is_empty() || weight.len() == cols) {
+        return;
+    }
+    let (xr, rr) = (&x[start..end], &residual[start..end]);
+    let mut s = 0.0f32;
+    let mut e = tid;
+    while e < cols {
+        let h = T::from_f32(xr[e].to_f32() + rr[e].to_f32()).to_f32();
+        res_out[start + e] = T::from_f32(h);
+        s = h.mul_add(h, s);
+        e += threads;
+    }
+    let ss = block_reduce(s, &mut partials, |a, b| a + b);
+    let scale = (ss / cols as f32 + eps).rsqrt();
+    let mut e = tid;
+    while e < cols {
+        let h = res_out[start + e].to_f32();
+        let wv = if weight.is_empty() { 1.0 } else { weight[e].to_f32() };
+        out[start + e] = T::from_f32(h * scale * wv);
+        e += threads;
+    }
+}
+
+/// `out[r, j] = SiLU(gu[r, j]) * gu[r, inter + j]` for `j < inter`: the gated MLP's
+/// activation from one fused gate/up product (`gu` is `[rows, 2 * inter]`, `out`
+/// `[rows, inter]`), in `f32`, rounded once. A grid-stride loop over the outputs.
+#[amdgpu_kernel(T = [f32, f16, bf16])]
+pub fn silu_mul<T: Float>(gu: &[T], out: &mut [T], inter: usize) {
+    if inter == 0 || gu.len() / 2 < out.len() {
+        return;
+    }
+    let mut i = global_idx_x();
+    let step = global_size_x();
+    while i < out.len() {
+        let (r, j) = (i / inter, i % inter);
+        let g = gu[r * 2 * inter + j].to_f32();
+        let u = gu[r * 2 * inter + inter + j].to_f32();
+        out[i] = T::from_f32(g / (1.0 + (-g).exp()) * u);
+        i += step;
+    }
+}
+
+/// Values of one row of [`sample`](fn@sample)'s `params` (`f32`, [`SAMPLE_PARAMS`] per row).
+pub const SAMPLE_PARAMS: usize = 5;
+
+/// The order-preserving key of a (non-NaN) `f32`: `a < b` exactly when `key(a) < key(b)`
+/// (`-0` just below `+0`).
+#[device]
+#[inline(always)]
+pub fn order_key(v: f32) -> u32 {
+    let b = v.to_bits();
+    if b & 0x8000_0000 != 0 {
+        !b
+    } else {
+        b | 0x8000_0000
+    }
+}
+
+/// [`order_key`]'s inverse.
+#[device]
+#[inline(always)]
+pub fn from_order_key(k: u32) -> f32 {
+    f32::from_bits(if k & 0x8000_0000 != 0 { k & 0x7fff_ffff } else { !k })
+}
+
+/// The Gumbel noise of token `i` under Philox key `key`: `-ln(-ln u)` with `u` the top 24
+/// bits of the first word of Philox block `(i, 0, 0, 0)`, centred in `(0, 1)`.
+#[device]
+#[inline(always)]
+pub fn gumbel(key: [u32; 2], i: u32) -> f32 {
+    let r = philox4x32_10([i, 0, 0, 0], key);
+    let u = ((r[0] >> 8) as f32 + 0.5) * (1.0 / 16_777_216.0);
+    -(-u.ln()).ln()
+}
+
+/// `(value, index)` of the largest value over the work-group, the smallest index among
+/// equal values; every work-item gets it. Values that are NaN never win (`-inf` with
+/// index `u32::MAX` is the identity). `pv`/`pi` are scratch, free again on return.
+#[device]
+#[inline(always)]
+fn block_argmax(v: f32, i: u32, pv: &mut Shared<f32, MAX_WAVES>, pi: &mut Shared<u32, MAX_WAVES>) -> (f32, u32) {
+    let better = |av: f32, ai: u32, bv: f32, bi: u32| bv > av || (bv == av && bi < ai);
+    let (mut bv, mut bi) = (v, i);
+    let mut off = wave::size() / 2;
+    while off > 0 {
+        let (ov, oi) = (wave::shuffle_xor(bv, off), wave::shuffle_xor(bi, off));
+        if better(bv, bi, ov, oi) {
+            (bv, bi) = (ov, oi);
+        }
+        off /= 2;
+    }
+    if wave::lane_id() == 0 {
+        pv[wave::wave_id() as usize] = bv;
+        pi[wave::wave_id() as usize] = bi;
+    }
+    barrier();
+    let waves = (flat_block_dim() / wave::size()) as usize;
+    let (mut rv, mut ri) = (pv[0], pi[0]);
+    let mut k = 1;
+    while k < waves {
+        if better(rv, ri, pv[k], pi[k]) {
+            (rv, ri) = (pv[k], pi[k]);
+        }
+        k += 1;
+    }
+    barrier();
+    (rv, ri)
+}
+
+/// Sum over the work-group of `f(z)` for this work-item's elements `z` of `row`
+/// (`tid, tid + threads, ...`) with `key(z) >= at`; NaN elements are skipped.
+#[device]
+#[inline(always)]
+fn masked_sum(row: &[f32], at: u32, partials: &mut Shared<f32, MAX_WAVES>, f: impl Fn(f32) -> f32) -> f32 {
+    let (tid, threads) = (flat_thread_idx() as usize, flat_block_dim() as usize);
+    let mut s = 0.0f32;
+    let mut i = tid;
+    while i < row.len() {
+        let z = row[i];
+        if z == z && order_key(z) >= at {
+            s += f(z);
+        }
+        i += threads;
+    }
+    block_reduce(s, partials, |a, b| a + b)
+}
+
+/// One token per row of `logits` (`[rows, vocab]`) into `out[row]`, each row by one
+/// work-group. `params[row]` holds [`SAMPLE_PARAMS`] values: temperature, top-k (an
+/// integer; 0: off), top-p (1: off), min-p (0: off), repetition penalty (1: off).
+/// `penalized` is `[rows, n_pen]` token ids (ids `>= vocab` are padding; repeats count
+/// once); `keys` is `[rows, 2]`, the row's Philox key (for instance a request's seed and
+/// its step). `work` is `[rows, vocab]` `f32` scratch.
+///
+/// 1. `z = logit` with the repetition penalty on the penalized ids (`z / p` where
+///    positive, `z * p` otherwise, as Hugging Face's processor), divided by the
+///    temperature (a temperature of 0 or less: greedy, `out` = the first largest `z`).
+/// 2. Filters, in Hugging Face's order, each a threshold on `z` (ties at a threshold are
+///    all kept): top-k keeps `z >=` the k-th largest; top-p keeps the fewest largest values
+///    whose probability (softmax over what top-k kept) reaches `top_p`; min-p keeps
+///    probabilities `>= min_p` times the largest. Thresholds are found by bisection over
+///    the ordered bit patterns of `z` (exact: 32 rounds of counts or sums).
+/// 3. The token: the kept `i` with the largest `z_i + g_i`, `g_i` Gumbel noise from
+///    Philox4x32-10 keyed by the row's key ([`gumbel`]): a draw from the softmax of the
+///    kept `z` (the Gumbel-max trick), the same for a given key whatever the launch shape.
+///
+/// NaN logits are never picked; a row of only NaN gives `u32::MAX`.
+#[amdgpu_kernel(T = [f32, f16, bf16])]
+pub fn sample<T: Float>(
+    logits: &[T],
+    params: &[f32],
+    penalized: &[u32],
+    keys: &[u32],
+    out: &mut [u32],
+    work: &mut [f32],
+    vocab: u32,
+    n_pen: u32,
+    mut partials: Shared<f32, MAX_WAVES>,
+    mut indices: Shared<u32, MAX_WAVES>,
+) {
+    let (v, np) = (vocab as usize, n_pen as usize);
+    let row = block_idx_x() as usize;
+    let (tid, threads) = (flat_thread_idx() as usize, flat_block_dim() as usize);
+    if v == 0 || (row + 1) * v > logits.len() || (row + 1) * v > work.len() || row >= out.len() || (row + 1) * SAMPLE_PARAMS > params.len() || (row + 1) * np > penalized.len() || (row + 1) * 2 > keys.len() {
+        return;
+    }
+    let p = &params[row * SAMPLE_PARAMS..(row + 1) * SAMPLE_PARAMS];
+    let (temp, top_k, top_p, min_p, penalty) = (p[0], p[1], p[2], p[3], p[4]);
+    let inv_t = if temp > 0.0 { 1.0 / temp } else { 1.0 };
+    let lrow = &logits[row * v..(row + 1) * v];
+    // 1. z into the scratch row: everything, then the penalized ids again from their logits
+    // (so a repeated id is penalized once; equal writes from several work-items).
+    let mut i = tid;
+    while i < v {
+        work[row * v + i] = lrow[i].to_f32() * inv_t;
+        i += threads;
+    }
+    barrier_global();
+    if penalty != 1.0 {
+        let mut k = tid;
+        while k < np {
+            let id = penalized[row * np + k] as usize;
+            if id < v {
+                let l = lrow[id].to_f32();
+                work[row * v + id] = (if l > 0.0 { l / penalty } else { l * penalty }) * inv_t;
+            }
+            k += threads;
+        }
+    }
+    barrier_global();
+    let z = &work[row * v..(row + 1) * v];
+    let (mut best, mut best_i) = (f32::NEG_INFINITY, u32::MAX);
+    let mut i = tid;
+    while i < v {
+        if z[i] > best || (best_i == u32::MAX && z[i] == f32::NEG_INFINITY) {
+            (best, best_i) = (z[i], i as u32);
+        }
+        i += threads;
+    }
+    let (zmax, arg) = block_argmax(best, best_i, &mut partials, &mut indices);
+    if temp <= 0.0 || arg == u32::MAX || zmax == f32::INFINITY {
+        // Greedy, or nothing to draw from (all NaN), or an infinite logit (it takes all the
+        // probability).
+        if tid == 0 {
+            out[row] = arg;
+        }
+        return;
+    }
+    // 2. The threshold key: every non-NaN z at first.
+    let mut lo = 0u32;
+    let kk = if top_k >= 1.0 { top_k as usize } else { 0 };
+    if kk > 0 && kk < v {
+        // The largest key with at least k elements at or above it.
+        let (mut a, mut b) = (lo, order_key(zmax));
+        while a < b {
+            let mid = a + (b - a) / 2 + 1;
+            let count = masked_sum(z, mid, &mut partials, |_| 1.0);
+            if count >= kk as f32 {
+                a = mid;
+            } else {
+                b = mid - 1;
+            }
+        }
+        lo = a;
+    }
+    if top_p < 1.0 && top_p > 0.0 {
+        let mass = |at: u32, partials: &mut Shared<f32, MAX_WAVES>| masked_sum(z, at, partials, |x| (x - zmax).exp());
+        let target = top_p * mass(lo, &mut partials);
+        // The largest key whose mass at or above it reaches the target.
+        let (mut a, mut b) = (lo, order_key(zmax));
+        while a < b {
+            let mid = a + (b - a) / 2 + 1;
+            if mass(mid, &mut partials) >= target {
+                a = mid;
+            } else {
+                b = mid - 1;
+            }
+        }
+        lo = a;
+    }
+    if min_p > 0.0 {
+        let t = order_key(zmax + min_p.ln());
+        if t > lo {
+            lo = if t > order_key(zmax) { order_key(zmax) } else { t };
+        }
+    }
+    // 3. Gumbel-max over the kept tokens.
+    let key = [keys[row * 2], keys[row * 2 + 1]];
+    let (mut best, mut best_i) = (f32::NEG_INFINITY, u32::MAX);
+    let mut i = tid;
+    while i < v {
+        let zi = z[i];
+        if zi == zi && order_key(zi) >= lo {
+            let s = zi + gumbel(key, i as u32);
+            if best_i == u32::MAX || s > best {
+                (best, best_i) = (s, i as u32);
+            }
+        }
+        i += threads;
+    }
+    let (_, pick) = block_argmax(best, best_i, &mut partials, &mut indices);
+    if tid == 0 {
+        out[row] = pick;
+    }
+}
+
+#[cfg(not(any(target_arch = "amdgpu", target_arch = "nvptx64")))]
+pub mod ops;

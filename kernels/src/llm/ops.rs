@@ -1,0 +1,330 @@
+//! Checked launches of the LLM kernels: every length, shape and parameter is validated
+//! first (bad input: [`LaunchError::InvalidArgument`] naming the argument, nothing launched
+//! or written); empty outputs are a no-op. Each takes any [`Executor`] (a
+//! [`Device`](crate::runtime::Device), or a [`CpuExecutor`](kernel_dsl::host::CpuExecutor)
+//! on host slices) and buffers or views as slice arguments.
+use super::{matvec_group, Rows1, Rows2, Rows4, Rows8, MATVEC_BLOCK, SAMPLE_PARAMS};
+use kernel_dsl::host::{ArgValue, Executor, KernelArgSlice, KernelArgSliceMut, LaunchConfig, LaunchError, MemLocation, ScalarArg};
+use kernel_dsl::{Dim3, Float};
+
+/// Most activation rows of one [`dense_matvec`] call.
+pub const MAX_ROWS: usize = 8;
+
+fn invalid(kernel: &'static str, reason: String) -> LaunchError {
+    LaunchError::InvalidArgument { kernel, reason }
+}
+
+fn len_of<T>(b: &(impl KernelArgSlice<T> + ?Sized)) -> usize {
+    match b.kernel_arg() {
+        ArgValue::Slice { len, .. } => len,
+        _ => 0,
+    }
+}
+
+/// Checks that buffer `name` holds exactly `want` elements.
+fn check_len(kernel: &'static str, name: &str, got: usize, want: Option<usize>, what: &str) -> Result<usize, LaunchError> {
+    match want {
+        Some(w) if w == got => Ok(w),
+        Some(w) => Err(invalid(kernel, format!("`{name}` has {got} elements; {what} needs {w}"))),
+        None => Err(invalid(kernel, format!("{what} overflows usize"))),
+    }
+}
+
+/// Activation rows of one [`dense_matvec`](fn@super::dense_matvec) launch on `exec`: 8, or 4
+/// on an AMD GPU (its code objects' 8-row tile holds 4, see [`Rows8`]).
+pub fn matvec_tile(exec: &(impl Executor + ?Sized)) -> usize {
+    if matches!(exec.memory(), MemLocation::Device { backend: "rocm", .. }) {
+        4
+    } else {
+        MAX_ROWS
+    }
+}
+
+/// A checked part of a kernel argument (a batch tile), passed as is.
+struct Part(ArgValue);
+
+impl<T> KernelArgSlice<T> for Part {
+    fn kernel_arg(&self) -> ArgValue {
+        self.0
+    }
+}
+impl<T> KernelArgSliceMut<T> for Part {}
+
+/// The slice argument `a` advanced by `bytes`, `len` elements long (inside `a`: the callers
+/// checked the lengths).
+fn offset(a: ArgValue, bytes: usize, len: usize) -> ArgValue {
+    match a {
+        ArgValue::Slice { addr, location, .. } => ArgValue::Slice { addr: addr + bytes as u64, len, location },
+        other => other,
+    }
+}
+
+/// `y (batch x rows) = x (batch x cols) W^T (+ bias)` for a dense row-major `rows x cols`
+/// weight `w` and `batch` (1..=[`MAX_ROWS`]) contiguous activation rows, `f32`
+/// accumulation ([`dense_matvec`](fn@super::dense_matvec)); `bias` has `rows` elements.
+/// One launch reads the weights once for [`matvec_tile`] activation rows.
+#[allow(clippy::too_many_arguments)]
+pub fn dense_matvec<T: Float + ScalarArg>(
+    exec: &(impl Executor + ?Sized),
+    w: &(impl KernelArgSlice<T> + ?Sized),
+    x: &(impl KernelArgSlice<T> + ?Sized),
+    bias: Option<&(dyn KernelArgSlice<T> + '_)>,
+    y: &mut (impl KernelArgSliceMut<T> + ?Sized),
+    rows: usize,
+    cols: usize,
+    batch: usize,
+) -> Result<(), LaunchError> {
+    dense_matvec_tiled(exec, w, x, bias, y, rows, cols, batch, matvec_tile(exec))
+}
+
+/// [`dense_matvec`] in launches of at most `tile` (1, 2, 4 or 8) activation rows each
+/// (what AMD GPUs run with 4; public so the CPU executor's tests run that path too).
+#[allow(clippy::too_many_arguments)]
+pub fn dense_matvec_tiled<T: Float + ScalarArg>(
+    exec: &(impl Executor + ?Sized),
+    w: &(impl KernelArgSlice<T> + ?Sized),
+    x: &(impl KernelArgSlice<T> + ?Sized),
+    bias: Option<&(dyn KernelArgSlice<T> + '_)>,
+    y: &mut (impl KernelArgSliceMut<T> + ?Sized),
+    rows: usize,
+    cols: usize,
+    batch: usize,
+    tile: usize,
+) -> Result<(), LaunchError> {
+    const K: &str = "dense_matvec";
+    if !matches!(tile, 1 | 2 | 4 | 8) {
+        return Err(invalid(K, format!("`tile` = {tile}; 1, 2, 4 or 8")));
+    }
+    if !(1..=MAX_ROWS).contains(&batch) {
+        return Err(invalid(K, format!("`batch` = {batch}; 1..={MAX_ROWS} activation rows")));
+    }
+    check_len(K, "w", len_of(w), rows.checked_mul(cols), &format!("a {rows} x {cols} weight"))?;
+    check_len(K, "x", len_of(x), batch.checked_mul(cols), &format!("{batch} x {cols} activations"))?;
+    check_len(K, "y", len_of(y), batch.checked_mul(rows), &format!("a {batch} x {rows} output"))?;
+    if let Some(b) = bias {
+        check_len(K, "bias", len_of(b), Some(rows), &format!("{rows} output features"))?;
+    }
+    let lanes = exec.wave_lanes() as usize;
+    let group = matvec_group(cols, lanes);
+    let groups = rows.div_ceil(group);
+    if groups > u32::MAX as usize {
+        return Err(invalid(K, format!("{rows} rows need more than 2^32 work-groups")));
+    }
+    if rows == 0 {
+        return Ok(());
+    }
+    let cfg = LaunchConfig::new(Dim3::x(groups as u32), Dim3::x(MATVEC_BLOCK));
+    let bias: &(dyn KernelArgSlice<T> + '_) = bias.unwrap_or(&[] as &[T; 0]);
+    let size = std::mem::size_of::<T>();
+    let mut b0 = 0;
+    while b0 < batch {
+        let nb = (batch - b0).min(tile);
+        let x_t = Part(offset(x.kernel_arg(), b0 * cols * size, nb * cols));
+        let mut y_t = Part(offset(y.kernel_arg(), b0 * rows * size, nb * rows));
+        match nb.next_power_of_two() {
+            1 => super::dense_matvec::launch::<T, Rows1>(exec, cfg, w, &x_t, bias, &mut y_t, rows, cols, nb, group),
+            2 => super::dense_matvec::launch::<T, Rows2>(exec, cfg, w, &x_t, bias, &mut y_t, rows, cols, nb, group),
+            4 => super::dense_matvec::launch::<T, Rows4>(exec, cfg, w, &x_t, bias, &mut y_t, rows, cols, nb, group),
+            _ => super::dense_matvec::launch::<T, Rows8>(exec, cfg, w, &x_t, bias, &mut y_t, rows, cols, nb, group),
+        }?;
+        b0 += nb;
+    }
+    Ok(())
+}
+
+/// Work-items of a row kernel for rows of `cols` elements: whole waves of both sizes (64),
+/// one element each where the row is short, at most 1024.
+fn row_threads(cols: usize) -> u32 {
+    (cols.div_ceil(64) * 64).clamp(64, 1024) as u32
+}
+
+/// Residual add + RMSNorm of `rows` rows of `cols` elements
+/// ([`add_rms_norm`](fn@super::add_rms_norm)): `res_out = x + residual`, `out =
+/// RMSNorm(res_out) * weight`; `weight` has `cols` elements, `eps` is finite and >= 0.
+#[allow(clippy::too_many_arguments)]
+pub fn add_rms_norm<T: Float + ScalarArg>(
+    exec: &(impl Executor + ?Sized),
+    x: &(impl KernelArgSlice<T> + ?Sized),
+    residual: &(impl KernelArgSlice<T> + ?Sized),
+    weight: Option<&(dyn KernelArgSlice<T> + '_)>,
+    res_out: &mut (impl KernelArgSliceMut<T> + ?Sized),
+    out: &mut (impl KernelArgSliceMut<T> + ?Sized),
+    cols: usize,
+    eps: f32,
+) -> Result<(), LaunchError> {
+    const K: &str = "add_rms_norm";
+    let n = len_of(x);
+    if cols == 0 || n % cols != 0 {
+        return Err(invalid(K, format!("`x` has {n} elements, not a whole number of rows of `cols` = {cols}")));
+    }
+    let rows = n / cols;
+    let what = format!("{rows} rows of {cols}");
+    check_len(K, "residual", len_of(residual), Some(n), &what)?;
+    check_len(K, "res_out", len_of(res_out), Some(n), &what)?;
+    check_len(K, "out", len_of(out), Some(n), &what)?;
+    if let Some(w) = weight {
+        check_len(K, "weight", len_of(w), Some(cols), &format!("rows of {cols}"))?;
+    }
+    if !(eps.is_finite() && eps >= 0.0) {
+        return Err(invalid(K, format!("`eps` must be finite and >= 0, got {eps}")));
+    }
+    if rows > u32::MAX as usize || cols > u32::MAX as usize {
+        return Err(invalid(K, format!("{rows} x {cols} exceeds 2^32 rows or columns")));
+    }
+    if rows == 0 {
+        return Ok(());
+    }
+    let weight: &(dyn KernelArgSlice<T> + '_) = weight.unwrap_or(&[] as &[T; 0]);
+    let cfg = LaunchConfig::new(Dim3::x(rows as u32), Dim3::x(row_threads(cols)));
+    super::add_rms_norm::launch::<T>(exec, cfg, x, residual, weight, res_out, out, cols as u32, eps)
+}
+
+/// `out [rows, inter] = SiLU(gu[.., :inter]) * gu[.., inter..]` for `gu` of `[rows, 2 *
+/// inter]` ([`silu_mul`](fn@super::silu_mul)).
+pub fn silu_mul<T: Float + ScalarArg>(
+    exec: &(impl Executor + ?Sized),
+    gu: &(impl KernelArgSlice<T> + ?Sized),
+    out: &mut (impl KernelArgSliceMut<T> + ?Sized),
+    inter: usize,
+) -> Result<(), LaunchError> {
+    const K: &str = "silu_mul";
+    let n = len_of(gu);
+    if inter == 0 || n % (2 * inter) != 0 {
+        return Err(invalid(K, format!("`gu` has {n} elements, not a whole number of rows of 2 x {inter}")));
+    }
+    check_len(K, "out", len_of(out), Some(n / 2), &format!("{} rows of {inter}", n / (2 * inter)))?;
+    if n == 0 {
+        return Ok(());
+    }
+    let cfg = LaunchConfig::new(Dim3::x((n / 2).div_ceil(256).min(65536) as u32), Dim3::x(256));
+    super::silu_mul::launch::<T>(exec, cfg, gu, out, inter)
+}
+
+/// Sampling parameters of one row of [`sample_packed`]; `Default` is greedy decoding.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct SamplingParams {
+    /// Softmax temperature; 0 (or less): greedy (argmax).
+    pub temperature: f32,
+    /// Keep the `top_k` most likely tokens (ties at the boundary all kept); 0: off.
+    pub top_k: u32,
+    /// Keep the fewest most likely tokens whose probability reaches `top_p`; 1: off.
+    pub top_p: f32,
+    /// Keep tokens at least `min_p` times as likely as the most likely one; 0: off.
+    pub min_p: f32,
+    /// Hugging Face's repetition penalty on the row's penalized ids; 1: off.
+    pub repetition_penalty: f32,
+}
+
+impl Default for SamplingParams {
+    fn default() -> Self {
+        SamplingParams { temperature: 0.0, top_k: 0, top_p: 1.0, min_p: 0.0, repetition_penalty: 1.0 }
+    }
+}
+
+impl SamplingParams {
+    /// The row's [`SAMPLE_PARAMS`] values as [`sample`](fn@super::sample) reads them.
+    pub fn to_row(&self) -> [f32; SAMPLE_PARAMS] {
+        [self.temperature, self.top_k as f32, self.top_p, self.min_p, self.repetition_penalty]
+    }
+
+    /// Checks the values: finite, `top_p` in `(0, 1]`, `min_p` in `[0, 1]`, a positive
+    /// penalty, `top_k` below 2^24 (carried exactly in `f32`).
+    pub fn check(&self) -> Result<(), String> {
+        let SamplingParams { temperature, top_k, top_p, min_p, repetition_penalty } = *self;
+        if !temperature.is_finite() {
+            return Err(format!("temperature {temperature} is not finite"));
+        }
+        if top_k >= 1 << 24 {
+            return Err(format!("top_k {top_k} is 2^24 or more"));
+        }
+        if !(top_p > 0.0 && top_p <= 1.0) {
+            return Err(format!("top_p {top_p} is outside (0, 1]"));
+        }
+        if !(0.0..=1.0).contains(&min_p) {
+            return Err(format!("min_p {min_p} is outside [0, 1]"));
+        }
+        if !(repetition_penalty.is_finite() && repetition_penalty > 0.0) {
+            return Err(format!("repetition_penalty {repetition_penalty} is not finite and positive"));
+        }
+        Ok(())
+    }
+}
+
+/// Checks one row of packed [`sample_packed`] parameters (as [`SamplingParams::check`]).
+fn check_param_row(p: &[f32]) -> Result<(), String> {
+    let k = p[1];
+    if !(k >= 0.0 && k < (1 << 24) as f32 && k.fract() == 0.0) {
+        return Err(format!("top_k {k} is not an integer in [0, 2^24)"));
+    }
+    SamplingParams { temperature: p[0], top_k: k as u32, top_p: p[2], min_p: p[3], repetition_penalty: p[4] }.check()
+}
+
+/// Work-items of a [`sample`](fn@super::sample) work-group for a vocabulary of `vocab`.
+fn sample_threads(vocab: usize) -> u32 {
+    row_threads(vocab.div_ceil(4))
+}
+
+/// One token per row of `logits` (`[rows, vocab]`) into `out` (`rows`), by
+/// [`sample`](fn@super::sample): `params` holds each row's [`SAMPLE_PARAMS`] parameters
+/// ([`SamplingParams::to_row`], checked on the host by [`check_sampling_params`]: device
+/// values are not read here), `penalized` `[rows, n_pen]` token ids (ids `>=
+/// vocab` are padding), `keys` `[rows, 2]` Philox keys (the same key and logits give the
+/// same token). `work` is `f32` scratch of `rows * vocab`.
+#[allow(clippy::too_many_arguments)]
+pub fn sample_packed<T: Float + ScalarArg>(
+    exec: &(impl Executor + ?Sized),
+    logits: &(impl KernelArgSlice<T> + ?Sized),
+    params: &(impl KernelArgSlice<f32> + ?Sized),
+    penalized: &(impl KernelArgSlice<u32> + ?Sized),
+    keys: &(impl KernelArgSlice<u32> + ?Sized),
+    out: &mut (impl KernelArgSliceMut<u32> + ?Sized),
+    work: &mut (impl KernelArgSliceMut<f32> + ?Sized),
+    vocab: usize,
+) -> Result<(), LaunchError> {
+    const K: &str = "sample";
+    let rows = len_of(out);
+    if vocab == 0 || vocab > u32::MAX as usize - 1 {
+        return Err(invalid(K, format!("`vocab` = {vocab}; 1..2^32 - 1")));
+    }
+    let what = format!("{rows} rows of {vocab}");
+    check_len(K, "logits", len_of(logits), rows.checked_mul(vocab), &what)?;
+    check_len(K, "work", len_of(work), rows.checked_mul(vocab), &what)?;
+    check_len(K, "params", len_of(params), Some(rows * SAMPLE_PARAMS), &format!("{rows} rows of {SAMPLE_PARAMS} parameters"))?;
+    check_len(K, "keys", len_of(keys), Some(rows * 2), &format!("{rows} rows of 2 key words"))?;
+    let np = len_of(penalized);
+    if rows > 0 && np % rows != 0 {
+        return Err(invalid(K, format!("`penalized` has {np} elements, not a whole number of rows for {rows} rows")));
+    }
+    if rows > u32::MAX as usize {
+        return Err(invalid(K, format!("{rows} rows exceed 2^32")));
+    }
+    if rows == 0 {
+        return Ok(());
+    }
+    let n_pen = np / rows;
+    let cfg = LaunchConfig::new(Dim3::x(rows as u32), Dim3::x(sample_threads(vocab)));
+    super::sample::launch::<T>(exec, cfg, logits, params, penalized, keys, out, work, vocab as u32, n_pen as u32)
+}
+
+/// Checks each row's parameters ([`SamplingParams::check`]) and packs them as
+/// [`sample_packed`] reads them.
+pub fn check_sampling_params(params: &[SamplingParams]) -> Result<Vec<f32>, LaunchError> {
+    let mut packed = Vec::with_capacity(params.len() * SAMPLE_PARAMS);
+    for (r, p) in params.iter().enumerate() {
+        p.check().map_err(|e| invalid("sample", format!("`params[{r}]`: {e}")))?;
+        packed.extend_from_slice(&p.to_row());
+    }
+    Ok(packed)
+}
+
+/// Checks packed parameter rows read back from the host (`params.len()` a multiple of
+/// [`SAMPLE_PARAMS`]), as [`SamplingParams::check`].
+pub fn check_packed_params(params: &[f32]) -> Result<(), LaunchError> {
+    if params.len() % SAMPLE_PARAMS != 0 {
+        return Err(invalid("sample", format!("`params` has {} values, not rows of {SAMPLE_PARAMS}", params.len())));
+    }
+    for (r, p) in params.chunks(SAMPLE_PARAMS).enumerate() {
+        check_param_row(p).map_err(|e| invalid("sample", format!("`params` row {r}: {e}")))?;
+    }
+    Ok(())
+}
