@@ -26,6 +26,12 @@ enum Weight {
 impl Linear {
     /// `x @ W^T + b` for `x` of `[tokens, in]`.
     pub fn forward(&self, x: &Tensor) -> candle_core::Result<Tensor> {
+        if let Weight::Dense(w) = &self.w {
+            if on_our_device(x.device()) {
+                // One kernel for decode-shaped inputs (matvec with the bias in its epilogue).
+                return candle_rocm::llm_ops::linear(x, w, self.b.as_ref());
+            }
+        }
         let y = match &self.w {
             Weight::Dense(w) => x.matmul(&w.t()?)?,
             Weight::Quant(q) => q.forward(x)?,
@@ -35,6 +41,48 @@ impl Linear {
             None => Ok(y),
         }
     }
+}
+
+/// Rows `[q | k | v]` (or `[gate | up]`) of dense weights stacked into one `Linear`: one
+/// product instead of three (two); `None` for GGML blocks, which stay separate.
+fn stack(parts: &[&Linear]) -> candle_core::Result<Option<Linear>> {
+    let mut ws = Vec::with_capacity(parts.len());
+    for p in parts {
+        match &p.w {
+            Weight::Dense(w) => ws.push(w.clone()),
+            Weight::Quant(_) => return Ok(None),
+        }
+    }
+    let b = if parts.iter().all(|p| p.b.is_some()) {
+        let bs: Vec<Tensor> = parts.iter().filter_map(|p| p.b.clone()).collect();
+        Some(Tensor::cat(&bs, 0)?)
+    } else if parts.iter().any(|p| p.b.is_some()) {
+        return Ok(None);
+    } else {
+        None
+    };
+    Ok(Some(Linear { w: Weight::Dense(Tensor::cat(&ws, 0)?), b }))
+}
+
+/// `(x + residual, rms_norm(x + residual))`: one kernel on our device (when `fused`),
+/// Candle's add and [`rms_norm`] elsewhere.
+pub fn add_rms_norm(x: &Tensor, residual: &Tensor, w: &Tensor, eps: f64, fused: bool) -> candle_core::Result<(Tensor, Tensor)> {
+    if fused && on_our_device(x.device()) {
+        return candle_rocm::llm_ops::add_rms_norm(&x.contiguous()?, &residual.contiguous()?, w, eps);
+    }
+    let h = (x + residual)?;
+    let n = rms_norm(&h, w, eps)?;
+    Ok((h, n))
+}
+
+/// `silu(gate) * up` of one fused product `gate_up: [tokens, 2 I]` (gate first): one
+/// kernel on our device (when `fused`), [`silu_mul`] of its halves elsewhere.
+pub fn silu_mul_fused(gate_up: &Tensor, fused: bool) -> candle_core::Result<Tensor> {
+    if fused && on_our_device(gate_up.device()) {
+        return candle_rocm::llm_ops::silu_mul(&gate_up.contiguous()?);
+    }
+    let i = gate_up.dim(1)? / 2;
+    silu_mul(&gate_up.narrow(1, 0, i)?, &gate_up.narrow(1, i, i)?)
 }
 
 /// RMSNorm over the last dimension.
@@ -273,6 +321,10 @@ pub fn paged_attention(q: &Tensor, cache: &LayerCache, batch: &AttnBatch, scale:
 }
 
 struct Layer {
+    /// `[q | k | v]` stacked (dense weights): one product.
+    qkv: Option<Linear>,
+    /// `[gate | up]` stacked (dense weights): one product.
+    gate_up: Option<Linear>,
     input_norm: Tensor,
     q: Linear,
     k: Linear,
@@ -391,6 +443,8 @@ impl Model {
         for l in 0..c.num_layers {
             let p = format!("model.layers.{l}");
             layers.push(Layer {
+                qkv: None,
+                gate_up: None,
                 input_norm: get(&format!("{p}.input_layernorm.weight"), &[h])?,
                 q: lin(&format!("{p}.self_attn.q_proj"), nh * hd, h, c.qkv_bias)?,
                 k: lin(&format!("{p}.self_attn.k_proj"), nkv * hd, h, c.qkv_bias)?,
@@ -403,6 +457,10 @@ impl Model {
                 up: lin(&format!("{p}.mlp.up_proj"), c.intermediate_size, h, false)?,
                 down: lin(&format!("{p}.mlp.down_proj"), h, c.intermediate_size, false)?,
             });
+        }
+        for l in &mut layers {
+            l.qkv = stack(&[&l.q, &l.k, &l.v])?;
+            l.gate_up = stack(&[&l.gate, &l.up])?;
         }
         let embed = get(embed_name, &[c.vocab_size, h])?;
         let lm_head = if c.tie_word_embeddings && !vb.contains_tensor("lm_head.weight") {
@@ -449,7 +507,7 @@ impl Model {
             let (gate, up, down) = (qlin("ffn_gate", false)?, qlin("ffn_up", false)?, qlin("ffn_down", false)?);
             let mut norm = |name: &str| -> Result<Tensor> { Ok(q(&format!("{p}.{name}.weight"))?.dequantize(dev)?) };
             let (q_norm, k_norm) = if cfg.qk_norm { (Some(norm("attn_q_norm")?), Some(norm("attn_k_norm")?)) } else { (None, None) };
-            layers.push(Layer { input_norm: norm("attn_norm")?, q: qv, k: kv, v: vv, o: ov, q_norm, k_norm, post_norm: norm("ffn_norm")?, gate, up, down });
+            layers.push(Layer { qkv: None, gate_up: None, input_norm: norm("attn_norm")?, q: qv, k: kv, v: vv, o: ov, q_norm, k_norm, post_norm: norm("ffn_norm")?, gate, up, down });
         }
         let final_norm = q("output_norm.weight")?.dequantize(dev)?;
         // The embedding table is dequantized (f32) for row gathers, as Candle's models do.
@@ -484,21 +542,37 @@ impl Model {
         let index = KvIndex::new(dev, slots, positions, (&self.cos, &self.sin), self.fused, num_blocks, block_size)?;
         let scale = 1.0 / (hd as f64).sqrt();
         let mut x = self.embed.index_select(&tokens, 0)?;
-        for (layer, lc) in self.layers.iter().zip(cache) {
-            let h = rms_norm(&x, &layer.input_norm, c.rms_norm_eps)?;
-            let mut q = layer.q.forward(&h)?.reshape((t, nh, hd))?;
-            let mut k = layer.k.forward(&h)?.reshape((t, nkv, hd))?;
-            let v = layer.v.forward(&h)?.reshape((t, nkv, hd))?;
+        let eps = c.rms_norm_eps;
+        let mut h = match self.layers.first() {
+            Some(l) => rms_norm(&x, &l.input_norm, eps)?,
+            None => x.clone(),
+        };
+        for (i, (layer, lc)) in self.layers.iter().zip(cache).enumerate() {
+            let (mut q, mut k, v) = match &layer.qkv {
+                Some(qkv) => {
+                    let y = qkv.forward(&h)?;
+                    let (nq, nk) = (nh * hd, nkv * hd);
+                    (y.narrow(1, 0, nq)?.reshape((t, nh, hd))?, y.narrow(1, nq, nk)?.reshape((t, nkv, hd))?, y.narrow(1, nq + nk, nk)?.reshape((t, nkv, hd))?)
+                }
+                None => (layer.q.forward(&h)?.reshape((t, nh, hd))?, layer.k.forward(&h)?.reshape((t, nkv, hd))?, layer.v.forward(&h)?.reshape((t, nkv, hd))?),
+            };
             if let (Some(qn), Some(kn)) = (&layer.q_norm, &layer.k_norm) {
-                q = rms_norm(&q, qn, c.rms_norm_eps)?;
-                k = rms_norm(&k, kn, c.rms_norm_eps)?;
+                q = rms_norm(&q, qn, eps)?;
+                k = rms_norm(&k, kn, eps)?;
             }
             let q = rope_append_kv(lc, &q, &k, &v, &index, (&self.cos, &self.sin), c.rope_interleaved)?;
             let a = paged_attention(&q, lc, attn, scale)?;
-            x = (layer.o.forward(&a)? + &x)?;
-            let h = rms_norm(&x, &layer.post_norm, c.rms_norm_eps)?;
-            let m = layer.down.forward(&silu_mul(&layer.gate.forward(&h)?, &layer.up.forward(&h)?)?)?;
-            x = (m + &x)?;
+            let (x1, h1) = add_rms_norm(&layer.o.forward(&a)?, &x, &layer.post_norm, eps, self.fused)?;
+            let act = match &layer.gate_up {
+                Some(gu) => silu_mul_fused(&gu.forward(&h1)?, self.fused)?,
+                None => silu_mul(&layer.gate.forward(&h1)?, &layer.up.forward(&h1)?)?,
+            };
+            let m = layer.down.forward(&act)?;
+            match self.layers.get(i + 1) {
+                // The residual add and the next layer's input norm in one.
+                Some(next) => (x, h) = add_rms_norm(&m, &x1, &next.input_norm, eps, self.fused)?,
+                None => x = (m + &x1)?,
+            }
         }
         if sample_rows.is_empty() {
             return Ok(None);
