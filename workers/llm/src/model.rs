@@ -174,8 +174,9 @@ pub struct DecodeGroup {
 /// table and context length, read by the kernel from the cache directly (no gather, no
 /// padding). The runner checked every entry on the host when it built them.
 pub struct PagedDecode {
-    /// Packed rows of the decode tokens, `[B]` u32.
-    pub rows: Tensor,
+    /// Packed rows of the decode tokens, `[B]` u32; `None`: every packed row, in order (no
+    /// gather).
+    pub rows: Option<Tensor>,
     /// Block tables and context lengths, checked and uploaded once for every layer.
     pub index: candle_rocm::paged::DecodeIndex,
 }
@@ -185,8 +186,9 @@ pub struct PagedDecode {
 /// prefix-cache hit included), gathered from the cache in one `index_select`, in one
 /// causal call (causal aligns each chunk's last query with its last key).
 pub struct VarlenChunks {
-    /// Packed rows of the chunks' tokens, chunk after chunk, `[Q]` u32.
-    pub rows: Tensor,
+    /// Packed rows of the chunks' tokens, chunk after chunk, `[Q]` u32; `None`: every
+    /// packed row, in order (no gather).
+    pub rows: Option<Tensor>,
     /// Cache slots of each chunk's keys `0..start_pos + len`, chunk after chunk, `[K]` u32.
     pub ctx_slots: Tensor,
     /// Cumulative query offsets `[chunks + 1]` u32.
@@ -276,8 +278,12 @@ pub fn paged_attention(q: &Tensor, cache: &LayerCache, batch: &AttnBatch, scale:
     let vf = cache.v.reshape((nb * bs, nkv, hd))?;
     let mut outs = Vec::with_capacity(batch.chunks.len() + 1);
     if let Some(d) = &batch.paged {
-        let b = d.rows.dim(0)?;
-        let qd = q.index_select(&d.rows, 0)?.to_dtype(cache.k.dtype())?;
+        let qd = match &d.rows {
+            Some(r) => q.index_select(r, 0)?,
+            None => q.clone(),
+        };
+        let b = qd.dim(0)?;
+        let qd = qd.to_dtype(cache.k.dtype())?;
         let o = candle_rocm::paged::paged_attention_indexed(&qd, &cache.k, &cache.v, &d.index, scale as f32)?;
         outs.push(o.reshape((b, nh * hd))?.to_dtype(q.dtype())?);
     }
@@ -291,8 +297,12 @@ pub fn paged_attention(q: &Tensor, cache: &LayerCache, batch: &AttnBatch, scale:
         outs.push(p.matmul(&v)?.reshape((b, nh * hd))?.to_dtype(q.dtype())?);
     }
     if let Some(c) = &batch.varlen {
-        let nq = c.rows.dim(0)?;
-        let qc = q.index_select(&c.rows, 0)?.to_dtype(cache.k.dtype())?;
+        let qc = match &c.rows {
+            Some(r) => q.index_select(r, 0)?,
+            None => q.clone(),
+        };
+        let nq = qc.dim(0)?;
+        let qc = qc.to_dtype(cache.k.dtype())?;
         let k = kf.index_select(&c.ctx_slots, 0)?;
         let v = vf.index_select(&c.ctx_slots, 0)?;
         let o = match batch.window {

@@ -110,7 +110,7 @@ impl LlamaRunner {
                 (max_q, max_k) = (max_q.max(*len), max_k.max(ctx.len()));
             }
             varlen = Some(VarlenChunks {
-                rows: Tensor::new(rows_q.as_slice(), &dev)?,
+                rows: gather_rows(&rows_q, tokens.len(), &dev)?,
                 ctx_slots: Tensor::new(ctx_slots.as_slice(), &dev)?,
                 cu_q: Tensor::new(cu_q.as_slice(), &dev)?,
                 cu_k: Tensor::new(cu_k.as_slice(), &dev)?,
@@ -139,7 +139,7 @@ impl LlamaRunner {
             }
             let lens: Vec<u32> = decodes.iter().map(|d| d.1.len() as u32).collect();
             let r: Vec<u32> = decodes.iter().map(|d| d.0 as u32).collect();
-            paged = Some(PagedDecode { rows: Tensor::new(r.as_slice(), &dev)?, index: candle_rocm::paged::DecodeIndex::new(&dev, &tables, &lens, self.num_blocks, bs)? });
+            paged = Some(PagedDecode { rows: gather_rows(&r, tokens.len(), &dev)?, index: candle_rocm::paged::DecodeIndex::new(&dev, &tables, &lens, self.num_blocks, bs)? });
         } else {
             let ctx = decodes.iter().map(|d| d.1.len()).max().unwrap_or(1);
             let (mut pad_slots, mut mask) = (Vec::with_capacity(decodes.len() * ctx), Vec::with_capacity(decodes.len() * ctx));
@@ -161,6 +161,15 @@ impl LlamaRunner {
             None => Ok(vec![]),
         }
     }
+}
+
+/// The packed rows `rows` of a step of `total` tokens as a device tensor, or `None` when
+/// they are every row in order (nothing to gather).
+fn gather_rows(rows: &[u32], total: usize, dev: &candle_core::Device) -> Result<Option<Tensor>> {
+    if rows.len() == total && rows.iter().enumerate().all(|(i, &r)| r as usize == i) {
+        return Ok(None);
+    }
+    Ok(Some(Tensor::new(rows, dev)?))
 }
 
 impl ModelRunner for LlamaRunner {
