@@ -19,14 +19,19 @@
 //! block table row are errors naming the argument, and nothing is written) and uploads
 //! them for the kernel.
 //!
+//! The `*_indexed` forms take a step's indices as a [`CacheIndex`] / [`DecodeIndex`]:
+//! checked once on the host when built and uploaded once, then used by every layer's call
+//! with no host read and no upload (no device sync per layer, and launches that a graph
+//! can capture).
+//!
 //! These run on rocm-kernels devices only; a tensor on another device is an error naming
 //! it.
 use crate::buffer::BufElem;
 use crate::device::RocmDevice;
 use crate::error::invalid;
 use crate::tensor_access::{buf_mut, dims_n, distinct_storage, dtype_is, host_ints, host_u32, input, output, rocm_device, same_device, whole_buffer, with_mut};
-use attention::cache::host::{rope_and_cache_rows, RopeCacheShape};
-use attention::paged::host::{paged_attention as paged_decode, reshape_and_cache_rows, PagedShape};
+use attention::cache::host::{rope_and_cache_rows, rope_and_cache_rows_unchecked, RopeCacheShape};
+use attention::paged::host::{paged_attention as paged_decode, paged_attention_unchecked, reshape_and_cache_rows, PagedShape};
 use attention::{AttentionError, FlashElem};
 use candle_core::{DType, Result, Tensor};
 use half::{bf16, f16};
@@ -317,4 +322,268 @@ fn decode_on<T: FlashElem + BufElem>(
     let mut lse = kd.alloc_uninit::<f32>(batch * heads).map_err(crate::error::at(OP))?;
     paged_decode(kd, shape, &q, &kc, &vc, tables, lens, &mut out, &mut lse, scale, None).map_err(|e| err(OP, e))?;
     Ok((output(dev, out, (batch, heads, head_dim)), output(dev, lse, (batch, heads))))
+}
+
+/// A step's cache-write indices on the device, checked once on the host: `slot_mapping`
+/// (i64, negative: skipped) and `positions` (u32) of every new token, for a cache of
+/// `num_blocks` blocks of `block_size` tokens. Every layer's [`rope_and_cache_indexed`]
+/// uses them with no host read.
+#[derive(Debug)]
+pub struct CacheIndex {
+    slot_mapping: Tensor,
+    positions: Tensor,
+    num_blocks: usize,
+    block_size: usize,
+    /// Rows of the rope tables the positions need (largest position + 1).
+    table_rows: usize,
+}
+
+impl CacheIndex {
+    /// Checks (every non-negative slot inside the cache and distinct; as many positions as
+    /// slots) and uploads to `dev`; an error names the argument.
+    pub fn new(dev: &candle_core::Device, slot_mapping: &[i64], positions: &[u32], num_blocks: usize, block_size: usize) -> Result<Self> {
+        const OP: &str = "CacheIndex::new";
+        if RocmDevice::from_candle(dev).is_none() {
+            return Err(invalid(OP, format!("argument `dev` is {dev:?}, not a rocm-kernels device")));
+        }
+        if positions.len() != slot_mapping.len() {
+            return Err(invalid(OP, format!("argument `positions` has {} entries; slot_mapping has {}", positions.len(), slot_mapping.len())));
+        }
+        let slots = num_blocks.checked_mul(block_size).ok_or_else(|| invalid(OP, "argument `num_blocks`: cache size overflows"))?;
+        let mut seen = std::collections::HashSet::new();
+        for (t, &s) in slot_mapping.iter().enumerate() {
+            if s >= 0 && (s as u64 >= slots as u64 || !seen.insert(s)) {
+                return Err(invalid(OP, format!("argument `slot_mapping`: token {t}: slot {s} is outside the {slots} cache slots or repeated")));
+            }
+        }
+        let table_rows = positions.iter().max().map_or(0, |&p| p as usize + 1);
+        Ok(CacheIndex { slot_mapping: Tensor::new(slot_mapping, dev)?, positions: Tensor::new(positions, dev)?, num_blocks, block_size, table_rows })
+    }
+
+    /// The tokens this index writes.
+    pub fn tokens(&self) -> usize {
+        self.positions.dims1().unwrap_or(0)
+    }
+
+    /// `positions [tokens]` u32 on the device (for the ops that gather rope rows).
+    pub fn positions(&self) -> &Tensor {
+        &self.positions
+    }
+}
+
+/// A decode step's attention indices on the device, checked once on the host:
+/// `block_tables [batch, max_blocks]` and `context_lens [batch]` (u32) for a cache of
+/// `num_blocks` blocks of `block_size` tokens. Every layer's [`paged_attention_indexed`]
+/// uses them with no host read.
+#[derive(Debug)]
+pub struct DecodeIndex {
+    block_tables: Tensor,
+    context_lens: Tensor,
+    max_context_len: usize,
+    num_blocks: usize,
+    block_size: usize,
+}
+
+impl DecodeIndex {
+    /// Checks (each context fits its row of `max_blocks` entries, whose used blocks are
+    /// inside the cache) and uploads to `dev`; an error names the argument.
+    pub fn new(dev: &candle_core::Device, block_tables: &[u32], context_lens: &[u32], num_blocks: usize, block_size: usize) -> Result<Self> {
+        const OP: &str = "DecodeIndex::new";
+        if RocmDevice::from_candle(dev).is_none() {
+            return Err(invalid(OP, format!("argument `dev` is {dev:?}, not a rocm-kernels device")));
+        }
+        let batch = context_lens.len();
+        if batch == 0 || block_tables.is_empty() || !block_tables.len().is_multiple_of(batch) || block_size == 0 {
+            return Err(invalid(OP, format!("argument `block_tables`: {} entries are not {batch} non-empty rows (block size {block_size})", block_tables.len())));
+        }
+        let max_blocks = block_tables.len() / batch;
+        for (b, &c) in context_lens.iter().enumerate() {
+            let need = (c as usize).div_ceil(block_size);
+            if need > max_blocks {
+                return Err(invalid(OP, format!("argument `context_lens`: sequence {b} has {c} tokens; its block table row holds {}", max_blocks * block_size)));
+            }
+            if let Some(&bad) = block_tables[b * max_blocks..][..need].iter().find(|&&x| x as usize >= num_blocks) {
+                return Err(invalid(OP, format!("argument `block_tables`: sequence {b} names block {bad}; the cache has {num_blocks}")));
+            }
+        }
+        let max_context_len = context_lens.iter().copied().max().unwrap_or(0) as usize;
+        Ok(DecodeIndex {
+            block_tables: Tensor::from_slice(block_tables, (batch, max_blocks), dev)?,
+            context_lens: Tensor::new(context_lens, dev)?,
+            max_context_len,
+            num_blocks,
+            block_size,
+        })
+    }
+
+    /// Sequences of the step.
+    pub fn batch(&self) -> usize {
+        self.context_lens.dims1().unwrap_or(0)
+    }
+}
+
+/// The cache `[num_blocks, block_size, ..]` the index was checked for, or an error.
+fn cache_matches(op: &str, cache: &Tensor, num_blocks: usize, block_size: usize) -> Result<()> {
+    let d = cache.dims();
+    if d.len() != 4 || d[0] != num_blocks || d[1] != block_size {
+        return Err(invalid(op, format!("argument `key_cache` has shape {:?}; the index was checked for {num_blocks} blocks of {block_size}", cache.shape())));
+    }
+    Ok(())
+}
+
+/// [`rope_and_cache`] with the step's checked [`CacheIndex`]: the same result, no host
+/// read of the indices and no upload.
+#[allow(clippy::too_many_arguments)]
+pub fn rope_and_cache_indexed(
+    key: &Tensor,
+    value: &Tensor,
+    key_cache: &Tensor,
+    value_cache: &Tensor,
+    index: &CacheIndex,
+    cos: &Tensor,
+    sin: &Tensor,
+    interleaved: bool,
+    q: Option<&Tensor>,
+) -> Result<Option<Tensor>> {
+    const OP: &str = "rope_and_cache_indexed";
+    let (tokens, kvh, d) = cache_write_checks(OP, key, value, key_cache, value_cache, &index.slot_mapping)?;
+    cache_matches(OP, key_cache, index.num_blocks, index.block_size)?;
+    let dev = rocm_device(OP, "key_cache", key_cache)?;
+    let cd = dev.as_candle();
+    for (name, t) in [("cos", cos), ("sin", sin)] {
+        let td = dims_n(OP, name, t, 2, "[max_positions, head_dim / 2]")?;
+        if td[1] * 2 != d || td[0] < index.table_rows {
+            return Err(invalid(OP, format!("argument `{name}` has shape {:?}; the step needs [>= {}, {}]", t.shape(), index.table_rows, d / 2)));
+        }
+        dtype_is(OP, name, t, key.dtype())?;
+        same_device(OP, name, t, &cd)?;
+    }
+    same_device(OP, "index", &index.positions, &cd)?;
+    let heads = match q {
+        Some(q) => {
+            let qd = dims_n(OP, "q", q, 3, "[tokens, heads, head_dim]")?;
+            if qd[0] != tokens || qd[2] != d {
+                return Err(invalid(OP, format!("argument `q` has shape {:?}; expected [{tokens}, heads, {d}]", q.shape())));
+            }
+            dtype_is(OP, "q", q, key.dtype())?;
+            same_device(OP, "q", q, &cd)?;
+            qd[1]
+        }
+        None => 0,
+    };
+    let mut srcs = vec![("key", key), ("value", value), ("cos", cos), ("sin", sin)];
+    if let Some(q) = q {
+        srcs.push(("q", q));
+    }
+    distinct_storage(OP, &[("key_cache", key_cache), ("value_cache", value_cache)], &srcs)?;
+    let shape = RopeCacheShape { tokens, kv_heads: kvh, heads, head_dim: d, interleaved };
+    dev.profiled(
+        || "rope_and_cache".into(),
+        key.dtype(),
+        || match key.dtype() {
+            DType::F16 => rope_indexed_on::<f16>(dev, shape, key, value, key_cache, value_cache, index, (cos, sin), q),
+            DType::BF16 => rope_indexed_on::<bf16>(dev, shape, key, value, key_cache, value_cache, index, (cos, sin), q),
+            _ => rope_indexed_on::<f32>(dev, shape, key, value, key_cache, value_cache, index, (cos, sin), q),
+        },
+    )
+}
+
+#[allow(clippy::too_many_arguments)]
+fn rope_indexed_on<T: BufElem + Float>(
+    dev: &RocmDevice,
+    shape: RopeCacheShape,
+    key: &Tensor,
+    value: &Tensor,
+    key_cache: &Tensor,
+    value_cache: &Tensor,
+    index: &CacheIndex,
+    (cos, sin): (&Tensor, &Tensor),
+    q: Option<&Tensor>,
+) -> Result<Option<Tensor>> {
+    const OP: &str = "rope_and_cache_indexed";
+    let ((ks, kl), (vs, vl)) = (key.storage_and_layout(), value.storage_and_layout());
+    let ((cs, cl), (ss, sl)) = (cos.storage_and_layout(), sin.storage_and_layout());
+    let ((ms, ml), (ps, pl)) = (index.slot_mapping.storage_and_layout(), index.positions.storage_and_layout());
+    let (k, v) = (input::<T>(OP, "key", dev, &ks, kl)?, input::<T>(OP, "value", dev, &vs, vl)?);
+    let (cos, sin) = (input::<T>(OP, "cos", dev, &cs, cl)?, input::<T>(OP, "sin", dev, &ss, sl)?);
+    let (map, pos) = (input::<i64>(OP, "slot_mapping", dev, &ms, ml)?, input::<u32>(OP, "positions", dev, &ps, pl)?);
+    let mut qo = match q {
+        Some(q) => {
+            let (qs, ql) = q.storage_and_layout();
+            let qi = input::<T>(OP, "q", dev, &qs, ql)?;
+            let mut o = dev.kernels().alloc_uninit::<T>(qi.len()).map_err(crate::error::at(OP))?;
+            dev.kernels().copy(qi.view(..).map_err(crate::error::at(OP))?, o.view_mut(..).map_err(crate::error::at(OP))?).map_err(crate::error::at(OP))?;
+            Some(o)
+        }
+        None => None,
+    };
+    with_mut(key_cache, |kc| {
+        with_mut(value_cache, |vc| {
+            let kc = buf_mut::<T>(OP, "key_cache", kc)?;
+            let vc = buf_mut::<T>(OP, "value_cache", vc)?;
+            // SAFETY: `CacheIndex::new` checked every slot (inside the cache of
+            // `num_blocks * block_size` rows, distinct) and `cache_matches` that this cache
+            // has that many; the tables hold `table_rows` rows, past every position.
+            unsafe { rope_and_cache_rows_unchecked(dev.kernels(), shape, &k, &v, qo.as_mut(), kc, vc, &map, &pos, &cos, &sin) }.map_err(|e| err(OP, e))
+        })
+    })?;
+    Ok(qo.map(|o| output(dev, o, (shape.tokens, shape.heads, shape.head_dim))))
+}
+
+/// [`paged_attention`] with the step's checked [`DecodeIndex`]: the same result, no host
+/// read of the block tables and context lengths and no upload.
+pub fn paged_attention_indexed(q: &Tensor, key_cache: &Tensor, value_cache: &Tensor, index: &DecodeIndex, softmax_scale: f32) -> Result<Tensor> {
+    const OP: &str = "paged_attention_indexed";
+    let qd = dims_n(OP, "q", q, 3, "[batch, heads, head_dim]")?;
+    let (batch, heads, d) = (qd[0], qd[1], qd[2]);
+    let cd = dims_n(OP, "key_cache", key_cache, 4, "[num_blocks, block_size, kv_heads, head_dim]")?;
+    cache_matches(OP, key_cache, index.num_blocks, index.block_size)?;
+    let (num_blocks, block_size, kvh) = (cd[0], cd[1], cd[2]);
+    if cd[3] != d {
+        return Err(invalid(OP, format!("argument `key_cache` has shape {:?}; q {:?} needs head_dim {d}", key_cache.shape(), q.shape())));
+    }
+    if value_cache.dims() != cd {
+        return Err(invalid(OP, format!("argument `value_cache` has shape {:?}; expected key_cache's {:?}", value_cache.shape(), key_cache.shape())));
+    }
+    if index.batch() != batch {
+        return Err(invalid(OP, format!("argument `index` holds {} sequences; q has {batch}", index.batch())));
+    }
+    if !matches!(q.dtype(), DType::F16 | DType::BF16) {
+        return Err(invalid(OP, format!("argument `q` has dtype {:?}; expected f16 or bf16", q.dtype())));
+    }
+    dtype_is(OP, "key_cache", key_cache, q.dtype())?;
+    dtype_is(OP, "value_cache", value_cache, q.dtype())?;
+    let dev = rocm_device(OP, "q", q)?;
+    let candle_dev = dev.as_candle();
+    for (name, t) in [("key_cache", key_cache), ("value_cache", value_cache), ("index", &index.block_tables)] {
+        same_device(OP, name, t, &candle_dev)?;
+    }
+    let shape = PagedShape { batch, heads, kv_heads: kvh, head_dim: d, num_blocks, block_size };
+    dev.profiled(
+        || "paged_attention".into(),
+        q.dtype(),
+        || match q.dtype() {
+            DType::F16 => decode_indexed_on::<f16>(dev, shape, q, key_cache, value_cache, index, softmax_scale),
+            _ => decode_indexed_on::<bf16>(dev, shape, q, key_cache, value_cache, index, softmax_scale),
+        },
+    )
+}
+
+fn decode_indexed_on<T: FlashElem + BufElem>(dev: &RocmDevice, shape: PagedShape, q: &Tensor, key_cache: &Tensor, value_cache: &Tensor, index: &DecodeIndex, scale: f32) -> Result<Tensor> {
+    const OP: &str = "paged_attention_indexed";
+    let PagedShape { batch, heads, head_dim, .. } = shape;
+    let ((qs, ql), (ks, kl), (vs, vl)) = (q.storage_and_layout(), key_cache.storage_and_layout(), value_cache.storage_and_layout());
+    let ((ts, tl), (ls, ll)) = (index.block_tables.storage_and_layout(), index.context_lens.storage_and_layout());
+    let q = input::<T>(OP, "q", dev, &qs, ql)?;
+    let kc = input::<T>(OP, "key_cache", dev, &ks, kl)?;
+    let vc = input::<T>(OP, "value_cache", dev, &vs, vl)?;
+    let (tables, lens) = (input::<u32>(OP, "block_tables", dev, &ts, tl)?, input::<u32>(OP, "context_lens", dev, &ls, ll)?);
+    let kd = dev.kernels();
+    let mut out = kd.alloc_uninit::<T>(batch * heads * head_dim).map_err(crate::error::at(OP))?;
+    let mut lse = kd.alloc_uninit::<f32>(batch * heads).map_err(crate::error::at(OP))?;
+    // SAFETY: `DecodeIndex::new` checked every context against its row and every used block
+    // against `num_blocks`; `cache_matches` that these caches have `num_blocks` blocks of
+    // the same size; `max_context_len` is the longest context.
+    unsafe { paged_attention_unchecked(kd, shape, &q, &kc, &vc, &tables, &lens, index.max_context_len, &mut out, &mut lse, scale, None) }.map_err(|e| err(OP, e))?;
+    Ok(output(dev, out, (batch, heads, head_dim)))
 }

@@ -542,3 +542,77 @@ fn cache_errors_name_the_argument_and_write_nothing() {
     let e = err_of(paged::paged_attention(&on(input(&[1, 4, 72], DType::F16, 65)), &c72, &c72, &bt(&[0]), &cl(2), 0.1));
     assert!(e.contains("`q`") && e.contains("72"), "{e}");
 }
+
+/// The `*_indexed` forms (indices checked once on the host, read by the kernels from the
+/// device) give bit for bit what the checked forms give; bad indices are errors when the
+/// index is built, and an index used with a cache of another size is an error.
+#[test]
+fn indexed_forms_equal_the_checked_ones() {
+    let (h, hk, d, bs, nb) = (4usize, 2usize, 64usize, 4usize, 6usize);
+    let lens = [3usize, 9];
+    let dtype = DType::F16;
+    let (tables, slots) = layout(&lens, bs, nb, 60);
+    let max_blocks = tables.len() / lens.len();
+    // One new token per sequence, at its last position (a decode step).
+    let step_slots: Vec<i64> = slots.iter().map(|s| *s.last().unwrap()).collect();
+    let positions: Vec<u32> = lens.iter().map(|&l| l as u32 - 1).collect();
+    let key = input(&[2, hk, d], dtype, 61);
+    let value = input(&[2, hk, d], dtype, 62);
+    let q = input(&[2, h, d], dtype, 63);
+    let ang = Tensor::arange(0u32, 16 * d as u32 / 2, &Device::Cpu).unwrap().to_dtype(DType::F32).unwrap().affine(0.01, 0.0).unwrap().reshape((16, d / 2)).unwrap();
+    let (cos, sin) = (ang.cos().unwrap().to_dtype(dtype).unwrap(), ang.sin().unwrap().to_dtype(dtype).unwrap());
+    let cache0 = input(&[nb, bs, hk, d], dtype, 64);
+    for rd in devices() {
+        let dev = rd.as_candle();
+        let on = |t: &Tensor| t.to_device(&dev).unwrap();
+        let (cos, sin, key, value, q) = (on(&cos), on(&sin), on(&key), on(&value), on(&q));
+        let run = |indexed: bool| -> (Vec<f32>, Vec<f32>, Vec<f32>) {
+            let (kc, vc) = (on(&cache0).copy().unwrap(), on(&cache0).copy().unwrap());
+            let qo = if indexed {
+                let ix = paged::CacheIndex::new(&dev, &step_slots, &positions, nb, bs).unwrap();
+                paged::rope_and_cache_indexed(&key, &value, &kc, &vc, &ix, &cos, &sin, false, Some(&q)).unwrap().unwrap()
+            } else {
+                let rope = Rope { cos: &cos, sin: &sin, positions: &Tensor::new(positions.as_slice(), &dev).unwrap(), interleaved: false };
+                paged::rope_and_cache(&key, &value, &kc, &vc, &Tensor::new(step_slots.as_slice(), &dev).unwrap(), rope, Some(&q)).unwrap().unwrap()
+            };
+            let cl: Vec<u32> = lens.iter().map(|&l| l as u32).collect();
+            let out = if indexed {
+                let ix = paged::DecodeIndex::new(&dev, &tables, &cl, nb, bs).unwrap();
+                paged::paged_attention_indexed(&qo, &kc, &vc, &ix, 0.125).unwrap()
+            } else {
+                let bt = Tensor::from_vec(tables.clone(), (lens.len(), max_blocks), &dev).unwrap();
+                paged::paged_attention(&qo, &kc, &vc, &bt, &Tensor::new(cl.as_slice(), &dev).unwrap(), 0.125).unwrap()
+            };
+            (host(&qo), host(&kc), host(&out))
+        };
+        let (a, b) = (run(false), run(true));
+        assert_eq!(a.0, b.0, "rotated queries on {}", rd.name());
+        assert_eq!(a.1, b.1, "key cache on {}", rd.name());
+        assert_eq!(a.2, b.2, "attention on {}", rd.name());
+        // Errors when built, naming the argument.
+        let e = err_of(paged::CacheIndex::new(&dev, &[0, nb as i64 * bs as i64], &[0, 1], nb, bs));
+        assert!(e.contains("`slot_mapping`"), "{e}");
+        let e = err_of(paged::CacheIndex::new(&dev, &[3, 3], &[0, 1], nb, bs));
+        assert!(e.contains("`slot_mapping`"), "{e}");
+        let e = err_of(paged::CacheIndex::new(&dev, &[3], &[0, 1], nb, bs));
+        assert!(e.contains("`positions`"), "{e}");
+        let e = err_of(paged::DecodeIndex::new(&dev, &[0, nb as u32], &[5], nb, bs));
+        assert!(e.contains("`block_tables`"), "{e}");
+        let e = err_of(paged::DecodeIndex::new(&dev, &[0, 1], &[9], nb, bs));
+        assert!(e.contains("`context_lens`"), "{e}");
+        // An index checked for another cache size.
+        let small = on(&cache0.narrow(0, 0, 2).unwrap()).copy().unwrap();
+        let ix = paged::DecodeIndex::new(&dev, &[0, 1], &[5], nb, bs).unwrap();
+        let e = err_of(paged::paged_attention_indexed(&q.narrow(0, 0, 1).unwrap(), &small, &small.copy().unwrap(), &ix, 0.1));
+        assert!(e.contains("`key_cache`"), "{e}");
+        let ix = paged::CacheIndex::new(&dev, &step_slots, &positions, nb, bs).unwrap();
+        let e = err_of(paged::rope_and_cache_indexed(&key, &value, &small, &small.copy().unwrap(), &ix, &cos, &sin, false, None));
+        assert!(e.contains("`key_cache`"), "{e}");
+        // Rope tables shorter than the step's positions.
+        let (kc, vc) = (on(&cache0).copy().unwrap(), on(&cache0).copy().unwrap());
+        let e = err_of(paged::rope_and_cache_indexed(&key, &value, &kc, &vc, &ix, &cos.narrow(0, 0, 2).unwrap(), &sin, false, None));
+        assert!(e.contains("`cos`"), "{e}");
+    }
+    let e = err_of(paged::CacheIndex::new(&Device::Cpu, &[0], &[0], nb, bs));
+    assert!(e.contains("`dev`"), "{e}");
+}

@@ -88,6 +88,84 @@ pub fn paged_attention<T: FlashElem>(
     scale: f32,
     split_len: Option<usize>,
 ) -> Result<(), AttentionError> {
+    let PagedShape { batch, num_blocks, block_size, .. } = shape;
+    sizes(shape, q, k_cache, v_cache, out, lse, context_lens.len(), scale)?;
+    if batch == 0 {
+        return Ok(());
+    }
+    if !block_tables.len().is_multiple_of(batch) {
+        return Err(arg("block_tables", format!("{} entries are not batch = {batch} rows", block_tables.len())));
+    }
+    let max_blocks = block_tables.len() / batch;
+    for (b, &c) in context_lens.iter().enumerate() {
+        let need = (c as usize).div_ceil(block_size);
+        if need > max_blocks {
+            return Err(arg("context_lens", format!("sequence {b} has {c} tokens; its block table row holds {}", max_blocks * block_size)));
+        }
+        let row = &block_tables[b * max_blocks..][..need];
+        if let Some(&bad) = row.iter().find(|&&x| x as usize >= num_blocks) {
+            return Err(arg("block_tables", format!("sequence {b} names block {bad}; the caches have {num_blocks}")));
+        }
+    }
+    let longest = context_lens.iter().copied().max().unwrap_or(0) as usize;
+    let tables = dev.upload(if block_tables.is_empty() { &[0u32][..] } else { block_tables })?;
+    let lens = dev.upload(context_lens)?;
+    launch(dev, shape, (q, k_cache, v_cache), (&tables, max_blocks, &lens, longest), (out, lse), scale, split_len)
+}
+
+/// [`paged_attention`] with `block_tables` (`[batch, max_blocks]`) and `context_lens`
+/// already on the device: no upload and no host read of them, so a step builds them once
+/// for every layer, and the launch can be captured in a graph. `max_context_len` bounds the
+/// context lengths (it sizes the split-KV partitions). Sizes are checked (errors name the
+/// argument and write nothing); the values are not.
+///
+/// # Safety
+/// Every `context_lens[b]` must be at most `max_context_len` and `max_blocks *
+/// block_size`, and the first `context_lens[b].div_ceil(block_size)` entries of row `b` of
+/// `block_tables` must name blocks inside the caches (what [`paged_attention`] checks on
+/// the host): the kernel indexes with them unchecked.
+#[allow(clippy::too_many_arguments)]
+pub unsafe fn paged_attention_unchecked<T: FlashElem>(
+    dev: &Device,
+    shape: PagedShape,
+    q: &DeviceVec<T>,
+    k_cache: &DeviceVec<T>,
+    v_cache: &DeviceVec<T>,
+    block_tables: &DeviceVec<u32>,
+    context_lens: &DeviceVec<u32>,
+    max_context_len: usize,
+    out: &mut DeviceVec<T>,
+    lse: &mut DeviceVec<f32>,
+    scale: f32,
+    split_len: Option<usize>,
+) -> Result<(), AttentionError> {
+    let batch = shape.batch;
+    sizes(shape, q, k_cache, v_cache, out, lse, context_lens.len(), scale)?;
+    if batch == 0 {
+        return Ok(());
+    }
+    if block_tables.is_empty() || !block_tables.len().is_multiple_of(batch) {
+        return Err(arg("block_tables", format!("{} entries are not batch = {batch} rows", block_tables.len())));
+    }
+    let max_blocks = block_tables.len() / batch;
+    if max_context_len > max_blocks * shape.block_size {
+        return Err(arg("max_context_len", format!("{max_context_len} tokens; a block table row holds {}", max_blocks * shape.block_size)));
+    }
+    launch(dev, shape, (q, k_cache, v_cache), (block_tables, max_blocks, context_lens, max_context_len), (out, lse), scale, split_len)
+}
+
+/// The checks of sizes both launchers share.
+#[allow(clippy::too_many_arguments)]
+fn sizes<T: FlashElem>(
+    shape: PagedShape,
+    q: &DeviceVec<T>,
+    k_cache: &DeviceVec<T>,
+    v_cache: &DeviceVec<T>,
+    out: &DeviceVec<T>,
+    lse: &DeviceVec<f32>,
+    context_lens: usize,
+    scale: f32,
+) -> Result<(), AttentionError> {
     let PagedShape { batch, heads, kv_heads, head_dim: d, num_blocks, block_size } = shape;
     if !HEAD_DIMS.contains(&d) {
         return Err(AttentionError::HeadDim(d));
@@ -115,33 +193,30 @@ pub fn paged_attention<T: FlashElem>(
     len_is("v_cache", v_cache.len(), cache)?;
     len_is("out", out.len(), nq)?;
     len_is("lse", lse.len(), batch * heads)?;
-    len_is("context_lens", context_lens.len(), batch)?;
-    if batch == 0 {
-        return Ok(());
-    }
-    if !block_tables.len().is_multiple_of(batch) {
-        return Err(arg("block_tables", format!("{} entries are not batch = {batch} rows", block_tables.len())));
-    }
-    let max_blocks = block_tables.len() / batch;
-    for (b, &c) in context_lens.iter().enumerate() {
-        let need = (c as usize).div_ceil(block_size);
-        if need > max_blocks {
-            return Err(arg("context_lens", format!("sequence {b} has {c} tokens; its block table row holds {}", max_blocks * block_size)));
-        }
-        let row = &block_tables[b * max_blocks..][..need];
-        if let Some(&bad) = row.iter().find(|&&x| x as usize >= num_blocks) {
-            return Err(arg("block_tables", format!("sequence {b} names block {bad}; the caches have {num_blocks}")));
-        }
-    }
-    let longest = context_lens.iter().copied().max().unwrap_or(0) as usize;
+    len_is("context_lens", context_lens, batch)?;
+    Ok(())
+}
+
+type Operands<'a, T> = (&'a DeviceVec<T>, &'a DeviceVec<T>, &'a DeviceVec<T>);
+type Indices<'a> = (&'a DeviceVec<u32>, usize, &'a DeviceVec<u32>, usize);
+
+fn launch<T: FlashElem>(
+    dev: &Device,
+    shape: PagedShape,
+    (q, k_cache, v_cache): Operands<'_, T>,
+    (tables, max_blocks, lens, longest): Indices<'_>,
+    (out, lse): (&mut DeviceVec<T>, &mut DeviceVec<f32>),
+    scale: f32,
+    split_len: Option<usize>,
+) -> Result<(), AttentionError> {
+    let PagedShape { batch, heads, kv_heads, head_dim: d, block_size, .. } = shape;
+    let group = heads / kv_heads;
     let split_len = split_len_for(batch, kv_heads, longest, split_len);
     let splits = longest.div_ceil(split_len).max(1);
     let low = crate::lowering_of(dev);
     if batch > 65535 || kv_heads * value_chunks(d, low) > 65535 || split_len > u32::MAX as usize || max_blocks > u32::MAX as usize {
         return Err(arg("q", "batch or heads exceed the grid limit of 65535"));
     }
-    let tables = dev.upload(if block_tables.is_empty() { &[0u32][..] } else { block_tables })?;
-    let lens = dev.upload(context_lens)?;
     let mut part_o = dev.alloc_uninit::<f32>(batch * heads * splits * d)?;
     let mut part_ml = dev.alloc_uninit::<f32>(batch * heads * splits * 2)?;
     let waves = group.div_ceil(16);
@@ -165,7 +240,7 @@ pub fn paged_attention<T: FlashElem>(
         paged_decode::launch::<T, H>(dev, cfg, q, kc, vc, tables, lens, po, pml, a.heads, a.kv_heads, a.block_size, a.max_blocks, a.split_len, a.scale)?;
         Ok(())
     }
-    let bufs = (q, k_cache, v_cache, &tables, &lens, &mut part_o, &mut part_ml);
+    let bufs = (q, k_cache, v_cache, tables, lens, &mut part_o, &mut part_ml);
     match d {
         64 => go::<T, Hd64>(dev, cfg, &args, bufs),
         80 => go::<T, Hd80>(dev, cfg, &args, bufs),
@@ -174,7 +249,7 @@ pub fn paged_attention<T: FlashElem>(
         _ => go::<T, Hd256>(dev, cfg, &args, bufs),
     }?;
     let cfg = LaunchConfig::new(Dim3::new(heads as u32, batch as u32, 1), Dim3::x(64));
-    paged_merge::launch::<T>(dev, cfg, &part_o, &part_ml, &lens, out, lse, heads as u32, d as u32, splits as u32, split_len as u32)?;
+    paged_merge::launch::<T>(dev, cfg, &part_o, &part_ml, lens, out, lse, heads as u32, d as u32, splits as u32, split_len as u32)?;
     Ok(())
 }
 

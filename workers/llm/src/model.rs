@@ -3,8 +3,9 @@
 //! paged cache and attention over it, logits only for the rows that sample.
 //!
 //! Every op that a fused kernel will replace sits behind one small function here
-//! ([`rms_norm`], [`apply_rope`], [`append_kv`], [`paged_attention`], [`silu_mul`],
-//! [`Linear::forward`]); today they are plain Candle ops that run on every device.
+//! ([`rms_norm`], [`rope_append_kv`], [`paged_attention`], [`silu_mul`],
+//! [`Linear::forward`]); each dispatches on the device: fused kernels of candle-rocm on
+//! our device, plain Candle ops elsewhere (`Device::Cpu`) or when fused is off.
 use crate::config::ModelConfig;
 use crate::error::{malformed, Error, Result};
 use candle_core::quantized::{gguf_file, QMatMul};
@@ -25,6 +26,12 @@ enum Weight {
 impl Linear {
     /// `x @ W^T + b` for `x` of `[tokens, in]`.
     pub fn forward(&self, x: &Tensor) -> candle_core::Result<Tensor> {
+        if let Weight::Dense(w) = &self.w {
+            if on_our_device(x.device()) {
+                // One kernel for decode-shaped inputs (matvec with the bias in its epilogue).
+                return candle_rocm::llm_ops::linear(x, w, self.b.as_ref());
+            }
+        }
         let y = match &self.w {
             Weight::Dense(w) => x.matmul(&w.t()?)?,
             Weight::Quant(q) => q.forward(x)?,
@@ -34,6 +41,48 @@ impl Linear {
             None => Ok(y),
         }
     }
+}
+
+/// Rows `[q | k | v]` (or `[gate | up]`) of dense weights stacked into one `Linear`: one
+/// product instead of three (two); `None` for GGML blocks, which stay separate.
+fn stack(parts: &[&Linear]) -> candle_core::Result<Option<Linear>> {
+    let mut ws = Vec::with_capacity(parts.len());
+    for p in parts {
+        match &p.w {
+            Weight::Dense(w) => ws.push(w.clone()),
+            Weight::Quant(_) => return Ok(None),
+        }
+    }
+    let b = if parts.iter().all(|p| p.b.is_some()) {
+        let bs: Vec<Tensor> = parts.iter().filter_map(|p| p.b.clone()).collect();
+        Some(Tensor::cat(&bs, 0)?)
+    } else if parts.iter().any(|p| p.b.is_some()) {
+        return Ok(None);
+    } else {
+        None
+    };
+    Ok(Some(Linear { w: Weight::Dense(Tensor::cat(&ws, 0)?), b }))
+}
+
+/// `(x + residual, rms_norm(x + residual))`: one kernel on our device (when `fused`),
+/// Candle's add and [`rms_norm`] elsewhere.
+pub fn add_rms_norm(x: &Tensor, residual: &Tensor, w: &Tensor, eps: f64, fused: bool) -> candle_core::Result<(Tensor, Tensor)> {
+    if fused && on_our_device(x.device()) {
+        return candle_rocm::llm_ops::add_rms_norm(&x.contiguous()?, &residual.contiguous()?, w, eps);
+    }
+    let h = (x + residual)?;
+    let n = rms_norm(&h, w, eps)?;
+    Ok((h, n))
+}
+
+/// `silu(gate) * up` of one fused product `gate_up: [tokens, 2 I]` (gate first): one
+/// kernel on our device (when `fused`), [`silu_mul`] of its halves elsewhere.
+pub fn silu_mul_fused(gate_up: &Tensor, fused: bool) -> candle_core::Result<Tensor> {
+    if fused && on_our_device(gate_up.device()) {
+        return candle_rocm::llm_ops::silu_mul(&gate_up.contiguous()?);
+    }
+    let i = gate_up.dim(1)? / 2;
+    silu_mul(&gate_up.narrow(1, 0, i)?, &gate_up.narrow(1, i, i)?)
 }
 
 /// RMSNorm over the last dimension.
@@ -121,18 +170,106 @@ pub struct DecodeGroup {
     pub ctx: usize,
 }
 
+/// The decodes of a packed batch for the paged-attention kernel: each sequence's block
+/// table and context length, read by the kernel from the cache directly (no gather, no
+/// padding). The runner checked every entry on the host when it built them.
+pub struct PagedDecode {
+    /// Packed rows of the decode tokens, `[B]` u32; `None`: every packed row, in order (no
+    /// gather).
+    pub rows: Option<Tensor>,
+    /// Block tables and context lengths, checked and uploaded once for every layer.
+    pub index: candle_rocm::paged::DecodeIndex,
+}
+
+/// The multi-token chunks of a packed batch for the varlen flash kernel: every chunk's
+/// queries against every cached key of its sequence (the prefix of a continued chunk or a
+/// prefix-cache hit included), gathered from the cache in one `index_select`, in one
+/// causal call (causal aligns each chunk's last query with its last key).
+pub struct VarlenChunks {
+    /// Packed rows of the chunks' tokens, chunk after chunk, `[Q]` u32; `None`: every
+    /// packed row, in order (no gather).
+    pub rows: Option<Tensor>,
+    /// Cache slots of each chunk's keys `0..start_pos + len`, chunk after chunk, `[K]` u32.
+    pub ctx_slots: Tensor,
+    /// Cumulative query offsets `[chunks + 1]` u32.
+    pub cu_q: Tensor,
+    /// Cumulative key offsets `[chunks + 1]` u32.
+    pub cu_k: Tensor,
+    pub max_q: usize,
+    pub max_k: usize,
+}
+
 /// What [`paged_attention`] needs of a batch.
 pub struct AttnBatch {
+    /// Decodes on the plain path (gathered, padded, masked).
     pub decode: Option<DecodeGroup>,
+    /// Decodes on the paged kernel (instead of `decode`).
+    pub paged: Option<PagedDecode>,
+    /// Chunks on the plain path.
     pub chunks: Vec<AttnChunk>,
+    /// Chunks on the varlen flash kernel (instead of `chunks`).
+    pub varlen: Option<VarlenChunks>,
+    /// The sliding window of the varlen call (`None`: causal only).
+    pub window: Option<usize>,
     /// Where each packed row is in `[decode rows..., chunk rows...]`; `None` when that is
     /// the packed order already.
     pub order: Option<Tensor>,
 }
 
+/// Whether `dev` is a rocm-kernels device (the fused kernels' home); everything else
+/// (`Device::Cpu`, Candle's own CUDA) runs the plain Candle ops.
+pub fn on_our_device(dev: &Device) -> bool {
+    candle_rocm::RocmDevice::from_candle(dev).is_some()
+}
+
+/// Where a step's new keys and values go: per-token cache slots and rope positions.
+pub enum KvIndex {
+    /// Plain Candle ops: `slots [tokens]` u32 and each token's rope rows `[tokens,
+    /// head_dim / 2]` (gathered once per step).
+    Plain { slots: Tensor, cos: Tensor, sin: Tensor },
+    /// Our device: checked and uploaded once per step, read by every layer's kernel.
+    Fused(candle_rocm::paged::CacheIndex),
+}
+
+impl KvIndex {
+    /// The fused form on our device when `fused`, else the plain one (rope rows gathered
+    /// from the tables `cos`, `sin`).
+    #[allow(clippy::too_many_arguments)]
+    pub fn new(dev: &Device, slots: &[u32], positions: &[u32], tables: (&Tensor, &Tensor), fused: bool, num_blocks: usize, block_size: usize) -> candle_core::Result<Self> {
+        if fused && on_our_device(dev) {
+            let s: Vec<i64> = slots.iter().map(|&s| i64::from(s)).collect();
+            Ok(KvIndex::Fused(candle_rocm::paged::CacheIndex::new(dev, &s, positions, num_blocks, block_size)?))
+        } else {
+            let positions = Tensor::new(positions, dev)?;
+            Ok(KvIndex::Plain { slots: Tensor::new(slots, dev)?, cos: tables.0.index_select(&positions, 0)?, sin: tables.1.index_select(&positions, 0)? })
+        }
+    }
+}
+
+/// Rope of `q` and `k` at their positions and the write of `k`, `v` to the cache: on our
+/// device one `rope_and_cache` launch (tables `cos`, `sin` `[max_positions, head_dim / 2]`),
+/// elsewhere [`apply_rope`] twice and [`append_kv`]. Returns the rotated queries.
+pub fn rope_append_kv(cache: &LayerCache, q: &Tensor, k: &Tensor, v: &Tensor, index: &KvIndex, tables: (&Tensor, &Tensor), interleaved: bool) -> candle_core::Result<Tensor> {
+    match index {
+        KvIndex::Fused(ix) => {
+            let dt = cache.k.dtype();
+            let (q, k, v) = (q.to_dtype(dt)?.contiguous()?, k.to_dtype(dt)?.contiguous()?, v.to_dtype(dt)?.contiguous()?);
+            let q = candle_rocm::paged::rope_and_cache_indexed(&k, &v, &cache.k, &cache.v, ix, tables.0, tables.1, interleaved, Some(&q))?;
+            q.ok_or_else(|| candle_core::Error::Msg("rope_and_cache returned no queries".into()))
+        }
+        KvIndex::Plain { slots, cos, sin } => {
+            let q = apply_rope(q, cos, sin, interleaved)?;
+            let k = apply_rope(k, cos, sin, interleaved)?;
+            append_kv(cache, &k, v, slots)?;
+            Ok(q)
+        }
+    }
+}
+
 /// Attention of the packed queries `q: [tokens, heads, head_dim]` over each sequence's
 /// cached keys and values (written by [`append_kv`] first); `[tokens, heads * head_dim]`
-/// in `q`'s dtype, softmax in f32.
+/// in `q`'s dtype, softmax in f32. Decodes and chunks take the kernel forms
+/// ([`PagedDecode`], [`VarlenChunks`]) where the batch carries them.
 pub fn paged_attention(q: &Tensor, cache: &LayerCache, batch: &AttnBatch, scale: f64) -> candle_core::Result<Tensor> {
     let (_, nh, hd) = q.dims3()?;
     let (nb, bs, nkv, _) = cache.k.dims4()?;
@@ -140,6 +277,16 @@ pub fn paged_attention(q: &Tensor, cache: &LayerCache, batch: &AttnBatch, scale:
     let kf = cache.k.reshape((nb * bs, nkv, hd))?;
     let vf = cache.v.reshape((nb * bs, nkv, hd))?;
     let mut outs = Vec::with_capacity(batch.chunks.len() + 1);
+    if let Some(d) = &batch.paged {
+        let qd = match &d.rows {
+            Some(r) => q.index_select(r, 0)?,
+            None => q.clone(),
+        };
+        let b = qd.dim(0)?;
+        let qd = qd.to_dtype(cache.k.dtype())?;
+        let o = candle_rocm::paged::paged_attention_indexed(&qd, &cache.k, &cache.v, &d.index, scale as f32)?;
+        outs.push(o.reshape((b, nh * hd))?.to_dtype(q.dtype())?);
+    }
     if let Some(d) = &batch.decode {
         let b = d.rows.dim(0)?;
         let gather = |c: &Tensor| -> candle_core::Result<Tensor> { c.index_select(&d.slots, 0)?.to_dtype(DType::F32)?.reshape((b, d.ctx, nkv, hd))?.permute((0, 2, 1, 3))?.contiguous() };
@@ -148,6 +295,22 @@ pub fn paged_attention(q: &Tensor, cache: &LayerCache, batch: &AttnBatch, scale:
         let att = (qd.matmul(&k.t()?)? * scale)?.broadcast_add(&d.mask)?;
         let p = candle_nn::ops::softmax_last_dim(&att)?;
         outs.push(p.matmul(&v)?.reshape((b, nh * hd))?.to_dtype(q.dtype())?);
+    }
+    if let Some(c) = &batch.varlen {
+        let qc = match &c.rows {
+            Some(r) => q.index_select(r, 0)?,
+            None => q.clone(),
+        };
+        let nq = qc.dim(0)?;
+        let qc = qc.to_dtype(cache.k.dtype())?;
+        let k = kf.index_select(&c.ctx_slots, 0)?;
+        let v = vf.index_select(&c.ctx_slots, 0)?;
+        let o = match batch.window {
+            // A query at p sees keys p - w < k <= p: w - 1 to the left.
+            Some(w) => candle_rocm::flash_attn::flash_attn_varlen_windowed(&qc, &k, &v, &c.cu_q, &c.cu_k, c.max_q, c.max_k, scale as f32, Some(w.saturating_sub(1)), Some(0))?,
+            None => candle_rocm::flash_attn::flash_attn_varlen(&qc, &k, &v, &c.cu_q, &c.cu_k, c.max_q, c.max_k, scale as f32, true)?,
+        };
+        outs.push(o.reshape((nq, nh * hd))?.to_dtype(q.dtype())?);
     }
     for c in &batch.chunks {
         let ctx = c.ctx_slots.dim(0)?;
@@ -160,7 +323,7 @@ pub fn paged_attention(q: &Tensor, cache: &LayerCache, batch: &AttnBatch, scale:
         let o = p.matmul(&v)?.reshape((nkv, g, c.len, hd))?.permute((2, 0, 1, 3))?.reshape((c.len, nh * hd))?;
         outs.push(o.to_dtype(q.dtype())?);
     }
-    let out = Tensor::cat(&outs, 0)?;
+    let out = if outs.len() == 1 { outs.remove(0) } else { Tensor::cat(&outs, 0)? };
     match &batch.order {
         Some(o) => out.index_select(o, 0),
         None => Ok(out),
@@ -168,6 +331,10 @@ pub fn paged_attention(q: &Tensor, cache: &LayerCache, batch: &AttnBatch, scale:
 }
 
 struct Layer {
+    /// `[q | k | v]` stacked (dense weights): one product.
+    qkv: Option<Linear>,
+    /// `[gate | up]` stacked (dense weights): one product.
+    gate_up: Option<Linear>,
     input_norm: Tensor,
     q: Linear,
     k: Linear,
@@ -195,6 +362,8 @@ pub struct Model {
     lm_head: Linear,
     cos: Tensor,
     sin: Tensor,
+    /// Whether the fused kernels run where the device has them (see [`Model::set_fused`]).
+    fused: bool,
 }
 
 /// The safetensors files of a folder: the index's shards, `model.safetensors`, or every `*.safetensors`.
@@ -284,6 +453,8 @@ impl Model {
         for l in 0..c.num_layers {
             let p = format!("model.layers.{l}");
             layers.push(Layer {
+                qkv: None,
+                gate_up: None,
                 input_norm: get(&format!("{p}.input_layernorm.weight"), &[h])?,
                 q: lin(&format!("{p}.self_attn.q_proj"), nh * hd, h, c.qkv_bias)?,
                 k: lin(&format!("{p}.self_attn.k_proj"), nkv * hd, h, c.qkv_bias)?,
@@ -297,6 +468,10 @@ impl Model {
                 down: lin(&format!("{p}.mlp.down_proj"), h, c.intermediate_size, false)?,
             });
         }
+        for l in &mut layers {
+            l.qkv = stack(&[&l.q, &l.k, &l.v])?;
+            l.gate_up = stack(&[&l.gate, &l.up])?;
+        }
         let embed = get(embed_name, &[c.vocab_size, h])?;
         let lm_head = if c.tie_word_embeddings && !vb.contains_tensor("lm_head.weight") {
             Linear { w: Weight::Dense(embed.clone()), b: None }
@@ -304,7 +479,7 @@ impl Model {
             lin("lm_head", c.vocab_size, h, false)?
         };
         let (cos, sin) = rope_tables(c, dtype, dev)?;
-        Ok(Model { norm: get("model.norm.weight", &[h])?, cfg, dtype, device: dev.clone(), path: dir.into(), embed, layers, lm_head, cos, sin })
+        Ok(Model { norm: get("model.norm.weight", &[h])?, cfg, dtype, device: dev.clone(), path: dir.into(), embed, layers, lm_head, cos, sin, fused: true })
     }
 
     /// Loads a GGUF file (llama, qwen2, qwen3): weights stay in their GGML blocks (QMatMul),
@@ -342,7 +517,7 @@ impl Model {
             let (gate, up, down) = (qlin("ffn_gate", false)?, qlin("ffn_up", false)?, qlin("ffn_down", false)?);
             let mut norm = |name: &str| -> Result<Tensor> { Ok(q(&format!("{p}.{name}.weight"))?.dequantize(dev)?) };
             let (q_norm, k_norm) = if cfg.qk_norm { (Some(norm("attn_q_norm")?), Some(norm("attn_k_norm")?)) } else { (None, None) };
-            layers.push(Layer { input_norm: norm("attn_norm")?, q: qv, k: kv, v: vv, o: ov, q_norm, k_norm, post_norm: norm("ffn_norm")?, gate, up, down });
+            layers.push(Layer { qkv: None, gate_up: None, input_norm: norm("attn_norm")?, q: qv, k: kv, v: vv, o: ov, q_norm, k_norm, post_norm: norm("ffn_norm")?, gate, up, down });
         }
         let final_norm = q("output_norm.weight")?.dequantize(dev)?;
         // The embedding table is dequantized (f32) for row gathers, as Candle's models do.
@@ -351,7 +526,7 @@ impl Model {
         let head = if ct.tensor_infos.contains_key("output.weight") { q("output.weight")? } else { embed_q };
         let lm_head = Linear { w: Weight::Quant(QMatMul::from_qtensor(head)?), b: None };
         let (cos, sin) = rope_tables(&cfg, DType::F32, dev)?;
-        Ok(Model { cfg, dtype: DType::F32, device: dev.clone(), path: path.into(), embed, layers, norm: final_norm, lm_head, cos, sin })
+        Ok(Model { cfg, dtype: DType::F32, device: dev.clone(), path: path.into(), embed, layers, norm: final_norm, lm_head, cos, sin, fused: true })
     }
 
     /// A zeroed paged cache for every layer.
@@ -370,29 +545,44 @@ impl Model {
         let t = tokens.len();
         let (nh, nkv, hd) = (c.num_heads, c.num_kv_heads, c.head_dim);
         let tokens = Tensor::new(tokens, dev)?;
-        let positions = Tensor::new(positions, dev)?;
-        let slots = Tensor::new(slots, dev)?;
-        let cos = self.cos.index_select(&positions, 0)?;
-        let sin = self.sin.index_select(&positions, 0)?;
+        let (num_blocks, block_size) = match cache.first() {
+            Some(lc) => (lc.k.dim(0)?, lc.k.dim(1)?),
+            None => (0, 1),
+        };
+        let index = KvIndex::new(dev, slots, positions, (&self.cos, &self.sin), self.fused, num_blocks, block_size)?;
         let scale = 1.0 / (hd as f64).sqrt();
         let mut x = self.embed.index_select(&tokens, 0)?;
-        for (layer, lc) in self.layers.iter().zip(cache) {
-            let h = rms_norm(&x, &layer.input_norm, c.rms_norm_eps)?;
-            let mut q = layer.q.forward(&h)?.reshape((t, nh, hd))?;
-            let mut k = layer.k.forward(&h)?.reshape((t, nkv, hd))?;
-            let v = layer.v.forward(&h)?.reshape((t, nkv, hd))?;
+        let eps = c.rms_norm_eps;
+        let mut h = match self.layers.first() {
+            Some(l) => rms_norm(&x, &l.input_norm, eps)?,
+            None => x.clone(),
+        };
+        for (i, (layer, lc)) in self.layers.iter().zip(cache).enumerate() {
+            let (mut q, mut k, v) = match &layer.qkv {
+                Some(qkv) => {
+                    let y = qkv.forward(&h)?;
+                    let (nq, nk) = (nh * hd, nkv * hd);
+                    (y.narrow(1, 0, nq)?.reshape((t, nh, hd))?, y.narrow(1, nq, nk)?.reshape((t, nkv, hd))?, y.narrow(1, nq + nk, nk)?.reshape((t, nkv, hd))?)
+                }
+                None => (layer.q.forward(&h)?.reshape((t, nh, hd))?, layer.k.forward(&h)?.reshape((t, nkv, hd))?, layer.v.forward(&h)?.reshape((t, nkv, hd))?),
+            };
             if let (Some(qn), Some(kn)) = (&layer.q_norm, &layer.k_norm) {
-                q = rms_norm(&q, qn, c.rms_norm_eps)?;
-                k = rms_norm(&k, kn, c.rms_norm_eps)?;
+                q = rms_norm(&q, qn, eps)?;
+                k = rms_norm(&k, kn, eps)?;
             }
-            let q = apply_rope(&q, &cos, &sin, c.rope_interleaved)?;
-            let k = apply_rope(&k, &cos, &sin, c.rope_interleaved)?;
-            append_kv(lc, &k, &v, &slots)?;
+            let q = rope_append_kv(lc, &q, &k, &v, &index, (&self.cos, &self.sin), c.rope_interleaved)?;
             let a = paged_attention(&q, lc, attn, scale)?;
-            x = (layer.o.forward(&a)? + &x)?;
-            let h = rms_norm(&x, &layer.post_norm, c.rms_norm_eps)?;
-            let m = layer.down.forward(&silu_mul(&layer.gate.forward(&h)?, &layer.up.forward(&h)?)?)?;
-            x = (m + &x)?;
+            let (x1, h1) = add_rms_norm(&layer.o.forward(&a)?, &x, &layer.post_norm, eps, self.fused)?;
+            let act = match &layer.gate_up {
+                Some(gu) => silu_mul_fused(&gu.forward(&h1)?, self.fused)?,
+                None => silu_mul(&layer.gate.forward(&h1)?, &layer.up.forward(&h1)?)?,
+            };
+            let m = layer.down.forward(&act)?;
+            match self.layers.get(i + 1) {
+                // The residual add and the next layer's input norm in one.
+                Some(next) => (x, h) = add_rms_norm(&m, &x1, &next.input_norm, eps, self.fused)?,
+                None => x = (m + &x1)?,
+            }
         }
         if sample_rows.is_empty() {
             return Ok(None);
@@ -400,6 +590,19 @@ impl Model {
         let last = x.index_select(&Tensor::new(sample_rows, dev)?, 0)?;
         let h = rms_norm(&last, &self.norm, c.rms_norm_eps)?;
         Ok(Some(self.lm_head.forward(&h)?.to_dtype(DType::F32)?))
+    }
+
+    /// `false`: every op runs as plain Candle ops even on our device (the reference the
+    /// fused path is tested against); `true` (the default): fused kernels where the
+    /// device has them.
+    pub fn set_fused(&mut self, on: bool) {
+        self.fused = on;
+    }
+
+    /// Whether this step's attention runs on the kernels: our device, fused on, f16/bf16
+    /// activations (the attention kernels' dtypes) and a head size they have.
+    pub fn kernel_attention(&self) -> bool {
+        self.fused && on_our_device(&self.device) && matches!(self.dtype, DType::F16 | DType::BF16) && attention::flash::HEAD_DIMS.contains(&self.cfg.head_dim)
     }
 
     /// Largest position the rope tables cover, plus one.
