@@ -241,7 +241,7 @@ report() {
     if has attention; then
         # Prefill TFLOP/s against PyTorch SDPA (flash and cuDNN backends), paged decode GB/s
         # against SDPA over the gathered cache and the same run's copy bandwidth.
-        step bench-attention 300 "$BIN/bench-attention" --out "$out/attention"
+        step bench-attention 300 "$BIN/bench-attention_bench" --out "$out/attention"
         step torch-attention 300 python3 "$py/torch_attention.py" --out "$out/attention"
         step report-attention 30 python3 "$py/report_attention.py" "$out/attention"
     fi
