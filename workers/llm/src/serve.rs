@@ -73,7 +73,18 @@ pub fn load_served(a: &ServeArgs) -> Result<(ServedText, Engine<LlamaRunner>), l
         max_model_len: max_len,
         prefix_caching: true,
     };
-    let engine = Engine::try_new(runner, config)?;
+    let mut engine = Engine::try_new(runner, config)?;
+    warm_up(&mut engine)?;
     tracing::info!(model = %a.model.display(), device = %dev_name, blocks, block_size = a.block_size, max_model_len = max_len, load_s = t0.elapsed().as_secs_f64(), "loaded");
     Ok((ServedText { text, name, max_model_len: max_len, eos_token_ids }, engine))
+}
+
+/// Runs one short request (a prefill and a decode step) before the server says it is
+/// ready, so that the first real requests do not wait for kernel modules to load (on NVIDIA
+/// the driver compiles the PTX at first use: seconds per module on a fresh machine).
+fn warm_up(engine: &mut Engine<LlamaRunner>) -> Result<(), llm_server::LoadError> {
+    let (_, mut rx) = engine.add_request(vec![0, 0], llm_engine::SamplingParams::greedy(2)).map_err(|e| llm_server::LoadError::from(format!("warm-up request: {e}")))?;
+    while engine.step().map_err(|e| llm_server::LoadError::from(format!("warm-up step: {e}")))? {}
+    while rx.try_recv().is_ok() {}
+    Ok(())
 }
