@@ -200,6 +200,17 @@ pub fn rope_and_cache(
 }
 
 #[allow(clippy::too_many_arguments)]
+/// A contiguous copy of the queries (`None` without them): the rope kernels rotate q in
+/// place, and the caller's tensor must not change.
+fn q_copy<T: BufElem>(op: &'static str, dev: &RocmDevice, q: Option<&Tensor>) -> Result<Option<kernels::runtime::DeviceVec<T>>> {
+    let Some(q) = q else { return Ok(None) };
+    let (qs, ql) = q.storage_and_layout();
+    let qi = input::<T>(op, "q", dev, &qs, ql)?;
+    let mut o = dev.kernels().alloc_uninit::<T>(qi.len()).map_err(crate::error::at(op))?;
+    dev.kernels().copy(qi.view(..).map_err(crate::error::at(op))?, o.view_mut(..).map_err(crate::error::at(op))?).map_err(crate::error::at(op))?;
+    Ok(Some(o))
+}
+
 fn rope_on<T: BufElem + Float>(
     dev: &RocmDevice,
     shape: RopeCacheShape,
@@ -218,16 +229,7 @@ fn rope_on<T: BufElem + Float>(
     let (k, v) = (input::<T>(OP, "key", dev, &ks, kl)?, input::<T>(OP, "value", dev, &vs, vl)?);
     let (cos, sin) = (input::<T>(OP, "cos", dev, &cs, cl)?, input::<T>(OP, "sin", dev, &ss, sl)?);
     // The queries rotate in place in a copy of their own.
-    let mut qo = match q {
-        Some(q) => {
-            let (qs, ql) = q.storage_and_layout();
-            let qi = input::<T>(OP, "q", dev, &qs, ql)?;
-            let mut o = dev.kernels().alloc_uninit::<T>(qi.len()).map_err(crate::error::at(OP))?;
-            dev.kernels().copy(qi.view(..).map_err(crate::error::at(OP))?, o.view_mut(..).map_err(crate::error::at(OP))?).map_err(crate::error::at(OP))?;
-            Some(o)
-        }
-        None => None,
-    };
+    let mut qo = q_copy::<T>(OP, dev, q)?;
     with_mut(key_cache, |kc| {
         with_mut(value_cache, |vc| {
             let kc = buf_mut::<T>(OP, "key_cache", kc)?;
@@ -507,16 +509,7 @@ fn rope_indexed_on<T: BufElem + Float>(
     let (k, v) = (input::<T>(OP, "key", dev, &ks, kl)?, input::<T>(OP, "value", dev, &vs, vl)?);
     let (cos, sin) = (input::<T>(OP, "cos", dev, &cs, cl)?, input::<T>(OP, "sin", dev, &ss, sl)?);
     let (map, pos) = (input::<i64>(OP, "slot_mapping", dev, &ms, ml)?, input::<u32>(OP, "positions", dev, &ps, pl)?);
-    let mut qo = match q {
-        Some(q) => {
-            let (qs, ql) = q.storage_and_layout();
-            let qi = input::<T>(OP, "q", dev, &qs, ql)?;
-            let mut o = dev.kernels().alloc_uninit::<T>(qi.len()).map_err(crate::error::at(OP))?;
-            dev.kernels().copy(qi.view(..).map_err(crate::error::at(OP))?, o.view_mut(..).map_err(crate::error::at(OP))?).map_err(crate::error::at(OP))?;
-            Some(o)
-        }
-        None => None,
-    };
+    let mut qo = q_copy::<T>(OP, dev, q)?;
     with_mut(key_cache, |kc| {
         with_mut(value_cache, |vc| {
             let kc = buf_mut::<T>(OP, "key_cache", kc)?;
