@@ -199,7 +199,6 @@ pub fn rope_and_cache(
     )
 }
 
-#[allow(clippy::too_many_arguments)]
 /// A contiguous copy of the queries (`None` without them): the rope kernels rotate q in
 /// place, and the caller's tensor must not change.
 fn q_copy<T: BufElem>(op: &'static str, dev: &RocmDevice, q: Option<&Tensor>) -> Result<Option<kernels::runtime::DeviceVec<T>>> {
@@ -211,6 +210,7 @@ fn q_copy<T: BufElem>(op: &'static str, dev: &RocmDevice, q: Option<&Tensor>) ->
     Ok(Some(o))
 }
 
+#[allow(clippy::too_many_arguments)]
 fn rope_on<T: BufElem + Float>(
     dev: &RocmDevice,
     shape: RopeCacheShape,
