@@ -108,6 +108,11 @@ for p in m["packages"]:
     cp "$TARGET/release/examples/qllama_e2e" "$BIN/bench-qllama-e2e"
     cargo build --release -p gguf-llama
     cp "$TARGET/release/gguf-llama" "$BIN/gguf-llama"
+    # Python packages the peers need and the GPU machine lacks (openai, diffusers), and the
+    # server's OpenAI-client smoke test.
+    mkdir -p "$BIN/python"
+    cp workers/llm-server/examples/openai_client.py "$BIN/python/"
+    bash benches/python/fetch_wheels.sh "$BIN/wheels" || echo "no wheels (PyPI not reachable?): the openai and diffusers steps will skip"
     strip "$BIN"/bench-* "$BIN"/serve-load "$BIN"/llm-worker "$BIN"/sd-worker "$BIN"/gguf-llama 2>/dev/null || true
     du -sh "$BIN"
 }
@@ -153,6 +158,20 @@ for d in dirs:
     local gpus
     gpus="$(nvidia-smi -L 2>/dev/null | grep -c '^GPU' || true)"
     if [ "${gpus:-0}" -ge 2 ]; then export COLLECTIVES_REQUIRE_GPU="${COLLECTIVES_REQUIRE_GPU:-1}"; fi
+}
+
+# Installs the bundle's wheels of one set (benches/python/fetch_wheels.sh: openai, diffusers)
+# into /tmp/py-SET once and prints that folder, for PYTHONPATH of the steps that need them;
+# fails when the bundle has none.
+py_site() {
+    local dir="$BIN/wheels/$1" site="/tmp/py-$1"
+    ls "$dir"/*.whl >/dev/null 2>&1 || return 1
+    if [ ! -f "$site/.installed" ]; then
+        python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --disable-pip-version-check \
+            --upgrade --target "$site" "$dir"/*.whl >&2 || return 1
+        touch "$site/.installed"
+    fi
+    echo "$site"
 }
 
 run() {
@@ -276,20 +295,65 @@ report() {
         done
     fi
     if has engine; then
-        # The serving engine (workers/llm) through `llm-worker bench`: random-weight models
-        # written here, prompt 512, 256 generated tokens, aggregate decode tokens/s per
-        # concurrency (JSON lines), beside the copy bandwidth of the matvec part.
+        # The serving engine (workers/llm) through `llm-worker bench` against its peers (issue
+        # 30), on random-weight models written here: prompt 512, 256 generated tokens, greedy;
+        # aggregate decode tokens/s and TTFT per concurrency (JSON lines in DIR/engine), then
+        # report_engine.py builds DIR/engine/report_engine.csv from whatever ran.
+        #   ENGINE_MODELS   which models (default "1b-bf16 8b-q4k 8b-bf16"; all three take
+        #                   longer than one 10-minute call: split them over calls and run
+        #                   report_engine.py on the union of the JSON lines)
+        #   ENGINE_PEERS    which peers (default "torch torch-compile candle"): PyTorch eager
+        #                   and torch.compile with a static cache (torch_engine.py, the same
+        #                   folder through transformers), Candle's CUDA backend (candle-peer:
+        #                   its candle-transformers llama at the 1B shapes, `qllama` on the
+        #                   same GGUF file), batch 1
         mkdir -p "$out/engine"
-        local d="${ENGINE_DIR:-/tmp}"
-        step engine-write-1b 300 "$BIN/llm-worker" write-random --family llama --shape 1b --dtype bf16 --out "$d/llama1b_bf16"
-        step engine-1b-bf16 300 "$BIN/llm-worker" bench --model "$d/llama1b_bf16" --device cuda:0 \
-            --prompt-len 512 --gen 256 --concurrency "${ENGINE_CONCURRENCY:-1,8,32,64}"
-        grep '^{' "$out/engine-1b-bf16.log" > "$out/engine/ours_1b_bf16.jsonl" || true
-        step engine-write-8b-q4k 300 "$BIN/llm-worker" write-random --family llama --shape 8b --gguf q4k --out "$d/llama8b_q4k.gguf"
-        step engine-8b-q4k 300 "$BIN/llm-worker" bench --model "$d/llama8b_q4k.gguf" --device cuda:0 \
-            --prompt-len 512 --gen 256 --concurrency "${ENGINE_CONCURRENCY_8B:-1,8}"
-        grep '^{' "$out/engine-8b-q4k.log" > "$out/engine/ours_8b_q4k.jsonl" || true
-        rm -f "$d/llama8b_q4k.gguf"
+        local d="${ENGINE_DIR:-/tmp}" e="$out/engine" m
+        local peers=" ${ENGINE_PEERS:-torch torch-compile candle} "
+        local modes=""
+        case "$peers" in *" torch "*) modes="torch" ;; esac
+        case "$peers" in *" torch-compile "*) modes="${modes:+$modes,}torch-compile" ;; esac
+        step engine-copy 60 python3 "$py/torch_engine.py" copy --out "$e"
+        for m in ${ENGINE_MODELS:-1b-bf16 8b-q4k 8b-bf16}; do
+            local size="${m%%-*}" tag="${m//-/_}" conc
+            case "$m" in
+                1b-bf16|8b-bf16)
+                    local dir="$d/llama${size}_bf16"
+                    if [ "$size" = 1b ]; then conc="${ENGINE_CONCURRENCY:-1,8,32,64}"; else conc="${ENGINE_CONCURRENCY_8B_BF16:-1,8,32,64}"; fi
+                    if [ ! -f "$dir/config.json" ]; then
+                        step "engine-write-$size" 300 "$BIN/llm-worker" write-random --family llama --shape "$size" --dtype bf16 --out "$dir"
+                    fi
+                    step "engine-$m" 300 "$BIN/llm-worker" bench --model "$dir" --device cuda:0 --prompt-len 512 --gen 256 --concurrency "$conc"
+                    grep '^{' "$out/engine-$m.log" > "$e/ours_$tag.jsonl" || true
+                    if [ -n "$modes" ]; then
+                        step "torch-engine-$m" 420 python3 "$py/torch_engine.py" --model "$dir" --tag "$m" --out "$e" \
+                            --prompt-len 512 --gen 256 --concurrency "$conc" --modes "$modes" --reps "${ENGINE_TORCH_REPS:-2}"
+                    fi
+                    if [ "$size" = 1b ] && [ -x "$BIN/candle-peer" ] && [[ "$peers" == *" candle "* ]]; then
+                        local rc=0
+                        timeout 240 "$BIN/candle-peer" --prompt 512 --steps 256 --reps 3 > "$e/candle_$tag.jsonl" 2> "$out/engine-candle-$m.log" || rc=$?
+                        echo "engine-candle-$m rc=$rc" | tee -a "$out/summary.txt"
+                    fi
+                    # The 8B folder is 16 GB: gone once measured (the 1B one stays for serve).
+                    if [ "$size" = 8b ]; then rm -rf "$dir"; fi
+                    ;;
+                8b-q4k)
+                    local f="$d/llama8b_q4k.gguf"
+                    step engine-write-8b-q4k 300 "$BIN/llm-worker" write-random --family llama --shape 8b --gguf q4k --out "$f"
+                    step engine-8b-q4k 300 "$BIN/llm-worker" bench --model "$f" --device cuda:0 \
+                        --prompt-len 512 --gen 256 --concurrency "${ENGINE_CONCURRENCY_8B:-1,8}"
+                    grep '^{' "$out/engine-8b-q4k.log" > "$e/ours_8b_q4k.jsonl" || true
+                    if [ -x "$BIN/candle-peer" ] && [[ "$peers" == *" candle "* ]]; then
+                        local rc=0
+                        timeout 240 "$BIN/candle-peer" qllama "$f" --prompt 512 --steps 256 --reps 3 > "$e/candle_8b_q4k.jsonl" 2> "$out/engine-candle-8b-q4k.log" || rc=$?
+                        echo "engine-candle-8b-q4k rc=$rc" | tee -a "$out/summary.txt"
+                    fi
+                    rm -f "$f"
+                    ;;
+                *) echo "engine: unknown model $m (1b-bf16, 8b-bf16, 8b-q4k)" | tee -a "$out/summary.txt" ;;
+            esac
+        done
+        step report-engine 30 python3 "$py/report_engine.py" "$e"
     fi
     if has nccl; then
         # Collectives on two GPUs (nvidia-h100-x2): NCCL all-reduce/all-gather/broadcast of
@@ -309,6 +373,16 @@ report() {
             --max-num-seqs 64 > "$out/serve/server.log" 2>&1 &
         local pid=$!
         for _ in $(seq 1 180); do curl -sf "http://127.0.0.1:$port/health" >/dev/null 2>&1 && break; sleep 1; done
+        # The official `openai` client (wheels in the bundle) against the idle server: one
+        # streamed chat completion timed as a client sees it, then the API smoke test.
+        local site
+        if site="$(py_site openai)"; then
+            step serve-openai-stream 120 env PYTHONPATH="$site" python3 "$py/openai_stream.py" \
+                --base-url "http://127.0.0.1:$port/v1" --max-tokens 64 --out "$out/serve"
+            step serve-openai-client 120 env PYTHONPATH="$site" python3 "$py/openai_client.py" "http://127.0.0.1:$port/v1"
+        else
+            echo "serve-openai skipped: no openai wheels in the bundle" | tee -a "$out/summary.txt"
+        fi
         step serve-load 360 "$BIN/serve-load" --url "http://127.0.0.1:$port" --model llama1b --rates "${SERVE_RATES:-1,4,16,inf}" \
             --requests "${SERVE_REQUESTS:-64}" --prompt-len 512 --max-tokens 256 --vocab 128256
         grep '^{' "$out/serve-load.log" > "$out/serve/load.jsonl" || true
@@ -319,11 +393,23 @@ report() {
         echo "serve-shutdown rc=$rc" | tee -a "$out/summary.txt"
     fi
     if has sd; then
-        # Stable Diffusion (workers/sd): UNet step and VAE decode at SD 1.5 shapes, random
-        # weights, f16, batch 2 (classifier-free guidance), 512x512.
+        # Stable Diffusion (workers/sd, issue 32): UNet step (batch 2, classifier-free guidance)
+        # and VAE decode at the SD 1.5 (512x512) and SDXL (1024x1024) shapes, random weights,
+        # f16; the peer is diffusers on PyTorch (torch_sd.py: the same networks built from the
+        # published configurations, SDPA attention); report_sd.py builds DIR/sd/report_sd.csv.
         mkdir -p "$out/sd"
-        step sd15-f16 300 "$BIN/sd-worker" bench --shape sd15 --steps 5 --device cuda:0 --dtype f16
-        grep '^{' "$out/sd15-f16.log" > "$out/sd/ours_sd15_f16.jsonl" || true
+        local s shapes="${SD_SHAPES:-sd15 sdxl}"
+        for s in $shapes; do
+            step "$s-f16" 300 "$BIN/sd-worker" bench --shape "$s" --steps 5 --device cuda:0 --dtype f16
+            grep '^{' "$out/$s-f16.log" > "$out/sd/ours_${s}_f16.jsonl" || true
+        done
+        local site=""
+        if site="$(py_site diffusers)" || python3 -c 'import diffusers' 2>/dev/null; then
+            step torch-sd 300 env PYTHONPATH="$site" python3 "$py/torch_sd.py" --out "$out/sd" --shapes "${shapes// /,}" --steps 5
+        else
+            echo "torch-sd skipped: no diffusers (wheels or installed)" | tee -a "$out/summary.txt"
+        fi
+        step report-sd 30 python3 "$py/report_sd.py" "$out/sd"
     fi
 }
 
