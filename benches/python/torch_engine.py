@@ -142,7 +142,14 @@ def main():
         sink.flush()
 
     t0 = time.perf_counter()
-    model = AutoModelForCausalLM.from_pretrained(args.model, dtype=torch.bfloat16, device_map=args.device)
+    try:
+        model = AutoModelForCausalLM.from_pretrained(args.model, dtype=torch.bfloat16, device_map=args.device)
+    except Exception as e:  # every requested row says why it has no figures
+        traceback.print_exc()
+        for mode in modes:
+            for c in (args.compile_concurrency if mode == "torch-compile" else args.concurrency):
+                emit(backend=mode, concurrency=c, error=f"loading the model failed: {type(e).__name__}: {e}"[:2000])
+        sys.exit(1)
     model.eval()
     load_s = time.perf_counter() - t0
     cfg = model.config
@@ -159,8 +166,10 @@ def main():
         kw = dict(max_new_tokens=args.gen, min_new_tokens=args.gen, do_sample=False, pad_token_id=eos)
         if compiled:
             from transformers import CompileConfig
-            kw.update(cache_implementation="static",
-                      compile_config=CompileConfig(fullgraph=True, mode="reduce-overhead", dynamic=False))
+            cc = CompileConfig(fullgraph=True, mode="reduce-overhead", dynamic=False)
+            if not args.device.startswith("cuda"):
+                cc._compile_all_devices = True  # generate compiles on CUDA only unless told
+            kw.update(cache_implementation="static", compile_config=cc)
         else:
             kw.update(disable_compile=True)
         clock = Clock()

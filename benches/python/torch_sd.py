@@ -51,16 +51,21 @@ SIZES = {"sd15": (512, 512), "sdxl": (1024, 1024)}
 TEXT_TOKENS = 77
 
 
-def timed(fn, runs):
+def timed(fn, runs, cuda):
     fn()  # untimed: cuDNN/cuBLAS heuristics, allocator growth
     ms = []
     for i in range(runs):
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        a.record()
-        fn(i)
-        b.record()
-        b.synchronize()
-        ms.append(a.elapsed_time(b))
+        if cuda:
+            a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            a.record()
+            fn(i)
+            b.record()
+            b.synchronize()
+            ms.append(a.elapsed_time(b))
+        else:
+            t = time.perf_counter()
+            fn(i)
+            ms.append((time.perf_counter() - t) * 1e3)
     return ms
 
 
@@ -71,6 +76,7 @@ def main():
     p.add_argument("--steps", type=int, default=5)
     p.add_argument("--batch", type=int, default=2)
     p.add_argument("--size", default=None, help="WxH for every shape (default: the shape's own)")
+    p.add_argument("--device", default="cuda", help="cuda (default); cpu to check the script without a GPU")
     args = p.parse_args()
     shapes = [s for s in args.shapes.split(",") if s]
     for s in shapes:
@@ -83,7 +89,9 @@ def main():
     from diffusers import AutoencoderKL, UNet2DConditionModel
     from diffusers.models.attention_processor import AttnProcessor2_0
 
-    dev, dt = torch.device("cuda"), torch.float16
+    dev, dt = torch.device(args.device), torch.float16
+    cuda = dev.type == "cuda"
+    dev_name = torch.cuda.get_device_name() if cuda else args.device
     sink = open(os.path.join(args.out, "torch_sd.jsonl"), "a")
     torch.manual_seed(0)
     for shape in shapes:
@@ -92,7 +100,7 @@ def main():
             sys.exit(f"{w}x{h}: width and height must be multiples of 8")
 
         def line(op, ms, batch, **extra):
-            j = dict(shape=shape, op=op, backend="torch", device=torch.cuda.get_device_name(), dtype="f16",
+            j = dict(shape=shape, op=op, backend="torch", device=dev_name, dtype="f16",
                      width=w, height=h, batch=batch, runs=len(ms), median_ms=statistics.median(ms), min_ms=min(ms),
                      ms=ms, torch=torch.__version__, diffusers=diffusers.__version__, **extra)
             print(json.dumps(j), flush=True)
@@ -114,20 +122,22 @@ def main():
             ids = torch.tensor([h, w, 0, 0, h, w], device=dev, dtype=dt).repeat(b, 1)
             extra = dict(added_cond_kwargs=dict(text_embeds=torch.randn(b, 1280, device=dev, dtype=dt), time_ids=ids))
         with torch.inference_mode():
-            ms = timed(lambda i=0: unet(lat, 999 - i, encoder_hidden_states=text, **extra).sample, args.steps)
+            ms = timed(lambda i=0: unet(lat, 999 - i, encoder_hidden_states=text, **extra).sample, args.steps, cuda)
         line("unet_step", ms, b, parameters=params)
         del unet
-        torch.cuda.empty_cache()
+        if cuda:
+            torch.cuda.empty_cache()
 
         with torch.device(dev):
             vae = AutoencoderKL(**VAE, sample_size=max(w, h)).to(dt).eval()
         vae.set_attn_processor(AttnProcessor2_0())
         z = lat[:1]
         with torch.inference_mode():
-            ms = timed(lambda i=0: vae.decode(z).sample, min(args.steps, 3))
+            ms = timed(lambda i=0: vae.decode(z).sample, min(args.steps, 3), cuda)
         line("vae_decode", ms, 1)
         del vae
-        torch.cuda.empty_cache()
+        if cuda:
+            torch.cuda.empty_cache()
     sink.close()
 
 

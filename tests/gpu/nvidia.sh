@@ -18,8 +18,9 @@
 # PyTorch but no Rust toolchain, so x86-64 binaries built here travel there.
 set -euo pipefail
 HERE="$(cd "$(dirname "$0")" && pwd)"
-if ls "$HERE"/test-* >/dev/null 2>&1; then
-    # Running the copy inside a bundle (`.device-bin/nvidia.sh run`).
+if [ "$(basename "$HERE")" = .device-bin ] || ls "$HERE"/test-* >/dev/null 2>&1; then
+    # Running the copy inside a bundle (`.device-bin/nvidia.sh run`; a bundle may hold no
+    # test binaries when only benchmarks travel).
     BIN="$HERE"
 else
     cd "$HERE/../.."
@@ -167,7 +168,7 @@ py_site() {
     local dir="$BIN/wheels/$1" site="/tmp/py-$1"
     ls "$dir"/*.whl >/dev/null 2>&1 || return 1
     if [ ! -f "$site/.installed" ]; then
-        python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --disable-pip-version-check \
+        python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --disable-pip-version-check --root-user-action=ignore \
             --upgrade --target "$site" "$dir"/*.whl >&2 || return 1
         touch "$site/.installed"
     fi
