@@ -27,7 +27,8 @@ usage: torch_engine.py --model DIR --tag 1b-bf16 [--out DIR] [--prompt-len 512] 
                        [--concurrency 1,8,32,64] [--modes torch,torch-compile]
                        [--compile-concurrency 1] [--reps 2]
        torch_engine.py copy [--out DIR]
-Writes DIR/torch_TAG.jsonl (one line per mode, concurrency and run) and prints the lines.
+Writes DIR/torch_TAG.jsonl (TAG with underscores: torch_1b_bf16.jsonl), one line per mode,
+concurrency and run, and prints the lines.
 """
 import argparse
 import json
@@ -129,7 +130,7 @@ def main():
     import transformers
     from transformers import AutoModelForCausalLM
 
-    out_path = os.path.join(args.out, f"torch_{args.tag}.jsonl")
+    out_path = os.path.join(args.out, f"torch_{args.tag.replace('-', '_')}.jsonl")
     sink = open(out_path, "a")
     dev_name = torch.cuda.get_device_name() if args.device.startswith("cuda") else args.device
     base = dict(model=args.tag, prompt_len=args.prompt_len, gen=args.gen, device=dev_name,
