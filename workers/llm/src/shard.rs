@@ -148,6 +148,7 @@ impl TpPlan {
 /// `unit_bytes` bytes holding `per_unit` elements each (1 for plain dtypes, the block size
 /// for GGML blocks), and the slice's dims. An error naming `name` when the split does not
 /// fall on whole units or exceeds the tensor.
+#[allow(clippy::single_range_in_vec_init)] // a list of ranges that may have one
 pub fn byte_ranges(name: &str, dims: &[usize], per_unit: usize, unit_bytes: usize, split: Split) -> Result<(Vec<Range<usize>>, Vec<usize>)> {
     let bad = |m: String| Error::TensorParallel(format!("tensor {name} {dims:?}: {m}"));
     // 1-D tensors are one row: their element slice is a column slice.

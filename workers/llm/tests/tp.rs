@@ -107,6 +107,7 @@ fn safetensors_shards_equal_slices_of_the_full_tensors() {
 }
 
 #[test]
+#[allow(clippy::single_range_in_vec_init)] // lists of byte ranges
 fn the_split_arithmetic() {
     let dir = write(Family::Llama, None);
     let cfg = ModelConfig::from_hf_file(&dir.path().join("config.json")).unwrap();
