@@ -12,7 +12,8 @@
 #                                  # GPU machine: the tests (GPU only) and every benchmark
 #                                  # against its peer, results under DIR; PARTs (default
 #                                  # all): tests llm quantized matvec gemm attention e2e qe2e
-#                                  # engine serve sd
+#                                  # engine serve sd; `nccl`: the 2-GPU collectives and
+#                                  # tensor-parallel tests (not in the default)
 #
 # `bundle` + `run` is how the project's H100 checks are made: the GPU machine has CUDA and
 # PyTorch but no Rust toolchain, so x86-64 binaries built here travel there.
