@@ -300,3 +300,34 @@ fn error_cases() {
     assert!(t0.elapsed().as_secs() < 30);
     assert_eq!(r.step(&[chunk(1, &[3, 4], 0, &[0])]).unwrap()[0].len(), 512);
 }
+
+#[test]
+fn collectives_on_tensors_of_two_cpu_executor_ranks() {
+    use llm_worker::tp::{communicators, TpCollective};
+    let devs = cpu_devs(2);
+    let comms = communicators(&devs).unwrap();
+    let outs: Vec<_> = std::thread::scope(|s| {
+        let hs: Vec<_> = comms
+            .into_iter()
+            .zip(&devs)
+            .map(|(c, d)| {
+                s.spawn(move || {
+                    let r = c.rank() as f32;
+                    // A transposed (strided) view: gathered into a contiguous buffer first.
+                    let x = Tensor::from_vec((0..6).map(|i| i as f32 + 10.0 * r).collect::<Vec<_>>(), (3, 2), d).unwrap().t().unwrap();
+                    let sum = c.all_reduce_sum(&x).unwrap();
+                    let sum16 = c.all_reduce_sum(&x.to_dtype(DType::BF16).unwrap()).unwrap();
+                    let all = c.all_gather(&x.contiguous().unwrap()).unwrap();
+                    (sum.to_vec2::<f32>().unwrap(), sum16.to_dtype(DType::F32).unwrap().to_vec2::<f32>().unwrap(), all.to_vec3::<f32>().unwrap())
+                })
+            })
+            .collect();
+        hs.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    // Rank r holds x_r = [[0, 2, 4], [1, 3, 5]] + 10 r: the sum is 2 x_0 + 10 (exact in bf16 too).
+    let want = vec![vec![10.0, 14.0, 18.0], vec![12.0, 16.0, 20.0]];
+    for (sum, sum16, all) in &outs {
+        assert_eq!((sum, sum16), (&want, &want));
+        assert_eq!(all, &vec![vec![vec![0.0, 2.0, 4.0], vec![1.0, 3.0, 5.0]], vec![vec![10.0, 12.0, 14.0], vec![11.0, 13.0, 15.0]]]);
+    }
+}
