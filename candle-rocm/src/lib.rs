@@ -38,6 +38,8 @@
 //! return a Candle error naming the op and dtype; nothing falls back to the CPU silently.
 pub mod blas;
 pub mod buffer;
+/// Tensor-parallel collectives (all-reduce, all-gather) on this backend's tensors.
+pub mod collective;
 pub mod device;
 pub mod error;
 pub mod flash_attn;

@@ -12,7 +12,8 @@
 #                                  # GPU machine: the tests (GPU only) and every benchmark
 #                                  # against its peer, results under DIR; PARTs (default
 #                                  # all): tests llm quantized matvec gemm attention e2e qe2e
-#                                  # engine serve sd
+#                                  # engine serve sd; `nccl`: the 2-GPU collectives and
+#                                  # tensor-parallel tests (not in the default)
 #
 # `bundle` + `run` is how the project's H100 checks are made: the GPU machine has CUDA and
 # PyTorch but no Rust toolchain, so x86-64 binaries built here travel there.
@@ -28,21 +29,9 @@ else
 fi
 TARGET="${CARGO_TARGET_DIR:-target}"
 
-# The test binaries of the crates whose kernels run on a GPU (release, CUDA path on), the
-# fixtures they read and the PTX for the ptxas report, into $BIN.
-bundle_tests() {
-    mkdir -p "$BIN"
-    # The NVIDIA machine needs the PTX only: leave the AMD code objects out of these
-    # binaries (the CPU-side tests of the code objects run in `cargo test --workspace`).
-    export KERNEL_ARCHS="${KERNEL_ARCHS:-none}"
-    # Every crate with GPU work and a `cuda` feature (DIR or DIR:PACKAGE when the names differ).
-    local args=() features=()
-    for c in kernels candle-rocm attention kernel-dsl/collectives:kernel-collectives; do
-        local dir="${c%%:*}" pkg="${c##*:}"
-        if grep -q '^cuda *=' "$dir/Cargo.toml" 2>/dev/null; then args+=(-p "$pkg"); features+=("$pkg/cuda"); fi
-    done
-    cargo test --release "${args[@]}" --features "$(IFS=,; echo "${features[*]}")" --no-run --message-format=json 2>/dev/null \
-        | python3 -c '
+# Copies the test executables of cargo's JSON messages (stdin) into $BIN as test-NAME.
+collect_tests() {
+    python3 -c '
 import json, sys, shutil
 seen = set()
 for line in sys.stdin:
@@ -56,6 +45,24 @@ for line in sys.stdin:
         shutil.copy(m["executable"], sys.argv[1] + "/test-" + name)
         print("bundled test", name)
 ' "$BIN"
+}
+
+# The test binaries of the crates whose kernels run on a GPU (release, CUDA path on), the
+# fixtures they read and the PTX for the ptxas report, into $BIN.
+bundle_tests() {
+    mkdir -p "$BIN"
+    # The NVIDIA machine needs the PTX only: leave the AMD code objects out of these
+    # binaries (the CPU-side tests of the code objects run in `cargo test --workspace`).
+    export KERNEL_ARCHS="${KERNEL_ARCHS:-none}"
+    # Every crate with GPU work and a `cuda` feature (DIR or DIR:PACKAGE when the names differ).
+    local args=() features=()
+    for c in kernels candle-rocm attention kernel-dsl/collectives:kernel-collectives; do
+        local dir="${c%%:*}" pkg="${c##*:}"
+        if grep -q '^cuda *=' "$dir/Cargo.toml" 2>/dev/null; then args+=(-p "$pkg"); features+=("$pkg/cuda"); fi
+    done
+    cargo test --release "${args[@]}" --features "$(IFS=,; echo "${features[*]}")" --no-run --message-format=json 2>/dev/null | collect_tests
+    # Tensor parallelism on two GPUs (llm-worker's only GPU test binary; its other tests are CPU tests).
+    cargo test --release -p llm-worker --features llm-worker/cuda --test tp_gpu --no-run --message-format=json 2>/dev/null | collect_tests
     cp tests/gpu/nvidia.sh tests/gpu/ptxas_report.py "$BIN/"
     # Test fixtures (Candle-written quantized blocks) the binaries read at run time.
     rm -rf "$BIN/data" && cp -r kernels/tests/data "$BIN/data"
@@ -360,6 +367,8 @@ report() {
         # Collectives on two GPUs (nvidia-h100-x2): NCCL all-reduce/all-gather/broadcast of
         # our buffers against host sums, also inside a captured graph.
         step nccl-two-gpus 180 "$BIN/test-nccl_two_gpus" --test-threads=1
+        # The engine's tensor-parallel forward (TP=2 against TP=1), issue 33.
+        step tp-two-gpus 300 "$BIN/test-tp_gpu" --test-threads=1
     fi
     if has serve; then
         # `llm-worker serve` on the 1B bf16 folder (the engine part's, else written here),

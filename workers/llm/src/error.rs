@@ -31,6 +31,15 @@ pub enum Error {
     /// Bad input to the runner (a block table too short, a position past the rope table, ...).
     #[error("invalid input: {0}")]
     Invalid(String),
+    /// A tensor-parallel split this model or machine cannot do: heads, key/value heads,
+    /// intermediate size or vocabulary not divisible by the size, more ranks than devices,
+    /// a GGML block layout that a column slice would cut.
+    #[error("tensor parallelism: {0}")]
+    TensorParallel(String),
+    /// The communicator between the ranks could not be set up or failed (NCCL's or RCCL's
+    /// own message included).
+    #[error("tensor parallelism: communicator: {0}")]
+    Collective(String),
     /// An I/O error on a file.
     #[error("{path}: {source}")]
     Io { path: PathBuf, source: std::io::Error },

@@ -10,13 +10,16 @@ pub mod model;
 pub mod random;
 pub mod runner;
 pub mod serve;
+pub mod shard;
 pub mod text;
+pub mod tp;
 
 pub use config::{Family, ModelConfig, RopeScaling};
 pub use error::{Error, Result};
 pub use model::Model;
 pub use runner::LlamaRunner;
 pub use text::{Message, TextTools};
+pub use tp::TpRunner;
 
 /// The Candle device of a `--device` spec: `cpu` (Candle's own CPU backend), `cpu-executor`
 /// (our backend on the CPU executor; `cpu-executor:32` for wave 32), `cuda:N` / `rocm:N` (our

@@ -6,7 +6,8 @@ use llm_engine::{Engine, EngineConfig, Event, FinishReason, SamplingParams};
 use llm_worker::generate::blocks_needed;
 use llm_worker::random::{RandomModel, Shape};
 use llm_worker::serve::{load_served, ServeArgs};
-use llm_worker::{device, Family, LlamaRunner, Message, Model, TextTools};
+use llm_worker::tp::tp_devices;
+use llm_worker::{Family, Message, TextTools, TpRunner};
 use std::io::Write;
 use std::path::PathBuf;
 use std::time::Instant;
@@ -51,6 +52,10 @@ enum Cmd {
         device: String,
         #[arg(long, default_value_t = 16)]
         block_size: usize,
+        /// Split the model across this many devices (tensor parallelism): cuda:K..K+N-1,
+        /// rocm:K..K+N-1, or N CPU-executor devices.
+        #[arg(long, default_value_t = 1)]
+        tensor_parallel: usize,
     },
     /// Decode throughput and time to first token at several concurrencies, through the
     /// engine (random prompts, greedy, all requests at once; one JSON line per concurrency).
@@ -73,6 +78,10 @@ enum Cmd {
         max_batched_tokens: usize,
         #[arg(long, default_value_t = 0)]
         seed: u64,
+        /// Split the model across this many devices (tensor parallelism): cuda:K..K+N-1,
+        /// rocm:K..K+N-1, or N CPU-executor devices.
+        #[arg(long, default_value_t = 1)]
+        tensor_parallel: usize,
     },
     /// An OpenAI-compatible HTTP server (llm-server): /v1/completions, /v1/chat/completions
     /// (streamed or not), /v1/models, /health, /metrics; exits 0 on SIGTERM/SIGINT.
@@ -112,6 +121,10 @@ enum Cmd {
         /// Seconds in-flight requests may run on after SIGTERM before they are cancelled.
         #[arg(long, default_value_t = 30.0)]
         shutdown_grace: f64,
+        /// Split the model across this many devices (tensor parallelism): cuda:K..K+N-1,
+        /// rocm:K..K+N-1, or N CPU-executor devices.
+        #[arg(long, default_value_t = 1)]
+        tensor_parallel: usize,
     },
     /// Write a model with seeded random weights (a Hugging Face folder, or a llama GGUF file).
     WriteRandom {
@@ -146,22 +159,27 @@ enum Cmd {
     },
 }
 
-fn load(model: &std::path::Path, spec: &str) -> Result<(Model, String)> {
-    let (dev, name) = device(spec)?;
+/// The model at `model` on `tp` devices of `spec` (one: the whole model), with a cache of
+/// `blocks` blocks of `block_size` tokens per device.
+fn load(model: &std::path::Path, spec: &str, tp: usize, blocks: usize, block_size: usize) -> Result<(TpRunner, String)> {
+    let devs = tp_devices(spec, tp)?;
+    let name = if tp == 1 { devs[0].1.clone() } else { format!("{tp} x {}", devs[0].1) };
     let t0 = Instant::now();
-    let m = Model::load(model, &dev)?;
+    let devs: Vec<_> = devs.into_iter().map(|d| d.0).collect();
+    let r = TpRunner::load(model, &devs, blocks, block_size)?;
+    let m = r.model();
     eprintln!("model {} ({:?}, {:?}, {} layers) on {name}, loaded in {:.2} s", model.display(), m.cfg.family, m.dtype, m.cfg.num_layers, t0.elapsed().as_secs_f64());
-    Ok((m, name))
+    Ok((r, name))
 }
 
 fn run(cli: Cli) -> Result<()> {
     match cli.cmd {
-        Cmd::Generate { model, tokenizer, prompt, chat, system, max_tokens, temperature, top_p, seed, device, block_size } => {
+        Cmd::Generate { model, tokenizer, prompt, chat, system, max_tokens, temperature, top_p, seed, device, block_size, tensor_parallel } => {
             if top_p.is_some_and(|p| !(p > 0.0 && p <= 1.0)) {
                 bail!("--top-p must be in (0, 1]");
             }
-            let (m, _) = load(&model, &device)?;
-            let text = TextTools::load(&model, tokenizer.as_deref(), m.cfg.vocab_size)?;
+            let cfg = llm_worker::shard::read_config(&model)?;
+            let text = TextTools::load(&model, tokenizer.as_deref(), cfg.vocab_size)?;
             let prompt_text = if chat {
                 let mut msgs = vec![];
                 if let Some(s) = &system {
@@ -178,9 +196,9 @@ fn run(cli: Cli) -> Result<()> {
             if ids.is_empty() {
                 bail!("the prompt encodes to no tokens");
             }
-            let stop = m.cfg.eos_token_ids.clone();
+            let stop = cfg.eos_token_ids.clone();
             let max_len = ids.len() + max_tokens;
-            let runner = LlamaRunner::new(m, blocks_needed(1, max_len, block_size), block_size)?;
+            let (runner, _) = load(&model, &device, tensor_parallel, blocks_needed(1, max_len, block_size), block_size)?;
             let config = EngineConfig { max_num_seqs: 1, max_batched_tokens: ids.len().max(16), max_model_len: max_len, prefix_caching: false };
             let mut engine = Engine::try_new(runner, config)?;
             let params = SamplingParams { temperature: temperature as f32, top_p: top_p.map(|p| p as f32), seed: Some(seed), max_tokens, stop_token_ids: stop, ..SamplingParams::default() };
@@ -230,7 +248,7 @@ fn run(cli: Cli) -> Result<()> {
                 decoded as f64 / (total - prefill_s).max(1e-9)
             );
         }
-        Cmd::Serve { model, tokenizer, device, host, port, api_key, max_queue, max_model_len, served_model_name, max_num_seqs, max_batched_tokens, block_size, num_blocks, shutdown_grace } => {
+        Cmd::Serve { model, tokenizer, device, host, port, api_key, max_queue, max_model_len, served_model_name, max_num_seqs, max_batched_tokens, block_size, num_blocks, shutdown_grace, tensor_parallel } => {
             let filter = tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
             tracing_subscriber::fmt().with_env_filter(filter).init();
             let ip: std::net::IpAddr = host.parse().with_context(|| format!("--host {host:?}"))?;
@@ -238,19 +256,18 @@ fn run(cli: Cli) -> Result<()> {
                 bail!("--shutdown-grace must be a number of seconds >= 0");
             }
             let config = llm_server::ServerConfig { api_key, max_queue, shutdown_grace: std::time::Duration::from_secs_f64(shutdown_grace), ..Default::default() };
-            let args = ServeArgs { model, tokenizer, device, name: served_model_name, max_model_len, max_num_seqs, max_batched_tokens, block_size, num_blocks };
+            let args = ServeArgs { model, tokenizer, device, name: served_model_name, max_model_len, max_num_seqs, max_batched_tokens, block_size, num_blocks, tensor_parallel };
             llm_server::run(config, std::net::SocketAddr::new(ip, port), move || load_served(&args))?;
         }
-        Cmd::Bench { model, prompt_len, gen, concurrency, device, block_size, max_batched_tokens, seed } => {
+        Cmd::Bench { model, prompt_len, gen, concurrency, device, block_size, max_batched_tokens, seed, tensor_parallel } => {
             if prompt_len == 0 || gen == 0 || concurrency.contains(&0) {
                 bail!("--prompt-len, --gen and every --concurrency must be positive");
             }
-            let (m, dev_name) = load(&model, &device)?;
-            let vocab = m.cfg.vocab_size;
             let max_c = concurrency.iter().copied().max().unwrap_or(1);
             let max_len = prompt_len + gen;
             let blocks = blocks_needed(max_c, max_len, block_size);
-            let runner = LlamaRunner::new(m, blocks, block_size)?;
+            let (runner, dev_name) = load(&model, &device, tensor_parallel, blocks, block_size)?;
+            let vocab = runner.model().cfg.vocab_size;
             eprintln!("KV cache: {blocks} blocks of {block_size} tokens, {:.1} MiB", (blocks * runner.block_bytes()) as f64 / (1u64 << 20) as f64);
             let config = EngineConfig { max_num_seqs: max_c, max_batched_tokens: max_batched_tokens.max(max_c), max_model_len: max_len, prefix_caching: false };
             let mut engine = Engine::try_new(runner, config)?;
@@ -288,7 +305,7 @@ fn run(cli: Cli) -> Result<()> {
                 let total: usize = times.iter().map(Vec::len).sum();
                 eprintln!("concurrency {c}: decode {decode_tok_s:.1} tokens/s aggregate, time to first token {:.1} ms (mean), {total} tokens in {end:.2} s", ttft * 1e3);
                 let j = serde_json::json!({
-                    "model": model.display().to_string(), "device": dev_name, "concurrency": c, "prompt_len": prompt_len, "gen": gen,
+                    "model": model.display().to_string(), "device": dev_name, "tensor_parallel": tensor_parallel, "concurrency": c, "prompt_len": prompt_len, "gen": gen,
                     "decode_tok_s": decode_tok_s, "ttft_ms": ttft * 1e3, "output_tok_s": total as f64 / end, "seconds": end,
                 });
                 println!("{j}");

@@ -14,11 +14,11 @@ use std::path::{Path, PathBuf};
 
 /// A weight matrix `[out, in]`: dense (safetensors) or GGML blocks (GGUF), with an optional bias.
 pub struct Linear {
-    w: Weight,
-    b: Option<Tensor>,
+    pub(crate) w: Weight,
+    pub(crate) b: Option<Tensor>,
 }
 
-enum Weight {
+pub(crate) enum Weight {
     Dense(Tensor),
     Quant(QMatMul),
 }
@@ -330,22 +330,31 @@ pub fn paged_attention(q: &Tensor, cache: &LayerCache, batch: &AttnBatch, scale:
     }
 }
 
-struct Layer {
+pub(crate) struct Layer {
     /// `[q | k | v]` stacked (dense weights): one product.
-    qkv: Option<Linear>,
+    pub(crate) qkv: Option<Linear>,
     /// `[gate | up]` stacked (dense weights): one product.
-    gate_up: Option<Linear>,
-    input_norm: Tensor,
-    q: Linear,
-    k: Linear,
-    v: Linear,
-    o: Linear,
-    q_norm: Option<Tensor>,
-    k_norm: Option<Tensor>,
-    post_norm: Tensor,
-    gate: Linear,
-    up: Linear,
-    down: Linear,
+    pub(crate) gate_up: Option<Linear>,
+    pub(crate) input_norm: Tensor,
+    pub(crate) q: Linear,
+    pub(crate) k: Linear,
+    pub(crate) v: Linear,
+    pub(crate) o: Linear,
+    pub(crate) q_norm: Option<Tensor>,
+    pub(crate) k_norm: Option<Tensor>,
+    pub(crate) post_norm: Tensor,
+    pub(crate) gate: Linear,
+    pub(crate) up: Linear,
+    pub(crate) down: Linear,
+}
+
+impl Layer {
+    /// Stacks dense q/k/v and gate/up into one product each (see [`stack`]).
+    pub(crate) fn stack_dense(&mut self) -> candle_core::Result<()> {
+        self.qkv = stack(&[&self.q, &self.k, &self.v])?;
+        self.gate_up = stack(&[&self.gate, &self.up])?;
+        Ok(())
+    }
 }
 
 /// A loaded llama-family model on one device.
@@ -364,10 +373,13 @@ pub struct Model {
     sin: Tensor,
     /// Whether the fused kernels run where the device has them (see [`Model::set_fused`]).
     fused: bool,
+    /// This rank's share and communicator when the model is split across devices
+    /// (tensor parallelism, [`crate::shard`]); `None`: the whole model.
+    tp: Option<crate::tp::TpRank>,
 }
 
 /// The safetensors files of a folder: the index's shards, `model.safetensors`, or every `*.safetensors`.
-fn safetensors_files(dir: &Path) -> Result<Vec<PathBuf>> {
+pub(crate) fn safetensors_files(dir: &Path) -> Result<Vec<PathBuf>> {
     let index = dir.join("model.safetensors.index.json");
     if index.is_file() {
         let text = std::fs::read_to_string(&index).map_err(|source| Error::Io { path: index.clone(), source })?;
@@ -403,7 +415,7 @@ fn safetensors_files(dir: &Path) -> Result<Vec<PathBuf>> {
     Ok(files)
 }
 
-fn rope_tables(cfg: &ModelConfig, dtype: DType, dev: &Device) -> candle_core::Result<(Tensor, Tensor)> {
+pub(crate) fn rope_tables(cfg: &ModelConfig, dtype: DType, dev: &Device) -> candle_core::Result<(Tensor, Tensor)> {
     let inv = cfg.inv_freq();
     let n = inv.len();
     let inv = Tensor::from_vec(inv, (1, n), &Device::Cpu)?;
@@ -469,8 +481,7 @@ impl Model {
             });
         }
         for l in &mut layers {
-            l.qkv = stack(&[&l.q, &l.k, &l.v])?;
-            l.gate_up = stack(&[&l.gate, &l.up])?;
+            l.stack_dense()?;
         }
         let embed = get(embed_name, &[c.vocab_size, h])?;
         let lm_head = if c.tie_word_embeddings && !vb.contains_tensor("lm_head.weight") {
@@ -479,7 +490,7 @@ impl Model {
             lin("lm_head", c.vocab_size, h, false)?
         };
         let (cos, sin) = rope_tables(c, dtype, dev)?;
-        Ok(Model { norm: get("model.norm.weight", &[h])?, cfg, dtype, device: dev.clone(), path: dir.into(), embed, layers, lm_head, cos, sin, fused: true })
+        Ok(Model { norm: get("model.norm.weight", &[h])?, cfg, dtype, device: dev.clone(), path: dir.into(), embed, layers, lm_head, cos, sin, fused: true, tp: None })
     }
 
     /// Loads a GGUF file (llama, qwen2, qwen3): weights stay in their GGML blocks (QMatMul),
@@ -526,14 +537,65 @@ impl Model {
         let head = if ct.tensor_infos.contains_key("output.weight") { q("output.weight")? } else { embed_q };
         let lm_head = Linear { w: Weight::Quant(QMatMul::from_qtensor(head)?), b: None };
         let (cos, sin) = rope_tables(&cfg, DType::F32, dev)?;
-        Ok(Model { cfg, dtype: DType::F32, device: dev.clone(), path: path.into(), embed, layers, norm: final_norm, lm_head, cos, sin, fused: true })
+        Ok(Model { cfg, dtype: DType::F32, device: dev.clone(), path: path.into(), embed, layers, norm: final_norm, lm_head, cos, sin, fused: true, tp: None })
     }
 
-    /// A zeroed paged cache for every layer.
+    /// A model of loaded parts (the tensor-parallel loaders of [`crate::shard`]).
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn from_parts(cfg: ModelConfig, dtype: DType, device: Device, path: PathBuf, embed: Tensor, layers: Vec<Layer>, norm: Tensor, lm_head: Linear, (cos, sin): (Tensor, Tensor), tp: Option<crate::tp::TpRank>) -> Model {
+        Model { cfg, dtype, device, path, embed, layers, norm, lm_head, cos, sin, fused: true, tp }
+    }
+
+    /// `(rank, world)` of a tensor-parallel shard; `(0, 1)` for a whole model.
+    pub fn tp_rank(&self) -> (usize, usize) {
+        self.tp.as_ref().map_or((0, 1), |t| (t.plan.rank, t.plan.world))
+    }
+
+    /// Query and key/value heads this model (shard) holds.
+    pub fn local_heads(&self) -> (usize, usize) {
+        match &self.tp {
+            Some(t) => (t.plan.local_heads(), t.plan.local_kv_heads()),
+            None => (self.cfg.num_heads, self.cfg.num_kv_heads),
+        }
+    }
+
+    /// A zeroed paged cache for every layer (of this shard's key/value heads).
     pub fn new_cache(&self, num_blocks: usize, block_size: usize) -> Result<Vec<LayerCache>> {
-        (0..self.cfg.num_layers)
-            .map(|_| Ok(LayerCache::new(num_blocks, block_size, self.cfg.num_kv_heads, self.cfg.head_dim, self.dtype, &self.device)?))
-            .collect()
+        let nkv = self.local_heads().1;
+        (0..self.cfg.num_layers).map(|_| Ok(LayerCache::new(num_blocks, block_size, nkv, self.cfg.head_dim, self.dtype, &self.device)?)).collect()
+    }
+
+    /// The rank-sum of a row-parallel product's partial sums (identity without tensor parallelism).
+    fn tp_sum(&self, x: Tensor) -> candle_core::Result<Tensor> {
+        match &self.tp {
+            Some(t) => t.comm.all_reduce_sum(&x),
+            None => Ok(x),
+        }
+    }
+
+    /// The embedding rows of `tokens`: with a vocabulary-parallel table, each rank's rows of
+    /// the tokens in its range (zeros for the others), summed across ranks.
+    fn embed_tokens(&self, tokens: &[u32]) -> candle_core::Result<Tensor> {
+        let dev = &self.device;
+        let Some(t) = &self.tp else {
+            return self.embed.index_select(&Tensor::new(tokens, dev)?, 0);
+        };
+        let r = t.plan.vocab_range();
+        let local: Vec<u32> = tokens.iter().map(|&x| if r.contains(&(x as usize)) { x - r.start as u32 } else { 0 }).collect();
+        let keep: Vec<f32> = tokens.iter().map(|&x| if r.contains(&(x as usize)) { 1.0 } else { 0.0 }).collect();
+        let keep = Tensor::from_vec(keep, (tokens.len(), 1), dev)?.to_dtype(self.embed.dtype())?;
+        let rows = self.embed.index_select(&Tensor::new(local.as_slice(), dev)?, 0)?.broadcast_mul(&keep)?;
+        t.comm.all_reduce_sum(&rows)
+    }
+
+    /// Logits of the final hidden rows `h`: with a vocabulary-parallel head, every rank's
+    /// columns gathered in rank order.
+    fn head(&self, h: &Tensor) -> candle_core::Result<Tensor> {
+        let y = self.lm_head.forward(h)?;
+        let Some(t) = &self.tp else { return Ok(y) };
+        let (rows, local) = y.dims2()?;
+        let all = t.comm.all_gather(&y.contiguous()?)?; // [world, rows, local]
+        all.transpose(0, 1)?.contiguous()?.reshape((rows, t.plan.world * local))
     }
 
     /// The forward of a packed batch: `tokens`/`positions`/`slots` (where each token's K/V
@@ -543,15 +605,14 @@ impl Model {
         let c = &self.cfg;
         let dev = &self.device;
         let t = tokens.len();
-        let (nh, nkv, hd) = (c.num_heads, c.num_kv_heads, c.head_dim);
-        let tokens = Tensor::new(tokens, dev)?;
+        let ((nh, nkv), hd) = (self.local_heads(), c.head_dim);
         let (num_blocks, block_size) = match cache.first() {
             Some(lc) => (lc.k.dim(0)?, lc.k.dim(1)?),
             None => (0, 1),
         };
         let index = KvIndex::new(dev, slots, positions, (&self.cos, &self.sin), self.fused, num_blocks, block_size)?;
         let scale = 1.0 / (hd as f64).sqrt();
-        let mut x = self.embed.index_select(&tokens, 0)?;
+        let mut x = self.embed_tokens(tokens)?;
         let eps = c.rms_norm_eps;
         let mut h = match self.layers.first() {
             Some(l) => rms_norm(&x, &l.input_norm, eps)?,
@@ -572,12 +633,12 @@ impl Model {
             }
             let q = rope_append_kv(lc, &q, &k, &v, &index, (&self.cos, &self.sin), c.rope_interleaved)?;
             let a = paged_attention(&q, lc, attn, scale)?;
-            let (x1, h1) = add_rms_norm(&layer.o.forward(&a)?, &x, &layer.post_norm, eps, self.fused)?;
+            let (x1, h1) = add_rms_norm(&self.tp_sum(layer.o.forward(&a)?)?, &x, &layer.post_norm, eps, self.fused)?;
             let act = match &layer.gate_up {
                 Some(gu) => silu_mul_fused(&gu.forward(&h1)?, self.fused)?,
                 None => silu_mul(&layer.gate.forward(&h1)?, &layer.up.forward(&h1)?)?,
             };
-            let m = layer.down.forward(&act)?;
+            let m = self.tp_sum(layer.down.forward(&act)?)?;
             match self.layers.get(i + 1) {
                 // The residual add and the next layer's input norm in one.
                 Some(next) => (x, h) = add_rms_norm(&m, &x1, &next.input_norm, eps, self.fused)?,
@@ -589,7 +650,7 @@ impl Model {
         }
         let last = x.index_select(&Tensor::new(sample_rows, dev)?, 0)?;
         let h = rms_norm(&last, &self.norm, c.rms_norm_eps)?;
-        Ok(Some(self.lm_head.forward(&h)?.to_dtype(DType::F32)?))
+        Ok(Some(self.head(&h)?.to_dtype(DType::F32)?))
     }
 
     /// `false`: every op runs as plain Candle ops even on our device (the reference the

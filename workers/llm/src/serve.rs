@@ -3,7 +3,8 @@
 //! tokenizes and renders chat templates through [`ServedText`].
 
 use crate::generate::blocks_needed;
-use crate::{device, LlamaRunner, Message, Model, TextTools};
+use crate::tp::{tp_devices, TpRunner};
+use crate::{Message, TextTools};
 use llm_engine::{Engine, EngineConfig};
 use std::path::PathBuf;
 
@@ -54,19 +55,24 @@ pub struct ServeArgs {
     pub block_size: usize,
     /// KV cache blocks (default: `max_num_seqs` sequences of `max_model_len`).
     pub num_blocks: Option<usize>,
+    /// Devices the model is split across (tensor parallelism; 1: one device).
+    pub tensor_parallel: usize,
 }
 
-/// Loads the model, its text tools and an engine over a [`LlamaRunner`] (prefix caching on).
-pub fn load_served(a: &ServeArgs) -> Result<(ServedText, Engine<LlamaRunner>), llm_server::LoadError> {
-    let (dev, dev_name) = device(&a.device)?;
+/// Loads the model (split across `tensor_parallel` devices), its text tools and an engine
+/// over a [`TpRunner`] (prefix caching on).
+pub fn load_served(a: &ServeArgs) -> Result<(ServedText, Engine<TpRunner>), llm_server::LoadError> {
+    let devs = tp_devices(&a.device, a.tensor_parallel)?;
+    let dev_name = devs[0].1.clone();
     let t0 = std::time::Instant::now();
-    let m = Model::load(&a.model, &dev)?;
-    let text = TextTools::load(&a.model, a.tokenizer.as_deref(), m.cfg.vocab_size)?;
-    let max_len = a.max_model_len.unwrap_or(m.cfg.max_position_embeddings.min(4096));
-    let eos_token_ids = m.cfg.eos_token_ids.clone();
+    let cfg = crate::shard::read_config(&a.model)?;
+    let text = TextTools::load(&a.model, a.tokenizer.as_deref(), cfg.vocab_size)?;
+    let max_len = a.max_model_len.unwrap_or(cfg.max_position_embeddings.min(4096));
+    let eos_token_ids = cfg.eos_token_ids.clone();
     let name = a.name.clone().unwrap_or_else(|| a.model.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_else(|| "model".into()));
     let blocks = a.num_blocks.unwrap_or_else(|| blocks_needed(a.max_num_seqs, max_len, a.block_size));
-    let runner = LlamaRunner::new(m, blocks, a.block_size)?;
+    let devs: Vec<_> = devs.into_iter().map(|d| d.0).collect();
+    let runner = TpRunner::load(&a.model, &devs, blocks, a.block_size)?;
     let config = EngineConfig {
         max_num_seqs: a.max_num_seqs,
         max_batched_tokens: a.max_batched_tokens.max(a.max_num_seqs),
@@ -75,14 +81,14 @@ pub fn load_served(a: &ServeArgs) -> Result<(ServedText, Engine<LlamaRunner>), l
     };
     let mut engine = Engine::try_new(runner, config)?;
     warm_up(&mut engine)?;
-    tracing::info!(model = %a.model.display(), device = %dev_name, blocks, block_size = a.block_size, max_model_len = max_len, load_s = t0.elapsed().as_secs_f64(), "loaded");
+    tracing::info!(model = %a.model.display(), device = %dev_name, tensor_parallel = a.tensor_parallel, blocks, block_size = a.block_size, max_model_len = max_len, load_s = t0.elapsed().as_secs_f64(), "loaded");
     Ok((ServedText { text, name, max_model_len: max_len, eos_token_ids }, engine))
 }
 
 /// Runs one short request (a prefill and a decode step) before the server says it is
 /// ready, so that the first real requests do not wait for kernel modules to load (on NVIDIA
 /// the driver compiles the PTX at first use: seconds per module on a fresh machine).
-fn warm_up(engine: &mut Engine<LlamaRunner>) -> Result<(), llm_server::LoadError> {
+fn warm_up(engine: &mut Engine<TpRunner>) -> Result<(), llm_server::LoadError> {
     let (_, mut rx) = engine.add_request(vec![0, 0], llm_engine::SamplingParams::greedy(2)).map_err(|e| llm_server::LoadError::from(format!("warm-up request: {e}")))?;
     while engine.step().map_err(|e| llm_server::LoadError::from(format!("warm-up step: {e}")))? {}
     while rx.try_recv().is_ok() {}

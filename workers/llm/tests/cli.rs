@@ -45,3 +45,24 @@ fn missing_model_is_a_clear_error() {
     let e = String::from_utf8_lossy(&out.stderr);
     assert!(e.contains("/nonexistent/model: not found"), "{e}");
 }
+
+#[test]
+fn tensor_parallel_generate_and_its_errors() {
+    let dir = tempfile::tempdir().unwrap();
+    let m = dir.path().join("m");
+    ok(bin().args(["write-random", "--family", "llama", "--shape", "tiny", "--dtype", "f32", "--out"]).arg(&m));
+    let gen = |tp: &str| ok(bin().args(["generate", "--prompt", "the cat", "--max-tokens", "6", "--device", "cpu-executor", "--tensor-parallel", tp, "--model"]).arg(&m));
+    let ((one, _), (two, err)) = (gen("1"), gen("2"));
+    // Greedy: the same text split over two CPU-executor devices.
+    assert_eq!(one, two);
+    assert!(err.contains("2 x "), "{err}");
+    let fail = |args: &[&str]| {
+        let out = bin().args(args).arg("--model").arg(&m).output().unwrap();
+        assert!(!out.status.success(), "{args:?}");
+        String::from_utf8_lossy(&out.stderr).into_owned()
+    };
+    let e = fail(&["generate", "--device", "cpu-executor", "--tensor-parallel", "3"]);
+    assert!(e.contains("attention heads (4) is not divisible by the tensor-parallel size 3"), "{e}");
+    let e = fail(&["bench", "--device", "cpu", "--tensor-parallel", "2"]);
+    assert!(e.contains("has no communicator"), "{e}");
+}

@@ -1,0 +1,294 @@
+//! Tensor parallelism in one process: [`TpRunner`] runs one rank per device, each a
+//! [`LlamaRunner`] over its shard ([`crate::shard`]) in its own thread, all stepping together.
+//!
+//! The engine (scheduler, block manager, sampling) stays on the calling thread, which also
+//! runs rank 0; ranks `1..N` get each batch through a channel. Every rank holds the same
+//! block tables over its own key/value heads, so one block manager serves them all. Per
+//! layer the ranks meet twice (all-reduce after o and after down), plus once for the
+//! vocabulary-parallel embedding and once for the logits (all-gather) per step.
+//!
+//! Why threads in one process, not a process per GPU: the engine needs every rank to run
+//! exactly its batch, and in one process a batch is a channel send instead of a
+//! serialized message to other processes; `ncclCommInitAll` sets the communicator up
+//! without a rendezvous; and the CPU executor's host stand-in collective, which CI tests
+//! with, only exists within a process. Multi-host runs need a process per host (see
+//! docs/multi-gpu.md).
+use crate::error::{Error, Result};
+use crate::runner::LlamaRunner;
+use crate::shard::{self, TpPlan};
+use crate::Model;
+use candle_core::{Device, Tensor};
+use kernel_collectives::{Collective, Communicator};
+use llm_engine::{ModelRunner, SeqChunk};
+use std::path::{Path, PathBuf};
+use std::sync::mpsc;
+use std::thread::JoinHandle;
+
+/// The collectives a tensor-parallel forward needs, on one rank's tensors. Every rank
+/// calls the same ones in the same order with tensors of the same shape.
+pub trait TpCollective: Send {
+    /// This rank, `0..world()`.
+    fn rank(&self) -> usize;
+    /// The number of ranks.
+    fn world(&self) -> usize;
+    /// The elementwise sum of `x` over every rank.
+    fn all_reduce_sum(&self, x: &Tensor) -> candle_core::Result<Tensor>;
+    /// Every rank's `x` stacked in rank order: `[world, x.dims...]`.
+    fn all_gather(&self, x: &Tensor) -> candle_core::Result<Tensor>;
+}
+
+/// NCCL/RCCL on GPUs, the host stand-in on CPU-executor devices.
+impl TpCollective for Communicator {
+    fn rank(&self) -> usize {
+        Collective::rank(self)
+    }
+    fn world(&self) -> usize {
+        self.world_size()
+    }
+    fn all_reduce_sum(&self, x: &Tensor) -> candle_core::Result<Tensor> {
+        candle_rocm::collective::all_reduce_sum(self, x)
+    }
+    fn all_gather(&self, x: &Tensor) -> candle_core::Result<Tensor> {
+        candle_rocm::collective::all_gather(self, x)
+    }
+}
+
+/// One rank's share of a model and its communicator.
+pub struct TpRank {
+    pub plan: TpPlan,
+    pub comm: Box<dyn TpCollective>,
+}
+
+/// The `n` devices of `--device spec --tensor-parallel n`: `cpu-executor[:w]` gives `n`
+/// CPU-executor devices; `cuda:k` / `rocm:k` gives ordinals `k..k + n`. An error when a
+/// device cannot be opened (fewer visible GPUs than `n`) or for Candle's CPU backend
+/// (`cpu`), which has no communicator.
+pub fn tp_devices(spec: &str, n: usize) -> Result<Vec<(Device, String)>> {
+    if n == 0 {
+        return Err(Error::TensorParallel("a tensor-parallel size of 0".into()));
+    }
+    if n == 1 {
+        return Ok(vec![crate::device(spec)?]);
+    }
+    let (kind, ord) = spec.split_once(':').unwrap_or((spec, ""));
+    match kind {
+        "cpu" => Err(Error::TensorParallel(format!("--tensor-parallel {n} needs our backend's devices (cpu-executor, cuda:N, rocm:N); Candle's CPU backend (`cpu`) has no communicator"))),
+        "cpu-executor" => (0..n).map(|_| crate::device(spec)).collect(),
+        "cuda" | "rocm" => {
+            let first: usize = if ord.is_empty() { 0 } else { ord.parse().map_err(|_| Error::Invalid(format!("device {spec:?}: bad ordinal")))? };
+            (first..first + n)
+                .map(|o| {
+                    crate::device(&format!("{kind}:{o}")).map_err(|e| {
+                        Error::TensorParallel(format!("--tensor-parallel {n} from {spec} needs the {n} devices {kind}:{first}..{kind}:{}; {kind}:{o} cannot be opened (fewer visible GPUs?): {e}", first + n - 1))
+                    })
+                })
+                .collect()
+        }
+        _ => Err(Error::Invalid(format!("device {spec:?}: unknown (cpu, cpu-executor, cuda:N, rocm:N)"))),
+    }
+}
+
+/// One communicator per device (rank `i` on `devs[i]`): `ncclCommInitAll` on GPUs, a host
+/// group on CPU-executor devices. A failure is [`Error::Collective`] with the library's message.
+pub fn communicators(devs: &[Device]) -> Result<Vec<Communicator>> {
+    let kdevs = devs
+        .iter()
+        .map(|d| candle_rocm::RocmDevice::from_candle(d).map(|r| r.kernels().clone()).ok_or_else(|| Error::TensorParallel(format!("device {:?} is not one of our backend's (cpu-executor, cuda:N, rocm:N)", d.location()))))
+        .collect::<Result<Vec<_>>>()?;
+    Communicator::init_all(&kdevs).map_err(|e| Error::Collective(e.to_string()))
+}
+
+enum Job {
+    Step(Vec<SeqChunk>),
+    Copy(Vec<(u32, u32)>),
+    Allocated(Vec<u32>),
+}
+
+struct Worker {
+    rank: usize,
+    jobs: mpsc::Sender<Job>,
+    done: mpsc::Receiver<Result<Vec<Vec<f32>>>>,
+    thread: Option<JoinHandle<()>>,
+}
+
+/// A [`ModelRunner`] over `N` ranks of one model (see the module docs); with `N = 1` a plain
+/// [`LlamaRunner`].
+pub struct TpRunner {
+    rank0: LlamaRunner,
+    workers: Vec<Worker>,
+}
+
+impl TpRunner {
+    /// A one-rank runner.
+    pub fn single(runner: LlamaRunner) -> TpRunner {
+        TpRunner { rank0: runner, workers: vec![] }
+    }
+
+    /// Loads `path` split across `devs` (one rank each, rank 0 on `devs[0]` in this thread,
+    /// each rank reading only its slices), with a cache of `num_blocks` blocks of
+    /// `block_size` tokens per rank. One device: the whole model, no communicator.
+    pub fn load(path: &Path, devs: &[Device], num_blocks: usize, block_size: usize) -> Result<TpRunner> {
+        match devs {
+            [] => Err(Error::TensorParallel("no devices".into())),
+            [d] => Ok(TpRunner::single(LlamaRunner::new(Model::load(path, d)?, num_blocks, block_size)?)),
+            _ => {
+                // Refuse a split the model cannot take before setting up the communicator.
+                TpPlan::new(&shard::read_config(path)?, 0, devs.len())?;
+                let comms = communicators(devs)?;
+                TpRunner::with_comms(path, devs, comms.into_iter().map(|c| Box::new(c) as Box<dyn TpCollective>).collect(), num_blocks, block_size)
+            }
+        }
+    }
+
+    /// [`TpRunner::load`] with given communicators (`comms[i]` is rank `i`, on `devs[i]`).
+    pub fn with_comms(path: &Path, devs: &[Device], comms: Vec<Box<dyn TpCollective>>, num_blocks: usize, block_size: usize) -> Result<TpRunner> {
+        if comms.len() != devs.len() || comms.is_empty() {
+            return Err(Error::TensorParallel(format!("{} communicators for {} devices", comms.len(), devs.len())));
+        }
+        let mut comms = comms.into_iter();
+        let comm0 = comms.next().ok_or_else(|| Error::TensorParallel("no communicator".into()))?;
+        let mut workers = Vec::new();
+        let mut ready = Vec::new();
+        for (rank, (dev, comm)) in devs.iter().skip(1).zip(comms).enumerate().map(|(i, x)| (i + 1, x)) {
+            let (jobs, job_rx) = mpsc::channel::<Job>();
+            let (done_tx, done) = mpsc::channel();
+            let (ready_tx, ready_rx) = mpsc::channel();
+            let (path, dev): (PathBuf, Device) = (path.into(), dev.clone());
+            let thread = std::thread::Builder::new()
+                .name(format!("tp-rank-{rank}"))
+                .spawn(move || {
+                    let runner = shard::load_shard(&path, &dev, comm).and_then(|m| LlamaRunner::new(m, num_blocks, block_size));
+                    let mut runner = match runner {
+                        Ok(r) => {
+                            let _ = ready_tx.send(Ok(()));
+                            r
+                        }
+                        Err(e) => {
+                            let _ = ready_tx.send(Err(e));
+                            return;
+                        }
+                    };
+                    while let Ok(job) = job_rx.recv() {
+                        let out = match job {
+                            Job::Step(batch) => runner.run(&batch),
+                            Job::Copy(pairs) => runner.copy_blocks(&pairs).map(|()| vec![]),
+                            Job::Allocated(blocks) => {
+                                runner.blocks_allocated(&blocks);
+                                continue;
+                            }
+                        };
+                        if done_tx.send(out).is_err() {
+                            return;
+                        }
+                    }
+                })
+                .map_err(|e| Error::TensorParallel(format!("starting rank {rank}'s thread: {e}")))?;
+            workers.push(Worker { rank, jobs, done, thread: Some(thread) });
+            ready.push(ready_rx);
+        }
+        let rank0 = shard::load_shard(path, &devs[0], comm0).and_then(|m| LlamaRunner::new(m, num_blocks, block_size));
+        let mut err = None;
+        for (w, r) in workers.iter().zip(&ready) {
+            match r.recv() {
+                Ok(Ok(())) => {}
+                Ok(Err(e)) => {
+                    err.get_or_insert(format!("rank {}: {e}", w.rank));
+                }
+                Err(_) => {
+                    err.get_or_insert(format!("rank {} stopped while loading", w.rank));
+                }
+            }
+        }
+        let runner = TpRunner { rank0: rank0?, workers };
+        match err {
+            // Rank 0's own error returned above with its type; a later rank's keeps its text.
+            Some(e) => Err(Error::TensorParallel(format!("loading the shards: {e}"))),
+            None => Ok(runner),
+        }
+    }
+
+    /// The number of ranks.
+    pub fn world(&self) -> usize {
+        self.workers.len() + 1
+    }
+
+    /// Rank 0's model (its `cfg` is the whole model's).
+    pub fn model(&self) -> &Model {
+        self.rank0.model()
+    }
+
+    /// Bytes of K/V one cache block holds over every layer and every rank.
+    pub fn block_bytes(&self) -> usize {
+        self.rank0.block_bytes()
+    }
+
+    /// Sends `job` to every other rank, runs `f` on rank 0, and waits for the others; the
+    /// first error (rank 0's first) is returned.
+    fn together<T>(&mut self, job: impl Fn() -> Job, f: impl FnOnce(&mut LlamaRunner) -> Result<T>) -> Result<T> {
+        for w in &self.workers {
+            w.jobs.send(job()).map_err(|_| Error::TensorParallel(format!("rank {}'s thread has stopped", w.rank)))?;
+        }
+        let out = f(&mut self.rank0);
+        let mut err = None;
+        for w in &self.workers {
+            match w.done.recv() {
+                Ok(Ok(_)) => {}
+                Ok(Err(e)) => {
+                    err.get_or_insert(Error::TensorParallel(format!("rank {}: {e}", w.rank)));
+                }
+                Err(_) => {
+                    err.get_or_insert(Error::TensorParallel(format!("rank {}'s thread has stopped", w.rank)));
+                }
+            }
+        }
+        let out = out?;
+        match err {
+            Some(e) => Err(e),
+            None => Ok(out),
+        }
+    }
+
+    /// One step on every rank (see [`ModelRunner::step`]): rank 0's logits (every rank has
+    /// the whole vocabulary after the gather). Bad chunks are refused by every rank before
+    /// any collective, so nothing waits.
+    pub fn run(&mut self, batch: &[SeqChunk]) -> Result<Vec<Vec<f32>>> {
+        let owned = batch.to_vec();
+        self.together(|| Job::Step(owned.clone()), |r| r.run(batch))
+    }
+}
+
+impl Drop for TpRunner {
+    fn drop(&mut self) {
+        for w in &mut self.workers {
+            // Closing the job channel ends the thread's loop.
+            let (closed, _) = mpsc::channel();
+            drop(std::mem::replace(&mut w.jobs, closed));
+            if let Some(t) = w.thread.take() {
+                let _ = t.join();
+            }
+        }
+    }
+}
+
+impl ModelRunner for TpRunner {
+    type Error = Error;
+    fn block_size(&self) -> usize {
+        self.rank0.block_size()
+    }
+    fn num_blocks(&self) -> usize {
+        self.rank0.num_blocks()
+    }
+    fn step(&mut self, batch: &[SeqChunk]) -> Result<Vec<Vec<f32>>> {
+        self.run(batch)
+    }
+    fn copy_blocks(&mut self, pairs: &[(u32, u32)]) -> Result<()> {
+        let owned = pairs.to_vec();
+        self.together(|| Job::Copy(owned.clone()), |r| r.copy_blocks(pairs))
+    }
+    fn blocks_allocated(&mut self, blocks: &[u32]) {
+        for w in &self.workers {
+            let _ = w.jobs.send(Job::Allocated(blocks.to_vec()));
+        }
+        self.rank0.blocks_allocated(blocks);
+    }
+}
