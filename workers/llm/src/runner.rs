@@ -300,7 +300,7 @@ impl LlamaRunner {
             return Ok(None);
         }
         // Two chunks writing one slot (a block shared without its copy) are refused by
-        // CacheIndex::write; the packed path gives the same error.
+        // CacheIndex::write, as the packed path's CacheIndex::new refuses them.
         let size = self.bucket_size(n);
         let need = batch.iter().map(|c| (c.start_pos + 1).div_ceil(bs)).max().unwrap_or(1);
         // The most blocks one sequence can hold: the rope tables' positions, and the cache.
@@ -350,7 +350,8 @@ impl LlamaRunner {
             h.slots.push(-1);
             h.lens.push(1);
         }
-        // Checked before anything is written: an error leaves the buffers as they were.
+        // Each write is checked before it copies (a repeated slot is an error); an error
+        // leaves the cache untouched, and the next step rewrites every buffer.
         if let KvIndex::Fused(ix) = &mut bucket.kv {
             ix.write(&h.slots, &h.positions)?;
         }
@@ -360,7 +361,7 @@ impl LlamaRunner {
         }
         let logits = match &bucket.graph {
             Some((graph, out)) => {
-                graph.replay().map_err(|e| Error::Invalid(format!("decode graph replay: {e}")))?;
+                graph.replay().map_err(|e| candle_rocm::error::launch("decode graph replay", e))?;
                 out.narrow(0, 0, n)?.to_vec2::<f32>()?
             }
             None => {
