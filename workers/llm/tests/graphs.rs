@@ -355,3 +355,38 @@ fn replayed_decode_steps_are_bit_identical_to_eager_steps_on_a_gpu() {
     assert!(b.iter().all(|x| x.2), "{name}: every bucket captured: {b:?}");
     eprintln!("{name}: {steps} replayed decode steps bit-identical to eager; buckets {b:?}");
 }
+
+#[test]
+fn persistent_index_writes_check_their_input_and_change_nothing_on_an_error() {
+    use candle_rocm::paged::{write_into, CacheIndex, DecodeIndex};
+    let dev = cpu_executor();
+    // write_into: whole u32 buffers of the right length only.
+    let t = candle_core::Tensor::new(&[1u32, 2, 3, 4], &dev).unwrap();
+    write_into(&t, &[5u32, 6, 7, 8]).unwrap();
+    assert_eq!(t.to_vec1::<u32>().unwrap(), [5, 6, 7, 8]);
+    assert!(write_into(&t, &[1u32, 2]).is_err(), "short");
+    assert!(write_into(&t, &[1f32, 2., 3., 4.]).is_err(), "dtype");
+    assert!(write_into(&t.narrow(0, 1, 2).unwrap(), &[1u32, 2]).is_err(), "a view");
+    assert!(write_into(&candle_core::Tensor::new(&[1u32], &Device::Cpu).unwrap(), &[2u32]).is_err(), "Candle's CPU");
+    assert_eq!(t.to_vec1::<u32>().unwrap(), [5, 6, 7, 8], "errors wrote nothing");
+    // CacheIndex: 3 tokens, rope tables of 10 rows, 4 blocks of 2 (8 slots).
+    let mut ci = CacheIndex::with_capacity(&dev, 3, 10, 4, 2).unwrap();
+    assert_eq!(ci.tokens(), 3);
+    assert_eq!(ci.positions().to_vec1::<u32>().unwrap(), [0, 0, 0]);
+    ci.write(&[0, 7, -1], &[1, 9, 0]).unwrap();
+    for (slots, pos, what) in [(&[0i64, 8, -1][..], &[0u32, 0, 0][..], "slot outside"), (&[3, 3, -1], &[0, 0, 0], "repeated slot"), (&[0, 1, 2], &[0, 10, 0], "position past the tables"), (&[0, 1], &[0, 1], "too few")] {
+        assert!(ci.write(slots, pos).is_err(), "{what}");
+    }
+    assert_eq!(ci.positions().to_vec1::<u32>().unwrap(), [1, 9, 0], "errors wrote nothing");
+    assert!(CacheIndex::with_capacity(&Device::Cpu, 3, 10, 4, 2).is_err());
+    assert!(CacheIndex::with_capacity(&dev, 0, 10, 4, 2).is_err());
+    // DecodeIndex: 2 rows of 3 blocks of 2 in a cache of 4 blocks.
+    let mut di = DecodeIndex::with_capacity(&dev, 2, 3, 4, 2).unwrap();
+    assert_eq!((di.batch(), di.max_blocks()), (2, 3));
+    di.write(&[0, 1, 2, 3, 9, 9], &[5, 1]).unwrap();
+    for (tables, lens, what) in [(&[0u32, 1, 2, 3, 0, 0][..], &[7u32, 1][..], "context past its row"), (&[0, 4, 0, 0, 0, 0], &[3, 1], "block outside"), (&[0, 1, 2], &[1, 1], "short table")] {
+        assert!(di.write(tables, lens).is_err(), "{what}");
+    }
+    assert!(DecodeIndex::with_capacity(&dev, 0, 3, 4, 2).is_err());
+    assert!(DecodeIndex::with_capacity(&dev, 2, 0, 4, 2).is_err());
+}
