@@ -362,6 +362,47 @@ impl CacheIndex {
         Ok(CacheIndex { slot_mapping: Tensor::new(slot_mapping, dev)?, positions: Tensor::new(positions, dev)?, num_blocks, block_size, table_rows })
     }
 
+    /// A persistent index of `tokens` entries whose buffers keep their addresses (the
+    /// inputs of a captured graph): every slot negative (nothing written), positions 0,
+    /// for rope tables of at least `table_rows` rows. Fill it with [`CacheIndex::write`]
+    /// before each run.
+    pub fn with_capacity(dev: &candle_core::Device, tokens: usize, table_rows: usize, num_blocks: usize, block_size: usize) -> Result<Self> {
+        const OP: &str = "CacheIndex::with_capacity";
+        if RocmDevice::from_candle(dev).is_none() {
+            return Err(invalid(OP, format!("argument `dev` is {dev:?}, not a rocm-kernels device")));
+        }
+        if tokens == 0 || table_rows == 0 || num_blocks.checked_mul(block_size).is_none() {
+            return Err(invalid(OP, format!("{tokens} tokens, {table_rows} table rows, {num_blocks} blocks of {block_size}: every size must be positive")));
+        }
+        let slot_mapping = Tensor::new(vec![-1i64; tokens].as_slice(), dev)?;
+        let positions = Tensor::zeros(tokens, DType::U32, dev)?;
+        Ok(CacheIndex { slot_mapping, positions, num_blocks, block_size, table_rows })
+    }
+
+    /// Checks `slot_mapping` and `positions` (as [`CacheIndex::new`], as many entries as the
+    /// index holds, every position below its `table_rows`) and copies them into this index's
+    /// device buffers in place: same addresses, no allocation. Refused during a graph
+    /// capture; an error writes nothing.
+    pub fn write(&mut self, slot_mapping: &[i64], positions: &[u32]) -> Result<()> {
+        const OP: &str = "CacheIndex::write";
+        let n = self.tokens();
+        if slot_mapping.len() != n || positions.len() != n {
+            return Err(invalid(OP, format!("{} slots and {} positions into an index of {n} tokens", slot_mapping.len(), positions.len())));
+        }
+        let slots = self.num_blocks * self.block_size;
+        let mut seen = std::collections::HashSet::new();
+        for (t, &s) in slot_mapping.iter().enumerate() {
+            if s >= 0 && (s as u64 >= slots as u64 || !seen.insert(s)) {
+                return Err(invalid(OP, format!("argument `slot_mapping`: token {t}: slot {s} is outside the {slots} cache slots or repeated")));
+            }
+        }
+        if let Some(p) = positions.iter().find(|&&p| p as usize >= self.table_rows) {
+            return Err(invalid(OP, format!("argument `positions`: position {p} past the {} rope table rows of the index", self.table_rows)));
+        }
+        write_into(&self.slot_mapping, slot_mapping)?;
+        write_into(&self.positions, positions)
+    }
+
     /// The tokens this index writes.
     pub fn tokens(&self) -> usize {
         self.positions.dims1().unwrap_or(0)
@@ -418,10 +459,79 @@ impl DecodeIndex {
         })
     }
 
+    /// A persistent index of `batch` rows of `max_blocks` block-table entries whose buffers
+    /// keep their addresses (the inputs of a captured graph): every context empty. Its
+    /// launches are sized for the longest context a row holds (`max_blocks * block_size`),
+    /// not for a step's longest, so they can be replayed for any step. Fill it with
+    /// [`DecodeIndex::write`] before each run.
+    pub fn with_capacity(dev: &candle_core::Device, batch: usize, max_blocks: usize, num_blocks: usize, block_size: usize) -> Result<Self> {
+        const OP: &str = "DecodeIndex::with_capacity";
+        if RocmDevice::from_candle(dev).is_none() {
+            return Err(invalid(OP, format!("argument `dev` is {dev:?}, not a rocm-kernels device")));
+        }
+        let cap = max_blocks.checked_mul(block_size).filter(|&c| c > 0 && c <= u32::MAX as usize);
+        let Some(max_context_len) = cap.filter(|_| batch > 0) else {
+            return Err(invalid(OP, format!("{batch} rows of {max_blocks} blocks of {block_size}: every size must be positive (and the rows hold under 2^32 tokens)")));
+        };
+        Ok(DecodeIndex {
+            block_tables: Tensor::zeros((batch, max_blocks), DType::U32, dev)?,
+            context_lens: Tensor::zeros(batch, DType::U32, dev)?,
+            max_context_len,
+            num_blocks,
+            block_size,
+        })
+    }
+
+    /// Block-table entries per row.
+    pub fn max_blocks(&self) -> usize {
+        self.block_tables.dims().get(1).copied().unwrap_or(0)
+    }
+
+    /// Checks `block_tables [batch, max_blocks]` and `context_lens [batch]` (as
+    /// [`DecodeIndex::new`], in this index's shape) and copies them into its device buffers
+    /// in place: same addresses, no allocation. Refused during a graph capture; an error
+    /// writes nothing.
+    pub fn write(&mut self, block_tables: &[u32], context_lens: &[u32]) -> Result<()> {
+        const OP: &str = "DecodeIndex::write";
+        let (batch, max_blocks) = (self.batch(), self.max_blocks());
+        if context_lens.len() != batch || block_tables.len() != batch * max_blocks {
+            return Err(invalid(OP, format!("{} block-table entries and {} lengths into an index of {batch} rows of {max_blocks}", block_tables.len(), context_lens.len())));
+        }
+        for (b, &c) in context_lens.iter().enumerate() {
+            let need = (c as usize).div_ceil(self.block_size);
+            if need > max_blocks || c as usize > self.max_context_len {
+                return Err(invalid(OP, format!("argument `context_lens`: sequence {b} has {c} tokens; its block table row holds {}", max_blocks * self.block_size)));
+            }
+            if let Some(&bad) = block_tables[b * max_blocks..][..need].iter().find(|&&x| x as usize >= self.num_blocks) {
+                return Err(invalid(OP, format!("argument `block_tables`: sequence {b} names block {bad}; the cache has {}", self.num_blocks)));
+            }
+        }
+        write_into(&self.block_tables, block_tables)?;
+        write_into(&self.context_lens, context_lens)
+    }
+
     /// Sequences of the step.
     pub fn batch(&self) -> usize {
         self.context_lens.dims1().unwrap_or(0)
     }
+}
+
+/// Copies `data` into the buffer of `t` in place (a contiguous tensor spanning its whole
+/// buffer, of `T`'s dtype, on a rocm-kernels device): the per-step input of a captured graph,
+/// written between replays with one host-to-device copy and no allocation. Refused during
+/// a capture; an error (wrong device, dtype or length, a view) writes nothing.
+pub fn write_into<T: BufElem>(t: &Tensor, data: &[T]) -> Result<()> {
+    const OP: &str = "write_into";
+    let dev = rocm_device(OP, "t", t)?;
+    whole_buffer(OP, "t", t)?;
+    if t.elem_count() != data.len() {
+        return Err(invalid(OP, format!("{} elements into a tensor of shape {:?}", data.len(), t.shape())));
+    }
+    with_mut(t, |s| {
+        let v = buf_mut::<T>(OP, "t", s)?;
+        let view = v.view_mut(..).map_err(crate::error::at(OP))?;
+        dev.kernels().write(view, data).map_err(crate::error::at(OP))
+    })
 }
 
 /// The cache `[num_blocks, block_size, ..]` the index was checked for, or an error.

@@ -82,6 +82,10 @@ enum Cmd {
         /// rocm:K..K+N-1, or N CPU-executor devices.
         #[arg(long, default_value_t = 1)]
         tensor_parallel: usize,
+        /// Decode steps of up to this many sequences run as graphs (captured once per
+        /// power-of-two batch size, replayed); 0: every step on the packed path.
+        #[arg(long, default_value_t = 128)]
+        graph_max_batch: usize,
     },
     /// An OpenAI-compatible HTTP server (llm-server): /v1/completions, /v1/chat/completions
     /// (streamed or not), /v1/models, /health, /metrics; exits 0 on SIGTERM/SIGINT.
@@ -259,15 +263,16 @@ fn run(cli: Cli) -> Result<()> {
             let args = ServeArgs { model, tokenizer, device, name: served_model_name, max_model_len, max_num_seqs, max_batched_tokens, block_size, num_blocks, tensor_parallel };
             llm_server::run(config, std::net::SocketAddr::new(ip, port), move || load_served(&args))?;
         }
-        Cmd::Bench { model, prompt_len, gen, concurrency, device, block_size, max_batched_tokens, seed, tensor_parallel } => {
+        Cmd::Bench { model, prompt_len, gen, concurrency, device, block_size, max_batched_tokens, seed, tensor_parallel, graph_max_batch } => {
             if prompt_len == 0 || gen == 0 || concurrency.contains(&0) {
                 bail!("--prompt-len, --gen and every --concurrency must be positive");
             }
             let max_c = concurrency.iter().copied().max().unwrap_or(1);
             let max_len = prompt_len + gen;
             let blocks = blocks_needed(max_c, max_len, block_size);
-            let (runner, dev_name) = load(&model, &device, tensor_parallel, blocks, block_size)?;
+            let (mut runner, dev_name) = load(&model, &device, tensor_parallel, blocks, block_size)?;
             let vocab = runner.model().cfg.vocab_size;
+            runner.set_graph_max_batch(graph_max_batch);
             eprintln!("KV cache: {blocks} blocks of {block_size} tokens, {:.1} MiB", (blocks * runner.block_bytes()) as f64 / (1u64 << 20) as f64);
             let config = EngineConfig { max_num_seqs: max_c, max_batched_tokens: max_batched_tokens.max(max_c), max_model_len: max_len, prefix_caching: false };
             let mut engine = Engine::try_new(runner, config)?;
@@ -305,7 +310,7 @@ fn run(cli: Cli) -> Result<()> {
                 let total: usize = times.iter().map(Vec::len).sum();
                 eprintln!("concurrency {c}: decode {decode_tok_s:.1} tokens/s aggregate, time to first token {:.1} ms (mean), {total} tokens in {end:.2} s", ttft * 1e3);
                 let j = serde_json::json!({
-                    "model": model.display().to_string(), "device": dev_name, "tensor_parallel": tensor_parallel, "concurrency": c, "prompt_len": prompt_len, "gen": gen,
+                    "model": model.display().to_string(), "device": dev_name, "tensor_parallel": tensor_parallel, "concurrency": c, "graph_max_batch": graph_max_batch, "prompt_len": prompt_len, "gen": gen,
                     "decode_tok_s": decode_tok_s, "ttft_ms": ttft * 1e3, "output_tok_s": total as f64 / end, "seconds": end,
                 });
                 println!("{j}");

@@ -574,12 +574,14 @@ impl Model {
     }
 
     /// The embedding rows of `tokens`: with a vocabulary-parallel table, each rank's rows of
-    /// the tokens in its range (zeros for the others), summed across ranks.
-    fn embed_tokens(&self, tokens: &[u32]) -> candle_core::Result<Tensor> {
+    /// the tokens in its range (zeros for the others), summed across ranks. The sharded form
+    /// reads the tokens back to the host (tensor-parallel steps are not captured as graphs).
+    fn embed_tokens(&self, tokens: &Tensor) -> candle_core::Result<Tensor> {
         let dev = &self.device;
         let Some(t) = &self.tp else {
-            return self.embed.index_select(&Tensor::new(tokens, dev)?, 0);
+            return self.embed.index_select(tokens, 0);
         };
+        let tokens = tokens.to_vec1::<u32>()?;
         let r = t.plan.vocab_range();
         let local: Vec<u32> = tokens.iter().map(|&x| if r.contains(&(x as usize)) { x - r.start as u32 } else { 0 }).collect();
         let keep: Vec<f32> = tokens.iter().map(|&x| if r.contains(&(x as usize)) { 1.0 } else { 0.0 }).collect();
@@ -602,15 +604,48 @@ impl Model {
     /// goes) `[T]`, the batch's attention views, and the packed rows whose logits are wanted.
     /// Returns `[rows, vocab]` f32, or `None` when no row samples (the K/V are written anyway).
     pub fn forward(&self, tokens: &[u32], positions: &[u32], slots: &[u32], attn: &AttnBatch, sample_rows: &[u32], cache: &[LayerCache]) -> Result<Option<Tensor>> {
-        let c = &self.cfg;
         let dev = &self.device;
-        let t = tokens.len();
-        let ((nh, nkv), hd) = (self.local_heads(), c.head_dim);
+        let tokens = Tensor::new(tokens, dev)?;
+        let index = self.kv_index(slots, positions, cache)?;
+        if sample_rows.is_empty() {
+            // The K/V still go to the cache: the layers without the head.
+            self.layers_forward(&tokens, &index, attn, cache)?;
+            return Ok(None);
+        }
+        let rows = Tensor::new(sample_rows, dev)?;
+        Ok(Some(self.forward_on(&tokens, &index, attn, Some(&rows), cache)?))
+    }
+
+    /// The step's [`KvIndex`] for `cache`: its write slots and rope positions, checked and
+    /// uploaded once.
+    pub fn kv_index(&self, slots: &[u32], positions: &[u32], cache: &[LayerCache]) -> Result<KvIndex> {
         let (num_blocks, block_size) = match cache.first() {
             Some(lc) => (lc.k.dim(0)?, lc.k.dim(1)?),
             None => (0, 1),
         };
-        let index = KvIndex::new(dev, slots, positions, (&self.cos, &self.sin), self.fused, num_blocks, block_size)?;
+        Ok(KvIndex::new(&self.device, slots, positions, (&self.cos, &self.sin), self.fused, num_blocks, block_size)?)
+    }
+
+    /// The forward of a packed batch whose inputs are on the device already: `tokens [T]`
+    /// u32, the step's [`KvIndex`] and attention views, and the packed rows whose logits are
+    /// wanted (`None`: every row). Returns `[rows, vocab]` f32. It reads nothing back from
+    /// the device and makes no tensor from host data, so it can be captured into a graph
+    /// (the runner's decode steps) once its inputs live in persistent buffers.
+    pub fn forward_on(&self, tokens: &Tensor, index: &KvIndex, attn: &AttnBatch, sample_rows: Option<&Tensor>, cache: &[LayerCache]) -> candle_core::Result<Tensor> {
+        let x = self.layers_forward(tokens, index, attn, cache)?;
+        let last = match sample_rows {
+            Some(r) => x.index_select(r, 0)?,
+            None => x,
+        };
+        let h = rms_norm(&last, &self.norm, self.cfg.rms_norm_eps)?;
+        self.head(&h)?.to_dtype(DType::F32)
+    }
+
+    /// Every layer of the packed batch: the residual stream after the last layer, `[T, hidden]`.
+    fn layers_forward(&self, tokens: &Tensor, index: &KvIndex, attn: &AttnBatch, cache: &[LayerCache]) -> candle_core::Result<Tensor> {
+        let c = &self.cfg;
+        let t = tokens.dim(0)?;
+        let ((nh, nkv), hd) = (self.local_heads(), c.head_dim);
         let scale = 1.0 / (hd as f64).sqrt();
         let mut x = self.embed_tokens(tokens)?;
         let eps = c.rms_norm_eps;
@@ -631,7 +666,7 @@ impl Model {
                 q = rms_norm(&q, qn, eps)?;
                 k = rms_norm(&k, kn, eps)?;
             }
-            let q = rope_append_kv(lc, &q, &k, &v, &index, (&self.cos, &self.sin), c.rope_interleaved)?;
+            let q = rope_append_kv(lc, &q, &k, &v, index, (&self.cos, &self.sin), c.rope_interleaved)?;
             let a = paged_attention(&q, lc, attn, scale)?;
             let (x1, h1) = add_rms_norm(&self.tp_sum(layer.o.forward(&a)?)?, &x, &layer.post_norm, eps, self.fused)?;
             let act = match &layer.gate_up {
@@ -645,12 +680,7 @@ impl Model {
                 None => x = (m + &x1)?,
             }
         }
-        if sample_rows.is_empty() {
-            return Ok(None);
-        }
-        let last = x.index_select(&Tensor::new(sample_rows, dev)?, 0)?;
-        let h = rms_norm(&last, &self.norm, c.rms_norm_eps)?;
-        Ok(Some(self.head(&h)?.to_dtype(DType::F32)?))
+        Ok(x)
     }
 
     /// `false`: every op runs as plain Candle ops even on our device (the reference the

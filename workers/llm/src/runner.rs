@@ -1,9 +1,37 @@
 //! [`LlamaRunner`]: the model side of `llm_engine::Engine`. It owns the weights and the paged
 //! KV cache, turns a batch of [`SeqChunk`]s into one packed forward, and copies blocks.
+//!
+//! # Decode steps as graphs
+//! A step whose every chunk is one token (pure decode) on the paged kernels takes a fast
+//! path: its inputs (token ids, positions, cache slots, block tables, context lengths) go
+//! into persistent device buffers of the step's *bucket* (the batch size rounded up to a
+//! power of two, at most [`LlamaRunner::set_graph_max_batch`]) with a few host-to-device
+//! copies and no allocation, and the forward over those buffers is captured into a graph
+//! once per bucket and replayed. A batch smaller than its bucket is padded with rows that
+//! write nothing (slot -1) and attend one position of the reserved *scratch block* (the
+//! cache's last block, outside `0..num_blocks`, so the engine never hands it out); their
+//! logits are dropped. The block tables have a fixed capacity per bucket: a step that needs
+//! more blocks rebuilds the bucket with twice the capacity (a new capture), so a bucket is
+//! captured a handful of times over a run, not once per context length. Where the device
+//! has no graphs (the CPU executor) the same buffers run eagerly ([`DecodeGraphs::Eager`]),
+//! so the buffer logic is tested there. Prefill and mixed batches take the packed path.
 use crate::error::{Error, Result};
-use crate::model::{chunk_mask, AttnBatch, AttnChunk, DecodeGroup, LayerCache, Model, PagedDecode, VarlenChunks};
+use crate::model::{chunk_mask, AttnBatch, AttnChunk, DecodeGroup, KvIndex, LayerCache, Model, PagedDecode, VarlenChunks};
 use candle_core::Tensor;
+use candle_rocm::paged::{CacheIndex, DecodeIndex};
 pub use llm_engine::{ModelRunner, SeqChunk};
+
+/// How [`LlamaRunner`] runs pure-decode steps.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum DecodeGraphs {
+    /// The packed path of every other step (inputs uploaded per step).
+    Off,
+    /// The persistent per-bucket buffers, run eagerly every step (what a graph replays).
+    Eager,
+    /// The persistent buffers with the forward captured once per bucket and replayed where
+    /// the device has graphs; eager elsewhere (the CPU executor).
+    Captured,
+}
 
 /// A llama-family model with its paged KV cache.
 pub struct LlamaRunner {
@@ -11,16 +39,91 @@ pub struct LlamaRunner {
     cache: Vec<LayerCache>,
     block_size: usize,
     num_blocks: usize,
+    graphs: DecodeGraphs,
+    /// Largest bucket of the decode fast path (0: no fast path).
+    graph_max_batch: usize,
+    /// Per-bucket state of the decode fast path, by bucket size.
+    buckets: Vec<Bucket>,
+}
+
+/// Blocks a bucket's block-table rows hold at least (its first capacity).
+const MIN_TABLE_BLOCKS: usize = 16;
+
+/// The persistent inputs of decode steps of up to `size` sequences and, once captured, the
+/// graph of their forward with its logits `[size, vocab]` f32 (the graph's output buffer).
+struct Bucket {
+    size: usize,
+    tokens: Tensor,
+    kv: KvIndex,
+    attn: AttnBatch,
+    graph: Option<(kernel_runtime::Graph, Tensor)>,
+    /// The capture failed once: this bucket runs eagerly.
+    eager_only: bool,
+    /// Host staging of the inputs, reused step after step.
+    host: HostInputs,
+}
+
+#[derive(Default)]
+struct HostInputs {
+    tokens: Vec<u32>,
+    slots: Vec<i64>,
+    positions: Vec<u32>,
+    tables: Vec<u32>,
+    lens: Vec<u32>,
+}
+
+impl Bucket {
+    fn max_blocks(&self) -> usize {
+        self.attn.paged.as_ref().map_or(0, |p| p.index.max_blocks())
+    }
 }
 
 impl LlamaRunner {
-    /// A runner over `model` with a zeroed cache of `num_blocks` blocks of `block_size` tokens.
+    /// A runner over `model` with a zeroed cache of `num_blocks` blocks of `block_size` tokens
+    /// (plus one scratch block for the padding rows of decode graphs, never in a block
+    /// table the engine makes). Decode steps of up to 128 sequences run as graphs where the
+    /// device has them ([`DecodeGraphs::Captured`]).
     pub fn new(model: Model, num_blocks: usize, block_size: usize) -> Result<Self> {
         if block_size == 0 || num_blocks == 0 {
             return Err(Error::Invalid(format!("a cache of {num_blocks} blocks of {block_size} tokens")));
         }
-        let cache = model.new_cache(num_blocks, block_size)?;
-        Ok(LlamaRunner { model, cache, block_size, num_blocks })
+        if num_blocks >= u32::MAX as usize {
+            return Err(Error::Invalid(format!("a cache of {num_blocks} blocks: block ids are u32")));
+        }
+        let cache = model.new_cache(num_blocks + 1, block_size)?;
+        Ok(LlamaRunner { model, cache, block_size, num_blocks, graphs: DecodeGraphs::Captured, graph_max_batch: 128, buckets: vec![] })
+    }
+
+    /// How pure-decode steps run (see [`DecodeGraphs`]); a change drops the buckets' buffers
+    /// and graphs.
+    pub fn set_decode_graphs(&mut self, mode: DecodeGraphs) {
+        if mode != self.graphs {
+            self.buckets.clear();
+        }
+        self.graphs = mode;
+    }
+
+    /// The largest decode batch the fast path takes (buckets 1, 2, 4, ... up to it; 0
+    /// turns the fast path off); larger batches take the packed path. Drops the buckets.
+    pub fn set_graph_max_batch(&mut self, n: usize) {
+        self.graph_max_batch = n;
+        self.buckets.clear();
+    }
+
+    /// The id of the scratch block (`num_blocks`): padding rows of decode graphs read it.
+    pub fn scratch_block(&self) -> u32 {
+        self.num_blocks as u32
+    }
+
+    /// The `(bucket size, block-table capacity, captured)` of each decode bucket built so far.
+    pub fn decode_buckets(&self) -> Vec<(usize, usize, bool)> {
+        self.buckets.iter().map(|b| (b.size, b.max_blocks(), b.graph.is_some())).collect()
+    }
+
+    /// The K (`keys == true`) or V cache of `layer`, `[num_blocks + 1, block_size, kv_heads,
+    /// head_dim]` (the last block is the scratch block): for tests that check what a step wrote.
+    pub fn cache_tensor(&self, layer: usize, keys: bool) -> Option<&Tensor> {
+        self.cache.get(layer).map(|c| if keys { &c.k } else { &c.v })
     }
 
     /// The model.
@@ -40,8 +143,13 @@ impl LlamaRunner {
         if batch.is_empty() {
             return Ok(vec![]);
         }
+        for c in batch {
+            self.check(c)?;
+        }
+        if let Some(out) = self.decode_step(batch)? {
+            return Ok(out);
+        }
         let bs = self.block_size;
-        let (maxpos, vocab) = (self.model.max_positions(), self.model.cfg.vocab_size);
         let dev = self.model.device.clone();
         let window = self.model.window();
         let (mut tokens, mut positions, mut slots, mut rows) = (vec![], vec![], vec![], vec![]);
@@ -54,22 +162,6 @@ impl LlamaRunner {
         for c in batch {
             let (start, len) = (c.start_pos, c.tokens.len());
             let end = start + len;
-            let id = c.seq_id;
-            if len == 0 {
-                return Err(Error::Invalid(format!("sequence {id}: a chunk without tokens")));
-            }
-            if end > maxpos {
-                return Err(Error::Invalid(format!("sequence {id}: position {} past the model's {maxpos}", end - 1)));
-            }
-            if c.block_table.len() * bs < end {
-                return Err(Error::Invalid(format!("sequence {id}: {} blocks of {bs} cannot hold {end} positions", c.block_table.len())));
-            }
-            if let Some(b) = c.block_table.iter().find(|&&b| b as usize >= self.num_blocks) {
-                return Err(Error::Invalid(format!("sequence {id}: block {b} of a cache of {}", self.num_blocks)));
-            }
-            if let Some(t) = c.tokens.iter().find(|&&t| t as usize >= vocab) {
-                return Err(Error::Invalid(format!("sequence {id}: token {t} past the vocabulary of {vocab}")));
-            }
             let slot = |p: usize| c.block_table[p / bs] * bs as u32 + (p % bs) as u32;
             let offset = tokens.len();
             tokens.extend_from_slice(&c.tokens);
@@ -139,7 +231,8 @@ impl LlamaRunner {
             }
             let lens: Vec<u32> = decodes.iter().map(|d| d.1.len() as u32).collect();
             let r: Vec<u32> = decodes.iter().map(|d| d.0 as u32).collect();
-            paged = Some(PagedDecode { rows: gather_rows(&r, tokens.len(), &dev)?, index: candle_rocm::paged::DecodeIndex::new(&dev, &tables, &lens, self.num_blocks, bs)? });
+            paged = Some(PagedDecode { rows: gather_rows(&r, tokens.len(), &dev)?, // The cache's blocks: the engine's and the scratch block.
+            index: candle_rocm::paged::DecodeIndex::new(&dev, &tables, &lens, self.num_blocks + 1, bs)? });
         } else {
             let ctx = decodes.iter().map(|d| d.1.len()).max().unwrap_or(1);
             let (mut pad_slots, mut mask) = (Vec::with_capacity(decodes.len() * ctx), Vec::with_capacity(decodes.len() * ctx));
@@ -160,6 +253,155 @@ impl LlamaRunner {
             Some(l) => Ok(l.to_vec2::<f32>()?),
             None => Ok(vec![]),
         }
+    }
+}
+
+impl LlamaRunner {
+    /// A chunk the cache and the model can run, or [`Error::Invalid`].
+    fn check(&self, c: &SeqChunk) -> Result<()> {
+        let bs = self.block_size;
+        let (maxpos, vocab) = (self.model.max_positions(), self.model.cfg.vocab_size);
+        let (start, len) = (c.start_pos, c.tokens.len());
+        let end = start + len;
+        let id = c.seq_id;
+        if len == 0 {
+            return Err(Error::Invalid(format!("sequence {id}: a chunk without tokens")));
+        }
+        if end > maxpos {
+            return Err(Error::Invalid(format!("sequence {id}: position {} past the model's {maxpos}", end - 1)));
+        }
+        if c.block_table.len() * bs < end {
+            return Err(Error::Invalid(format!("sequence {id}: {} blocks of {bs} cannot hold {end} positions", c.block_table.len())));
+        }
+        if let Some(b) = c.block_table.iter().find(|&&b| b as usize >= self.num_blocks) {
+            return Err(Error::Invalid(format!("sequence {id}: block {b} of a cache of {}", self.num_blocks)));
+        }
+        if let Some(t) = c.tokens.iter().find(|&&t| t as usize >= vocab) {
+            return Err(Error::Invalid(format!("sequence {id}: token {t} past the vocabulary of {vocab}")));
+        }
+        Ok(())
+    }
+
+    /// The bucket of a pure-decode batch of `n` sequences: `n` rounded up to a power of
+    /// two, at most `graph_max_batch`.
+    fn bucket_size(&self, n: usize) -> usize {
+        n.next_power_of_two().min(self.graph_max_batch)
+    }
+
+    /// The decode fast path (see the module docs) for a checked batch: `None` when the
+    /// batch is not for it (a chunk of several tokens, no paged kernels, a context past the
+    /// sliding window, more sequences than the largest bucket, graphs off).
+    fn decode_step(&mut self, batch: &[SeqChunk]) -> Result<Option<Vec<Vec<f32>>>> {
+        let n = batch.len();
+        let bs = self.block_size;
+        let window = self.model.window();
+        let fits = |c: &SeqChunk| c.tokens.len() == 1 && window.is_none_or(|w| c.start_pos < w);
+        // Tensor-parallel ranks keep the packed path: their collectives were not checked
+        // inside a captured graph.
+        let tp = self.model.tp_rank().1 > 1;
+        if tp || self.graphs == DecodeGraphs::Off || n > self.graph_max_batch || !self.model.kernel_attention() || !batch.iter().all(fits) {
+            return Ok(None);
+        }
+        // Two chunks writing one slot (a block shared without its copy) are refused by
+        // CacheIndex::write, as the packed path's CacheIndex::new refuses them.
+        let size = self.bucket_size(n);
+        let need = batch.iter().map(|c| (c.start_pos + 1).div_ceil(bs)).max().unwrap_or(1);
+        // The most blocks one sequence can hold: the rope tables' positions, and the cache.
+        let most = self.model.max_positions().div_ceil(bs).min(self.num_blocks).max(1);
+        let at = match self.buckets.iter().position(|b| b.size == size) {
+            Some(i) if self.buckets[i].max_blocks() >= need => i,
+            found => {
+                // New, or its block tables too short: (re)built with room to grow.
+                let cap = need.next_power_of_two().max(MIN_TABLE_BLOCKS).min(most).max(need);
+                let bucket = self.new_bucket(size, cap)?;
+                match found {
+                    Some(i) => {
+                        self.buckets[i] = bucket;
+                        i
+                    }
+                    None => {
+                        self.buckets.push(bucket);
+                        self.buckets.len() - 1
+                    }
+                }
+            }
+        };
+        let scratch = self.num_blocks as u32;
+        let bucket = &mut self.buckets[at];
+        let max_blocks = bucket.max_blocks();
+        let h = &mut bucket.host;
+        h.tokens.clear();
+        h.slots.clear();
+        h.positions.clear();
+        h.lens.clear();
+        h.tables.clear();
+        h.tables.resize(size * max_blocks, scratch);
+        for (i, c) in batch.iter().enumerate() {
+            let p = c.start_pos;
+            h.tokens.push(c.tokens[0]);
+            h.positions.push(p as u32);
+            h.slots.push(i64::from(c.block_table[p / bs]) * bs as i64 + (p % bs) as i64);
+            h.lens.push(p as u32 + 1);
+            let used = (p + 1).div_ceil(bs);
+            h.tables[i * max_blocks..][..used].copy_from_slice(&c.block_table[..used]);
+        }
+        // Padding rows: token 0 at position 0, written nowhere, attending the one (never
+        // written, zeroed) position of the scratch block.
+        for _ in n..size {
+            h.tokens.push(0);
+            h.positions.push(0);
+            h.slots.push(-1);
+            h.lens.push(1);
+        }
+        // Each write is checked before it copies (a repeated slot is an error); an error
+        // leaves the cache untouched, and the next step rewrites every buffer.
+        if let KvIndex::Fused(ix) = &mut bucket.kv {
+            ix.write(&h.slots, &h.positions)?;
+        }
+        candle_rocm::paged::write_into(&bucket.tokens, &h.tokens)?;
+        if let Some(p) = &mut bucket.attn.paged {
+            p.index.write(&h.tables, &h.lens)?;
+        }
+        let logits = match &bucket.graph {
+            Some((graph, out)) => {
+                graph.replay().map_err(|e| candle_rocm::error::launch("decode graph replay", e))?;
+                out.narrow(0, 0, n)?.to_vec2::<f32>()?
+            }
+            None => {
+                let out = self.model.forward_on(&bucket.tokens, &bucket.kv, &bucket.attn, None, &self.cache)?;
+                let rows = out.narrow(0, 0, n)?.to_vec2::<f32>()?;
+                drop(out);
+                // Captured after one eager run (kernels loaded, layouts uploaded); the
+                // capture runs nothing, the next step replays it.
+                let rocm = candle_rocm::RocmDevice::from_candle(&self.model.device);
+                if let Some(dev) = rocm.filter(|d| self.graphs == DecodeGraphs::Captured && d.supports_graphs() && !d.is_profiling() && !bucket.eager_only) {
+                    let (model, cache) = (&self.model, &self.cache);
+                    let (tokens, kv, attn) = (&bucket.tokens, &bucket.kv, &bucket.attn);
+                    match dev.capture(|| model.forward_on(tokens, kv, attn, None, cache)) {
+                        Ok(g) => bucket.graph = Some(g),
+                        // The step is right without a graph: this bucket stays eager.
+                        Err(e) => {
+                            tracing::warn!("decode bucket {size}: capture failed, running it eagerly: {e}");
+                            bucket.eager_only = true;
+                        }
+                    }
+                }
+                rows
+            }
+        };
+        Ok(Some(batch.iter().zip(logits).filter(|(c, _)| c.sample).map(|(_, l)| l).collect()))
+    }
+
+    /// The persistent buffers of a bucket of `size` rows with block tables of `max_blocks`
+    /// entries (every row empty until written).
+    fn new_bucket(&self, size: usize, max_blocks: usize) -> Result<Bucket> {
+        let dev = &self.model.device;
+        let blocks = self.num_blocks + 1;
+        let kv = KvIndex::Fused(CacheIndex::with_capacity(dev, size, self.model.max_positions(), blocks, self.block_size)?);
+        let paged = PagedDecode { rows: None, index: DecodeIndex::with_capacity(dev, size, max_blocks, blocks, self.block_size)? };
+        let attn = AttnBatch { decode: None, paged: Some(paged), chunks: vec![], varlen: None, window: None, order: None };
+        let tokens = Tensor::zeros(size, candle_core::DType::U32, dev)?;
+        Ok(Bucket { size, tokens, kv, attn, graph: None, eager_only: false, host: HostInputs::default() })
     }
 }
 

@@ -207,6 +207,12 @@ impl TpRunner {
         }
     }
 
+    /// Rank 0's decode-graph cap (see [`LlamaRunner::set_graph_max_batch`]); ranks of a
+    /// split model always take the packed path.
+    pub fn set_graph_max_batch(&mut self, n: usize) {
+        self.rank0.set_graph_max_batch(n);
+    }
+
     /// The number of ranks.
     pub fn world(&self) -> usize {
         self.workers.len() + 1
