@@ -147,16 +147,41 @@ pub const fn smem_elems(d: usize, rows: usize, low: Lowering) -> usize {
 
 /// The B operand (k = head dimension, column = key) of the 16 keys whose rows start at
 /// `base` in shared memory (row-major `[key][dim]`, row stride `ld`): `K^T` without
-/// storing K transposed ([`FragB::load_shared_cols`]: one `ldmatrix.x4` on NVIDIA,
-/// element loads elsewhere).
+/// storing K transposed. On `MmaSync` (and the VALU lowering, which shares its layout)
+/// B item `j` is A item `j` with index bits 1 and 2 swapped (A holds (row g + 8b, k 2t +
+/// a + 8c), B (k 2t + a + 8b, column g + 8c) for `j = 4c + 2b + a`), so the tile loads as
+/// an A fragment: one `ldmatrix.x4` (not `.trans`). Elsewhere element loads. (The prefill
+/// loop on NVIDIA and the CPU executor reads K with [`FragB::load_shared_cols_at`]
+/// instead, whose `ldmatrix` yields the registers in B order.)
 ///
 /// # Safety
 /// The 16 x 16 tile at `base` is readable shared memory; rows 16-byte aligned.
 #[inline(always)]
 pub unsafe fn load_keys_b<T: MmaFloat>(base: *const T, ld: usize) -> FragB<T> {
-    // SAFETY: the caller's contract.
-    unsafe { FragB::load_shared_cols(base, ld) }
+    match mma::lowering() {
+        Lowering::MmaSync | Lowering::Valu => {
+            // SAFETY: the caller's contract.
+            let a = unsafe { FragA::<T>::load_shared(base, ld) };
+            // Indices modulo the array length: constants on every target, in bounds where
+            // the fragments hold 4 items (MFMA, where this arm never runs).
+            let mut v = a.v;
+            let n = v.len();
+            v[2 % n] = a.v[4 % n];
+            v[3 % n] = a.v[5 % n];
+            v[4 % n] = a.v[2 % n];
+            v[5 % n] = a.v[3 % n];
+            FragB { v }
+        }
+        // SAFETY: the caller's contract.
+        _ => FragB::from_fn(|k, c| unsafe { *base.add(c * ld + k) }),
+    }
 }
+
+/// Compiling for AMD GPUs: the copies and fragment loads keep their plain per-row and
+/// per-load address arithmetic there (unrolled copy rounds and per-tile shared bases
+/// measured register spills on gfx90a-gfx950 and gfx11 with their register budgets);
+/// NVIDIA and the CPU executor take the strided forms.
+const AMD: bool = cfg!(target_arch = "amdgpu");
 
 /// Issues the 16-byte copies of `rows` rows of `cols` elements (a multiple of 8) from
 /// global memory into shared memory at `dst` (row stride `ld` elements), work-item `tid`
@@ -188,7 +213,7 @@ pub unsafe fn copy_rows<T>(dst: SharedAddr, ld: usize, rows: usize, cols: usize,
             unsafe { copy::copy_16_at(at, p as *const u8, 0) };
         }
     };
-    if nthreads.is_multiple_of(per_row) && (rows * per_row).is_multiple_of(nthreads) && tid < nthreads {
+    if !AMD && nthreads.is_multiple_of(per_row) && (rows * per_row).is_multiple_of(nthreads) && tid < nthreads {
         // Whole rows per round and whole rounds (the usual tiles): every work-item copies
         // the same column chunk of rows `tid / per_row + i * nthreads / per_row`, a loop
         // of constant trip count where `nthreads` is a constant (GPU targets).
@@ -224,7 +249,7 @@ pub unsafe fn copy_rows<T>(dst: SharedAddr, ld: usize, rows: usize, cols: usize,
 pub unsafe fn copy_tile<T>(dst: SharedAddr, ld: usize, rows: usize, cols: usize, tid: usize, nthreads: usize, src: *const T, stride: usize, valid: usize) {
     let per_row = cols / 8;
     let size = core::mem::size_of::<T>();
-    if nthreads.is_multiple_of(per_row) && (rows * per_row).is_multiple_of(nthreads) && tid < nthreads {
+    if !AMD && nthreads.is_multiple_of(per_row) && (rows * per_row).is_multiple_of(nthreads) && tid < nthreads {
         let (j0, c, step) = (tid / per_row, tid % per_row, nthreads / per_row);
         let mut at = dst.add((j0 * ld + c * 8) * size);
         let mut p = src.wrapping_add(j0 * stride + c * 8);
@@ -471,6 +496,7 @@ impl RowState {
         // The three tiles' shared addresses with this lane's `ldmatrix` row, once: every
         // fragment below is a constant offset from them (folded into the loads' immediates
         // on NVIDIA rather than a 64-bit pointer converted per load).
+        // (AMD: a plain pointer per load, see [`AMD`].)
         let size = core::mem::size_of::<T>();
         let qa = SharedAddr::new(q).add(FragA::<T>::lane_offset(ldq) * size);
         let ka = SharedAddr::new(kt).add((FragB::<T>::cols_lane_offset(ldk) + key0 * ldk) * size);
@@ -479,10 +505,16 @@ impl RowState {
         let mut ks = 0;
         while ks < d {
             // SAFETY: the caller's contract (16 x 16 tiles inside the Q and K tiles).
-            let a = unsafe { FragA::<T>::load_shared_at(qa.add(ks * size), ldq) };
+            let a = unsafe { if AMD { FragA::<T>::load_shared(q.add(ks), ldq) } else { FragA::<T>::load_shared_at(qa.add(ks * size), ldq) } };
             each!(nf in [0, 1, 2, 3] {
                 if nf < NK {
-                    let bk = unsafe { FragB::<T>::load_shared_cols_at(ka.add((nf * 16 * ldk + ks) * size), ldk) };
+                    let bk = unsafe {
+                        if AMD {
+                            load_keys_b::<T>(kt.add((key0 + nf * 16) * ldk + ks), ldk)
+                        } else {
+                            FragB::<T>::load_shared_cols_at(ka.add((nf * 16 * ldk + ks) * size), ldk)
+                        }
+                    };
                     s[nf] = mma::mma(&a, &bk, s[nf]);
                 }
             });
@@ -573,7 +605,13 @@ impl RowState {
                 each!(of in [0, 1, 2, 3, 4, 5, 6, 7] {
                     if of < nof {
                         // SAFETY: the caller's contract (a 16 x 16 tile inside the V tile).
-                        let vb = unsafe { FragB::<T>::load_shared_at(va.add((nf * 16 * ldv + of * 16) * size), ldv) };
+                        let vb = unsafe {
+                            if AMD {
+                                FragB::<T>::load_shared(v.add((key0 + nf * 16) * ldv + of * 16), ldv)
+                            } else {
+                                FragB::<T>::load_shared_at(va.add((nf * 16 * ldv + of * 16) * size), ldv)
+                            }
+                        };
                         self.o[of] = mma::mma(&pa, &vb, self.o[of]);
                     }
                 });
@@ -693,8 +731,8 @@ pub fn flash_fwd<T: MmaFloat, H: HeadDim>(
     let tid = flat_thread_idx() as usize;
     // The launchers' work-group size, a constant on the GPU targets (the copy loops then
     // have constant trip counts).
-    let nthreads = WAVES * wave::size() as usize;
-    if flat_block_dim() as usize != nthreads {
+    let nthreads = if AMD { flat_block_dim() as usize } else { WAVES * wave::size() as usize };
+    if !AMD && flat_block_dim() as usize != nthreads {
         panic!("flash_fwd: work-group size is not WAVES waves");
     }
     let wave = tid / wave::size() as usize;
@@ -710,7 +748,16 @@ pub fn flash_fwd<T: MmaFloat, H: HeadDim>(
     let q_base = (q_row0 + q0) * q_stride + h * d;
     // SAFETY: rows below q_hi lie in q (checked above), 16-byte aligned (d and the strides
     // are multiples of 8 elements); the Q region holds BM rows of ldq.
-    unsafe { copy_tile::<T>(SharedAddr::new(q_lds), ldq, BM, d, tid, nthreads, qp.wrapping_add(q_base), q_stride, len_q - q0) };
+    unsafe {
+        if AMD {
+            copy_rows::<T>(SharedAddr::new(q_lds), ldq, BM, d, tid, nthreads, |r| {
+                let ok = q0 + r < len_q;
+                (if ok { qp.wrapping_add(q_base + r * q_stride) } else { qp }, ok)
+            })
+        } else {
+            copy_tile::<T>(SharedAddr::new(q_lds), ldq, BM, d, tid, nthreads, qp.wrapping_add(q_base), q_stride, len_q - q0)
+        }
+    };
 
     let row0 = q0 + wave * 16;
     let mut st = RowState::new();
@@ -726,8 +773,19 @@ pub fn flash_fwd<T: MmaFloat, H: HeadDim>(
         // SAFETY: keys below len_k lie in k and v (checked above), rows 16-byte aligned;
         // the stage holds bn rows of ldk then bn rows of ldv.
         unsafe {
-            copy_tile::<T>(stage, ldk, bn, d, tid, nthreads, kp.wrapping_add(k_base + k0 * kv_stride), kv_stride, len_k - k0);
-            copy_tile::<T>(stage.add(bn * ldk * size), ldv, bn, dv, tid, nthreads, vp.wrapping_add(v_base + k0 * kv_stride), kv_stride, len_k - k0);
+            if AMD {
+                copy_rows::<T>(stage, ldk, bn, d, tid, nthreads, |j| {
+                    let ok = k0 + j < len_k;
+                    (if ok { kp.wrapping_add(k_base + (k0 + j) * kv_stride) } else { kp }, ok)
+                });
+                copy_rows::<T>(stage.add(bn * ldk * size), ldv, bn, dv, tid, nthreads, |j| {
+                    let ok = k0 + j < len_k;
+                    (if ok { vp.wrapping_add(v_base + (k0 + j) * kv_stride) } else { vp }, ok)
+                });
+            } else {
+                copy_tile::<T>(stage, ldk, bn, d, tid, nthreads, kp.wrapping_add(k_base + k0 * kv_stride), kv_stride, len_k - k0);
+                copy_tile::<T>(stage.add(bn * ldk * size), ldv, bn, dv, tid, nthreads, vp.wrapping_add(v_base + k0 * kv_stride), kv_stride, len_k - k0);
+            }
         }
     };
     // Prologue: tiles 0 .. nst - 1 in flight (with Q), one copy group each.
