@@ -44,6 +44,7 @@
 //! in Candle and FlashAttention. Scores are `x = scale * q.k`, then
 //! `softcap * tanh(x / softcap)` when `softcap > 0`, then minus `slope * |i + off - j|`
 //! with an ALiBi slope per head. A row that sees no key gets zeros and `lse = -inf`.
+use kernel_dsl::math::exp2_approx;
 use kernel_dsl::mma::{self, copy, FragA, FragB, FragC, Lowering, MmaFloat, SharedAddr};
 use kernel_dsl::prelude::*;
 
@@ -149,7 +150,9 @@ pub const fn smem_elems(d: usize, rows: usize, low: Lowering) -> usize {
 /// storing K transposed. On `MmaSync` (and the VALU lowering, which shares its layout)
 /// B item `j` is A item `j` with index bits 1 and 2 swapped (A holds (row g + 8b, k 2t +
 /// a + 8c), B (k 2t + a + 8b, column g + 8c) for `j = 4c + 2b + a`), so the tile loads as
-/// an A fragment: one `ldmatrix.x4` (not `.trans`). Elsewhere element loads.
+/// an A fragment: one `ldmatrix.x4` (not `.trans`). Elsewhere element loads. (The prefill
+/// loop on NVIDIA and the CPU executor reads K with [`FragB::load_shared_cols_at`]
+/// instead, whose `ldmatrix` yields the registers in B order.)
 ///
 /// # Safety
 /// The 16 x 16 tile at `base` is readable shared memory; rows 16-byte aligned.
@@ -174,6 +177,12 @@ pub unsafe fn load_keys_b<T: MmaFloat>(base: *const T, ld: usize) -> FragB<T> {
     }
 }
 
+/// Compiling for AMD GPUs: the copies and fragment loads keep their plain per-row and
+/// per-load address arithmetic there (unrolled copy rounds and per-tile shared bases
+/// measured register spills on gfx90a-gfx950 and gfx11 with their register budgets);
+/// NVIDIA and the CPU executor take the strided forms.
+const AMD: bool = cfg!(target_arch = "amdgpu");
+
 /// Issues the 16-byte copies of `rows` rows of `cols` elements (a multiple of 8) from
 /// global memory into shared memory at `dst` (row stride `ld` elements), work-item `tid`
 /// of `nthreads` taking every `nthreads`-th chunk; `src_row(j)` is row `j`'s source and
@@ -188,19 +197,90 @@ pub unsafe fn load_keys_b<T: MmaFloat>(base: *const T, ld: usize) -> FragB<T> {
 pub unsafe fn copy_rows<T>(dst: SharedAddr, ld: usize, rows: usize, cols: usize, tid: usize, nthreads: usize, src_row: impl Fn(usize) -> (*const T, bool)) {
     let per_row = cols / 8;
     let size = core::mem::size_of::<T>();
-    let mut e = tid;
-    while e < rows * per_row {
-        let (j, c) = (e / per_row, e % per_row);
+    // One chunk: with asynchronous copies an invalid row is the same `cp.async` with a
+    // source size of 0 (no branch); elsewhere a whole copy or a zero fill.
+    let chunk = |j: usize, c: usize| {
         let at = dst.add((j * ld + c * 8) * size);
         let (p, valid) = src_row(j);
-        if valid {
+        if copy::is_async() {
+            // SAFETY: the caller's contract (an invalid row's source is not read).
+            unsafe { copy::copy_16_at(at, p.wrapping_add(if valid { c * 8 } else { 0 }) as *const u8, if valid { 16 } else { 0 }) };
+        } else if valid {
             // SAFETY: the caller's contract.
             unsafe { copy::copy_16_whole_at(at, p.wrapping_add(c * 8) as *const u8) };
         } else {
             // SAFETY: the caller's contract (nothing is read).
             unsafe { copy::copy_16_at(at, p as *const u8, 0) };
         }
-        e += nthreads;
+    };
+    if !AMD && nthreads.is_multiple_of(per_row) && (rows * per_row).is_multiple_of(nthreads) && tid < nthreads {
+        // Whole rows per round and whole rounds (the usual tiles): every work-item copies
+        // the same column chunk of rows `tid / per_row + i * nthreads / per_row`, a loop
+        // of constant trip count where `nthreads` is a constant (GPU targets).
+        let (j0, c, step) = (tid / per_row, tid % per_row, nthreads / per_row);
+        let mut i = 0;
+        while i < rows * per_row / nthreads {
+            chunk(j0 + i * step, c);
+            i += 1;
+        }
+    } else {
+        let mut e = tid;
+        while e < rows * per_row {
+            chunk(e / per_row, e % per_row);
+            e += nthreads;
+        }
+    }
+}
+
+/// Issues the 16-byte copies of a tile of `rows` rows of `cols` elements (a multiple of 8)
+/// whose row `j` starts at `src + j * stride` in global memory, into shared memory at `dst`
+/// (row stride `ld` elements); rows `valid..rows` are filled with zeros and their sources
+/// not read. Work-item `tid` of `nthreads` takes every `nthreads`-th chunk, as in
+/// [`copy_rows`]; where whole rows make whole rounds (the usual tiles) each work-item
+/// steps one pointer and one shared address by constant strides instead of computing
+/// every row's address.
+///
+/// # Safety
+/// `src` and `stride` keep rows 16-byte aligned, rows below `valid` have `cols` readable
+/// elements; `dst` has `rows` rows of `ld` 16-bit elements (16-byte aligned) in shared
+/// memory.
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+pub unsafe fn copy_tile<T>(dst: SharedAddr, ld: usize, rows: usize, cols: usize, tid: usize, nthreads: usize, src: *const T, stride: usize, valid: usize) {
+    let per_row = cols / 8;
+    let size = core::mem::size_of::<T>();
+    if !AMD && nthreads.is_multiple_of(per_row) && (rows * per_row).is_multiple_of(nthreads) && tid < nthreads {
+        let (j0, c, step) = (tid / per_row, tid % per_row, nthreads / per_row);
+        let mut at = dst.add((j0 * ld + c * 8) * size);
+        let mut p = src.wrapping_add(j0 * stride + c * 8);
+        // Row indices are below `rows` (a tile): 32-bit compares.
+        let (mut j, valid) = (j0 as u32, if valid < rows { valid as u32 } else { rows as u32 });
+        let mut i = 0;
+        while i < rows * per_row / nthreads {
+            let ok = j < valid;
+            if copy::is_async() {
+                // SAFETY: the caller's contract (an invalid row's source is not read: size 0).
+                unsafe { copy::copy_16_at(at, (if ok { p } else { src }) as *const u8, if ok { 16 } else { 0 }) };
+            } else if ok {
+                // SAFETY: the caller's contract.
+                unsafe { copy::copy_16_whole_at(at, p as *const u8) };
+            } else {
+                // SAFETY: the caller's contract (nothing is read).
+                unsafe { copy::copy_16_at(at, src as *const u8, 0) };
+            }
+            at = at.add(step * ld * size);
+            p = p.wrapping_add(step * stride);
+            j += step as u32;
+            i += 1;
+        }
+    } else {
+        // SAFETY: the caller's contract.
+        unsafe {
+            copy_rows::<T>(dst, ld, rows, cols, tid, nthreads, |j| {
+                let ok = j < valid;
+                (if ok { src.wrapping_add(j * stride) } else { src }, ok)
+            })
+        };
     }
 }
 
@@ -318,6 +398,18 @@ impl Score for PrefillScore {
     }
 }
 
+/// The first accumulator item of this lane in the same row as item `j` (`j` itself when
+/// no earlier item shares its row): on `MmaSync` and the VALU lowering items 0, 1, 4, 5
+/// hold row `g` and 2, 3, 6, 7 row `g + 8`; the AMD layouts give each item of a lane its
+/// own row.
+#[inline(always)]
+fn row_first(j: usize) -> usize {
+    match mma::lowering() {
+        Lowering::MmaSync | Lowering::Valu => j & 2,
+        _ => j,
+    }
+}
+
 /// The running online-softmax state of one wave's 16 query rows: the output accumulator
 /// (`chunk / 16` fragments of 16 value columns), the row maxima (log2 units) and the row
 /// sums, item by item in the accumulator layout (every item holds its row's values).
@@ -401,14 +493,28 @@ impl RowState {
         key0: usize,
         score: &impl Score,
     ) {
+        // The three tiles' shared addresses with this lane's `ldmatrix` row, once: every
+        // fragment below is a constant offset from them (folded into the loads' immediates
+        // on NVIDIA rather than a 64-bit pointer converted per load).
+        // (AMD: a plain pointer per load, see [`AMD`].)
+        let size = core::mem::size_of::<T>();
+        let qa = SharedAddr::new(q).add(FragA::<T>::lane_offset(ldq) * size);
+        let ka = SharedAddr::new(kt).add((FragB::<T>::cols_lane_offset(ldk) + key0 * ldk) * size);
+        let va = SharedAddr::new(v).add((FragB::<T>::lane_offset(ldv) + key0 * ldv) * size);
         let mut s = [FragC::<f32>::zero(); NK];
         let mut ks = 0;
         while ks < d {
             // SAFETY: the caller's contract (16 x 16 tiles inside the Q and K tiles).
-            let a = unsafe { FragA::<T>::load_shared(q.add(ks), ldq) };
+            let a = unsafe { if AMD { FragA::<T>::load_shared(q.add(ks), ldq) } else { FragA::<T>::load_shared_at(qa.add(ks * size), ldq) } };
             each!(nf in [0, 1, 2, 3] {
                 if nf < NK {
-                    let bk = unsafe { load_keys_b::<T>(kt.add((key0 + nf * 16) * ldk + ks), ldk) };
+                    let bk = unsafe {
+                        if AMD {
+                            load_keys_b::<T>(kt.add((key0 + nf * 16) * ldk + ks), ldk)
+                        } else {
+                            FragB::<T>::load_shared_cols_at(ka.add((nf * 16 * ldk + ks) * size), ldk)
+                        }
+                    };
                     s[nf] = mma::mma(&a, &bk, s[nf]);
                 }
             });
@@ -448,15 +554,27 @@ impl RowState {
             }
         });
         let tmax = tmax.row_max();
+        // The row state once per row a lane holds: an item whose row an earlier item of the
+        // lane shares ([`row_first`]) copies that item's values (on `MmaSync` 2 rows per
+        // lane, not 8 items; the copies keep the state's items equal, so the compiler
+        // merges them).
         let mut alpha = FragC::<f32>::zero();
+        let mut mu = FragC::<f32>::zero();
         each_item!(j < self.m.v.len(), {
-            let mn = self.m.v[j].max(tmax.v[j] * c);
-            let mu = if mn == f32::NEG_INFINITY { 0.0 } else { mn };
-            alpha.v[j] = (self.m.v[j] - mu).exp2();
-            self.m.v[j] = mn;
+            let first = row_first(j);
+            if first == j {
+                let mn = self.m.v[j].max(tmax.v[j] * c);
+                mu.v[j] = if mn == f32::NEG_INFINITY { 0.0 } else { mn };
+                alpha.v[j] = exp2_approx(self.m.v[j] - mu.v[j]);
+                self.m.v[j] = mn;
+            } else {
+                mu.v[j] = mu.v[first];
+                alpha.v[j] = alpha.v[first];
+                self.m.v[j] = self.m.v[first];
+            }
             each!(nf in [0, 1, 2, 3] {
                 if nf < NK {
-                    s[nf].v[j] = (s[nf].v[j] * c - mu).exp2();
+                    s[nf].v[j] = exp2_approx(s[nf].v[j] * c - mu.v[j]);
                 }
             });
         });
@@ -470,7 +588,8 @@ impl RowState {
         });
         let psum = psum.row_sum();
         each_item!(j < self.l.v.len(), {
-            self.l.v[j] = self.l.v[j] * alpha.v[j] + psum.v[j];
+            let first = row_first(j);
+            self.l.v[j] = if first == j { self.l.v[j] * alpha.v[j] + psum.v[j] } else { self.l.v[first] };
         });
         each!(of in [0, 1, 2, 3, 4, 5, 6, 7] {
             if of < nof {
@@ -486,7 +605,13 @@ impl RowState {
                 each!(of in [0, 1, 2, 3, 4, 5, 6, 7] {
                     if of < nof {
                         // SAFETY: the caller's contract (a 16 x 16 tile inside the V tile).
-                        let vb = unsafe { FragB::<T>::load_shared(v.add((key0 + nf * 16) * ldv + of * 16), ldv) };
+                        let vb = unsafe {
+                            if AMD {
+                                FragB::<T>::load_shared(v.add((key0 + nf * 16) * ldv + of * 16), ldv)
+                            } else {
+                                FragB::<T>::load_shared_at(va.add((nf * 16 * ldv + of * 16) * size), ldv)
+                            }
+                        };
                         self.o[of] = mma::mma(&pa, &vb, self.o[of]);
                     }
                 });
@@ -604,7 +729,12 @@ pub fn flash_fwd<T: MmaFloat, H: HeadDim>(
     let n_tiles = if kv_hi > kv_lo { ((kv_hi - kv_lo) as usize).div_ceil(bn) } else { 0 };
 
     let tid = flat_thread_idx() as usize;
-    let nthreads = flat_block_dim() as usize;
+    // The launchers' work-group size, a constant on the GPU targets (the copy loops then
+    // have constant trip counts).
+    let nthreads = if AMD { flat_block_dim() as usize } else { WAVES * wave::size() as usize };
+    if !AMD && flat_block_dim() as usize != nthreads {
+        panic!("flash_fwd: work-group size is not WAVES waves");
+    }
     let wave = tid / wave::size() as usize;
     let sp = smem.as_ptr();
     let q_lds = sp;
@@ -618,10 +748,16 @@ pub fn flash_fwd<T: MmaFloat, H: HeadDim>(
     let q_base = (q_row0 + q0) * q_stride + h * d;
     // SAFETY: rows below q_hi lie in q (checked above), 16-byte aligned (d and the strides
     // are multiples of 8 elements); the Q region holds BM rows of ldq.
-    unsafe { copy_rows::<T>(SharedAddr::new(q_lds), ldq, BM, d, tid, nthreads, |r| {
-        let ok = q0 + r < len_q;
-        (if ok { qp.wrapping_add(q_base + r * q_stride) } else { qp }, ok)
-    }) };
+    unsafe {
+        if AMD {
+            copy_rows::<T>(SharedAddr::new(q_lds), ldq, BM, d, tid, nthreads, |r| {
+                let ok = q0 + r < len_q;
+                (if ok { qp.wrapping_add(q_base + r * q_stride) } else { qp }, ok)
+            })
+        } else {
+            copy_tile::<T>(SharedAddr::new(q_lds), ldq, BM, d, tid, nthreads, qp.wrapping_add(q_base), q_stride, len_q - q0)
+        }
+    };
 
     let row0 = q0 + wave * 16;
     let mut st = RowState::new();
@@ -637,14 +773,19 @@ pub fn flash_fwd<T: MmaFloat, H: HeadDim>(
         // SAFETY: keys below len_k lie in k and v (checked above), rows 16-byte aligned;
         // the stage holds bn rows of ldk then bn rows of ldv.
         unsafe {
-            copy_rows::<T>(stage, ldk, bn, d, tid, nthreads, |j| {
-                let ok = k0 + j < len_k;
-                (if ok { kp.wrapping_add(k_base + (k0 + j) * kv_stride) } else { kp }, ok)
-            });
-            copy_rows::<T>(stage.add(bn * ldk * size), ldv, bn, dv, tid, nthreads, |j| {
-                let ok = k0 + j < len_k;
-                (if ok { vp.wrapping_add(v_base + (k0 + j) * kv_stride) } else { vp }, ok)
-            });
+            if AMD {
+                copy_rows::<T>(stage, ldk, bn, d, tid, nthreads, |j| {
+                    let ok = k0 + j < len_k;
+                    (if ok { kp.wrapping_add(k_base + (k0 + j) * kv_stride) } else { kp }, ok)
+                });
+                copy_rows::<T>(stage.add(bn * ldk * size), ldv, bn, dv, tid, nthreads, |j| {
+                    let ok = k0 + j < len_k;
+                    (if ok { vp.wrapping_add(v_base + (k0 + j) * kv_stride) } else { vp }, ok)
+                });
+            } else {
+                copy_tile::<T>(stage, ldk, bn, d, tid, nthreads, kp.wrapping_add(k_base + k0 * kv_stride), kv_stride, len_k - k0);
+                copy_tile::<T>(stage.add(bn * ldk * size), ldv, bn, dv, tid, nthreads, vp.wrapping_add(v_base + k0 * kv_stride), kv_stride, len_k - k0);
+            }
         }
     };
     // Prologue: tiles 0 .. nst - 1 in flight (with Q), one copy group each.

@@ -56,6 +56,7 @@ mod m {
     //! Host math: `std`'s implementations.
     pub fn exp(x: f32) -> f32 { f32::exp(x) }
     pub fn exp2(x: f32) -> f32 { f32::exp2(x) }
+    pub fn exp2_approx(x: f32) -> f32 { f32::exp2(x) }
     pub fn ln(x: f32) -> f32 { f32::ln(x) }
     pub fn log2(x: f32) -> f32 { f32::log2(x) }
     pub fn sqrt(x: f32) -> f32 { f32::sqrt(x) }
@@ -149,6 +150,14 @@ pub fn erf(x: f32) -> f32 {
                             + t * (-1.135_204 + t * (1.488_515_9 + t * (-0.822_152_23 + t * 0.170_872_77))))))));
     let erfc = t * m::exp(-a * a + poly);
     if x >= 0.0 { 1.0 - erfc } else { erfc - 1.0 }
+}
+
+/// `2^x` for hot loops that tolerate the GPU's approximation (softmax weights): NVIDIA's
+/// bare `ex2.approx.ftz` (2 ulp, subnormal results flushed to 0; [`FloatMath::exp2`] adds a
+/// correction step and costs about 9 instructions there), AMD's `exp2`, `std` on the host.
+#[inline(always)]
+pub fn exp2_approx(x: f32) -> f32 {
+    m::exp2_approx(x)
 }
 
 /// `x^y` through `exp2(y * log2|x|)`, with the sign rules of C `powf` for integral `y`.

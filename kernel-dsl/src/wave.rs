@@ -61,7 +61,16 @@ pub fn shuffle<T: LaneValue>(v: T, src: u32) -> T {
 #[inline(always)]
 #[track_caller]
 pub fn shuffle_xor<T: LaneValue>(v: T, mask: u32) -> T {
-    shuffle(v, lane_id() ^ mask)
+    // NVIDIA: `shfl.sync.bfly` (the same lane as the indexed shuffle of `lane ^ mask`
+    // modulo 32, without computing it).
+    #[cfg(target_arch = "nvptx64")]
+    {
+        T::from_lane(arch::shuffle_xor_u32(v.to_lane(), mask & 31))
+    }
+    #[cfg(not(target_arch = "nvptx64"))]
+    {
+        shuffle(v, lane_id() ^ mask)
+    }
 }
 
 /// Value of `v` in lane 0.

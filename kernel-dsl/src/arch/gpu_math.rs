@@ -58,6 +58,21 @@ pub fn fast_div(a: f32, b: f32) -> f32 {
     }
 }
 
+/// `2^x` by the hardware's approximation alone: `ex2.approx.ftz` on NVIDIA (one
+/// `MUFU.EX2`, 2 ulp, results below 2^-126 flushed to 0, `-inf` gives 0), [`exp2`] on AMD.
+#[inline(always)]
+pub fn exp2_approx(x: f32) -> f32 {
+    #[cfg(target_arch = "amdgpu")]
+    {
+        i::exp2f32(x)
+    }
+    #[cfg(target_arch = "nvptx64")]
+    {
+        // SAFETY: pure arithmetic intrinsic.
+        unsafe { ex2_approx(x) }
+    }
+}
+
 /// `2^x`.
 #[inline(always)]
 pub fn exp2(x: f32) -> f32 {

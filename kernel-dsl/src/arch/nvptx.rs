@@ -103,6 +103,14 @@ pub fn shuffle_u32(value: u32, src: u32) -> u32 {
     with_warp_mask(|mask| unsafe { shfl_idx(mask, value, src, 0x1f) })
 }
 
+/// Reads `value` from lane `lane ^ lane_mask` (`lane_mask` < 32): `shfl.sync.bfly` with the
+/// partner an immediate where the mask is a constant (no lane index to compute).
+#[inline(always)]
+pub fn shuffle_xor_u32(value: u32, lane_mask: u32) -> u32 {
+    // SAFETY: as in `shuffle_u32`.
+    with_warp_mask(|mask| unsafe { shfl_bfly(mask, value, lane_mask, 0x1f) })
+}
+
 /// Butterfly reduction over the warp (`shfl.sync.bfly`, the partner lane an immediate):
 /// every lane gets `op` folded over all 32 values. All five exchanges sit in one branch of
 /// [`with_warp_mask`]: built from [`shuffle_u32`] (`lane ^ offset` computed, a mask branch

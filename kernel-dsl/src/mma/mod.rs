@@ -409,6 +409,52 @@ impl<T: MmaInput> FragB<T> {
     }
 }
 
+impl<T: MmaInput> FragB<T> {
+    /// The fragment of the column-major (n-major) tile at `base` in shared memory: element
+    /// `(k, col)` at `base[col * ld + k]`, i.e. the B operand `M^T` of a row-major `N x K`
+    /// matrix `M` (attention's `K^T` from keys stored as rows) without transposing it. On
+    /// `MmaSync` with 16-bit inputs one `ldmatrix.x4` (not `.trans`), its four registers
+    /// already in B order; elsewhere element loads.
+    ///
+    /// # Safety
+    /// As [`FragA::load_shared`].
+    #[inline(always)]
+    pub unsafe fn load_shared_cols(base: *const T, ld: usize) -> Self {
+        let at = SharedAddr::new(base).add(Self::cols_lane_offset(ld) * core::mem::size_of::<T>());
+        // SAFETY: the caller's contract.
+        unsafe { Self::load_shared_cols_at(at, ld) }
+    }
+    /// As [`FragA::lane_offset`], for [`load_shared_cols_at`](Self::load_shared_cols_at).
+    #[inline(always)]
+    pub fn cols_lane_offset(ld: usize) -> usize {
+        if uses_ldmatrix::<T>() {
+            // Matrix q = l / 8 covers columns 8 (q / 2) .. + 8 (the stored rows) and k
+            // 8 (q % 2) .. + 8: register q holds items 2q, 2q + 1 of the B layout.
+            let (l, q) = (lane(), lane() / 8);
+            (l % 8 + 8 * (q / 2)) * ld + 8 * (q % 2)
+        } else {
+            0
+        }
+    }
+    /// [`load_shared_cols`](Self::load_shared_cols) from `at` = the tile's origin plus
+    /// [`cols_lane_offset`](Self::cols_lane_offset)`(ld)` elements (constant tile offsets
+    /// fold into the load's immediate).
+    ///
+    /// # Safety
+    /// As [`load_shared_cols`](Self::load_shared_cols) for the tile at `at` minus the lane
+    /// offset.
+    #[inline(always)]
+    pub unsafe fn load_shared_cols_at(at: SharedAddr, ld: usize) -> Self {
+        // SAFETY: the caller's contract.
+        if let Some(v) = unsafe { ldmatrix_items::<T, false>(at) } {
+            return FragB { v };
+        }
+        let base: *const T = at.as_ptr();
+        // SAFETY: the caller's contract (the lane offset is 0 on this path).
+        Self::from_fn(|k, c| unsafe { *base.add(c * ld + k) })
+    }
+}
+
 /// The 16-byte segment of a 16 x 16 tile of 16-bit elements that this lane names for
 /// [`FragA::load_segments`] / [`FragB::load_segments`], as `(row, first column)`: lane `l`
 /// names row `l % 8 + 8 (q % 2)`, columns `8 (q / 2) .. + 8` of the tile, `q = l / 8`
@@ -601,16 +647,23 @@ impl FragC<f32> {
         let low = lowering();
         let mut out = *self;
         if matches!(low, Lowering::MmaSync | Lowering::Valu) {
-            // Items 0, 1, 4, 5 are row g; 2, 3, 6, 7 row g + 8.
+            // Items 0, 1, 4, 5 are row g; 2, 3, 6, 7 row g + 8: fold them, exchange the two
+            // row values across the row's lanes (two shuffles per step, not one per item),
+            // then broadcast.
             let (mut lo, mut hi) = (out.v[0], out.v[2 % C_CAP]);
             unroll!(j < C_CAP, {
                 if j % 2 == 1 || j / 4 == 1 {
                     if (j / 2) & 1 == 0 { lo = op(lo, out.v[j % C_CAP]) } else { hi = op(hi, out.v[j % C_CAP]) }
                 }
             });
+            for &mask in layout::row_lane_masks(low) {
+                lo = op(lo, wave::shuffle_xor(lo, mask));
+                hi = op(hi, wave::shuffle_xor(hi, mask));
+            }
             unroll!(j < C_CAP, {
                 out.v[j % C_CAP] = if (j / 2) & 1 == 0 { lo } else { hi };
             });
+            return out;
         }
         for &mask in layout::row_lane_masks(low) {
             unroll!(j < layout::c_len(low), {
@@ -639,10 +692,20 @@ impl FragC<f32> {
         let low = lowering();
         let mut out = FragA::<T>::zero();
         if matches!(low, Lowering::MmaSync | Lowering::Valu) {
-            // The accumulator and A layouts coincide item by item.
-            unroll!(j < layout::c_len(low), {
-                out.v[j % AB_CAP] = T::from_f32(self.v[j % C_CAP]);
-            });
+            // The accumulator and A layouts coincide item by item. On `MmaSync` items 2q,
+            // 2q + 1 share a register and convert as a pair (one `cvt.rn.bf16x2.f32`, sm_80+;
+            // the VALU lowering also runs on older NVIDIA GPUs, which lack it).
+            if low == Lowering::MmaSync {
+                unroll!(j < layout::c_len(low) / 2, {
+                    let [x, y] = T::from_f32x2([self.v[(2 * j) % C_CAP], self.v[(2 * j + 1) % C_CAP]]);
+                    out.v[(2 * j) % AB_CAP] = x;
+                    out.v[(2 * j + 1) % AB_CAP] = y;
+                });
+            } else {
+                unroll!(j < layout::c_len(low), {
+                    out.v[j % AB_CAP] = T::from_f32(self.v[j % C_CAP]);
+                });
+            }
             return out;
         }
         if low == Lowering::Wmma {
