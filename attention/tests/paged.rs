@@ -231,7 +231,7 @@ fn split_heuristic_fills_rounds_of_resident_groups() {
     // shapes (132 SMs x 5 or 10 work-groups) and odd ones.
     for (batch, kv, longest, r) in [(16usize, 8usize, 4096usize, 660usize), (16, 8, 16384, 1320), (1, 8, 32768, 1320), (4, 8, 1024, 660), (64, 8, 16384, 1320), (3, 2, 100, 7), (1, 1, 1, 1)] {
         let len = split_len_for(batch, kv, longest, None, Some(r));
-        assert!(len % BN == 0 && len >= MIN_SPLIT.min(longest.div_ceil(BN) * BN), "b{batch} ctx{longest}: split {len}");
+        assert!(len.is_multiple_of(BN) && len >= MIN_SPLIT.min(longest.div_ceil(BN) * BN), "b{batch} ctx{longest}: split {len}");
         let cost = |len: usize| {
             let groups = batch * kv * longest.div_ceil(len);
             (groups.div_ceil(r), groups.div_ceil(r) * (len / BN + SPLIT_OVERHEAD_TILES))

@@ -115,16 +115,16 @@ fn resident_estimate(dev: &Device, low: Lowering, d: usize, smem: usize, waves: 
 }
 
 /// Registers per work-item [`resident_estimate`] assumes for the `MmaSync` instance of
-/// head dimension `d`: what `ptxas -arch=sm_90a` (CUDA 13.0) gives this kernel (hd64 150,
-/// hd80 167, hd96 178, hd128 194, hd256 208) plus 16 for the driver's own compilation of
-/// the PTX, rounded up to the allocation unit of 8.
+/// head dimension `d`: the most `ptxas -arch=sm_90a` of CUDA 13.0 (the compiler the CUDA 13.0
+/// driver JIT-compiles our PTX with) gives the f16 and bf16 instances (hd64 127, hd80 128,
+/// hd96 174, hd128 193, hd256 200), rounded up to the allocation unit of 8. On the low
+/// side the estimate would put the grid's last work-groups in a second round: with 193
+/// registers (200 allocated) an H100 SM holds 10 hd128 work-groups, with 208 only 9.
 pub const fn decode_regs(d: usize) -> usize {
     match d {
-        0..=64 => 168,
-        65..=80 => 184,
-        81..=96 => 200,
-        97..=128 => 216,
-        _ => 224,
+        0..=80 => 128,
+        81..=96 => 176,
+        _ => 200,
     }
 }
 
