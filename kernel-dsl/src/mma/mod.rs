@@ -608,16 +608,9 @@ impl FragC<f32> {
                     if (j / 2) & 1 == 0 { lo = op(lo, out.v[j % C_CAP]) } else { hi = op(hi, out.v[j % C_CAP]) }
                 }
             });
-            // Two distinct values per lane: shuffle those, not all 8 items (4 shuffles
-            // instead of 16 for the quad's two masks).
-            for &mask in layout::row_lane_masks(low) {
-                lo = op(lo, wave::shuffle_xor(lo, mask));
-                hi = op(hi, wave::shuffle_xor(hi, mask));
-            }
             unroll!(j < C_CAP, {
                 out.v[j % C_CAP] = if (j / 2) & 1 == 0 { lo } else { hi };
             });
-            return out;
         }
         for &mask in layout::row_lane_masks(low) {
             unroll!(j < layout::c_len(low), {
