@@ -14,11 +14,12 @@
 //! [`paged_decode`](fn@paged_decode) runs one work-group per (key split, KV head, value chunk, sequence).
 //! The `heads / kv_heads` query heads that share a KV head are the rows of the work-group's
 //! 16-row fragments (one wave per 16 heads), so each KV block is read once for all of them:
-//! the same online-softmax tile loop as [`flash_fwd`](fn@crate::flash::flash_fwd), with the
-//! keys and values gathered through the block table into shared memory in 16-byte copies
-//! (`cp.async` into two stages on NVIDIA sm_80+). The cache slots of a tile's keys are
-//! looked up one tile ahead (one table read per key, by the first [`BN`] work-items) and
-//! kept in shared memory, so the copies issue without waiting on the table. Each split of `split_len`
+//! the same online-softmax tile step as [`flash_fwd`](fn@crate::flash::flash_fwd), over
+//! tiles of [`decode_bn`] keys gathered through the block table into shared memory in
+//! 16-byte copies (`cp.async` into two stages on NVIDIA sm_80+; one slot read per key row
+//! for both its key and value chunks). The cache slots of a tile's keys are looked up one
+//! tile ahead (one table read per key, by the first [`decode_bn`] work-items) and kept in
+//! shared memory, so the copies issue without waiting on the table. Each split of `split_len`
 //! keys writes its unnormalised f32 output and its (max, sum) to a workspace;
 //! [`paged_merge`](fn@paged_merge) combines a sequence's splits (only the ones its context reaches) into
 //! the output and the log-sum-exp. Shared memory: [`decode_smem_elems`].
@@ -32,11 +33,25 @@ use kernel_dsl::prelude::*;
 /// Most query heads per KV head (four waves of 16 rows).
 pub const MAX_GROUP: usize = 64;
 
+/// Keys per K/V tile of [`paged_decode`](fn@paged_decode): 16 on `MmaSync`, [`BN`] (32)
+/// elsewhere. Decode is bound by how many waves an SM keeps busy (each wave's tile step is
+/// a chain of dependent instructions, and a decode wave has little math to overlap): two
+/// 16-key stages halve the shared memory of two 32-key ones, so twice the work-groups fit
+/// an SM. AMD keeps 32 (one stage, synchronous copies: there the longer tile amortises
+/// the copy wait).
+pub const fn decode_bn(low: Lowering) -> usize {
+    match low {
+        Lowering::MmaSync => 16,
+        _ => BN,
+    }
+}
+
 /// Shared-memory elements (16-bit) of a [`paged_decode`](fn@paged_decode) work-group of
-/// `rows` query rows: the Q rows, [`stages`] K/V stages of [`BN`] keys and two tiles' cache slots
-/// (`2 * BN` u32 values).
+/// `rows` query rows: the Q rows, [`stages`] K/V stages of [`decode_bn`] keys and two tiles'
+/// cache slots (`2 * decode_bn` u32 values).
 pub const fn decode_smem_elems(d: usize, rows: usize, low: Lowering) -> usize {
-    rows * (d + PAD) + stages(low) * stage_elems(d, BN, low) + 4 * BN
+    let bn = decode_bn(low);
+    rows * (d + PAD) + stages(low) * stage_elems(d, bn, low) + 4 * bn
 }
 
 /// Decode scores: scaled into the log2 domain, keys past the split masked.
@@ -44,6 +59,8 @@ pub const fn decode_smem_elems(d: usize, rows: usize, low: Lowering) -> usize {
 struct DecodeScore {
     /// Keys of this tile inside the split.
     keys: u32,
+    /// Keys of a full tile.
+    bn: u32,
     /// `scale * log2(e)`.
     scale2: f32,
 }
@@ -51,7 +68,7 @@ struct DecodeScore {
 impl Score for DecodeScore {
     #[inline(always)]
     fn plain(&self) -> Option<f32> {
-        if mma::lowering() == Lowering::MmaSync && self.keys as usize >= BN && self.scale2 > 0.0 {
+        if mma::lowering() == Lowering::MmaSync && self.keys >= self.bn && self.scale2 > 0.0 {
             Some(self.scale2)
         } else {
             None
@@ -101,6 +118,7 @@ pub fn paged_decode<T: MmaFloat, H: HeadDim>(
     smem: SharedDyn<T>,
 ) {
     let low = mma::lowering();
+    let bn = decode_bn(low);
     let d = H::D;
     let dv = value_chunk(d, low);
     let (ldq, ldk, ldv) = (d + PAD, d + PAD, dv + PAD);
@@ -122,7 +140,7 @@ pub fn paged_decode<T: MmaFloat, H: HeadDim>(
         return;
     }
     let k_hi = if k_lo + (split_len as usize) < ctx { k_lo + split_len as usize } else { ctx };
-    let n_tiles = (k_hi - k_lo).div_ceil(BN);
+    let n_tiles = (k_hi - k_lo).div_ceil(bn);
     let bs = block_size as usize;
     let table = b * max_blocks as usize;
     let h0 = hk * group;
@@ -138,18 +156,22 @@ pub fn paged_decode<T: MmaFloat, H: HeadDim>(
     {
         panic!("paged_decode: a buffer is shorter than the shape needs");
     }
-    // Every block this split reads lies in the caches (one uniform pass over its table
-    // entries), so the gathers below index without per-element checks.
+    // Every block this split reads lies in the caches (each wave checks the split's table
+    // entries, one per lane at a time, so the loads overlap instead of one table read per
+    // round trip), so the gathers below index without per-element checks.
     let num_blocks = k_cache.len() / row_elems / bs;
     if num_blocks * bs > u32::MAX as usize - 1 {
         panic!("paged_decode: the caches have more than 2^32 - 2 slots");
     }
-    let mut blk = k_lo / bs;
+    let lanes = wave::size() as usize;
+    let mut blk = k_lo / bs + flat_thread_idx() as usize % lanes;
+    let mut outside = false;
     while blk <= (k_hi - 1) / bs {
-        if block_tables[table + blk] as usize >= num_blocks {
-            panic!("paged_decode: a block table entry is outside the cache");
-        }
-        blk += 1;
+        outside |= block_tables[table + blk] as usize >= num_blocks;
+        blk += lanes;
+    }
+    if wave::any(outside) {
+        panic!("paged_decode: a block table entry is outside the cache");
     }
     let (qp, kp, vp, tp) = (q.as_ptr(), k_cache.as_ptr(), v_cache.as_ptr(), block_tables.as_ptr());
 
@@ -158,13 +180,13 @@ pub fn paged_decode<T: MmaFloat, H: HeadDim>(
     let wave = tid / wave::size() as usize;
     let sp = smem.as_ptr();
     let q_lds = sp;
-    let st_elems = stage_elems(d, BN, low);
+    let st_elems = stage_elems(d, bn, low);
     let nst = stages(low);
     let size = core::mem::size_of::<T>();
     let kv_sa = SharedAddr::new(sp.wrapping_add(rows * ldq));
     let kv_lds = sp.wrapping_add(rows * ldq);
     // Two tiles' cache slots (u32, 4-byte aligned: the element count before them is even).
-    let slots = sp.wrapping_add(decode_smem_elems(d, rows, low) - 4 * BN) as *mut u32;
+    let slots = sp.wrapping_add(decode_smem_elems(d, rows, low) - 4 * bn) as *mut u32;
 
     // The group's query rows, zero past the group (the first copy group, with tile 0).
     // SAFETY: the group's rows lie in q (checked above), 16-byte aligned; the Q region
@@ -185,34 +207,24 @@ pub fn paged_decode<T: MmaFloat, H: HeadDim>(
             u32::MAX
         }
     };
-    let kv_off = hk * d;
+    let (k_off, v_off) = (hk * d, hk * d + vc * dv);
     // Issues the copies of tile `t`'s keys and values (gathered through the slots the
     // previous iteration stored) into stage `t % nst`; zeros past the split.
     let issue = |t: usize| {
-        let sl = slots.wrapping_add((t % 2) * BN);
         let stage = kv_sa.add((t % nst) * st_elems * size);
         // SAFETY: the slots name rows inside the caches (checked above; v_cache has
-        // k_cache's length), 16-byte aligned; the stage holds BN rows of ldk then BN
-        // rows of ldv; `sl` holds BN slots written before the last barrier.
+        // k_cache's length), 16-byte aligned; the stage holds bn rows of ldk then bn
+        // rows of ldv; the slots were written before the last barrier.
         unsafe {
-            copy_rows::<T>(stage, ldk, BN, d, tid, nthreads, |j| {
-                let s = *sl.add(j);
-                let ok = s != u32::MAX;
-                (if ok { kp.wrapping_add(s as usize * row_elems + kv_off) } else { kp }, ok)
-            });
-            copy_rows::<T>(stage.add(BN * ldk * size), ldv, BN, dv, tid, nthreads, |j| {
-                let s = *sl.add(j);
-                let ok = s != u32::MAX;
-                (if ok { vp.wrapping_add(s as usize * row_elems + kv_off + vc * dv) } else { vp }, ok)
-            });
-        }
+            gather::<T>(stage, ldk, stage.add(bn * ldk * size), ldv, (bn, d, dv), (tid, nthreads), slots.wrapping_add((t % 2) * bn), (kp, vp), row_elems, (k_off, v_off))
+        };
     };
     // Slots of tiles 0 .. nst, then tiles 0 .. nst - 1 in flight, one copy group each.
-    if tid < BN {
+    if tid < bn {
         let mut s = 0;
         while s < nst {
-            // SAFETY: inside the slot region (2 * BN values, nst <= 2).
-            unsafe { *slots.add(s * BN + tid) = slot_of(k_lo + s * BN + tid) };
+            // SAFETY: inside the slot region (2 * bn values, nst <= 2).
+            unsafe { *slots.add(s * bn + tid) = slot_of(k_lo + s * bn + tid) };
             s += 1;
         }
     }
@@ -230,25 +242,32 @@ pub fn paged_decode<T: MmaFloat, H: HeadDim>(
     let scale2 = scale * core::f32::consts::LOG2_E;
     let mut t = 0;
     while t < n_tiles {
-        let k0 = k_lo + t * BN;
+        let k0 = k_lo + t * bn;
         // The slots of tile t + nst are looked up now (the load overlaps the wait below)
         // and stored after the barrier, into the buffer tile t + nst - 2 used.
-        let ahead = if tid < BN { slot_of(k_lo + (t + nst) * BN + tid) } else { u32::MAX };
+        let ahead = if tid < bn { slot_of(k_lo + (t + nst) * bn + tid) } else { u32::MAX };
         if t + nst - 1 < n_tiles {
             issue(t + nst - 1);
         }
         copy::commit();
         copy::wait_groups(nst as u32 - 1);
         barrier();
-        if tid < BN {
+        if tid < bn {
             // SAFETY: inside the slot region.
-            unsafe { *slots.add(((t + nst) % 2) * BN + tid) = ahead };
+            unsafe { *slots.add(((t + nst) % 2) * bn + tid) = ahead };
         }
-        let score = DecodeScore { keys: (k_hi - k0) as u32, scale2 };
+        let score = DecodeScore { keys: (k_hi - k0) as u32, bn: bn as u32, scale2 };
         let kt_lds = kv_lds.wrapping_add((t % nst) * st_elems);
-        let v_lds = kt_lds.wrapping_add(BN * ldk);
+        let v_lds = kt_lds.wrapping_add(bn * ldk);
+        let q_w = q_lds.wrapping_add(wave * 16 * ldq);
         // SAFETY: the tiles lie in `smem`, rows 16-byte aligned.
-        unsafe { st.add_tile::<T, 2>(q_lds.add(wave * 16 * ldq), ldq, kt_lds, ldk, v_lds, ldv, d, nof, &score) };
+        unsafe {
+            if bn == 16 {
+                st.add_tile::<T, 1>(q_w, ldq, kt_lds, ldk, v_lds, ldv, d, nof, &score)
+            } else {
+                st.add_tile::<T, 2>(q_w, ldq, kt_lds, ldk, v_lds, ldv, d, nof, &score)
+            }
+        };
         // Every wave is done with this stage (and the slots) before they are refilled.
         barrier();
         t += 1;
@@ -283,6 +302,64 @@ pub fn paged_decode<T: MmaFloat, H: HeadDim>(
                 unsafe { *pmp.add(part(row0 + r) / d * 2 + 1) = x };
             }
         });
+    }
+}
+
+/// Issues the 16-byte copies of one tile's `bn` keys (`d` columns, into `k_dst`, row
+/// stride `ldk`) and values (`dv` columns, into `v_dst`, stride `ldv`), gathered from the
+/// caches through the tile's cache slots (`u32::MAX`: past the split, zero-filled).
+/// Work-item `tid` of `nthreads` takes every `nthreads`-th key chunk and the value chunk
+/// of the same row and column: one slot read and one row address for both (half the
+/// address work of two separate row copies). `cp.async` on NVIDIA sm_80+ (the caller
+/// commits and waits), synchronous elsewhere.
+///
+/// # Safety
+/// `slots` holds `bn` readable values in shared memory; every slot other than `u32::MAX`
+/// names a row of both caches (`row_elems` elements per slot, the key columns at
+/// `k_off`, the value columns at `v_off`, 16-byte aligned); `k_dst` and `v_dst` hold `bn`
+/// rows of their strides (16-byte aligned) in shared memory; `dv <= d`, both multiples of 8.
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+unsafe fn gather<T>(
+    k_dst: SharedAddr,
+    ldk: usize,
+    v_dst: SharedAddr,
+    ldv: usize,
+    (bn, d, dv): (usize, usize, usize),
+    (tid, nthreads): (usize, usize),
+    slots: *const u32,
+    (kp, vp): (*const T, *const T),
+    row_elems: usize,
+    (k_off, v_off): (usize, usize),
+) {
+    let (per_row, per_v) = (d / 8, dv / 8);
+    let size = core::mem::size_of::<T>();
+    let mut e = tid;
+    while e < bn * per_row {
+        let (j, c) = (e / per_row, e % per_row);
+        // SAFETY: the caller's contract.
+        let s = unsafe { *slots.add(j) };
+        let kd = k_dst.add((j * ldk + c * 8) * size);
+        let vd = v_dst.add((j * ldv + c * 8) * size);
+        if s != u32::MAX {
+            let row = s as usize * row_elems + c * 8;
+            // SAFETY: the caller's contract.
+            unsafe {
+                copy::copy_16_whole_at(kd, kp.wrapping_add(row + k_off) as *const u8);
+                if c < per_v {
+                    copy::copy_16_whole_at(vd, vp.wrapping_add(row + v_off) as *const u8);
+                }
+            }
+        } else {
+            // SAFETY: the caller's contract (nothing is read).
+            unsafe {
+                copy::copy_16_at(kd, kp as *const u8, 0);
+                if c < per_v {
+                    copy::copy_16_at(vd, vp as *const u8, 0);
+                }
+            }
+        }
+        e += nthreads;
     }
 }
 

@@ -4,7 +4,8 @@
 //! 1/4/8, sequences of different lengths in one launch, several split-KV partitions.
 //! Tolerances as in `tests/flash.rs` (inputs rounded first; `P` rounded to the input type
 //! before `P V`; f32 accumulation and merge).
-use attention::paged::host::{paged_attention, reshape_and_cache_rows, PagedShape};
+use attention::paged::host::{paged_attention, reshape_and_cache_rows, split_len_for, PagedShape, MIN_SPLIT, SPLIT_OVERHEAD_TILES, TARGET_GROUPS};
+use attention::flash::BN;
 use attention::{AttentionError, FlashElem};
 use half::{bf16, f16};
 use kernel_dsl::host::{CpuExecutor, WaveSize};
@@ -153,6 +154,8 @@ fn paged_head_dims() {
     let devs = executors();
     for (i, d) in [80usize, 96, 256].into_iter().enumerate() {
         check::<bf16>(&devs[i % 2], &[33, 9], 4, 2, d, 16, Some(32), 20 + i as u64);
+        // `mma.sync` (16-key tiles; hd256 in one 128-column value chunk of two).
+        check::<bf16>(&devs[3], &[40, 17], 8, 2, d, 16, Some(32), 30 + i as u64);
     }
 }
 
@@ -216,4 +219,35 @@ fn paged_work_items_in_either_order_agree() {
         let dev = Device::cpu_with(CpuExecutor::new(wave).with_reversed_items(true));
         check::<bf16>(&dev, &[50, 7], 8, 2, 64, 16, Some(32), 80);
     }
+}
+
+/// The split heuristic with an occupancy figure: whole rounds of resident work-groups,
+/// never a longer modelled time than the earlier fixed target of about
+/// [`TARGET_GROUPS`] work-groups, splits of at least [`MIN_SPLIT`] keys (or the whole
+/// context), a multiple of the key tile; the caller's choice wins.
+#[test]
+fn split_heuristic_fills_rounds_of_resident_groups() {
+    // (batch, kv_heads, longest context, resident work-groups): the benchmark's H100
+    // shapes (132 SMs x 5 or 10 work-groups) and odd ones.
+    for (batch, kv, longest, r) in [(16usize, 8usize, 4096usize, 660usize), (16, 8, 16384, 1320), (1, 8, 32768, 1320), (4, 8, 1024, 660), (64, 8, 16384, 1320), (3, 2, 100, 7), (1, 1, 1, 1)] {
+        let len = split_len_for(batch, kv, longest, None, Some(r));
+        assert!(len.is_multiple_of(BN) && len >= MIN_SPLIT.min(longest.div_ceil(BN) * BN), "b{batch} ctx{longest}: split {len}");
+        let cost = |len: usize| {
+            let groups = batch * kv * longest.div_ceil(len);
+            (groups.div_ceil(r), groups.div_ceil(r) * (len / BN + SPLIT_OVERHEAD_TILES))
+        };
+        let (rounds, c) = cost(len);
+        let legacy = split_len_for(batch, kv, longest, None, None);
+        assert!(c <= cost(legacy).1, "b{batch} ctx{longest} r{r}: split {len} costs {c}, the fixed target's {legacy} costs {}", cost(legacy).1);
+        // The last round is at least half full unless one round holds the whole grid.
+        let groups = batch * kv * longest.div_ceil(len);
+        assert!(rounds == 1 || groups * 2 > (2 * rounds - 1) * r, "b{batch} ctx{longest} r{r}: {groups} work-groups in {rounds} rounds of {r}");
+    }
+    assert_eq!(split_len_for(16, 8, 4096, Some(100), Some(660)), 128);
+    assert_eq!(split_len_for(16, 8, 4096, Some(0), None), BN);
+    // 16 x 8 groups of 4096 keys in 660 slots: 5 splits of 832 keys fill one round.
+    assert_eq!(split_len_for(16, 8, 4096, None, Some(660)), 832);
+    // Without an occupancy figure: about TARGET_GROUPS work-groups.
+    assert_eq!(split_len_for(16, 8, 4096, None, None), 512);
+    assert_eq!(16 * 8 * 4096 / 512, TARGET_GROUPS);
 }

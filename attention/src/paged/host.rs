@@ -5,7 +5,8 @@
 use super::{decode_smem_elems, paged_decode, paged_merge, reshape_and_cache, MAX_GROUP};
 use crate::flash::{value_chunks, Hd128, Hd256, Hd64, Hd80, Hd96, HeadDim, BN, HEAD_DIMS};
 use crate::{AttentionError, FlashElem};
-use kernel_dsl::host::{LaunchConfig, ScalarArg};
+use kernel_dsl::host::{Executor, LaunchConfig, ScalarArg};
+use kernel_dsl::mma::Lowering;
 use kernel_dsl::{Dim3, Element};
 use kernel_runtime::{Device, DeviceVec};
 
@@ -42,10 +43,10 @@ fn product(name: &'static str, xs: &[usize]) -> Result<usize, AttentionError> {
     xs.iter().try_fold(1usize, |a, &x| a.checked_mul(x)).ok_or_else(|| arg(name, "size overflows usize"))
 }
 
-/// Work-groups a decode launch aims for when it chooses the split length: about eight per
-/// compute unit of a large GPU (132 on the H100), so that each one's copies keep enough
-/// bytes in flight for DRAM bandwidth (a work-group is one wave for up to 16 query heads
-/// per KV head).
+/// Work-groups a decode launch aims for when it chooses the split length and cannot tell
+/// how many the device holds at once (AMD, the CPU executor): about eight per compute unit
+/// of a large GPU (132 on the H100), so that each one's copies keep enough bytes in flight
+/// for DRAM bandwidth (a work-group is one wave for up to 16 query heads per KV head).
 pub const TARGET_GROUPS: usize = 1024;
 
 /// Shortest split the heuristic makes, in keys: shorter ones cost more in the merge pass
@@ -53,19 +54,80 @@ pub const TARGET_GROUPS: usize = 1024;
 /// parallelism gains.
 pub const MIN_SPLIT: usize = 128;
 
-/// Keys per split: the caller's choice, or enough splits that about [`TARGET_GROUPS`]
-/// work-groups run (`batch * kv_heads * splits`), each split at least [`MIN_SPLIT`] keys;
-/// a multiple of the key tile.
-pub fn split_len_for(batch: usize, kv_heads: usize, longest: usize, chosen: Option<usize>) -> usize {
-    let len = match chosen {
-        Some(s) => s.max(1),
-        None => {
-            let groups = (batch * kv_heads).max(1);
-            let splits = TARGET_GROUPS.div_ceil(groups).clamp(1, longest.div_ceil(MIN_SPLIT).max(1));
-            longest.div_ceil(splits).max(1)
+/// Fixed cost of one work-group in key tiles, for [`split_len_for`]'s cost model: the
+/// first tile's DRAM latency (nothing overlaps it), the block-table checks and the
+/// workspace writes.
+pub const SPLIT_OVERHEAD_TILES: usize = 2;
+
+/// Keys per split: the caller's choice, or one chosen from the shape, a multiple of the
+/// key tile and at least [`MIN_SPLIT`] keys unless the context is shorter.
+///
+/// With `resident = Some(r)` (work-groups the device runs at once), the split count `s`
+/// minimises `ceil(batch * kv_heads * s / r) * (tiles per split + `[`SPLIT_OVERHEAD_TILES`]`)`:
+/// the rounds of resident work-groups times each one's length, so the grid fills whole
+/// rounds (a last round that fills half the device runs at about half the bandwidth: the
+/// kernel is latency-bound per work-group). Without it, enough splits for about
+/// [`TARGET_GROUPS`] work-groups.
+pub fn split_len_for(batch: usize, kv_heads: usize, longest: usize, chosen: Option<usize>, resident: Option<usize>) -> usize {
+    let round = |len: usize| len.max(1).div_ceil(BN) * BN;
+    if let Some(s) = chosen {
+        return round(s);
+    }
+    let groups = (batch * kv_heads).max(1);
+    let most = longest.div_ceil(MIN_SPLIT).max(1);
+    match resident {
+        Some(r) if r > 0 => {
+            let mut best = (usize::MAX, round(longest));
+            for s in 1..=most {
+                let len = round(longest.div_ceil(s));
+                let splits = longest.div_ceil(len).max(1);
+                let cost = (groups * splits).div_ceil(r) * (len / BN + SPLIT_OVERHEAD_TILES);
+                if cost < best.0 {
+                    best = (cost, len);
+                }
+            }
+            best.1
         }
-    };
-    len.div_ceil(BN) * BN
+        _ => {
+            let splits = TARGET_GROUPS.div_ceil(groups).clamp(1, most);
+            round(longest.div_ceil(splits))
+        }
+    }
+}
+
+/// Work-groups of [`paged_decode`](fn@super::paged_decode) (`waves` waves, `smem` bytes of
+/// shared memory, head dimension `d`) an NVIDIA sm_80+ device holds at once, estimated
+/// from its SMs, its shared memory per SM (the opt-in per-block limit plus the 1 KiB the
+/// driver reserves per work-group), the registers of [`decode_regs`], at most 32
+/// work-groups and 48 warps per SM (sm_86/sm_89; sm_80/sm_90 hold 64); `None` elsewhere
+/// (AMD's occupancy rules differ; the CPU executor has no such number). An estimate on the
+/// low side costs a partly filled round; one on the high side a second, mostly empty one.
+fn resident_estimate(dev: &Device, low: Lowering, d: usize, smem: usize, waves: usize) -> Option<usize> {
+    if low != Lowering::MmaSync {
+        return None;
+    }
+    let sms = dev.compute_units()? as usize;
+    let by_smem = (dev.max_shared_bytes() + 1024) / (smem + 1024);
+    // Registers are allocated per warp in units of 256.
+    let per_warp = (decode_regs(d) * 32).div_ceil(256) * 256;
+    let by_regs = 65536 / (per_warp * waves);
+    Some(sms * by_smem.min(by_regs).min(32).min(48 / waves).max(1))
+}
+
+/// Registers per work-item [`resident_estimate`] assumes for the `MmaSync` instance of
+/// head dimension `d`: the most `ptxas -arch=sm_90a` of CUDA 13.0 (the compiler the CUDA 13.0
+/// driver JIT-compiles our PTX with) gives the f16 and bf16 instances (hd64 150, hd80 167,
+/// hd96 180, hd128 194, hd256 208), rounded up to the allocation unit of 8. On the low
+/// side the estimate would put the grid's last work-groups in a second round: with 194
+/// registers (200 allocated) an H100 SM holds 10 hd128 work-groups, with 208 only 9.
+pub const fn decode_regs(d: usize) -> usize {
+    match d {
+        0..=64 => 152,
+        65..=80 => 168,
+        81..=96 => 184,
+        97..=128 => 200,
+        _ => 208,
+    }
 }
 
 /// `out[b, h] = softmax(q[b, h] . K_b^T * scale) V_b` over the `context_lens[b]` cached
@@ -211,17 +273,19 @@ fn launch<T: FlashElem>(
 ) -> Result<(), AttentionError> {
     let PagedShape { batch, heads, kv_heads, head_dim: d, block_size, .. } = shape;
     let group = heads / kv_heads;
-    let split_len = split_len_for(batch, kv_heads, longest, split_len);
-    let splits = longest.div_ceil(split_len).max(1);
     let low = crate::lowering_of(dev);
+    let waves = group.div_ceil(16);
+    let smem = decode_smem_elems(d, waves * 16, low);
+    let resident = resident_estimate(dev, low, d, smem * core::mem::size_of::<T>(), waves);
+    let split_len = split_len_for(batch, kv_heads, longest, split_len, resident);
+    let splits = longest.div_ceil(split_len).max(1);
     if batch > 65535 || kv_heads * value_chunks(d, low) > 65535 || split_len > u32::MAX as usize || max_blocks > u32::MAX as usize {
         return Err(arg("q", "batch or heads exceed the grid limit of 65535"));
     }
     let mut part_o = dev.alloc_uninit::<f32>(batch * heads * splits * d)?;
     let mut part_ml = dev.alloc_uninit::<f32>(batch * heads * splits * 2)?;
-    let waves = group.div_ceil(16);
     let cfg = LaunchConfig::new(Dim3::new(splits as u32, (kv_heads * value_chunks(d, low)) as u32, batch as u32), Dim3::x(waves as u32 * low.wave_lanes()))
-        .with_dynamic_shared(decode_smem_elems(d, waves * 16, low));
+        .with_dynamic_shared(smem);
     let args = DecodeArgs {
         heads: heads as u32,
         kv_heads: kv_heads as u32,

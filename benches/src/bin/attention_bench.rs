@@ -11,13 +11,19 @@
 //!   q + out) / time; `copy_gbps` is a device-to-device copy of 1 GiB in the same run
 //!   (read + write bytes over time, as in `elementwise`). Block tables cycle through
 //!   copies of the cache region (256 MiB in all at least) so that every call reads K/V
-//!   from DRAM, not from the L2 the previous call filled.
+//!   from DRAM, not from the L2 the previous call filled. `gbps` times the public
+//!   launcher with its default split (block tables and lengths uploaded each call);
+//!   `gbps_device_tables` the same step with the tables already on the device
+//!   (`paged_attention_unchecked`, what a serving loop does: built once per step for every
+//!   layer); `gbps_legacy_split` the launcher with the split length of the earlier
+//!   heuristic (about 1024 work-groups, no occupancy model), to tell the split choice's
+//!   share from the kernel's.
 //!
 //! `attention [--out DIR] [--quick] [--only prefill|decode]`: writes `DIR/rust_attention.json`;
 //! `--prefill B,H,S,D,CAUSAL` or `--decode B,CTX` time one shape only (for `ncu`);
 //! `python/torch_attention.py` times PyTorch SDPA on the same shapes and
 //! `python/report_attention.py` merges both into `report_attention.csv`.
-use attention::paged::host::{paged_attention, PagedShape};
+use attention::paged::host::{paged_attention, paged_attention_unchecked, split_len_for, PagedShape};
 use attention::{flash_attn, FlashElem, FlashOptions, FlashShape};
 use benches::{copy, gpu_ms, median};
 use half::bf16;
@@ -127,6 +133,8 @@ struct Decode {
     bytes: usize,
     us: f64,
     gbps: f64,
+    gbps_device_tables: f64,
+    gbps_legacy_split: f64,
 }
 
 fn decode(dev: &Device, batch: usize, heads: usize, kv_heads: usize, ctx: usize, d: usize, bs: usize) -> Decode {
@@ -160,6 +168,22 @@ fn decode(dev: &Device, batch: usize, heads: usize, kv_heads: usize, ctx: usize,
         turn += 1;
         paged_attention(dev, shape, &dq, &dk, &dvv, &tables[turn % copies], &lens, &mut out, &mut lse, scale, None).unwrap();
     });
+    // The earlier heuristic's split (no occupancy model) and device-side tables.
+    let legacy = split_len_for(batch, kv_heads, ctx, None, None);
+    let us_legacy = time_us(dev, || {
+        turn += 1;
+        paged_attention(dev, shape, &dq, &dk, &dvv, &tables[turn % copies], &lens, &mut out, &mut lse, scale, Some(legacy)).unwrap();
+    });
+    let dtables: Vec<DeviceVec<u32>> = tables.iter().map(|t| dev.upload(t).unwrap()).collect();
+    let dlens = dev.upload(&lens).unwrap();
+    let us_dev = time_us(dev, || {
+        turn += 1;
+        // SAFETY: every table names blocks inside the caches for all `ctx` tokens of each
+        // sequence, and every length is `ctx` (what paged_attention checks).
+        unsafe {
+            paged_attention_unchecked(dev, shape, &dq, &dk, &dvv, &dtables[turn % copies], &dlens, ctx, &mut out, &mut lse, scale, None).unwrap()
+        };
+    });
     // Spot check of the last call (table `turn % copies`): the last sequence, two heads.
     let got = dev.download(&out).unwrap();
     let table = &tables[turn % copies];
@@ -176,9 +200,12 @@ fn decode(dev: &Device, batch: usize, heads: usize, kv_heads: usize, ctx: usize,
         }
     }
     let bytes = kv_bytes + 2 * batch * heads * d * 2;
-    let gbps = bytes as f64 / (us * 1e-6) / 1e9;
-    eprintln!("decode  bf16 b {batch:>2} h {heads}/{kv_heads} ctx {ctx:>5} d {d} bs {bs} {us:>10.1} us {gbps:>7.1} GB/s");
-    Decode { batch, heads, kv_heads, ctx, d, block_size: bs, bytes, us, gbps }
+    let gb = |us: f64| bytes as f64 / (us * 1e-6) / 1e9;
+    let (gbps, gbps_device_tables, gbps_legacy_split) = (gb(us), gb(us_dev), gb(us_legacy));
+    eprintln!(
+        "decode  bf16 b {batch:>2} h {heads}/{kv_heads} ctx {ctx:>5} d {d} bs {bs} {us:>10.1} us {gbps:>7.1} GB/s (device tables {gbps_device_tables:.1}, legacy split {legacy}: {gbps_legacy_split:.1})"
+    );
+    Decode { batch, heads, kv_heads, ctx, d, block_size: bs, bytes, us, gbps, gbps_device_tables, gbps_legacy_split }
 }
 
 fn gcd(a: usize, b: usize) -> usize {
@@ -252,8 +279,8 @@ fn main() {
         .collect();
     rows.extend(dec.iter().map(|r| {
         format!(
-            "{{\"kind\":\"decode\",\"dtype\":\"bf16\",\"causal\":false,\"batch\":{},\"heads\":{},\"kv_heads\":{},\"seq\":{},\"head_dim\":{},\"block_size\":{},\"bytes\":{},\"us\":{:.3},\"gbps\":{:.2},\"copy_gbps\":{:.2}}}",
-            r.batch, r.heads, r.kv_heads, r.ctx, r.d, r.block_size, r.bytes, r.us, r.gbps, copy
+            "{{\"kind\":\"decode\",\"dtype\":\"bf16\",\"causal\":false,\"batch\":{},\"heads\":{},\"kv_heads\":{},\"seq\":{},\"head_dim\":{},\"block_size\":{},\"bytes\":{},\"us\":{:.3},\"gbps\":{:.2},\"gbps_device_tables\":{:.2},\"gbps_legacy_split\":{:.2},\"copy_gbps\":{:.2}}}",
+            r.batch, r.heads, r.kv_heads, r.ctx, r.d, r.block_size, r.bytes, r.us, r.gbps, r.gbps_device_tables, r.gbps_legacy_split, copy
         )
     }));
     std::fs::create_dir_all(&out_dir).unwrap();
