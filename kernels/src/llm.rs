@@ -3,9 +3,10 @@
 //! - [`dense_matvec`](fn@dense_matvec): `y = x W^T (+ bias)` for 1..8 activation rows and a
 //!   dense `f32`/`f16`/`bf16` weight stored `[N, K]` row-major (as `nn.Linear` holds it),
 //!   `f32` accumulation. Decode's products are matrix-vector ones: every weight byte is
-//!   read once per step, so the kernel is built to stream the weights at the memory's rate
-//!   (16-byte streaming loads, four chunks of each work-item in flight, several rows per
-//!   work-group for short rows, wave reductions).
+//!   read once per step (once for all activation rows), so the kernel is built to stream
+//!   the weights at the memory's rate (16-byte streaming loads issued a chunk ahead, tiles
+//!   of four weight rows per work-item sharing each activation load, teams sized to the
+//!   matrix, shuffle reductions).
 //! - [`add_rms_norm`](fn@add_rms_norm): `h = x + residual` and `RMSNorm(h) * weight` in one
 //!   pass over the row (both outputs written), the pre-norm transformer's residual step.
 //! - [`silu_mul`](fn@silu_mul): `SiLU(gate) * up` from one fused gate/up product
@@ -24,9 +25,17 @@ use kernel_dsl::prelude::*;
 /// Work-items of one [`dense_matvec`](fn@dense_matvec) work-group.
 pub const MATVEC_BLOCK: u32 = 256;
 
-/// Chunks (of [`CHUNK`] elements) one work-item of [`dense_matvec`](fn@dense_matvec) has
-/// in flight at once.
-pub const MATVEC_UNROLL: usize = 4;
+/// Weight rows one work-item of [`dense_matvec`](fn@dense_matvec) multiplies together: each
+/// activation chunk it loads (and converts) serves all of them.
+pub const MATVEC_TILE_ROWS: usize = 4;
+
+/// Fewest work-items sharing a row tile (8 x 16 bytes: a whole 128-byte line of each
+/// weight row per load instruction).
+pub const MATVEC_MIN_TEAM: usize = 8;
+
+/// Work-items [`matvec_team`] aims to start: enough 16-byte loads in flight to cover the
+/// memory latency of a large GPU (about 1000 per compute unit on 132).
+pub const MATVEC_TARGET_ITEMS: usize = 1 << 17;
 
 /// Activation rows of one [`dense_matvec`](fn@dense_matvec) instance.
 pub trait MatvecRows: 'static {
@@ -48,25 +57,27 @@ pub struct Rows4;
 impl MatvecRows for Rows4 {
     const N: usize = 4;
 }
-/// Up to 8 activation rows; in AMD code objects a 4-row tile (8 rows spilled gfx9's 102
-/// scalar registers), so the launcher runs AMD batches in tiles of at most 4
-/// ([`ops::dense_matvec`]).
+/// Up to 8 activation rows.
 pub struct Rows8;
 impl MatvecRows for Rows8 {
-    const N: usize = if cfg!(target_arch = "amdgpu") { 4 } else { 8 };
+    const N: usize = 8;
 }
 
-/// Weight rows one [`dense_matvec`](fn@dense_matvec) work-group takes for rows of `cols`
-/// elements on waves of `wave_lanes`: the fewest (1, 2, 4, 8) that leave each work-item at
-/// least [`MATVEC_UNROLL`] chunks of its row, at most one row per wave.
-pub const fn matvec_group(cols: usize, wave_lanes: usize) -> usize {
+/// Work-items sharing one tile of [`MATVEC_TILE_ROWS`] weight rows of `cols` elements in
+/// [`dense_matvec`](fn@dense_matvec) (a power of two from [`MATVEC_MIN_TEAM`] to
+/// [`MATVEC_BLOCK`]): the fewest that start [`MATVEC_TARGET_ITEMS`] work-items in all,
+/// no more than the row has chunks. Few rows (small matrices): wide teams, each work-item
+/// a chunk or two of every row of its tile; many rows (the LM head): teams of 8, each
+/// work-item streaming a long stretch of its rows and many tiles per work-group sharing
+/// the activations through the cache.
+pub const fn matvec_team(rows: usize, cols: usize) -> usize {
+    let tiles = rows.div_ceil(MATVEC_TILE_ROWS);
     let chunks = cols.div_ceil(CHUNK);
-    let most = MATVEC_BLOCK as usize / wave_lanes;
-    let mut g = 1;
-    while g < most && g < 8 && (MATVEC_BLOCK as usize / g) * MATVEC_UNROLL > chunks {
-        g *= 2;
+    let mut t = MATVEC_MIN_TEAM;
+    while t < MATVEC_BLOCK as usize && tiles * t < MATVEC_TARGET_ITEMS && t < chunks {
+        t *= 2;
     }
-    g
+    t
 }
 
 /// The 16 (or, for `f32`, 32) bytes of the chunk at `p` as words, loaded with the
@@ -102,7 +113,7 @@ fn words_f32<T: Float>(w: [[u32; 4]; 2]) -> [f32; CHUNK] {
     }
 }
 
-/// A whole chunk of `T` at `p`, plain loads (activations: read by every row).
+/// A whole chunk of `T` at `p`, plain loads (activations: read by every row tile).
 ///
 /// # Safety
 /// As [`load_weights`].
@@ -118,34 +129,35 @@ unsafe fn load_words<T: Float>(p: *const T) -> [[u32; 4]; 2] {
     }
 }
 
-/// `sum_j a[j] * b[j]` over a chunk, as two interleaved chains (half the dependent
-/// latency of one).
+/// `s + sum_j a[j] * b[j]` over a chunk (one chain: the callers interleave many).
 #[device]
 #[inline(always)]
-fn dot_chunk(a: &[f32; CHUNK], b: &[f32; CHUNK]) -> f32 {
-    let (mut s0, mut s1) = (0.0f32, 0.0f32);
-    each!(j in [0, 2, 4, 6] {
-        s0 = a[j].mul_add(b[j], s0);
-        s1 = a[j + 1].mul_add(b[j + 1], s1);
+fn dot_chunk(a: &[f32; CHUNK], b: &[f32; CHUNK], mut s: f32) -> f32 {
+    each!(j in [0, 1, 2, 3, 4, 5, 6, 7] {
+        s = a[j].mul_add(b[j], s);
     });
-    s0 + s1
+    s
 }
 
 /// `y[b * rows + r] = sum_k w[r * cols + k] * x[b * cols + k] (+ bias[r])` for
 /// `b < batch <= R::N`, accumulated in `f32` and rounded once to `T`; `bias` is empty or
 /// has `rows` elements.
 ///
-/// Work-group `g` takes the `group` weight rows `g * group ..` ([`matvec_group`]: 1, 2, 4
-/// or 8, whole waves per row); work-item `j` of a row's `team = MATVEC_BLOCK / group`
-/// takes chunks `j, j + team, ...` of [`CHUNK`] elements (so each load instruction of a
-/// wave reads whole contiguous lines) in rounds of [`MATVEC_UNROLL`] chunks whose weight
-/// loads (16-byte, streaming) all go out before any is used; it multiplies each weight
-/// chunk with the same chunk of every activation row (the weights are read once for the
-/// whole batch). A row's sums: a wave reduction, then, where the row spans several waves,
-/// their sums in a fixed order through shared memory. Rows of whole aligned chunks (`cols`
-/// a multiple of [`CHUNK`], `w` and `x` on 16 bytes) take the vector path; others one
-/// element at a time. Launch with [`MATVEC_BLOCK`] work-items and `rows.div_ceil(group)`
-/// work-groups.
+/// Every weight element is read once per launch, whatever the batch. The weight rows are
+/// cut in tiles of [`MATVEC_TILE_ROWS`]; a tile is shared by a `team` of consecutive
+/// work-items ([`matvec_team`]; `MATVEC_BLOCK / team` tiles per work-group), work-item `j`
+/// taking chunks `j, j + team, ...` of [`CHUNK`] elements of each of the tile's rows (so a
+/// load instruction of a wave reads whole contiguous lines of every row). Per chunk it
+/// loads the tile's weights (16-byte streaming loads, issued one chunk ahead: the next
+/// chunk's loads are in flight while the current one is multiplied) and the same chunk of
+/// every activation row (16-byte loads, cached: the tiles of a work-group read the same
+/// activations), converts each once and accumulates `MATVEC_TILE_ROWS x batch` sums.
+/// A tile's sums: shuffles over the team's lanes, then, for teams wider than a wave, the
+/// waves' sums in a fixed order through shared memory. Rows past the end of the matrix
+/// read the last row (in bounds, results dropped), so the main loop has no per-row branch.
+/// Rows of whole aligned chunks (`cols` a multiple of [`CHUNK`], `w` and `x` on 16 bytes)
+/// take the vector path; others one element at a time. Launch with [`MATVEC_BLOCK`]
+/// work-items and `rows.div_ceil(MATVEC_TILE_ROWS * MATVEC_BLOCK / team)` work-groups.
 #[amdgpu_kernel(T = [f32, f16, bf16], R = [Rows1, Rows2, Rows4, Rows8], max_threads = 256)]
 pub fn dense_matvec<T: Float, R: MatvecRows>(
     w: &[T],
@@ -155,127 +167,165 @@ pub fn dense_matvec<T: Float, R: MatvecRows>(
     rows: usize,
     cols: usize,
     batch: usize,
-    group: usize,
-    mut partials: Shared<f32, 64>,
+    team: usize,
+    mut partials: Shared<f32, 256>,
 ) {
+    const TR: usize = MATVEC_TILE_ROWS;
+    const _: () = assert!(TR == 4 && (MATVEC_BLOCK as usize / 32) * TR * 8 <= 256);
     let (tid, threads) = (flat_thread_idx() as usize, flat_block_dim() as usize);
     let ws = wave::size() as usize;
     // Uniform checks that make the unchecked accesses below in bounds.
-    if threads != MATVEC_BLOCK as usize || !(group == 1 || group == 2 || group == 4 || group == 8) || group * ws > threads || batch > R::N || R::N > 8 {
+    if threads != MATVEC_BLOCK as usize || !team.is_power_of_two() || team < MATVEC_MIN_TEAM || team > threads || batch == 0 || batch > R::N || R::N > 8 {
         return;
     }
     let fits = rows.checked_mul(cols).is_some_and(|n| n <= w.len()) && batch.checked_mul(cols).is_some_and(|n| n <= x.len()) && batch * rows <= y.len();
     if !fits || !(bias.is_empty() || bias.len() == rows) {
         return;
     }
-    let team = threads / group;
+    let tiles = threads / team;
     let (g, j) = (tid / team, tid % team);
-    let row = block_idx_x() as usize * group + g;
-    let active = row < rows;
-    let mut acc = [0f32; 8];
+    let row0 = (block_idx_x() as usize * tiles + g) * TR;
+    let active = row0 < rows;
+    // The tile's rows; those past the end repeat the last row.
+    let mut rr = [0usize; TR];
+    each!(r in [0, 1, 2, 3] {
+        rr[r] = if row0 + r < rows { row0 + r } else { rows - 1 };
+    });
+    let mut acc = [[0f32; 8]; TR];
     let vec = cols % CHUNK == 0 && (w.as_ptr() as usize) % 16 == 0 && (x.as_ptr() as usize) % 16 == 0;
     if active && vec {
         let chunks = cols / CHUNK;
-        let wrow = row * cols;
+        let mut wp = [w.as_ptr(); TR];
+        each!(r in [0, 1, 2, 3] {
+            // SAFETY: rr[r] < rows, so the row starts inside w (rows * cols <= w.len()).
+            wp[r] = unsafe { w.as_ptr().add(rr[r] * cols) };
+        });
+        // Activation rows past the batch read the last one (loads stay unconditional).
+        let mut xp = [x.as_ptr(); 8];
+        each!(b in [0, 1, 2, 3, 4, 5, 6, 7] {
+            if b < R::N {
+                let xr = if b < batch { b } else { batch - 1 };
+                // SAFETY: xr < batch and batch * cols <= x.len().
+                xp[b] = unsafe { x.as_ptr().add(xr * cols) };
+            }
+        });
         let mut c = j;
-        // Full rounds: every chunk in range, no per-chunk branch.
-        while c + (MATVEC_UNROLL - 1) * team < chunks {
-            let mut wv = [[[0u32; 4]; 2]; MATVEC_UNROLL];
-            each!(u in [0, 1, 2, 3] {
-                // SAFETY: chunk c + u * team < chunks lies inside row `row` (< rows, and
-                // rows * cols <= w.len()); aligned as `vec` says.
-                wv[u] = unsafe { load_weights(w.as_ptr().add(wrow + (c + u * team) * CHUNK)) };
+        let mut next = [[[0u32; 4]; 2]; TR];
+        if c < chunks {
+            each!(r in [0, 1, 2, 3] {
+                // SAFETY: chunk c < chunks of a row inside w; aligned as `vec` says.
+                next[r] = unsafe { load_weights(wp[r].add(c * CHUNK)) };
             });
-            each!(u in [0, 1, 2, 3] {
-                let wf = words_f32::<T>(wv[u]);
+        }
+        while c < chunks {
+            let cur = next;
+            let cn = c + team;
+            if cn < chunks {
+                each!(r in [0, 1, 2, 3] {
+                    // SAFETY: as above, chunk cn < chunks.
+                    next[r] = unsafe { load_weights(wp[r].add(cn * CHUNK)) };
+                });
+            }
+            let mut xw = [[[0u32; 4]; 2]; 8];
+            each!(b in [0, 1, 2, 3, 4, 5, 6, 7] {
+                if b < R::N {
+                    // SAFETY: chunk c < chunks of an activation row; aligned as `vec` says.
+                    xw[b] = unsafe { load_words(xp[b].add(c * CHUNK)) };
+                }
+            });
+            let mut wf = [[0f32; CHUNK]; TR];
+            each!(r in [0, 1, 2, 3] {
+                wf[r] = words_f32::<T>(cur[r]);
+            });
+            each!(b in [0, 1, 2, 3, 4, 5, 6, 7] {
+                if b < R::N && b < batch {
+                    let xf = words_f32::<T>(xw[b]);
+                    each!(r in [0, 1, 2, 3] {
+                        acc[r][b] = dot_chunk(&wf[r], &xf, acc[r][b]);
+                    });
+                }
+            });
+            c = cn;
+        }
+    } else if active {
+        // Odd widths and misaligned views: element by element, strided like the chunks.
+        let mut k = j;
+        while k < cols {
+            let mut xk = [0f32; 8];
+            each!(b in [0, 1, 2, 3, 4, 5, 6, 7] {
+                if b < R::N && b < batch {
+                    xk[b] = x[b * cols + k].to_f32();
+                }
+            });
+            each!(r in [0, 1, 2, 3] {
+                let wk = w[rr[r] * cols + k].to_f32();
                 each!(b in [0, 1, 2, 3, 4, 5, 6, 7] {
                     if b < R::N && b < batch {
-                        // SAFETY: b < batch and the chunk is inside a row of x (batch * cols
-                        // <= x.len()); aligned as `vec` says.
-                        let xf = words_f32::<T>(unsafe { load_words(x.as_ptr().add(b * cols + (c + u * team) * CHUNK)) });
-                        acc[b] += dot_chunk(&wf, &xf);
+                        acc[r][b] = wk.mul_add(xk[b], acc[r][b]);
                     }
                 });
             });
-            c += MATVEC_UNROLL * team;
+            k += team;
         }
-        // The last round: up to MATVEC_UNROLL - 1 chunks, loads first as above.
-        if c < chunks {
-            let mut wv = [[[0u32; 4]; 2]; MATVEC_UNROLL];
-            each!(u in [0, 1, 2] {
-                if c + u * team < chunks {
-                    // SAFETY: as above (checked).
-                    wv[u] = unsafe { load_weights(w.as_ptr().add(wrow + (c + u * team) * CHUNK)) };
+    }
+    // Sums over the team's lanes (or the whole wave, for teams wider than one): every lane
+    // reaches the shuffles (uniform control flow).
+    let span = if team < ws { team } else { ws };
+    each!(b in [0, 1, 2, 3, 4, 5, 6, 7] {
+        if b < R::N && b < batch {
+            each!(r in [0, 1, 2, 3] {
+                let mut s = acc[r][b];
+                let mut off = span / 2;
+                while off > 0 {
+                    s += wave::shuffle_xor(s, off as u32);
+                    off /= 2;
                 }
+                acc[r][b] = s;
             });
-            each!(u in [0, 1, 2] {
-                if c + u * team < chunks {
-                    let wf = words_f32::<T>(wv[u]);
+        }
+    });
+    if team <= ws {
+        if active && j == 0 {
+            each!(r in [0, 1, 2, 3] {
+                let row = row0 + r;
+                if row < rows {
+                    let bv = if bias.is_empty() { 0.0 } else { bias[row].to_f32() };
                     each!(b in [0, 1, 2, 3, 4, 5, 6, 7] {
                         if b < R::N && b < batch {
-                            // SAFETY: as above.
-                            let xf = words_f32::<T>(unsafe { load_words(x.as_ptr().add(b * cols + (c + u * team) * CHUNK)) });
-                            acc[b] += dot_chunk(&wf, &xf);
+                            y[b * rows + row] = T::from_f32(acc[r][b] + bv);
                         }
                     });
                 }
             });
         }
-    } else if active {
-        // Odd widths and misaligned views: element by element, strided like the chunks.
-        let wrow = &w[row * cols..row * cols + cols];
-        let mut k = j;
-        while k < cols {
-            let wk = wrow[k].to_f32();
-            each!(b in [0, 1, 2, 3, 4, 5, 6, 7] {
-                if b < R::N && b < batch {
-                    acc[b] = wk.mul_add(x[b * cols + k].to_f32(), acc[b]);
-                }
-            });
-            k += team;
-        }
-    }
-    // Wave sums (every lane reaches them: uniform control flow), then per row in a fixed
-    // order.
-    let mut sums = [0f32; 8];
-    each!(b in [0, 1, 2, 3, 4, 5, 6, 7] {
-        if b < R::N && b < batch {
-            sums[b] = wave::sum(acc[b]);
-        }
-    });
-    let per_row = team / ws;
-    let wave_in_group = tid / ws;
-    if per_row == 1 {
-        if active && wave::lane_id() == 0 {
-            let bv = if bias.is_empty() { 0.0 } else { bias[row].to_f32() };
-            each!(b in [0, 1, 2, 3, 4, 5, 6, 7] {
-                if b < R::N && b < batch {
-                    y[b * rows + row] = T::from_f32(sums[b] + bv);
-                }
-            });
-        }
         return;
     }
-    if wave::lane_id() == 0 {
-        each!(b in [0, 1, 2, 3, 4, 5, 6, 7] {
-            if b < R::N {
-                partials[wave_in_group * 8 + b] = sums[b];
-            }
+    // Teams of several waves: each wave's sums (TR x 8 slots), then per output in order.
+    let wave_in_block = tid / ws;
+    if tid % ws == 0 {
+        each!(r in [0, 1, 2, 3] {
+            each!(b in [0, 1, 2, 3, 4, 5, 6, 7] {
+                if b < R::N {
+                    partials[wave_in_block * TR * 8 + r * 8 + b] = acc[r][b];
+                }
+            });
         });
     }
     barrier();
-    // Work-item t < group * 8 finishes (row t / 8, activation row t % 8).
-    let (gr, b) = (tid / 8, tid % 8);
-    let out_row = block_idx_x() as usize * group + gr;
-    if gr < group && b < batch && out_row < rows {
+    // Work-item t < tiles * TR * 8 finishes tile t / (TR * 8), row (t / 8) % TR, activation
+    // row t % 8.
+    let (gt, r, b) = (tid / (TR * 8), (tid / 8) % TR, tid % 8);
+    let per = team / ws;
+    let row = (block_idx_x() as usize * tiles + gt) * TR + r;
+    if gt < tiles && b < batch && row < rows {
         let mut s = 0.0f32;
         let mut i = 0;
-        while i < per_row {
-            s += partials[(gr * per_row + i) * 8 + b];
+        while i < per {
+            s += partials[((gt * per + i) * TR + r) * 8 + b];
             i += 1;
         }
-        let bv = if bias.is_empty() { 0.0 } else { bias[out_row].to_f32() };
-        y[b * rows + out_row] = T::from_f32(s + bv);
+        let bv = if bias.is_empty() { 0.0 } else { bias[row].to_f32() };
+        y[b * rows + row] = T::from_f32(s + bv);
     }
 }
 

@@ -78,6 +78,13 @@ fn run_matvec<T: TestFloat>(dev: &Device, rows: usize, cols: usize, batch: usize
 
 #[allow(clippy::too_many_arguments)]
 fn run_matvec_tiled<T: TestFloat>(dev: &Device, rows: usize, cols: usize, batch: usize, with_bias: bool, x_offset: usize, seed: u64, tile: usize) {
+    run_matvec_team::<T>(dev, rows, cols, batch, with_bias, x_offset, seed, tile, None)
+}
+
+/// One product against the f64 reference; `team`: that many work-items per row tile
+/// instead of the launcher's choice.
+#[allow(clippy::too_many_arguments)]
+fn run_matvec_team<T: TestFloat>(dev: &Device, rows: usize, cols: usize, batch: usize, with_bias: bool, x_offset: usize, seed: u64, tile: usize, team: Option<usize>) {
     let mut rng = Rng(seed);
     let w: Vec<T> = rng.vec(rows * cols, 1.0);
     let x: Vec<T> = rng.vec(batch * cols + x_offset, 1.0);
@@ -86,19 +93,56 @@ fn run_matvec_tiled<T: TestFloat>(dev: &Device, rows: usize, cols: usize, batch:
     let mut yd = dev.alloc::<T>(batch * rows).unwrap();
     let xv = xd.view(x_offset..).unwrap();
     let bias = if with_bias { Some(&bd as &dyn kernel_dsl::host::KernelArgSlice<T>) } else { None };
-    ops::dense_matvec_tiled(dev, &wd, &xv, bias, &mut yd, rows, cols, batch, tile).unwrap();
+    match team {
+        None => ops::dense_matvec_tiled(dev, &wd, &xv, bias, &mut yd, rows, cols, batch, tile).unwrap(),
+        Some(t) => ops::dense_matvec_team(dev, &wd, &xv, bias, &mut yd, rows, cols, batch, tile, t).unwrap(),
+    }
     let y = dev.download(&yd).unwrap();
     let bf = f64s(&b);
     let (want, bound) = matvec_reference(&f64s(&w), &f64s(&x[x_offset..]), with_bias.then_some(&bf[..]), rows, cols, batch);
-    check(&y, &want, &bound, &format!("dense_matvec {} {rows}x{cols} batch {batch} tile {tile} bias {with_bias} offset {x_offset} wave {}", T::NAME, dev.wave_lanes()));
+    check(&y, &want, &bound, &format!("dense_matvec {} {rows}x{cols} batch {batch} tile {tile} team {team:?} bias {with_bias} offset {x_offset} wave {}", T::NAME, dev.wave_lanes()));
 }
 
 #[test]
-fn dense_matvec_in_tiles_of_four_as_on_amd() {
+fn dense_matvec_in_smaller_batch_tiles() {
     for dev in executors() {
-        for batch in [5, 7, 8] {
+        for batch in [3, 5, 7, 8] {
             run_matvec_tiled::<bf16>(&dev, 13, 200, batch, true, 0, batch as u64, 4);
+            run_matvec_tiled::<f16>(&dev, 9, 64, batch, false, 0, batch as u64 + 2, 2);
             run_matvec_tiled::<f32>(&dev, 6, 96, batch, false, 1, batch as u64 + 1, 4);
+        }
+    }
+}
+
+#[test]
+fn dense_matvec_every_batch_odd_rows_and_widths() {
+    // Every batch 1..=8 in one launch, f16 and bf16: rows not a multiple of the row tile,
+    // widths of whole chunks (vector path) and odd widths (element path), a partial last
+    // round of chunks; several row tiles per work-group and teams wider than a wave.
+    let shapes = [(5, 8), (7, 104), (13, 1000), (37, 1001), (3, 4099), (66, 3000)];
+    for dev in executors() {
+        for (i, &(rows, cols)) in shapes.iter().enumerate() {
+            for batch in 1..=8 {
+                let seed = (i * 16 + batch) as u64 + 1000;
+                run_matvec::<f16>(&dev, rows, cols, batch, batch % 2 == 0, 0, seed);
+                run_matvec::<bf16>(&dev, rows, cols, batch, batch % 3 == 0, 0, seed + 1);
+            }
+        }
+    }
+}
+
+#[test]
+fn dense_matvec_every_team() {
+    // Teams narrower than, as wide as and wider than a wave of 32 or 64 lanes: the
+    // segmented shuffles, the shared-memory sums and the rows past the end of a tile.
+    for dev in executors() {
+        for team in [8, 16, 32, 64, 128, 256] {
+            for batch in [1, 4, 6, 8] {
+                let seed = (team + batch) as u64;
+                run_matvec_team::<bf16>(&dev, 23, 1032, batch, true, 0, seed, 8, Some(team));
+                run_matvec_team::<f16>(&dev, 10, 517, batch, false, 0, seed + 1, 8, Some(team));
+            }
+            run_matvec_team::<f32>(&dev, 9, 264, 3, true, 0, team as u64 + 7, 8, Some(team));
         }
     }
 }
@@ -131,13 +175,18 @@ fn dense_matvec_misaligned_activations_take_the_scalar_path() {
 }
 
 #[test]
-fn dense_matvec_group_sizes() {
-    // One row per work-group for long rows, more for short ones, never more than a wave each.
-    assert_eq!(kernels::llm::matvec_group(14336, 32), 1);
-    assert_eq!(kernels::llm::matvec_group(4096, 32), 2);
-    assert_eq!(kernels::llm::matvec_group(2048, 32), 4);
-    assert_eq!(kernels::llm::matvec_group(64, 32), 8);
-    assert_eq!(kernels::llm::matvec_group(64, 64), 4);
+fn dense_matvec_team_sizes() {
+    use kernels::llm::matvec_team;
+    // Few rows: wide teams (enough work-items in flight); many rows: narrow ones.
+    assert_eq!(matvec_team(2048, 2048), 256);
+    assert_eq!(matvec_team(4096, 4096), 128);
+    assert_eq!(matvec_team(4096, 14336), 128);
+    assert_eq!(matvec_team(14336, 4096), 64);
+    assert_eq!(matvec_team(128256, 4096), 8);
+    assert_eq!(matvec_team(512, 2048), 256);
+    // Never wider than the row has chunks (but at least the minimum).
+    assert_eq!(matvec_team(512, 300), 64);
+    assert_eq!(matvec_team(4, 8), 8);
 }
 
 /// `true` when `err` is an invalid-argument error whose reason names `arg`.
@@ -160,6 +209,9 @@ fn dense_matvec_rejects_bad_shapes_and_writes_nothing() {
         (ops::dense_matvec(&dev, &w, &x, Some(&b), &mut y, 3, 4, 2), "bias"),
         (ops::dense_matvec(&dev, &w, &x, None, &mut y, 3, 4, 0), "batch"),
         (ops::dense_matvec(&dev, &w, &x, None, &mut y, 3, 4, 9), "batch"),
+        (ops::dense_matvec_team(&dev, &w, &x, None, &mut y, 3, 4, 2, 8, 48), "team"),
+        (ops::dense_matvec_team(&dev, &w, &x, None, &mut y, 3, 4, 2, 8, 4), "team"),
+        (ops::dense_matvec_team(&dev, &w, &x, None, &mut y, 3, 4, 2, 3, 8), "tile"),
     ];
     for (r, arg) in cases {
         let e = r.expect_err(arg);

@@ -3,8 +3,8 @@
 //! or written); empty outputs are a no-op. Each takes any [`Executor`] (a
 //! [`Device`](crate::runtime::Device), or a [`CpuExecutor`](kernel_dsl::host::CpuExecutor)
 //! on host slices) and buffers or views as slice arguments.
-use super::{matvec_group, Rows1, Rows2, Rows4, Rows8, MATVEC_BLOCK, SAMPLE_PARAMS};
-use kernel_dsl::host::{ArgValue, Executor, KernelArgSlice, KernelArgSliceMut, LaunchConfig, LaunchError, MemLocation, ScalarArg};
+use super::{matvec_team, Rows1, Rows2, Rows4, Rows8, MATVEC_BLOCK, MATVEC_MIN_TEAM, MATVEC_TILE_ROWS, SAMPLE_PARAMS};
+use kernel_dsl::host::{ArgValue, Executor, KernelArgSlice, KernelArgSliceMut, LaunchConfig, LaunchError, ScalarArg};
 use kernel_dsl::{Dim3, Float};
 
 /// Most activation rows of one [`dense_matvec`] call.
@@ -30,14 +30,10 @@ fn check_len(kernel: &'static str, name: &str, got: usize, want: Option<usize>, 
     }
 }
 
-/// Activation rows of one [`dense_matvec`](fn@super::dense_matvec) launch on `exec`: 8, or 4
-/// on an AMD GPU (its code objects' 8-row tile holds 4, see [`Rows8`]).
-pub fn matvec_tile(exec: &(impl Executor + ?Sized)) -> usize {
-    if matches!(exec.memory(), MemLocation::Device { backend: "rocm", .. }) {
-        4
-    } else {
-        MAX_ROWS
-    }
+/// Activation rows of one [`dense_matvec`](fn@super::dense_matvec) launch on `exec`:
+/// [`MAX_ROWS`] on every executor (one launch reads the weights once for all rows).
+pub fn matvec_tile(_exec: &(impl Executor + ?Sized)) -> usize {
+    MAX_ROWS
 }
 
 /// A checked part of a kernel argument (a batch tile), passed as is.
@@ -78,7 +74,7 @@ pub fn dense_matvec<T: Float + ScalarArg>(
 }
 
 /// [`dense_matvec`] in launches of at most `tile` (1, 2, 4 or 8) activation rows each
-/// (what AMD GPUs run with 4; public so the CPU executor's tests run that path too).
+/// (public so that tests run the smaller batch tiles on any batch).
 #[allow(clippy::too_many_arguments)]
 pub fn dense_matvec_tiled<T: Float + ScalarArg>(
     exec: &(impl Executor + ?Sized),
@@ -91,9 +87,31 @@ pub fn dense_matvec_tiled<T: Float + ScalarArg>(
     batch: usize,
     tile: usize,
 ) -> Result<(), LaunchError> {
+    dense_matvec_team(exec, w, x, bias, y, rows, cols, batch, tile, matvec_team(rows, cols))
+}
+
+/// [`dense_matvec_tiled`] with `team` work-items per tile of weight rows (a power of two
+/// from [`MATVEC_MIN_TEAM`] to [`MATVEC_BLOCK`]) instead of [`matvec_team`]'s choice:
+/// for tests of every reduction shape and for tuning.
+#[allow(clippy::too_many_arguments)]
+pub fn dense_matvec_team<T: Float + ScalarArg>(
+    exec: &(impl Executor + ?Sized),
+    w: &(impl KernelArgSlice<T> + ?Sized),
+    x: &(impl KernelArgSlice<T> + ?Sized),
+    bias: Option<&(dyn KernelArgSlice<T> + '_)>,
+    y: &mut (impl KernelArgSliceMut<T> + ?Sized),
+    rows: usize,
+    cols: usize,
+    batch: usize,
+    tile: usize,
+    team: usize,
+) -> Result<(), LaunchError> {
     const K: &str = "dense_matvec";
     if !matches!(tile, 1 | 2 | 4 | 8) {
         return Err(invalid(K, format!("`tile` = {tile}; 1, 2, 4 or 8")));
+    }
+    if !(team.is_power_of_two() && (MATVEC_MIN_TEAM..=MATVEC_BLOCK as usize).contains(&team)) {
+        return Err(invalid(K, format!("`team` = {team}; a power of two from {MATVEC_MIN_TEAM} to {MATVEC_BLOCK}")));
     }
     if !(1..=MAX_ROWS).contains(&batch) {
         return Err(invalid(K, format!("`batch` = {batch}; 1..={MAX_ROWS} activation rows")));
@@ -104,9 +122,8 @@ pub fn dense_matvec_tiled<T: Float + ScalarArg>(
     if let Some(b) = bias {
         check_len(K, "bias", len_of(b), Some(rows), &format!("{rows} output features"))?;
     }
-    let lanes = exec.wave_lanes() as usize;
-    let group = matvec_group(cols, lanes);
-    let groups = rows.div_ceil(group);
+    let per_group = MATVEC_TILE_ROWS * (MATVEC_BLOCK as usize / team);
+    let groups = rows.div_ceil(per_group);
     if groups > u32::MAX as usize {
         return Err(invalid(K, format!("{rows} rows need more than 2^32 work-groups")));
     }
@@ -122,10 +139,10 @@ pub fn dense_matvec_tiled<T: Float + ScalarArg>(
         let x_t = Part(offset(x.kernel_arg(), b0 * cols * size, nb * cols));
         let mut y_t = Part(offset(y.kernel_arg(), b0 * rows * size, nb * rows));
         match nb.next_power_of_two() {
-            1 => super::dense_matvec::launch::<T, Rows1>(exec, cfg, w, &x_t, bias, &mut y_t, rows, cols, nb, group),
-            2 => super::dense_matvec::launch::<T, Rows2>(exec, cfg, w, &x_t, bias, &mut y_t, rows, cols, nb, group),
-            4 => super::dense_matvec::launch::<T, Rows4>(exec, cfg, w, &x_t, bias, &mut y_t, rows, cols, nb, group),
-            _ => super::dense_matvec::launch::<T, Rows8>(exec, cfg, w, &x_t, bias, &mut y_t, rows, cols, nb, group),
+            1 => super::dense_matvec::launch::<T, Rows1>(exec, cfg, w, &x_t, bias, &mut y_t, rows, cols, nb, team),
+            2 => super::dense_matvec::launch::<T, Rows2>(exec, cfg, w, &x_t, bias, &mut y_t, rows, cols, nb, team),
+            4 => super::dense_matvec::launch::<T, Rows4>(exec, cfg, w, &x_t, bias, &mut y_t, rows, cols, nb, team),
+            _ => super::dense_matvec::launch::<T, Rows8>(exec, cfg, w, &x_t, bias, &mut y_t, rows, cols, nb, team),
         }?;
         b0 += nb;
     }
