@@ -19,7 +19,7 @@
 use crate::each;
 use crate::random::philox4x32_10;
 use crate::reduce::{block_reduce, MAX_WAVES};
-use crate::row::{unpack_chunk, words_chunk, CHUNK};
+use crate::row::CHUNK;
 use kernel_dsl::prelude::*;
 
 /// Work-items of one [`dense_matvec`](fn@dense_matvec) work-group.
@@ -97,34 +97,53 @@ unsafe fn load_weights<T: Float>(p: *const T) -> [[u32; 4]; 2] {
     }
 }
 
+/// The two 16-bit elements of word `w` (the low one first) in `f32`, without taking the
+/// word apart into 16-bit values first (bf16: a shift and a mask).
+#[device]
+#[inline(always)]
+fn word_f32x2<T: Float>(w: u32) -> [f32; 2] {
+    // SAFETY: `T` is a 16-bit float here (the callers check the size); any bits are a
+    // valid f16 / bf16.
+    let (lo, hi): (T, T) = unsafe { (core::mem::transmute_copy(&(w as u16)), core::mem::transmute_copy(&((w >> 16) as u16))) };
+    T::to_f32x2([lo, hi])
+}
+
 /// A chunk loaded by [`load_weights`] (or [`load_words`]) in `f32`.
 #[device]
 #[inline(always)]
 fn words_f32<T: Float>(w: [[u32; 4]; 2]) -> [f32; CHUNK] {
+    let mut v = [0.0; CHUNK];
     if core::mem::size_of::<T>() == 2 {
-        unpack_chunk::<T>(&words_chunk::<T>(w[0]))
+        each!(j in [0, 1, 2, 3] {
+            [v[2 * j], v[2 * j + 1]] = word_f32x2::<T>(w[0][j]);
+        });
     } else {
-        let mut v = [0.0; CHUNK];
         each!(j in [0, 1, 2, 3] {
             v[j] = f32::from_bits(w[0][j]);
             v[j + 4] = f32::from_bits(w[1][j]);
         });
-        v
     }
+    v
 }
 
-/// A whole chunk of `T` at `p`, plain loads (activations: read by every row tile).
+/// Sixteen bytes read as one aligned vector (an activation chunk).
+#[repr(C, align(16))]
+#[derive(Clone, Copy)]
+struct Words([u32; 4]);
+
+/// A whole chunk of `T` at `p`, plain 16-byte loads (activations: read by every row tile,
+/// kept in the caches).
 ///
 /// # Safety
 /// As [`load_weights`].
 #[device]
 #[inline(always)]
 unsafe fn load_words<T: Float>(p: *const T) -> [[u32; 4]; 2] {
-    let q = p as *const [u32; 4];
-    // SAFETY: the caller's contract.
+    let q = p as *const Words;
+    // SAFETY: the caller's contract (16-byte aligned, a whole chunk in memory).
     unsafe {
-        let lo = core::ptr::read(q);
-        let hi = if core::mem::size_of::<T>() == 4 { core::ptr::read(q.add(1)) } else { [0; 4] };
+        let lo = core::ptr::read(q).0;
+        let hi = if core::mem::size_of::<T>() == 4 { core::ptr::read(q.add(1)).0 } else { [0; 4] };
         [lo, hi]
     }
 }
