@@ -20,6 +20,7 @@ use crate::each;
 use crate::random::philox4x32_10;
 use crate::reduce::{block_reduce, MAX_WAVES};
 use crate::row::CHUNK;
+use kernel_dsl::mma::{self, FragA, FragB, FragC, Lowering, MmaFloat};
 use kernel_dsl::prelude::*;
 
 /// Work-items of one [`dense_matvec`](fn@dense_matvec) work-group.
@@ -158,6 +159,165 @@ fn dot_chunk(a: &[f32; CHUNK], b: &[f32; CHUNK], mut s: f32) -> f32 {
     s
 }
 
+/// One 16x16x16 product of the matrix unit on raw words: `a` the A fragment's first four
+/// words, `b` the B fragment's first two (the rest zero), `c` the accumulator's items, for
+/// `T` = bf16 or f16 (anything else returns `c`). Only called where the lowering is
+/// `MmaSync` (four A words, four B words, eight accumulator items per lane).
+#[device]
+#[inline(always)]
+fn mma_words<T: Float>(a: [u32; 4], b: [u32; 2], c: [f32; 8]) -> [f32; 8] {
+    fn go<M: MmaFloat>(a: [u32; 4], b: [u32; 2], c: [f32; 8]) -> [f32; 8] {
+        let (mut aw, mut bw) = ([0u32; mma::AB_WORDS], [0u32; mma::AB_WORDS]);
+        each!(i in [0, 1, 2, 3] {
+            aw[i % mma::AB_WORDS] = a[i];
+        });
+        each!(i in [0, 1] {
+            bw[i % mma::AB_WORDS] = b[i];
+        });
+        let mut cf = FragC::<f32>::zero();
+        let n = cf.v.len();
+        each!(j in [0, 1, 2, 3, 4, 5, 6, 7] {
+            cf.v[j % n] = c[j];
+        });
+        let d = mma::mma(&FragA::<M>::from_words(aw), &FragB::<M>::from_words(bw), cf);
+        let mut out = [0f32; 8];
+        each!(j in [0, 1, 2, 3, 4, 5, 6, 7] {
+            out[j] = d.v[j % n];
+        });
+        out
+    }
+    use core::any::TypeId;
+    if TypeId::of::<T>() == TypeId::of::<bf16>() {
+        go::<bf16>(a, b, c)
+    } else if TypeId::of::<T>() == TypeId::of::<f16>() {
+        go::<f16>(a, b, c)
+    } else {
+        c
+    }
+}
+
+/// Loads of one step of [`matvec_mma`]: chunks `c0` and `c1` of the lane's two weight rows
+/// and of its activation row, zero where out of range.
+///
+/// # Safety
+/// `wa`, `wb` and `xr` point at rows of `chunks` whole 16-byte aligned chunks of a 16-bit
+/// type (each used only where its flag says so).
+#[device]
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+unsafe fn mma_loads<T: Float>(wa: *const T, wb: *const T, xr: *const T, ok_a: bool, ok_b: bool, ok_x: bool, c0: usize, c1: usize, chunks: usize) -> [[u32; 4]; 6] {
+    let mut v = [[0u32; 4]; 6];
+    // SAFETY (every load): chunk < chunks of a row the flag says exists; aligned.
+    if c0 < chunks {
+        if ok_a {
+            v[0] = unsafe { kernel_dsl::hint::load_streaming_u32x4(wa.add(c0 * CHUNK) as *const [u32; 4]) };
+        }
+        if ok_b {
+            v[2] = unsafe { kernel_dsl::hint::load_streaming_u32x4(wb.add(c0 * CHUNK) as *const [u32; 4]) };
+        }
+        if ok_x {
+            v[4] = unsafe { load_words(xr.add(c0 * CHUNK)) }[0];
+        }
+    }
+    if c1 < chunks {
+        if ok_a {
+            v[1] = unsafe { kernel_dsl::hint::load_streaming_u32x4(wa.add(c1 * CHUNK) as *const [u32; 4]) };
+        }
+        if ok_b {
+            v[3] = unsafe { kernel_dsl::hint::load_streaming_u32x4(wb.add(c1 * CHUNK) as *const [u32; 4]) };
+        }
+        if ok_x {
+            v[5] = unsafe { load_words(xr.add(c1 * CHUNK)) }[0];
+        }
+    }
+    v
+}
+
+/// [`dense_matvec`](fn@dense_matvec) on NVIDIA's `mma.sync` (and the CPU executor's
+/// emulation of it): the work-group's `rb` rows in tiles of 16 (A: 16 weight rows x 16 k),
+/// the activations as B (k x batch, columns past the batch zero), `f32` accumulators. A
+/// product's sum over k does not depend on the order of k, so each lane's A and B items
+/// are taken from its own 16-byte chunks: lane `l` (group `g = l / 4`, `t = l % 4`) loads
+/// chunk `t` (and `t + 4`) of a 64-element step from weight rows `g` and `g + 8` and from
+/// activation row `g`; words 0-1 of a chunk feed one product, words 2-3 the next, at the
+/// positions where `mma.sync`'s layout puts row `g` / `g + 8` and column `g` for the same
+/// four k. No conversion, two 16-byte weight loads per lane per 32 k; the tile's warps
+/// split the steps and add their sums through shared memory in a fixed order.
+#[device]
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+fn matvec_mma<T: Float>(w: &[T], x: &[T], bias: &[T], y: &mut [T], rows: usize, cols: usize, batch: usize, team: usize, partials: &mut Shared<f32, 1024>) {
+    let tid = flat_thread_idx() as usize;
+    let rb = MATVEC_TILE_ROWS * (MATVEC_BLOCK as usize / team);
+    let block_row0 = block_idx_x() as usize * rb;
+    let nt = rb.div_ceil(16);
+    let wpt = (MATVEC_BLOCK as usize / 32) / nt;
+    let (warp, lane) = (tid / 32, tid % 32);
+    let (tile, ks) = (warp / wpt, warp % wpt);
+    let (g, t) = (lane / 4, lane % 4);
+    let local = tile * 16 + g;
+    let ok_a = local < rb && block_row0 + local < rows;
+    let ok_b = local + 8 < rb && block_row0 + local + 8 < rows;
+    let ok_x = g < batch;
+    let chunks = cols / CHUNK;
+    // Rows that do not exist point at row 0 (never loaded).
+    let ra = if ok_a { block_row0 + local } else { 0 };
+    let rb8 = if ok_b { block_row0 + local + 8 } else { 0 };
+    let xrow = if ok_x { g } else { 0 };
+    // SAFETY: rows < `rows` (or 0), so each row start lies in w / x (checked by the caller).
+    let (wa, wb, xr) = unsafe { (w.as_ptr().add(ra * cols), w.as_ptr().add(rb8 * cols), x.as_ptr().add(xrow * cols)) };
+    let mut acc = [0f32; 8];
+    let mut s = ks;
+    // SAFETY: the pointers and flags above; chunks checked inside.
+    let mut next = unsafe { mma_loads(wa, wb, xr, ok_a, ok_b, ok_x, s * 8 + t, s * 8 + 4 + t, chunks) };
+    while s * 8 < chunks {
+        let cur = next;
+        let sn = s + wpt;
+        if sn * 8 < chunks {
+            // SAFETY: as above.
+            next = unsafe { mma_loads(wa, wb, xr, ok_a, ok_b, ok_x, sn * 8 + t, sn * 8 + 4 + t, chunks) };
+        }
+        each!(h in [0, 1] {
+            let (a, b, xv) = (cur[h], cur[2 + h], cur[4 + h]);
+            acc = mma_words::<T>([a[0], b[0], a[1], b[1]], [xv[0], xv[1]], acc);
+            acc = mma_words::<T>([a[2], b[2], a[3], b[3]], [xv[2], xv[3]], acc);
+        });
+        s = sn;
+    }
+    // Items 0-3: rows g (0, 1) and g + 8 (2, 3) of the tile, activation rows 2t, 2t + 1.
+    if wpt == 1 {
+        each!(j in [0, 1, 2, 3] {
+            let (loc, n) = (tile * 16 + g + 8 * (j / 2), 2 * t + j % 2);
+            let row = block_row0 + loc;
+            if loc < rb && row < rows && n < batch {
+                let bv = if bias.is_empty() { 0.0 } else { bias[row].to_f32() };
+                y[n * rows + row] = T::from_f32(acc[j] + bv);
+            }
+        });
+        return;
+    }
+    each!(j in [0, 1, 2, 3] {
+        partials[(warp * 16 + g + 8 * (j / 2)) * 8 + 2 * t + j % 2] = acc[j];
+    });
+    barrier();
+    let mut o = tid;
+    while o < nt * 128 {
+        let (tl, loc, n) = (o / 128, (o / 8) % 16, o % 8);
+        let row = block_row0 + tl * 16 + loc;
+        if tl * 16 + loc < rb && row < rows && n < batch {
+            let mut sum = 0.0f32;
+            let mut k = 0;
+            while k < wpt {
+                sum += partials[((tl * wpt + k) * 16 + loc) * 8 + n];
+                k += 1;
+            }
+            let bv = if bias.is_empty() { 0.0 } else { bias[row].to_f32() };
+            y[n * rows + row] = T::from_f32(sum + bv);
+        }
+        o += MATVEC_BLOCK as usize;
+    }
+}
+
 /// `y[b * rows + r] = sum_k w[r * cols + k] * x[b * cols + k] (+ bias[r])` for
 /// `b < batch <= R::N`, accumulated in `f32` and rounded once to `T`; `bias` is empty or
 /// has `rows` elements.
@@ -175,7 +335,10 @@ fn dot_chunk(a: &[f32; CHUNK], b: &[f32; CHUNK], mut s: f32) -> f32 {
 /// waves' sums in a fixed order through shared memory. Rows past the end of the matrix
 /// read the last row (in bounds, results dropped), so the main loop has no per-row branch.
 /// Rows of whole aligned chunks (`cols` a multiple of [`CHUNK`], `w` and `x` on 16 bytes)
-/// take the vector path; others one element at a time. Launch with [`MATVEC_BLOCK`]
+/// take the vector path; others one element at a time. Where the matrix unit is NVIDIA's
+/// `mma.sync` (and for 16-bit types on the vector path), the same work-group's rows go
+/// through [`matvec_mma`] instead: no conversions or FMAs per weight, so eight activation
+/// rows cost what one does. Launch with [`MATVEC_BLOCK`]
 /// work-items and `rows.div_ceil(MATVEC_TILE_ROWS * MATVEC_BLOCK / team)` work-groups.
 #[amdgpu_kernel(T = [f32, f16, bf16], R = [Rows1, Rows2, Rows4, Rows8], max_threads = 256)]
 pub fn dense_matvec<T: Float, R: MatvecRows>(
@@ -187,7 +350,7 @@ pub fn dense_matvec<T: Float, R: MatvecRows>(
     cols: usize,
     batch: usize,
     team: usize,
-    mut partials: Shared<f32, 256>,
+    mut partials: Shared<f32, 1024>,
 ) {
     const TR: usize = MATVEC_TILE_ROWS;
     const _: () = assert!(TR == 4 && (MATVEC_BLOCK as usize / 32) * TR * 8 <= 256);
@@ -212,6 +375,10 @@ pub fn dense_matvec<T: Float, R: MatvecRows>(
     });
     let mut acc = [[0f32; 8]; TR];
     let vec = cols % CHUNK == 0 && (w.as_ptr() as usize) % 16 == 0 && (x.as_ptr() as usize) % 16 == 0;
+    if vec && core::mem::size_of::<T>() == 2 && ws == 32 && mma::lowering() == Lowering::MmaSync {
+        matvec_mma(w, x, bias, y, rows, cols, batch, team, &mut partials);
+        return;
+    }
     if active && vec {
         let chunks = cols / CHUNK;
         let mut wp = [w.as_ptr(); TR];

@@ -2,9 +2,12 @@
 //! waves of 32 and 64 lanes and on any GPU this build can open.
 //!
 //! Tolerances:
-//! - `dense_matvec`: inputs are exact in `T`; products and sums in `f32` over `K` terms add
-//!   at most `(K + 8) * 2^-24` times the sum of the absolute products (the recursive-sum
-//!   bound, the kernel's chains are shorter), then one rounding to `T` (`T::REL`, `T::ABS`).
+//! - `dense_matvec`: inputs are exact in `T`; products are exact in `f32` and sums over `K`
+//!   terms add at most `(K + 16) * 2^-23` times the sum of the absolute products (the
+//!   recursive-sum bound with one unit in the last place per add, as a matrix unit that
+//!   truncates instead of rounding may; the kernel's chains are shorter), then one rounding
+//!   to `T` (`T::REL`, `T::ABS`). Run on the CPU executor with waves of 32 and 64 and with
+//!   its `mma.sync` emulation (the matrix-unit path NVIDIA GPUs take).
 //! - `add_rms_norm`: the new residual must be exactly `T(x + r)` (Candle's add: one `f32`
 //!   add, one rounding); the normed values one rounding of `T` plus `1e-5` relative for the
 //!   `f32` sum of squares and `rsqrt`.
@@ -15,7 +18,7 @@
 //!   small softmax stay within 5 standard deviations (`5 sqrt(p (1 - p) / n)`) of its
 //!   probabilities.
 use half::{bf16, f16};
-use kernel_dsl::host::LaunchError;
+use kernel_dsl::host::{CpuExecutor, LaunchError, MatrixUnit, WaveSize};
 use kernels::llm::ops::{self, SamplingParams};
 use kernels::runtime::Device;
 
@@ -66,10 +69,18 @@ fn matvec_reference(w: &[f64], x: &[f64], b: Option<&[f64]>, rows: usize, cols: 
             }
             let bias = b.map_or(0.0, |b| b[r]);
             y[bi * rows + r] = s + bias;
-            bound[bi * rows + r] = (cols as f64 + 8.0) * 2f64.powi(-24) * (a + bias.abs());
+            bound[bi * rows + r] = (cols as f64 + 16.0) * 2f64.powi(-23) * (a + bias.abs());
         }
     }
     (y, bound)
+}
+
+/// The executors of the matvec tests: [`executors`] and the CPU executor's `mma.sync`
+/// emulation (NVIDIA's matrix-unit path of the kernel).
+fn matvec_executors() -> Vec<Device> {
+    let mut v = executors();
+    v.push(Device::cpu_with(CpuExecutor::new(WaveSize::W32).with_matrix_unit(MatrixUnit::MmaSync)));
+    v
 }
 
 fn run_matvec<T: TestFloat>(dev: &Device, rows: usize, cols: usize, batch: usize, with_bias: bool, x_offset: usize, seed: u64) {
@@ -105,7 +116,7 @@ fn run_matvec_team<T: TestFloat>(dev: &Device, rows: usize, cols: usize, batch: 
 
 #[test]
 fn dense_matvec_in_smaller_batch_tiles() {
-    for dev in executors() {
+    for dev in matvec_executors() {
         for batch in [3, 5, 7, 8] {
             run_matvec_tiled::<bf16>(&dev, 13, 200, batch, true, 0, batch as u64, 4);
             run_matvec_tiled::<f16>(&dev, 9, 64, batch, false, 0, batch as u64 + 2, 2);
@@ -120,7 +131,7 @@ fn dense_matvec_every_batch_odd_rows_and_widths() {
     // widths of whole chunks (vector path) and odd widths (element path), a partial last
     // round of chunks; several row tiles per work-group and teams wider than a wave.
     let shapes = [(5, 8), (7, 104), (13, 1000), (37, 1001), (3, 4099), (66, 3000)];
-    for dev in executors() {
+    for dev in matvec_executors() {
         for (i, &(rows, cols)) in shapes.iter().enumerate() {
             for batch in 1..=8 {
                 let seed = (i * 16 + batch) as u64 + 1000;
@@ -135,7 +146,7 @@ fn dense_matvec_every_batch_odd_rows_and_widths() {
 fn dense_matvec_every_team() {
     // Teams narrower than, as wide as and wider than a wave of 32 or 64 lanes: the
     // segmented shuffles, the shared-memory sums and the rows past the end of a tile.
-    for dev in executors() {
+    for dev in matvec_executors() {
         for team in [8, 16, 32, 64, 128, 256] {
             for batch in [1, 4, 6, 8] {
                 let seed = (team + batch) as u64;
@@ -152,7 +163,7 @@ fn dense_matvec_all_dtypes_and_shapes() {
     // Widths: below a chunk, odd, whole chunks, several unrolled rounds with a partial one;
     // row counts that leave the last work-group partly empty (groups of 1..8 rows).
     let shapes = [(1, 1), (3, 5), (7, 8), (5, 24), (9, 200), (33, 1030), (17, 2048), (6, 4096)];
-    for dev in executors() {
+    for dev in matvec_executors() {
         for (i, &(rows, cols)) in shapes.iter().enumerate() {
             for batch in [1, 2, 3, 5, 8] {
                 let seed = (i * 16 + batch) as u64;
@@ -166,7 +177,7 @@ fn dense_matvec_all_dtypes_and_shapes() {
 
 #[test]
 fn dense_matvec_misaligned_activations_take_the_scalar_path() {
-    for dev in executors() {
+    for dev in matvec_executors() {
         // x starts one element past a 16-byte boundary: whole chunks, but not aligned.
         run_matvec::<f16>(&dev, 11, 64, 3, true, 1, 7);
         run_matvec::<f32>(&dev, 11, 64, 1, false, 1, 8);
@@ -196,7 +207,7 @@ fn names(err: &LaunchError, arg: &str) -> bool {
 
 #[test]
 fn dense_matvec_rejects_bad_shapes_and_writes_nothing() {
-    let dev = Device::cpu(kernel_dsl::host::WaveSize::W32);
+    let dev = Device::cpu(WaveSize::W32);
     let w = dev.upload(&[1f32; 12]).unwrap();
     let x = dev.upload(&[1f32; 8]).unwrap();
     let b = dev.upload(&[1f32; 2]).unwrap();
@@ -261,7 +272,7 @@ fn add_rms_norm_all_dtypes() {
 
 #[test]
 fn add_rms_norm_rejects_bad_shapes_and_writes_nothing() {
-    let dev = Device::cpu(kernel_dsl::host::WaveSize::W64);
+    let dev = Device::cpu(WaveSize::W64);
     let x = dev.upload(&[1f32; 8]).unwrap();
     let r7 = dev.upload(&[1f32; 7]).unwrap();
     let w3 = dev.upload(&[1f32; 3]).unwrap();
@@ -491,7 +502,7 @@ fn sample_frequencies_follow_the_softmax() {
         (SamplingParams { temperature: 1.0, top_k: 3, ..Default::default() }, 1000),
         (SamplingParams { temperature: 1.0, top_p: 0.8, ..Default::default() }, 1000),
     ];
-    let dev = Device::cpu(kernel_dsl::host::WaveSize::W32);
+    let dev = Device::cpu(WaveSize::W32);
     for (p, n) in &cases {
         let (p, n) = (p, *n);
         let all: Vec<f32> = (0..n).flat_map(|_| logits).collect();
@@ -513,7 +524,7 @@ fn sample_frequencies_follow_the_softmax() {
 
 #[test]
 fn sample_rejects_bad_arguments_and_writes_nothing() {
-    let dev = Device::cpu(kernel_dsl::host::WaveSize::W32);
+    let dev = Device::cpu(WaveSize::W32);
     let bad = [
         SamplingParams { top_p: 0.0, ..Default::default() },
         SamplingParams { min_p: 1.5, ..Default::default() },
