@@ -335,10 +335,8 @@ fn matvec_mma<T: Float>(w: &[T], x: &[T], bias: &[T], y: &mut [T], rows: usize, 
 /// waves' sums in a fixed order through shared memory. Rows past the end of the matrix
 /// read the last row (in bounds, results dropped), so the main loop has no per-row branch.
 /// Rows of whole aligned chunks (`cols` a multiple of [`CHUNK`], `w` and `x` on 16 bytes)
-/// take the vector path; others one element at a time. Where the matrix unit is NVIDIA's
-/// `mma.sync` (and for 16-bit types on the vector path), the same work-group's rows go
-/// through [`matvec_mma`] instead: no conversions or FMAs per weight, so eight activation
-/// rows cost what one does. Launch with [`MATVEC_BLOCK`]
+/// take the vector path; others one element at a time. (NVIDIA GPUs run 16-bit products
+/// on the vector path with [`dense_matvec_mma`](fn@dense_matvec_mma) instead.) Launch with [`MATVEC_BLOCK`]
 /// work-items and `rows.div_ceil(MATVEC_TILE_ROWS * MATVEC_BLOCK / team)` work-groups.
 #[amdgpu_kernel(T = [f32, f16, bf16], R = [Rows1, Rows2, Rows4, Rows8], max_threads = 256)]
 pub fn dense_matvec<T: Float, R: MatvecRows>(
@@ -350,7 +348,7 @@ pub fn dense_matvec<T: Float, R: MatvecRows>(
     cols: usize,
     batch: usize,
     team: usize,
-    mut partials: Shared<f32, 1024>,
+    mut partials: Shared<f32, 256>,
 ) {
     const TR: usize = MATVEC_TILE_ROWS;
     const _: () = assert!(TR == 4 && (MATVEC_BLOCK as usize / 32) * TR * 8 <= 256);
@@ -375,10 +373,6 @@ pub fn dense_matvec<T: Float, R: MatvecRows>(
     });
     let mut acc = [[0f32; 8]; TR];
     let vec = cols % CHUNK == 0 && (w.as_ptr() as usize) % 16 == 0 && (x.as_ptr() as usize) % 16 == 0;
-    if vec && core::mem::size_of::<T>() == 2 && ws == 32 && mma::lowering() == Lowering::MmaSync {
-        matvec_mma(w, x, bias, y, rows, cols, batch, team, &mut partials);
-        return;
-    }
     if active && vec {
         let chunks = cols / CHUNK;
         let mut wp = [w.as_ptr(); TR];
@@ -512,6 +506,43 @@ pub fn dense_matvec<T: Float, R: MatvecRows>(
         }
         let bv = if bias.is_empty() { 0.0 } else { bias[row].to_f32() };
         y[b * rows + row] = T::from_f32(s + bv);
+    }
+}
+
+/// [`dense_matvec`](fn@dense_matvec) for 16-bit weights on NVIDIA's matrix units
+/// ([`matvec_mma`]): the same arguments and launch shape (`team` sets the rows per
+/// work-group), any batch up to 8 in one launch, `cols` a multiple of [`CHUNK`] and `w`,
+/// `x` on 16 bytes (else nothing is written; the launcher checks). A kernel of its own so
+/// that its register count (and so the work-groups in flight per multiprocessor) is not
+/// the element-wise path's. Where the lowering is not `mma.sync` (AMD code objects, the CPU
+/// executor's other matrix units) it writes nothing: the launcher picks it on CUDA devices
+/// only.
+#[amdgpu_kernel(T = [f16, bf16], max_threads = 256)]
+pub fn dense_matvec_mma<T: Float>(
+    w: &[T],
+    x: &[T],
+    bias: &[T],
+    y: &mut [T],
+    rows: usize,
+    cols: usize,
+    batch: usize,
+    team: usize,
+    mut partials: Shared<f32, 1024>,
+) {
+    if cfg!(target_arch = "amdgpu") {
+        return;
+    }
+    let threads = flat_block_dim() as usize;
+    if threads != MATVEC_BLOCK as usize || !team.is_power_of_two() || team < MATVEC_MIN_TEAM || team > threads || batch == 0 || batch > 8 || wave::size() != 32 {
+        return;
+    }
+    let fits = rows.checked_mul(cols).is_some_and(|n| n <= w.len()) && batch.checked_mul(cols).is_some_and(|n| n <= x.len()) && batch * rows <= y.len();
+    let vec = cols % CHUNK == 0 && (w.as_ptr() as usize) % 16 == 0 && (x.as_ptr() as usize) % 16 == 0;
+    if !fits || !vec || !(bias.is_empty() || bias.len() == rows) || core::mem::size_of::<T>() != 2 {
+        return;
+    }
+    if mma::lowering() == Lowering::MmaSync {
+        matvec_mma(w, x, bias, y, rows, cols, batch, team, &mut partials);
     }
 }
 

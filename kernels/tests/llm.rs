@@ -18,7 +18,7 @@
 //!   small softmax stay within 5 standard deviations (`5 sqrt(p (1 - p) / n)`) of its
 //!   probabilities.
 use half::{bf16, f16};
-use kernel_dsl::host::{CpuExecutor, LaunchError, MatrixUnit, WaveSize};
+use kernel_dsl::host::{CpuExecutor, Executor, LaunchError, MatrixUnit, WaveSize};
 use kernels::llm::ops::{self, SamplingParams};
 use kernels::runtime::Device;
 
@@ -75,11 +75,11 @@ fn matvec_reference(w: &[f64], x: &[f64], b: Option<&[f64]>, rows: usize, cols: 
     (y, bound)
 }
 
-/// The executors of the matvec tests: [`executors`] and the CPU executor's `mma.sync`
-/// emulation (NVIDIA's matrix-unit path of the kernel).
-fn matvec_executors() -> Vec<Device> {
-    let mut v = executors();
-    v.push(Device::cpu_with(CpuExecutor::new(WaveSize::W32).with_matrix_unit(MatrixUnit::MmaSync)));
+/// The executors of the matrix-unit matvec: the CPU executor's `mma.sync` emulation and
+/// any CUDA device.
+fn mma_executors() -> Vec<Device> {
+    let mut v = vec![Device::cpu_with(CpuExecutor::new(WaveSize::W32).with_matrix_unit(MatrixUnit::MmaSync))];
+    v.extend(executors().into_iter().filter(|d| d.name().starts_with("cuda")));
     v
 }
 
@@ -106,6 +106,8 @@ fn run_matvec_team<T: TestFloat>(dev: &Device, rows: usize, cols: usize, batch: 
     let bias = if with_bias { Some(&bd as &dyn kernel_dsl::host::KernelArgSlice<T>) } else { None };
     match team {
         None => ops::dense_matvec_tiled(dev, &wd, &xv, bias, &mut yd, rows, cols, batch, tile).unwrap(),
+        // tile 0: the matrix-unit kernel.
+        Some(t) if tile == 0 => ops::dense_matvec_mma(dev, &wd, &xv, bias, &mut yd, rows, cols, batch, t).unwrap(),
         Some(t) => ops::dense_matvec_team(dev, &wd, &xv, bias, &mut yd, rows, cols, batch, tile, t).unwrap(),
     }
     let y = dev.download(&yd).unwrap();
@@ -116,7 +118,7 @@ fn run_matvec_team<T: TestFloat>(dev: &Device, rows: usize, cols: usize, batch: 
 
 #[test]
 fn dense_matvec_in_smaller_batch_tiles() {
-    for dev in matvec_executors() {
+    for dev in executors() {
         for batch in [3, 5, 7, 8] {
             run_matvec_tiled::<bf16>(&dev, 13, 200, batch, true, 0, batch as u64, 4);
             run_matvec_tiled::<f16>(&dev, 9, 64, batch, false, 0, batch as u64 + 2, 2);
@@ -131,7 +133,7 @@ fn dense_matvec_every_batch_odd_rows_and_widths() {
     // widths of whole chunks (vector path) and odd widths (element path), a partial last
     // round of chunks; several row tiles per work-group and teams wider than a wave.
     let shapes = [(5, 8), (7, 104), (13, 1000), (37, 1001), (3, 4099), (66, 3000)];
-    for dev in matvec_executors() {
+    for dev in executors() {
         for (i, &(rows, cols)) in shapes.iter().enumerate() {
             for batch in 1..=8 {
                 let seed = (i * 16 + batch) as u64 + 1000;
@@ -146,7 +148,7 @@ fn dense_matvec_every_batch_odd_rows_and_widths() {
 fn dense_matvec_every_team() {
     // Teams narrower than, as wide as and wider than a wave of 32 or 64 lanes: the
     // segmented shuffles, the shared-memory sums and the rows past the end of a tile.
-    for dev in matvec_executors() {
+    for dev in executors() {
         for team in [8, 16, 32, 64, 128, 256] {
             for batch in [1, 4, 6, 8] {
                 let seed = (team + batch) as u64;
@@ -163,7 +165,7 @@ fn dense_matvec_all_dtypes_and_shapes() {
     // Widths: below a chunk, odd, whole chunks, several unrolled rounds with a partial one;
     // row counts that leave the last work-group partly empty (groups of 1..8 rows).
     let shapes = [(1, 1), (3, 5), (7, 8), (5, 24), (9, 200), (33, 1030), (17, 2048), (6, 4096)];
-    for dev in matvec_executors() {
+    for dev in executors() {
         for (i, &(rows, cols)) in shapes.iter().enumerate() {
             for batch in [1, 2, 3, 5, 8] {
                 let seed = (i * 16 + batch) as u64;
@@ -177,12 +179,47 @@ fn dense_matvec_all_dtypes_and_shapes() {
 
 #[test]
 fn dense_matvec_misaligned_activations_take_the_scalar_path() {
-    for dev in matvec_executors() {
+    for dev in executors() {
         // x starts one element past a 16-byte boundary: whole chunks, but not aligned.
         run_matvec::<f16>(&dev, 11, 64, 3, true, 1, 7);
         run_matvec::<f32>(&dev, 11, 64, 1, false, 1, 8);
         run_matvec::<bf16>(&dev, 5, 1000, 8, true, 3, 9);
     }
+}
+
+#[test]
+fn dense_matvec_mma_every_batch_and_team() {
+    // The matrix-unit kernel (NVIDIA's f16/bf16 path): every batch 1..=8 in one launch, row
+    // counts that leave tiles of 16 and work-groups partly empty, widths of one to many
+    // 64-element steps with a partial last one, every team (1 to 8 warps per 16-row tile).
+    for dev in mma_executors() {
+        for team in [8, 16, 32, 64, 128, 256] {
+            for batch in 1..=8 {
+                let seed = (team * 10 + batch) as u64;
+                run_matvec_team::<bf16>(&dev, 37, 328, batch, batch % 2 == 1, 0, seed, 0, Some(team));
+                run_matvec_team::<f16>(&dev, 21, 1000, batch, batch % 3 == 0, 0, seed + 1, 0, Some(team));
+            }
+        }
+        run_matvec_team::<bf16>(&dev, 1, 8, 1, true, 0, 3, 0, Some(8));
+        run_matvec_team::<f16>(&dev, 133, 2048, 8, false, 0, 4, 0, Some(8));
+    }
+}
+
+#[test]
+fn dense_matvec_mma_rejects_what_it_cannot_take() {
+    let dev = Device::cpu_with(CpuExecutor::new(WaveSize::W32).with_matrix_unit(MatrixUnit::MmaSync));
+    let w = dev.upload(&[f16::ONE; 36]).unwrap();
+    let x = dev.upload(&[f16::ONE; 24]).unwrap();
+    let mut y = dev.upload(&[f16::ZERO; 6]).unwrap();
+    // Width not a multiple of 8, a bad team, a bad batch.
+    assert!(names(&ops::dense_matvec_mma(&dev, &w, &x, None, &mut y, 3, 12, 2, 8).unwrap_err(), "multiple of 8"));
+    assert!(names(&ops::dense_matvec_mma(&dev, &w, &x, None, &mut y, 3, 12, 2, 12).unwrap_err(), "`team`"));
+    assert!(names(&ops::dense_matvec_mma(&dev, &w, &x, None, &mut y, 3, 12, 9, 8).unwrap_err(), "`batch`"));
+    let w64 = Device::cpu(WaveSize::W64);
+    let (wd, xd) = (w64.upload(&[f16::ONE; 48]).unwrap(), w64.upload(&[f16::ONE; 16]).unwrap());
+    let mut yd = w64.upload(&[f16::ZERO; 6]).unwrap();
+    assert!(names(&ops::dense_matvec_mma(&w64, &wd, &xd, None, &mut yd, 3, 16, 1, 8).unwrap_err(), "waves of 32"));
+    assert_eq!(dev.download(&y).unwrap(), vec![f16::ZERO; 6]);
 }
 
 #[test]

@@ -4,7 +4,7 @@
 //! [`Device`](crate::runtime::Device), or a [`CpuExecutor`](kernel_dsl::host::CpuExecutor)
 //! on host slices) and buffers or views as slice arguments.
 use super::{matvec_team, Rows1, Rows2, Rows4, Rows8, MATVEC_BLOCK, MATVEC_MIN_TEAM, MATVEC_TILE_ROWS, SAMPLE_PARAMS};
-use kernel_dsl::host::{ArgValue, Executor, KernelArgSlice, KernelArgSliceMut, LaunchConfig, LaunchError, ScalarArg};
+use kernel_dsl::host::{ArgValue, Executor, KernelArgSlice, KernelArgSliceMut, LaunchConfig, LaunchError, MemLocation, ScalarArg};
 use kernel_dsl::{Dim3, Float};
 
 /// Most activation rows of one [`dense_matvec`] call.
@@ -58,7 +58,9 @@ fn offset(a: ArgValue, bytes: usize, len: usize) -> ArgValue {
 /// `y (batch x rows) = x (batch x cols) W^T (+ bias)` for a dense row-major `rows x cols`
 /// weight `w` and `batch` (1..=[`MAX_ROWS`]) contiguous activation rows, `f32`
 /// accumulation ([`dense_matvec`](fn@super::dense_matvec)); `bias` has `rows` elements.
-/// One launch reads the weights once for [`matvec_tile`] activation rows.
+/// One launch reads the weights once for [`matvec_tile`] activation rows; on CUDA devices
+/// `f16`/`bf16` products of aligned whole-chunk rows run on the matrix units
+/// ([`dense_matvec_mma`]).
 #[allow(clippy::too_many_arguments)]
 pub fn dense_matvec<T: Float + ScalarArg>(
     exec: &(impl Executor + ?Sized),
@@ -122,15 +124,13 @@ pub fn dense_matvec_team<T: Float + ScalarArg>(
     if let Some(b) = bias {
         check_len(K, "bias", len_of(b), Some(rows), &format!("{rows} output features"))?;
     }
-    let per_group = MATVEC_TILE_ROWS * (MATVEC_BLOCK as usize / team);
-    let groups = rows.div_ceil(per_group);
-    if groups > u32::MAX as usize {
-        return Err(invalid(K, format!("{rows} rows need more than 2^32 work-groups")));
-    }
+    let cfg = matvec_launch(rows, team)?;
     if rows == 0 {
         return Ok(());
     }
-    let cfg = LaunchConfig::new(Dim3::x(groups as u32), Dim3::x(MATVEC_BLOCK));
+    if matches!(exec.memory(), MemLocation::Device { backend: "cuda", .. }) && mma_fits::<T>(w, x, cols) {
+        return launch_mma(exec, cfg, w, x, bias, y, rows, cols, batch, team);
+    }
     let bias: &(dyn KernelArgSlice<T> + '_) = bias.unwrap_or(&[] as &[T; 0]);
     let size = std::mem::size_of::<T>();
     let mut b0 = 0;
@@ -147,6 +147,87 @@ pub fn dense_matvec_team<T: Float + ScalarArg>(
         b0 += nb;
     }
     Ok(())
+}
+
+/// The launch shape of both matvec kernels: [`MATVEC_BLOCK`] work-items, a work-group per
+/// `MATVEC_TILE_ROWS * MATVEC_BLOCK / team` rows.
+fn matvec_launch(rows: usize, team: usize) -> Result<LaunchConfig, LaunchError> {
+    let groups = rows.div_ceil(MATVEC_TILE_ROWS * (MATVEC_BLOCK as usize / team));
+    if groups > u32::MAX as usize {
+        return Err(invalid("dense_matvec", format!("{rows} rows need more than 2^32 work-groups")));
+    }
+    Ok(LaunchConfig::new(Dim3::x(groups.max(1) as u32), Dim3::x(MATVEC_BLOCK)))
+}
+
+fn addr_of<T>(b: &(impl KernelArgSlice<T> + ?Sized)) -> u64 {
+    match b.kernel_arg() {
+        ArgValue::Slice { addr, .. } => addr,
+        _ => 1,
+    }
+}
+
+/// `true` when [`dense_matvec_mma`](fn@super::dense_matvec_mma) takes the product: a 16-bit
+/// type, rows of whole chunks, `w` and `x` on 16 bytes.
+fn mma_fits<T>(w: &(impl KernelArgSlice<T> + ?Sized), x: &(impl KernelArgSlice<T> + ?Sized), cols: usize) -> bool {
+    std::mem::size_of::<T>() == 2 && cols % 8 == 0 && addr_of(w) % 16 == 0 && addr_of(x) % 16 == 0
+}
+
+#[allow(clippy::too_many_arguments)]
+fn launch_mma<T: Float + ScalarArg>(
+    exec: &(impl Executor + ?Sized),
+    cfg: LaunchConfig,
+    w: &(impl KernelArgSlice<T> + ?Sized),
+    x: &(impl KernelArgSlice<T> + ?Sized),
+    bias: Option<&(dyn KernelArgSlice<T> + '_)>,
+    y: &mut (impl KernelArgSliceMut<T> + ?Sized),
+    rows: usize,
+    cols: usize,
+    batch: usize,
+    team: usize,
+) -> Result<(), LaunchError> {
+    let bias: &(dyn KernelArgSlice<T> + '_) = bias.unwrap_or(&[] as &[T; 0]);
+    super::dense_matvec_mma::launch::<T>(exec, cfg, w, x, bias, y, rows, cols, batch, team)
+}
+
+/// [`dense_matvec`] by the matrix-unit kernel ([`dense_matvec_mma`](fn@super::dense_matvec_mma),
+/// what CUDA devices run for `f16`/`bf16`), all `batch` rows in one launch, `team` as in
+/// [`dense_matvec_team`]. It needs a 16-bit `T`, `cols` a multiple of 8, `w` and `x` on
+/// 16 bytes and waves of 32 (else an error), and computes on executors whose matrix unit
+/// is `mma.sync`: CUDA devices and the CPU executor in that mode (on others the kernel
+/// writes nothing). Public for the CPU executor's tests of that kernel.
+#[allow(clippy::too_many_arguments)]
+pub fn dense_matvec_mma<T: Float + ScalarArg>(
+    exec: &(impl Executor + ?Sized),
+    w: &(impl KernelArgSlice<T> + ?Sized),
+    x: &(impl KernelArgSlice<T> + ?Sized),
+    bias: Option<&(dyn KernelArgSlice<T> + '_)>,
+    y: &mut (impl KernelArgSliceMut<T> + ?Sized),
+    rows: usize,
+    cols: usize,
+    batch: usize,
+    team: usize,
+) -> Result<(), LaunchError> {
+    const K: &str = "dense_matvec_mma";
+    if !(team.is_power_of_two() && (MATVEC_MIN_TEAM..=MATVEC_BLOCK as usize).contains(&team)) {
+        return Err(invalid(K, format!("`team` = {team}; a power of two from {MATVEC_MIN_TEAM} to {MATVEC_BLOCK}")));
+    }
+    if !(1..=MAX_ROWS).contains(&batch) {
+        return Err(invalid(K, format!("`batch` = {batch}; 1..={MAX_ROWS} activation rows")));
+    }
+    if exec.wave_lanes() != 32 || !mma_fits::<T>(w, x, cols) {
+        return Err(invalid(K, format!("needs waves of 32, a 16-bit type, `cols` ({cols}) a multiple of 8 and `w`, `x` on 16 bytes")));
+    }
+    check_len(K, "w", len_of(w), rows.checked_mul(cols), &format!("a {rows} x {cols} weight"))?;
+    check_len(K, "x", len_of(x), batch.checked_mul(cols), &format!("{batch} x {cols} activations"))?;
+    check_len(K, "y", len_of(y), batch.checked_mul(rows), &format!("a {batch} x {rows} output"))?;
+    if let Some(b) = bias {
+        check_len(K, "bias", len_of(b), Some(rows), &format!("{rows} output features"))?;
+    }
+    let cfg = matvec_launch(rows, team)?;
+    if rows == 0 {
+        return Ok(());
+    }
+    launch_mma(exec, cfg, w, x, bias, y, rows, cols, batch, team)
 }
 
 /// Work-items of a row kernel for rows of `cols` elements: whole waves of both sizes (64),
