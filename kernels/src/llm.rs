@@ -19,7 +19,7 @@
 use crate::each;
 use crate::random::philox4x32_10;
 use crate::reduce::{block_reduce, MAX_WAVES};
-use crate::row::CHUNK;
+use crate::row::{unpack_chunk, words_chunk, CHUNK};
 use kernel_dsl::mma::{self, FragA, FragB, FragC, Lowering, MmaFloat};
 use kernel_dsl::prelude::*;
 
@@ -336,7 +336,9 @@ fn matvec_mma<T: Float>(w: &[T], x: &[T], bias: &[T], y: &mut [T], rows: usize, 
 /// read the last row (in bounds, results dropped), so the main loop has no per-row branch.
 /// Rows of whole aligned chunks (`cols` a multiple of [`CHUNK`], `w` and `x` on 16 bytes)
 /// take the vector path; others one element at a time. (NVIDIA GPUs run 16-bit products
-/// on the vector path with [`dense_matvec_mma`](fn@dense_matvec_mma) instead.) Launch with [`MATVEC_BLOCK`]
+/// on the vector path with [`dense_matvec_mma`](fn@dense_matvec_mma) instead; AMD GPUs run
+/// [`dense_matvec_wave`](fn@dense_matvec_wave), and this kernel's AMD code objects are
+/// empty.) Launch with [`MATVEC_BLOCK`]
 /// work-items and `rows.div_ceil(MATVEC_TILE_ROWS * MATVEC_BLOCK / team)` work-groups.
 #[amdgpu_kernel(T = [f32, f16, bf16], R = [Rows1, Rows2, Rows4, Rows8], max_threads = 256)]
 pub fn dense_matvec<T: Float, R: MatvecRows>(
@@ -352,6 +354,10 @@ pub fn dense_matvec<T: Float, R: MatvecRows>(
 ) {
     const TR: usize = MATVEC_TILE_ROWS;
     const _: () = assert!(TR == 4 && (MATVEC_BLOCK as usize / 32) * TR * 8 <= 256);
+    // AMD GPUs run dense_matvec_wave (this kernel's tiles spill there).
+    if cfg!(target_arch = "amdgpu") {
+        return;
+    }
     let (tid, threads) = (flat_thread_idx() as usize, flat_block_dim() as usize);
     let ws = wave::size() as usize;
     // Uniform checks that make the unchecked accesses below in bounds.
@@ -506,6 +512,223 @@ pub fn dense_matvec<T: Float, R: MatvecRows>(
         }
         let bv = if bias.is_empty() { 0.0 } else { bias[row].to_f32() };
         y[b * rows + row] = T::from_f32(s + bv);
+    }
+}
+
+// The AMD form of the dense matvec: one weight row per team of work-items (whole waves),
+// batches of up to 4 activation rows per launch. The row-tile kernel above spills on AMD
+// code objects (its 4 x 8 accumulators and per-row pointers pass gfx9's 102 scalar and
+// the 128 vector registers of its occupancy target), so AMD GPUs run this one; it is the
+// kernel `dense_matvec` was before the row tiles (zero spills on every AMD arch).
+
+/// Chunks (of [`CHUNK`] elements) one work-item of [`dense_matvec_wave`](fn@dense_matvec_wave)
+/// has in flight at once.
+pub const MATVEC_UNROLL: usize = 4;
+
+/// Weight rows one [`dense_matvec_wave`](fn@dense_matvec_wave) work-group takes for rows of `cols`
+/// elements on waves of `wave_lanes`: the fewest (1, 2, 4, 8) that leave each work-item at
+/// least [`MATVEC_UNROLL`] chunks of its row, at most one row per wave.
+pub const fn matvec_group(cols: usize, wave_lanes: usize) -> usize {
+    let chunks = cols.div_ceil(CHUNK);
+    let most = MATVEC_BLOCK as usize / wave_lanes;
+    let mut g = 1;
+    while g < most && g < 8 && (MATVEC_BLOCK as usize / g) * MATVEC_UNROLL > chunks {
+        g *= 2;
+    }
+    g
+}
+
+
+/// A chunk loaded by [`load_weights`] (or [`load_words_v1`]) in `f32` ([`dense_matvec_wave`](fn@dense_matvec_wave)).
+#[device]
+#[inline(always)]
+fn words_f32_v1<T: Float>(w: [[u32; 4]; 2]) -> [f32; CHUNK] {
+    if core::mem::size_of::<T>() == 2 {
+        unpack_chunk::<T>(&words_chunk::<T>(w[0]))
+    } else {
+        let mut v = [0.0; CHUNK];
+        each!(j in [0, 1, 2, 3] {
+            v[j] = f32::from_bits(w[0][j]);
+            v[j + 4] = f32::from_bits(w[1][j]);
+        });
+        v
+    }
+}
+
+/// A whole chunk of `T` at `p`, plain loads (activations: read by every row).
+///
+/// # Safety
+/// As [`load_weights`].
+#[device]
+#[inline(always)]
+unsafe fn load_words_v1<T: Float>(p: *const T) -> [[u32; 4]; 2] {
+    let q = p as *const [u32; 4];
+    // SAFETY: the caller's contract.
+    unsafe {
+        let lo = core::ptr::read(q);
+        let hi = if core::mem::size_of::<T>() == 4 { core::ptr::read(q.add(1)) } else { [0; 4] };
+        [lo, hi]
+    }
+}
+
+/// `sum_j a[j] * b[j]` over a chunk, as two interleaved chains (half the dependent
+/// latency of one).
+#[device]
+#[inline(always)]
+fn dot_chunk2(a: &[f32; CHUNK], b: &[f32; CHUNK]) -> f32 {
+    let (mut s0, mut s1) = (0.0f32, 0.0f32);
+    each!(j in [0, 2, 4, 6] {
+        s0 = a[j].mul_add(b[j], s0);
+        s1 = a[j + 1].mul_add(b[j + 1], s1);
+    });
+    s0 + s1
+}
+
+/// `y[b * rows + r] = sum_k w[r * cols + k] * x[b * cols + k] (+ bias[r])` for
+/// `b < batch <= R::N`, accumulated in `f32` and rounded once to `T`; `bias` is empty or
+/// has `rows` elements.
+///
+/// Work-group `g` takes the `group` weight rows `g * group ..` ([`matvec_group`]: 1, 2, 4
+/// or 8, whole waves per row); work-item `j` of a row's `team = MATVEC_BLOCK / group`
+/// takes chunks `j, j + team, ...` of [`CHUNK`] elements (so each load instruction of a
+/// wave reads whole contiguous lines) in rounds of [`MATVEC_UNROLL`] chunks whose weight
+/// loads (16-byte, streaming) all go out before any is used; it multiplies each weight
+/// chunk with the same chunk of every activation row (the weights are read once for the
+/// whole batch). A row's sums: a wave reduction, then, where the row spans several waves,
+/// their sums in a fixed order through shared memory. Rows of whole aligned chunks (`cols`
+/// a multiple of [`CHUNK`], `w` and `x` on 16 bytes) take the vector path; others one
+/// element at a time. Launch with [`MATVEC_BLOCK`] work-items and `rows.div_ceil(group)`
+/// work-groups.
+#[amdgpu_kernel(T = [f32, f16, bf16], R = [Rows1, Rows2, Rows4], max_threads = 256)]
+pub fn dense_matvec_wave<T: Float, R: MatvecRows>(
+    w: &[T],
+    x: &[T],
+    bias: &[T],
+    y: &mut [T],
+    rows: usize,
+    cols: usize,
+    batch: usize,
+    group: usize,
+    mut partials: Shared<f32, 64>,
+) {
+    let (tid, threads) = (flat_thread_idx() as usize, flat_block_dim() as usize);
+    let ws = wave::size() as usize;
+    // Uniform checks that make the unchecked accesses below in bounds.
+    if threads != MATVEC_BLOCK as usize || !(group == 1 || group == 2 || group == 4 || group == 8) || group * ws > threads || batch > R::N || R::N > 8 {
+        return;
+    }
+    let fits = rows.checked_mul(cols).is_some_and(|n| n <= w.len()) && batch.checked_mul(cols).is_some_and(|n| n <= x.len()) && batch * rows <= y.len();
+    if !fits || !(bias.is_empty() || bias.len() == rows) {
+        return;
+    }
+    let team = threads / group;
+    let (g, j) = (tid / team, tid % team);
+    let row = block_idx_x() as usize * group + g;
+    let active = row < rows;
+    let mut acc = [0f32; 8];
+    let vec = cols % CHUNK == 0 && (w.as_ptr() as usize) % 16 == 0 && (x.as_ptr() as usize) % 16 == 0;
+    if active && vec {
+        let chunks = cols / CHUNK;
+        let wrow = row * cols;
+        let mut c = j;
+        // Full rounds: every chunk in range, no per-chunk branch.
+        while c + (MATVEC_UNROLL - 1) * team < chunks {
+            let mut wv = [[[0u32; 4]; 2]; MATVEC_UNROLL];
+            each!(u in [0, 1, 2, 3] {
+                // SAFETY: chunk c + u * team < chunks lies inside row `row` (< rows, and
+                // rows * cols <= w.len()); aligned as `vec` says.
+                wv[u] = unsafe { load_weights(w.as_ptr().add(wrow + (c + u * team) * CHUNK)) };
+            });
+            each!(u in [0, 1, 2, 3] {
+                let wf = words_f32_v1::<T>(wv[u]);
+                each!(b in [0, 1, 2, 3, 4, 5, 6, 7] {
+                    if b < R::N && b < batch {
+                        // SAFETY: b < batch and the chunk is inside a row of x (batch * cols
+                        // <= x.len()); aligned as `vec` says.
+                        let xf = words_f32_v1::<T>(unsafe { load_words_v1(x.as_ptr().add(b * cols + (c + u * team) * CHUNK)) });
+                        acc[b] += dot_chunk2(&wf, &xf);
+                    }
+                });
+            });
+            c += MATVEC_UNROLL * team;
+        }
+        // The last round: up to MATVEC_UNROLL - 1 chunks, loads first as above.
+        if c < chunks {
+            let mut wv = [[[0u32; 4]; 2]; MATVEC_UNROLL];
+            each!(u in [0, 1, 2] {
+                if c + u * team < chunks {
+                    // SAFETY: as above (checked).
+                    wv[u] = unsafe { load_weights(w.as_ptr().add(wrow + (c + u * team) * CHUNK)) };
+                }
+            });
+            each!(u in [0, 1, 2] {
+                if c + u * team < chunks {
+                    let wf = words_f32_v1::<T>(wv[u]);
+                    each!(b in [0, 1, 2, 3, 4, 5, 6, 7] {
+                        if b < R::N && b < batch {
+                            // SAFETY: as above.
+                            let xf = words_f32_v1::<T>(unsafe { load_words_v1(x.as_ptr().add(b * cols + (c + u * team) * CHUNK)) });
+                            acc[b] += dot_chunk2(&wf, &xf);
+                        }
+                    });
+                }
+            });
+        }
+    } else if active {
+        // Odd widths and misaligned views: element by element, strided like the chunks.
+        let wrow = &w[row * cols..row * cols + cols];
+        let mut k = j;
+        while k < cols {
+            let wk = wrow[k].to_f32();
+            each!(b in [0, 1, 2, 3, 4, 5, 6, 7] {
+                if b < R::N && b < batch {
+                    acc[b] = wk.mul_add(x[b * cols + k].to_f32(), acc[b]);
+                }
+            });
+            k += team;
+        }
+    }
+    // Wave sums (every lane reaches them: uniform control flow), then per row in a fixed
+    // order.
+    let mut sums = [0f32; 8];
+    each!(b in [0, 1, 2, 3, 4, 5, 6, 7] {
+        if b < R::N && b < batch {
+            sums[b] = wave::sum(acc[b]);
+        }
+    });
+    let per_row = team / ws;
+    let wave_in_group = tid / ws;
+    if per_row == 1 {
+        if active && wave::lane_id() == 0 {
+            let bv = if bias.is_empty() { 0.0 } else { bias[row].to_f32() };
+            each!(b in [0, 1, 2, 3, 4, 5, 6, 7] {
+                if b < R::N && b < batch {
+                    y[b * rows + row] = T::from_f32(sums[b] + bv);
+                }
+            });
+        }
+        return;
+    }
+    if wave::lane_id() == 0 {
+        each!(b in [0, 1, 2, 3, 4, 5, 6, 7] {
+            if b < R::N {
+                partials[wave_in_group * 8 + b] = sums[b];
+            }
+        });
+    }
+    barrier();
+    // Work-item t < group * 8 finishes (row t / 8, activation row t % 8).
+    let (gr, b) = (tid / 8, tid % 8);
+    let out_row = block_idx_x() as usize * group + gr;
+    if gr < group && b < batch && out_row < rows {
+        let mut s = 0.0f32;
+        let mut i = 0;
+        while i < per_row {
+            s += partials[(gr * per_row + i) * 8 + b];
+            i += 1;
+        }
+        let bv = if bias.is_empty() { 0.0 } else { bias[out_row].to_f32() };
+        y[b * rows + out_row] = T::from_f32(s + bv);
     }
 }
 

@@ -223,6 +223,27 @@ fn dense_matvec_mma_rejects_what_it_cannot_take() {
 }
 
 #[test]
+fn dense_matvec_wave_as_on_amd() {
+    // The kernel AMD GPUs run: every batch 1..=8 in tiles of 4 (and 1, 2), aligned and odd
+    // widths, waves of 32 and 64.
+    for dev in executors() {
+        for batch in 1..=8 {
+            for (i, &(rows, cols, tile)) in [(13, 200, 4), (9, 1001, 4), (33, 1030, 2), (5, 64, 1)].iter().enumerate() {
+                let seed = (batch * 8 + i) as u64 + 500;
+                let mut rng = Rng(seed);
+                let w: Vec<bf16> = rng.vec(rows * cols, 1.0);
+                let x: Vec<bf16> = rng.vec(batch * cols, 1.0);
+                let (wd, xd) = (dev.upload(&w).unwrap(), dev.upload(&x).unwrap());
+                let mut yd = dev.alloc::<bf16>(batch * rows).unwrap();
+                ops::dense_matvec_wave_tiled(&dev, &wd, &xd, None, &mut yd, rows, cols, batch, tile).unwrap();
+                let (want, bound) = matvec_reference(&f64s(&w), &f64s(&x), None, rows, cols, batch);
+                check(&dev.download(&yd).unwrap(), &want, &bound, &format!("dense_matvec_wave {rows}x{cols} batch {batch} tile {tile} wave {}", dev.wave_lanes()));
+            }
+        }
+    }
+}
+
+#[test]
 fn dense_matvec_team_sizes() {
     use kernels::llm::matvec_team;
     // Few rows: wide teams (enough work-items in flight); many rows: narrow ones.

@@ -3,7 +3,7 @@
 //! or written); empty outputs are a no-op. Each takes any [`Executor`] (a
 //! [`Device`](crate::runtime::Device), or a [`CpuExecutor`](kernel_dsl::host::CpuExecutor)
 //! on host slices) and buffers or views as slice arguments.
-use super::{matvec_team, Rows1, Rows2, Rows4, Rows8, MATVEC_BLOCK, MATVEC_MIN_TEAM, MATVEC_TILE_ROWS, SAMPLE_PARAMS};
+use super::{matvec_group, matvec_team, Rows1, Rows2, Rows4, Rows8, MATVEC_BLOCK, MATVEC_MIN_TEAM, MATVEC_TILE_ROWS, SAMPLE_PARAMS};
 use kernel_dsl::host::{ArgValue, Executor, KernelArgSlice, KernelArgSliceMut, LaunchConfig, LaunchError, MemLocation, ScalarArg};
 use kernel_dsl::{Dim3, Float};
 
@@ -30,10 +30,19 @@ fn check_len(kernel: &'static str, name: &str, got: usize, want: Option<usize>, 
     }
 }
 
-/// Activation rows of one [`dense_matvec`](fn@super::dense_matvec) launch on `exec`:
-/// [`MAX_ROWS`] on every executor (one launch reads the weights once for all rows).
-pub fn matvec_tile(_exec: &(impl Executor + ?Sized)) -> usize {
-    MAX_ROWS
+/// Activation rows of one matvec launch on `exec`: [`MAX_ROWS`] (one launch reads the
+/// weights once for all rows), 4 on an AMD GPU (which runs
+/// [`dense_matvec_wave`](fn@super::dense_matvec_wave), at most 4 rows per launch).
+pub fn matvec_tile(exec: &(impl Executor + ?Sized)) -> usize {
+    if is_rocm(exec) {
+        4
+    } else {
+        MAX_ROWS
+    }
+}
+
+fn is_rocm(exec: &(impl Executor + ?Sized)) -> bool {
+    matches!(exec.memory(), MemLocation::Device { backend: "rocm", .. })
 }
 
 /// A checked part of a kernel argument (a batch tile), passed as is.
@@ -131,6 +140,9 @@ pub fn dense_matvec_team<T: Float + ScalarArg>(
     if matches!(exec.memory(), MemLocation::Device { backend: "cuda", .. }) && mma_fits::<T>(w, x, cols) {
         return launch_mma(exec, cfg, w, x, bias, y, rows, cols, batch, team);
     }
+    if is_rocm(exec) {
+        return launch_wave(exec, w, x, bias, y, rows, cols, batch, tile.min(4));
+    }
     let bias: &(dyn KernelArgSlice<T> + '_) = bias.unwrap_or(&[] as &[T; 0]);
     let size = std::mem::size_of::<T>();
     let mut b0 = 0;
@@ -147,6 +159,77 @@ pub fn dense_matvec_team<T: Float + ScalarArg>(
         b0 += nb;
     }
     Ok(())
+}
+
+/// [`dense_matvec_wave`](fn@super::dense_matvec_wave) launches (what AMD GPUs run) of at
+/// most `tile` (1, 2 or 4) activation rows; arguments checked by the caller.
+#[allow(clippy::too_many_arguments)]
+fn launch_wave<T: Float + ScalarArg>(
+    exec: &(impl Executor + ?Sized),
+    w: &(impl KernelArgSlice<T> + ?Sized),
+    x: &(impl KernelArgSlice<T> + ?Sized),
+    bias: Option<&(dyn KernelArgSlice<T> + '_)>,
+    y: &mut (impl KernelArgSliceMut<T> + ?Sized),
+    rows: usize,
+    cols: usize,
+    batch: usize,
+    tile: usize,
+) -> Result<(), LaunchError> {
+    let group = matvec_group(cols, exec.wave_lanes() as usize);
+    let groups = rows.div_ceil(group);
+    if groups > u32::MAX as usize {
+        return Err(invalid("dense_matvec", format!("{rows} rows need more than 2^32 work-groups")));
+    }
+    let cfg = LaunchConfig::new(Dim3::x(groups as u32), Dim3::x(MATVEC_BLOCK));
+    let bias: &(dyn KernelArgSlice<T> + '_) = bias.unwrap_or(&[] as &[T; 0]);
+    let size = std::mem::size_of::<T>();
+    let mut b0 = 0;
+    while b0 < batch {
+        let nb = (batch - b0).min(tile);
+        let x_t = Part(offset(x.kernel_arg(), b0 * cols * size, nb * cols));
+        let mut y_t = Part(offset(y.kernel_arg(), b0 * rows * size, nb * rows));
+        match nb.next_power_of_two() {
+            1 => super::dense_matvec_wave::launch::<T, Rows1>(exec, cfg, w, &x_t, bias, &mut y_t, rows, cols, nb, group),
+            2 => super::dense_matvec_wave::launch::<T, Rows2>(exec, cfg, w, &x_t, bias, &mut y_t, rows, cols, nb, group),
+            _ => super::dense_matvec_wave::launch::<T, Rows4>(exec, cfg, w, &x_t, bias, &mut y_t, rows, cols, nb, group),
+        }?;
+        b0 += nb;
+    }
+    Ok(())
+}
+
+/// [`dense_matvec`] by the kernel AMD GPUs run ([`dense_matvec_wave`](fn@super::dense_matvec_wave):
+/// one weight row per team of whole waves) in launches of at most `tile` (1, 2 or 4)
+/// activation rows, on any executor: public for the CPU executor's tests of that kernel.
+#[allow(clippy::too_many_arguments)]
+pub fn dense_matvec_wave_tiled<T: Float + ScalarArg>(
+    exec: &(impl Executor + ?Sized),
+    w: &(impl KernelArgSlice<T> + ?Sized),
+    x: &(impl KernelArgSlice<T> + ?Sized),
+    bias: Option<&(dyn KernelArgSlice<T> + '_)>,
+    y: &mut (impl KernelArgSliceMut<T> + ?Sized),
+    rows: usize,
+    cols: usize,
+    batch: usize,
+    tile: usize,
+) -> Result<(), LaunchError> {
+    const K: &str = "dense_matvec";
+    if !matches!(tile, 1 | 2 | 4) {
+        return Err(invalid(K, format!("`tile` = {tile}; 1, 2 or 4")));
+    }
+    if !(1..=MAX_ROWS).contains(&batch) {
+        return Err(invalid(K, format!("`batch` = {batch}; 1..={MAX_ROWS} activation rows")));
+    }
+    check_len(K, "w", len_of(w), rows.checked_mul(cols), &format!("a {rows} x {cols} weight"))?;
+    check_len(K, "x", len_of(x), batch.checked_mul(cols), &format!("{batch} x {cols} activations"))?;
+    check_len(K, "y", len_of(y), batch.checked_mul(rows), &format!("a {batch} x {rows} output"))?;
+    if let Some(b) = bias {
+        check_len(K, "bias", len_of(b), Some(rows), &format!("{rows} output features"))?;
+    }
+    if rows == 0 {
+        return Ok(());
+    }
+    launch_wave(exec, w, x, bias, y, rows, cols, batch, tile)
 }
 
 /// The launch shape of both matvec kernels: [`MATVEC_BLOCK`] work-items, a work-group per
