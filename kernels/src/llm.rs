@@ -3,9 +3,10 @@
 //! - [`dense_matvec`](fn@dense_matvec): `y = x W^T (+ bias)` for 1..8 activation rows and a
 //!   dense `f32`/`f16`/`bf16` weight stored `[N, K]` row-major (as `nn.Linear` holds it),
 //!   `f32` accumulation. Decode's products are matrix-vector ones: every weight byte is
-//!   read once per step, so the kernel is built to stream the weights at the memory's rate
-//!   (16-byte streaming loads, four chunks of each work-item in flight, several rows per
-//!   work-group for short rows, wave reductions).
+//!   read once per step (once for all activation rows), so the kernel is built to stream
+//!   the weights at the memory's rate (16-byte streaming loads issued a chunk ahead, tiles
+//!   of four weight rows per work-item sharing each activation load, teams sized to the
+//!   matrix, shuffle reductions).
 //! - [`add_rms_norm`](fn@add_rms_norm): `h = x + residual` and `RMSNorm(h) * weight` in one
 //!   pass over the row (both outputs written), the pre-norm transformer's residual step.
 //! - [`silu_mul`](fn@silu_mul): `SiLU(gate) * up` from one fused gate/up product
@@ -19,14 +20,23 @@ use crate::each;
 use crate::random::philox4x32_10;
 use crate::reduce::{block_reduce, MAX_WAVES};
 use crate::row::{unpack_chunk, words_chunk, CHUNK};
+use kernel_dsl::mma::{self, FragA, FragB, FragC, Lowering, MmaFloat};
 use kernel_dsl::prelude::*;
 
 /// Work-items of one [`dense_matvec`](fn@dense_matvec) work-group.
 pub const MATVEC_BLOCK: u32 = 256;
 
-/// Chunks (of [`CHUNK`] elements) one work-item of [`dense_matvec`](fn@dense_matvec) has
-/// in flight at once.
-pub const MATVEC_UNROLL: usize = 4;
+/// Weight rows one work-item of [`dense_matvec`](fn@dense_matvec) multiplies together: each
+/// activation chunk it loads (and converts) serves all of them.
+pub const MATVEC_TILE_ROWS: usize = 4;
+
+/// Fewest work-items sharing a row tile (8 x 16 bytes: a whole 128-byte line of each
+/// weight row per load instruction).
+pub const MATVEC_MIN_TEAM: usize = 8;
+
+/// Work-items [`matvec_team`] aims to start: enough 16-byte loads in flight to cover the
+/// memory latency of a large GPU (about 1000 per compute unit on 132).
+pub const MATVEC_TARGET_ITEMS: usize = 1 << 17;
 
 /// Activation rows of one [`dense_matvec`](fn@dense_matvec) instance.
 pub trait MatvecRows: 'static {
@@ -48,25 +58,27 @@ pub struct Rows4;
 impl MatvecRows for Rows4 {
     const N: usize = 4;
 }
-/// Up to 8 activation rows; in AMD code objects a 4-row tile (8 rows spilled gfx9's 102
-/// scalar registers), so the launcher runs AMD batches in tiles of at most 4
-/// ([`ops::dense_matvec`]).
+/// Up to 8 activation rows.
 pub struct Rows8;
 impl MatvecRows for Rows8 {
-    const N: usize = if cfg!(target_arch = "amdgpu") { 4 } else { 8 };
+    const N: usize = 8;
 }
 
-/// Weight rows one [`dense_matvec`](fn@dense_matvec) work-group takes for rows of `cols`
-/// elements on waves of `wave_lanes`: the fewest (1, 2, 4, 8) that leave each work-item at
-/// least [`MATVEC_UNROLL`] chunks of its row, at most one row per wave.
-pub const fn matvec_group(cols: usize, wave_lanes: usize) -> usize {
+/// Work-items sharing one tile of [`MATVEC_TILE_ROWS`] weight rows of `cols` elements in
+/// [`dense_matvec`](fn@dense_matvec) (a power of two from [`MATVEC_MIN_TEAM`] to
+/// [`MATVEC_BLOCK`]): the fewest that start [`MATVEC_TARGET_ITEMS`] work-items in all,
+/// no more than the row has chunks. Few rows (small matrices): wide teams, each work-item
+/// a chunk or two of every row of its tile; many rows (the LM head): teams of 8, each
+/// work-item streaming a long stretch of its rows and many tiles per work-group sharing
+/// the activations through the cache.
+pub const fn matvec_team(rows: usize, cols: usize) -> usize {
+    let tiles = rows.div_ceil(MATVEC_TILE_ROWS);
     let chunks = cols.div_ceil(CHUNK);
-    let most = MATVEC_BLOCK as usize / wave_lanes;
-    let mut g = 1;
-    while g < most && g < 8 && (MATVEC_BLOCK as usize / g) * MATVEC_UNROLL > chunks {
-        g *= 2;
+    let mut t = MATVEC_MIN_TEAM;
+    while t < MATVEC_BLOCK as usize && tiles * t < MATVEC_TARGET_ITEMS && t < chunks {
+        t *= 2;
     }
-    g
+    t
 }
 
 /// The 16 (or, for `f32`, 32) bytes of the chunk at `p` as words, loaded with the
@@ -86,10 +98,451 @@ unsafe fn load_weights<T: Float>(p: *const T) -> [[u32; 4]; 2] {
     }
 }
 
+/// The two 16-bit elements of word `w` (the low one first) in `f32`, without taking the
+/// word apart into 16-bit values first (bf16: a shift and a mask).
+#[device]
+#[inline(always)]
+fn word_f32x2<T: Float>(w: u32) -> [f32; 2] {
+    // SAFETY: `T` is a 16-bit float here (the callers check the size); any bits are a
+    // valid f16 / bf16.
+    let (lo, hi): (T, T) = unsafe { (core::mem::transmute_copy(&(w as u16)), core::mem::transmute_copy(&((w >> 16) as u16))) };
+    T::to_f32x2([lo, hi])
+}
+
 /// A chunk loaded by [`load_weights`] (or [`load_words`]) in `f32`.
 #[device]
 #[inline(always)]
 fn words_f32<T: Float>(w: [[u32; 4]; 2]) -> [f32; CHUNK] {
+    let mut v = [0.0; CHUNK];
+    if core::mem::size_of::<T>() == 2 {
+        each!(j in [0, 1, 2, 3] {
+            [v[2 * j], v[2 * j + 1]] = word_f32x2::<T>(w[0][j]);
+        });
+    } else {
+        each!(j in [0, 1, 2, 3] {
+            v[j] = f32::from_bits(w[0][j]);
+            v[j + 4] = f32::from_bits(w[1][j]);
+        });
+    }
+    v
+}
+
+/// Sixteen bytes read as one aligned vector (an activation chunk).
+#[repr(C, align(16))]
+#[derive(Clone, Copy)]
+struct Words([u32; 4]);
+
+/// A whole chunk of `T` at `p`, plain 16-byte loads (activations: read by every row tile,
+/// kept in the caches).
+///
+/// # Safety
+/// As [`load_weights`].
+#[device]
+#[inline(always)]
+unsafe fn load_words<T: Float>(p: *const T) -> [[u32; 4]; 2] {
+    let q = p as *const Words;
+    // SAFETY: the caller's contract (16-byte aligned, a whole chunk in memory).
+    unsafe {
+        let lo = core::ptr::read(q).0;
+        let hi = if core::mem::size_of::<T>() == 4 { core::ptr::read(q.add(1)).0 } else { [0; 4] };
+        [lo, hi]
+    }
+}
+
+/// `s + sum_j a[j] * b[j]` over a chunk (one chain: the callers interleave many).
+#[device]
+#[inline(always)]
+fn dot_chunk(a: &[f32; CHUNK], b: &[f32; CHUNK], mut s: f32) -> f32 {
+    each!(j in [0, 1, 2, 3, 4, 5, 6, 7] {
+        s = a[j].mul_add(b[j], s);
+    });
+    s
+}
+
+/// One 16x16x16 product of the matrix unit on raw words: `a` the A fragment's first four
+/// words, `b` the B fragment's first two (the rest zero), `c` the accumulator's items, for
+/// `T` = bf16 or f16 (anything else returns `c`). Only called where the lowering is
+/// `MmaSync` (four A words, four B words, eight accumulator items per lane).
+#[device]
+#[inline(always)]
+fn mma_words<T: Float>(a: [u32; 4], b: [u32; 2], c: [f32; 8]) -> [f32; 8] {
+    fn go<M: MmaFloat>(a: [u32; 4], b: [u32; 2], c: [f32; 8]) -> [f32; 8] {
+        let (mut aw, mut bw) = ([0u32; mma::AB_WORDS], [0u32; mma::AB_WORDS]);
+        each!(i in [0, 1, 2, 3] {
+            aw[i % mma::AB_WORDS] = a[i];
+        });
+        each!(i in [0, 1] {
+            bw[i % mma::AB_WORDS] = b[i];
+        });
+        let mut cf = FragC::<f32>::zero();
+        let n = cf.v.len();
+        each!(j in [0, 1, 2, 3, 4, 5, 6, 7] {
+            cf.v[j % n] = c[j];
+        });
+        let d = mma::mma(&FragA::<M>::from_words(aw), &FragB::<M>::from_words(bw), cf);
+        let mut out = [0f32; 8];
+        each!(j in [0, 1, 2, 3, 4, 5, 6, 7] {
+            out[j] = d.v[j % n];
+        });
+        out
+    }
+    use core::any::TypeId;
+    if TypeId::of::<T>() == TypeId::of::<bf16>() {
+        go::<bf16>(a, b, c)
+    } else if TypeId::of::<T>() == TypeId::of::<f16>() {
+        go::<f16>(a, b, c)
+    } else {
+        c
+    }
+}
+
+/// Loads of one step of [`matvec_mma`]: chunks `c0` and `c1` of the lane's two weight rows
+/// and of its activation row, zero where out of range.
+///
+/// # Safety
+/// `wa`, `wb` and `xr` point at rows of `chunks` whole 16-byte aligned chunks of a 16-bit
+/// type (each used only where its flag says so).
+#[device]
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+unsafe fn mma_loads<T: Float>(wa: *const T, wb: *const T, xr: *const T, ok_a: bool, ok_b: bool, ok_x: bool, c0: usize, c1: usize, chunks: usize) -> [[u32; 4]; 6] {
+    let mut v = [[0u32; 4]; 6];
+    // SAFETY (every load): chunk < chunks of a row the flag says exists; aligned.
+    if c0 < chunks {
+        if ok_a {
+            v[0] = unsafe { kernel_dsl::hint::load_streaming_u32x4(wa.add(c0 * CHUNK) as *const [u32; 4]) };
+        }
+        if ok_b {
+            v[2] = unsafe { kernel_dsl::hint::load_streaming_u32x4(wb.add(c0 * CHUNK) as *const [u32; 4]) };
+        }
+        if ok_x {
+            v[4] = unsafe { load_words(xr.add(c0 * CHUNK)) }[0];
+        }
+    }
+    if c1 < chunks {
+        if ok_a {
+            v[1] = unsafe { kernel_dsl::hint::load_streaming_u32x4(wa.add(c1 * CHUNK) as *const [u32; 4]) };
+        }
+        if ok_b {
+            v[3] = unsafe { kernel_dsl::hint::load_streaming_u32x4(wb.add(c1 * CHUNK) as *const [u32; 4]) };
+        }
+        if ok_x {
+            v[5] = unsafe { load_words(xr.add(c1 * CHUNK)) }[0];
+        }
+    }
+    v
+}
+
+/// [`dense_matvec`](fn@dense_matvec) on NVIDIA's `mma.sync` (and the CPU executor's
+/// emulation of it): the work-group's `rb` rows in tiles of 16 (A: 16 weight rows x 16 k),
+/// the activations as B (k x batch, columns past the batch zero), `f32` accumulators. A
+/// product's sum over k does not depend on the order of k, so each lane's A and B items
+/// are taken from its own 16-byte chunks: lane `l` (group `g = l / 4`, `t = l % 4`) loads
+/// chunk `t` (and `t + 4`) of a 64-element step from weight rows `g` and `g + 8` and from
+/// activation row `g`; words 0-1 of a chunk feed one product, words 2-3 the next, at the
+/// positions where `mma.sync`'s layout puts row `g` / `g + 8` and column `g` for the same
+/// four k. No conversion, two 16-byte weight loads per lane per 32 k; the tile's warps
+/// split the steps and add their sums through shared memory in a fixed order.
+#[device]
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+fn matvec_mma<T: Float>(w: &[T], x: &[T], bias: &[T], y: &mut [T], rows: usize, cols: usize, batch: usize, team: usize, partials: &mut Shared<f32, 1024>) {
+    let tid = flat_thread_idx() as usize;
+    let rb = MATVEC_TILE_ROWS * (MATVEC_BLOCK as usize / team);
+    let block_row0 = block_idx_x() as usize * rb;
+    let nt = rb.div_ceil(16);
+    let wpt = (MATVEC_BLOCK as usize / 32) / nt;
+    let (warp, lane) = (tid / 32, tid % 32);
+    let (tile, ks) = (warp / wpt, warp % wpt);
+    let (g, t) = (lane / 4, lane % 4);
+    let local = tile * 16 + g;
+    let ok_a = local < rb && block_row0 + local < rows;
+    let ok_b = local + 8 < rb && block_row0 + local + 8 < rows;
+    let ok_x = g < batch;
+    let chunks = cols / CHUNK;
+    // Rows that do not exist point at row 0 (never loaded).
+    let ra = if ok_a { block_row0 + local } else { 0 };
+    let rb8 = if ok_b { block_row0 + local + 8 } else { 0 };
+    let xrow = if ok_x { g } else { 0 };
+    // SAFETY: rows < `rows` (or 0), so each row start lies in w / x (checked by the caller).
+    let (wa, wb, xr) = unsafe { (w.as_ptr().add(ra * cols), w.as_ptr().add(rb8 * cols), x.as_ptr().add(xrow * cols)) };
+    let mut acc = [0f32; 8];
+    let mut s = ks;
+    // SAFETY: the pointers and flags above; chunks checked inside.
+    let mut next = unsafe { mma_loads(wa, wb, xr, ok_a, ok_b, ok_x, s * 8 + t, s * 8 + 4 + t, chunks) };
+    while s * 8 < chunks {
+        let cur = next;
+        let sn = s + wpt;
+        if sn * 8 < chunks {
+            // SAFETY: as above.
+            next = unsafe { mma_loads(wa, wb, xr, ok_a, ok_b, ok_x, sn * 8 + t, sn * 8 + 4 + t, chunks) };
+        }
+        each!(h in [0, 1] {
+            let (a, b, xv) = (cur[h], cur[2 + h], cur[4 + h]);
+            acc = mma_words::<T>([a[0], b[0], a[1], b[1]], [xv[0], xv[1]], acc);
+            acc = mma_words::<T>([a[2], b[2], a[3], b[3]], [xv[2], xv[3]], acc);
+        });
+        s = sn;
+    }
+    // Items 0-3: rows g (0, 1) and g + 8 (2, 3) of the tile, activation rows 2t, 2t + 1.
+    if wpt == 1 {
+        each!(j in [0, 1, 2, 3] {
+            let (loc, n) = (tile * 16 + g + 8 * (j / 2), 2 * t + j % 2);
+            let row = block_row0 + loc;
+            if loc < rb && row < rows && n < batch {
+                let bv = if bias.is_empty() { 0.0 } else { bias[row].to_f32() };
+                y[n * rows + row] = T::from_f32(acc[j] + bv);
+            }
+        });
+        return;
+    }
+    each!(j in [0, 1, 2, 3] {
+        partials[(warp * 16 + g + 8 * (j / 2)) * 8 + 2 * t + j % 2] = acc[j];
+    });
+    barrier();
+    let mut o = tid;
+    while o < nt * 128 {
+        let (tl, loc, n) = (o / 128, (o / 8) % 16, o % 8);
+        let row = block_row0 + tl * 16 + loc;
+        if tl * 16 + loc < rb && row < rows && n < batch {
+            let mut sum = 0.0f32;
+            let mut k = 0;
+            while k < wpt {
+                sum += partials[((tl * wpt + k) * 16 + loc) * 8 + n];
+                k += 1;
+            }
+            let bv = if bias.is_empty() { 0.0 } else { bias[row].to_f32() };
+            y[n * rows + row] = T::from_f32(sum + bv);
+        }
+        o += MATVEC_BLOCK as usize;
+    }
+}
+
+/// `y[b * rows + r] = sum_k w[r * cols + k] * x[b * cols + k] (+ bias[r])` for
+/// `b < batch <= R::N`, accumulated in `f32` and rounded once to `T`; `bias` is empty or
+/// has `rows` elements.
+///
+/// Every weight element is read once per launch, whatever the batch. The weight rows are
+/// cut in tiles of [`MATVEC_TILE_ROWS`]; a tile is shared by a `team` of consecutive
+/// work-items ([`matvec_team`]; `MATVEC_BLOCK / team` tiles per work-group), work-item `j`
+/// taking chunks `j, j + team, ...` of [`CHUNK`] elements of each of the tile's rows (so a
+/// load instruction of a wave reads whole contiguous lines of every row). Per chunk it
+/// loads the tile's weights (16-byte streaming loads, issued one chunk ahead: the next
+/// chunk's loads are in flight while the current one is multiplied) and the same chunk of
+/// every activation row (16-byte loads, cached: the tiles of a work-group read the same
+/// activations), converts each once and accumulates `MATVEC_TILE_ROWS x batch` sums.
+/// A tile's sums: shuffles over the team's lanes, then, for teams wider than a wave, the
+/// waves' sums in a fixed order through shared memory. Rows past the end of the matrix
+/// read the last row (in bounds, results dropped), so the main loop has no per-row branch.
+/// Rows of whole aligned chunks (`cols` a multiple of [`CHUNK`], `w` and `x` on 16 bytes)
+/// take the vector path; others one element at a time. (NVIDIA GPUs run 16-bit products
+/// on the vector path with [`dense_matvec_mma`](fn@dense_matvec_mma) instead; AMD GPUs run
+/// [`dense_matvec_wave`](fn@dense_matvec_wave), and this kernel's AMD code objects are
+/// empty.) Launch with [`MATVEC_BLOCK`]
+/// work-items and `rows.div_ceil(MATVEC_TILE_ROWS * MATVEC_BLOCK / team)` work-groups.
+#[amdgpu_kernel(T = [f32, f16, bf16], R = [Rows1, Rows2, Rows4, Rows8], max_threads = 256)]
+pub fn dense_matvec<T: Float, R: MatvecRows>(
+    w: &[T],
+    x: &[T],
+    bias: &[T],
+    y: &mut [T],
+    rows: usize,
+    cols: usize,
+    batch: usize,
+    team: usize,
+    mut partials: Shared<f32, 256>,
+) {
+    const TR: usize = MATVEC_TILE_ROWS;
+    const _: () = assert!(TR == 4 && (MATVEC_BLOCK as usize / 32) * TR * 8 <= 256);
+    // AMD GPUs run dense_matvec_wave (this kernel's tiles spill there).
+    if cfg!(target_arch = "amdgpu") {
+        return;
+    }
+    let (tid, threads) = (flat_thread_idx() as usize, flat_block_dim() as usize);
+    let ws = wave::size() as usize;
+    // Uniform checks that make the unchecked accesses below in bounds.
+    if threads != MATVEC_BLOCK as usize || !team.is_power_of_two() || team < MATVEC_MIN_TEAM || team > threads || batch == 0 || batch > R::N || R::N > 8 {
+        return;
+    }
+    let fits = rows.checked_mul(cols).is_some_and(|n| n <= w.len()) && batch.checked_mul(cols).is_some_and(|n| n <= x.len()) && batch * rows <= y.len();
+    if !fits || !(bias.is_empty() || bias.len() == rows) {
+        return;
+    }
+    let tiles = threads / team;
+    let (g, j) = (tid / team, tid % team);
+    let row0 = (block_idx_x() as usize * tiles + g) * TR;
+    let active = row0 < rows;
+    // The tile's rows; those past the end repeat the last row.
+    let mut rr = [0usize; TR];
+    each!(r in [0, 1, 2, 3] {
+        rr[r] = if row0 + r < rows { row0 + r } else { rows - 1 };
+    });
+    let mut acc = [[0f32; 8]; TR];
+    let vec = cols % CHUNK == 0 && (w.as_ptr() as usize) % 16 == 0 && (x.as_ptr() as usize) % 16 == 0;
+    if active && vec {
+        let chunks = cols / CHUNK;
+        let mut wp = [w.as_ptr(); TR];
+        each!(r in [0, 1, 2, 3] {
+            // SAFETY: rr[r] < rows, so the row starts inside w (rows * cols <= w.len()).
+            wp[r] = unsafe { w.as_ptr().add(rr[r] * cols) };
+        });
+        // Activation rows past the batch read the last one (loads stay unconditional).
+        let mut xp = [x.as_ptr(); 8];
+        each!(b in [0, 1, 2, 3, 4, 5, 6, 7] {
+            if b < R::N {
+                let xr = if b < batch { b } else { batch - 1 };
+                // SAFETY: xr < batch and batch * cols <= x.len().
+                xp[b] = unsafe { x.as_ptr().add(xr * cols) };
+            }
+        });
+        let mut c = j;
+        let mut next = [[[0u32; 4]; 2]; TR];
+        if c < chunks {
+            each!(r in [0, 1, 2, 3] {
+                // SAFETY: chunk c < chunks of a row inside w; aligned as `vec` says.
+                next[r] = unsafe { load_weights(wp[r].add(c * CHUNK)) };
+            });
+        }
+        while c < chunks {
+            let cur = next;
+            let cn = c + team;
+            if cn < chunks {
+                each!(r in [0, 1, 2, 3] {
+                    // SAFETY: as above, chunk cn < chunks.
+                    next[r] = unsafe { load_weights(wp[r].add(cn * CHUNK)) };
+                });
+            }
+            let mut xw = [[[0u32; 4]; 2]; 8];
+            each!(b in [0, 1, 2, 3, 4, 5, 6, 7] {
+                if b < R::N {
+                    // SAFETY: chunk c < chunks of an activation row; aligned as `vec` says.
+                    xw[b] = unsafe { load_words(xp[b].add(c * CHUNK)) };
+                }
+            });
+            let mut wf = [[0f32; CHUNK]; TR];
+            each!(r in [0, 1, 2, 3] {
+                wf[r] = words_f32::<T>(cur[r]);
+            });
+            each!(b in [0, 1, 2, 3, 4, 5, 6, 7] {
+                if b < R::N && b < batch {
+                    let xf = words_f32::<T>(xw[b]);
+                    each!(r in [0, 1, 2, 3] {
+                        acc[r][b] = dot_chunk(&wf[r], &xf, acc[r][b]);
+                    });
+                }
+            });
+            c = cn;
+        }
+    } else if active {
+        // Odd widths and misaligned views: element by element, strided like the chunks.
+        let mut k = j;
+        while k < cols {
+            let mut xk = [0f32; 8];
+            each!(b in [0, 1, 2, 3, 4, 5, 6, 7] {
+                if b < R::N && b < batch {
+                    xk[b] = x[b * cols + k].to_f32();
+                }
+            });
+            each!(r in [0, 1, 2, 3] {
+                let wk = w[rr[r] * cols + k].to_f32();
+                each!(b in [0, 1, 2, 3, 4, 5, 6, 7] {
+                    if b < R::N && b < batch {
+                        acc[r][b] = wk.mul_add(xk[b], acc[r][b]);
+                    }
+                });
+            });
+            k += team;
+        }
+    }
+    // Sums over the team's lanes (or the whole wave, for teams wider than one): every lane
+    // reaches the shuffles (uniform control flow).
+    let span = if team < ws { team } else { ws };
+    each!(b in [0, 1, 2, 3, 4, 5, 6, 7] {
+        if b < R::N && b < batch {
+            each!(r in [0, 1, 2, 3] {
+                let mut s = acc[r][b];
+                let mut off = span / 2;
+                while off > 0 {
+                    s += wave::shuffle_xor(s, off as u32);
+                    off /= 2;
+                }
+                acc[r][b] = s;
+            });
+        }
+    });
+    if team <= ws {
+        if active && j == 0 {
+            each!(r in [0, 1, 2, 3] {
+                let row = row0 + r;
+                if row < rows {
+                    let bv = if bias.is_empty() { 0.0 } else { bias[row].to_f32() };
+                    each!(b in [0, 1, 2, 3, 4, 5, 6, 7] {
+                        if b < R::N && b < batch {
+                            y[b * rows + row] = T::from_f32(acc[r][b] + bv);
+                        }
+                    });
+                }
+            });
+        }
+        return;
+    }
+    // Teams of several waves: each wave's sums (TR x 8 slots), then per output in order.
+    let wave_in_block = tid / ws;
+    if tid % ws == 0 {
+        each!(r in [0, 1, 2, 3] {
+            each!(b in [0, 1, 2, 3, 4, 5, 6, 7] {
+                if b < R::N {
+                    partials[wave_in_block * TR * 8 + r * 8 + b] = acc[r][b];
+                }
+            });
+        });
+    }
+    barrier();
+    // Work-item t < tiles * TR * 8 finishes tile t / (TR * 8), row (t / 8) % TR, activation
+    // row t % 8.
+    let (gt, r, b) = (tid / (TR * 8), (tid / 8) % TR, tid % 8);
+    let per = team / ws;
+    let row = (block_idx_x() as usize * tiles + gt) * TR + r;
+    if gt < tiles && b < batch && row < rows {
+        let mut s = 0.0f32;
+        let mut i = 0;
+        while i < per {
+            s += partials[((gt * per + i) * TR + r) * 8 + b];
+            i += 1;
+        }
+        let bv = if bias.is_empty() { 0.0 } else { bias[row].to_f32() };
+        y[b * rows + row] = T::from_f32(s + bv);
+    }
+}
+
+// The AMD form of the dense matvec: one weight row per team of work-items (whole waves),
+// batches of up to 4 activation rows per launch. The row-tile kernel above spills on AMD
+// code objects (its 4 x 8 accumulators and per-row pointers pass gfx9's 102 scalar and
+// the 128 vector registers of its occupancy target), so AMD GPUs run this one; it is the
+// kernel `dense_matvec` was before the row tiles (zero spills on every AMD arch).
+
+/// Chunks (of [`CHUNK`] elements) one work-item of [`dense_matvec_wave`](fn@dense_matvec_wave)
+/// has in flight at once.
+pub const MATVEC_UNROLL: usize = 4;
+
+/// Weight rows one [`dense_matvec_wave`](fn@dense_matvec_wave) work-group takes for rows of `cols`
+/// elements on waves of `wave_lanes`: the fewest (1, 2, 4, 8) that leave each work-item at
+/// least [`MATVEC_UNROLL`] chunks of its row, at most one row per wave.
+pub const fn matvec_group(cols: usize, wave_lanes: usize) -> usize {
+    let chunks = cols.div_ceil(CHUNK);
+    let most = MATVEC_BLOCK as usize / wave_lanes;
+    let mut g = 1;
+    while g < most && g < 8 && (MATVEC_BLOCK as usize / g) * MATVEC_UNROLL > chunks {
+        g *= 2;
+    }
+    g
+}
+
+
+/// A chunk loaded by [`load_weights`] (or [`load_words_v1`]) in `f32` ([`dense_matvec_wave`](fn@dense_matvec_wave)).
+#[device]
+#[inline(always)]
+fn words_f32_v1<T: Float>(w: [[u32; 4]; 2]) -> [f32; CHUNK] {
     if core::mem::size_of::<T>() == 2 {
         unpack_chunk::<T>(&words_chunk::<T>(w[0]))
     } else {
@@ -108,7 +561,7 @@ fn words_f32<T: Float>(w: [[u32; 4]; 2]) -> [f32; CHUNK] {
 /// As [`load_weights`].
 #[device]
 #[inline(always)]
-unsafe fn load_words<T: Float>(p: *const T) -> [[u32; 4]; 2] {
+unsafe fn load_words_v1<T: Float>(p: *const T) -> [[u32; 4]; 2] {
     let q = p as *const [u32; 4];
     // SAFETY: the caller's contract.
     unsafe {
@@ -122,7 +575,7 @@ unsafe fn load_words<T: Float>(p: *const T) -> [[u32; 4]; 2] {
 /// latency of one).
 #[device]
 #[inline(always)]
-fn dot_chunk(a: &[f32; CHUNK], b: &[f32; CHUNK]) -> f32 {
+fn dot_chunk2(a: &[f32; CHUNK], b: &[f32; CHUNK]) -> f32 {
     let (mut s0, mut s1) = (0.0f32, 0.0f32);
     each!(j in [0, 2, 4, 6] {
         s0 = a[j].mul_add(b[j], s0);
@@ -146,8 +599,8 @@ fn dot_chunk(a: &[f32; CHUNK], b: &[f32; CHUNK]) -> f32 {
 /// a multiple of [`CHUNK`], `w` and `x` on 16 bytes) take the vector path; others one
 /// element at a time. Launch with [`MATVEC_BLOCK`] work-items and `rows.div_ceil(group)`
 /// work-groups.
-#[amdgpu_kernel(T = [f32, f16, bf16], R = [Rows1, Rows2, Rows4, Rows8], max_threads = 256)]
-pub fn dense_matvec<T: Float, R: MatvecRows>(
+#[amdgpu_kernel(T = [f32, f16, bf16], R = [Rows1, Rows2, Rows4], max_threads = 256)]
+pub fn dense_matvec_wave<T: Float, R: MatvecRows>(
     w: &[T],
     x: &[T],
     bias: &[T],
@@ -187,13 +640,13 @@ pub fn dense_matvec<T: Float, R: MatvecRows>(
                 wv[u] = unsafe { load_weights(w.as_ptr().add(wrow + (c + u * team) * CHUNK)) };
             });
             each!(u in [0, 1, 2, 3] {
-                let wf = words_f32::<T>(wv[u]);
+                let wf = words_f32_v1::<T>(wv[u]);
                 each!(b in [0, 1, 2, 3, 4, 5, 6, 7] {
                     if b < R::N && b < batch {
                         // SAFETY: b < batch and the chunk is inside a row of x (batch * cols
                         // <= x.len()); aligned as `vec` says.
-                        let xf = words_f32::<T>(unsafe { load_words(x.as_ptr().add(b * cols + (c + u * team) * CHUNK)) });
-                        acc[b] += dot_chunk(&wf, &xf);
+                        let xf = words_f32_v1::<T>(unsafe { load_words_v1(x.as_ptr().add(b * cols + (c + u * team) * CHUNK)) });
+                        acc[b] += dot_chunk2(&wf, &xf);
                     }
                 });
             });
@@ -210,12 +663,12 @@ pub fn dense_matvec<T: Float, R: MatvecRows>(
             });
             each!(u in [0, 1, 2] {
                 if c + u * team < chunks {
-                    let wf = words_f32::<T>(wv[u]);
+                    let wf = words_f32_v1::<T>(wv[u]);
                     each!(b in [0, 1, 2, 3, 4, 5, 6, 7] {
                         if b < R::N && b < batch {
                             // SAFETY: as above.
-                            let xf = words_f32::<T>(unsafe { load_words(x.as_ptr().add(b * cols + (c + u * team) * CHUNK)) });
-                            acc[b] += dot_chunk(&wf, &xf);
+                            let xf = words_f32_v1::<T>(unsafe { load_words_v1(x.as_ptr().add(b * cols + (c + u * team) * CHUNK)) });
+                            acc[b] += dot_chunk2(&wf, &xf);
                         }
                     });
                 }
@@ -276,6 +729,43 @@ pub fn dense_matvec<T: Float, R: MatvecRows>(
         }
         let bv = if bias.is_empty() { 0.0 } else { bias[out_row].to_f32() };
         y[b * rows + out_row] = T::from_f32(s + bv);
+    }
+}
+
+/// [`dense_matvec`](fn@dense_matvec) for 16-bit weights on NVIDIA's matrix units
+/// ([`matvec_mma`]): the same arguments and launch shape (`team` sets the rows per
+/// work-group), any batch up to 8 in one launch, `cols` a multiple of [`CHUNK`] and `w`,
+/// `x` on 16 bytes (else nothing is written; the launcher checks). A kernel of its own so
+/// that its register count (and so the work-groups in flight per multiprocessor) is not
+/// the element-wise path's. Where the lowering is not `mma.sync` (AMD code objects, the CPU
+/// executor's other matrix units) it writes nothing: the launcher picks it on CUDA devices
+/// only.
+#[amdgpu_kernel(T = [f16, bf16], max_threads = 256)]
+pub fn dense_matvec_mma<T: Float>(
+    w: &[T],
+    x: &[T],
+    bias: &[T],
+    y: &mut [T],
+    rows: usize,
+    cols: usize,
+    batch: usize,
+    team: usize,
+    mut partials: Shared<f32, 1024>,
+) {
+    if cfg!(target_arch = "amdgpu") {
+        return;
+    }
+    let threads = flat_block_dim() as usize;
+    if threads != MATVEC_BLOCK as usize || !team.is_power_of_two() || team < MATVEC_MIN_TEAM || team > threads || batch == 0 || batch > 8 || wave::size() != 32 {
+        return;
+    }
+    let fits = rows.checked_mul(cols).is_some_and(|n| n <= w.len()) && batch.checked_mul(cols).is_some_and(|n| n <= x.len()) && batch * rows <= y.len();
+    let vec = cols % CHUNK == 0 && (w.as_ptr() as usize) % 16 == 0 && (x.as_ptr() as usize) % 16 == 0;
+    if !fits || !vec || !(bias.is_empty() || bias.len() == rows) || core::mem::size_of::<T>() != 2 {
+        return;
+    }
+    if mma::lowering() == Lowering::MmaSync {
+        matvec_mma(w, x, bias, y, rows, cols, batch, team, &mut partials);
     }
 }
 

@@ -2,9 +2,12 @@
 //! waves of 32 and 64 lanes and on any GPU this build can open.
 //!
 //! Tolerances:
-//! - `dense_matvec`: inputs are exact in `T`; products and sums in `f32` over `K` terms add
-//!   at most `(K + 8) * 2^-24` times the sum of the absolute products (the recursive-sum
-//!   bound, the kernel's chains are shorter), then one rounding to `T` (`T::REL`, `T::ABS`).
+//! - `dense_matvec`: inputs are exact in `T`; products are exact in `f32` and sums over `K`
+//!   terms add at most `(K + 16) * 2^-23` times the sum of the absolute products (the
+//!   recursive-sum bound with one unit in the last place per add, as a matrix unit that
+//!   truncates instead of rounding may; the kernel's chains are shorter), then one rounding
+//!   to `T` (`T::REL`, `T::ABS`). Run on the CPU executor with waves of 32 and 64 and with
+//!   its `mma.sync` emulation (the matrix-unit path NVIDIA GPUs take).
 //! - `add_rms_norm`: the new residual must be exactly `T(x + r)` (Candle's add: one `f32`
 //!   add, one rounding); the normed values one rounding of `T` plus `1e-5` relative for the
 //!   `f32` sum of squares and `rsqrt`.
@@ -15,7 +18,7 @@
 //!   small softmax stay within 5 standard deviations (`5 sqrt(p (1 - p) / n)`) of its
 //!   probabilities.
 use half::{bf16, f16};
-use kernel_dsl::host::LaunchError;
+use kernel_dsl::host::{CpuExecutor, Executor, LaunchError, MatrixUnit, WaveSize};
 use kernels::llm::ops::{self, SamplingParams};
 use kernels::runtime::Device;
 
@@ -66,10 +69,18 @@ fn matvec_reference(w: &[f64], x: &[f64], b: Option<&[f64]>, rows: usize, cols: 
             }
             let bias = b.map_or(0.0, |b| b[r]);
             y[bi * rows + r] = s + bias;
-            bound[bi * rows + r] = (cols as f64 + 8.0) * 2f64.powi(-24) * (a + bias.abs());
+            bound[bi * rows + r] = (cols as f64 + 16.0) * 2f64.powi(-23) * (a + bias.abs());
         }
     }
     (y, bound)
+}
+
+/// The executors of the matrix-unit matvec: the CPU executor's `mma.sync` emulation and
+/// any CUDA device.
+fn mma_executors() -> Vec<Device> {
+    let mut v = vec![Device::cpu_with(CpuExecutor::new(WaveSize::W32).with_matrix_unit(MatrixUnit::MmaSync))];
+    v.extend(executors().into_iter().filter(|d| d.name().starts_with("cuda")));
+    v
 }
 
 fn run_matvec<T: TestFloat>(dev: &Device, rows: usize, cols: usize, batch: usize, with_bias: bool, x_offset: usize, seed: u64) {
@@ -78,6 +89,13 @@ fn run_matvec<T: TestFloat>(dev: &Device, rows: usize, cols: usize, batch: usize
 
 #[allow(clippy::too_many_arguments)]
 fn run_matvec_tiled<T: TestFloat>(dev: &Device, rows: usize, cols: usize, batch: usize, with_bias: bool, x_offset: usize, seed: u64, tile: usize) {
+    run_matvec_team::<T>(dev, rows, cols, batch, with_bias, x_offset, seed, tile, None)
+}
+
+/// One product against the f64 reference; `team`: that many work-items per row tile
+/// instead of the launcher's choice.
+#[allow(clippy::too_many_arguments)]
+fn run_matvec_team<T: TestFloat>(dev: &Device, rows: usize, cols: usize, batch: usize, with_bias: bool, x_offset: usize, seed: u64, tile: usize, team: Option<usize>) {
     let mut rng = Rng(seed);
     let w: Vec<T> = rng.vec(rows * cols, 1.0);
     let x: Vec<T> = rng.vec(batch * cols + x_offset, 1.0);
@@ -86,19 +104,58 @@ fn run_matvec_tiled<T: TestFloat>(dev: &Device, rows: usize, cols: usize, batch:
     let mut yd = dev.alloc::<T>(batch * rows).unwrap();
     let xv = xd.view(x_offset..).unwrap();
     let bias = if with_bias { Some(&bd as &dyn kernel_dsl::host::KernelArgSlice<T>) } else { None };
-    ops::dense_matvec_tiled(dev, &wd, &xv, bias, &mut yd, rows, cols, batch, tile).unwrap();
+    match team {
+        None => ops::dense_matvec_tiled(dev, &wd, &xv, bias, &mut yd, rows, cols, batch, tile).unwrap(),
+        // tile 0: the matrix-unit kernel.
+        Some(t) if tile == 0 => ops::dense_matvec_mma(dev, &wd, &xv, bias, &mut yd, rows, cols, batch, t).unwrap(),
+        Some(t) => ops::dense_matvec_team(dev, &wd, &xv, bias, &mut yd, rows, cols, batch, tile, t).unwrap(),
+    }
     let y = dev.download(&yd).unwrap();
     let bf = f64s(&b);
     let (want, bound) = matvec_reference(&f64s(&w), &f64s(&x[x_offset..]), with_bias.then_some(&bf[..]), rows, cols, batch);
-    check(&y, &want, &bound, &format!("dense_matvec {} {rows}x{cols} batch {batch} tile {tile} bias {with_bias} offset {x_offset} wave {}", T::NAME, dev.wave_lanes()));
+    check(&y, &want, &bound, &format!("dense_matvec {} {rows}x{cols} batch {batch} tile {tile} team {team:?} bias {with_bias} offset {x_offset} wave {}", T::NAME, dev.wave_lanes()));
 }
 
 #[test]
-fn dense_matvec_in_tiles_of_four_as_on_amd() {
+fn dense_matvec_in_smaller_batch_tiles() {
     for dev in executors() {
-        for batch in [5, 7, 8] {
+        for batch in [3, 5, 7, 8] {
             run_matvec_tiled::<bf16>(&dev, 13, 200, batch, true, 0, batch as u64, 4);
+            run_matvec_tiled::<f16>(&dev, 9, 64, batch, false, 0, batch as u64 + 2, 2);
             run_matvec_tiled::<f32>(&dev, 6, 96, batch, false, 1, batch as u64 + 1, 4);
+        }
+    }
+}
+
+#[test]
+fn dense_matvec_every_batch_odd_rows_and_widths() {
+    // Every batch 1..=8 in one launch, f16 and bf16: rows not a multiple of the row tile,
+    // widths of whole chunks (vector path) and odd widths (element path), a partial last
+    // round of chunks; several row tiles per work-group and teams wider than a wave.
+    let shapes = [(5, 8), (7, 104), (13, 1000), (37, 1001), (3, 4099), (66, 3000)];
+    for dev in executors() {
+        for (i, &(rows, cols)) in shapes.iter().enumerate() {
+            for batch in 1..=8 {
+                let seed = (i * 16 + batch) as u64 + 1000;
+                run_matvec::<f16>(&dev, rows, cols, batch, batch % 2 == 0, 0, seed);
+                run_matvec::<bf16>(&dev, rows, cols, batch, batch % 3 == 0, 0, seed + 1);
+            }
+        }
+    }
+}
+
+#[test]
+fn dense_matvec_every_team() {
+    // Teams narrower than, as wide as and wider than a wave of 32 or 64 lanes: the
+    // segmented shuffles, the shared-memory sums and the rows past the end of a tile.
+    for dev in executors() {
+        for team in [8, 16, 32, 64, 128, 256] {
+            for batch in [1, 4, 6, 8] {
+                let seed = (team + batch) as u64;
+                run_matvec_team::<bf16>(&dev, 23, 1032, batch, true, 0, seed, 8, Some(team));
+                run_matvec_team::<f16>(&dev, 10, 517, batch, false, 0, seed + 1, 8, Some(team));
+            }
+            run_matvec_team::<f32>(&dev, 9, 264, 3, true, 0, team as u64 + 7, 8, Some(team));
         }
     }
 }
@@ -131,13 +188,74 @@ fn dense_matvec_misaligned_activations_take_the_scalar_path() {
 }
 
 #[test]
-fn dense_matvec_group_sizes() {
-    // One row per work-group for long rows, more for short ones, never more than a wave each.
-    assert_eq!(kernels::llm::matvec_group(14336, 32), 1);
-    assert_eq!(kernels::llm::matvec_group(4096, 32), 2);
-    assert_eq!(kernels::llm::matvec_group(2048, 32), 4);
-    assert_eq!(kernels::llm::matvec_group(64, 32), 8);
-    assert_eq!(kernels::llm::matvec_group(64, 64), 4);
+fn dense_matvec_mma_every_batch_and_team() {
+    // The matrix-unit kernel (NVIDIA's f16/bf16 path): every batch 1..=8 in one launch, row
+    // counts that leave tiles of 16 and work-groups partly empty, widths of one to many
+    // 64-element steps with a partial last one, every team (1 to 8 warps per 16-row tile).
+    for dev in mma_executors() {
+        for team in [8, 16, 32, 64, 128, 256] {
+            for batch in 1..=8 {
+                let seed = (team * 10 + batch) as u64;
+                run_matvec_team::<bf16>(&dev, 37, 328, batch, batch % 2 == 1, 0, seed, 0, Some(team));
+                run_matvec_team::<f16>(&dev, 21, 1000, batch, batch % 3 == 0, 0, seed + 1, 0, Some(team));
+            }
+        }
+        run_matvec_team::<bf16>(&dev, 1, 8, 1, true, 0, 3, 0, Some(8));
+        run_matvec_team::<f16>(&dev, 133, 2048, 8, false, 0, 4, 0, Some(8));
+    }
+}
+
+#[test]
+fn dense_matvec_mma_rejects_what_it_cannot_take() {
+    let dev = Device::cpu_with(CpuExecutor::new(WaveSize::W32).with_matrix_unit(MatrixUnit::MmaSync));
+    let w = dev.upload(&[f16::ONE; 36]).unwrap();
+    let x = dev.upload(&[f16::ONE; 24]).unwrap();
+    let mut y = dev.upload(&[f16::ZERO; 6]).unwrap();
+    // Width not a multiple of 8, a bad team, a bad batch.
+    assert!(names(&ops::dense_matvec_mma(&dev, &w, &x, None, &mut y, 3, 12, 2, 8).unwrap_err(), "multiple of 8"));
+    assert!(names(&ops::dense_matvec_mma(&dev, &w, &x, None, &mut y, 3, 12, 2, 12).unwrap_err(), "`team`"));
+    assert!(names(&ops::dense_matvec_mma(&dev, &w, &x, None, &mut y, 3, 12, 9, 8).unwrap_err(), "`batch`"));
+    let w64 = Device::cpu(WaveSize::W64);
+    let (wd, xd) = (w64.upload(&[f16::ONE; 48]).unwrap(), w64.upload(&[f16::ONE; 16]).unwrap());
+    let mut yd = w64.upload(&[f16::ZERO; 6]).unwrap();
+    assert!(names(&ops::dense_matvec_mma(&w64, &wd, &xd, None, &mut yd, 3, 16, 1, 8).unwrap_err(), "waves of 32"));
+    assert_eq!(dev.download(&y).unwrap(), vec![f16::ZERO; 6]);
+}
+
+#[test]
+fn dense_matvec_wave_as_on_amd() {
+    // The kernel AMD GPUs run: every batch 1..=8 in tiles of 4 (and 1, 2), aligned and odd
+    // widths, waves of 32 and 64.
+    for dev in executors() {
+        for batch in 1..=8 {
+            for (i, &(rows, cols, tile)) in [(13, 200, 4), (9, 1001, 4), (33, 1030, 2), (5, 64, 1)].iter().enumerate() {
+                let seed = (batch * 8 + i) as u64 + 500;
+                let mut rng = Rng(seed);
+                let w: Vec<bf16> = rng.vec(rows * cols, 1.0);
+                let x: Vec<bf16> = rng.vec(batch * cols, 1.0);
+                let (wd, xd) = (dev.upload(&w).unwrap(), dev.upload(&x).unwrap());
+                let mut yd = dev.alloc::<bf16>(batch * rows).unwrap();
+                ops::dense_matvec_wave_tiled(&dev, &wd, &xd, None, &mut yd, rows, cols, batch, tile).unwrap();
+                let (want, bound) = matvec_reference(&f64s(&w), &f64s(&x), None, rows, cols, batch);
+                check(&dev.download(&yd).unwrap(), &want, &bound, &format!("dense_matvec_wave {rows}x{cols} batch {batch} tile {tile} wave {}", dev.wave_lanes()));
+            }
+        }
+    }
+}
+
+#[test]
+fn dense_matvec_team_sizes() {
+    use kernels::llm::matvec_team;
+    // Few rows: wide teams (enough work-items in flight); many rows: narrow ones.
+    assert_eq!(matvec_team(2048, 2048), 256);
+    assert_eq!(matvec_team(4096, 4096), 128);
+    assert_eq!(matvec_team(4096, 14336), 128);
+    assert_eq!(matvec_team(14336, 4096), 64);
+    assert_eq!(matvec_team(128256, 4096), 8);
+    assert_eq!(matvec_team(512, 2048), 256);
+    // Never wider than the row has chunks (but at least the minimum).
+    assert_eq!(matvec_team(512, 300), 64);
+    assert_eq!(matvec_team(4, 8), 8);
 }
 
 /// `true` when `err` is an invalid-argument error whose reason names `arg`.
@@ -147,7 +265,7 @@ fn names(err: &LaunchError, arg: &str) -> bool {
 
 #[test]
 fn dense_matvec_rejects_bad_shapes_and_writes_nothing() {
-    let dev = Device::cpu(kernel_dsl::host::WaveSize::W32);
+    let dev = Device::cpu(WaveSize::W32);
     let w = dev.upload(&[1f32; 12]).unwrap();
     let x = dev.upload(&[1f32; 8]).unwrap();
     let b = dev.upload(&[1f32; 2]).unwrap();
@@ -160,6 +278,9 @@ fn dense_matvec_rejects_bad_shapes_and_writes_nothing() {
         (ops::dense_matvec(&dev, &w, &x, Some(&b), &mut y, 3, 4, 2), "bias"),
         (ops::dense_matvec(&dev, &w, &x, None, &mut y, 3, 4, 0), "batch"),
         (ops::dense_matvec(&dev, &w, &x, None, &mut y, 3, 4, 9), "batch"),
+        (ops::dense_matvec_team(&dev, &w, &x, None, &mut y, 3, 4, 2, 8, 48), "team"),
+        (ops::dense_matvec_team(&dev, &w, &x, None, &mut y, 3, 4, 2, 8, 4), "team"),
+        (ops::dense_matvec_team(&dev, &w, &x, None, &mut y, 3, 4, 2, 3, 8), "tile"),
     ];
     for (r, arg) in cases {
         let e = r.expect_err(arg);
@@ -209,7 +330,7 @@ fn add_rms_norm_all_dtypes() {
 
 #[test]
 fn add_rms_norm_rejects_bad_shapes_and_writes_nothing() {
-    let dev = Device::cpu(kernel_dsl::host::WaveSize::W64);
+    let dev = Device::cpu(WaveSize::W64);
     let x = dev.upload(&[1f32; 8]).unwrap();
     let r7 = dev.upload(&[1f32; 7]).unwrap();
     let w3 = dev.upload(&[1f32; 3]).unwrap();
@@ -439,7 +560,7 @@ fn sample_frequencies_follow_the_softmax() {
         (SamplingParams { temperature: 1.0, top_k: 3, ..Default::default() }, 1000),
         (SamplingParams { temperature: 1.0, top_p: 0.8, ..Default::default() }, 1000),
     ];
-    let dev = Device::cpu(kernel_dsl::host::WaveSize::W32);
+    let dev = Device::cpu(WaveSize::W32);
     for (p, n) in &cases {
         let (p, n) = (p, *n);
         let all: Vec<f32> = (0..n).flat_map(|_| logits).collect();
@@ -461,7 +582,7 @@ fn sample_frequencies_follow_the_softmax() {
 
 #[test]
 fn sample_rejects_bad_arguments_and_writes_nothing() {
-    let dev = Device::cpu(kernel_dsl::host::WaveSize::W32);
+    let dev = Device::cpu(WaveSize::W32);
     let bad = [
         SamplingParams { top_p: 0.0, ..Default::default() },
         SamplingParams { min_p: 1.5, ..Default::default() },

@@ -249,9 +249,10 @@ report() {
         step report-quantized 30 python3 "$py/report_quantized.py" "$out/quantized"
     fi
     if has matvec; then
-        # Dense bf16/f16 decode matvecs (kernels::llm) against PyTorch's F.linear (cuBLAS).
-        step bench-dense-matvec 240 "$BIN/bench-dense_matvec" --out "$out/matvec"
-        step torch-dense-matvec 180 python3 "$py/torch_dense_matvec.py" --out "$out/matvec"
+        # Dense bf16/f16 decode matvecs (kernels::llm), every batch 1..8, against PyTorch's
+        # F.linear (cuBLAS); the tables of % of copy are at the end of each log.
+        step bench-dense-matvec 300 "$BIN/bench-dense_matvec" --out "$out/matvec"
+        step torch-dense-matvec 270 python3 "$py/torch_dense_matvec.py" --out "$out/matvec"
         step report-dense-matvec 30 python3 "$py/report_dense_matvec.py" "$out/matvec"
     fi
     if has gemm; then

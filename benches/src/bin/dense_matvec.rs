@@ -3,9 +3,11 @@
 //! timed with GPU events against a device-to-device copy in the same run.
 //!
 //! `dense_matvec [--out DIR] [--quick]`: writes `DIR/rust_dense_matvec.json`.
-//! Shapes are `rows x cols` = `out_features x in_features` (the weight `[N, K]`): 2048x2048,
-//! 2048x8192, 8192x2048 (1B), 4096x4096, 4096x14336, 14336x4096 (8B) and the 128256x4096
-//! output head, batch 1 on every shape and batches 2, 4, 8 on the 8B MLP shapes. Bandwidth
+//! Shapes are `rows x cols` = `out_features x in_features` (the weight `[N, K]`): Llama 3.2
+//! 1B's q/o 2048x2048, down 2048x8192, gate/up 8192x2048, k/v 512x2048; Llama 3 8B's q/o
+//! 4096x4096, down 4096x14336, gate/up 14336x4096, k/v 1024x4096 and the 128256x4096 output
+//! head; every batch (activation rows) 1..=8 on each (f16: the 8B shapes but the head), and
+//! a table of % of copy per shape and batch at the end of the log. Bandwidth
 //! counts the bytes an ideal kernel moves once: the weights, the activations and the
 //! output. Timings cycle through copies of the weights (256 MiB in all, as
 //! [`benches::ColdSet`]) so that every call reads them from DRAM, as a decode step does.
@@ -20,14 +22,23 @@ use kernels::runtime::{Device, DeviceVec};
 use std::io::Write;
 
 /// The shapes (rows = out features, cols = in features).
-const SHAPES: [(usize, usize); 7] = [(2048, 2048), (2048, 8192), (8192, 2048), (4096, 4096), (4096, 14336), (14336, 4096), (128256, 4096)];
+const SHAPES: [(usize, usize); 9] = [(2048, 2048), (2048, 8192), (8192, 2048), (512, 2048), (4096, 4096), (4096, 14336), (14336, 4096), (1024, 4096), (128256, 4096)];
+
+/// The 8B shapes f16 runs on (all but the head).
+const F16_SHAPES: [(usize, usize); 4] = [(4096, 4096), (4096, 14336), (14336, 4096), (1024, 4096)];
+
+/// Activation rows timed on every shape.
+const BATCHES: [usize; 8] = [1, 2, 3, 4, 5, 6, 7, 8];
 
 /// Deterministic values in [-1, 1) as `T`.
 fn values<T: Float>(n: usize, seed: usize) -> Vec<T> {
     (0..n).map(|i| T::from_f32(((i * 7919 + seed * 104729) % 2000) as f32 / 1000.0 - 1.0)).collect()
 }
 
-fn run<T: Float + ScalarArg>(dev: &Device, name: &str, shapes: &[(usize, usize)], copy_gbps: f64, lines: &mut Vec<String>) {
+/// One line of the closing table: dtype, shape, then % of copy per batch.
+type TableRow = (String, usize, usize, Vec<f64>);
+
+fn run<T: Float + ScalarArg>(dev: &Device, name: &str, shapes: &[(usize, usize)], batches: &[usize], copy_gbps: f64, lines: &mut Vec<String>, table: &mut Vec<TableRow>) {
     let size = std::mem::size_of::<T>();
     for &(rows, cols) in shapes {
         let wbytes = rows * cols * size;
@@ -39,10 +50,8 @@ fn run<T: Float + ScalarArg>(dev: &Device, name: &str, shapes: &[(usize, usize)]
             ws.push(c);
         }
         ws.push(w);
-        for batch in [1usize, 2, 4, 8] {
-            if batch > 1 && (rows, cols) != (4096, 14336) && (rows, cols) != (14336, 4096) {
-                continue;
-            }
+        let mut pcts = Vec::new();
+        for &batch in batches {
             let x = dev.upload(&values::<T>(batch * cols, 2)).unwrap();
             let mut y = dev.alloc::<T>(batch * rows).unwrap();
             let moved = wbytes + batch * (cols + rows) * size;
@@ -59,7 +68,9 @@ fn run<T: Float + ScalarArg>(dev: &Device, name: &str, shapes: &[(usize, usize)]
                 100.0 * gbps / copy_gbps,
                 ws.len()
             ));
+            pcts.push(100.0 * gbps / copy_gbps);
         }
+        table.push((name.to_string(), rows, cols, pcts));
     }
 }
 
@@ -79,9 +90,18 @@ fn main() {
     drop((src, dst));
 
     let shapes: &[(usize, usize)] = if quick { &[(4096, 14336)] } else { &SHAPES };
+    let batches: &[usize] = if quick { &[1, 8] } else { &BATCHES };
     let mut lines = Vec::new();
-    run::<bf16>(&dev, "bf16", shapes, copy_gbps, &mut lines);
-    run::<f16>(&dev, "f16", if quick { shapes } else { &SHAPES[3..6] }, copy_gbps, &mut lines);
+    let mut table = Vec::new();
+    run::<bf16>(&dev, "bf16", shapes, batches, copy_gbps, &mut lines, &mut table);
+    run::<f16>(&dev, "f16", if quick { shapes } else { &F16_SHAPES }, batches, copy_gbps, &mut lines, &mut table);
+    eprintln!("\n% of copy ({copy_gbps:.0} GB/s), weights cold:");
+    let head: Vec<String> = batches.iter().map(|b| format!("{:>6}", format!("M={b}"))).collect();
+    eprintln!("dtype        shape {}", head.join(""));
+    for (name, rows, cols, pcts) in &table {
+        let cells: Vec<String> = pcts.iter().map(|p| format!("{p:6.1}")).collect();
+        eprintln!("{name:>5} {:>12} {}", format!("{rows}x{cols}"), cells.join(""));
+    }
     std::fs::create_dir_all(&out_dir).unwrap();
     let mut f = std::fs::File::create(format!("{out_dir}/rust_dense_matvec.json")).unwrap();
     writeln!(f, "[\n{}\n]", lines.join(",\n")).unwrap();

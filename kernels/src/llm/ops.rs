@@ -3,7 +3,7 @@
 //! or written); empty outputs are a no-op. Each takes any [`Executor`] (a
 //! [`Device`](crate::runtime::Device), or a [`CpuExecutor`](kernel_dsl::host::CpuExecutor)
 //! on host slices) and buffers or views as slice arguments.
-use super::{matvec_group, Rows1, Rows2, Rows4, Rows8, MATVEC_BLOCK, SAMPLE_PARAMS};
+use super::{matvec_group, matvec_team, Rows1, Rows2, Rows4, Rows8, MATVEC_BLOCK, MATVEC_MIN_TEAM, MATVEC_TILE_ROWS, SAMPLE_PARAMS};
 use kernel_dsl::host::{ArgValue, Executor, KernelArgSlice, KernelArgSliceMut, LaunchConfig, LaunchError, MemLocation, ScalarArg};
 use kernel_dsl::{Dim3, Float};
 
@@ -30,14 +30,19 @@ fn check_len(kernel: &'static str, name: &str, got: usize, want: Option<usize>, 
     }
 }
 
-/// Activation rows of one [`dense_matvec`](fn@super::dense_matvec) launch on `exec`: 8, or 4
-/// on an AMD GPU (its code objects' 8-row tile holds 4, see [`Rows8`]).
+/// Activation rows of one matvec launch on `exec`: [`MAX_ROWS`] (one launch reads the
+/// weights once for all rows), 4 on an AMD GPU (which runs
+/// [`dense_matvec_wave`](fn@super::dense_matvec_wave), at most 4 rows per launch).
 pub fn matvec_tile(exec: &(impl Executor + ?Sized)) -> usize {
-    if matches!(exec.memory(), MemLocation::Device { backend: "rocm", .. }) {
+    if is_rocm(exec) {
         4
     } else {
         MAX_ROWS
     }
+}
+
+fn is_rocm(exec: &(impl Executor + ?Sized)) -> bool {
+    matches!(exec.memory(), MemLocation::Device { backend: "rocm", .. })
 }
 
 /// A checked part of a kernel argument (a batch tile), passed as is.
@@ -62,7 +67,9 @@ fn offset(a: ArgValue, bytes: usize, len: usize) -> ArgValue {
 /// `y (batch x rows) = x (batch x cols) W^T (+ bias)` for a dense row-major `rows x cols`
 /// weight `w` and `batch` (1..=[`MAX_ROWS`]) contiguous activation rows, `f32`
 /// accumulation ([`dense_matvec`](fn@super::dense_matvec)); `bias` has `rows` elements.
-/// One launch reads the weights once for [`matvec_tile`] activation rows.
+/// One launch reads the weights once for [`matvec_tile`] activation rows; on CUDA devices
+/// `f16`/`bf16` products of aligned whole-chunk rows run on the matrix units
+/// ([`dense_matvec_mma`]).
 #[allow(clippy::too_many_arguments)]
 pub fn dense_matvec<T: Float + ScalarArg>(
     exec: &(impl Executor + ?Sized),
@@ -78,7 +85,7 @@ pub fn dense_matvec<T: Float + ScalarArg>(
 }
 
 /// [`dense_matvec`] in launches of at most `tile` (1, 2, 4 or 8) activation rows each
-/// (what AMD GPUs run with 4; public so the CPU executor's tests run that path too).
+/// (public so that tests run the smaller batch tiles on any batch).
 #[allow(clippy::too_many_arguments)]
 pub fn dense_matvec_tiled<T: Float + ScalarArg>(
     exec: &(impl Executor + ?Sized),
@@ -91,9 +98,31 @@ pub fn dense_matvec_tiled<T: Float + ScalarArg>(
     batch: usize,
     tile: usize,
 ) -> Result<(), LaunchError> {
+    dense_matvec_team(exec, w, x, bias, y, rows, cols, batch, tile, matvec_team(rows, cols))
+}
+
+/// [`dense_matvec_tiled`] with `team` work-items per tile of weight rows (a power of two
+/// from [`MATVEC_MIN_TEAM`] to [`MATVEC_BLOCK`]) instead of [`matvec_team`]'s choice:
+/// for tests of every reduction shape and for tuning.
+#[allow(clippy::too_many_arguments)]
+pub fn dense_matvec_team<T: Float + ScalarArg>(
+    exec: &(impl Executor + ?Sized),
+    w: &(impl KernelArgSlice<T> + ?Sized),
+    x: &(impl KernelArgSlice<T> + ?Sized),
+    bias: Option<&(dyn KernelArgSlice<T> + '_)>,
+    y: &mut (impl KernelArgSliceMut<T> + ?Sized),
+    rows: usize,
+    cols: usize,
+    batch: usize,
+    tile: usize,
+    team: usize,
+) -> Result<(), LaunchError> {
     const K: &str = "dense_matvec";
     if !matches!(tile, 1 | 2 | 4 | 8) {
         return Err(invalid(K, format!("`tile` = {tile}; 1, 2, 4 or 8")));
+    }
+    if !(team.is_power_of_two() && (MATVEC_MIN_TEAM..=MATVEC_BLOCK as usize).contains(&team)) {
+        return Err(invalid(K, format!("`team` = {team}; a power of two from {MATVEC_MIN_TEAM} to {MATVEC_BLOCK}")));
     }
     if !(1..=MAX_ROWS).contains(&batch) {
         return Err(invalid(K, format!("`batch` = {batch}; 1..={MAX_ROWS} activation rows")));
@@ -104,14 +133,52 @@ pub fn dense_matvec_tiled<T: Float + ScalarArg>(
     if let Some(b) = bias {
         check_len(K, "bias", len_of(b), Some(rows), &format!("{rows} output features"))?;
     }
-    let lanes = exec.wave_lanes() as usize;
-    let group = matvec_group(cols, lanes);
-    let groups = rows.div_ceil(group);
-    if groups > u32::MAX as usize {
-        return Err(invalid(K, format!("{rows} rows need more than 2^32 work-groups")));
-    }
+    let cfg = matvec_launch(rows, team)?;
     if rows == 0 {
         return Ok(());
+    }
+    if matches!(exec.memory(), MemLocation::Device { backend: "cuda", .. }) && mma_fits::<T>(w, x, cols) {
+        return launch_mma(exec, cfg, w, x, bias, y, rows, cols, batch, team);
+    }
+    if is_rocm(exec) {
+        return launch_wave(exec, w, x, bias, y, rows, cols, batch, tile.min(4));
+    }
+    let bias: &(dyn KernelArgSlice<T> + '_) = bias.unwrap_or(&[] as &[T; 0]);
+    let size = std::mem::size_of::<T>();
+    let mut b0 = 0;
+    while b0 < batch {
+        let nb = (batch - b0).min(tile);
+        let x_t = Part(offset(x.kernel_arg(), b0 * cols * size, nb * cols));
+        let mut y_t = Part(offset(y.kernel_arg(), b0 * rows * size, nb * rows));
+        match nb.next_power_of_two() {
+            1 => super::dense_matvec::launch::<T, Rows1>(exec, cfg, w, &x_t, bias, &mut y_t, rows, cols, nb, team),
+            2 => super::dense_matvec::launch::<T, Rows2>(exec, cfg, w, &x_t, bias, &mut y_t, rows, cols, nb, team),
+            4 => super::dense_matvec::launch::<T, Rows4>(exec, cfg, w, &x_t, bias, &mut y_t, rows, cols, nb, team),
+            _ => super::dense_matvec::launch::<T, Rows8>(exec, cfg, w, &x_t, bias, &mut y_t, rows, cols, nb, team),
+        }?;
+        b0 += nb;
+    }
+    Ok(())
+}
+
+/// [`dense_matvec_wave`](fn@super::dense_matvec_wave) launches (what AMD GPUs run) of at
+/// most `tile` (1, 2 or 4) activation rows; arguments checked by the caller.
+#[allow(clippy::too_many_arguments)]
+fn launch_wave<T: Float + ScalarArg>(
+    exec: &(impl Executor + ?Sized),
+    w: &(impl KernelArgSlice<T> + ?Sized),
+    x: &(impl KernelArgSlice<T> + ?Sized),
+    bias: Option<&(dyn KernelArgSlice<T> + '_)>,
+    y: &mut (impl KernelArgSliceMut<T> + ?Sized),
+    rows: usize,
+    cols: usize,
+    batch: usize,
+    tile: usize,
+) -> Result<(), LaunchError> {
+    let group = matvec_group(cols, exec.wave_lanes() as usize);
+    let groups = rows.div_ceil(group);
+    if groups > u32::MAX as usize {
+        return Err(invalid("dense_matvec", format!("{rows} rows need more than 2^32 work-groups")));
     }
     let cfg = LaunchConfig::new(Dim3::x(groups as u32), Dim3::x(MATVEC_BLOCK));
     let bias: &(dyn KernelArgSlice<T> + '_) = bias.unwrap_or(&[] as &[T; 0]);
@@ -122,14 +189,128 @@ pub fn dense_matvec_tiled<T: Float + ScalarArg>(
         let x_t = Part(offset(x.kernel_arg(), b0 * cols * size, nb * cols));
         let mut y_t = Part(offset(y.kernel_arg(), b0 * rows * size, nb * rows));
         match nb.next_power_of_two() {
-            1 => super::dense_matvec::launch::<T, Rows1>(exec, cfg, w, &x_t, bias, &mut y_t, rows, cols, nb, group),
-            2 => super::dense_matvec::launch::<T, Rows2>(exec, cfg, w, &x_t, bias, &mut y_t, rows, cols, nb, group),
-            4 => super::dense_matvec::launch::<T, Rows4>(exec, cfg, w, &x_t, bias, &mut y_t, rows, cols, nb, group),
-            _ => super::dense_matvec::launch::<T, Rows8>(exec, cfg, w, &x_t, bias, &mut y_t, rows, cols, nb, group),
+            1 => super::dense_matvec_wave::launch::<T, Rows1>(exec, cfg, w, &x_t, bias, &mut y_t, rows, cols, nb, group),
+            2 => super::dense_matvec_wave::launch::<T, Rows2>(exec, cfg, w, &x_t, bias, &mut y_t, rows, cols, nb, group),
+            _ => super::dense_matvec_wave::launch::<T, Rows4>(exec, cfg, w, &x_t, bias, &mut y_t, rows, cols, nb, group),
         }?;
         b0 += nb;
     }
     Ok(())
+}
+
+/// [`dense_matvec`] by the kernel AMD GPUs run ([`dense_matvec_wave`](fn@super::dense_matvec_wave):
+/// one weight row per team of whole waves) in launches of at most `tile` (1, 2 or 4)
+/// activation rows, on any executor: public for the CPU executor's tests of that kernel.
+#[allow(clippy::too_many_arguments)]
+pub fn dense_matvec_wave_tiled<T: Float + ScalarArg>(
+    exec: &(impl Executor + ?Sized),
+    w: &(impl KernelArgSlice<T> + ?Sized),
+    x: &(impl KernelArgSlice<T> + ?Sized),
+    bias: Option<&(dyn KernelArgSlice<T> + '_)>,
+    y: &mut (impl KernelArgSliceMut<T> + ?Sized),
+    rows: usize,
+    cols: usize,
+    batch: usize,
+    tile: usize,
+) -> Result<(), LaunchError> {
+    const K: &str = "dense_matvec";
+    if !matches!(tile, 1 | 2 | 4) {
+        return Err(invalid(K, format!("`tile` = {tile}; 1, 2 or 4")));
+    }
+    if !(1..=MAX_ROWS).contains(&batch) {
+        return Err(invalid(K, format!("`batch` = {batch}; 1..={MAX_ROWS} activation rows")));
+    }
+    check_len(K, "w", len_of(w), rows.checked_mul(cols), &format!("a {rows} x {cols} weight"))?;
+    check_len(K, "x", len_of(x), batch.checked_mul(cols), &format!("{batch} x {cols} activations"))?;
+    check_len(K, "y", len_of(y), batch.checked_mul(rows), &format!("a {batch} x {rows} output"))?;
+    if let Some(b) = bias {
+        check_len(K, "bias", len_of(b), Some(rows), &format!("{rows} output features"))?;
+    }
+    if rows == 0 {
+        return Ok(());
+    }
+    launch_wave(exec, w, x, bias, y, rows, cols, batch, tile)
+}
+
+/// The launch shape of both matvec kernels: [`MATVEC_BLOCK`] work-items, a work-group per
+/// `MATVEC_TILE_ROWS * MATVEC_BLOCK / team` rows.
+fn matvec_launch(rows: usize, team: usize) -> Result<LaunchConfig, LaunchError> {
+    let groups = rows.div_ceil(MATVEC_TILE_ROWS * (MATVEC_BLOCK as usize / team));
+    if groups > u32::MAX as usize {
+        return Err(invalid("dense_matvec", format!("{rows} rows need more than 2^32 work-groups")));
+    }
+    Ok(LaunchConfig::new(Dim3::x(groups.max(1) as u32), Dim3::x(MATVEC_BLOCK)))
+}
+
+fn addr_of<T>(b: &(impl KernelArgSlice<T> + ?Sized)) -> u64 {
+    match b.kernel_arg() {
+        ArgValue::Slice { addr, .. } => addr,
+        _ => 1,
+    }
+}
+
+/// `true` when [`dense_matvec_mma`](fn@super::dense_matvec_mma) takes the product: a 16-bit
+/// type, rows of whole chunks, `w` and `x` on 16 bytes.
+fn mma_fits<T>(w: &(impl KernelArgSlice<T> + ?Sized), x: &(impl KernelArgSlice<T> + ?Sized), cols: usize) -> bool {
+    std::mem::size_of::<T>() == 2 && cols % 8 == 0 && addr_of(w) % 16 == 0 && addr_of(x) % 16 == 0
+}
+
+#[allow(clippy::too_many_arguments)]
+fn launch_mma<T: Float + ScalarArg>(
+    exec: &(impl Executor + ?Sized),
+    cfg: LaunchConfig,
+    w: &(impl KernelArgSlice<T> + ?Sized),
+    x: &(impl KernelArgSlice<T> + ?Sized),
+    bias: Option<&(dyn KernelArgSlice<T> + '_)>,
+    y: &mut (impl KernelArgSliceMut<T> + ?Sized),
+    rows: usize,
+    cols: usize,
+    batch: usize,
+    team: usize,
+) -> Result<(), LaunchError> {
+    let bias: &(dyn KernelArgSlice<T> + '_) = bias.unwrap_or(&[] as &[T; 0]);
+    super::dense_matvec_mma::launch::<T>(exec, cfg, w, x, bias, y, rows, cols, batch, team)
+}
+
+/// [`dense_matvec`] by the matrix-unit kernel ([`dense_matvec_mma`](fn@super::dense_matvec_mma),
+/// what CUDA devices run for `f16`/`bf16`), all `batch` rows in one launch, `team` as in
+/// [`dense_matvec_team`]. It needs a 16-bit `T`, `cols` a multiple of 8, `w` and `x` on
+/// 16 bytes and waves of 32 (else an error), and computes on executors whose matrix unit
+/// is `mma.sync`: CUDA devices and the CPU executor in that mode (on others the kernel
+/// writes nothing). Public for the CPU executor's tests of that kernel.
+#[allow(clippy::too_many_arguments)]
+pub fn dense_matvec_mma<T: Float + ScalarArg>(
+    exec: &(impl Executor + ?Sized),
+    w: &(impl KernelArgSlice<T> + ?Sized),
+    x: &(impl KernelArgSlice<T> + ?Sized),
+    bias: Option<&(dyn KernelArgSlice<T> + '_)>,
+    y: &mut (impl KernelArgSliceMut<T> + ?Sized),
+    rows: usize,
+    cols: usize,
+    batch: usize,
+    team: usize,
+) -> Result<(), LaunchError> {
+    const K: &str = "dense_matvec_mma";
+    if !(team.is_power_of_two() && (MATVEC_MIN_TEAM..=MATVEC_BLOCK as usize).contains(&team)) {
+        return Err(invalid(K, format!("`team` = {team}; a power of two from {MATVEC_MIN_TEAM} to {MATVEC_BLOCK}")));
+    }
+    if !(1..=MAX_ROWS).contains(&batch) {
+        return Err(invalid(K, format!("`batch` = {batch}; 1..={MAX_ROWS} activation rows")));
+    }
+    if exec.wave_lanes() != 32 || !mma_fits::<T>(w, x, cols) {
+        return Err(invalid(K, format!("needs waves of 32, a 16-bit type, `cols` ({cols}) a multiple of 8 and `w`, `x` on 16 bytes")));
+    }
+    check_len(K, "w", len_of(w), rows.checked_mul(cols), &format!("a {rows} x {cols} weight"))?;
+    check_len(K, "x", len_of(x), batch.checked_mul(cols), &format!("{batch} x {cols} activations"))?;
+    check_len(K, "y", len_of(y), batch.checked_mul(rows), &format!("a {batch} x {rows} output"))?;
+    if let Some(b) = bias {
+        check_len(K, "bias", len_of(b), Some(rows), &format!("{rows} output features"))?;
+    }
+    let cfg = matvec_launch(rows, team)?;
+    if rows == 0 {
+        return Ok(());
+    }
+    launch_mma(exec, cfg, w, x, bias, y, rows, cols, batch, team)
 }
 
 /// Work-items of a row kernel for rows of `cols` elements: whole waves of both sizes (64),
