@@ -1366,6 +1366,7 @@ pub fn mma_pv<T: MmaFloat>(p: &[f32], v: &[T], o: &mut [f32]) {
     mma::mma(&pa, &fv, FragC::zero()).for_each(|r, col, x| o[r * 16 + col] = x);
 }
 
+pub mod implicit;
 #[cfg(not(any(target_arch = "amdgpu", target_arch = "nvptx64")))]
 mod host;
 #[cfg(not(any(target_arch = "amdgpu", target_arch = "nvptx64")))]
