@@ -839,7 +839,7 @@ fn convolutions_pools_upsampling() {
     }
 }
 
-/// f16/bf16 conv2d as GPUs run it: on the implicit-GEMM kernel (`kernels::gemm::implicit`,
+/// f16/bf16 conv2d as GPUs run it: on the implicit-GEMM kernel (`kernels::conv_implicit`,
 /// the CPU executor emulating its matrix unit at waves of 32 and 64) and 1x1 convolutions
 /// as one GEMM on the input in place, against Candle's CPU conv2d on f32 copies rounded
 /// once. Odd channel counts, padding, stride 2, dilation 2, groups 2 (Candle splits

@@ -294,7 +294,7 @@ fn matrix_executors() -> Vec<Device> {
 /// multiply as three bf16 products (about 16 significant bits each: `2^-14 * sum |terms|`).
 #[allow(clippy::too_many_arguments)] // one convolution's whole geometry
 fn implicit_case<T: F + kernels::gemm::GemmElem + kernel_dsl::host::ScalarArg>(dev: &Device, b: usize, c: usize, (h, w): (usize, usize), c_out: usize, k: (usize, usize), g: ConvGeometry, groups: usize) {
-    use kernels::gemm::implicit::{conv2d, Conv2dShape};
+    use kernels::conv_implicit::{conv2d, Conv2dShape};
     let (s3, s2) = (1, w + 3);
     let (s1, s0) = (h * s2, c * h * s2);
     let offset = 5;
@@ -383,7 +383,7 @@ fn implicit_conv2d_f32_matches_direct_sum_in_every_lowering() {
 
 #[test]
 fn implicit_conv2d_rejects_bad_shapes_and_writes_nothing() {
-    use kernels::gemm::implicit::{conv2d, Conv2dShape};
+    use kernels::conv_implicit::{conv2d, Conv2dShape};
     let dev = Device::cpu(kernel_dsl::host::WaveSize::W64);
     let g = ConvGeometry { padding: 1, stride: 1, dilation: 1 };
     let s = Conv2dShape { batch: 1, c_in: 4, h: 5, w: 5, c_out: 2, k_h: 3, k_w: 3, groups: 1 };

@@ -1,6 +1,6 @@
 //! 2-D convolution at the distinct layer shapes of Stable Diffusion 1.5 (UNet at 512x512,
 //! batch 2 for classifier-free guidance; VAE decoder, batch 1), f16 by default, timed with
-//! GPU events, in TFLOP/s: the implicit-GEMM kernel (`kernels::gemm::implicit::conv2d`,
+//! GPU events, in TFLOP/s: the implicit-GEMM kernel (`kernels::conv_implicit::conv2d`,
 //! op `conv_implicit`) against the im2col path it replaces in candle-rocm (`im2col2d` into
 //! a `(b, oh*ow, c_in*k*k)` buffer, then `kernels::gemm::matmul_strided` with the columns
 //! read transposed; op `conv_im2col`; candle-rocm runs that GEMM on cuBLAS where it
@@ -15,7 +15,7 @@ use benches::time;
 use half::{bf16, f16};
 use kernel_dsl::host::ScalarArg;
 use kernels::conv::ops::{im2col2d, ConvGeometry};
-use kernels::gemm::implicit::{conv2d, Conv2dShape};
+use kernels::conv_implicit::{conv2d, Conv2dShape};
 use kernels::gemm::{self, Epilogue, GemmElem, GemmShape, Strides};
 use kernels::runtime::{Device, DeviceVec};
 use std::io::Write;

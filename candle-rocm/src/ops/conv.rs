@@ -8,7 +8,7 @@ use crate::error::{at, invalid, unsupported};
 use candle_core::conv::{ParamsConv1D, ParamsConv2D, ParamsConvTranspose1D, ParamsConvTranspose2D};
 use candle_core::{DType, Layout, Result};
 use kernels::conv::ops::{self as kc, ConvGeometry};
-use kernels::gemm::implicit::{self, Conv2dShape};
+use kernels::conv_implicit::{self, Conv2dShape};
 use kernels::pool::ops::{self as kp, Nchw};
 use kernels::runtime::Device;
 
@@ -109,7 +109,7 @@ fn conv2d_pointwise(dev: &Device, x: &Buf, l: &Layout, kernel: &Buf, kl: &Layout
     })
 }
 
-/// conv2d on the implicit-GEMM kernel (`kernels::gemm::implicit`: input patches
+/// conv2d on the implicit-GEMM kernel (`kernels::conv_implicit`: input patches
 /// gathered on the fly, no im2col buffer) for f16/bf16; `None` for other dtypes. (The
 /// kernel takes f32 too, as three bf16 products of about 16 significant bits each; f32
 /// convolutions stay on im2col + GEMM, whose vendor BLAS keeps full f32 precision.)
@@ -128,7 +128,7 @@ fn conv2d_implicit(dev: &Device, x: &Buf, l: &Layout, kernel: &Buf, kl: &Layout,
     let (src, wr) = (whole(x)?, whole(kb)?);
     float_dispatch!(x.dtype(), OP, T => {
         let mut out = alloc::<T>(dev, b * p.c_out * oh * ow, OP)?;
-        implicit::conv2d::<T>(dev, &src, strides, l.start_offset(), &wr, None, shape, g, &mut out).map_err(at(OP))?;
+        conv_implicit::conv2d::<T>(dev, &src, strides, l.start_offset(), &wr, None, shape, g, &mut out).map_err(at(OP))?;
         Ok(Some(T::wrap(out)))
     })
 }

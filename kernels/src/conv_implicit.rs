@@ -6,7 +6,7 @@
 //! Per batch entry `b` and group `g` (grid z), the convolution is the product
 //! `Y (c_out/groups x oh*ow) = W_g (c_out/groups x K) * X_cols (K x oh*ow)` with
 //! `K = c_in/groups * k_h * k_w`: A is the group's rows of the (contiguous) weights, moved
-//! as [`gemm_tiled`](fn@super::gemm_tiled) moves a row-major A (16-byte chunks where the
+//! as [`gemm_tiled`](fn@crate::gemm::gemm_tiled) moves a row-major A (16-byte chunks where the
 //! copies are asynchronous and the rows aligned, else element by element); B's element
 //! `(k, n)`, `k = (ci, ky, kx)`, `n = (oy, ox)`, is `x[b, g*c_in/groups + ci, oy*stride +
 //! ky*dilation - pad, ox*stride + kx*dilation - pad]` (zero in the padding), gathered
@@ -18,8 +18,12 @@
 //!
 //! 32-bit index arithmetic (the launcher checks that every tensor has fewer than 2^31
 //! elements).
-use super::*;
 use crate::dtype::divmod32;
+use crate::each;
+use crate::gemm::{block_threads, block_tile, chunked, copy_elems, f32_k16_valu, mma_k16, mma_k32, wave_frags, waves, Chunks, GemmElem, MAX_F, PAD};
+use kernel_dsl::hint::opaque_u32;
+use kernel_dsl::mma::{self, FragA, FragB, FragC, Lowering, SharedAddr};
+use kernel_dsl::prelude::*;
 
 /// Shared-memory buffers of the conv pipeline.
 const CONV_STAGES: usize = 2;
