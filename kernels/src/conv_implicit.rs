@@ -11,7 +11,8 @@
 //! `(k, n)`, `k = (ci, ky, kx)`, `n = (oy, ox)`, is `x[b, g*c_in/groups + ci, oy*stride +
 //! ky*dilation - pad, ox*stride + kx*dilation - pad]` (zero in the padding), gathered
 //! element by element into the shared tile, each work-item on one output position `n`
-//! for the whole K loop (so consecutive work-items read consecutive `ox`). The products
+//! for the whole K loop (so consecutive work-items read consecutive `ox`), stepping its
+//! window position `(ci, ky, kx)` along K without divisions. The products
 //! are those of `gemm_tiled` (same tiles per lowering, `mma_k16` / `mma_k32` /
 //! `f32_k16_valu` on padded shared tiles), through two shared buffers: K step `s + 1` is
 //! copied while step `s` multiplies.
@@ -125,13 +126,17 @@ pub fn conv2d_implicit<T: GemmElem>(x: &[T], w: &[T], bias: &[T], y: &mut [T], g
             None => copy_elems(w, a_base + k0, (k, 1), (rows_a, k - k0), (bm, bk), elems_a, lda, false),
         }
         let elems_b = elems_a.wrapping_add(a_tile);
+        // This work-item's first row of the step as (ci, ky, kx): two divisions per step;
+        // each next row (`rstep` further along K) steps the window position forward with
+        // compares, not divisions.
+        let mut kg = (k0 + kr0) as u32;
+        let (mut ci, t) = divmod32(kg, taps);
+        let (mut ky, mut kx) = divmod32(t, kw);
+        let rs = rstep as u32;
         let mut kr = kr0;
         while kr < bk {
-            let kg = (k0 + kr) as u32;
             let mut v = T::ZERO;
             if col_ok && (kg as usize) < k {
-                let (ci, t) = divmod32(kg, taps);
-                let (ky, kx) = divmod32(t, kw);
                 let (iy, ix) = (iy0.wrapping_add(ky * dil), ix0.wrapping_add(kx * dil));
                 if iy < h && ix < wd {
                     // SAFETY: (bi, gi*cin + ci, iy, ix) is an element of the input view,
@@ -142,6 +147,16 @@ pub fn conv2d_implicit<T: GemmElem>(x: &[T], w: &[T], bias: &[T], y: &mut [T], g
             // SAFETY: (kr, nc) lies in the B tile of this buffer.
             unsafe { *elems_b.add(kr * ldb + nc) = v };
             kr += rstep;
+            kg += rs;
+            kx += rs;
+            while kx >= kw {
+                kx -= kw;
+                ky += 1;
+            }
+            while ky >= kh {
+                ky -= kh;
+                ci += 1;
+            }
         }
         mma::copy::commit();
     };
