@@ -29,7 +29,7 @@ pub fn group_norm(x: &Tensor, groups: usize, weight: Option<&Tensor>, bias: Opti
         return Err(invalid(OP, format!("`x` has shape {dims:?}; [batch, channels, ..] expected")));
     }
     let c = dims[1];
-    if groups == 0 || c % groups != 0 {
+    if groups == 0 || !c.is_multiple_of(groups) {
         return Err(invalid(OP, format!("{c} channels do not split into {groups} groups")));
     }
     for (name, p) in [("weight", weight), ("bias", bias)] {

@@ -387,8 +387,8 @@ fn implicit_conv2d_rejects_bad_shapes_and_writes_nothing() {
     let dev = Device::cpu(kernel_dsl::host::WaveSize::W64);
     let g = ConvGeometry { padding: 1, stride: 1, dilation: 1 };
     let s = Conv2dShape { batch: 1, c_in: 4, h: 5, w: 5, c_out: 2, k_h: 3, k_w: 3, groups: 1 };
-    let x = dev.upload(&vec![1.0f32; 100]).unwrap();
-    let w = dev.upload(&vec![1.0f32; 2 * 4 * 9]).unwrap();
+    let x = dev.upload(&[1.0f32; 100]).unwrap();
+    let w = dev.upload(&[1.0f32; 2 * 4 * 9]).unwrap();
     let b3 = dev.upload(&[0.0f32; 3]).unwrap();
     let strides = [100, 25, 5, 1];
     let sentinel = vec![7.0f32; 50];
@@ -403,7 +403,7 @@ fn implicit_conv2d_rejects_bad_shapes_and_writes_nothing() {
     assert!(err(conv2d::<f32>(&dev, &x, strides, 1, &w, None, s, g, &mut y)).contains("input view"));
     assert!(err(conv2d::<f32>(&dev, &x, strides, 0, &w, None, s, ConvGeometry { stride: 0, ..g }, &mut y)).contains("stride"));
     assert!(err(conv2d::<f32>(&dev, &x, strides, 0, &w, None, Conv2dShape { k_h: 9, ..s }, ConvGeometry { padding: 0, ..g }, &mut y)).contains("shorter"));
-    let mut y_short = dev.upload(&vec![7.0f32; 49]).unwrap();
+    let mut y_short = dev.upload(&[7.0f32; 49]).unwrap();
     assert!(err(conv2d::<f32>(&dev, &x, strides, 0, &w, None, s, g, &mut y_short)).contains("output has 49"));
     assert_eq!(dev.download(&y).unwrap(), sentinel);
     assert_eq!(dev.download(&y_short).unwrap(), vec![7.0f32; 49]);

@@ -106,11 +106,11 @@ fn run<T: GemmElem + ScalarArg + kernels::dtype::host::DType>(dev: &Device, l: L
                 }
             }
             let got = y[(bi * c_out + co) * hw + p].to_f32() as f64;
-            assert!((got - want).abs() <= 1e-2 * want.abs() + 1e-3 * mag + 1e-3, "{op} {layer} {}: y[{bi}, {co}, {p}] = {got}, want {want}", T::NAME);
+            assert!((got - want).abs() <= 1e-2 * want.abs() + 1e-3 * mag + 1e-3, "{op} {layer} {}: y[{bi}, {co}, {p}] = {got}, want {want}", <T as kernels::dtype::host::DType>::NAME);
         }
         let tflops = flops as f64 / (us * 1e-6) / 1e12;
-        eprintln!("{op:<14} {:<5} {layer:<26} {us:>10.1} us {tflops:>7.1} TFLOP/s", T::NAME);
-        out.push(Row { op, layer, dtype: T::NAME, shape, us });
+        eprintln!("{op:<14} {:<5} {layer:<26} {us:>10.1} us {tflops:>7.1} TFLOP/s", <T as kernels::dtype::host::DType>::NAME);
+        out.push(Row { op, layer, dtype: <T as kernels::dtype::host::DType>::NAME, shape, us });
     };
     let mut implicit = || {
         conv2d::<T>(dev, &dx, strides, 0, &dw, None, s, g, &mut dy).unwrap();
