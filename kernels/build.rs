@@ -20,6 +20,7 @@ fn main() {
         .module("reduce_any")
         .module("unary_f64")
         .module("gemm")
+        .module("conv_implicit")
         .module("quantized")
         .module("llm")
         // The H100's warpgroup matrix units (`wgmma`) exist only in `sm_90a` PTX.

@@ -49,6 +49,7 @@ pub mod ops;
 pub mod paged;
 pub mod profile;
 pub mod quantized;
+pub mod sd_ops;
 pub mod storage;
 mod tensor_access;
 

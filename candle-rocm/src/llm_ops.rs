@@ -20,7 +20,7 @@ pub use kernels::llm::ops::SamplingParams;
 use kernels::llm::SAMPLE_PARAMS;
 
 /// Runs `f` on the buffer and layout of `t`, which must be on `dev` (a [`RocmDevice`]).
-fn with_buf<R>(op: &'static str, arg: &str, t: &Tensor, f: impl FnOnce(&Buf, &candle_core::Layout) -> Result<R>) -> Result<R> {
+pub(crate) fn with_buf<R>(op: &'static str, arg: &str, t: &Tensor, f: impl FnOnce(&Buf, &candle_core::Layout) -> Result<R>) -> Result<R> {
     let (s, l) = t.storage_and_layout();
     match &*s {
         Storage::Ext(e) => match e.as_any().downcast_ref::<RocmStorage>() {
@@ -32,7 +32,7 @@ fn with_buf<R>(op: &'static str, arg: &str, t: &Tensor, f: impl FnOnce(&Buf, &ca
 }
 
 /// The contiguous elements of `t` (view `l` of `buf`) as a kernel argument.
-fn region(op: &'static str, arg: &str, buf: &Buf, l: &candle_core::Layout) -> Result<Region> {
+pub(crate) fn region(op: &'static str, arg: &str, buf: &Buf, l: &candle_core::Layout) -> Result<Region> {
     if !l.is_contiguous() {
         return Err(invalid(op, format!("`{arg}` is not contiguous")));
     }
@@ -40,12 +40,12 @@ fn region(op: &'static str, arg: &str, buf: &Buf, l: &candle_core::Layout) -> Re
 }
 
 /// A new tensor of `shape` on `dev` holding `buf`.
-fn tensor(dev: &RocmDevice, buf: Buf, shape: impl Into<Shape>) -> Tensor {
+pub(crate) fn tensor(dev: &RocmDevice, buf: Buf, shape: impl Into<Shape>) -> Tensor {
     Tensor::from_storage(Storage::Ext(dev.storage(buf)), shape, BackpropOp::none(), false)
 }
 
 /// Checks that `t` has `dtype` and lives on `dev`.
-fn check_peer(op: &'static str, arg: &str, t: &Tensor, dtype: DType, dev: &Device) -> Result<()> {
+pub(crate) fn check_peer(op: &'static str, arg: &str, t: &Tensor, dtype: DType, dev: &Device) -> Result<()> {
     if t.dtype() != dtype {
         return Err(invalid(op, format!("`{arg}` is {:?}, expected {dtype:?}", t.dtype())));
     }
@@ -56,7 +56,7 @@ fn check_peer(op: &'static str, arg: &str, t: &Tensor, dtype: DType, dev: &Devic
 }
 
 /// Checks that `t` is a float type this module computes in.
-fn check_float(op: &'static str, arg: &str, t: &Tensor) -> Result<()> {
+pub(crate) fn check_float(op: &'static str, arg: &str, t: &Tensor) -> Result<()> {
     match t.dtype() {
         DType::F32 | DType::F16 | DType::BF16 => Ok(()),
         d => Err(invalid(op, format!("`{arg}` is {d:?}; f32, f16 or bf16 expected"))),

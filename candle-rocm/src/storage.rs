@@ -255,6 +255,7 @@ impl ExtBackendStorage for RocmStorage {
                 FusedOp::RopeI => "fused.rope_i",
                 FusedOp::Rope => "fused.rope",
                 FusedOp::RopeThd => "fused.rope_thd",
+                FusedOp::GroupNorm { .. } => "fused.group_norm",
                 _ => "fused.other",
             }
             .into()

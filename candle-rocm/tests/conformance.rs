@@ -839,6 +839,119 @@ fn convolutions_pools_upsampling() {
     }
 }
 
+/// f16/bf16 conv2d as GPUs run it: on the implicit-GEMM kernel (`kernels::conv_implicit`,
+/// the CPU executor emulating its matrix unit at waves of 32 and 64) and 1x1 convolutions
+/// as one GEMM on the input in place, against Candle's CPU conv2d on f32 copies rounded
+/// once. Odd channel counts, padding, stride 2, dilation 2, groups 2 (Candle splits
+/// them), a transposed input view.
+#[test]
+fn conv2d_on_the_implicit_gemm_kernel() {
+    for dev in devices() {
+        for dtype in [DType::F16, DType::BF16] {
+            // At most 5 * 9 = 45 products per output.
+            let t = product_tol(dtype, 45);
+            let x = rand(&[2, 5, 9, 7], dtype, 170, false);
+            let k = rand(&[6, 5, 3, 3], dtype, 171, false);
+            let xg = rand(&[2, 6, 7, 6], dtype, 172, false);
+            let kg = rand(&[4, 3, 3, 3], dtype, 173, false);
+            let k1 = rand(&[7, 5, 1, 1], dtype, 174, false);
+            let w = |op: &str| format!("implicit-GEMM {op} {dtype:?}");
+            let cases: Vec<(&str, Vec<&Tensor>, Box<TensorFn>)> = vec![
+                ("conv2d 3x3 padding 1", vec![&x, &k], Box::new(|v| v[0].conv2d(&v[1], 1, 1, 1, 1))),
+                ("conv2d stride 2", vec![&x, &k], Box::new(|v| v[0].conv2d(&v[1], 1, 2, 1, 1))),
+                ("conv2d dilation 2 padding 2", vec![&x, &k], Box::new(|v| v[0].conv2d(&v[1], 2, 1, 2, 1))),
+                ("conv2d groups 2", vec![&xg, &kg], Box::new(|v| v[0].conv2d(&v[1], 1, 1, 1, 2))),
+                ("conv2d 1x1", vec![&x, &k1], Box::new(|v| v[0].conv2d(&v[1], 0, 1, 1, 1))),
+                ("conv2d 1x1 of a narrowed batch", vec![&x, &k1], Box::new(|v| v[0].narrow(0, 1, 1)?.conv2d(&v[1], 0, 1, 1, 1))),
+                ("conv2d 1x1 stride 2", vec![&x, &k1], Box::new(|v| v[0].conv2d(&v[1], 0, 2, 1, 1))),
+                ("conv2d of a transposed input", vec![&x, &k], Box::new(|v| v[0].transpose(2, 3)?.conv2d(&v[1], 1, 1, 1, 1))),
+            ];
+            for (name, xs, f) in &cases {
+                candle_rocm::ops::conv::with_implicit_conv_on_cpu(|| {
+                    check_ref(
+                        &w(name),
+                        &dev,
+                        t,
+                        |d| f(&xs.iter().map(|x| x.to_device(d)?.to_dtype(DType::F32)).collect::<Result<Vec<_>>>()?)?.to_dtype(dtype),
+                        |d| f(&xs.iter().map(|x| x.to_device(d)).collect::<Result<Vec<_>>>()?),
+                    )
+                });
+            }
+        }
+    }
+}
+
+/// `sd_ops::group_norm` (one kernel) against candle-nn's `GroupNorm` on the CPU (and
+/// Candle's `silu`), with and without the affine parameters and the SiLU, on 4-d and 3-d
+/// inputs and a transposed view; then its argument errors.
+#[test]
+fn group_norm_matches_candle_nn() {
+    use candle_rocm::sd_ops::group_norm;
+    for dev in devices() {
+        for dtype in FLOATS {
+            // The reference: candle-nn on f32 copies, rounded once (candle-nn itself rounds a
+            // half-type result after normalising, after the weight and after the bias; we
+            // round once): one rounding plus f32 evaluation differences.
+            let t = match dtype {
+                DType::F32 => Tol { rtol: 1e-4, atol: 1e-5 },
+                d => tol(d),
+            };
+            let x = rand(&[2, 6, 5, 7], dtype, 180, false);
+            let x3 = rand(&[3, 8, 33], dtype, 181, false);
+            let w = rand(&[6], dtype, 182, false);
+            let b = rand(&[6], dtype, 183, false);
+            let w8 = rand(&[8], dtype, 184, false);
+            let name = |s: &str| format!("group_norm {s} {dtype:?}");
+            type Gn = dyn Fn(&[Tensor]) -> Result<Tensor>;
+            let cases: Vec<(&str, Vec<&Tensor>, Box<Gn>)> = vec![
+                ("affine + silu", vec![&x, &w, &b], Box::new(|v| group_norm(&v[0], 3, Some(&v[1]), Some(&v[2]), 1e-5, true))),
+                ("affine", vec![&x, &w, &b], Box::new(|v| group_norm(&v[0], 2, Some(&v[1]), Some(&v[2]), 1e-6, false))),
+                ("plain, 3-d", vec![&x3], Box::new(|v| group_norm(&v[0], 4, None, None, 1e-5, false))),
+                ("weight only + silu, 3-d", vec![&x3, &w8], Box::new(|v| group_norm(&v[0], 8, Some(&v[1]), None, 1e-5, true))),
+                ("of a transposed view", vec![&x, &b], Box::new(|v| group_norm(&v[0].transpose(2, 3)?, 6, None, Some(&v[1]), 1e-5, false))),
+                // candle-nn's own GroupNorm, which the Candle patch routes to the kernel.
+                ("candle_nn::GroupNorm", vec![&x, &w, &b], Box::new(|v| {
+                    use candle_core::Module;
+                    candle_nn::GroupNorm::new(v[1].clone(), v[2].clone(), 6, 3, 1e-5)?.forward(&v[0])
+                })),
+            ];
+            for (what, xs, f) in &cases {
+                check_ref(
+                    &name(what),
+                    &dev,
+                    t,
+                    |d| f(&xs.iter().map(|x| x.to_device(d)?.to_dtype(DType::F32)).collect::<Result<Vec<_>>>()?)?.to_dtype(dtype),
+                    |d| f(&xs.iter().map(|x| x.to_device(d)).collect::<Result<Vec<_>>>()?),
+                );
+            }
+        }
+        let d = dev.as_candle();
+        // candle-nn's GroupNorm is one backend op (the patch's `FusedOp::GroupNorm`), not
+        // the ten or so of its composed form.
+        {
+            use candle_core::Module;
+            let x = rand(&[2, 6, 5, 7], DType::F16, 187, false).to_device(&d).unwrap();
+            let (w, b) = (Tensor::ones(6, DType::F16, &d).unwrap(), Tensor::zeros(6, DType::F16, &d).unwrap());
+            let gn = candle_nn::GroupNorm::new(w, b, 6, 3, 1e-5).unwrap();
+            dev.set_profiling(true);
+            gn.forward(&x).unwrap();
+            let p = dev.take_profile().unwrap();
+            dev.set_profiling(false);
+            let ops: Vec<&str> = p.ops.iter().map(|o| o.op.as_str()).collect();
+            assert_eq!(ops, ["fused.group_norm"], "{}: backend ops of candle-nn's GroupNorm", dev.name());
+        }
+        let x = rand(&[2, 6, 4], DType::F32, 185, false).to_device(&d).unwrap();
+        let w5 = rand(&[5], DType::F32, 186, false).to_device(&d).unwrap();
+        let w16 = rand(&[6], DType::F16, 186, false).to_device(&d).unwrap();
+        let e = |r: Result<Tensor>| r.unwrap_err().to_string();
+        assert!(e(group_norm(&x, 4, None, None, 1e-5, false)).contains("groups"));
+        assert!(e(group_norm(&x, 3, Some(&w5), None, 1e-5, false)).contains("`weight` has shape"));
+        assert!(e(group_norm(&x, 3, None, Some(&w16), 1e-5, false)).contains("`bias` is F16"));
+        assert!(e(group_norm(&x, 3, None, None, f64::NAN, false)).contains("eps"));
+        assert!(e(group_norm(&x.flatten_all().unwrap(), 3, None, None, 1e-5, false)).contains("[batch, channels, ..]"));
+    }
+}
+
 /// f8e4m3 values as their bits (NaN sign and payload, -0 included).
 fn f8_bits(t: &Tensor) -> Vec<u8> {
     let v = t.to_device(&Device::Cpu).unwrap().flatten_all().unwrap().to_vec1::<float8::F8E4M3>().unwrap();

@@ -130,7 +130,7 @@ pub const fn work_group_size(low: Lowering) -> usize {
 
 /// Work-items per work-group (a constant on a GPU, so unused chunk slots vanish).
 #[inline(always)]
-fn block_threads() -> usize {
+pub(crate) fn block_threads() -> usize {
     work_group_size(mma::lowering())
 }
 
@@ -277,7 +277,7 @@ pub const fn smem_elems<T: GemmElem>(low: Lowering) -> usize {
 /// can move as 16-byte chunks: contiguous along `c`, every row and batch entry starting
 /// on a 16-byte boundary.
 #[inline(always)]
-fn chunked<T>(src: &[T], base: usize, rs: usize, cs: usize, batch_stride: usize) -> bool {
+pub(crate) fn chunked<T>(src: &[T], base: usize, rs: usize, cs: usize, batch_stride: usize) -> bool {
     let per = 16 / core::mem::size_of::<T>();
     let aligned = (src.as_ptr() as usize + base * core::mem::size_of::<T>()) % 16 == 0;
     cs == 1 && rs % per == 0 && batch_stride % per == 0 && aligned
@@ -289,13 +289,13 @@ fn chunked<T>(src: &[T], base: usize, rs: usize, cs: usize, batch_stride: usize)
 /// `t, t + threads, ..` in row-major order, so consecutive work-items read consecutive
 /// 16 bytes of a row.
 #[derive(Clone, Copy)]
-struct Chunks {
+pub(crate) struct Chunks {
     r0: usize,
     c0: usize,
     rstep: usize,
     count: usize,
     /// Elements from the tile's source origin to chunk 0, and between chunks.
-    src0: usize,
+    pub(crate) src0: usize,
     src_step: usize,
     /// Bytes from the tile's shared origin to chunk 0, and between chunks.
     dst0: usize,
@@ -306,7 +306,7 @@ impl Chunks {
     /// The plan, or `None` when the chunks do not split evenly over the work-group (a
     /// constant on a GPU; such tiles take the element path).
     #[inline(always)]
-    fn new<T>((rows, cols): (usize, usize), rs: usize, ld: usize, swz: bool) -> Option<Chunks> {
+    pub(crate) fn new<T>((rows, cols): (usize, usize), rs: usize, ld: usize, swz: bool) -> Option<Chunks> {
         let size = core::mem::size_of::<T>();
         let per = 16 / size;
         let (tid, threads) = (flat_thread_idx() as usize, block_threads());
@@ -339,7 +339,7 @@ impl Chunks {
     /// Every chunk of the tile is readable, 16-byte aligned global memory; the tile fits
     /// in shared memory at `dst`.
     #[inline(always)]
-    unsafe fn copy_whole<T>(&self, first: *const T, dst: SharedAddr) {
+    pub(crate) unsafe fn copy_whole<T>(&self, first: *const T, dst: SharedAddr) {
         let (mut from, to) = (first, dst.add(self.dst0));
         let mut i = 0;
         while i < self.count {
@@ -360,7 +360,7 @@ impl Chunks {
     /// Every valid element lies in `src`, valid chunks start 16-byte aligned; the tile fits
     /// in shared memory at `dst`.
     #[inline(always)]
-    unsafe fn copy_edge<T>(&self, src: &[T], origin: usize, (rows_valid, cols_valid): (usize, usize), dst: SharedAddr) {
+    pub(crate) unsafe fn copy_edge<T>(&self, src: &[T], origin: usize, (rows_valid, cols_valid): (usize, usize), dst: SharedAddr) {
         let size = core::mem::size_of::<T>();
         let per = 16 / size;
         let to = dst.add(self.dst0);
@@ -387,7 +387,7 @@ impl Chunks {
 /// element by element, consecutive work-items on the source's contiguous dimension.
 #[inline(always)]
 #[allow(clippy::too_many_arguments)]
-fn copy_elems<T: GemmElem>(
+pub(crate) fn copy_elems<T: GemmElem>(
     src: &[T],
     base: usize,
     (rs, cs): (usize, usize),
@@ -482,7 +482,7 @@ fn mma_slice<T: GemmElem>(
 /// registers than gfx10 has).
 #[cfg_attr(any(target_arch = "amdgpu", target_arch = "nvptx64"), inline(always))]
 #[cfg_attr(not(any(target_arch = "amdgpu", target_arch = "nvptx64")), inline(never))]
-fn f32_k16_valu<T: GemmElem>(
+pub(crate) fn f32_k16_valu<T: GemmElem>(
     acc: &mut [[FragC<f32>; MAX_F]; MAX_F],
     (fm, fn_): (usize, usize),
     (sa, sb): (*const T, *const T),
@@ -519,7 +519,7 @@ fn f32_k16_valu<T: GemmElem>(
 #[cfg_attr(any(target_arch = "amdgpu", target_arch = "nvptx64"), inline(always))]
 #[cfg_attr(not(any(target_arch = "amdgpu", target_arch = "nvptx64")), inline(never))]
 #[allow(clippy::too_many_arguments)]
-fn mma_k16<T: GemmElem>(
+pub(crate) fn mma_k16<T: GemmElem>(
     acc: &mut [[FragC<f32>; MAX_F]; MAX_F],
     (fm, fn_): (usize, usize),
     (sa, sb): (*const T, *const T),
@@ -580,7 +580,7 @@ fn mma_k16<T: GemmElem>(
 /// double-rate `v_mfma_f32_16x16x32_*`).
 #[cfg_attr(any(target_arch = "amdgpu", target_arch = "nvptx64"), inline(always))]
 #[cfg_attr(not(any(target_arch = "amdgpu", target_arch = "nvptx64")), inline(never))]
-fn mma_k32<T: GemmElem>(
+pub(crate) fn mma_k32<T: GemmElem>(
     acc: &mut [[FragC<f32>; MAX_F]; MAX_F],
     (fm, fn_): (usize, usize),
     (sa_lane, sb_lane): (SharedAddr, SharedAddr),

@@ -23,6 +23,7 @@
 pub mod arith;
 pub mod cmp;
 pub mod conv;
+pub mod conv_implicit;
 // Kernels take every buffer, size and stride as an argument (the kernel ABI).
 #[allow(clippy::too_many_arguments)]
 pub mod convert;

@@ -355,6 +355,71 @@ fn layer_norm_stream<T: Float>(x: &[T], w: &[T], b: &[T], y: &mut [T], eps: f32,
     map_chunks(x, y, |v, e| affine_chunk_scalar(v, mean, rstd, w, b, e));
 }
 
+/// GroupNorm of a contiguous `(batch, channels, spatial)` tensor (Candle's `GroupNorm`
+/// over `(b, c, h, w)` is `spatial = h * w`): one work-group per `(batch, group)`, whose
+/// `channels / groups * spatial` elements are contiguous. Two streaming passes: the
+/// shifted sums of `x - x[first]` and of its square in f32 (each work-item's partial
+/// sums, then a tree over the work-group: the shift keeps a large mean from cancelling),
+/// then `y = (x - mean) * rstd * weight[c] + bias[c]`, followed by SiLU when `silu != 0`
+/// (the `GroupNorm -> SiLU` pair of a Stable Diffusion resnet block in one kernel).
+/// `weight`/`bias` have `channels` elements or are empty (1 / 0). Launch with
+/// [`group_norm_rows`] (it checks the shapes).
+#[amdgpu_kernel(T = [f32, f16, bf16])]
+#[allow(clippy::too_many_arguments)]
+pub fn group_norm<T: Float>(
+    input: &[T],
+    weight: &[T],
+    bias: &[T],
+    out: &mut [T],
+    cpg: u32,
+    spatial: u32,
+    groups: u32,
+    eps: f32,
+    silu: u32,
+    mut partials: Shared<f32, MAX_WAVES>,
+    mut partials2: Shared<f32, MAX_WAVES>,
+) {
+    let (cpg, spatial) = (cpg as usize, spatial as usize);
+    let len = cpg * spatial;
+    let bg = block_idx_x() as usize;
+    let (start, end) = (bg * len, bg * len + len);
+    let x = &input[start..end];
+    let y = &mut out[start..end];
+    let c0 = (bg % groups as usize) * cpg;
+    let (tid, threads) = (flat_thread_idx() as usize, flat_block_dim() as usize);
+    let k0 = if len == 0 { 0.0 } else { x[0].to_f32() };
+    let (mut s, mut q) = (0.0f32, 0.0f32);
+    let mut e = tid;
+    while e < len {
+        let d = x[e].to_f32() - k0;
+        s += d;
+        q = d.mul_add(d, q);
+        e += threads;
+    }
+    let (s, rstd) = shifted_stats(s, q, len, eps, &mut partials, &mut partials2);
+    let mean = k0 + s;
+    // Each work-item walks its elements in steps of `threads`, carrying its channel and
+    // position in it (no division per element).
+    let (mut ch, mut at) = (tid / spatial.max(1), tid % spatial.max(1));
+    let mut e = tid;
+    while e < len {
+        let c = c0 + ch;
+        let w = if weight.is_empty() { 1.0 } else { weight[c].to_f32() };
+        let b = if bias.is_empty() { 0.0 } else { bias[c].to_f32() };
+        let mut v = (x[e].to_f32() - mean).mul_add(rstd * w, b);
+        if silu != 0 {
+            v /= 1.0 + FloatMath::exp(-v);
+        }
+        y[e] = T::from_f32(v);
+        e += threads;
+        at += threads;
+        while at >= spatial {
+            at -= spatial;
+            ch += 1;
+        }
+    }
+}
+
 /// [`rms_norm`](fn@rms_norm) for many rows: one wave per row (no barriers, no shared memory).
 /// Rows that fit the lanes' register tiles ([`RowTile::fits_wave`]) are read once; longer
 /// ones take one pass for the sum of squares and a second that writes (re-reading the row
@@ -541,6 +606,67 @@ mod host {
         } else {
             super::layer_norm_long::launch::<T>(dev, cfg, x, param(weight), param(bias), y, cols as u32, eps)
         }
+    }
+    /// Work-items per work-group of [`group_norm`](fn@super::group_norm): 1024 on a GPU
+    /// (a group of a Stable Diffusion UNet is 10-40 thousand elements, and there are only
+    /// `batch * groups` work-groups), 256 on the CPU executor.
+    fn group_norm_threads(dev: &Device) -> u32 {
+        if dev.is_gpu() {
+            1024
+        } else {
+            256
+        }
+    }
+
+    /// GroupNorm of the contiguous `(batch, channels, spatial)` tensor `x` into `y` (same
+    /// size), `groups` groups of `channels / groups` channels, optional per-channel weight
+    /// and bias (`channels` elements each), SiLU applied after the affine map when `silu`.
+    /// Statistics in f32 ([`group_norm`](fn@super::group_norm)). Checks every shape first:
+    /// a bad one is `InvalidArgument` and nothing runs.
+    #[allow(clippy::too_many_arguments)]
+    pub fn group_norm_rows<T: Float + ScalarArg>(
+        dev: &Device,
+        x: &(impl KernelArgSlice<T> + ?Sized),
+        weight: Option<&(dyn KernelArgSlice<T> + '_)>,
+        bias: Option<&(dyn KernelArgSlice<T> + '_)>,
+        y: &mut (impl kernel_dsl::host::KernelArgSliceMut<T> + ?Sized),
+        (channels, spatial): (usize, usize),
+        groups: usize,
+        eps: f32,
+        silu: bool,
+    ) -> Result<(), LaunchError> {
+        const K: &str = "group_norm";
+        let bad = |reason: String| LaunchError::InvalidArgument { kernel: K, reason };
+        if groups == 0 || channels % groups != 0 {
+            return Err(bad(format!("{channels} channels do not split into {groups} groups")));
+        }
+        for (name, p) in [("weight", weight), ("bias", bias)] {
+            if let Some(p) = p {
+                let n = crate::dtype::host::arg_len(p);
+                if n != channels {
+                    return Err(bad(format!("{name} has {n} elements; there are {channels} channels")));
+                }
+            }
+        }
+        let per_batch = channels.checked_mul(spatial).ok_or_else(|| bad("shape overflows usize".into()))?;
+        let n = crate::dtype::host::arg_len(x);
+        if per_batch == 0 || n % per_batch != 0 {
+            return Err(bad(format!("input of {n} elements is not a whole number of {channels} x {spatial} items")));
+        }
+        let m = crate::dtype::host::arg_len(y);
+        if m != n {
+            return Err(bad(format!("output has {m} elements, input {n}")));
+        }
+        crate::dtype::host::fits_i32(K, &[n])?;
+        check_eps(K, eps)?;
+        if n == 0 {
+            return Ok(());
+        }
+        let work_groups = n / per_batch * groups;
+        let cfg = kernel_dsl::host::LaunchConfig::new(kernel_dsl::Dim3::x(work_groups as u32), kernel_dsl::Dim3::x(group_norm_threads(dev)));
+        let none: [T; 0] = [];
+        let (w, b): (&dyn KernelArgSlice<T>, &dyn KernelArgSlice<T>) = (weight.unwrap_or(&none), bias.unwrap_or(&none));
+        super::group_norm::launch::<T>(dev, cfg, x, w, b, y, (channels / groups) as u32, spatial as u32, groups as u32, eps, silu as u32)
     }
 }
 #[cfg(not(any(target_arch = "amdgpu", target_arch = "nvptx64")))]

@@ -269,3 +269,146 @@ fn bad_conv_shapes_are_rejected() {
     assert!(bad(conv::col2im2d::<f32>(&dev, &x, (2, 1, 1, 3), (1, 1), geo(1, 1, 1), 0, &mut out)));
     assert!(dev.download(&out).unwrap().iter().all(|&v| v == 7.0));
 }
+
+/// The CPU executor in every matrix-unit mode the GEMM tests use (MFMA at wave 64; gfx11
+/// WMMA, gfx12 WMMA, mma.sync and VALU at wave 32), plus the GPUs of this build.
+fn matrix_executors() -> Vec<Device> {
+    use kernel_dsl::host::{CpuExecutor, MatrixUnit, WaveSize};
+    let mut v = vec![
+        Device::cpu_with(CpuExecutor::new(WaveSize::W64)),
+        Device::cpu_with(CpuExecutor::new(WaveSize::W32)),
+        Device::cpu_with(CpuExecutor::new(WaveSize::W32).with_matrix_unit(MatrixUnit::Wmma12)),
+        Device::cpu_with(CpuExecutor::new(WaveSize::W32).with_matrix_unit(MatrixUnit::MmaSync)),
+        Device::cpu_with(CpuExecutor::new(WaveSize::W32).with_matrix_unit(MatrixUnit::Valu)),
+    ];
+    v.extend(executors().into_iter().filter(|d| d.is_gpu()));
+    v
+}
+
+/// One implicit-GEMM convolution against the direct f64 sum (with groups and bias), the
+/// input read through a strided view (rows padded by 3, an offset of 5).
+///
+/// Tolerance: the inputs are exact in `T`; 16-bit products are exact in f32 and summed in
+/// f32 (at most `K` roundings of partial sums: `K * eps_f32 * sum |terms|`), then rounded
+/// once to `T` (`eps_T * sum |terms|`, with `sum |terms|` including the bias). f32 inputs
+/// multiply as three bf16 products (about 16 significant bits each: `2^-14 * sum |terms|`).
+#[allow(clippy::too_many_arguments)] // one convolution's whole geometry
+fn implicit_case<T: F + kernels::gemm::GemmElem + kernel_dsl::host::ScalarArg>(dev: &Device, b: usize, c: usize, (h, w): (usize, usize), c_out: usize, k: (usize, usize), g: ConvGeometry, groups: usize) {
+    use kernels::conv_implicit::{conv2d, Conv2dShape};
+    let (s3, s2) = (1, w + 3);
+    let (s1, s0) = (h * s2, c * h * s2);
+    let offset = 5;
+    let buf: Vec<T> = data(offset + b * s0 + 1, (b * 1000 + h * 10 + w + c) as u64);
+    let cg = c / groups;
+    let weight: Vec<T> = data(c_out * cg * k.0 * k.1, 77 + c_out as u64);
+    let bias: Vec<T> = data(c_out, 5);
+    let at = |bi: usize, ci: usize, y: usize, x: usize| buf[offset + bi * s0 + ci * s1 + y * s2 + x * s3];
+    let shape = Conv2dShape { batch: b, c_in: c, h, w, c_out, k_h: k.0, k_w: k.1, groups };
+    let (oh, ow) = shape.out_hw(g).unwrap();
+    let (src, dw, db) = (dev.upload(&buf).unwrap(), dev.upload(&weight).unwrap(), dev.upload(&bias).unwrap());
+    let mut out = dev.alloc::<T>(b * c_out * oh * ow).unwrap();
+    let hw = conv2d::<T>(dev, &src, [s0, s1, s2, s3], offset, &dw, Some(&db), shape, g, &mut out).unwrap();
+    assert_eq!(hw, (oh, ow));
+    let got = dev.download(&out).unwrap();
+    let what = format!("implicit conv2d {} on {} / {:?}: b{b} c{c} {h}x{w} -> {c_out} k{k:?} {g:?} groups {groups}", <T as DType>::NAME, kernel_dsl::host::Executor::name(dev), kernels::gemm::lowering_of(dev));
+    let kk = (cg * k.0 * k.1) as f64;
+    let eps = if T::EPS < 1e-6 { 2f64.powi(-14) } else { kk * f32::EPSILON as f64 + T::EPS };
+    let cog = c_out / groups;
+    for bi in 0..b {
+        for co in 0..c_out {
+            let gi = co / cog;
+            for oy in 0..oh {
+                for ox in 0..ow {
+                    let bv = bias[co].to_f64();
+                    let (mut direct, mut mag) = (bv, bv.abs());
+                    for ci in 0..cg {
+                        for ky in 0..k.0 {
+                            for kx in 0..k.1 {
+                                let y = (oy * g.stride + ky * g.dilation) as isize - g.padding as isize;
+                                let x = (ox * g.stride + kx * g.dilation) as isize - g.padding as isize;
+                                if y >= 0 && x >= 0 && (y as usize) < h && (x as usize) < w {
+                                    let t = at(bi, gi * cg + ci, y as usize, x as usize).to_f64() * weight[((co * cg + ci) * k.0 + ky) * k.1 + kx].to_f64();
+                                    direct += t;
+                                    mag += t.abs();
+                                }
+                            }
+                        }
+                    }
+                    let i = ((bi * c_out + co) * oh + oy) * ow + ox;
+                    let tol = eps * mag + 1e-30;
+                    let v = got[i].to_f64();
+                    assert!((v - direct).abs() <= tol, "{what}: output ({bi}, {co}, {oy}, {ox}): got {v}, want {direct} (tolerance {tol})");
+                }
+            }
+        }
+    }
+}
+
+fn implicit_cases<T: F + kernels::gemm::GemmElem + kernel_dsl::host::ScalarArg>() {
+    let geo = |padding, stride, dilation| ConvGeometry { padding, stride, dilation };
+    for dev in matrix_executors() {
+        // 3x3, padding 1; K = 72 (16-byte rows of weights: the chunked A copies).
+        implicit_case::<T>(&dev, 2, 8, (5, 7), 6, (3, 3), geo(1, 1, 1), 1);
+        // K = 45: weight rows not 16-byte multiples (element copies), partial K steps.
+        implicit_case::<T>(&dev, 1, 5, (6, 5), 3, (3, 3), geo(1, 1, 1), 1);
+        // Stride 2.
+        implicit_case::<T>(&dev, 1, 3, (9, 8), 4, (3, 3), geo(1, 2, 1), 1);
+        // Dilation 2, padding 2.
+        implicit_case::<T>(&dev, 1, 4, (8, 7), 3, (3, 3), geo(2, 1, 2), 1);
+        // Groups 2.
+        implicit_case::<T>(&dev, 2, 6, (6, 5), 4, (3, 3), geo(1, 1, 1), 2);
+        // 1x1 with more output channels than one M tile of the small lowerings, and a
+        // non-square kernel with no padding.
+        implicit_case::<T>(&dev, 1, 4, (3, 4), 70, (1, 1), geo(0, 1, 1), 1);
+        implicit_case::<T>(&dev, 1, 3, (5, 6), 2, (2, 3), geo(0, 1, 1), 1);
+        // More output positions than one N tile of every lowering (144 > 128).
+        implicit_case::<T>(&dev, 1, 2, (12, 12), 3, (3, 3), geo(1, 1, 1), 1);
+    }
+}
+
+#[test]
+fn implicit_conv2d_f16_matches_direct_sum_in_every_lowering() {
+    implicit_cases::<f16>();
+}
+
+#[test]
+fn implicit_conv2d_bf16_matches_direct_sum_in_every_lowering() {
+    implicit_cases::<bf16>();
+}
+
+#[test]
+fn implicit_conv2d_f32_matches_direct_sum_in_every_lowering() {
+    implicit_cases::<f32>();
+}
+
+#[test]
+fn implicit_conv2d_rejects_bad_shapes_and_writes_nothing() {
+    use kernels::conv_implicit::{conv2d, Conv2dShape};
+    let dev = Device::cpu(kernel_dsl::host::WaveSize::W64);
+    let g = ConvGeometry { padding: 1, stride: 1, dilation: 1 };
+    let s = Conv2dShape { batch: 1, c_in: 4, h: 5, w: 5, c_out: 2, k_h: 3, k_w: 3, groups: 1 };
+    let x = dev.upload(&[1.0f32; 100]).unwrap();
+    let w = dev.upload(&[1.0f32; 2 * 4 * 9]).unwrap();
+    let b3 = dev.upload(&[0.0f32; 3]).unwrap();
+    let strides = [100, 25, 5, 1];
+    let sentinel = vec![7.0f32; 50];
+    let mut y = dev.upload(&sentinel).unwrap();
+    let err = |r: Result<(usize, usize), LaunchError>| match r {
+        Err(LaunchError::InvalidArgument { reason, .. }) => reason,
+        other => panic!("expected InvalidArgument, got {other:?}"),
+    };
+    assert!(err(conv2d::<f32>(&dev, &x, strides, 0, &w, None, Conv2dShape { groups: 3, ..s }, g, &mut y)).contains("groups"));
+    assert!(err(conv2d::<f32>(&dev, &x, strides, 0, &w, None, Conv2dShape { c_out: 3, ..s }, g, &mut y)).contains("weight has"));
+    assert!(err(conv2d::<f32>(&dev, &x, strides, 0, &w, Some(&b3), s, g, &mut y)).contains("bias has 3"));
+    assert!(err(conv2d::<f32>(&dev, &x, strides, 1, &w, None, s, g, &mut y)).contains("input view"));
+    assert!(err(conv2d::<f32>(&dev, &x, strides, 0, &w, None, s, ConvGeometry { stride: 0, ..g }, &mut y)).contains("stride"));
+    assert!(err(conv2d::<f32>(&dev, &x, strides, 0, &w, None, Conv2dShape { k_h: 9, ..s }, ConvGeometry { padding: 0, ..g }, &mut y)).contains("shorter"));
+    let mut y_short = dev.upload(&[7.0f32; 49]).unwrap();
+    assert!(err(conv2d::<f32>(&dev, &x, strides, 0, &w, None, s, g, &mut y_short)).contains("output has 49"));
+    assert_eq!(dev.download(&y).unwrap(), sentinel);
+    assert_eq!(dev.download(&y_short).unwrap(), vec![7.0f32; 49]);
+    // The same arguments, corrected, run.
+    conv2d::<f32>(&dev, &x, strides, 0, &w, None, s, g, &mut y).unwrap();
+    // Centre output: all 36 taps of ones.
+    assert_eq!(dev.download(&y).unwrap()[12], 36.0);
+}

@@ -452,3 +452,82 @@ fn norms_keep_the_sign_of_zero() {
     check::<f16>();
     check::<bf16>();
 }
+
+/// GroupNorm over `(b, c, spatial)` in f64, SiLU after the affine map when `silu`.
+#[allow(clippy::too_many_arguments)]
+fn reference_group_norm(x: &[f64], w: &[f64], b: &[f64], (c, spatial): (usize, usize), groups: usize, eps: f64, silu: bool) -> Vec<f64> {
+    let len = c / groups * spatial;
+    let mut out = Vec::with_capacity(x.len());
+    for (bg, grp) in x.chunks(len).enumerate() {
+        let mean = grp.iter().sum::<f64>() / len as f64;
+        let var = grp.iter().map(|v| (v - mean) * (v - mean)).sum::<f64>() / len as f64;
+        let rstd = 1.0 / (var + eps).sqrt();
+        for (e, v) in grp.iter().enumerate() {
+            let ch = (bg % groups) * (c / groups) + e / spatial;
+            let g = if w.is_empty() { 1.0 } else { w[ch] };
+            let h = if b.is_empty() { 0.0 } else { b[ch] };
+            let y = (v - mean) * rstd * g + h;
+            out.push(if silu { y / (1.0 + (-y).exp()) } else { y });
+        }
+    }
+    out
+}
+
+fn run_group_norm<T: TestFloat>() {
+    // (batch, channels, spatial, groups): groups shorter than the work-group, spatial
+    // extents shorter than it (a work-item crosses several channels per step) and longer.
+    let shapes = [(2, 6, 35, 3), (1, 4, 300, 2), (2, 80, 16, 2), (1, 32, 1, 32), (3, 10, 64, 1)];
+    for exec in executors() {
+        for (i, &(b, c, spatial, groups)) in shapes.iter().enumerate() {
+            // Shifted inputs (mean 4, spread 1) so the centring matters.
+            let x: Vec<T> = inputs(b * c * spatial, 3.5, 4.5, 11 + i as u64, false).into_iter().map(T::from_f64).collect();
+            let w: Vec<T> = inputs(c, 0.5, 1.5, 12, false).into_iter().map(T::from_f64).collect();
+            let bias: Vec<T> = inputs(c, -1.0, 1.0, 13, false).into_iter().map(T::from_f64).collect();
+            let affine = i % 2 == 0;
+            let silu = i % 3 != 1;
+            let (dx, dw, db) = (exec.upload(&x).unwrap(), exec.upload(&w).unwrap(), exec.upload(&bias).unwrap());
+            let mut dy = exec.alloc::<T>(x.len()).unwrap();
+            let (pw, pb): (Option<&dyn kernel_dsl::host::KernelArgSlice<T>>, Option<&dyn kernel_dsl::host::KernelArgSlice<T>>) = if affine { (Some(&dw), Some(&db)) } else { (None, None) };
+            norm::group_norm_rows::<T>(&exec, &dx, pw, pb, &mut dy, (c, spatial), groups, 1e-5, silu).unwrap();
+            let y = exec.download(&dy).unwrap();
+            let f = |v: &Vec<T>| v.iter().map(|e| e.to_f64()).collect::<Vec<f64>>();
+            let (fw, fb) = if affine { (f(&w), f(&bias)) } else { (vec![], vec![]) };
+            let want = reference_group_norm(&f(&x), &fw, &fb, (c, spatial), groups, 1e-5f32 as f64, silu);
+            // Outputs are O(1..3): the f32 statistics of the shifted sums (groups of up to
+            // 800 elements, relative error well below 1e-5) carry into the absolute error.
+            assert_close_with(&y, &want, 3e-5, 2e-5, &format!("group_norm<{}> b{b} c{c} s{spatial} g{groups} affine {affine} silu {silu} on {}", T::NAME, exec.name()));
+        }
+    }
+}
+
+#[test]
+fn group_norm_all_dtypes_with_and_without_silu() {
+    run_group_norm::<f32>();
+    run_group_norm::<f16>();
+    run_group_norm::<bf16>();
+}
+
+#[test]
+fn group_norm_rejects_bad_shapes_and_writes_nothing() {
+    let exec = kernels::runtime::Device::cpu(kernel_dsl::host::WaveSize::W32);
+    let x = exec.upload(&[1.0f32, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0, 8.0, 9.0, 10.0, 11.0, 12.0]).unwrap();
+    let w3 = exec.upload(&[1.0f32; 3]).unwrap();
+    let mut y = exec.upload(&[7.0f32; 12]).unwrap();
+    let mut y10 = exec.upload(&[7.0f32; 10]).unwrap();
+    let e = |r: Result<(), kernel_dsl::host::LaunchError>| r.unwrap_err().to_string();
+    assert!(e(norm::group_norm_rows::<f32>(&exec, &x, None, None, &mut y, (4, 3), 3, 1e-5, false)).contains("groups"));
+    assert!(e(norm::group_norm_rows::<f32>(&exec, &x, Some(&w3), None, &mut y, (4, 3), 2, 1e-5, false)).contains("weight has 3"));
+    assert!(e(norm::group_norm_rows::<f32>(&exec, &x, None, None, &mut y, (5, 2), 1, 1e-5, false)).contains("whole number"));
+    assert!(e(norm::group_norm_rows::<f32>(&exec, &x, None, None, &mut y10, (4, 3), 2, 1e-5, false)).contains("output has 10"));
+    assert!(e(norm::group_norm_rows::<f32>(&exec, &x, None, None, &mut y, (4, 3), 2, -1.0, false)).contains("eps"));
+    assert_eq!(exec.download(&y).unwrap(), vec![7.0; 12], "nothing written");
+    assert_eq!(exec.download(&y10).unwrap(), vec![7.0; 10], "nothing written");
+    // Good shapes run: two groups of 1..6 and 7..12, each normalised to the same values.
+    norm::group_norm_rows::<f32>(&exec, &x, None, None, &mut y, (4, 3), 2, 0.0, false).unwrap();
+    let y = exec.download(&y).unwrap();
+    let sd = (35.0f64 / 12.0).sqrt();
+    for (i, v) in y.iter().enumerate() {
+        let want = ((i % 6) as f64 - 2.5) / sd;
+        assert!((*v as f64 - want).abs() < 1e-5, "element {i}: {v} vs {want}");
+    }
+}

@@ -11,8 +11,8 @@
 #   tests/gpu/nvidia.sh report DIR [PART...]
 #                                  # GPU machine: the tests (GPU only) and every benchmark
 #                                  # against its peer, results under DIR; PARTs (default
-#                                  # all): tests llm quantized matvec gemm attention e2e qe2e
-#                                  # engine serve sd; `nccl`: the 2-GPU collectives and
+#                                  # all): tests llm quantized matvec gemm conv attention e2e
+#                                  # qe2e engine serve sd; `nccl`: the 2-GPU collectives and
 #                                  # tensor-parallel tests (not in the default)
 #
 # `bundle` + `run` is how the project's H100 checks are made: the GPU machine has CUDA and
@@ -218,7 +218,7 @@ report() {
     # Parts to run (default: all). One `run` call has a 10-minute limit, so a session
     # splits the report over calls: `report DIR tests`, `report DIR llm quantized`, ...
     shift || true
-    local parts="${*:-tests llm quantized matvec gemm attention e2e qe2e engine serve sd}"
+    local parts="${*:-tests llm quantized matvec gemm conv attention e2e qe2e engine serve sd}"
     has() { case " $parts " in *" $1 "*) return 0 ;; *) return 1 ;; esac; }
     export CANDLE_ROCM_GPU_ONLY=1
     if has tests; then
@@ -254,6 +254,14 @@ report() {
         step bench-dense-matvec 300 "$BIN/bench-dense_matvec" --out "$out/matvec"
         step torch-dense-matvec 270 python3 "$py/torch_dense_matvec.py" --out "$out/matvec"
         step report-dense-matvec 30 python3 "$py/report_dense_matvec.py" "$out/matvec"
+    fi
+    if has conv; then
+        # 2-D convolution at the SD 1.5 layer shapes: the implicit-GEMM kernel, the im2col
+        # path it replaces, and cuDNN through PyTorch (NCHW and channels-last).
+        mkdir -p "$out/conv"
+        step bench-conv 300 "$BIN/bench-conv" --out "$out/conv"
+        step torch-conv 240 python3 "$py/torch_conv.py" --out "$out/conv"
+        step report-conv 30 python3 "$py/report_conv.py" "$out/conv"
     fi
     if has gemm; then
         step bench-gemm 240 "$BIN/bench-gemm" --out "$out/gemm"

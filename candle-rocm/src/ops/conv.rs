@@ -8,6 +8,7 @@ use crate::error::{at, invalid, unsupported};
 use candle_core::conv::{ParamsConv1D, ParamsConv2D, ParamsConvTranspose1D, ParamsConvTranspose2D};
 use candle_core::{DType, Layout, Result};
 use kernels::conv::ops::{self as kc, ConvGeometry};
+use kernels::conv_implicit::{self, Conv2dShape};
 use kernels::pool::ops::{self as kp, Nchw};
 use kernels::runtime::Device;
 
@@ -57,10 +58,91 @@ fn conv_gemm(dev: &Device, col: &Buf, kernel: &Buf, kl: &Layout, b: usize, spati
     })
 }
 
+thread_local! {
+    static IMPLICIT_ON_CPU: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// Runs `f` with the conv2d calls it issues on the CPU executor taking the implicit-GEMM
+/// kernel (emulated lane by lane, as on a GPU) instead of im2col + `matmul_simple`: tests
+/// of the GPU path without a GPU.
+pub fn with_implicit_conv_on_cpu<R>(f: impl FnOnce() -> R) -> R {
+    crate::blas::with_thread_flag(&IMPLICIT_ON_CPU, f)
+}
+
+/// `true` where conv2d takes the implicit-GEMM kernel: on a GPU (or the CPU executor
+/// inside [`with_implicit_conv_on_cpu`]), unless `CANDLE_ROCM_CONV=im2col` is set (read
+/// once; the whole process), which keeps the im2col + GEMM path (to compare the two).
+pub fn implicit_conv_allowed(dev: &Device) -> bool {
+    !im2col_forced() && (dev.is_gpu() || IMPLICIT_ON_CPU.with(|k| k.get()))
+}
+
+/// `true` with `CANDLE_ROCM_CONV=im2col` in the environment (read once): every conv2d
+/// takes im2col + GEMM, 1x1 ones included (the path before the implicit-GEMM kernel).
+fn im2col_forced() -> bool {
+    static IM2COL: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *IM2COL.get_or_init(|| std::env::var("CANDLE_ROCM_CONV").is_ok_and(|v| v == "im2col"))
+}
+
+/// A 1x1 convolution with stride 1 and no padding whose input's spatial dims are
+/// contiguous, as one batched GEMM `y[b] (c_out x hw) = W (c_out x c_in) x[b] (c_in x hw)`
+/// on the input in place (no copy, no im2col); `None` for other convolutions and dtypes.
+fn conv2d_pointwise(dev: &Device, x: &Buf, l: &Layout, kernel: &Buf, kl: &Layout, p: &ParamsConv2D) -> Result<Option<Buf>> {
+    const OP: &str = "conv2d";
+    let (dims, [s0, s1, s2, s3]) = dims4(l, OP)?;
+    let [b, c_in, h, w] = dims;
+    let spatial_contiguous = (w == 1 || s3 == 1) && (h == 1 || s2 == w);
+    if im2col_forced() || p.k_h != 1 || p.k_w != 1 || p.stride != 1 || p.padding != 0 || !spatial_contiguous || !matches!(x.dtype(), DType::F32 | DType::F16 | DType::BF16) {
+        return Ok(None);
+    }
+    let kc = contiguous_buf(dev, kernel, kl)?;
+    let kb = kc.as_ref().unwrap_or(kernel);
+    if kb.len() != p.c_out * c_in {
+        return Err(invalid(OP, format!("kernel has {} elements, {} x {c_in} expected", kb.len(), p.c_out)));
+    }
+    let hw = h * w;
+    let a = GemmOperand { data: whole(kb)?, batch: 0, row: c_in, col: 1 };
+    let bm = GemmOperand { data: x.region(l.start_offset(), x.len() - l.start_offset().min(x.len()))?, batch: s0, row: s1, col: 1 };
+    float_dispatch!(x.dtype(), OP, T => {
+        let mut out = alloc::<T>(dev, b * p.c_out * hw, OP)?;
+        gemm::<T>(dev, &a, &bm, &mut out, GemmShape { batch: b, m: p.c_out, n: hw, k: c_in })?;
+        Ok(Some(T::wrap(out)))
+    })
+}
+
+/// conv2d on the implicit-GEMM kernel (`kernels::conv_implicit`: input patches
+/// gathered on the fly, no im2col buffer) for f16/bf16; `None` for other dtypes. (The
+/// kernel takes f32 too, as three bf16 products of about 16 significant bits each; f32
+/// convolutions stay on im2col + GEMM, whose vendor BLAS keeps full f32 precision.)
+fn conv2d_implicit(dev: &Device, x: &Buf, l: &Layout, kernel: &Buf, kl: &Layout, p: &ParamsConv2D) -> Result<Option<Buf>> {
+    const OP: &str = "conv2d";
+    if !implicit_conv_allowed(dev) || !matches!(x.dtype(), DType::F16 | DType::BF16) {
+        return Ok(None);
+    }
+    let (dims, strides) = dims4(l, OP)?;
+    let [b, c_in, h, w] = dims;
+    let g = ConvGeometry { padding: p.padding, stride: p.stride, dilation: p.dilation };
+    let shape = Conv2dShape { batch: b, c_in, h, w, c_out: p.c_out, k_h: p.k_h, k_w: p.k_w, groups: 1 };
+    let (oh, ow) = shape.out_hw(g).map_err(at(OP))?;
+    let kc = contiguous_buf(dev, kernel, kl)?;
+    let kb = kc.as_ref().unwrap_or(kernel);
+    let (src, wr) = (whole(x)?, whole(kb)?);
+    float_dispatch!(x.dtype(), OP, T => {
+        let mut out = alloc::<T>(dev, b * p.c_out * oh * ow, OP)?;
+        conv_implicit::conv2d::<T>(dev, &src, strides, l.start_offset(), &wr, None, shape, g, &mut out).map_err(at(OP))?;
+        Ok(Some(T::wrap(out)))
+    })
+}
+
 pub fn conv2d(dev: &Device, x: &Buf, l: &Layout, kernel: &Buf, kl: &Layout, p: &ParamsConv2D) -> Result<Buf> {
     const OP: &str = "conv2d";
     #[cfg(feature = "rocm")]
     if let Some(y) = crate::blas::miopen::conv2d(dev, x, l, kernel, kl, p)? {
+        return Ok(y);
+    }
+    if let Some(y) = conv2d_pointwise(dev, x, l, kernel, kl, p)? {
+        return Ok(y);
+    }
+    if let Some(y) = conv2d_implicit(dev, x, l, kernel, kl, p)? {
         return Ok(y);
     }
     let (dims, strides) = dims4(l, OP)?;

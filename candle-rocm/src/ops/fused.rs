@@ -1,5 +1,5 @@
 //! candle-nn's fused ops on this project's kernels: softmax over the last dimension,
-//! sigmoid, RMSNorm, LayerNorm, and the three rotary embeddings.
+//! sigmoid, RMSNorm, LayerNorm, GroupNorm, and the three rotary embeddings.
 use super::{alloc, contiguous, contiguous_view, float_dispatch};
 use crate::buffer::Buf;
 use crate::error::{at, invalid};
@@ -55,6 +55,28 @@ pub fn fused(dev: &Device, op: FusedOp, x: &Buf, xl: &Layout, rest: &[(&Buf, &La
                 let mut y = alloc::<T>(dev, n, "layer_norm")?;
                 if n > 0 {
                     kernels::norm::layer_norm_rows(dev, xs, Some(ws), Some(bs), &mut y, cols, eps).map_err(at("layer_norm"))?;
+                }
+                Ok(crate::buffer::BufElem::wrap(y))
+            })?
+        }
+        FusedOp::GroupNorm { groups, eps } => {
+            const OP: &str = "group_norm";
+            want(2, OP)?;
+            let ((w, wl), (b, bl)) = (rest[0], rest[1]);
+            let dims = xl.dims();
+            if dims.len() < 2 {
+                return Err(invalid(OP, format!("x has shape {dims:?}; [batch, channels, ..] expected")));
+            }
+            let (c, spatial) = (dims[1], dims[2..].iter().product::<usize>());
+            float_dispatch!(x.dtype(), OP, T => {
+                let (mut k1, mut k2, mut k3) = (None::<DeviceVec<T>>, None::<DeviceVec<T>>, None::<DeviceVec<T>>);
+                let xs = contiguous::<T>(dev, x, xl, &mut k1, OP)?;
+                let ws = contiguous::<T>(dev, w, wl, &mut k2, OP)?;
+                let bs = contiguous::<T>(dev, b, bl, &mut k3, OP)?;
+                let mut y = alloc::<T>(dev, n, OP)?;
+                if n > 0 {
+                    let (w, b): (&dyn kernel_dsl::host::KernelArgSlice<T>, &dyn kernel_dsl::host::KernelArgSlice<T>) = (ws, bs);
+                    kernels::norm::group_norm_rows::<T>(dev, xs, Some(w), Some(b), &mut y, (c, spatial), groups, eps, false).map_err(at(OP))?;
                 }
                 Ok(crate::buffer::BufElem::wrap(y))
             })?

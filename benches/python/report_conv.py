@@ -1,0 +1,52 @@
+"""Merges rust_conv.json and torch_conv.json (same GPU run) into report_conv.md: TFLOP/s of
+the implicit-GEMM conv (`conv_implicit`), the im2col + GEMM path it replaces
+(`conv_im2col`), 1x1 layers as one GEMM (`conv_1x1_gemm`) and cuDNN through PyTorch (NCHW
+and channels-last), with implicit / im2col and implicit / best cuDNN.
+
+usage: report_conv.py DIR
+"""
+import json
+import os
+import sys
+
+
+def main():
+    d = sys.argv[1]
+    rows = json.load(open(f"{d}/rust_conv.json"))
+    torch_rows = json.load(open(f"{d}/torch_conv.json")) if os.path.exists(f"{d}/torch_conv.json") else []
+    by = {}
+    flops = {}
+    order = []
+    for r in rows + torch_rows:
+        key = (r["dtype"], r["layer"])
+        if key not in by:
+            by[key] = {}
+            order.append(key)
+        by[key][r["op"]] = r["us"]
+        oh = (r["h"] + 2 * r["padding"] - r["k"]) // r["stride"] + 1
+        ow = (r["w"] + 2 * r["padding"] - r["k"]) // r["stride"] + 1
+        flops[key] = 2 * r["batch"] * r["c_out"] * oh * ow * r["c_in"] * r["k"] ** 2
+    ops = ["conv_implicit", "conv_im2col", "conv_1x1_gemm", "torch_nchw", "torch_channels_last"]
+    lines = ["| dtype | layer | " + " | ".join(f"{o} TFLOP/s" for o in ops) + " | implicit / im2col | implicit / best cuDNN |",
+             "|---|---|" + "---|" * (len(ops) + 2)]
+    total = {o: 0.0 for o in ops}
+    for key in order:
+        us = by[key]
+        fl = flops[key]
+        cells = [f"{fl / us[o] / 1e6:.1f}" if o in us else "-" for o in ops]
+        for o in ops:
+            total[o] += us.get(o, 0.0)
+        imp = us.get("conv_implicit")
+        r1 = f"{us['conv_im2col'] / imp:.2f}" if imp and "conv_im2col" in us else "-"
+        cud = [us[o] for o in ("torch_nchw", "torch_channels_last") if o in us]
+        r2 = f"{min(cud) / imp:.2f}" if imp and cud else "-"
+        lines.append(f"| {key[0]} | {key[1]} | " + " | ".join(cells) + f" | {r1} | {r2} |")
+    lines.append("")
+    lines.append("Sum of per-layer times (us): " + ", ".join(f"{o} {total[o]:.0f}" for o in ops if total[o] > 0))
+    text = "\n".join(lines) + "\n"
+    open(f"{d}/report_conv.md", "w").write(text)
+    print(text)
+
+
+if __name__ == "__main__":
+    main()

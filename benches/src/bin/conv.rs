@@ -1,0 +1,172 @@
+//! 2-D convolution at the distinct layer shapes of Stable Diffusion 1.5 (UNet at 512x512,
+//! batch 2 for classifier-free guidance; VAE decoder, batch 1), f16 by default, timed with
+//! GPU events, in TFLOP/s: the implicit-GEMM kernel (`kernels::conv_implicit::conv2d`,
+//! op `conv_implicit`) against the im2col path it replaces in candle-rocm (`im2col2d` into
+//! a `(b, oh*ow, c_in*k*k)` buffer, then `kernels::gemm::matmul_strided` with the columns
+//! read transposed; op `conv_im2col`; candle-rocm runs that GEMM on cuBLAS where it
+//! loads, this bench on our GEMM kernels). 1x1 layers also as the plain GEMM candle-rocm
+//! takes for them (op `conv_1x1_gemm`). A spot check of a few outputs of each shape
+//! against f64.
+//!
+//! `conv [--out DIR] [--quick] [--dtype f16|bf16]`: writes `DIR/rust_conv.json`;
+//! `python/torch_conv.py` times `torch.nn.functional.conv2d` (cuDNN, NCHW and channels-last)
+//! on the same shapes and `python/report_conv.py` merges both.
+use benches::time;
+use half::{bf16, f16};
+use kernel_dsl::host::ScalarArg;
+use kernels::conv::ops::{im2col2d, ConvGeometry};
+use kernels::conv_implicit::{conv2d, Conv2dShape};
+use kernels::gemm::{self, Epilogue, GemmElem, GemmShape, Strides};
+use kernels::runtime::{Device, DeviceVec};
+use std::io::Write;
+
+/// `(layer, batch, c_in, h, w, c_out, kernel, stride, padding)`.
+pub type Layer = (&'static str, usize, usize, usize, usize, usize, usize, usize, usize);
+
+/// The distinct convolutions of SD 1.5's UNet (latent 64x64, batch 2) and VAE decoder
+/// (latent 64x64 to 512x512, batch 1).
+pub const LAYERS: [Layer; 27] = [
+    ("unet conv_in", 2, 4, 64, 64, 320, 3, 1, 1),
+    ("unet 320 3x3 @64", 2, 320, 64, 64, 320, 3, 1, 1),
+    ("unet 320 down s2", 2, 320, 64, 64, 320, 3, 2, 1),
+    ("unet 320->640 3x3 @32", 2, 320, 32, 32, 640, 3, 1, 1),
+    ("unet 640 3x3 @32", 2, 640, 32, 32, 640, 3, 1, 1),
+    ("unet 320->640 1x1 @32", 2, 320, 32, 32, 640, 1, 1, 0),
+    ("unet 640 down s2", 2, 640, 32, 32, 640, 3, 2, 1),
+    ("unet 640->1280 3x3 @16", 2, 640, 16, 16, 1280, 3, 1, 1),
+    ("unet 1280 3x3 @16", 2, 1280, 16, 16, 1280, 3, 1, 1),
+    ("unet 1280 down s2", 2, 1280, 16, 16, 1280, 3, 2, 1),
+    ("unet 1280 3x3 @8", 2, 1280, 8, 8, 1280, 3, 1, 1),
+    ("unet 2560->1280 3x3 @8", 2, 2560, 8, 8, 1280, 3, 1, 1),
+    ("unet 2560->1280 3x3 @16", 2, 2560, 16, 16, 1280, 3, 1, 1),
+    ("unet 1920->1280 3x3 @16", 2, 1920, 16, 16, 1280, 3, 1, 1),
+    ("unet 1920->640 3x3 @32", 2, 1920, 32, 32, 640, 3, 1, 1),
+    ("unet 1280->640 3x3 @32", 2, 1280, 32, 32, 640, 3, 1, 1),
+    ("unet 960->640 3x3 @32", 2, 960, 32, 32, 640, 3, 1, 1),
+    ("unet 960->320 3x3 @64", 2, 960, 64, 64, 320, 3, 1, 1),
+    ("unet 640->320 3x3 @64", 2, 640, 64, 64, 320, 3, 1, 1),
+    ("unet 2560->1280 1x1 @16", 2, 2560, 16, 16, 1280, 1, 1, 0),
+    ("unet 320 1x1 @64 (proj)", 2, 320, 64, 64, 320, 1, 1, 0),
+    ("unet conv_out", 2, 320, 64, 64, 4, 3, 1, 1),
+    ("vae 512 3x3 @64", 1, 512, 64, 64, 512, 3, 1, 1),
+    ("vae 512 3x3 @128", 1, 512, 128, 128, 512, 3, 1, 1),
+    ("vae 512->256 3x3 @256", 1, 512, 256, 256, 256, 3, 1, 1),
+    ("vae 256 3x3 @256", 1, 256, 256, 256, 256, 3, 1, 1),
+    ("vae 128 3x3 @512", 1, 128, 512, 512, 128, 3, 1, 1),
+];
+
+fn data<T: GemmElem>(n: usize, seed: u64) -> Vec<T> {
+    let mut s = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+    (0..n)
+        .map(|_| {
+            s ^= s << 13;
+            s ^= s >> 7;
+            s ^= s << 17;
+            T::from_f32(((s >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0)
+        })
+        .collect()
+}
+
+struct Row {
+    op: &'static str,
+    layer: &'static str,
+    dtype: &'static str,
+    shape: [usize; 8],
+    us: f64,
+}
+
+fn run<T: GemmElem + ScalarArg + kernels::dtype::host::DType>(dev: &Device, l: Layer, out: &mut Vec<Row>) {
+    let (layer, b, c_in, h, w, c_out, k, stride, padding) = l;
+    let g = ConvGeometry { padding, stride, dilation: 1 };
+    let s = Conv2dShape { batch: b, c_in, h, w, c_out, k_h: k, k_w: k, groups: 1 };
+    let (oh, ow) = s.out_hw(g).unwrap();
+    let (x, wt) = (data::<T>(b * c_in * h * w, 1), data::<T>(c_out * c_in * k * k, 2));
+    let (dx, dw) = (dev.upload(&x).unwrap(), dev.upload(&wt).unwrap());
+    let mut dy: DeviceVec<T> = dev.alloc(b * c_out * oh * ow).unwrap();
+    let flops = 2 * b * c_out * oh * ow * c_in * k * k;
+    let strides = [c_in * h * w, h * w, w, 1];
+    let kk = c_in * k * k;
+    let hw = oh * ow;
+    let shape = [b, c_in, h, w, c_out, k, stride, padding];
+    let mut record = |op: &'static str, us: f64, y: &[T]| {
+        // Spot check: three outputs against f64.
+        for (bi, co, p) in [(0, 0, 0), (b - 1, c_out - 1, hw - 1), (b / 2, c_out / 3, hw / 2)] {
+            let (oy, ox) = (p / ow, p % ow);
+            let (mut want, mut mag) = (0f64, 0f64);
+            for ci in 0..c_in {
+                for ky in 0..k {
+                    for kx in 0..k {
+                        let (iy, ix) = ((oy * stride + ky) as isize - padding as isize, (ox * stride + kx) as isize - padding as isize);
+                        if iy >= 0 && ix >= 0 && (iy as usize) < h && (ix as usize) < w {
+                            let t = x[((bi * c_in + ci) * h + iy as usize) * w + ix as usize].to_f32() as f64 * wt[((co * c_in + ci) * k + ky) * k + kx].to_f32() as f64;
+                            want += t;
+                            mag += t.abs();
+                        }
+                    }
+                }
+            }
+            let got = y[(bi * c_out + co) * hw + p].to_f32() as f64;
+            assert!((got - want).abs() <= 1e-2 * want.abs() + 1e-3 * mag + 1e-3, "{op} {layer} {}: y[{bi}, {co}, {p}] = {got}, want {want}", <T as kernels::dtype::host::DType>::NAME);
+        }
+        let tflops = flops as f64 / (us * 1e-6) / 1e12;
+        eprintln!("{op:<14} {:<5} {layer:<26} {us:>10.1} us {tflops:>7.1} TFLOP/s", <T as kernels::dtype::host::DType>::NAME);
+        out.push(Row { op, layer, dtype: <T as kernels::dtype::host::DType>::NAME, shape, us });
+    };
+    let mut implicit = || {
+        conv2d::<T>(dev, &dx, strides, 0, &dw, None, s, g, &mut dy).unwrap();
+    };
+    let us = time(dev, flops, &mut implicit);
+    record("conv_implicit", us, &dev.download(&dy).unwrap());
+
+    let mut cols: DeviceVec<T> = dev.alloc(b * hw * kk).unwrap();
+    let epi = Epilogue::default();
+    let mut im2col = || {
+        im2col2d::<T>(dev, &dx, [b, c_in, h, w], strides, 0, (k, k), g, &mut cols).unwrap();
+        let a_s = Strides { batch: 0, row: kk, col: 1 };
+        let b_s = Strides { batch: hw * kk, row: 1, col: kk };
+        gemm::matmul_strided::<T>(dev, GemmShape { batch: b, m: c_out, n: hw, k: kk }, &dw, a_s, &cols, b_s, &mut dy, hw, c_out * hw, &epi).unwrap();
+    };
+    let us = time(dev, flops, &mut im2col);
+    record("conv_im2col", us, &dev.download(&dy).unwrap());
+    drop(cols);
+
+    if k == 1 && stride == 1 && padding == 0 {
+        let mut pointwise = || {
+            let a_s = Strides { batch: 0, row: c_in, col: 1 };
+            let b_s = Strides { batch: c_in * hw, row: hw, col: 1 };
+            gemm::matmul_strided::<T>(dev, GemmShape { batch: b, m: c_out, n: hw, k: c_in }, &dw, a_s, &dx, b_s, &mut dy, hw, c_out * hw, &epi).unwrap();
+        };
+        let us = time(dev, flops, &mut pointwise);
+        record("conv_1x1_gemm", us, &dev.download(&dy).unwrap());
+    }
+}
+
+fn main() {
+    let args: Vec<String> = std::env::args().collect();
+    let out_dir = args.iter().position(|a| a == "--out").and_then(|i| args.get(i + 1)).cloned().unwrap_or_else(|| ".".into());
+    let quick = args.iter().any(|a| a == "--quick");
+    let dtype = args.iter().position(|a| a == "--dtype").and_then(|i| args.get(i + 1)).cloned().unwrap_or_else(|| "f16".into());
+    let Some(dev) = benches::gpu() else { return };
+    let mut rows = Vec::new();
+    let layers: Vec<Layer> = if quick { LAYERS.iter().copied().filter(|l| l.0.starts_with("unet 320")).collect() } else { LAYERS.to_vec() };
+    for l in layers {
+        match dtype.as_str() {
+            "bf16" => run::<bf16>(&dev, l, &mut rows),
+            _ => run::<f16>(&dev, l, &mut rows),
+        }
+    }
+    let json: Vec<String> = rows
+        .iter()
+        .map(|r| {
+            let [b, c_in, h, w, c_out, k, stride, padding] = r.shape;
+            format!(
+                "{{\"op\":\"{}\",\"layer\":\"{}\",\"dtype\":\"{}\",\"batch\":{b},\"c_in\":{c_in},\"h\":{h},\"w\":{w},\"c_out\":{c_out},\"k\":{k},\"stride\":{stride},\"padding\":{padding},\"us\":{:.3}}}",
+                r.op, r.layer, r.dtype, r.us
+            )
+        })
+        .collect();
+    std::fs::create_dir_all(&out_dir).unwrap();
+    let path = format!("{out_dir}/rust_conv.json");
+    std::fs::File::create(&path).unwrap().write_all(format!("[\n{}\n]\n", json.join(",\n")).as_bytes()).unwrap();
+    println!("wrote {path}");
+}

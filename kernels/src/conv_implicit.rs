@@ -1,0 +1,352 @@
+//! Implicit-GEMM 2-D convolution on the matrix units: NCHW input, `(c_out, c_in / groups,
+//! k_h, k_w)` weights, stride, padding, dilation and groups, bias fused in the epilogue,
+//! f32/f16/bf16 in and out with f32 accumulation. No im2col buffer: the GEMM's B tile is
+//! gathered from the input on the fly.
+//!
+//! Per batch entry `b` and group `g` (grid z), the convolution is the product
+//! `Y (c_out/groups x oh*ow) = W_g (c_out/groups x K) * X_cols (K x oh*ow)` with
+//! `K = c_in/groups * k_h * k_w`: A is the group's rows of the (contiguous) weights, moved
+//! as [`gemm_tiled`](fn@crate::gemm::gemm_tiled) moves a row-major A (16-byte chunks where the
+//! copies are asynchronous and the rows aligned, else element by element); B's element
+//! `(k, n)`, `k = (ci, ky, kx)`, `n = (oy, ox)`, is `x[b, g*c_in/groups + ci, oy*stride +
+//! ky*dilation - pad, ox*stride + kx*dilation - pad]` (zero in the padding), gathered
+//! element by element into the shared tile, each work-item on one output position `n`
+//! for the whole K loop (so consecutive work-items read consecutive `ox`), stepping its
+//! window position `(ci, ky, kx)` along K without divisions. The products
+//! are those of `gemm_tiled` (same tiles per lowering, `mma_k16` / `mma_k32` /
+//! `f32_k16_valu` on padded shared tiles), through two shared buffers: K step `s + 1` is
+//! copied while step `s` multiplies.
+//!
+//! 32-bit index arithmetic (the launcher checks that every tensor has fewer than 2^31
+//! elements).
+use crate::dtype::divmod32;
+use crate::each;
+use crate::gemm::{block_threads, block_tile, chunked, copy_elems, f32_k16_valu, mma_k16, mma_k32, wave_frags, waves, Chunks, GemmElem, MAX_F, PAD};
+use kernel_dsl::hint::opaque_u32;
+use kernel_dsl::mma::{self, FragA, FragB, FragC, Lowering, SharedAddr};
+use kernel_dsl::prelude::*;
+
+/// Shared-memory buffers of the conv pipeline.
+const CONV_STAGES: usize = 2;
+
+/// Row strides, in elements, of the conv's A and B tiles (padded, never swizzled).
+pub const fn conv_tile_lds<T: GemmElem>(low: Lowering) -> (usize, usize) {
+    let (_, bn, bk) = block_tile::<T>(low);
+    (bk + PAD, bn + PAD)
+}
+
+/// Shared-memory elements (of `T`) one [`conv2d_implicit`](fn@conv2d_implicit) launch needs.
+pub const fn conv_smem_elems<T: GemmElem>(low: Lowering) -> usize {
+    let (bm, _, bk) = block_tile::<T>(low);
+    let (lda, ldb) = conv_tile_lds::<T>(low);
+    CONV_STAGES * (bm * lda + bk * ldb)
+}
+
+/// Entries of the `geom` argument of [`conv2d_implicit`](fn@conv2d_implicit).
+pub const CONV_GEOM: usize = 17;
+
+/// `y (batch, c_out, oh, ow) = conv2d(x, w) + bias`, `bias` (empty: none) per output
+/// channel. `geom` = `[c_in/groups, h, w, k_h, k_w, oh, ow, stride, pad, dilation,
+/// c_out/groups, groups, s0, s1, s2, s3, offset]`: input element `(b, c, y, x)` at `offset
+/// + b*s0 + c*s1 + y*s2 + x*s3`; `w` contiguous, `y` contiguous. Grid: x the tiles of
+/// `oh*ow` ([`block_tile`]'s BN), y the tiles of `c_out/groups` (BM), z `batch * groups`.
+/// Launch with [`conv2d`] (it checks everything).
+#[amdgpu_kernel(T = [f32, f16, bf16], max_threads = 256)]
+#[inline(always)]
+pub fn conv2d_implicit<T: GemmElem>(x: &[T], w: &[T], bias: &[T], y: &mut [T], geom: &[u32], smem: SharedDyn<T>) {
+    let low = mma::lowering();
+    let (fm, fn_) = wave_frags::<T>(low);
+    let (bm, bn, bk) = block_tile::<T>(low);
+    let (lda, ldb) = conv_tile_lds::<T>(low);
+    let a_tile = bm * lda;
+    let stage = a_tile + bk * ldb;
+    if smem.len() < conv_smem_elems::<T>(low) {
+        panic!("conv2d_implicit: shared memory too small for the pipeline");
+    }
+    let g = &geom[..CONV_GEOM];
+    let (cin, h, wd, kh, kw, oh, ow) = (g[0], g[1], g[2], g[3], g[4], g[5], g[6]);
+    let (st, pad, dil, m, groups) = (g[7], g[8], g[9], g[10], g[11]);
+    let (s0, s1, s2, s3, off) = (g[12], g[13], g[14], g[15], g[16]);
+    let taps = kh * kw;
+    let k = cin * taps;
+    let n = oh * ow;
+    let batch = grid_dim_z() / groups.max(1);
+    // One uniform check that every element the launch touches lies in its buffer (the
+    // launcher's checks, again), so the loops index without per-element checks.
+    let x_last = off + (batch - 1) * s0 + (groups * cin - 1) * s1 + (h - 1) * s2 + (wd - 1) * s3;
+    if groups == 0
+        || cin == 0
+        || taps == 0
+        || (x_last as usize) >= x.len()
+        || (groups * m * k) as usize > w.len()
+        || (batch * groups * m * n) as usize > y.len()
+        || !(bias.is_empty() || bias.len() >= (groups * m) as usize)
+    {
+        panic!("conv2d_implicit: a buffer is shorter than the geometry needs");
+    }
+    let (bi, gi) = divmod32(block_idx_z(), groups);
+    let (m0, n0) = (block_idx_y() as usize * bm, block_idx_x() as usize * bn);
+    let (m, n, k) = (m as usize, n as usize, k as usize);
+    let wave = flat_thread_idx() as usize / wave::size() as usize;
+    let (wy, wx) = (wave / waves(low).1, wave % waves(low).1);
+    let rows_a = m.saturating_sub(m0);
+    let a_base = (gi as usize * m + m0) * k;
+    let chunks_here = mma::copy::is_async() || cfg!(not(any(target_arch = "amdgpu", target_arch = "nvptx64")));
+    let a_plan = if chunks_here && chunked(w, a_base, k, 1, 0) { Chunks::new::<T>((bm, bk), k, lda, false) } else { None };
+
+    // This work-item's output position: column `nc` of the B tile, for the whole K loop;
+    // its rows are `kr0, kr0 + rstep, ..`.
+    let (tid, threads) = (flat_thread_idx() as usize, block_threads());
+    let (nc, kr0, rstep) = (tid % bn, tid / bn, threads / bn);
+    let col_n = n0 + nc;
+    let col_ok = col_n < n;
+    let (oy, ox) = divmod32(col_n as u32, ow);
+    // Window origin (wrapping below zero: the unsigned compares below reject it).
+    let (iy0, ix0) = ((oy * st).wrapping_sub(pad), (ox * st).wrapping_sub(pad));
+    let x_base = off + bi * s0 + gi * cin * s1;
+    let xp = x.as_ptr();
+
+    let size = core::mem::size_of::<T>();
+    let smem_ptr = smem.as_ptr();
+    let smem_at = SharedAddr::new(smem_ptr);
+    let stage_bytes = stage * size;
+    let steps = k.div_ceil(bk);
+    let mut acc = [[FragC::<f32>::zero(); MAX_F]; MAX_F];
+
+    // Copies K step `step` into the buffer at byte offset `at` (one commit group).
+    let load = |step: usize, at: usize| {
+        let k0 = step * bk;
+        let buf_a = smem_at.add(at);
+        let elems_a = (smem_ptr as *mut u8).wrapping_add(at) as *mut T;
+        // SAFETY (A): every buffer fits in `smem` (checked above), every valid element of
+        // the weights lies in `w` (checked above), and `chunked` checked the alignment.
+        match a_plan {
+            Some(p) if m0 + bm <= m && k0 + bk <= k => unsafe { p.copy_whole(w.as_ptr().wrapping_add(a_base + k0 + p.src0), buf_a) },
+            Some(p) => unsafe { p.copy_edge(w, a_base + k0, (rows_a, k - k0), buf_a) },
+            None => copy_elems(w, a_base + k0, (k, 1), (rows_a, k - k0), (bm, bk), elems_a, lda, false),
+        }
+        let elems_b = elems_a.wrapping_add(a_tile);
+        // This work-item's first row of the step as (ci, ky, kx): two divisions per step;
+        // each next row (`rstep` further along K) steps the window position forward with
+        // compares, not divisions.
+        let mut kg = (k0 + kr0) as u32;
+        let (mut ci, t) = divmod32(kg, taps);
+        let (mut ky, mut kx) = divmod32(t, kw);
+        let rs = rstep as u32;
+        let mut kr = kr0;
+        while kr < bk {
+            let mut v = T::ZERO;
+            if col_ok && (kg as usize) < k {
+                let (iy, ix) = (iy0.wrapping_add(ky * dil), ix0.wrapping_add(kx * dil));
+                if iy < h && ix < wd {
+                    // SAFETY: (bi, gi*cin + ci, iy, ix) is an element of the input view,
+                    // which lies in `x` (checked above).
+                    v = unsafe { *xp.add((x_base + ci * s1 + iy * s2 + ix * s3) as usize) };
+                }
+            }
+            // SAFETY: (kr, nc) lies in the B tile of this buffer.
+            unsafe { *elems_b.add(kr * ldb + nc) = v };
+            kr += rstep;
+            kg += rs;
+            kx += rs;
+            while kx >= kw {
+                kx -= kw;
+                ky += 1;
+            }
+            while ky >= kh {
+                ky -= kh;
+                ci += 1;
+            }
+        }
+        mma::copy::commit();
+    };
+
+    let a_lane = ((wy * fm * 16) * lda + FragA::<T::Frag>::lane_offset(lda)) * size;
+    let b_lane = (a_tile + wx * fn_ * 16 + FragB::<T::Frag>::lane_offset(ldb)) * size;
+    if steps > 0 {
+        load(0, 0);
+    }
+    let mut read = 0;
+    let mut step = 0;
+    while step < steps {
+        // This step's copies are done (the only group pending), and every wave is past
+        // the previous step's products, so the other buffer is free for the next step.
+        mma::copy::wait_groups(0);
+        barrier();
+        let fill = if read == 0 { stage_bytes } else { 0 };
+        if step + 1 < steps {
+            load(step + 1, fill);
+        }
+        // SAFETY: the buffer at `read` lies in `smem`.
+        let sa_ptr = unsafe { (smem_ptr as *const u8).add(read) } as *const T;
+        // SAFETY: as above.
+        let sb_ptr = unsafe { sa_ptr.add(a_tile) };
+        let (sa_lane, sb_lane) = (smem_at.add(read + a_lane), smem_at.add(read + b_lane));
+        each!(kk in [0, 1, 2, 3] {
+            if kk < bk / 16 {
+                if T::SPLIT && low == Lowering::Valu {
+                    f32_k16_valu::<T>(&mut acc, (fm, fn_), (sa_ptr, sb_ptr), (lda, ldb), (wy, wx), kk);
+                } else if !T::SPLIT && mma::pairs_k::<T::Frag>() && (bk / 16) % 2 == 0 {
+                    if kk % 2 == 0 {
+                        mma_k32::<T>(&mut acc, (fm, fn_), (sa_lane, sb_lane), (lda, ldb), kk);
+                    }
+                } else {
+                    mma_k16::<T>(&mut acc, (fm, fn_), (sa_ptr, sb_ptr), (sa_lane, sb_lane), (lda, ldb), (wy, wx), kk);
+                }
+            }
+        });
+        read = fill;
+        step += 1;
+    }
+
+    // Epilogue: straight from the accumulators, bias per output channel (row).
+    let has_bias = !bias.is_empty();
+    let (m0, n0) = (opaque_u32(block_idx_y()) as usize * bm, opaque_u32(block_idx_x()) as usize * bn);
+    let (bi, gi) = divmod32(opaque_u32(block_idx_z()), groups);
+    let ch0 = gi as usize * m;
+    let y_ptr = y.as_mut_ptr();
+    let y_base = (bi as usize * groups as usize * m + ch0) * n;
+    each!(i in [0, 1, 2, 3] {
+        each!(j in [0, 1, 2, 3] {
+            if i < fm && j < fn_ {
+                let (row0, col0) = (m0 + (wy * fm + i) * 16, n0 + (wx * fn_ + j) * 16);
+                acc[i][j].for_each(|r, cc, v| {
+                    let (row, col) = (row0 + r, col0 + cc);
+                    if row < m && col < n {
+                        let mut v = v;
+                        // SAFETY: row < m, col < n: inside `y` and `bias` (checked above).
+                        unsafe {
+                            if has_bias {
+                                v += bias.get_unchecked(ch0 + row).to_f32();
+                            }
+                            *y_ptr.add(y_base + row * n + col) = T::from_f32(v);
+                        }
+                    }
+                });
+            }
+        });
+    });
+}
+
+/// Checked launches.
+#[cfg(not(any(target_arch = "amdgpu", target_arch = "nvptx64")))]
+pub mod host {
+    use super::{conv2d_implicit, conv_smem_elems, CONV_GEOM};
+    use crate::conv::ops::{conv_out_len, ConvGeometry};
+    use crate::dtype::host::{arg_len, fits_i32, invalid, product};
+    use crate::gemm::{block_tile, lowering_of, work_group_size, GemmElem};
+    use crate::runtime::Device;
+    use kernel_dsl::host::{KernelArgSlice, KernelArgSliceMut, LaunchConfig, LaunchError, ScalarArg};
+    use kernel_dsl::Dim3;
+
+    const K: &str = "conv2d_implicit";
+
+    /// Sizes of one 2-D convolution (Candle's `ParamsConv2D` plus groups).
+    #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+    pub struct Conv2dShape {
+        /// Batch entries.
+        pub batch: usize,
+        /// Input channels (all groups).
+        pub c_in: usize,
+        /// Input height and width.
+        pub h: usize,
+        /// Input width.
+        pub w: usize,
+        /// Output channels (all groups).
+        pub c_out: usize,
+        /// Kernel height.
+        pub k_h: usize,
+        /// Kernel width.
+        pub k_w: usize,
+        /// Channel groups (1: a dense convolution); divides `c_in` and `c_out`.
+        pub groups: usize,
+    }
+
+    impl Conv2dShape {
+        /// `(oh, ow)` under `g`, or an error when the dilated kernel does not fit.
+        pub fn out_hw(&self, g: ConvGeometry) -> Result<(usize, usize), LaunchError> {
+            Ok((conv_out_len(self.h, self.k_h, g)?, conv_out_len(self.w, self.k_w, g)?))
+        }
+    }
+
+    /// `y = conv2d(x, weight) + bias` on the matrix units of `dev` without an im2col
+    /// buffer ([`conv2d_implicit`](fn@super::conv2d_implicit)). `x` is the `(batch, c_in,
+    /// h, w)` view at `offset + b*s0 + c*s1 + y*s2 + x*s3` (`strides = [s0, s1, s2,
+    /// s3]`, any strides) of its buffer; `weight` contiguous `(c_out, c_in/groups, k_h,
+    /// k_w)`; `bias` `c_out` elements; `y` contiguous `(batch, c_out, oh, ow)`. Returns
+    /// `(oh, ow)`. Checks every size first: a bad one is `InvalidArgument` and nothing
+    /// runs.
+    #[allow(clippy::too_many_arguments)]
+    pub fn conv2d<T: GemmElem + ScalarArg>(
+        dev: &Device,
+        x: &(impl KernelArgSlice<T> + ?Sized),
+        strides: [usize; 4],
+        offset: usize,
+        weight: &(impl KernelArgSlice<T> + ?Sized),
+        bias: Option<&(dyn KernelArgSlice<T> + '_)>,
+        s: Conv2dShape,
+        g: ConvGeometry,
+        y: &mut (impl KernelArgSliceMut<T> + ?Sized),
+    ) -> Result<(usize, usize), LaunchError> {
+        let Conv2dShape { batch, c_in, h, w, c_out, k_h, k_w, groups } = s;
+        if groups == 0 || c_in % groups != 0 || c_out % groups != 0 || c_in == 0 {
+            return Err(invalid(K, format!("{c_in} input and {c_out} output channels do not split into {groups} groups")));
+        }
+        let (oh, ow) = s.out_hw(g)?;
+        let (cin_g, m) = (c_in / groups, c_out / groups);
+        let n_w = product(K, &[c_out, cin_g, k_h, k_w])?;
+        if arg_len(weight) != n_w {
+            return Err(invalid(K, format!("weight has {} elements; ({c_out}, {cin_g}, {k_h}, {k_w}) needs {n_w}", arg_len(weight))));
+        }
+        let n_y = product(K, &[batch, c_out, oh, ow])?;
+        if arg_len(y) != n_y {
+            return Err(invalid(K, format!("output has {} elements; ({batch}, {c_out}, {oh}, {ow}) needs {n_y}", arg_len(y))));
+        }
+        if let Some(b) = bias {
+            if arg_len(b) != c_out {
+                return Err(invalid(K, format!("bias has {} elements; there are {c_out} output channels", arg_len(b))));
+            }
+        }
+        let n_x = product(K, &[batch, c_in, h, w])?;
+        let last = if n_x == 0 {
+            0
+        } else {
+            [(batch, strides[0]), (c_in, strides[1]), (h, strides[2]), (w, strides[3])]
+                .iter()
+                .try_fold(offset, |a, &(d, st)| (d - 1).checked_mul(st).and_then(|o| a.checked_add(o)))
+                .ok_or_else(|| invalid(K, "input offsets overflow usize".into()))?
+        };
+        if n_x == 0 && n_y > 0 {
+            return Err(invalid(K, format!("empty input ({batch}, {c_in}, {h}, {w}) for a non-empty output")));
+        }
+        if n_x > 0 && last >= arg_len(x) {
+            return Err(invalid(K, format!("input view reaches element {last} of a buffer of {}", arg_len(x))));
+        }
+        // 32-bit indexing inside (every index below 2^31, so sums of two stay below 2^32).
+        let pad_span = g.padding.saturating_mul(2).saturating_add(h.max(w));
+        fits_i32(K, &[n_y, n_w, last, arg_len(x), pad_span, oh.saturating_mul(g.stride).saturating_add(k_h.max(k_w).saturating_mul(g.dilation))])?;
+        if n_y == 0 {
+            return Ok((oh, ow));
+        }
+        let low = lowering_of(dev);
+        let (bm, bn, _) = block_tile::<T>(low);
+        let (gx, gy, gz) = ((oh * ow).div_ceil(bn), m.div_ceil(bm), batch * groups);
+        if gy > 65535 || gz > 65535 {
+            return Err(invalid(K, format!("{m} channels per group or {gz} batch x groups exceed the 65535 grid limit")));
+        }
+        let u = |v: usize| v as u32;
+        let geom: [u32; CONV_GEOM] = [
+            u(cin_g), u(h), u(w), u(k_h), u(k_w), u(oh), u(ow), u(g.stride), u(g.padding), u(g.dilation), u(m), u(groups),
+            u(strides[0]), u(strides[1]), u(strides[2]), u(strides[3]), u(offset),
+        ];
+        let geom = dev.upload(&geom)?;
+        let none: [T; 0] = [];
+        let bias: &dyn KernelArgSlice<T> = bias.unwrap_or(&none);
+        let cfg = LaunchConfig::new(Dim3::new(gx as u32, gy as u32, gz as u32), Dim3::x(work_group_size(low) as u32))
+            .with_dynamic_shared(conv_smem_elems::<T>(low));
+        conv2d_implicit::launch::<T>(dev, cfg, x, weight, bias, y, &geom)?;
+        Ok((oh, ow))
+    }
+}
+#[cfg(not(any(target_arch = "amdgpu", target_arch = "nvptx64")))]
+pub use host::*;
