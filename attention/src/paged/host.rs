@@ -114,7 +114,7 @@ fn resident_estimate(dev: &Device, low: Lowering, d: usize, smem: usize, waves: 
     Some(sms * by_smem.min(by_regs).min(32).min(48 / waves).max(1))
 }
 
-/// Registers per work-item [`resident_estimate`] assumes for the `MmaSync` instance of
+/// Registers per work-item `resident_estimate` assumes for the `MmaSync` instance of
 /// head dimension `d`: the most `ptxas -arch=sm_90a` of CUDA 13.0 (the compiler the CUDA 13.0
 /// driver JIT-compiles our PTX with) gives the f16 and bf16 instances (hd64 150, hd80 167,
 /// hd96 180, hd128 194, hd256 208), rounded up to the allocation unit of 8. On the low
