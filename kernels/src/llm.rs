@@ -733,7 +733,7 @@ pub fn dense_matvec_wave<T: Float, R: MatvecRows>(
 }
 
 /// [`dense_matvec`](fn@dense_matvec) for 16-bit weights on NVIDIA's matrix units
-/// ([`matvec_mma`]): the same arguments and launch shape (`team` sets the rows per
+/// (`matvec_mma`): the same arguments and launch shape (`team` sets the rows per
 /// work-group), any batch up to 8 in one launch, `cols` a multiple of [`CHUNK`] and `w`,
 /// `x` on 16 bytes (else nothing is written; the launcher checks). A kernel of its own so
 /// that its register count (and so the work-groups in flight per multiprocessor) is not
