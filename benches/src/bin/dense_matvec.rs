@@ -15,7 +15,7 @@
 //! the same way and `python/report_dense_matvec.py` merges both into a CSV.
 use benches::{cold_copies, copy, time};
 use half::{bf16, f16};
-use kernel_dsl::host::ScalarArg;
+use kernel_dsl::host::{Executor, ScalarArg};
 use kernel_dsl::Float;
 use kernels::llm::ops;
 use kernels::runtime::{Device, DeviceVec};
@@ -62,6 +62,18 @@ fn run<T: Float + ScalarArg>(dev: &Device, name: &str, shapes: &[(usize, usize)]
             });
             let hot = time(dev, wbytes, || ops::dense_matvec(dev, &ws[0], &x, None, &mut y, rows, cols, batch).unwrap());
             let gbps = moved as f64 / (us * 1e-6) / 1e9;
+            // The tensor-core kernel that `dense_matvec` takes on NVIDIA for 2..8 rows, at
+            // this batch too (one row takes the wave kernel): the routing's evidence.
+            if batch == 1 && cols % 8 == 0 && dev.name().starts_with("cuda") {
+                let team = kernels::llm::matvec_team(rows, cols);
+                let mut turn = 0;
+                let mma = time(dev, wbytes, || {
+                    turn += 1;
+                    ops::dense_matvec_mma(dev, &ws[turn % ws.len()], &x, None, &mut y, rows, cols, batch, team).unwrap()
+                });
+                let g = moved as f64 / (mma * 1e-6) / 1e9;
+                eprintln!("{name:>4} {rows:>6}x{cols:<6} b{batch}: tensor-core path {mma:8.2} us {g:6.0} GB/s ({:5.1}% of copy)", 100.0 * g / copy_gbps);
+            }
             eprintln!("{name:>4} {rows:>6}x{cols:<6} b{batch}: {us:8.2} us {gbps:6.0} GB/s ({:5.1}% of copy) | hot {hot:8.2} us", 100.0 * gbps / copy_gbps);
             lines.push(format!(
                 "{{\"dtype\":\"{name}\",\"rows\":{rows},\"cols\":{cols},\"batch\":{batch},\"weight_bytes\":{wbytes},\"moved\":{moved},\"us\":{us:.3},\"gbps\":{gbps:.1},\"pct_of_copy\":{:.2},\"us_hot\":{hot:.3},\"copies\":{},\"copy_gbps\":{copy_gbps:.1}}}",

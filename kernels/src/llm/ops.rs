@@ -137,10 +137,13 @@ pub fn dense_matvec_team<T: Float + ScalarArg>(
     if rows == 0 {
         return Ok(());
     }
-    if matches!(exec.memory(), MemLocation::Device { backend: "cuda", .. }) && mma_fits::<T>(w, x, cols) {
+    let cuda = matches!(exec.memory(), MemLocation::Device { backend: "cuda", .. });
+    if cuda && batch > 1 && mma_fits::<T>(w, x, cols) {
         return launch_mma(exec, cfg, w, x, bias, y, rows, cols, batch, team);
     }
-    if is_rocm(exec) {
+    // One row on NVIDIA: the wave kernel streams the weights faster than the tensor-core
+    // path, which pays its fragment shuffles for a single useful row (benches/results).
+    if is_rocm(exec) || (cuda && batch == 1) {
         return launch_wave(exec, w, x, bias, y, rows, cols, batch, tile.min(4));
     }
     let bias: &(dyn KernelArgSlice<T> + '_) = bias.unwrap_or(&[] as &[T; 0]);
