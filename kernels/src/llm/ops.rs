@@ -147,18 +147,34 @@ pub fn dense_matvec_team<T: Float + ScalarArg>(
         return launch_wave(exec, w, x, bias, y, rows, cols, batch, tile.min(4));
     }
     let bias: &(dyn KernelArgSlice<T> + '_) = bias.unwrap_or(&[] as &[T; 0]);
+    per_batch_tile::<T>(x, y, rows, cols, batch, tile, |x_t, y_t, nb| match nb.next_power_of_two() {
+        1 => super::dense_matvec::launch::<T, Rows1>(exec, cfg, w, x_t, bias, y_t, rows, cols, nb, team),
+        2 => super::dense_matvec::launch::<T, Rows2>(exec, cfg, w, x_t, bias, y_t, rows, cols, nb, team),
+        4 => super::dense_matvec::launch::<T, Rows4>(exec, cfg, w, x_t, bias, y_t, rows, cols, nb, team),
+        _ => super::dense_matvec::launch::<T, Rows8>(exec, cfg, w, x_t, bias, y_t, rows, cols, nb, team),
+    })
+}
+
+/// Calls `launch(x_t, y_t, nb)` for each tile of at most `tile` consecutive activation rows:
+/// `x_t` the tile's `nb` rows of `cols` inputs, `y_t` its `nb` rows of `rows` outputs (the
+/// batch loop of both row kernels; lengths checked by the caller).
+#[allow(clippy::too_many_arguments)]
+fn per_batch_tile<T>(
+    x: &(impl KernelArgSlice<T> + ?Sized),
+    y: &mut (impl KernelArgSliceMut<T> + ?Sized),
+    rows: usize,
+    cols: usize,
+    batch: usize,
+    tile: usize,
+    mut launch: impl FnMut(&Part, &mut Part, usize) -> Result<(), LaunchError>,
+) -> Result<(), LaunchError> {
     let size = std::mem::size_of::<T>();
     let mut b0 = 0;
     while b0 < batch {
         let nb = (batch - b0).min(tile);
         let x_t = Part(offset(x.kernel_arg(), b0 * cols * size, nb * cols));
         let mut y_t = Part(offset(y.kernel_arg(), b0 * rows * size, nb * rows));
-        match nb.next_power_of_two() {
-            1 => super::dense_matvec::launch::<T, Rows1>(exec, cfg, w, &x_t, bias, &mut y_t, rows, cols, nb, team),
-            2 => super::dense_matvec::launch::<T, Rows2>(exec, cfg, w, &x_t, bias, &mut y_t, rows, cols, nb, team),
-            4 => super::dense_matvec::launch::<T, Rows4>(exec, cfg, w, &x_t, bias, &mut y_t, rows, cols, nb, team),
-            _ => super::dense_matvec::launch::<T, Rows8>(exec, cfg, w, &x_t, bias, &mut y_t, rows, cols, nb, team),
-        }?;
+        launch(&x_t, &mut y_t, nb)?;
         b0 += nb;
     }
     Ok(())
@@ -185,20 +201,11 @@ fn launch_wave<T: Float + ScalarArg>(
     }
     let cfg = LaunchConfig::new(Dim3::x(groups as u32), Dim3::x(MATVEC_BLOCK));
     let bias: &(dyn KernelArgSlice<T> + '_) = bias.unwrap_or(&[] as &[T; 0]);
-    let size = std::mem::size_of::<T>();
-    let mut b0 = 0;
-    while b0 < batch {
-        let nb = (batch - b0).min(tile);
-        let x_t = Part(offset(x.kernel_arg(), b0 * cols * size, nb * cols));
-        let mut y_t = Part(offset(y.kernel_arg(), b0 * rows * size, nb * rows));
-        match nb.next_power_of_two() {
-            1 => super::dense_matvec_wave::launch::<T, Rows1>(exec, cfg, w, &x_t, bias, &mut y_t, rows, cols, nb, group),
-            2 => super::dense_matvec_wave::launch::<T, Rows2>(exec, cfg, w, &x_t, bias, &mut y_t, rows, cols, nb, group),
-            _ => super::dense_matvec_wave::launch::<T, Rows4>(exec, cfg, w, &x_t, bias, &mut y_t, rows, cols, nb, group),
-        }?;
-        b0 += nb;
-    }
-    Ok(())
+    per_batch_tile::<T>(x, y, rows, cols, batch, tile, |x_t, y_t, nb| match nb.next_power_of_two() {
+        1 => super::dense_matvec_wave::launch::<T, Rows1>(exec, cfg, w, x_t, bias, y_t, rows, cols, nb, group),
+        2 => super::dense_matvec_wave::launch::<T, Rows2>(exec, cfg, w, x_t, bias, y_t, rows, cols, nb, group),
+        _ => super::dense_matvec_wave::launch::<T, Rows4>(exec, cfg, w, x_t, bias, y_t, rows, cols, nb, group),
+    })
 }
 
 /// [`dense_matvec`] by the kernel AMD GPUs run ([`dense_matvec_wave`](fn@super::dense_matvec_wave):
