@@ -17,6 +17,8 @@ use crate::{RocmDevice, RocmStorage};
 use candle_core::op::BackpropOp;
 use candle_core::{DType, Device, Module, Result, Shape, Storage, Tensor, D};
 pub use kernels::llm::ops::SamplingParams;
+/// Activation rows [`linear`] runs on the dense matvec (one launch); more take Candle's GEMM.
+pub use kernels::llm::ops::MAX_ROWS;
 use kernels::llm::SAMPLE_PARAMS;
 
 /// Runs `f` on the buffer and layout of `t`, which must be on `dev` (a [`RocmDevice`]).

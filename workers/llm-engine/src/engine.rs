@@ -1,8 +1,8 @@
 //! The engine: the scheduler, one runner step per iteration, sampling and stop handling.
 
 use crate::block::{BlockHash, BlockManager};
-use crate::sampling::{HostSampler, SampleInput, Sampled, Sampler, SamplingParams};
-use crate::{Event, FinishReason, ModelRunner, Receiver, SeqChunk, SeqId};
+use crate::sampling::{DeviceSample, HostSampler, SampleInput, Sampled, Sampler, SamplingParams};
+use crate::{Event, FinishReason, ModelRunner, Receiver, RowOutput, SeqChunk, SeqId};
 use rand::SeedableRng;
 use rand_chacha::ChaCha12Rng;
 use std::collections::{HashMap, VecDeque};
@@ -113,6 +113,8 @@ pub struct Engine<R: ModelRunner> {
     config: EngineConfig,
     decoder: Option<Decoder>,
     sampler: Box<dyn Sampler>,
+    /// Rows the runner can draw go to it ([`ModelRunner::step_sampled`]).
+    device_sampling: bool,
     blocks: BlockManager,
     seqs: HashMap<SeqId, Sequence>,
     /// Admission order: the last is the first to be preempted.
@@ -152,6 +154,7 @@ impl<R: ModelRunner> Engine<R> {
             config,
             decoder: None,
             sampler: Box::new(HostSampler),
+            device_sampling: true,
             seqs: HashMap::new(),
             running: Vec::new(),
             waiting: VecDeque::new(),
@@ -167,9 +170,20 @@ impl<R: ModelRunner> Engine<R> {
         self
     }
 
-    /// Replaces the host sampler (e.g. by a device sampler).
+    /// Replaces the host sampler; every row is then sampled by it (device sampling off).
     pub fn with_sampler(mut self, sampler: Box<dyn Sampler>) -> Self {
         self.sampler = sampler;
+        self.device_sampling = false;
+        self
+    }
+
+    /// Whether rows that need no host processing (no repetition penalty, no logprobs) are
+    /// drawn by a runner that [`samples on its device`](ModelRunner::samples_on_device), so
+    /// only token ids come back (default: on). Greedy rows give the same tokens either way;
+    /// seeded rows with a temperature draw from the same distribution with the device's
+    /// generator, so their tokens differ from the host sampler's.
+    pub fn with_device_sampling(mut self, on: bool) -> Self {
+        self.device_sampling = on;
         self
     }
 
@@ -485,18 +499,39 @@ impl<R: ModelRunner> Engine<R> {
                 }
             })
             .collect();
+        // Device draws: one spec per sampled chunk, keys taken from each request's RNG.
+        let mut specs: Vec<Option<DeviceSample>> = Vec::new();
+        if self.device_sampling && self.runner.samples_on_device() {
+            for c in batch.iter().filter(|c| c.sample) {
+                let s = self.seqs.get_mut(&c.seq_id).expect("sequence");
+                specs.push(DeviceSample::of(&s.params, &mut s.rng));
+            }
+        }
         let fresh = self.blocks.take_fresh();
         if !fresh.is_empty() {
             self.runner.blocks_allocated(&fresh);
         }
         let result = if copies.is_empty() { Ok(()) } else { self.runner.copy_blocks(&copies) };
-        let result = result.and_then(|()| self.runner.step(&batch));
+        let result = result.and_then(|()| {
+            if specs.iter().any(Option::is_some) {
+                self.runner.step_sampled(&batch, &specs)
+            } else {
+                Ok(self.runner.step(&batch)?.into_iter().map(RowOutput::Logits).collect())
+            }
+        });
         self.stats.steps += 1;
         let n_sample = batch.iter().filter(|c| c.sample).count();
+        let well_formed = |rows: &[RowOutput]| {
+            rows.len() == n_sample
+                && rows.iter().enumerate().all(|(i, r)| match r {
+                    RowOutput::Logits(l) => !l.is_empty(),
+                    RowOutput::Token(_) => specs.get(i).is_some_and(Option::is_some),
+                })
+        };
         let rows = match result {
-            Ok(rows) if rows.len() == n_sample && rows.iter().all(|r| !r.is_empty()) => rows,
+            Ok(rows) if well_formed(&rows) => rows,
             Ok(rows) => {
-                let msg = format!("{} logits rows for {n_sample} sampled chunks (or an empty row)", rows.len());
+                let msg = format!("{} rows for {n_sample} sampled chunks (or an empty logits row, or a token for a row not drawn on the device)", rows.len());
                 self.fail_batch(&batch, &msg);
                 return Err(EngineError::RunnerOutput(msg));
             }
@@ -526,26 +561,41 @@ impl<R: ModelRunner> Engine<R> {
             }
         }
 
-        // Sample.
+        // Sample the logits rows on the host; device tokens are taken as they are.
         let sampled_ids: Vec<SeqId> = batch.iter().filter(|c| c.sample).map(|c| c.seq_id).collect();
-        let sampled = {
+        let host_ids: Vec<SeqId> =
+            sampled_ids.iter().zip(&rows).filter(|(_, r)| matches!(r, RowOutput::Logits(_))).map(|(&id, _)| id).collect();
+        let host_sampled = if host_ids.is_empty() {
+            Vec::new()
+        } else {
             let mut by_id: HashMap<SeqId, &mut Sequence> =
-                self.seqs.iter_mut().filter(|(id, _)| sampled_ids.contains(id)).map(|(&id, s)| (id, s)).collect();
-            let mut inputs: Vec<SampleInput<'_>> = Vec::with_capacity(rows.len());
+                self.seqs.iter_mut().filter(|(id, _)| host_ids.contains(id)).map(|(&id, s)| (id, s)).collect();
+            let mut inputs: Vec<SampleInput<'_>> = Vec::with_capacity(host_ids.len());
             // Borrow each sequence once, in batch order.
-            let mut ordered: Vec<&mut Sequence> =
-                sampled_ids.iter().map(|id| by_id.remove(id).expect("sequence")).collect();
-            for (s, row) in ordered.iter_mut().zip(&rows) {
+            let mut ordered: Vec<&mut Sequence> = host_ids.iter().map(|id| by_id.remove(id).expect("sequence")).collect();
+            let logits = rows.iter().filter_map(|r| match r {
+                RowOutput::Logits(l) => Some(l),
+                RowOutput::Token(_) => None,
+            });
+            for (s, row) in ordered.iter_mut().zip(logits) {
                 let s: &mut Sequence = s;
                 inputs.push(SampleInput { logits: row, params: &s.params, history: &s.tokens, rng: &mut s.rng });
             }
             self.sampler.sample(&mut inputs)
         };
-        if sampled.len() != sampled_ids.len() {
-            let msg = format!("the sampler returned {} tokens for {} rows", sampled.len(), sampled_ids.len());
+        if host_sampled.len() != host_ids.len() {
+            let msg = format!("the sampler returned {} tokens for {} rows", host_sampled.len(), host_ids.len());
             self.fail_batch(&batch, &msg);
             return Err(EngineError::RunnerOutput(msg));
         }
+        let mut host_sampled = host_sampled.into_iter();
+        let sampled: Vec<Sampled> = rows
+            .iter()
+            .map(|r| match r {
+                RowOutput::Token(t) => Sampled { token: *t, logprob: None, top_logprobs: Vec::new() },
+                RowOutput::Logits(_) => host_sampled.next().expect("one host token per logits row"),
+            })
+            .collect();
         for (id, s) in sampled_ids.into_iter().zip(sampled) {
             self.stats.generated_tokens += 1;
             self.accept(id, s);

@@ -18,8 +18,14 @@
 //!   and goes back to the front of the queue with its generated tokens appended to its prompt
 //!   (preemption by recompute; the prefix cache often makes the recompute cheap).
 //! - [`Sampler`] / [`HostSampler`]: repetition penalty, temperature (0 = greedy), top-k,
-//!   top-p, min-p and logprobs on the host with a per-request seeded ChaCha RNG; a device
-//!   sampler can replace it ([`Engine::with_sampler`]).
+//!   top-p, min-p and logprobs on the host with a per-request seeded ChaCha RNG; another
+//!   host sampler can replace it ([`Engine::with_sampler`]).
+//! - Device sampling: a runner that can draw tokens where its logits are
+//!   ([`ModelRunner::samples_on_device`]) gets each row's [`DeviceSample`] (greedy,
+//!   temperature, top-k, top-p, min-p and a key from the request's RNG) and sends back only
+//!   token ids ([`ModelRunner::step_sampled`]); rows that need the host (repetition penalty,
+//!   logprobs) come back as logits in the same step. On by default
+//!   ([`Engine::with_device_sampling`]).
 //! - Stop handling: `max_tokens`, `max_model_len`, stop token ids, stop strings (matched on
 //!   the completion decoded by the [`Decoder`] given to [`Engine::with_decoder`]; tokens are
 //!   held back while they might start a stop string, and the match is never sent),
@@ -73,7 +79,7 @@ mod sampling;
 
 pub use block::{BlockHash, BlockManager, BlockManagerError};
 pub use engine::{Decoder, Engine, EngineConfig, EngineError, EngineStats};
-pub use sampling::{sample_one, HostSampler, SampleInput, Sampled, Sampler, SamplingParams};
+pub use sampling::{sample_one, DeviceSample, HostSampler, SampleInput, Sampled, Sampler, SamplingParams};
 /// The RNG crate of [`SampleInput::rng`], for samplers written elsewhere.
 pub use rand_chacha;
 
@@ -111,10 +117,34 @@ pub trait ModelRunner {
     fn step(&mut self, batch: &[SeqChunk]) -> Result<Vec<Vec<f32>>, Self::Error>;
     /// Copies whole blocks src -> dst (copy-on-write of a shared block before a write).
     fn copy_blocks(&mut self, pairs: &[(u32, u32)]) -> Result<(), Self::Error>;
+    /// Whether [`ModelRunner::step_sampled`] draws tokens where the logits are (only token
+    /// ids come back to the host). Default: false (the engine samples every row on the host).
+    fn samples_on_device(&self) -> bool {
+        false
+    }
+    /// [`ModelRunner::step`], with one output per chunk with `sample == true` (batch order):
+    /// where `sampling[i]` (the `i`-th sampled chunk) is `Some`, the token drawn by the runner
+    /// with it ([`RowOutput::Token`], an id below the vocabulary size); where it is `None`, the
+    /// logits row ([`RowOutput::Logits`]) for the host sampler. `sampling` has one entry per
+    /// sampled chunk. The default runs `step` and returns every row as logits (the engine then
+    /// samples them all on the host).
+    fn step_sampled(&mut self, batch: &[SeqChunk], sampling: &[Option<DeviceSample>]) -> Result<Vec<RowOutput>, Self::Error> {
+        let _ = sampling;
+        Ok(self.step(batch)?.into_iter().map(RowOutput::Logits).collect())
+    }
     /// Told (before the `copy_blocks`/`step` of the same iteration) which blocks were freshly
     /// allocated: their previous contents will never be read again. Default: nothing. A runner
     /// may use it to check its cache (the tests do) or to clear memory.
     fn blocks_allocated(&mut self, _blocks: &[u32]) {}
+}
+
+/// One sampled chunk's result of [`ModelRunner::step_sampled`].
+#[derive(Clone, Debug, PartialEq)]
+pub enum RowOutput {
+    /// The token the runner drew (device sampling).
+    Token(u32),
+    /// The logits row (vocab f32), sampled on the host.
+    Logits(Vec<f32>),
 }
 
 /// What a request's receiver sees: its tokens as they are generated, then one `Finished`.

@@ -97,6 +97,42 @@ impl SamplingParams {
     }
 }
 
+/// One row's draw on the runner's device ([`crate::ModelRunner::step_sampled`]): the
+/// filters of [`SamplingParams`] a device sampler applies (Hugging Face's order: temperature,
+/// top-k, top-p, min-p) and the key of its random draw. The device's draw uses its own
+/// generator keyed by `key`, so a seeded request is reproducible on one path (device or
+/// host) but the two paths draw different tokens from the same distribution; greedy rows
+/// give the same token on both.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct DeviceSample {
+    /// 0: greedy (argmax, the lowest id of equal logits; NaN never chosen).
+    pub temperature: f32,
+    /// Keep the `top_k` most likely tokens; 0: off.
+    pub top_k: u32,
+    /// Keep the fewest most likely tokens whose probability reaches `top_p`; 1: off.
+    pub top_p: f32,
+    /// Keep tokens at least `min_p` times as likely as the most likely one; 0: off.
+    pub min_p: f32,
+    /// Key of the draw, taken from the request's RNG each step (`[0, 0]` for greedy, which
+    /// draws nothing): the same logits and key give the same token.
+    pub key: [u32; 2],
+}
+
+impl DeviceSample {
+    /// The device form of `params` with a key from `rng` (two words, only when the
+    /// temperature is above 0), or `None` when the row needs the host sampler: a repetition
+    /// penalty (it needs the sequence's history) or logprobs.
+    pub fn of(params: &SamplingParams, rng: &mut ChaCha12Rng) -> Option<DeviceSample> {
+        if params.logprobs.is_some() || params.repetition_penalty.is_some_and(|r| r != 1.0) {
+            return None;
+        }
+        let key = if params.temperature > 0.0 { [rng.random(), rng.random()] } else { [0, 0] };
+        // A top-k at or past the vocabulary keeps everything, as does any k this large.
+        let top_k = params.top_k.map_or(0, |k| k.min((1 << 24) - 1) as u32);
+        Some(DeviceSample { temperature: params.temperature, top_k, top_p: params.top_p.unwrap_or(1.0), min_p: params.min_p.unwrap_or(0.0), key })
+    }
+}
+
 /// One row to sample: the logits and the request state the processors need.
 pub struct SampleInput<'a> {
     /// One logit per vocabulary entry.

@@ -3,12 +3,30 @@
 //! reference for the engine, and a way to run a model without it (the serving path, and the
 //! CLI's, is `llm_engine::Engine`).
 use crate::error::{Error, Result};
-use crate::runner::{LlamaRunner, ModelRunner, SeqChunk};
+use crate::runner::{DeviceSample, LlamaRunner, ModelRunner, RowOutput, SeqChunk};
 use std::time::Instant;
 
 /// The largest logit's index (the first of equals).
 pub fn argmax(logits: &[f32]) -> u32 {
     logits.iter().enumerate().fold((0, f32::NEG_INFINITY), |b, (i, &x)| if x > b.1 { (i, x) } else { b }).0 as u32
+}
+
+/// The greedy token of each sampled chunk of one step: drawn on the device where the
+/// runner does that (only token ids come back), else [`argmax`] of the logits rows.
+fn greedy_step(runner: &mut LlamaRunner, batch: &[SeqChunk]) -> Result<Vec<u32>> {
+    if !runner.samples_on_device() {
+        return Ok(runner.step(batch)?.iter().map(|row| argmax(row)).collect());
+    }
+    let greedy = Some(DeviceSample { temperature: 0.0, top_k: 0, top_p: 1.0, min_p: 0.0, key: [0, 0] });
+    let n = batch.iter().filter(|c| c.sample).count();
+    let rows = runner.step_sampled(batch, &vec![greedy; n])?;
+    Ok(rows
+        .into_iter()
+        .map(|r| match r {
+            RowOutput::Token(t) => t,
+            RowOutput::Logits(l) => argmax(&l),
+        })
+        .collect())
 }
 
 /// Timings of a [`generate`] run.
@@ -46,10 +64,9 @@ pub fn generate(runner: &mut LlamaRunner, prompts: &[Vec<u32>], max_new: usize, 
     let mut timing = Timing { prompt_tokens: prompts.iter().map(Vec::len).sum(), ..Default::default() };
     let t0 = Instant::now();
     let batch: Vec<SeqChunk> = prompts.iter().enumerate().map(|(i, p)| SeqChunk { seq_id: i as u64, tokens: p.clone(), start_pos: 0, block_table: table(i), sample: true }).collect();
-    let logits = runner.step(&batch)?;
+    let first = greedy_step(runner, &batch)?;
     let mut live: Vec<usize> = vec![];
-    for (i, row) in logits.iter().enumerate() {
-        let t = argmax(row);
+    for (i, t) in first.into_iter().enumerate() {
         if max_new > 0 && !stop.contains(&t) {
             out[i].push(t);
             on_token(i, t);
@@ -65,10 +82,9 @@ pub fn generate(runner: &mut LlamaRunner, prompts: &[Vec<u32>], max_new: usize, 
             .iter()
             .map(|&i| SeqChunk { seq_id: i as u64, tokens: vec![*out[i].last().expect("one token")], start_pos: prompts[i].len() + out[i].len() - 1, block_table: table(i), sample: true })
             .collect();
-        let logits = runner.step(&batch)?;
+        let tokens = greedy_step(runner, &batch)?;
         let mut next = vec![];
-        for (&i, row) in live.iter().zip(&logits) {
-            let t = argmax(row);
+        for (&i, t) in live.iter().zip(tokens) {
             if stop.contains(&t) {
                 continue;
             }

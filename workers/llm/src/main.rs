@@ -275,6 +275,10 @@ fn run(cli: Cli) -> Result<()> {
             runner.set_graph_max_batch(graph_max_batch);
             eprintln!("KV cache: {blocks} blocks of {block_size} tokens, {:.1} MiB", (blocks * runner.block_bytes()) as f64 / (1u64 << 20) as f64);
             let config = EngineConfig { max_num_seqs: max_c, max_batched_tokens: max_batched_tokens.max(max_c), max_model_len: max_len, prefix_caching: false };
+            // First-use costs (kernel loads, PTX JIT, graph captures) before the clock starts.
+            let t_warm = Instant::now();
+            llm_worker::runner::warm_up(&mut runner, prompt_len, &concurrency, config.max_batched_tokens)?;
+            eprintln!("warm-up ({prompt_len}-token prefill and one decode step at each concurrency): {:.2} s", t_warm.elapsed().as_secs_f64());
             let mut engine = Engine::try_new(runner, config)?;
             for &c in &concurrency {
                 // Random prompts below the last two ids (the written models' special tokens).

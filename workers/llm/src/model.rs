@@ -632,16 +632,17 @@ impl Model {
     /// the device and makes no tensor from host data, so it can be captured into a graph
     /// (the runner's decode steps) once its inputs live in persistent buffers.
     pub fn forward_on(&self, tokens: &Tensor, index: &KvIndex, attn: &AttnBatch, sample_rows: Option<&Tensor>, cache: &[LayerCache]) -> candle_core::Result<Tensor> {
-        let x = self.layers_forward(tokens, index, attn, cache)?;
-        let last = match sample_rows {
-            Some(r) => x.index_select(r, 0)?,
-            None => x,
+        let h = self.layers_forward(tokens, index, attn, cache)?;
+        let h = match sample_rows {
+            Some(r) => h.index_select(r, 0)?,
+            None => h,
         };
-        let h = rms_norm(&last, &self.norm, self.cfg.rms_norm_eps)?;
         self.head(&h)?.to_dtype(DType::F32)
     }
 
-    /// Every layer of the packed batch: the residual stream after the last layer, `[T, hidden]`.
+    /// Every layer of the packed batch and the final norm: the normed residual stream after
+    /// the last layer, `[T, hidden]` (the norm is per row, so it runs before the rows that
+    /// sample are picked, fused with the last residual add).
     fn layers_forward(&self, tokens: &Tensor, index: &KvIndex, attn: &AttnBatch, cache: &[LayerCache]) -> candle_core::Result<Tensor> {
         let c = &self.cfg;
         let t = tokens.dim(0)?;
@@ -654,7 +655,12 @@ impl Model {
             None => x.clone(),
         };
         for (i, (layer, lc)) in self.layers.iter().zip(cache).enumerate() {
-            let (mut q, mut k, v) = match &layer.qkv {
+            // Decode-sized steps on the fused path take the three products: their outputs are
+            // whole buffers that rope_and_cache reads in place, where the stacked product's
+            // column slices would each be copied first (three copy kernels per layer, more
+            // than the two extra launches cost). Larger steps keep the one stacked GEMM.
+            let split = self.fused && t <= candle_rocm::llm_ops::MAX_ROWS && matches!(index, KvIndex::Fused(_));
+            let (mut q, mut k, v) = match layer.qkv.as_ref().filter(|_| !split) {
                 Some(qkv) => {
                     let y = qkv.forward(&h)?;
                     let (nq, nk) = (nh * hd, nkv * hd);
@@ -674,13 +680,15 @@ impl Model {
                 None => silu_mul(&layer.gate.forward(&h1)?, &layer.up.forward(&h1)?)?,
             };
             let m = self.tp_sum(layer.down.forward(&act)?)?;
-            match self.layers.get(i + 1) {
-                // The residual add and the next layer's input norm in one.
-                Some(next) => (x, h) = add_rms_norm(&m, &x1, &next.input_norm, eps, self.fused)?,
-                None => x = (m + &x1)?,
-            }
+            // The residual add and the next layer's input norm (after the last layer, the
+            // final norm) in one.
+            let norm = self.layers.get(i + 1).map_or(&self.norm, |next| &next.input_norm);
+            (x, h) = add_rms_norm(&m, &x1, norm, eps, self.fused)?;
         }
-        Ok(x)
+        if self.layers.is_empty() {
+            h = rms_norm(&x, &self.norm, eps)?;
+        }
+        Ok(h)
     }
 
     /// `false`: every op runs as plain Candle ops even on our device (the reference the

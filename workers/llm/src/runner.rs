@@ -19,7 +19,7 @@ use crate::error::{Error, Result};
 use crate::model::{chunk_mask, AttnBatch, AttnChunk, DecodeGroup, KvIndex, LayerCache, Model, PagedDecode, VarlenChunks};
 use candle_core::Tensor;
 use candle_rocm::paged::{CacheIndex, DecodeIndex};
-pub use llm_engine::{ModelRunner, SeqChunk};
+pub use llm_engine::{DeviceSample, ModelRunner, RowOutput, SeqChunk};
 
 /// How [`LlamaRunner`] runs pure-decode steps.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -44,6 +44,16 @@ pub struct LlamaRunner {
     graph_max_batch: usize,
     /// Per-bucket state of the decode fast path, by bucket size.
     buckets: Vec<Bucket>,
+    /// The device inputs of the last step's device draws (parameters, keys) and the specs
+    /// they hold: greedy steps reuse them with no upload.
+    draws: Option<Draws>,
+}
+
+/// The uploaded inputs of [`candle_rocm::llm_ops::sample`] for some rows' specs.
+struct Draws {
+    specs: Vec<Option<DeviceSample>>,
+    params: Tensor,
+    keys: Tensor,
 }
 
 /// Blocks a bucket's block-table rows hold at least (its first capacity).
@@ -91,7 +101,7 @@ impl LlamaRunner {
             return Err(Error::Invalid(format!("a cache of {num_blocks} blocks: block ids are u32")));
         }
         let cache = model.new_cache(num_blocks + 1, block_size)?;
-        Ok(LlamaRunner { model, cache, block_size, num_blocks, graphs: DecodeGraphs::Captured, graph_max_batch: 128, buckets: vec![] })
+        Ok(LlamaRunner { model, cache, block_size, num_blocks, graphs: DecodeGraphs::Captured, graph_max_batch: 128, buckets: vec![], draws: None })
     }
 
     /// How pure-decode steps run (see [`DecodeGraphs`]); a change drops the buckets' buffers
@@ -140,15 +150,89 @@ impl LlamaRunner {
     /// Runs one packed step (see [`ModelRunner::step`]); bad chunks are [`Error::Invalid`]
     /// and change nothing.
     pub fn run(&mut self, batch: &[SeqChunk]) -> Result<Vec<Vec<f32>>> {
+        self.run_with(batch, |l| Ok(match l {
+            Some(l) => l.to_vec2::<f32>()?,
+            None => vec![],
+        }))
+    }
+
+    /// Runs one step and draws the tokens of the rows with a spec on the device (see
+    /// [`ModelRunner::step_sampled`]): `candle_rocm::llm_ops::sample` on the step's logits, so
+    /// only token ids (and the logits rows of the rows without a spec) come back. Bad chunks
+    /// or specs (a count other than the sampled chunks', a parameter out of range) are
+    /// [`Error::Invalid`] and change nothing.
+    pub fn run_sampled(&mut self, batch: &[SeqChunk], sampling: &[Option<DeviceSample>]) -> Result<Vec<RowOutput>> {
+        self.check_draws(batch, sampling)?;
+        if sampling.iter().all(Option::is_none) {
+            return Ok(self.run(batch)?.into_iter().map(RowOutput::Logits).collect());
+        }
+        // Checked and uploaded before the step (reused while the specs repeat: greedy).
+        let draws = match self.draws.take() {
+            Some(d) if d.specs == sampling => d,
+            _ => self.upload_draws(sampling)?,
+        };
+        let vocab = self.model.cfg.vocab_size;
+        let out = self.run_with(batch, |l| match l {
+            Some(l) => draw_rows(&l, &draws, vocab),
+            None => Ok(vec![]),
+        });
+        self.draws = Some(draws);
+        out
+    }
+
+    /// Checks the specs of [`LlamaRunner::run_sampled`] against `batch` (one per sampled
+    /// chunk, every parameter in range) without running anything: tensor-parallel ranks
+    /// check before any of them starts the step.
+    pub fn check_draws(&self, batch: &[SeqChunk], sampling: &[Option<DeviceSample>]) -> Result<()> {
+        let n = batch.iter().filter(|c| c.sample).count();
+        if sampling.len() != n {
+            return Err(Error::Invalid(format!("{} sampling specs for {n} sampled chunks", sampling.len())));
+        }
+        for (i, s) in sampling.iter().enumerate() {
+            if let Some(s) = s {
+                let p = candle_rocm::llm_ops::SamplingParams { temperature: s.temperature, top_k: s.top_k, top_p: s.top_p, min_p: s.min_p, repetition_penalty: 1.0 };
+                if !(s.temperature >= 0.0) {
+                    return Err(Error::Invalid(format!("sampling spec {i}: temperature {} is not >= 0", s.temperature)));
+                }
+                p.check().map_err(|e| Error::Invalid(format!("sampling spec {i}: {e}")))?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Checks `sampling` and uploads it as [`candle_rocm::llm_ops::sample`] reads it (rows
+    /// without a spec: greedy, their tokens unused).
+    fn upload_draws(&self, sampling: &[Option<DeviceSample>]) -> Result<Draws> {
+        let dev = &self.model.device;
+        let mut params = Vec::with_capacity(sampling.len());
+        let (mut seeds, mut steps) = (Vec::with_capacity(sampling.len()), Vec::with_capacity(sampling.len()));
+        for s in sampling {
+            let s = s.unwrap_or(DeviceSample { temperature: 0.0, top_k: 0, top_p: 1.0, min_p: 0.0, key: [0, 0] });
+            params.push(candle_rocm::llm_ops::SamplingParams { temperature: s.temperature, top_k: s.top_k, top_p: s.top_p, min_p: s.min_p, repetition_penalty: 1.0 });
+            seeds.push(s.key[0]);
+            steps.push(s.key[1]);
+        }
+        Ok(Draws {
+            specs: sampling.to_vec(),
+            params: candle_rocm::llm_ops::sampling_params(&params, dev)?,
+            keys: candle_rocm::llm_ops::sampling_keys(&seeds, &steps, dev)?,
+        })
+    }
+
+    /// Runs one checked step and hands its logits (`[sampled rows, vocab]` f32 on the
+    /// device, `None` when no chunk samples) to `finish` before anything else runs (a decode
+    /// graph's output buffer is rewritten by the next replay).
+    fn run_with<T>(&mut self, batch: &[SeqChunk], finish: impl FnOnce(Option<Tensor>) -> Result<T>) -> Result<T> {
         if batch.is_empty() {
-            return Ok(vec![]);
+            return finish(None);
         }
         for c in batch {
             self.check(c)?;
         }
-        if let Some(out) = self.decode_step(batch)? {
-            return Ok(out);
-        }
+        let finish = match self.decode_step(batch, finish)? {
+            Ok(out) => return Ok(out),
+            Err(finish) => finish,
+        };
         let bs = self.block_size;
         let dev = self.model.device.clone();
         let window = self.model.window();
@@ -249,10 +333,8 @@ impl LlamaRunner {
             decode = Some(DecodeGroup { rows: Tensor::new(r.as_slice(), &dev)?, slots: Tensor::new(pad_slots.as_slice(), &dev)?, mask: Tensor::from_vec(mask, (b, 1, 1, ctx), &dev)?, ctx });
         }
         let attn = AttnBatch { decode, paged, chunks, varlen, window, order };
-        match self.model.forward(&tokens, &positions, &slots, &attn, &rows, &self.cache)? {
-            Some(l) => Ok(l.to_vec2::<f32>()?),
-            None => Ok(vec![]),
-        }
+        let logits = self.model.forward(&tokens, &positions, &slots, &attn, &rows, &self.cache)?;
+        finish(logits)
     }
 }
 
@@ -291,7 +373,9 @@ impl LlamaRunner {
     /// The decode fast path (see the module docs) for a checked batch: `None` when the
     /// batch is not for it (a chunk of several tokens, no paged kernels, a context past the
     /// sliding window, more sequences than the largest bucket, graphs off).
-    fn decode_step(&mut self, batch: &[SeqChunk]) -> Result<Option<Vec<Vec<f32>>>> {
+    /// Returns `finish`'s result, or `finish` back when the batch is not for the fast path.
+    #[allow(clippy::type_complexity)]
+    fn decode_step<T, F: FnOnce(Option<Tensor>) -> Result<T>>(&mut self, batch: &[SeqChunk], finish: F) -> Result<std::result::Result<T, F>> {
         let n = batch.len();
         let bs = self.block_size;
         let window = self.model.window();
@@ -300,7 +384,7 @@ impl LlamaRunner {
         // inside a captured graph.
         let tp = self.model.tp_rank().1 > 1;
         if tp || self.graphs == DecodeGraphs::Off || n > self.graph_max_batch || !self.model.kernel_attention() || !batch.iter().all(fits) {
-            return Ok(None);
+            return Ok(Err(finish));
         }
         // Two chunks writing one slot (a block shared without its copy) are refused by
         // CacheIndex::write, as the packed path's CacheIndex::new refuses them.
@@ -362,14 +446,24 @@ impl LlamaRunner {
         if let Some(p) = &mut bucket.attn.paged {
             p.index.write(&h.tables, &h.lens)?;
         }
-        let logits = match &bucket.graph {
+        // The sampled rows of the first `n` (padding rows never sample).
+        let sampled: Vec<u32> = batch.iter().enumerate().filter(|(_, c)| c.sample).map(|(i, _)| i as u32).collect();
+        let dev = self.model.device.clone();
+        let pick = |out: &Tensor| -> Result<Option<Tensor>> {
+            Ok(match sampled.len() {
+                0 => None,
+                k if k == n => Some(out.narrow(0, 0, n)?),
+                _ => Some(out.index_select(&Tensor::new(sampled.as_slice(), &dev)?, 0)?),
+            })
+        };
+        let result = match &bucket.graph {
             Some((graph, out)) => {
                 graph.replay().map_err(|e| candle_rocm::error::launch("decode graph replay", e))?;
-                out.narrow(0, 0, n)?.to_vec2::<f32>()?
+                finish(pick(out)?)?
             }
             None => {
                 let out = self.model.forward_on(&bucket.tokens, &bucket.kv, &bucket.attn, None, &self.cache)?;
-                let rows = out.narrow(0, 0, n)?.to_vec2::<f32>()?;
+                let result = finish(pick(&out)?)?;
                 drop(out);
                 // Captured after one eager run (kernels loaded, layouts uploaded); the
                 // capture runs nothing, the next step replays it.
@@ -386,10 +480,10 @@ impl LlamaRunner {
                         }
                     }
                 }
-                rows
+                result
             }
         };
-        Ok(Some(batch.iter().zip(logits).filter(|(c, _)| c.sample).map(|(_, l)| l).collect()))
+        Ok(Ok(result))
     }
 
     /// The persistent buffers of a bucket of `size` rows with block tables of `max_blocks`
@@ -403,6 +497,87 @@ impl LlamaRunner {
         let tokens = Tensor::zeros(size, candle_core::DType::U32, dev)?;
         Ok(Bucket { size, tokens, kv, attn, graph: None, eager_only: false, host: HostInputs::default() })
     }
+}
+
+/// Throwaway steps that make a runner pay its first-use costs (kernel loading, the driver's
+/// JIT of PTX, library handles and plans, decode-graph captures) before a timed run or a
+/// server's first request, as serving engines warm up at start: for each batch size `b` of
+/// `batches`, one prefill step of `b` chunks of `prompt_len` tokens (fewer, shorter chunks
+/// where `max_tokens` per step says so: what the engine schedules) and one decode step of
+/// `b` sequences at position `prompt_len`, drawn on the device where the runner does so. It
+/// writes the K/V of blocks `0..b * ceil((prompt_len + 1) / block_size)` (what the engine
+/// hands out next rewrites them before any read): run it only while the engine holds no block.
+/// Every token is id 0.
+/// [`Error::Invalid`] when the cache cannot hold the largest batch.
+pub fn warm_up<R: ModelRunner>(runner: &mut R, prompt_len: usize, batches: &[usize], max_tokens: usize) -> std::result::Result<(), WarmUpError<R::Error>> {
+    let bs = runner.block_size();
+    let per = (prompt_len + 1).div_ceil(bs.max(1));
+    let most = batches.iter().copied().max().unwrap_or(0);
+    if prompt_len == 0 || max_tokens == 0 || most * per > runner.num_blocks() {
+        return Err(WarmUpError::Invalid(format!("{most} sequences of {} positions in a cache of {} blocks of {bs} (prompt {prompt_len}, {max_tokens} tokens a step)", prompt_len + 1, runner.num_blocks())));
+    }
+    let table = |i: usize| ((i * per) as u32..((i + 1) * per) as u32).collect::<Vec<_>>();
+    for &b in batches {
+        // Prefill: whole prompts while they fit the step's budget, then one shorter chunk.
+        let (mut left, mut prefill) = (max_tokens, vec![]);
+        for i in 0..b {
+            let len = prompt_len.min(left);
+            if len == 0 {
+                break;
+            }
+            left -= len;
+            prefill.push(SeqChunk { seq_id: i as u64, tokens: vec![0; len], start_pos: 0, block_table: table(i), sample: len == prompt_len });
+        }
+        runner.step(&prefill).map_err(WarmUpError::Runner)?;
+        let decode: Vec<SeqChunk> = (0..b).map(|i| SeqChunk { seq_id: i as u64, tokens: vec![0], start_pos: prompt_len, block_table: table(i), sample: true }).collect();
+        if runner.samples_on_device() {
+            let greedy = Some(DeviceSample { temperature: 0.0, top_k: 0, top_p: 1.0, min_p: 0.0, key: [0, 0] });
+            runner.step_sampled(&decode, &vec![greedy; b]).map_err(WarmUpError::Runner)?;
+        } else {
+            runner.step(&decode).map_err(WarmUpError::Runner)?;
+        }
+    }
+    Ok(())
+}
+
+/// Why [`warm_up`] failed.
+#[derive(Debug, thiserror::Error)]
+pub enum WarmUpError<E: std::error::Error + 'static> {
+    /// The cache cannot hold the warm-up's sequences (or a size is 0).
+    #[error("warm-up: {0}")]
+    Invalid(String),
+    /// A step failed.
+    #[error("warm-up step: {0}")]
+    Runner(#[source] E),
+}
+
+/// The rows of `logits` (`[rows, vocab]` f32 on the device) as [`RowOutput`]s: one
+/// `sample` launch for the rows with a spec (only their token ids read back), the logits
+/// rows of the others read back as they are.
+fn draw_rows(logits: &Tensor, draws: &Draws, vocab: usize) -> Result<Vec<RowOutput>> {
+    let rows = logits.dim(0)?;
+    if rows != draws.specs.len() {
+        return Err(Error::Invalid(format!("{rows} logits rows for {} sampling specs", draws.specs.len())));
+    }
+    let tokens: Vec<u32> = candle_rocm::llm_ops::sample(logits, &draws.params, None, &draws.keys)?.to_vec1()?;
+    let host: Vec<u32> = (0..rows as u32).filter(|&r| draws.specs[r as usize].is_none()).collect();
+    let mut host_rows = match host.len() {
+        0 => vec![],
+        _ => logits.index_select(&Tensor::new(host.as_slice(), logits.device())?, 0)?.to_vec2::<f32>()?,
+    }
+    .into_iter();
+    let mut out = Vec::with_capacity(rows);
+    for (r, (spec, t)) in draws.specs.iter().zip(tokens).enumerate() {
+        if spec.is_none() {
+            out.push(RowOutput::Logits(host_rows.next().expect("one logits row per row without a spec")));
+        } else if (t as usize) < vocab {
+            out.push(RowOutput::Token(t));
+        } else {
+            // The kernel's answer for a row of NaN logits: nothing to choose from.
+            return Err(Error::Invalid(format!("logits row {r} has no value to sample (NaN everywhere)")));
+        }
+    }
+    Ok(out)
 }
 
 /// The packed rows `rows` of a step of `total` tokens as a device tensor, or `None` when
@@ -424,6 +599,14 @@ impl ModelRunner for LlamaRunner {
     }
     fn step(&mut self, batch: &[SeqChunk]) -> Result<Vec<Vec<f32>>> {
         self.run(batch)
+    }
+    /// Device draws on our device (the CPU executor included); plain Candle devices sample
+    /// on the host.
+    fn samples_on_device(&self) -> bool {
+        crate::model::on_our_device(&self.model.device)
+    }
+    fn step_sampled(&mut self, batch: &[SeqChunk], sampling: &[Option<DeviceSample>]) -> Result<Vec<RowOutput>> {
+        self.run_sampled(batch, sampling)
     }
     fn copy_blocks(&mut self, pairs: &[(u32, u32)]) -> Result<()> {
         if pairs.is_empty() {

@@ -287,6 +287,16 @@ impl ModelRunner for TpRunner {
     fn step(&mut self, batch: &[SeqChunk]) -> Result<Vec<Vec<f32>>> {
         self.run(batch)
     }
+    fn samples_on_device(&self) -> bool {
+        self.rank0.samples_on_device()
+    }
+    /// Rank 0 draws (it has the whole vocabulary's logits); the other ranks step as usual.
+    fn step_sampled(&mut self, batch: &[SeqChunk], sampling: &[Option<llm_engine::DeviceSample>]) -> Result<Vec<llm_engine::RowOutput>> {
+        // Refused before any rank starts (the others would wait in a collective).
+        self.rank0.check_draws(batch, sampling)?;
+        let owned = batch.to_vec();
+        self.together(|| Job::Step(owned.clone()), |r| r.run_sampled(batch, sampling))
+    }
     fn copy_blocks(&mut self, pairs: &[(u32, u32)]) -> Result<()> {
         let owned = pairs.to_vec();
         self.together(|| Job::Copy(owned.clone()), |r| r.copy_blocks(pairs))
