@@ -166,6 +166,13 @@ impl LlamaRunner {
         if sampling.iter().all(Option::is_none) {
             return Ok(self.run(batch)?.into_iter().map(RowOutput::Logits).collect());
         }
+        if sampling.iter().all(|s| s.is_some_and(|s| s.temperature == 0.0)) {
+            // Greedy only: no draw inputs, the argmax by chunked reductions.
+            return self.run_with(batch, |l| match l {
+                Some(l) => Ok(greedy_rows(&l)?.into_iter().map(RowOutput::Token).collect()),
+                None => Ok(vec![]),
+            });
+        }
         // Checked and uploaded before the step (reused while the specs repeat: greedy).
         let draws = match self.draws.take() {
             Some(d) if d.specs == sampling => d,
@@ -551,6 +558,44 @@ pub enum WarmUpError<E: std::error::Error + 'static> {
     Runner(#[source] E),
 }
 
+/// Values of one chunk of a logits row in [`greedy_rows`]: the smallest divisor of `vocab`
+/// from 256 to 4096 (a few hundred values per reduction row), else the whole row.
+fn chunk_len(vocab: usize) -> usize {
+    (256..=vocab.min(4096)).find(|c| vocab % c == 0).unwrap_or(vocab)
+}
+
+/// The greedy token of each row of `logits` (`[rows, vocab]` f32 on the device): the
+/// largest value's id, the lowest of equal ones, NaN never chosen (as
+/// [`crate::generate::argmax`]). Each row is cut into chunks of [`chunk_len`] values, and
+/// one max and one argmax reduction over all chunks (many work-groups at once; a single
+/// work-group per row would stream a 128k-entry row at one compute unit's pace) come back
+/// as two values per chunk; the host picks the first chunk holding the row's largest value.
+/// A row with a NaN (its chunk maxima say so) is read back whole and scanned on the host.
+fn greedy_rows(logits: &Tensor) -> Result<Vec<u32>> {
+    let (rows, vocab) = logits.dims2()?;
+    let c = chunk_len(vocab);
+    let g = vocab / c;
+    let x = logits.contiguous()?.reshape((rows * g, c))?;
+    let maxima: Vec<f32> = x.max_keepdim(1)?.flatten_all()?.to_vec1()?;
+    let args: Vec<u32> = x.argmax_keepdim(1)?.flatten_all()?.to_vec1()?;
+    let mut out = Vec::with_capacity(rows);
+    for r in 0..rows {
+        let (m, a) = (&maxima[r * g..(r + 1) * g], &args[r * g..(r + 1) * g]);
+        let mut best = 0;
+        for j in 1..g {
+            if m[j] > m[best] {
+                best = j;
+            }
+        }
+        if m.iter().any(|v| v.is_nan()) || a[best] as usize >= c {
+            out.push(crate::generate::argmax(&logits.get(r)?.to_vec1::<f32>()?));
+        } else {
+            out.push((best * c) as u32 + a[best]);
+        }
+    }
+    Ok(out)
+}
+
 /// The rows of `logits` (`[rows, vocab]` f32 on the device) as [`RowOutput`]s: one
 /// `sample` launch for the rows with a spec (only their token ids read back), the logits
 /// rows of the others read back as they are.
@@ -623,5 +668,49 @@ impl ModelRunner for LlamaRunner {
             lc.copy_blocks(&src, &dst)?;
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `greedy_rows` on the CPU executor against the host argmax: ties inside a chunk and
+    /// across chunks (the lowest id wins), NaN (never chosen; the row goes to the host),
+    /// rows of only -inf (id 0), and vocabularies of one chunk (no divisor from 256) or many.
+    #[test]
+    fn greedy_rows_are_the_host_argmax() {
+        let dev = candle_rocm::cpu_executor(candle_rocm::WaveSize::W64);
+        for vocab in [100usize, 512, 1000, 2 * 1009] {
+            let mut rows: Vec<Vec<f32>> = vec![];
+            let base = |i: usize| ((i * 7919) % 613) as f32 / 61.0 - 5.0;
+            rows.push((0..vocab).map(base).collect());
+            // Ties: the same largest value in two chunks and twice in the first.
+            let mut t: Vec<f32> = (0..vocab).map(base).collect();
+            let (a, b, c) = (3, vocab / 2 + 1, vocab - 2);
+            for &i in &[c, a, b] {
+                t[i] = 50.0;
+            }
+            t[a + 1] = 50.0;
+            rows.push(t);
+            // NaN beside the largest value, and NaN first.
+            let mut n: Vec<f32> = (0..vocab).map(base).collect();
+            n[vocab - 1] = 60.0;
+            n[1] = f32::NAN;
+            n[0] = f32::NAN;
+            rows.push(n);
+            rows.push(vec![f32::NEG_INFINITY; vocab]);
+            let mut inf = vec![f32::NEG_INFINITY; vocab];
+            inf[vocab - 3] = f32::INFINITY;
+            rows.push(inf);
+            let flat: Vec<f32> = rows.concat();
+            let l = Tensor::from_vec(flat, (rows.len(), vocab), &dev).unwrap();
+            let got = greedy_rows(&l).unwrap();
+            let want: Vec<u32> = rows.iter().map(|r| crate::generate::argmax(r)).collect();
+            assert_eq!(got, want, "vocab {vocab} (chunks of {})", chunk_len(vocab));
+        }
+        assert_eq!(chunk_len(128_256), 256);
+        assert_eq!(chunk_len(1000), 500);
+        assert_eq!(chunk_len(100), 100);
     }
 }
