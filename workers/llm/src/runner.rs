@@ -198,7 +198,7 @@ impl LlamaRunner {
         for (i, s) in sampling.iter().enumerate() {
             if let Some(s) = s {
                 let p = candle_rocm::llm_ops::SamplingParams { temperature: s.temperature, top_k: s.top_k, top_p: s.top_p, min_p: s.min_p, repetition_penalty: 1.0 };
-                if !(s.temperature >= 0.0) {
+                if s.temperature.is_nan() || s.temperature < 0.0 {
                     return Err(Error::Invalid(format!("sampling spec {i}: temperature {} is not >= 0", s.temperature)));
                 }
                 p.check().map_err(|e| Error::Invalid(format!("sampling spec {i}: {e}")))?;
@@ -561,7 +561,7 @@ pub enum WarmUpError<E: std::error::Error + 'static> {
 /// Values of one chunk of a logits row in [`greedy_rows`]: the smallest divisor of `vocab`
 /// from 256 to 4096 (a few hundred values per reduction row), else the whole row.
 fn chunk_len(vocab: usize) -> usize {
-    (256..=vocab.min(4096)).find(|c| vocab % c == 0).unwrap_or(vocab)
+    (256..=vocab.min(4096)).find(|&c| vocab.is_multiple_of(c)).unwrap_or(vocab)
 }
 
 /// The greedy token of each row of `logits` (`[rows, vocab]` f32 on the device): the
