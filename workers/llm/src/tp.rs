@@ -133,7 +133,13 @@ pub fn communicators(devs: &[Device]) -> Result<Vec<Communicator>> {
         .iter()
         .map(|d| candle_rocm::RocmDevice::from_candle(d).map(|r| r.kernels().clone()).ok_or_else(|| Error::TensorParallel(format!("device {:?} is not one of our backend's (cpu-executor, cuda:N, rocm:N)", d.location()))))
         .collect::<Result<Vec<_>>>()?;
-    Communicator::init_all(&kdevs).map_err(|e| Error::Collective(e.to_string()))
+    Communicator::init_all(&kdevs).map_err(collective_error)
+}
+
+/// A communicator's failure as this crate's error, with the library's own text
+/// (`ncclGetErrorString` and `ncclGetLastError` for a failed NCCL/RCCL call).
+fn collective_error(e: kernel_collectives::CollectiveError) -> Error {
+    Error::Collective(e.to_string())
 }
 
 /// Sets a rank's decode-graph mode and largest bucket (each when given).
@@ -388,5 +394,27 @@ impl ModelRunner for TpRunner {
             let _ = w.jobs.send(Job::Allocated(blocks.to_vec()));
         }
         self.rank0.blocks_allocated(blocks);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use kernel_collectives::{Backend, CollectiveError};
+
+    #[test]
+    fn a_failed_communicator_set_up_keeps_the_librarys_message() {
+        let e = collective_error(CollectiveError::Library {
+            backend: Backend::Nccl,
+            call: "ncclCommInitAll",
+            code: 2,
+            message: "unhandled system error (run with NCCL_DEBUG=INFO for details)".into(),
+            detail: Some("socketStartConnect: Connect to 10.0.0.1<1234> failed".into()),
+        });
+        let text = e.to_string();
+        assert!(matches!(e, Error::Collective(_)));
+        for part in ["tensor parallelism: communicator:", "ncclCommInitAll failed", "error 2", "unhandled system error", "socketStartConnect: Connect to 10.0.0.1<1234> failed"] {
+            assert!(text.contains(part), "{part:?} missing from {text:?}");
+        }
     }
 }
