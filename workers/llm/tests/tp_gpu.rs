@@ -128,6 +128,8 @@ fn tp2_decode_graphs_are_captured_on_both_ranks_and_match_the_packed_path() {
         r
     };
     let (mut one, mut two, mut packed) = (load(&devs[..1], DecodeGraphs::Captured), load(&devs, DecodeGraphs::Captured), load(&devs, DecodeGraphs::Off));
+    // The same buffers run eagerly every step: what the graphs replay.
+    let mut eager = load(&devs, DecodeGraphs::Eager);
     let tables: Vec<Vec<u32>> = (0..3u32).map(|i| vec![2 * i, 2 * i + 1]).collect();
     let mut toks: Vec<Vec<u32>> = [5usize, 9, 3].iter().enumerate().map(|(i, &n)| (0..n as u32).map(|t| (t * 61 + i as u32 * 17 + 3) % 500).collect()).collect();
     let (mut worst_packed, mut worst_tp1) = (0f32, 0f32);
@@ -141,6 +143,9 @@ fn tp2_decode_graphs_are_captured_on_both_ranks_and_match_the_packed_path() {
             })
             .collect();
         let (a, b, c) = (one.step(&batch).unwrap(), two.step(&batch).unwrap(), packed.step(&batch).unwrap());
+        // A replay runs the eager step's kernels and collectives on the same buffers, in
+        // the same order: the same bits.
+        assert_eq!(b, eager.step(&batch).unwrap(), "step {step}: graph replay against the eager step");
         for (row, ((x, y), z)) in a.iter().zip(&b).zip(&c).enumerate() {
             let (e_packed, e_tp1) = (max_rel(y, z), max_rel(y, x));
             (worst_packed, worst_tp1) = (worst_packed.max(e_packed), worst_tp1.max(e_tp1));
@@ -162,6 +167,7 @@ fn tp2_decode_graphs_are_captured_on_both_ranks_and_match_the_packed_path() {
         assert_eq!(b.iter().map(|b| (b.0, b.2)).collect::<Vec<_>>(), [(4, true)], "rank {r}: bucket 4 captured");
     }
     assert!(one.decode_buckets().unwrap()[0].iter().all(|b| b.2));
+    assert!(eager.decode_buckets().unwrap().iter().flatten().all(|b| !b.2), "the eager runner captured nothing");
 }
 
 /// The child process of `errors_for_too_few_gpus_and_a_communicator_that_fails`: a
