@@ -10,9 +10,76 @@
 pub mod bench_kernels;
 pub mod quant_blocks;
 
+use kernel_dsl::Float;
 use kernels::runtime::{Device, DeviceVec};
 
 kernel_dsl::embed_kernels!();
+
+/// A bench binary's command line: `--flag` switches and `--flag VALUE` options, looked up
+/// by name wherever they stand (words no bench knows are ignored).
+#[derive(Clone, Debug)]
+pub struct Args(Vec<String>);
+
+impl Args {
+    /// This process's arguments (the program name first, as `std::env::args` gives them).
+    pub fn from_env() -> Args {
+        Args(std::env::args().collect())
+    }
+
+    /// The given words, the program name first.
+    pub fn new<S: Into<String>>(words: impl IntoIterator<Item = S>) -> Args {
+        Args(words.into_iter().map(Into::into).collect())
+    }
+
+    /// Whether `flag` is given.
+    pub fn has(&self, flag: &str) -> bool {
+        self.0.iter().any(|a| a == flag)
+    }
+
+    /// The word after the first `flag`, where both are given.
+    pub fn value(&self, flag: &str) -> Option<&str> {
+        self.0.iter().position(|a| a == flag).and_then(|i| self.0.get(i + 1)).map(String::as_str)
+    }
+
+    /// Every word after the first `flag`, where it is given.
+    pub fn after(&self, flag: &str) -> Option<&[String]> {
+        self.0.iter().position(|a| a == flag).map(|i| &self.0[i + 1..])
+    }
+
+    /// `--out DIR`: where the bench writes its JSON (`.` by default).
+    pub fn out_dir(&self) -> String {
+        self.value("--out").unwrap_or(".").to_string()
+    }
+
+    /// `--quick`: a few shapes only.
+    pub fn quick(&self) -> bool {
+        self.has("--quick")
+    }
+}
+
+/// `n` deterministic values in `[-amplitude, amplitude)` as `T` (xorshift64 from `seed`),
+/// the same on every run and every device.
+pub fn uniform<T: Float>(n: usize, seed: u64, amplitude: f32) -> Vec<T> {
+    let mut s = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+    (0..n)
+        .map(|_| {
+            s ^= s << 13;
+            s ^= s >> 7;
+            s ^= s << 17;
+            T::from_f32(((s >> 40) as f32 / (1u64 << 24) as f32) * (2.0 * amplitude) - amplitude)
+        })
+        .collect()
+}
+
+/// Writes `rows` (JSON objects) as a JSON array, one object a line, to `out_dir/name`,
+/// creating `out_dir`; returns the file's path.
+pub fn write_json_array(out_dir: &str, name: &str, rows: &[String]) -> String {
+    use std::io::Write;
+    std::fs::create_dir_all(out_dir).unwrap();
+    let path = format!("{out_dir}/{name}");
+    std::fs::File::create(&path).unwrap().write_all(format!("[\n{}\n]\n", rows.join(",\n")).as_bytes()).unwrap();
+    path
+}
 
 /// One measurement.
 #[derive(Clone, Debug)]
@@ -32,7 +99,7 @@ pub struct Sample {
 impl Sample {
     /// Effective bandwidth in GB/s (10^9 bytes per second).
     pub fn gbps(&self) -> f64 {
-        self.moved as f64 / (self.us * 1e-6) / 1e9
+        gbps(self.moved, self.us)
     }
 
     /// JSON object for this sample.
@@ -120,6 +187,35 @@ pub fn copy(dev: &Device, src: &DeviceVec<u8>, dst: &mut DeviceVec<u8>) {
     dev.copy(src.view(..).unwrap(), dst.view_mut(..).unwrap()).unwrap();
 }
 
+/// GB/s (10^9 bytes per second) of `moved` bytes in `us` microseconds.
+pub fn gbps(moved: usize, us: f64) -> f64 {
+    moved as f64 / (us * 1e-6) / 1e9
+}
+
+/// Microseconds of one device-to-device copy of `bytes` (two fresh buffers, freed after),
+/// as `timer` measures a call of the closure it is given.
+pub fn copy_us_with(dev: &Device, bytes: usize, timer: impl FnOnce(&mut dyn FnMut()) -> f64) -> f64 {
+    let src: DeviceVec<u8> = dev.alloc(bytes).unwrap();
+    let mut dst: DeviceVec<u8> = dev.alloc(bytes).unwrap();
+    timer(&mut || copy(dev, &src, &mut dst))
+}
+
+/// Microseconds of one device-to-device copy of `bytes`, timed by [`time`].
+pub fn copy_us(dev: &Device, bytes: usize) -> f64 {
+    copy_us_with(dev, bytes, |f| time(dev, bytes, f))
+}
+
+/// The copy bandwidth the memory-bound benches measure themselves against: a 1 GiB
+/// device-to-device copy, bytes read + written over [`time`]'s median, in GB/s. Printed as
+/// `copy 1 GiB: <us> us, <GB/s> GB/s` (`python/report_engine.py` reads that line back).
+pub fn copy_gbps_1gib(dev: &Device) -> f64 {
+    let gib = 1usize << 30;
+    let us = copy_us(dev, gib);
+    let gbps = gbps(2 * gib, us);
+    eprintln!("copy 1 GiB: {us:.1} us, {gbps:.0} GB/s");
+    gbps
+}
+
 /// Bytes a benchmark cycles through so that each call reads its operand from DRAM rather
 /// than from the L2 cache the previous calls filled (H100: 50 MB of L2). A decode step reads
 /// every weight matrix once; timing one 33 MB matrix in a loop would find part of it in L2.
@@ -168,5 +264,45 @@ impl ColdSet {
     /// Buffers in the set.
     pub fn copies(&self) -> usize {
         self.bufs.len()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn args_find_switches_and_values_wherever_they_stand() {
+        let a = Args::new(["bench", "--quick", "--out", "dir", "--sweep-stages", "q4_0", "q8_0"]);
+        assert!(a.quick() && a.has("--sweep-stages") && !a.has("--profile"));
+        assert_eq!(a.out_dir(), "dir");
+        assert_eq!(a.value("--sweep-stages"), Some("q4_0"));
+        assert_eq!(a.after("--sweep-stages").unwrap(), ["q4_0", "q8_0"]);
+        assert_eq!(a.after("--host"), None);
+        // A flag at the end has no value; no `--out` means the working directory.
+        let b = Args::new(["bench", "--dtype"]);
+        assert_eq!(b.value("--dtype"), None);
+        assert_eq!(b.out_dir(), ".");
+        assert!(!b.quick());
+    }
+
+    #[test]
+    fn uniform_values_lie_in_range_and_repeat_per_seed() {
+        let a: Vec<f32> = uniform(4096, 1, 4.0);
+        assert!(a.iter().all(|&v| (-4.0..4.0).contains(&v)));
+        // Spread over the whole range, not stuck (an xorshift state of 0 would be).
+        let (lo, hi) = a.iter().fold((f32::MAX, f32::MIN), |(l, h), &v| (l.min(v), h.max(v)));
+        assert!(lo < -3.9 && hi > 3.9, "{lo} {hi}");
+        assert_eq!(a, uniform::<f32>(4096, 1, 4.0));
+        assert_ne!(a, uniform::<f32>(4096, 2, 4.0));
+        // The same draws at another amplitude are the same fractions of it.
+        let b: Vec<f32> = uniform(4096, 1, 1.0);
+        assert!(a.iter().zip(&b).all(|(x, y)| (x / 4.0 - y).abs() < 1e-6));
+    }
+
+    #[test]
+    fn gbps_counts_bytes_over_microseconds() {
+        assert_eq!(gbps(2_000_000_000, 1e6), 2.0);
+        assert_eq!(gbps(3_000, 1.0), 3.0);
     }
 }
