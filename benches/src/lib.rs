@@ -71,6 +71,59 @@ pub fn uniform<T: Float>(n: usize, seed: u64, amplitude: f32) -> Vec<T> {
         .collect()
 }
 
+/// One 2-D convolution layer: `(layer, batch, c_in, h, w, c_out, kernel, stride, padding)`.
+pub type ConvLayer = (&'static str, usize, usize, usize, usize, usize, usize, usize, usize);
+
+/// A line of a convolution layer table that does not parse.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LayerTableError {
+    /// 1-based line number.
+    pub line: usize,
+    /// What is wrong with it.
+    pub reason: String,
+}
+
+impl std::fmt::Display for LayerTableError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "layer table line {}: {}", self.line, self.reason)
+    }
+}
+
+impl std::error::Error for LayerTableError {}
+
+/// The distinct convolutions of SD 1.5's UNet (latent 64x64, batch 2 for classifier-free
+/// guidance) and VAE decoder (latent 64x64 to 512x512, batch 1), in the order of
+/// `python/sd_conv_layers.csv`: the one table the `conv` bench and `python/torch_conv.py`
+/// both read, so that the two time the same shapes.
+pub fn sd_conv_layers() -> Vec<ConvLayer> {
+    parse_conv_layers(include_str!("../python/sd_conv_layers.csv")).unwrap_or_else(|e| panic!("python/sd_conv_layers.csv: {e}"))
+}
+
+/// Parses a layer table: a header line, then `layer,batch,c_in,h,w,c_out,kernel,stride,padding`
+/// a line (whole numbers, all but padding at least 1; blank lines passed over).
+pub fn parse_conv_layers(text: &'static str) -> Result<Vec<ConvLayer>, LayerTableError> {
+    let mut out = Vec::new();
+    for (i, line) in text.lines().enumerate().skip(1) {
+        let err = |reason: String| LayerTableError { line: i + 1, reason };
+        if line.trim().is_empty() {
+            continue;
+        }
+        let f: Vec<&'static str> = line.split(',').collect();
+        if f.len() != 9 {
+            return Err(err(format!("{} fields, want 9", f.len())));
+        }
+        let mut v = [0usize; 8];
+        for (k, (x, name)) in f[1..].iter().zip(["batch", "c_in", "h", "w", "c_out", "kernel", "stride", "padding"]).enumerate() {
+            v[k] = x.trim().parse().map_err(|_| err(format!("{name} {x:?} is not a whole number")))?;
+            if v[k] == 0 && name != "padding" {
+                return Err(err(format!("{name} is 0")));
+            }
+        }
+        out.push((f[0], v[0], v[1], v[2], v[3], v[4], v[5], v[6], v[7]));
+    }
+    Ok(out)
+}
+
 /// Writes `rows` (JSON objects) as a JSON array, one object a line, to `out_dir/name`,
 /// creating `out_dir`; returns the file's path.
 pub fn write_json_array(out_dir: &str, name: &str, rows: &[String]) -> String {
@@ -298,6 +351,29 @@ mod tests {
         // The same draws at another amplitude are the same fractions of it.
         let b: Vec<f32> = uniform(4096, 1, 1.0);
         assert!(a.iter().zip(&b).all(|(x, y)| (x / 4.0 - y).abs() < 1e-6));
+    }
+
+    #[test]
+    fn layer_table_parses_and_rejects_bad_lines_by_number() {
+        let t = parse_conv_layers("layer,batch,c_in,h,w,c_out,kernel,stride,padding\nunet a,2,4,64,64,320,3,1,1\n\nvae b,1,8,16,16,8,1,2,0\n").unwrap();
+        assert_eq!(t, [("unet a", 2, 4, 64, 64, 320, 3, 1, 1), ("vae b", 1, 8, 16, 16, 8, 1, 2, 0)]);
+        let e = parse_conv_layers("header\nx,1,2,3,4,5,6,7\n").unwrap_err();
+        assert_eq!(e, LayerTableError { line: 2, reason: "8 fields, want 9".into() });
+        let e = parse_conv_layers("header\nx,1,2,3,4,5,6,7,1\ny,1,2,3,4,5,six,7,1\n").unwrap_err();
+        assert_eq!((e.line, e.reason.starts_with("kernel")), (3, true));
+        assert_eq!(parse_conv_layers("header\nx,1,0,3,4,5,6,7,1\n").unwrap_err().reason, "c_in is 0");
+    }
+
+    #[test]
+    fn sd_table_has_every_unet_and_vae_layer_once() {
+        let t = sd_conv_layers();
+        assert_eq!(t.len(), 27);
+        let names: std::collections::HashSet<_> = t.iter().map(|l| l.0).collect();
+        assert_eq!(names.len(), t.len(), "a layer named twice");
+        // UNet layers at batch 2 (classifier-free guidance), VAE decoder layers at batch 1.
+        assert!(t.iter().all(|l| (l.0.starts_with("unet") && l.1 == 2) || (l.0.starts_with("vae") && l.1 == 1)));
+        // The quick run (`--quick`) still has layers to time.
+        assert!(t.iter().any(|l| l.0.starts_with("unet 320")));
     }
 
     #[test]
