@@ -5,7 +5,6 @@ channels-last, timed with CUDA events on the same GPU. Writes torch_conv.json (o
 
 usage: torch_conv.py [--out DIR] [--quick] [--dtype f16|bf16]
 """
-import argparse
 import csv
 import json
 import os
@@ -13,7 +12,7 @@ import os
 import torch
 import torch.nn.functional as F
 
-from torch_elementwise import timed
+from torch_elementwise import peer_args, timed
 
 
 def load_layers():
@@ -28,11 +27,7 @@ LAYERS = load_layers()
 
 
 def main():
-    p = argparse.ArgumentParser()
-    p.add_argument("--out", default=".")
-    p.add_argument("--quick", action="store_true")
-    p.add_argument("--dtype", default="f16")
-    args = p.parse_args()
+    args = peer_args(("--dtype", dict(default="f16")))
     torch.backends.cudnn.benchmark = True
     dev = torch.device("cuda")
     dt = torch.bfloat16 if args.dtype == "bf16" else torch.float16

@@ -27,6 +27,17 @@ def timed(fn, nbytes):
     return statistics.median(reps)
 
 
+def peer_args(*extra):
+    """The parsed command line of a PyTorch peer script: `--out DIR` (default `.`), `--quick`,
+    then each `(flag, argparse options)` of `extra`."""
+    p = argparse.ArgumentParser()
+    p.add_argument("--out", default=".")
+    p.add_argument("--quick", action="store_true")
+    for flag, options in extra:
+        p.add_argument(flag, **options)
+    return p.parse_args()
+
+
 def main():
     p = argparse.ArgumentParser()
     p.add_argument("--out", default=".")
