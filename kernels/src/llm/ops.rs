@@ -5,6 +5,7 @@
 //! on host slices) and buffers or views as slice arguments.
 use super::{matvec_group, matvec_team, Rows1, Rows2, Rows4, Rows8, MATVEC_BLOCK, MATVEC_MIN_TEAM, MATVEC_TILE_ROWS, SAMPLE_PARAMS};
 use kernel_dsl::host::{ArgValue, Executor, KernelArgSlice, KernelArgSliceMut, LaunchConfig, LaunchError, MemLocation, ScalarArg};
+use crate::host_args::{offset, Part};
 use kernel_dsl::{Dim3, Float};
 
 /// Most activation rows of one [`dense_matvec`] call.
@@ -43,25 +44,6 @@ pub fn matvec_tile(exec: &(impl Executor + ?Sized)) -> usize {
 
 fn is_rocm(exec: &(impl Executor + ?Sized)) -> bool {
     matches!(exec.memory(), MemLocation::Device { backend: "rocm", .. })
-}
-
-/// A checked part of a kernel argument (a batch tile), passed as is.
-struct Part(ArgValue);
-
-impl<T> KernelArgSlice<T> for Part {
-    fn kernel_arg(&self) -> ArgValue {
-        self.0
-    }
-}
-impl<T> KernelArgSliceMut<T> for Part {}
-
-/// The slice argument `a` advanced by `bytes`, `len` elements long (inside `a`: the callers
-/// checked the lengths).
-fn offset(a: ArgValue, bytes: usize, len: usize) -> ArgValue {
-    match a {
-        ArgValue::Slice { addr, location, .. } => ArgValue::Slice { addr: addr + bytes as u64, len, location },
-        other => other,
-    }
 }
 
 /// `y (batch x rows) = x (batch x cols) W^T (+ bias)` for a dense row-major `rows x cols`
