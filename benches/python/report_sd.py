@@ -12,7 +12,7 @@ import glob
 import os
 import sys
 
-from reportlib import load_jsonl, print_markdown, write_csv
+from reportlib import load_jsonl as load, print_markdown, write_csv
 
 COLUMNS = ["shape", "op", "batch", "width", "height", "backend", "median_ms", "min_ms", "ratio_vs_ours", "note"]
 
@@ -23,14 +23,14 @@ def main():
     d = sys.argv[1]
     got = {}  # (shape, op, backend) -> the last line
     for path in sorted(glob.glob(os.path.join(d, "ours_*.jsonl"))):
-        for r in load_jsonl(path):
+        for r in load(path):
             if r["op"] == "vae_decode":
                 # sd-worker decodes one latent; its line carries the UNet's batch.
                 r["batch"] = 1
             got[(r["shape"], r["op"], "ours")] = r
     tp = os.path.join(d, "torch_sd.jsonl")
     if os.path.exists(tp):
-        for r in load_jsonl(tp):
+        for r in load(tp):
             got[(r["shape"], r["op"], r.get("backend", "torch"))] = r
     if not got:
         sys.exit(f"no SD results in {d}")
