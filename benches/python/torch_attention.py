@@ -24,7 +24,7 @@ import torch
 import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
-from torch_elementwise import peer_args
+from torch_elementwise import events_us, peer_args
 
 COLD_BYTES = 256 << 20
 
@@ -43,12 +43,7 @@ def timed(fn):
     iters = min(max(int(30.0 / one), 3), 200)
     reps = []
     for _ in range(5):
-        a.record()
-        for _ in range(iters):
-            fn()
-        b.record()
-        b.synchronize()
-        reps.append(a.elapsed_time(b) / iters * 1e3)
+        reps.append(events_us(fn, iters, a, b))
     return statistics.median(reps)
 
 
