@@ -4,14 +4,15 @@ bandwidth against size (bandwidth.png).
 
 usage: report.py DIR
 """
-import json
 import sys
+
+from reportlib import load_json
 
 
 def main():
     d = sys.argv[1]
-    rust = json.load(open(f"{d}/rust_elementwise.json"))
-    torch = json.load(open(f"{d}/torch_elementwise.json"))
+    rust = load_json(d, "rust_elementwise.json")
+    torch = load_json(d, "torch_elementwise.json")
     t_index = {(s["op"], s["dtype"], s["bytes"]): s for s in torch["samples"]}
     r_copy = {s["bytes"]: s["gbps"] for s in rust["samples"] if s["op"] == "copy"}
     rows = []

@@ -12,8 +12,9 @@ the gather-inclusive figure stays in torch_attention.json (`gbps_with_gather`).
 usage: report_attention.py DIR
 """
 import csv
-import json
 import sys
+
+from reportlib import load_json, write_csv
 
 COLUMNS = ["kind", "dtype", "causal", "batch", "heads", "kv_heads", "seq", "head_dim", "block_size", "ours", "unit",
            "peer", "peer_value", "ratio", "pct_of_copy"]
@@ -25,8 +26,8 @@ def key(r):
 
 def main():
     d = sys.argv[1]
-    ours = json.load(open(f"{d}/rust_attention.json"))
-    peers = json.load(open(f"{d}/torch_attention.json"))["samples"]
+    ours = load_json(d, "rust_attention.json")
+    peers = load_json(d, "torch_attention.json")["samples"]
     by_key = {}
     for p in peers:
         by_key.setdefault(key(p), []).append(p)
@@ -47,10 +48,7 @@ def main():
                 continue
             pv = p["tflops"] if prefill else p["gbps"]
             rows.append(dict(base, peer=p["peer"], peer_value=f"{pv:.2f}", ratio=f"{value / pv:.3f}"))
-    with open(f"{d}/report_attention.csv", "w", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=COLUMNS)
-        w.writeheader()
-        w.writerows(rows)
+    write_csv(f"{d}/report_attention.csv", COLUMNS, rows)
     w = csv.DictWriter(sys.stdout, fieldnames=COLUMNS)
     w.writeheader()
     w.writerows(rows)

@@ -5,15 +5,15 @@ and channels-last), with implicit / im2col and implicit / best cuDNN.
 
 usage: report_conv.py DIR
 """
-import json
-import os
 import sys
+
+from reportlib import load_json
 
 
 def main():
     d = sys.argv[1]
-    rows = json.load(open(f"{d}/rust_conv.json"))
-    torch_rows = json.load(open(f"{d}/torch_conv.json")) if os.path.exists(f"{d}/torch_conv.json") else []
+    rows = load_json(d, "rust_conv.json")
+    torch_rows = load_json(d, "torch_conv.json", missing=[])
     by = {}
     flops = {}
     order = []

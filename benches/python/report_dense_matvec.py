@@ -7,15 +7,16 @@ where that file is missing, from the `TORCH {...}` lines of ../torch-dense-matve
 
 usage: report_dense_matvec.py DIR
 """
-import csv
 import json
 import os
 import sys
 
+from reportlib import load_json, write_csv
+
 
 def main():
     d = sys.argv[1]
-    ours = json.load(open(os.path.join(d, "rust_dense_matvec.json")))
+    ours = load_json(d, "rust_dense_matvec.json")
     peer = {}
     tp = os.path.join(d, "torch_dense_matvec.json")
     log = os.path.join(d, "..", "torch-dense-matvec.log")
@@ -40,10 +41,7 @@ def main():
             torch_over_ours=f'{t["us"] / s["us"]:.2f}' if t else "",
         ))
     out = os.path.join(d, "report_dense_matvec.csv")
-    with open(out, "w", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=list(rows[0].keys()))
-        w.writeheader()
-        w.writerows(rows)
+    write_csv(out, list(rows[0].keys()), rows)
     for r in rows:
         print(",".join(str(v) for v in r.values()))
     print(f"wrote {out}")

@@ -8,19 +8,14 @@ timed run still pays one-time costs on both sides (allocator growth, BLAS heuris
 shapes), so the table gives the median over runs 1.. (all runs when there is only one) and
 every run's figures beside it; ratio = ours / Candle's tokens per second (above 1: faster).
 """
-import json
 import statistics
 import sys
 
+from reportlib import load_jsonl
+
 
 def load(path):
-    rows = []
-    with open(path) as f:
-        for line in f:
-            line = line.strip()
-            if line.startswith("{"):
-                rows.append(json.loads(line))
-    return rows
+    return load_jsonl(path, skip_bad=False)
 
 
 def median(rows, key):

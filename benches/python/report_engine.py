@@ -26,13 +26,14 @@ Columns:
   at the same model and concurrency; above 1 we are faster (docs/benchmarks.md's convention);
 - note: errors, and what a row is not.
 """
-import csv
 import glob
 import json
 import os
 import re
 import statistics
 import sys
+
+from reportlib import load_jsonl, print_markdown, write_csv
 
 # The shapes `llm-worker write-random --shape` writes (workers/llm/src/random.rs, Shape::B1 and
 # Shape::B8) and `gguf-llama --shape 8b`; the 1B ties the LM head to the embedding.
@@ -60,19 +61,6 @@ def step_bytes(model, prompt_len, gen):
     return weights + kv_cache
 
 
-def load(path):
-    rows = []
-    with open(path) as f:
-        for line in f:
-            line = line.strip()
-            if line.startswith("{"):
-                try:
-                    rows.append(json.loads(line))
-                except json.JSONDecodeError:
-                    pass
-    return rows
-
-
 def copy_gbps(d):
     p = os.path.join(d, "copy.json")
     if os.path.exists(p):
@@ -98,7 +86,7 @@ def collect(d):
         model = tag.replace("_", "-")
         if model.split("-")[0] not in SHAPES or model.split("-")[-1] not in FORMATS:
             continue
-        rows = load(path)
+        rows = load_jsonl(path)
         if kind == "ours":
             for r in rows:
                 out[(model, r["concurrency"], "ours")] = dict(
@@ -160,15 +148,9 @@ def main():
         rows.append(dict(model=model, concurrency=c, backend=backend, decode_tok_s=fmt(r["decode"], 1),
                          ttft_ms=fmt(r["ttft"], 1), pct_of_bandwidth_limit=fmt(pct, 1), ratio_vs_ours=fmt(ratio, 2), note=note))
     out = os.path.join(d, "report_engine.csv")
-    with open(out, "w", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=COLUMNS)
-        w.writeheader()
-        w.writerows(rows)
+    write_csv(out, COLUMNS, rows)
     print(f"copy bandwidth: {copy_src or 'none (pct_of_bandwidth_limit left empty)'}" + (f", {copy:.0f} GB/s" if copy else ""))
-    print("| " + " | ".join(COLUMNS) + " |")
-    print("|" + "---|" * len(COLUMNS))
-    for r in rows:
-        print("| " + " | ".join(str(r[k]) for k in COLUMNS) + " |")
+    print_markdown(COLUMNS, rows)
     print(f"wrote {out}")
 
 

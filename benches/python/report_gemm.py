@@ -10,13 +10,15 @@ import json
 import os
 import sys
 
+from reportlib import load_json
+
 
 def main():
     d = sys.argv[1]
-    rows = json.load(open(f"{d}/rust_gemm.json"))
+    rows = load_json(d, "rust_gemm.json")
     ours = {(s["dtype"], s["m"], s["n"], s["k"]): s["us"] for s in rows if s.get("op", "matmul") == "matmul"}
     wg = {(s["dtype"], s["m"], s["n"], s["k"]): s["us"] for s in rows if s.get("op") == "matmul_wgmma"}
-    torch = {(s["dtype"], s["m"], s["n"], s["k"]): s["us"] for s in json.load(open(f"{d}/torch_gemm.json"))}
+    torch = {(s["dtype"], s["m"], s["n"], s["k"]): s["us"] for s in load_json(d, "torch_gemm.json")}
     # Best CUTLASS Sm80 configuration per shape (bf16 only), and which one it was.
     cutlass = {}
     if os.path.exists(f"{d}/cutlass_gemm.jsonl"):

@@ -4,14 +4,15 @@ bandwidth measured in the same run, and PyTorch's time over ours (> 1: we are fa
 
 usage: report_llm.py DIR
 """
-import json
 import sys
+
+from reportlib import load_json
 
 
 def main():
     d = sys.argv[1]
-    rust = json.load(open(f"{d}/rust_llm.json"))
-    torch = json.load(open(f"{d}/torch_llm.json"))
+    rust = load_json(d, "rust_llm.json")
+    torch = load_json(d, "torch_llm.json")
     t_index = {(s["op"], s["dtype"], s["shape"]): s for s in torch["samples"]}
     copy = next(s["gbps"] for s in rust["samples"] if s["op"] == "copy")
     rows = []

@@ -16,16 +16,17 @@ launched back to back, in the same session.
 
 usage: report_quantized.py DIR
 """
-import json
 import os
 import sys
+
+from reportlib import load_json
 
 
 def main():
     d = sys.argv[1]
-    rust = json.load(open(f"{d}/rust_quantized.json"))
-    torch = json.load(open(f"{d}/torch_quantized.json")) if os.path.exists(f"{d}/torch_quantized.json") else {"samples": []}
-    candle = json.load(open(f"{d}/candle_quantized.json")) if os.path.exists(f"{d}/candle_quantized.json") else []
+    rust = load_json(d, "rust_quantized.json")
+    torch = load_json(d, "torch_quantized.json", missing={"samples": []})
+    candle = load_json(d, "candle_quantized.json", missing=[])
     t_index = {(s["rows"], s["cols"], s["batch"]): s for s in torch["samples"]}
     c_index = {(s["dtype"], s["rows"], s["cols"], s["batch"]): s for s in candle}
     copy = rust[0]["copy_gbps"]

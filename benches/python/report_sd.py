@@ -8,26 +8,13 @@ time of the timed runs, and ratio_vs_ours = the backend's median time over ours 
 are faster; 1.00 on our rows). A row whose image size or batch differs from ours says so in
 `note` and gets no ratio.
 """
-import csv
 import glob
-import json
 import os
 import sys
 
+from reportlib import load_jsonl as load, print_markdown, write_csv
+
 COLUMNS = ["shape", "op", "batch", "width", "height", "backend", "median_ms", "min_ms", "ratio_vs_ours", "note"]
-
-
-def load(path):
-    rows = []
-    with open(path) as f:
-        for line in f:
-            line = line.strip()
-            if line.startswith("{"):
-                try:
-                    rows.append(json.loads(line))
-                except json.JSONDecodeError:
-                    pass
-    return rows
 
 
 def main():
@@ -61,14 +48,8 @@ def main():
                          median_ms=f"{r['median_ms']:.2f}", min_ms=f"{r['min_ms']:.2f}",
                          ratio_vs_ours=f"{r['median_ms'] / ours['median_ms']:.2f}" if same else "", note=note))
     out = os.path.join(d, "report_sd.csv")
-    with open(out, "w", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=COLUMNS)
-        w.writeheader()
-        w.writerows(rows)
-    print("| " + " | ".join(COLUMNS) + " |")
-    print("|" + "---|" * len(COLUMNS))
-    for r in rows:
-        print("| " + " | ".join(str(r[k]) for k in COLUMNS) + " |")
+    write_csv(out, COLUMNS, rows)
+    print_markdown(COLUMNS, rows)
     print(f"wrote {out}")
 
 

@@ -16,7 +16,6 @@ same GPU. Writes torch_attention.json.
 
 usage: torch_attention.py [--out DIR] [--quick] [--only prefill|decode]
 """
-import argparse
 import json
 import math
 import statistics
@@ -24,6 +23,8 @@ import statistics
 import torch
 import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
+
+from torch_elementwise import events_us, peer_args
 
 COLD_BYTES = 256 << 20
 
@@ -42,12 +43,7 @@ def timed(fn):
     iters = min(max(int(30.0 / one), 3), 200)
     reps = []
     for _ in range(5):
-        a.record()
-        for _ in range(iters):
-            fn()
-        b.record()
-        b.synchronize()
-        reps.append(a.elapsed_time(b) / iters * 1e3)
+        reps.append(events_us(fn, iters, a, b))
     return statistics.median(reps)
 
 
@@ -129,11 +125,7 @@ def decode(samples, batch, heads, kv_heads, ctx, d, bs):
 
 
 def main():
-    p = argparse.ArgumentParser()
-    p.add_argument("--out", default=".")
-    p.add_argument("--quick", action="store_true")
-    p.add_argument("--only", choices=["prefill", "decode"])
-    args = p.parse_args()
+    args = peer_args(("--only", dict(choices=["prefill", "decode"])))
     print(torch.__version__, torch.version.cuda, "cudnn", torch.backends.cudnn.version(), torch.cuda.get_device_name())
     samples = []
     if args.only != "decode":

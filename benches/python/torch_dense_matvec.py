@@ -9,13 +9,12 @@ not come back.
 
 usage: torch_dense_matvec.py [--out DIR] [--quick]
 """
-import argparse
 import json
 
 import torch
 import torch.nn.functional as F
 
-from torch_elementwise import timed
+from torch_elementwise import peer_args, timed
 
 SHAPES = [(2048, 2048), (2048, 8192), (8192, 2048), (512, 2048), (4096, 4096), (4096, 14336), (14336, 4096),
           (1024, 4096), (128256, 4096)]
@@ -25,10 +24,7 @@ COLD_BYTES = 256 << 20
 
 
 def main():
-    p = argparse.ArgumentParser()
-    p.add_argument("--out", default=".")
-    p.add_argument("--quick", action="store_true")
-    args = p.parse_args()
+    args = peer_args()
     dev = torch.device("cuda")
     gib = 1 << 30
     src = torch.empty(gib, dtype=torch.uint8, device=dev)

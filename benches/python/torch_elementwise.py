@@ -10,21 +10,39 @@ import statistics
 import torch
 
 
+def events_us(fn, iters, a=None, b=None):
+    """Microseconds per call of `iters` back-to-back calls of `fn` between the CUDA events
+    `a` and `b` (two new ones where not given)."""
+    if a is None:
+        a = torch.cuda.Event(enable_timing=True)
+        b = torch.cuda.Event(enable_timing=True)
+    a.record()
+    for _ in range(iters):
+        fn()
+    b.record()
+    b.synchronize()
+    return a.elapsed_time(b) / iters * 1e3
+
+
 def timed(fn, nbytes):
     iters = 10 if nbytes >= 64 << 20 else 50 if nbytes >= 1 << 20 else 200
     for _ in range(3):
         fn()
     reps = []
     for _ in range(5):
-        a = torch.cuda.Event(enable_timing=True)
-        b = torch.cuda.Event(enable_timing=True)
-        a.record()
-        for _ in range(iters):
-            fn()
-        b.record()
-        b.synchronize()
-        reps.append(a.elapsed_time(b) / iters * 1e3)
+        reps.append(events_us(fn, iters))
     return statistics.median(reps)
+
+
+def peer_args(*extra):
+    """The parsed command line of a PyTorch peer script: `--out DIR` (default `.`), `--quick`,
+    then each `(flag, argparse options)` of `extra`."""
+    p = argparse.ArgumentParser()
+    p.add_argument("--out", default=".")
+    p.add_argument("--quick", action="store_true")
+    for flag, options in extra:
+        p.add_argument(flag, **options)
+    return p.parse_args()
 
 
 def main():
@@ -73,14 +91,7 @@ def main():
         t.fill_(1.0)
     reps = []
     for _ in range(5):
-        a = torch.cuda.Event(enable_timing=True)
-        b = torch.cuda.Event(enable_timing=True)
-        a.record()
-        for _ in range(2000):
-            t.fill_(1.0)
-        b.record()
-        b.synchronize()
-        reps.append(a.elapsed_time(b) / 2000 * 1e3)
+        reps.append(events_us(lambda: t.fill_(1.0), 2000))
     launch_us = statistics.median(reps)
     for s in samples:
         s["gbps"] = s["moved"] / (s["us"] * 1e-6) / 1e9

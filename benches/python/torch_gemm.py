@@ -3,19 +3,15 @@ the same GPU. Writes torch_gemm.json.
 
 usage: torch_gemm.py [--out DIR] [--quick]
 """
-import argparse
 import json
 
 import torch
 
-from torch_elementwise import timed
+from torch_elementwise import peer_args, timed
 
 
 def main():
-    p = argparse.ArgumentParser()
-    p.add_argument("--out", default=".")
-    p.add_argument("--quick", action="store_true")
-    args = p.parse_args()
+    args = peer_args()
     dev = torch.device("cuda")
     squares = [1024, 4096] if args.quick else [1024, 2048, 4096, 8192]
     tokens = [1, 4096] if args.quick else [1, 16, 64, 256, 1024, 4096]

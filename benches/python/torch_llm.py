@@ -5,13 +5,12 @@ indexing. Writes torch_llm.json.
 
 usage: torch_llm.py [--out DIR] [--quick]
 """
-import argparse
 import json
 
 import torch
 import torch.nn.functional as F
 
-from torch_elementwise import timed
+from torch_elementwise import peer_args, timed
 
 
 def shape(*dims):
@@ -19,10 +18,7 @@ def shape(*dims):
 
 
 def main():
-    p = argparse.ArgumentParser()
-    p.add_argument("--out", default=".")
-    p.add_argument("--quick", action="store_true")
-    args = p.parse_args()
+    args = peer_args()
     dev = torch.device("cuda")
     dtypes = {"f32": torch.float32, "bf16": torch.bfloat16}
     samples = []

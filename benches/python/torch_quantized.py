@@ -7,20 +7,16 @@ is each one's share of the copy bandwidth. Writes torch_quantized.json.
 
 usage: torch_quantized.py [--out DIR] [--quick]
 """
-import argparse
 import json
 
 import torch
 import torch.nn.functional as F
 
-from torch_elementwise import timed
+from torch_elementwise import peer_args, timed
 
 
 def main():
-    p = argparse.ArgumentParser()
-    p.add_argument("--out", default=".")
-    p.add_argument("--quick", action="store_true")
-    args = p.parse_args()
+    args = peer_args()
     dev = torch.device("cuda")
     shapes = [(4096, 14336)] if args.quick else [(4096, 4096), (14336, 4096), (4096, 14336), (128256, 4096)]
     samples = []

@@ -36,6 +36,8 @@ pub mod elementwise;
 // Fragment arrays of the unrolled K loop are spelled out where the register layout matters.
 #[allow(clippy::type_complexity)]
 pub mod gemm;
+#[cfg(not(any(target_arch = "amdgpu", target_arch = "nvptx64")))]
+mod host_args;
 // Kernels take every buffer, size and stride as an argument (the kernel ABI).
 #[allow(clippy::too_many_arguments)]
 pub mod indexing;

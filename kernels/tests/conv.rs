@@ -18,7 +18,7 @@ use kernels::dtype::Real;
 use kernels::runtime::Device;
 
 mod common;
-use common::executors;
+use common::{executors, matrix_executors};
 
 trait F: Real + DType + std::fmt::Debug {
     const EPS: f64;
@@ -268,21 +268,6 @@ fn bad_conv_shapes_are_rejected() {
     assert!(bad(conv::col2im2d::<f32>(&dev, &x, (2, 4, 4, 3), (3, 3), geo(0, 1, 1), 0, &mut out)));
     assert!(bad(conv::col2im2d::<f32>(&dev, &x, (2, 1, 1, 3), (1, 1), geo(1, 1, 1), 0, &mut out)));
     assert!(dev.download(&out).unwrap().iter().all(|&v| v == 7.0));
-}
-
-/// The CPU executor in every matrix-unit mode the GEMM tests use (MFMA at wave 64; gfx11
-/// WMMA, gfx12 WMMA, mma.sync and VALU at wave 32), plus the GPUs of this build.
-fn matrix_executors() -> Vec<Device> {
-    use kernel_dsl::host::{CpuExecutor, MatrixUnit, WaveSize};
-    let mut v = vec![
-        Device::cpu_with(CpuExecutor::new(WaveSize::W64)),
-        Device::cpu_with(CpuExecutor::new(WaveSize::W32)),
-        Device::cpu_with(CpuExecutor::new(WaveSize::W32).with_matrix_unit(MatrixUnit::Wmma12)),
-        Device::cpu_with(CpuExecutor::new(WaveSize::W32).with_matrix_unit(MatrixUnit::MmaSync)),
-        Device::cpu_with(CpuExecutor::new(WaveSize::W32).with_matrix_unit(MatrixUnit::Valu)),
-    ];
-    v.extend(executors().into_iter().filter(|d| d.is_gpu()));
-    v
 }
 
 /// One implicit-GEMM convolution against the direct f64 sum (with groups and bias), the

@@ -268,6 +268,23 @@ fn check_cast<S: T, D: T>(dev: &Device) {
     assert_bits(&dev.download(&out).unwrap(), &want, &format!("{what}, strided"));
 }
 
+/// Calls `$f::<X>(args)` for each of the ten element types the copy kernels take, in one
+/// order: u8, u32, i16, i32, i64, bf16, f16, f32, f64, F8E4M3.
+macro_rules! every_dtype {
+    ($f:ident($($arg:expr),*)) => {{
+        $f::<u8>($($arg),*);
+        $f::<u32>($($arg),*);
+        $f::<i16>($($arg),*);
+        $f::<i32>($($arg),*);
+        $f::<i64>($($arg),*);
+        $f::<bf16>($($arg),*);
+        $f::<f16>($($arg),*);
+        $f::<f32>($($arg),*);
+        $f::<f64>($($arg),*);
+        $f::<F8E4M3>($($arg),*);
+    }};
+}
+
 macro_rules! cast_all {
     ($dev:expr; $($s:ty),*) => {$(
         cast_all!(@one $dev; $s; u8, u32, i16, i32, i64, bf16, f16, f32, f64, F8E4M3);
@@ -317,16 +334,7 @@ fn fill_and_copy_every_dtype() {
         assert_bits(&dev.download(&out).unwrap(), &want, &format!("copy_strided broadcast {}", X::NAME));
     }
     for dev in executors() {
-        one::<u8>(&dev);
-        one::<u32>(&dev);
-        one::<i16>(&dev);
-        one::<i32>(&dev);
-        one::<i64>(&dev);
-        one::<bf16>(&dev);
-        one::<f16>(&dev);
-        one::<f32>(&dev);
-        one::<f64>(&dev);
-        one::<F8E4M3>(&dev);
+        every_dtype!(one(&dev));
     }
 }
 
@@ -385,16 +393,7 @@ fn cmp_every_dtype_with_broadcast() {
         cmp::<X>(dev, CmpOp::Eq, (&da, Some((&[0, 9], &[9, 1]))), (&db, Some((&[0, 9], &[0, 1]))), &mut empty).unwrap();
     }
     for dev in executors() {
-        one::<u8>(&dev);
-        one::<u32>(&dev);
-        one::<i16>(&dev);
-        one::<i32>(&dev);
-        one::<i64>(&dev);
-        one::<bf16>(&dev);
-        one::<f16>(&dev);
-        one::<f32>(&dev);
-        one::<f64>(&dev);
-        one::<F8E4M3>(&dev);
+        every_dtype!(one(&dev));
     }
 }
 
@@ -565,15 +564,6 @@ fn copy2d_every_dtype() {
         assert_bits(&dev.download(&dst).unwrap(), &want, &format!("copy2d {} after a rejected call", X::NAME));
     }
     for dev in executors() {
-        one::<u8>(&dev);
-        one::<u32>(&dev);
-        one::<i16>(&dev);
-        one::<i32>(&dev);
-        one::<i64>(&dev);
-        one::<bf16>(&dev);
-        one::<f16>(&dev);
-        one::<f32>(&dev);
-        one::<f64>(&dev);
-        one::<F8E4M3>(&dev);
+        every_dtype!(one(&dev));
     }
 }

@@ -2,26 +2,12 @@
 //! and the GEMM built on it, against f64 references; on a GPU when one is present.
 mod common;
 
-use common::{executors, inputs, TestFloat};
+use common::{executors, inputs, matrix_executors, TestFloat};
 use half::{bf16, f16};
 use kernel_dsl::host::{CpuExecutor, LaunchConfig, LaunchError, MatrixUnit, WaveSize};
 use kernel_dsl::mma::{Lowering, MmaFloat};
 use kernels::gemm::{self, Activation, Engine, Epilogue, GemmElem, GemmShape, Operand};
 use kernels::runtime::Device;
-
-/// The CPU executor in every matrix-unit mode (MFMA at wave 64; gfx11 WMMA, gfx12 WMMA,
-/// mma.sync and VALU at wave 32), plus the GPUs of this build.
-fn matrix_executors() -> Vec<Device> {
-    let mut v = vec![
-        Device::cpu_with(CpuExecutor::new(WaveSize::W64)),
-        Device::cpu_with(CpuExecutor::new(WaveSize::W32)),
-        Device::cpu_with(CpuExecutor::new(WaveSize::W32).with_matrix_unit(MatrixUnit::Wmma12)),
-        Device::cpu_with(CpuExecutor::new(WaveSize::W32).with_matrix_unit(MatrixUnit::MmaSync)),
-        Device::cpu_with(CpuExecutor::new(WaveSize::W32).with_matrix_unit(MatrixUnit::Valu)),
-    ];
-    v.extend(executors().into_iter().filter(|d| d.is_gpu()));
-    v
-}
 
 fn name(dev: &Device) -> String {
     format!("{} / {:?}", kernel_dsl::host::Executor::name(dev), gemm::lowering_of(dev))

@@ -13,7 +13,8 @@
 #                                  # against its peer, results under DIR; PARTs (default
 #                                  # all): tests llm quantized matvec gemm conv attention e2e
 #                                  # qe2e engine serve sd; `nccl`: the 2-GPU collectives and
-#                                  # tensor-parallel tests (not in the default)
+#                                  # tensor-parallel tests, `tp`: the TP=1 / TP=2 bench of
+#                                  # the 8B-shaped bf16 model (both 2 GPUs, not in the default)
 #
 # `bundle` + `run` is how the project's H100 checks are made: the GPU machine has CUDA and
 # PyTorch but no Rust toolchain, so x86-64 binaries built here travel there.
@@ -163,6 +164,8 @@ for d in dirs:
         if [ -n "$found" ]; then export NCCL_LIBRARY="$found"; fi
     fi
     echo "NCCL_LIBRARY=${NCCL_LIBRARY:-<unset: the loader looks for libnccl.so.2>}"
+    # NVLink multicast (NVLS) stays off: the shared GPU machines require it.
+    export NCCL_NVLS_ENABLE=0
     local gpus
     gpus="$(nvidia-smi -L 2>/dev/null | grep -c '^GPU' || true)"
     if [ "${gpus:-0}" -ge 2 ]; then export COLLECTIVES_REQUIRE_GPU="${COLLECTIVES_REQUIRE_GPU:-1}"; fi
@@ -378,6 +381,37 @@ report() {
         step nccl-two-gpus 180 "$BIN/test-nccl_two_gpus" --test-threads=1
         # The engine's tensor-parallel forward (TP=2 against TP=1), issue 33.
         step tp-two-gpus 300 "$BIN/test-tp_gpu" --test-threads=1
+    fi
+    if has tp; then
+        # Tensor parallelism's decode rate (issue 33): the 8B-shaped bf16 folder (random
+        # weights, written here unless ENGINE_DIR has it), `llm-worker bench` at TP=1 on
+        # cuda:0 and TP=2 on cuda:0-1, batch 1 and 64 sequences, prompt 512, 128 generated
+        # tokens; JSON lines in DIR/tp/tp_8b_bf16.jsonl and the TP=2 / TP=1 ratios in
+        # DIR/tp/summary.txt (target: >= 1.6x at batch 1).
+        mkdir -p "$out/tp"
+        local d="${ENGINE_DIR:-/tmp}" n
+        local dir="$d/llama8b_bf16"
+        if [ ! -f "$dir/config.json" ]; then
+            step tp-write-8b 300 "$BIN/llm-worker" write-random --family llama --shape 8b --dtype bf16 --out "$dir"
+        fi
+        rm -f "$out/tp/tp_8b_bf16.jsonl"
+        for n in 1 2; do
+            step "tp-bench-tp$n" 180 "$BIN/llm-worker" bench --model "$dir" --device cuda:0 --tensor-parallel "$n" \
+                --prompt-len 512 --gen 128 --concurrency "${TP_CONCURRENCY:-1,64}"
+            grep '^{' "$out/tp-bench-tp$n.log" >> "$out/tp/tp_8b_bf16.jsonl" || true
+        done
+        python3 - "$out/tp/tp_8b_bf16.jsonl" > "$out/tp/summary.txt" 2>&1 <<'PY' || true
+import json, sys
+rows = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
+by = {(r["tensor_parallel"], r["concurrency"]): r for r in rows}
+for (tp, c), r in sorted(by.items()):
+    print(f"TP={tp} concurrency {c}: decode {r['decode_tok_s']:.1f} tok/s, TTFT {r['ttft_ms']:.0f} ms, captured buckets {r.get('captured_buckets')}, {r['device']}")
+for c in sorted({c for _, c in by}):
+    if (1, c) in by and (2, c) in by:
+        print(f"concurrency {c}: TP=2 / TP=1 decode = {by[(2, c)]['decode_tok_s'] / by[(1, c)]['decode_tok_s']:.2f}x")
+PY
+        cat "$out/tp/summary.txt" | tee -a "$out/summary.txt"
+        if [ -z "${ENGINE_DIR:-}" ]; then rm -rf "$dir"; fi
     fi
     if has serve; then
         # `llm-worker serve` on the 1B bf16 folder (the engine part's, else written here),

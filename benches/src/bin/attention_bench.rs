@@ -25,23 +25,10 @@
 //! `python/report_attention.py` merges both into `report_attention.csv`.
 use attention::paged::host::{paged_attention, paged_attention_unchecked, split_len_for, PagedShape};
 use attention::{flash_attn, FlashElem, FlashOptions, FlashShape};
-use benches::{copy, gpu_ms, median};
+use benches::{copy_us_with, gbps, gpu_ms, median, uniform, Args};
 use half::bf16;
 use kernel_dsl::Float;
 use kernels::runtime::{Device, DeviceVec};
-use std::io::Write;
-
-fn data<T: Float>(n: usize, seed: u64) -> Vec<T> {
-    let mut s = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
-    (0..n)
-        .map(|_| {
-            s ^= s << 13;
-            s ^= s >> 7;
-            s ^= s << 17;
-            T::from_f32(((s >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0)
-        })
-        .collect()
-}
 
 /// Median time of one call of `f` in microseconds: a few warm-up calls, then 5
 /// repetitions of enough calls to take about 30 ms each (at least 3, at most 200).
@@ -96,7 +83,7 @@ struct Prefill {
 
 fn prefill<T: FlashElem + Float>(dev: &Device, batch: usize, heads: usize, seq: usize, d: usize, causal: bool) -> Prefill {
     let n = batch * seq * heads * d;
-    let (q, k, v) = (data::<T>(n, 1), data::<T>(n, 2), data::<T>(n, 3));
+    let (q, k, v) = (uniform::<T>(n, 1, 1.0), uniform::<T>(n, 2, 1.0), uniform::<T>(n, 3, 1.0));
     let (dq, dk, dvv) = (dev.upload(&q).unwrap(), dev.upload(&k).unwrap(), dev.upload(&v).unwrap());
     let mut out: DeviceVec<T> = dev.alloc(n).unwrap();
     let mut lse: DeviceVec<f32> = dev.alloc(batch * heads * seq).unwrap();
@@ -148,9 +135,9 @@ fn decode(dev: &Device, batch: usize, heads: usize, kv_heads: usize, ctx: usize,
     let copies = benches::COLD_BYTES.div_ceil(kv_bytes).clamp(1, 64);
     let num_blocks = used * copies;
     // One cache with made-up values (the spot check reads them back through the table).
-    let kc: Vec<T> = data(num_blocks * bs * row, 4);
-    let vc: Vec<T> = data(num_blocks * bs * row, 5);
-    let q: Vec<T> = data(batch * heads * d, 6);
+    let kc: Vec<T> = uniform(num_blocks * bs * row, 4, 1.0);
+    let vc: Vec<T> = uniform(num_blocks * bs * row, 5, 1.0);
+    let q: Vec<T> = uniform(batch * heads * d, 6, 1.0);
     let (dk, dvv, dq) = (dev.upload(&kc).unwrap(), dev.upload(&vc).unwrap(), dev.upload(&q).unwrap());
     // Table copy `c`: sequence `b`'s blocks scattered over region `c` (a fixed stride
     // permutation, so neighbouring logical blocks are not neighbours in memory).
@@ -200,7 +187,7 @@ fn decode(dev: &Device, batch: usize, heads: usize, kv_heads: usize, ctx: usize,
         }
     }
     let bytes = kv_bytes + 2 * batch * heads * d * 2;
-    let gb = |us: f64| bytes as f64 / (us * 1e-6) / 1e9;
+    let gb = |us: f64| gbps(bytes, us);
     let (gbps, gbps_device_tables, gbps_legacy_split) = (gb(us), gb(us_dev), gb(us_legacy));
     eprintln!(
         "decode  bf16 b {batch:>2} h {heads}/{kv_heads} ctx {ctx:>5} d {d} bs {bs} {us:>10.1} us {gbps:>7.1} GB/s (device tables {gbps_device_tables:.1}, legacy split {legacy}: {gbps_legacy_split:.1})"
@@ -219,31 +206,26 @@ fn gcd(a: usize, b: usize) -> usize {
 /// Device-to-device copy bandwidth of 1 GiB (read + write bytes over time).
 fn copy_gbps(dev: &Device) -> f64 {
     let n = 1usize << 30;
-    let src: DeviceVec<u8> = dev.alloc(n).unwrap();
-    let mut dst: DeviceVec<u8> = dev.alloc(n).unwrap();
-    let us = time_us(dev, || copy(dev, &src, &mut dst));
-    2.0 * n as f64 / (us * 1e-6) / 1e9
+    gbps(2 * n, copy_us_with(dev, n, |f| time_us(dev, f)))
 }
 
 fn main() {
-    let args: Vec<String> = std::env::args().collect();
-    let value = |flag: &str| args.iter().position(|a| a == flag).and_then(|i| args.get(i + 1)).cloned();
-    let out_dir = value("--out").unwrap_or_else(|| ".".into());
-    let quick = args.iter().any(|a| a == "--quick");
-    let only = value("--only");
+    let args = Args::from_env();
+    let quick = args.quick();
+    let only = args.value("--only");
     let Some(dev) = benches::gpu() else { return };
     // One shape only (for ncu): `--prefill B,H,S,D,causal` or `--decode B,CTX`.
-    let nums = |v: String| v.split(',').map(|x| x.parse::<usize>().expect("a number")).collect::<Vec<_>>();
-    if let Some(v) = value("--prefill").map(nums) {
+    let nums = |v: &str| v.split(',').map(|x| x.parse::<usize>().expect("a number")).collect::<Vec<_>>();
+    if let Some(v) = args.value("--prefill").map(nums) {
         prefill::<bf16>(&dev, v[0], v[1], v[2], v[3], v.get(4).is_some_and(|&c| c != 0));
         return;
     }
-    if let Some(v) = value("--decode").map(nums) {
+    if let Some(v) = args.value("--decode").map(nums) {
         decode(&dev, v[0], 32, 8, v[1], 128, 16);
         return;
     }
     let mut pre = Vec::new();
-    if only.as_deref() != Some("decode") {
+    if only != Some("decode") {
         let seqs: &[usize] = if quick { &[1024, 4096] } else { &[512, 1024, 2048, 4096, 8192, 16384] };
         for &(d, heads) in &[(128, 16), (64, 32)] {
             for causal in [false, true] {
@@ -255,7 +237,7 @@ fn main() {
     }
     let mut dec = Vec::new();
     let mut copy = 0.0;
-    if only.as_deref() != Some("prefill") {
+    if only != Some("prefill") {
         copy = copy_gbps(&dev);
         eprintln!("copy 1 GiB: {copy:.1} GB/s");
         let batches: &[usize] = if quick { &[1, 16] } else { &[1, 4, 16, 32, 64] };
@@ -283,8 +265,6 @@ fn main() {
             r.batch, r.heads, r.kv_heads, r.ctx, r.d, r.block_size, r.bytes, r.us, r.gbps, r.gbps_device_tables, r.gbps_legacy_split, copy
         )
     }));
-    std::fs::create_dir_all(&out_dir).unwrap();
-    let path = format!("{out_dir}/rust_attention.json");
-    std::fs::File::create(&path).unwrap().write_all(format!("[\n{}\n]\n", rows.join(",\n")).as_bytes()).unwrap();
+    let path = benches::write_json_array(&args.out_dir(), "rust_attention.json", &rows);
     println!("wrote {path}");
 }

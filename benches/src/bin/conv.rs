@@ -8,64 +8,19 @@
 //! takes for them (op `conv_1x1_gemm`). A spot check of a few outputs of each shape
 //! against f64.
 //!
+//! The shapes are [`benches::sd_conv_layers`] (`python/sd_conv_layers.csv`, which
+//! `python/torch_conv.py` reads too).
+//!
 //! `conv [--out DIR] [--quick] [--dtype f16|bf16]`: writes `DIR/rust_conv.json`;
 //! `python/torch_conv.py` times `torch.nn.functional.conv2d` (cuDNN, NCHW and channels-last)
 //! on the same shapes and `python/report_conv.py` merges both.
-use benches::time;
+use benches::{sd_conv_layers, time, uniform, Args, ConvLayer};
 use half::{bf16, f16};
 use kernel_dsl::host::ScalarArg;
 use kernels::conv::ops::{im2col2d, ConvGeometry};
 use kernels::conv_implicit::{conv2d, Conv2dShape};
 use kernels::gemm::{self, Epilogue, GemmElem, GemmShape, Strides};
 use kernels::runtime::{Device, DeviceVec};
-use std::io::Write;
-
-/// `(layer, batch, c_in, h, w, c_out, kernel, stride, padding)`.
-pub type Layer = (&'static str, usize, usize, usize, usize, usize, usize, usize, usize);
-
-/// The distinct convolutions of SD 1.5's UNet (latent 64x64, batch 2) and VAE decoder
-/// (latent 64x64 to 512x512, batch 1).
-pub const LAYERS: [Layer; 27] = [
-    ("unet conv_in", 2, 4, 64, 64, 320, 3, 1, 1),
-    ("unet 320 3x3 @64", 2, 320, 64, 64, 320, 3, 1, 1),
-    ("unet 320 down s2", 2, 320, 64, 64, 320, 3, 2, 1),
-    ("unet 320->640 3x3 @32", 2, 320, 32, 32, 640, 3, 1, 1),
-    ("unet 640 3x3 @32", 2, 640, 32, 32, 640, 3, 1, 1),
-    ("unet 320->640 1x1 @32", 2, 320, 32, 32, 640, 1, 1, 0),
-    ("unet 640 down s2", 2, 640, 32, 32, 640, 3, 2, 1),
-    ("unet 640->1280 3x3 @16", 2, 640, 16, 16, 1280, 3, 1, 1),
-    ("unet 1280 3x3 @16", 2, 1280, 16, 16, 1280, 3, 1, 1),
-    ("unet 1280 down s2", 2, 1280, 16, 16, 1280, 3, 2, 1),
-    ("unet 1280 3x3 @8", 2, 1280, 8, 8, 1280, 3, 1, 1),
-    ("unet 2560->1280 3x3 @8", 2, 2560, 8, 8, 1280, 3, 1, 1),
-    ("unet 2560->1280 3x3 @16", 2, 2560, 16, 16, 1280, 3, 1, 1),
-    ("unet 1920->1280 3x3 @16", 2, 1920, 16, 16, 1280, 3, 1, 1),
-    ("unet 1920->640 3x3 @32", 2, 1920, 32, 32, 640, 3, 1, 1),
-    ("unet 1280->640 3x3 @32", 2, 1280, 32, 32, 640, 3, 1, 1),
-    ("unet 960->640 3x3 @32", 2, 960, 32, 32, 640, 3, 1, 1),
-    ("unet 960->320 3x3 @64", 2, 960, 64, 64, 320, 3, 1, 1),
-    ("unet 640->320 3x3 @64", 2, 640, 64, 64, 320, 3, 1, 1),
-    ("unet 2560->1280 1x1 @16", 2, 2560, 16, 16, 1280, 1, 1, 0),
-    ("unet 320 1x1 @64 (proj)", 2, 320, 64, 64, 320, 1, 1, 0),
-    ("unet conv_out", 2, 320, 64, 64, 4, 3, 1, 1),
-    ("vae 512 3x3 @64", 1, 512, 64, 64, 512, 3, 1, 1),
-    ("vae 512 3x3 @128", 1, 512, 128, 128, 512, 3, 1, 1),
-    ("vae 512->256 3x3 @256", 1, 512, 256, 256, 256, 3, 1, 1),
-    ("vae 256 3x3 @256", 1, 256, 256, 256, 256, 3, 1, 1),
-    ("vae 128 3x3 @512", 1, 128, 512, 512, 128, 3, 1, 1),
-];
-
-fn data<T: GemmElem>(n: usize, seed: u64) -> Vec<T> {
-    let mut s = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
-    (0..n)
-        .map(|_| {
-            s ^= s << 13;
-            s ^= s >> 7;
-            s ^= s << 17;
-            T::from_f32(((s >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0)
-        })
-        .collect()
-}
 
 struct Row {
     op: &'static str,
@@ -75,12 +30,12 @@ struct Row {
     us: f64,
 }
 
-fn run<T: GemmElem + ScalarArg + kernels::dtype::host::DType>(dev: &Device, l: Layer, out: &mut Vec<Row>) {
+fn run<T: GemmElem + ScalarArg + kernels::dtype::host::DType>(dev: &Device, l: ConvLayer, out: &mut Vec<Row>) {
     let (layer, b, c_in, h, w, c_out, k, stride, padding) = l;
     let g = ConvGeometry { padding, stride, dilation: 1 };
     let s = Conv2dShape { batch: b, c_in, h, w, c_out, k_h: k, k_w: k, groups: 1 };
     let (oh, ow) = s.out_hw(g).unwrap();
-    let (x, wt) = (data::<T>(b * c_in * h * w, 1), data::<T>(c_out * c_in * k * k, 2));
+    let (x, wt) = (uniform::<T>(b * c_in * h * w, 1, 1.0), uniform::<T>(c_out * c_in * k * k, 2, 1.0));
     let (dx, dw) = (dev.upload(&x).unwrap(), dev.upload(&wt).unwrap());
     let mut dy: DeviceVec<T> = dev.alloc(b * c_out * oh * ow).unwrap();
     let flops = 2 * b * c_out * oh * ow * c_in * k * k;
@@ -142,15 +97,14 @@ fn run<T: GemmElem + ScalarArg + kernels::dtype::host::DType>(dev: &Device, l: L
 }
 
 fn main() {
-    let args: Vec<String> = std::env::args().collect();
-    let out_dir = args.iter().position(|a| a == "--out").and_then(|i| args.get(i + 1)).cloned().unwrap_or_else(|| ".".into());
-    let quick = args.iter().any(|a| a == "--quick");
-    let dtype = args.iter().position(|a| a == "--dtype").and_then(|i| args.get(i + 1)).cloned().unwrap_or_else(|| "f16".into());
+    let args = Args::from_env();
+    let quick = args.quick();
+    let dtype = args.value("--dtype").unwrap_or("f16");
     let Some(dev) = benches::gpu() else { return };
     let mut rows = Vec::new();
-    let layers: Vec<Layer> = if quick { LAYERS.iter().copied().filter(|l| l.0.starts_with("unet 320")).collect() } else { LAYERS.to_vec() };
+    let layers: Vec<ConvLayer> = sd_conv_layers().into_iter().filter(|l| !quick || l.0.starts_with("unet 320")).collect();
     for l in layers {
-        match dtype.as_str() {
+        match dtype {
             "bf16" => run::<bf16>(&dev, l, &mut rows),
             _ => run::<f16>(&dev, l, &mut rows),
         }
@@ -165,8 +119,6 @@ fn main() {
             )
         })
         .collect();
-    std::fs::create_dir_all(&out_dir).unwrap();
-    let path = format!("{out_dir}/rust_conv.json");
-    std::fs::File::create(&path).unwrap().write_all(format!("[\n{}\n]\n", json.join(",\n")).as_bytes()).unwrap();
+    let path = benches::write_json_array(&args.out_dir(), "rust_conv.json", &json);
     println!("wrote {path}");
 }

@@ -13,13 +13,12 @@
 //! [`benches::ColdSet`]) so that every call reads them from DRAM, as a decode step does.
 //! `python/torch_dense_matvec.py` times PyTorch's `F.linear` (cuBLAS) on the same shapes
 //! the same way and `python/report_dense_matvec.py` merges both into a CSV.
-use benches::{cold_copies, copy, time};
+use benches::{cold_copies, time, Args};
 use half::{bf16, f16};
 use kernel_dsl::host::{Executor, ScalarArg};
 use kernel_dsl::Float;
 use kernels::llm::ops;
 use kernels::runtime::{Device, DeviceVec};
-use std::io::Write;
 
 /// The shapes (rows = out features, cols = in features).
 const SHAPES: [(usize, usize); 9] = [(2048, 2048), (2048, 8192), (8192, 2048), (512, 2048), (4096, 4096), (4096, 14336), (14336, 4096), (1024, 4096), (128256, 4096)];
@@ -61,7 +60,7 @@ fn run<T: Float + ScalarArg>(dev: &Device, name: &str, shapes: &[(usize, usize)]
                 ops::dense_matvec(dev, &ws[turn % ws.len()], &x, None, &mut y, rows, cols, batch).unwrap()
             });
             let hot = time(dev, wbytes, || ops::dense_matvec(dev, &ws[0], &x, None, &mut y, rows, cols, batch).unwrap());
-            let gbps = moved as f64 / (us * 1e-6) / 1e9;
+            let gbps = benches::gbps(moved, us);
             // The tensor-core kernel that `dense_matvec` takes on NVIDIA for 2..8 rows, at
             // this batch too (one row takes the wave kernel): the routing's evidence.
             if batch == 1 && cols % 8 == 0 && dev.name().starts_with("cuda") {
@@ -71,7 +70,7 @@ fn run<T: Float + ScalarArg>(dev: &Device, name: &str, shapes: &[(usize, usize)]
                     turn += 1;
                     ops::dense_matvec_mma(dev, &ws[turn % ws.len()], &x, None, &mut y, rows, cols, batch, team).unwrap()
                 });
-                let g = moved as f64 / (mma * 1e-6) / 1e9;
+                let g = benches::gbps(moved, mma);
                 eprintln!("{name:>4} {rows:>6}x{cols:<6} b{batch}: tensor-core path {mma:8.2} us {g:6.0} GB/s ({:5.1}% of copy)", 100.0 * g / copy_gbps);
             }
             eprintln!("{name:>4} {rows:>6}x{cols:<6} b{batch}: {us:8.2} us {gbps:6.0} GB/s ({:5.1}% of copy) | hot {hot:8.2} us", 100.0 * gbps / copy_gbps);
@@ -87,19 +86,12 @@ fn run<T: Float + ScalarArg>(dev: &Device, name: &str, shapes: &[(usize, usize)]
 }
 
 fn main() {
-    let args: Vec<String> = std::env::args().collect();
-    let out_dir = args.iter().position(|a| a == "--out").and_then(|i| args.get(i + 1)).cloned().unwrap_or_else(|| ".".into());
-    let quick = args.iter().any(|a| a == "--quick");
+    let args = Args::from_env();
+    let quick = args.quick();
     let Some(dev) = benches::gpu() else { return };
 
     // Copy bandwidth (bytes read + written) on a 1 GiB buffer.
-    let gib = 1usize << 30;
-    let src: DeviceVec<u8> = dev.alloc(gib).unwrap();
-    let mut dst: DeviceVec<u8> = dev.alloc(gib).unwrap();
-    let copy_us = time(&dev, gib, || copy(&dev, &src, &mut dst));
-    let copy_gbps = 2.0 * gib as f64 / (copy_us * 1e-6) / 1e9;
-    eprintln!("copy 1 GiB: {copy_us:.1} us, {copy_gbps:.0} GB/s");
-    drop((src, dst));
+    let copy_gbps = benches::copy_gbps_1gib(&dev);
 
     let shapes: &[(usize, usize)] = if quick { &[(4096, 14336)] } else { &SHAPES };
     let batches: &[usize] = if quick { &[1, 8] } else { &BATCHES };
@@ -114,7 +106,5 @@ fn main() {
         let cells: Vec<String> = pcts.iter().map(|p| format!("{p:6.1}")).collect();
         eprintln!("{name:>5} {:>12} {}", format!("{rows}x{cols}"), cells.join(""));
     }
-    std::fs::create_dir_all(&out_dir).unwrap();
-    let mut f = std::fs::File::create(format!("{out_dir}/rust_dense_matvec.json")).unwrap();
-    writeln!(f, "[\n{}\n]", lines.join(",\n")).unwrap();
+    benches::write_json_array(&args.out_dir(), "rust_dense_matvec.json", &lines);
 }

@@ -1,7 +1,7 @@
 //! Elementwise bandwidth and launch overhead on a GPU, timed with GPU events.
 //!
 //! `elementwise [--out DIR] [--max-bytes N] [--quick]`: writes `DIR/rust_elementwise.json`.
-use benches::{copy, median, time, Sample};
+use benches::{median, time, Args, Sample};
 use half::bf16;
 use kernel_dsl::host::{Executor, LaunchConfig};
 use kernel_dsl::Dim3;
@@ -10,11 +10,10 @@ use kernels::runtime::Device;
 use std::io::Write;
 
 fn main() {
-    let args: Vec<String> = std::env::args().collect();
-    let arg = |name: &str| args.iter().position(|a| a == name).and_then(|i| args.get(i + 1)).cloned();
-    let out_dir = arg("--out").unwrap_or_else(|| ".".into());
-    let max_bytes: usize = arg("--max-bytes").and_then(|s| s.parse().ok()).unwrap_or(1 << 30);
-    let quick = args.iter().any(|a| a == "--quick");
+    let args = Args::from_env();
+    let out_dir = args.out_dir();
+    let max_bytes: usize = args.value("--max-bytes").and_then(|s| s.parse().ok()).unwrap_or(1 << 30);
+    let quick = args.quick();
     let Some(dev) = benches::gpu() else { return };
     let mut samples = Vec::new();
     let mut bytes = 4096usize;
@@ -38,11 +37,8 @@ fn main() {
 
 fn bench_size(dev: &Device, bytes: usize, quick: bool) -> Vec<Sample> {
     let mut out = Vec::new();
-    let src = dev.alloc::<u8>(bytes).unwrap();
-    let mut dst = dev.alloc::<u8>(bytes).unwrap();
-    let us = time(dev, bytes, || copy(dev, &src, &mut dst));
+    let us = benches::copy_us(dev, bytes);
     out.push(Sample { op: "copy".into(), dtype: "u8", bytes, moved: 2 * bytes, us });
-    drop((src, dst));
 
     macro_rules! unary {
         ($t:ty, $name:literal, $op:ty) => {{

@@ -8,24 +8,11 @@
 //! writes `DIR/rust_gemm.json`; `python/torch_gemm.py` times `torch.matmul` on the same
 //! shapes and `python/report_gemm.py` merges both. `--shape` times that one product only
 //! (for `ncu`).
-use benches::time;
+use benches::{time, uniform, Args};
 use half::{bf16, f16};
 use kernel_dsl::host::ScalarArg;
 use kernels::gemm::{self, Engine, Epilogue, GemmElem, GemmShape, Operand};
 use kernels::runtime::{Device, DeviceVec};
-use std::io::Write;
-
-fn data<T: GemmElem>(n: usize, seed: u64) -> Vec<T> {
-    let mut s = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
-    (0..n)
-        .map(|_| {
-            s ^= s << 13;
-            s ^= s >> 7;
-            s ^= s << 17;
-            T::from_f32(((s >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0)
-        })
-        .collect()
-}
 
 struct Row {
     op: &'static str,
@@ -45,7 +32,7 @@ fn run<T: GemmElem + ScalarArg>(dev: &Device, m: usize, n: usize, k: usize, out:
 /// Times the product on each of `engines` (one set of inputs; an engine that refuses the
 /// product is skipped, only `Wgmma` may).
 fn run_on<T: GemmElem + ScalarArg>(engines: &[Engine], dev: &Device, m: usize, n: usize, k: usize, out: &mut Vec<Row>) {
-    let (a, b) = (data::<T>(m * k, 1), data::<T>(k * n, 2));
+    let (a, b) = (uniform::<T>(m * k, 1, 1.0), uniform::<T>(k * n, 2, 1.0));
     let (da, db) = (dev.upload(&a).unwrap(), dev.upload(&b).unwrap());
     let mut dc: DeviceVec<T> = dev.alloc(m * n).unwrap();
     let shape = GemmShape { batch: 1, m, n, k };
@@ -73,17 +60,15 @@ fn run_on<T: GemmElem + ScalarArg>(engines: &[Engine], dev: &Device, m: usize, n
 }
 
 fn main() {
-    let args: Vec<String> = std::env::args().collect();
-    let out_dir = args.iter().position(|a| a == "--out").and_then(|i| args.get(i + 1)).cloned().unwrap_or_else(|| ".".into());
-    let quick = args.iter().any(|a| a == "--quick");
+    let args = Args::from_env();
+    let quick = args.quick();
     let Some(dev) = benches::gpu() else { return };
     let mut rows = Vec::new();
-    let value = |flag: &str| args.iter().position(|a| a == flag).and_then(|i| args.get(i + 1));
-    if let Some(shape) = value("--shape") {
+    if let Some(shape) = args.value("--shape") {
         let d: Vec<usize> = shape.split('x').map(|v| v.parse().expect("--shape MxNxK")).collect();
         let [m, n, k] = d[..] else { panic!("--shape MxNxK") };
-        let engine = if value("--engine").is_some_and(|e| e == "wgmma") { Engine::Wgmma } else { Engine::Tiled };
-        match value("--dtype").map(String::as_str).unwrap_or("bf16") {
+        let engine = if args.value("--engine") == Some("wgmma") { Engine::Wgmma } else { Engine::Tiled };
+        match args.value("--dtype").unwrap_or("bf16") {
             "f16" => run_on::<f16>(&[engine], &dev, m, n, k, &mut rows),
             "f32" => run_on::<f32>(&[engine], &dev, m, n, k, &mut rows),
             _ => run_on::<bf16>(&[engine], &dev, m, n, k, &mut rows),
@@ -112,8 +97,6 @@ fn main() {
         .iter()
         .map(|r| format!("{{\"op\":\"{}\",\"dtype\":\"{}\",\"m\":{},\"n\":{},\"k\":{},\"us\":{:.3}}}", r.op, r.dtype, r.m, r.n, r.k, r.us))
         .collect();
-    std::fs::create_dir_all(&out_dir).unwrap();
-    let path = format!("{out_dir}/rust_gemm.json");
-    std::fs::File::create(&path).unwrap().write_all(format!("[\n{}\n]\n", json.join(",\n")).as_bytes()).unwrap();
+    let path = benches::write_json_array(&args.out_dir(), "rust_gemm.json", &json);
     println!("wrote {path}");
 }

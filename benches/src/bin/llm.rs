@@ -3,7 +3,7 @@
 //!
 //! `llm [--out DIR] [--quick] [--sweep] [--sweep-norms] [--profile]`: writes `DIR/rust_llm.json`; `python/torch_llm.py` times the
 //! same ops and shapes in PyTorch and `python/report_llm.py` merges both.
-use benches::{copy, time};
+use benches::{time, Args};
 use half::bf16;
 use kernel_dsl::host::{Executor, ScalarArg};
 use kernel_dsl::Float;
@@ -23,21 +23,13 @@ struct Sample {
 
 impl Sample {
     fn gbps(&self) -> f64 {
-        self.moved as f64 / (self.us * 1e-6) / 1e9
+        benches::gbps(self.moved, self.us)
     }
 }
 
 /// Deterministic values in [-4, 4).
 fn data<T: Float>(n: usize, seed: u64) -> Vec<T> {
-    let mut s = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
-    (0..n)
-        .map(|_| {
-            s ^= s << 13;
-            s ^= s >> 7;
-            s ^= s << 17;
-            T::from_f32(((s >> 40) as f32 / (1u64 << 24) as f32) * 8.0 - 4.0)
-        })
-        .collect()
+    benches::uniform(n, seed, 4.0)
 }
 
 fn shape(dims: &[usize]) -> String {
@@ -267,22 +259,18 @@ impl Bench<'_> {
 }
 
 fn main() {
-    let args: Vec<String> = std::env::args().collect();
-    let arg = |name: &str| args.iter().position(|a| a == name).and_then(|i| args.get(i + 1)).cloned();
-    let out_dir = arg("--out").unwrap_or_else(|| ".".into());
-    let quick = args.iter().any(|a| a == "--quick");
+    let args = Args::from_env();
+    let out_dir = args.out_dir();
+    let quick = args.quick();
     let Some(dev) = benches::gpu() else { return };
     let mut b = Bench { dev: &dev, out: Vec::new() };
 
     // Device-to-device copy of 256 MiB: the bandwidth the others are measured against.
     let cb = 256 << 20;
-    let src = dev.alloc::<u8>(cb).unwrap();
-    let mut dst = dev.alloc::<u8>(cb).unwrap();
-    let us = time(&dev, cb, || copy(&dev, &src, &mut dst));
+    let us = benches::copy_us(&dev, cb);
     b.record("copy", "u8", &[cb], 2 * cb, us);
-    drop((src, dst));
 
-    if args.iter().any(|a| a == "--profile") {
+    if args.has("--profile") {
         // One launch each of the kernels the README's profile section discusses, for
         // `ncu ./llm --profile` (4096 x 4096, the shape of the benchmark table).
         let (r, c) = (4096usize, 4096usize);
@@ -310,14 +298,14 @@ fn main() {
         dev.synchronize().unwrap();
         return;
     }
-    if args.iter().any(|a| a == "--sweep-norms") {
+    if args.has("--sweep-norms") {
         for (r, c) in [(4096, 4096), (4096, 8192), (2048, 16384), (1024, 32768)] {
             b.sweep_norm_params::<bf16>(r, c);
             b.sweep_norm_params::<f32>(r, c);
         }
         return;
     }
-    if args.iter().any(|a| a == "--sweep") {
+    if args.has("--sweep") {
         for (r, c) in [(4096, 4096), (4096, 8192), (2048, 16384), (1024, 32768)] {
             b.sweep::<f32>(r, c);
             b.sweep::<bf16>(r, c);

@@ -19,10 +19,9 @@
 //! matvec of the same logical shapes in PyTorch (a different workload: 2 bytes per weight)
 //! and `python/report_quantized.py` merges both (plus Candle's quantized CUDA kernels from
 //! `candle_quantized.json` when that file exists).
-use benches::{copy, time, ColdSet};
+use benches::{copy, time, Args, ColdSet};
 use kernels::quantized::{ops, GgmlDType};
 use kernels::runtime::DeviceVec;
-use std::io::Write;
 
 fn weights(dtype: GgmlDType, rows: usize, cols: usize) -> Vec<u8> {
     benches::quant_blocks::random_blocks(dtype.name(), dtype.block_weights(), dtype.block_bytes(), rows, cols)
@@ -40,36 +39,29 @@ fn moved_bytes(wbytes: usize, rows: usize, cols: usize, batch: usize) -> usize {
 }
 
 fn main() {
-    let args: Vec<String> = std::env::args().collect();
-    let out_dir = args.iter().position(|a| a == "--out").and_then(|i| args.get(i + 1)).cloned().unwrap_or_else(|| ".".into());
-    let quick = args.iter().any(|a| a == "--quick");
-    let profile = args.iter().any(|a| a == "--profile");
+    let args = Args::from_env();
+    let quick = args.quick();
+    let profile = args.has("--profile");
     let Some(dev) = benches::gpu() else { return };
 
     // Copy bandwidth (bytes read + written) on a 1 GiB buffer.
-    let gib = 1usize << 30;
-    let src: DeviceVec<u8> = dev.alloc(gib).unwrap();
-    let mut dst: DeviceVec<u8> = dev.alloc(gib).unwrap();
-    let copy_us = time(&dev, gib, || copy(&dev, &src, &mut dst));
-    let copy_gbps = 2.0 * gib as f64 / (copy_us * 1e-6) / 1e9;
-    eprintln!("copy 1 GiB: {copy_us:.1} us, {copy_gbps:.0} GB/s");
-    drop((src, dst));
+    let copy_gbps = benches::copy_gbps_1gib(&dev);
 
-    if args.iter().any(|a| a == "--sweep") {
+    if args.has("--sweep") {
         sweep(&dev, copy_gbps);
         return;
     }
-    if let Some(i) = args.iter().position(|a| a == "--sweep-stages") {
-        let named: Vec<GgmlDType> = args[i + 1..].iter().filter_map(|a| GgmlDType::ALL.into_iter().find(|d| d.name() == a)).collect();
+    if let Some(rest) = args.after("--sweep-stages") {
+        let named: Vec<GgmlDType> = rest.iter().filter_map(|a| GgmlDType::ALL.into_iter().find(|d| d.name() == a)).collect();
         sweep_stages(&dev, copy_gbps, if named.is_empty() { &[GgmlDType::Q4_0, GgmlDType::Q8_0, GgmlDType::Q4K, GgmlDType::Q6K] } else { &named });
         return;
     }
-    if let Some(i) = args.iter().position(|a| a == "--sweep-chain") {
-        let named: Vec<GgmlDType> = args[i + 1..].iter().filter_map(|a| GgmlDType::ALL.into_iter().find(|d| d.name() == a)).collect();
+    if let Some(rest) = args.after("--sweep-chain") {
+        let named: Vec<GgmlDType> = rest.iter().filter_map(|a| GgmlDType::ALL.into_iter().find(|d| d.name() == a)).collect();
         sweep_chain(&dev, copy_gbps, if named.is_empty() { &[GgmlDType::Q4_0, GgmlDType::Q8_0, GgmlDType::Q4K, GgmlDType::Q6K] } else { &named });
         return;
     }
-    if args.iter().any(|a| a == "--host") {
+    if args.has("--host") {
         host(&dev);
         return;
     }
@@ -113,8 +105,8 @@ fn main() {
                 // up): quantized once, each matvec overlapping the end of the one before.
                 let chained = time(&dev, wbytes, || ops::matvec(&dev, dtype, ws.next(), x, &mut y, rows, cols, batch).unwrap());
                 let hot = time(&dev, wbytes, || ops::matvec_q8_1(&dev, dev.wave_lanes(), dtype, w, &xq, &xds, &mut y, rows, cols, batch).unwrap());
-                let gbps = moved as f64 / (us * 1e-6) / 1e9;
-                let gbps_full = (moved + batch * cols * 4) as f64 / (full * 1e-6) / 1e9;
+                let gbps = benches::gbps(moved, us);
+                let gbps_full = benches::gbps(moved + batch * cols * 4, full);
                 eprintln!(
                     "{:>5} {rows:>6}x{cols:<6} b{batch}: matvec {us:8.2} us {gbps:6.0} GB/s ({:5.1}% of copy) | with quantize {full:8.2} us ({:5.1}%) | chained {chained:8.2} us ({:5.1}%) | hot {hot:8.2} us",
                     dtype.name(),
@@ -133,9 +125,7 @@ fn main() {
     if profile {
         return;
     }
-    std::fs::create_dir_all(&out_dir).unwrap();
-    let mut f = std::fs::File::create(format!("{out_dir}/rust_quantized.json")).unwrap();
-    writeln!(f, "[\n{}\n]", lines.join(",\n")).unwrap();
+    benches::write_json_array(&args.out_dir(), "rust_quantized.json", &lines);
 }
 
 /// Batch 1 on the Llama-3-8B shapes: the work-group-per-row kernel against the streaming
@@ -194,7 +184,7 @@ fn sweep_stages(dev: &kernels::runtime::Device, copy_gbps: f64, formats: &[GgmlD
             {
                 let mut dst: DeviceVec<u8> = dev.alloc(ws.bytes()).unwrap();
                 let us = time(dev, ws.bytes(), || copy(dev, ws.next(), &mut dst));
-                let gbps = 2.0 * ws.bytes() as f64 / (us * 1e-6) / 1e9;
+                let gbps = benches::gbps(2 * ws.bytes(), us);
                 eprintln!("{:>5} {rows:>6}x{cols:<6} copy of the weights (cold): {us:.2} us, {gbps:.0} GB/s ({:.1}% of the 1 GiB copy)", dtype.name(), 100.0 * gbps / copy_gbps);
             }
             for stages in [2, 3, 4] {

@@ -5,6 +5,7 @@
 //! on host slices) and buffers or views as slice arguments.
 use super::{matvec_group, matvec_team, Rows1, Rows2, Rows4, Rows8, MATVEC_BLOCK, MATVEC_MIN_TEAM, MATVEC_TILE_ROWS, SAMPLE_PARAMS};
 use kernel_dsl::host::{ArgValue, Executor, KernelArgSlice, KernelArgSliceMut, LaunchConfig, LaunchError, MemLocation, ScalarArg};
+use crate::host_args::{offset, Part};
 use kernel_dsl::{Dim3, Float};
 
 /// Most activation rows of one [`dense_matvec`] call.
@@ -30,6 +31,45 @@ fn check_len(kernel: &'static str, name: &str, got: usize, want: Option<usize>, 
     }
 }
 
+/// Checks `team`, the work-items per tile of weight rows: a power of two from
+/// [`MATVEC_MIN_TEAM`] to [`MATVEC_BLOCK`].
+fn check_team(kernel: &'static str, team: usize) -> Result<(), LaunchError> {
+    if !(team.is_power_of_two() && (MATVEC_MIN_TEAM..=MATVEC_BLOCK as usize).contains(&team)) {
+        return Err(invalid(kernel, format!("`team` = {team}; a power of two from {MATVEC_MIN_TEAM} to {MATVEC_BLOCK}")));
+    }
+    Ok(())
+}
+
+/// Checks `batch`, the activation rows of a matvec: 1..=[`MAX_ROWS`].
+fn check_batch(kernel: &'static str, batch: usize) -> Result<(), LaunchError> {
+    if !(1..=MAX_ROWS).contains(&batch) {
+        return Err(invalid(kernel, format!("`batch` = {batch}; 1..={MAX_ROWS} activation rows")));
+    }
+    Ok(())
+}
+
+/// Checks the lengths of a matvec's operands: `w` of `rows x cols`, `x` of `batch x cols`,
+/// `y` of `batch x rows` and `bias`, where given, of `rows`.
+#[allow(clippy::too_many_arguments)]
+fn check_operands<T>(
+    kernel: &'static str,
+    w: &(impl KernelArgSlice<T> + ?Sized),
+    x: &(impl KernelArgSlice<T> + ?Sized),
+    bias: Option<&(dyn KernelArgSlice<T> + '_)>,
+    y: &(impl KernelArgSliceMut<T> + ?Sized),
+    rows: usize,
+    cols: usize,
+    batch: usize,
+) -> Result<(), LaunchError> {
+    check_len(kernel, "w", len_of(w), rows.checked_mul(cols), &format!("a {rows} x {cols} weight"))?;
+    check_len(kernel, "x", len_of(x), batch.checked_mul(cols), &format!("{batch} x {cols} activations"))?;
+    check_len(kernel, "y", len_of(y), batch.checked_mul(rows), &format!("a {batch} x {rows} output"))?;
+    if let Some(b) = bias {
+        check_len(kernel, "bias", len_of(b), Some(rows), &format!("{rows} output features"))?;
+    }
+    Ok(())
+}
+
 /// Activation rows of one matvec launch on `exec`: [`MAX_ROWS`] (one launch reads the
 /// weights once for all rows), 4 on an AMD GPU (which runs
 /// [`dense_matvec_wave`](fn@super::dense_matvec_wave), at most 4 rows per launch).
@@ -43,25 +83,6 @@ pub fn matvec_tile(exec: &(impl Executor + ?Sized)) -> usize {
 
 fn is_rocm(exec: &(impl Executor + ?Sized)) -> bool {
     matches!(exec.memory(), MemLocation::Device { backend: "rocm", .. })
-}
-
-/// A checked part of a kernel argument (a batch tile), passed as is.
-struct Part(ArgValue);
-
-impl<T> KernelArgSlice<T> for Part {
-    fn kernel_arg(&self) -> ArgValue {
-        self.0
-    }
-}
-impl<T> KernelArgSliceMut<T> for Part {}
-
-/// The slice argument `a` advanced by `bytes`, `len` elements long (inside `a`: the callers
-/// checked the lengths).
-fn offset(a: ArgValue, bytes: usize, len: usize) -> ArgValue {
-    match a {
-        ArgValue::Slice { addr, location, .. } => ArgValue::Slice { addr: addr + bytes as u64, len, location },
-        other => other,
-    }
 }
 
 /// `y (batch x rows) = x (batch x cols) W^T (+ bias)` for a dense row-major `rows x cols`
@@ -121,18 +142,9 @@ pub fn dense_matvec_team<T: Float + ScalarArg>(
     if !matches!(tile, 1 | 2 | 4 | 8) {
         return Err(invalid(K, format!("`tile` = {tile}; 1, 2, 4 or 8")));
     }
-    if !(team.is_power_of_two() && (MATVEC_MIN_TEAM..=MATVEC_BLOCK as usize).contains(&team)) {
-        return Err(invalid(K, format!("`team` = {team}; a power of two from {MATVEC_MIN_TEAM} to {MATVEC_BLOCK}")));
-    }
-    if !(1..=MAX_ROWS).contains(&batch) {
-        return Err(invalid(K, format!("`batch` = {batch}; 1..={MAX_ROWS} activation rows")));
-    }
-    check_len(K, "w", len_of(w), rows.checked_mul(cols), &format!("a {rows} x {cols} weight"))?;
-    check_len(K, "x", len_of(x), batch.checked_mul(cols), &format!("{batch} x {cols} activations"))?;
-    check_len(K, "y", len_of(y), batch.checked_mul(rows), &format!("a {batch} x {rows} output"))?;
-    if let Some(b) = bias {
-        check_len(K, "bias", len_of(b), Some(rows), &format!("{rows} output features"))?;
-    }
+    check_team(K, team)?;
+    check_batch(K, batch)?;
+    check_operands(K, w, x, bias, y, rows, cols, batch)?;
     let cfg = matvec_launch(rows, team)?;
     if rows == 0 {
         return Ok(());
@@ -227,15 +239,8 @@ pub fn dense_matvec_wave_tiled<T: Float + ScalarArg>(
     if !matches!(tile, 1 | 2 | 4) {
         return Err(invalid(K, format!("`tile` = {tile}; 1, 2 or 4")));
     }
-    if !(1..=MAX_ROWS).contains(&batch) {
-        return Err(invalid(K, format!("`batch` = {batch}; 1..={MAX_ROWS} activation rows")));
-    }
-    check_len(K, "w", len_of(w), rows.checked_mul(cols), &format!("a {rows} x {cols} weight"))?;
-    check_len(K, "x", len_of(x), batch.checked_mul(cols), &format!("{batch} x {cols} activations"))?;
-    check_len(K, "y", len_of(y), batch.checked_mul(rows), &format!("a {batch} x {rows} output"))?;
-    if let Some(b) = bias {
-        check_len(K, "bias", len_of(b), Some(rows), &format!("{rows} output features"))?;
-    }
+    check_batch(K, batch)?;
+    check_operands(K, w, x, bias, y, rows, cols, batch)?;
     if rows == 0 {
         return Ok(());
     }
@@ -301,21 +306,12 @@ pub fn dense_matvec_mma<T: Float + ScalarArg>(
     team: usize,
 ) -> Result<(), LaunchError> {
     const K: &str = "dense_matvec_mma";
-    if !(team.is_power_of_two() && (MATVEC_MIN_TEAM..=MATVEC_BLOCK as usize).contains(&team)) {
-        return Err(invalid(K, format!("`team` = {team}; a power of two from {MATVEC_MIN_TEAM} to {MATVEC_BLOCK}")));
-    }
-    if !(1..=MAX_ROWS).contains(&batch) {
-        return Err(invalid(K, format!("`batch` = {batch}; 1..={MAX_ROWS} activation rows")));
-    }
+    check_team(K, team)?;
+    check_batch(K, batch)?;
     if exec.wave_lanes() != 32 || !mma_fits::<T>(w, x, cols) {
         return Err(invalid(K, format!("needs waves of 32, a 16-bit type, `cols` ({cols}) a multiple of 8 and `w`, `x` on 16 bytes")));
     }
-    check_len(K, "w", len_of(w), rows.checked_mul(cols), &format!("a {rows} x {cols} weight"))?;
-    check_len(K, "x", len_of(x), batch.checked_mul(cols), &format!("{batch} x {cols} activations"))?;
-    check_len(K, "y", len_of(y), batch.checked_mul(rows), &format!("a {batch} x {rows} output"))?;
-    if let Some(b) = bias {
-        check_len(K, "bias", len_of(b), Some(rows), &format!("{rows} output features"))?;
-    }
+    check_operands(K, w, x, bias, y, rows, cols, batch)?;
     let cfg = matvec_launch(rows, team)?;
     if rows == 0 {
         return Ok(());

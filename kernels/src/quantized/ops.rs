@@ -4,6 +4,7 @@
 use super::{batch_tile, matvec_block, matvec_lds_words, matvec_row_group, matvec_row_words, Batch1, Batch2, Batch4, Batch8, GgmlDType, LANE_UNITS_AMD, LANE_UNITS_OTHER, ROW_BLOCK, ROW_STAGE_BYTES};
 use super::{batch_stage_bytes, stream_batch_per_step, stream_groups_per_cu, stream_per_step, stream_stage_words, BATCH_BLOCK, BATCH_STAGES, MAX_STREAM_STAGES, MIN_STREAM_STAGES, STREAM_BLOCK, STREAM_STAGES};
 use super::{Q2K, Q3K, Q4K, Q4_0, Q4_1, Q5K, Q5_0, Q5_1, Q6K, Q8K, Q8_0};
+use crate::host_args::{offset, Part};
 use crate::runtime::{Device, DeviceVec};
 use kernel_dsl::host::{ArgValue, Executor, KernelArgSlice, KernelArgSliceMut, LaunchConfig, LaunchError, MemLocation, ScalarArg};
 use kernel_dsl::{Dim3, Float};
@@ -554,25 +555,6 @@ pub const STREAM_MIN_BATCH: usize = 2;
 /// [`matvec_rows`]; the smallest matrices timed. Timings of one matrix in a loop, partly
 /// served from L2, had put the line at 16 MiB).
 pub const STREAM_MIN_BYTES: usize = 8 << 20;
-
-/// A checked part of a kernel argument (a batch tile), passed as is.
-struct Part(ArgValue);
-
-impl<T> KernelArgSlice<T> for Part {
-    fn kernel_arg(&self) -> ArgValue {
-        self.0
-    }
-}
-impl<T> KernelArgSliceMut<T> for Part {}
-
-/// The slice argument `a` advanced by `bytes`, `len` elements long (inside `a`: the callers
-/// checked the lengths).
-fn offset(a: ArgValue, bytes: usize, len: usize) -> ArgValue {
-    match a {
-        ArgValue::Slice { addr, location, .. } => ArgValue::Slice { addr: addr + bytes as u64, len, location },
-        other => other,
-    }
-}
 
 /// `y (batch x rows, f32) = x (batch x cols) W^T` for a quantized `rows x cols` matrix `w`
 /// and `batch` (1..=8) activation rows: quantizes `x` to q8_1, then runs the int8 matvec.

@@ -27,6 +27,22 @@ pub fn executors() -> Vec<Device> {
     v
 }
 
+/// The CPU executor in every matrix-unit mode (MFMA at wave 64; gfx11 WMMA, gfx12 WMMA,
+/// mma.sync and VALU at wave 32), plus the GPUs of this build: for the kernels on the
+/// matrix units (GEMM, implicit-GEMM convolution).
+pub fn matrix_executors() -> Vec<Device> {
+    use kernel_dsl::host::{CpuExecutor, MatrixUnit};
+    let mut v = vec![
+        Device::cpu_with(CpuExecutor::new(WaveSize::W64)),
+        Device::cpu_with(CpuExecutor::new(WaveSize::W32)),
+        Device::cpu_with(CpuExecutor::new(WaveSize::W32).with_matrix_unit(MatrixUnit::Wmma12)),
+        Device::cpu_with(CpuExecutor::new(WaveSize::W32).with_matrix_unit(MatrixUnit::MmaSync)),
+        Device::cpu_with(CpuExecutor::new(WaveSize::W32).with_matrix_unit(MatrixUnit::Valu)),
+    ];
+    v.extend(executors().into_iter().filter(|d| d.is_gpu()));
+    v
+}
+
 /// Whether `CPU_EXECUTOR_REVERSED=1` asks for work-items in descending order.
 fn reversed_by_env() -> bool {
     std::env::var("CPU_EXECUTOR_REVERSED").is_ok_and(|v| v == "1")

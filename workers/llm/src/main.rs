@@ -272,7 +272,7 @@ fn run(cli: Cli) -> Result<()> {
             let blocks = blocks_needed(max_c, max_len, block_size);
             let (mut runner, dev_name) = load(&model, &device, tensor_parallel, blocks, block_size)?;
             let vocab = runner.model().cfg.vocab_size;
-            runner.set_graph_max_batch(graph_max_batch);
+            runner.set_graph_max_batch(graph_max_batch)?;
             eprintln!("KV cache: {blocks} blocks of {block_size} tokens, {:.1} MiB", (blocks * runner.block_bytes()) as f64 / (1u64 << 20) as f64);
             let config = EngineConfig { max_num_seqs: max_c, max_batched_tokens: max_batched_tokens.max(max_c), max_model_len: max_len, prefix_caching: false };
             // First-use costs (kernel loads, PTX JIT, graph captures) before the clock starts.
@@ -313,9 +313,12 @@ fn run(cli: Cli) -> Result<()> {
                 let decode_tok_s = after as f64 / (end - all_started).max(1e-9);
                 let total: usize = times.iter().map(Vec::len).sum();
                 eprintln!("concurrency {c}: decode {decode_tok_s:.1} tokens/s aggregate, time to first token {:.1} ms (mean), {total} tokens in {end:.2} s", ttft * 1e3);
+                // Per rank: the decode buckets captured as graphs so far (empty where steps
+                // ran eagerly: no graphs on the device, or a failed capture).
+                let captured: Vec<Vec<usize>> = engine.runner_mut().decode_buckets()?.into_iter().map(|r| r.into_iter().filter(|b| b.2).map(|b| b.0).collect()).collect();
                 let j = serde_json::json!({
                     "model": model.display().to_string(), "device": dev_name, "tensor_parallel": tensor_parallel, "concurrency": c, "graph_max_batch": graph_max_batch, "prompt_len": prompt_len, "gen": gen,
-                    "decode_tok_s": decode_tok_s, "ttft_ms": ttft * 1e3, "output_tok_s": total as f64 / end, "seconds": end,
+                    "decode_tok_s": decode_tok_s, "ttft_ms": ttft * 1e3, "output_tok_s": total as f64 / end, "seconds": end, "captured_buckets": captured,
                 });
                 println!("{j}");
             }

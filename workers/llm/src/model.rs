@@ -573,21 +573,13 @@ impl Model {
         }
     }
 
-    /// The embedding rows of `tokens`: with a vocabulary-parallel table, each rank's rows of
-    /// the tokens in its range (zeros for the others), summed across ranks. The sharded form
-    /// reads the tokens back to the host (tensor-parallel steps are not captured as graphs).
+    /// The embedding rows of `tokens`: with a vocabulary-parallel table, see
+    /// [`crate::tp::TpRank::embed_rows`] (device ops only, so a decode step can be captured).
     fn embed_tokens(&self, tokens: &Tensor) -> candle_core::Result<Tensor> {
-        let dev = &self.device;
-        let Some(t) = &self.tp else {
-            return self.embed.index_select(tokens, 0);
-        };
-        let tokens = tokens.to_vec1::<u32>()?;
-        let r = t.plan.vocab_range();
-        let local: Vec<u32> = tokens.iter().map(|&x| if r.contains(&(x as usize)) { x - r.start as u32 } else { 0 }).collect();
-        let keep: Vec<f32> = tokens.iter().map(|&x| if r.contains(&(x as usize)) { 1.0 } else { 0.0 }).collect();
-        let keep = Tensor::from_vec(keep, (tokens.len(), 1), dev)?.to_dtype(self.embed.dtype())?;
-        let rows = self.embed.index_select(&Tensor::new(local.as_slice(), dev)?, 0)?.broadcast_mul(&keep)?;
-        t.comm.all_reduce_sum(&rows)
+        match &self.tp {
+            Some(t) => t.embed_rows(&self.embed, tokens),
+            None => self.embed.index_select(tokens, 0),
+        }
     }
 
     /// Logits of the final hidden rows `h`: with a vocabulary-parallel head, every rank's

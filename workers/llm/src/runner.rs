@@ -387,10 +387,9 @@ impl LlamaRunner {
         let bs = self.block_size;
         let window = self.model.window();
         let fits = |c: &SeqChunk| c.tokens.len() == 1 && window.is_none_or(|w| c.start_pos < w);
-        // Tensor-parallel ranks keep the packed path: their collectives were not checked
-        // inside a captured graph.
-        let tp = self.model.tp_rank().1 > 1;
-        if tp || self.graphs == DecodeGraphs::Off || n > self.graph_max_batch || !self.model.kernel_attention() || !batch.iter().all(fits) {
+        // Tensor-parallel ranks take it too: their all-reduces and all-gather are queued on
+        // the rank's stream, so the capture records them (see crate::tp).
+        if self.graphs == DecodeGraphs::Off || n > self.graph_max_batch || !self.model.kernel_attention() || !batch.iter().all(fits) {
             return Ok(Err(finish));
         }
         // Two chunks writing one slot (a block shared without its copy) are refused by
@@ -632,6 +631,14 @@ fn gather_rows(rows: &[u32], total: usize, dev: &candle_core::Device) -> Result<
         return Ok(None);
     }
     Ok(Some(Tensor::new(rows, dev)?))
+}
+
+/// The decode graphs go before the model: a tensor-parallel rank's graphs recorded
+/// collectives of the communicator the model owns, which must outlive them.
+impl Drop for LlamaRunner {
+    fn drop(&mut self) {
+        self.buckets.clear();
+    }
 }
 
 impl ModelRunner for LlamaRunner {

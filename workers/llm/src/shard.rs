@@ -354,7 +354,7 @@ fn load_safetensors_shard(dir: &Path, dev: &Device, comm: Box<dyn TpCollective>)
     };
     let norm = get("model.norm.weight", &[h], WeightKind::Norm)?;
     let (cos, sin) = rope_tables(c, dtype, dev)?;
-    let tp = TpRank { plan, comm };
+    let tp = TpRank::new(plan, comm, c.vocab_size, embed.dtype(), dev)?;
     Ok(Model::from_parts(cfg, dtype, dev.clone(), dir.into(), embed, layers, norm, lm_head, (cos, sin), Some(tp)))
 }
 
@@ -384,6 +384,6 @@ fn load_gguf_shard(path: &Path, dev: &Device, comm: Box<dyn TpCollective>) -> Re
     let head = if src.content().tensor_infos.contains_key("output.weight") { src.get("output.weight", plan.split(WeightKind::LmHead), dev)? } else { embed_q };
     let lm_head = Linear { w: Weight::Quant(QMatMul::from_qtensor(head)?), b: None };
     let tables = rope_tables(&cfg, DType::F32, dev)?;
-    let tp = TpRank { plan, comm };
+    let tp = TpRank::new(plan, comm, cfg.vocab_size, embed.dtype(), dev)?;
     Ok(Model::from_parts(cfg, DType::F32, dev.clone(), path.into(), embed, layers, final_norm, lm_head, tables, Some(tp)))
 }

@@ -7,6 +7,14 @@
 //! layer the ranks meet twice (all-reduce after o and after down), plus once for the
 //! vocabulary-parallel embedding and once for the logits (all-gather) per step.
 //!
+//! Pure-decode steps take [`LlamaRunner`]'s graph path on every rank: each rank fills its
+//! bucket's persistent buffers, runs the step eagerly once, then captures it on its own
+//! device's stream and replays it. The collectives are queued on that stream (NCCL/RCCL
+//! record into a capture), so a rank's graph holds its all-reduces and gather, and the
+//! ranks' graphs meet in them on the devices. Ranks capture the same buckets at the same
+//! steps, each in its own thread (thread-local capture mode). On CPU-executor devices
+//! (no graphs) the same buffers run eagerly, with the host stand-in collective.
+//!
 //! Why threads in one process, not a process per GPU: the engine needs every rank to run
 //! exactly its batch, and in one process a batch is a channel send instead of a
 //! serialized message to other processes; `ncclCommInitAll` sets the communicator up
@@ -14,7 +22,7 @@
 //! with, only exists within a process. Multi-host runs need a process per host (see
 //! docs/multi-gpu.md).
 use crate::error::{Error, Result};
-use crate::runner::LlamaRunner;
+use crate::runner::{DecodeGraphs, LlamaRunner};
 use crate::shard::{self, TpPlan};
 use crate::Model;
 use candle_core::{Device, Tensor};
@@ -57,6 +65,36 @@ impl TpCollective for Communicator {
 pub struct TpRank {
     pub plan: TpPlan,
     pub comm: Box<dyn TpCollective>,
+    /// Per token id of the whole vocabulary, `[vocab]` u32: its row in this rank's
+    /// embedding shard (0 for ids outside the shard).
+    vocab_rows: Tensor,
+    /// Per token id, `[vocab, 1]` in the embedding's dtype: 1 where this rank's shard holds
+    /// the id, 0 elsewhere.
+    vocab_keep: Tensor,
+}
+
+impl TpRank {
+    /// Rank `plan.rank` with its communicator, and the device tables of its vocabulary
+    /// range (`vocab` ids, the embedding in `dtype` on `dev`) that let the vocabulary-parallel
+    /// embedding run on the device alone, so a decode step with it can be captured as a graph.
+    pub fn new(plan: TpPlan, comm: Box<dyn TpCollective>, vocab: usize, dtype: candle_core::DType, dev: &Device) -> Result<TpRank> {
+        let r = plan.vocab_range();
+        let rows: Vec<u32> = (0..vocab).map(|t| if r.contains(&t) { (t - r.start) as u32 } else { 0 }).collect();
+        let keep: Vec<f32> = (0..vocab).map(|t| if r.contains(&t) { 1.0 } else { 0.0 }).collect();
+        let vocab_rows = Tensor::from_vec(rows, vocab, dev)?;
+        let vocab_keep = Tensor::from_vec(keep, (vocab, 1), dev)?.to_dtype(dtype)?;
+        Ok(TpRank { plan, comm, vocab_rows, vocab_keep })
+    }
+
+    /// The embedding rows of `tokens` (`[T]` u32 on the device) from this rank's shard
+    /// `embed` (its rows for the ids it holds, zeros for the others), summed over the ranks:
+    /// the whole table's rows. Device ops and one all-reduce, no host read: capturable.
+    pub(crate) fn embed_rows(&self, embed: &Tensor, tokens: &Tensor) -> candle_core::Result<Tensor> {
+        let local = self.vocab_rows.index_select(tokens, 0)?;
+        let keep = self.vocab_keep.index_select(tokens, 0)?;
+        let rows = embed.index_select(&local, 0)?.broadcast_mul(&keep)?;
+        self.comm.all_reduce_sum(&rows)
+    }
 }
 
 /// The `n` devices of `--device spec --tensor-parallel n`: `cpu-executor[:w]` gives `n`
@@ -95,19 +133,47 @@ pub fn communicators(devs: &[Device]) -> Result<Vec<Communicator>> {
         .iter()
         .map(|d| candle_rocm::RocmDevice::from_candle(d).map(|r| r.kernels().clone()).ok_or_else(|| Error::TensorParallel(format!("device {:?} is not one of our backend's (cpu-executor, cuda:N, rocm:N)", d.location()))))
         .collect::<Result<Vec<_>>>()?;
-    Communicator::init_all(&kdevs).map_err(|e| Error::Collective(e.to_string()))
+    Communicator::init_all(&kdevs).map_err(collective_error)
+}
+
+/// A communicator's failure as this crate's error, with the library's own text
+/// (`ncclGetErrorString` and `ncclGetLastError` for a failed NCCL/RCCL call).
+fn collective_error(e: kernel_collectives::CollectiveError) -> Error {
+    Error::Collective(e.to_string())
+}
+
+/// Sets a rank's decode-graph mode and largest bucket (each when given).
+fn configure(r: &mut LlamaRunner, mode: Option<DecodeGraphs>, max_batch: Option<usize>) {
+    if let Some(m) = mode {
+        r.set_decode_graphs(m);
+    }
+    if let Some(n) = max_batch {
+        r.set_graph_max_batch(n);
+    }
 }
 
 enum Job {
     Step(Vec<SeqChunk>),
     Copy(Vec<(u32, u32)>),
     Allocated(Vec<u32>),
+    /// Decode-graph settings: the mode and the largest bucket (each when `Some`).
+    Graphs(Option<DecodeGraphs>, Option<usize>),
+    /// The rank's decode buckets (see [`LlamaRunner::decode_buckets`]).
+    Buckets,
+}
+
+/// What a rank's thread answers to a job.
+enum Reply {
+    /// A step ran (rank 0's logits are the step's: every rank has them after the gather).
+    Stepped,
+    Done,
+    Buckets(Vec<(usize, usize, bool)>),
 }
 
 struct Worker {
     rank: usize,
     jobs: mpsc::Sender<Job>,
-    done: mpsc::Receiver<Result<Vec<Vec<f32>>>>,
+    done: mpsc::Receiver<Result<Reply>>,
     thread: Option<JoinHandle<()>>,
 }
 
@@ -170,12 +236,17 @@ impl TpRunner {
                     };
                     while let Ok(job) = job_rx.recv() {
                         let out = match job {
-                            Job::Step(batch) => runner.run(&batch),
-                            Job::Copy(pairs) => runner.copy_blocks(&pairs).map(|()| vec![]),
+                            Job::Step(batch) => runner.run(&batch).map(|_| Reply::Stepped),
+                            Job::Copy(pairs) => runner.copy_blocks(&pairs).map(|()| Reply::Done),
                             Job::Allocated(blocks) => {
                                 runner.blocks_allocated(&blocks);
                                 continue;
                             }
+                            Job::Graphs(mode, max) => {
+                                configure(&mut runner, mode, max);
+                                Ok(Reply::Done)
+                            }
+                            Job::Buckets => Ok(Reply::Buckets(runner.decode_buckets())),
                         };
                         if done_tx.send(out).is_err() {
                             return;
@@ -207,10 +278,36 @@ impl TpRunner {
         }
     }
 
-    /// Rank 0's decode-graph cap (see [`LlamaRunner::set_graph_max_batch`]); ranks of a
-    /// split model always take the packed path.
-    pub fn set_graph_max_batch(&mut self, n: usize) {
-        self.rank0.set_graph_max_batch(n);
+    /// The decode-graph cap of every rank (see [`LlamaRunner::set_graph_max_batch`]): the
+    /// ranks of a split model run pure-decode steps through the same per-bucket buffers and
+    /// captured graphs as one GPU, their collectives inside the graphs.
+    pub fn set_graph_max_batch(&mut self, n: usize) -> Result<()> {
+        self.together(|| Job::Graphs(None, Some(n)), |r| {
+            configure(r, None, Some(n));
+            Ok(())
+        }).map(|_| ())
+    }
+
+    /// How every rank runs pure-decode steps (see [`LlamaRunner::set_decode_graphs`]).
+    pub fn set_decode_graphs(&mut self, mode: DecodeGraphs) -> Result<()> {
+        self.together(|| Job::Graphs(Some(mode), None), |r| {
+            configure(r, Some(mode), None);
+            Ok(())
+        }).map(|_| ())
+    }
+
+    /// Each rank's decode buckets in rank order (see [`LlamaRunner::decode_buckets`]): the
+    /// ranks step together, so they build and capture the same buckets.
+    pub fn decode_buckets(&mut self) -> Result<Vec<Vec<(usize, usize, bool)>>> {
+        let (first, rest) = self.together(|| Job::Buckets, |r| Ok(r.decode_buckets()))?;
+        let mut all = vec![first];
+        for reply in rest {
+            match reply {
+                Reply::Buckets(b) => all.push(b),
+                _ => return Err(Error::TensorParallel("a rank answered another job".into())),
+            }
+        }
+        Ok(all)
     }
 
     /// The number of ranks.
@@ -228,17 +325,18 @@ impl TpRunner {
         self.rank0.block_bytes()
     }
 
-    /// Sends `job` to every other rank, runs `f` on rank 0, and waits for the others; the
-    /// first error (rank 0's first) is returned.
-    fn together<T>(&mut self, job: impl Fn() -> Job, f: impl FnOnce(&mut LlamaRunner) -> Result<T>) -> Result<T> {
+    /// Sends `job` to every other rank, runs `f` on rank 0, and waits for the others: rank
+    /// 0's result and the others' replies in rank order. The first error (rank 0's first)
+    /// is returned.
+    fn together<T>(&mut self, job: impl Fn() -> Job, f: impl FnOnce(&mut LlamaRunner) -> Result<T>) -> Result<(T, Vec<Reply>)> {
         for w in &self.workers {
             w.jobs.send(job()).map_err(|_| Error::TensorParallel(format!("rank {}'s thread has stopped", w.rank)))?;
         }
         let out = f(&mut self.rank0);
-        let mut err = None;
+        let (mut err, mut replies) = (None, Vec::with_capacity(self.workers.len()));
         for w in &self.workers {
             match w.done.recv() {
-                Ok(Ok(_)) => {}
+                Ok(Ok(r)) => replies.push(r),
                 Ok(Err(e)) => {
                     err.get_or_insert(Error::TensorParallel(format!("rank {}: {e}", w.rank)));
                 }
@@ -250,7 +348,7 @@ impl TpRunner {
         let out = out?;
         match err {
             Some(e) => Err(e),
-            None => Ok(out),
+            None => Ok((out, replies)),
         }
     }
 
@@ -259,7 +357,7 @@ impl TpRunner {
     /// any collective, so nothing waits.
     pub fn run(&mut self, batch: &[SeqChunk]) -> Result<Vec<Vec<f32>>> {
         let owned = batch.to_vec();
-        self.together(|| Job::Step(owned.clone()), |r| r.run(batch))
+        self.together(|| Job::Step(owned.clone()), |r| r.run(batch)).map(|(logits, _)| logits)
     }
 }
 
@@ -295,16 +393,38 @@ impl ModelRunner for TpRunner {
         // Refused before any rank starts (the others would wait in a collective).
         self.rank0.check_draws(batch, sampling)?;
         let owned = batch.to_vec();
-        self.together(|| Job::Step(owned.clone()), |r| r.run_sampled(batch, sampling))
+        self.together(|| Job::Step(owned.clone()), |r| r.run_sampled(batch, sampling)).map(|(rows, _)| rows)
     }
     fn copy_blocks(&mut self, pairs: &[(u32, u32)]) -> Result<()> {
         let owned = pairs.to_vec();
-        self.together(|| Job::Copy(owned.clone()), |r| r.copy_blocks(pairs))
+        self.together(|| Job::Copy(owned.clone()), |r| r.copy_blocks(pairs)).map(|_| ())
     }
     fn blocks_allocated(&mut self, blocks: &[u32]) {
         for w in &self.workers {
             let _ = w.jobs.send(Job::Allocated(blocks.to_vec()));
         }
         self.rank0.blocks_allocated(blocks);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use kernel_collectives::{Backend, CollectiveError};
+
+    #[test]
+    fn a_failed_communicator_set_up_keeps_the_librarys_message() {
+        let e = collective_error(CollectiveError::Library {
+            backend: Backend::Nccl,
+            call: "ncclCommInitAll",
+            code: 2,
+            message: "unhandled system error (run with NCCL_DEBUG=INFO for details)".into(),
+            detail: Some("socketStartConnect: Connect to 10.0.0.1<1234> failed".into()),
+        });
+        let text = e.to_string();
+        assert!(matches!(e, Error::Collective(_)));
+        for part in ["tensor parallelism: communicator:", "ncclCommInitAll failed", "error 2", "unhandled system error", "socketStartConnect: Connect to 10.0.0.1<1234> failed"] {
+            assert!(text.contains(part), "{part:?} missing from {text:?}");
+        }
     }
 }

@@ -65,4 +65,26 @@ fn tensor_parallel_generate_and_its_errors() {
     assert!(e.contains("attention heads (4) is not divisible by the tensor-parallel size 3"), "{e}");
     let e = fail(&["bench", "--device", "cpu", "--tensor-parallel", "2"]);
     assert!(e.contains("has no communicator"), "{e}");
+    // More ranks than GPUs this build or machine can open (this CI machine has none).
+    if !cfg!(feature = "cuda") {
+        let e = fail(&["bench", "--device", "cuda:0", "--tensor-parallel", "2"]);
+        assert!(e.contains("cuda:0..cuda:1") && e.contains("cannot be opened"), "{e}");
+    }
+    // bench prints the same JSON lines at TP=1 and TP=2, with the rank count and each
+    // rank's captured decode buckets.
+    let bench = |tp: &str| -> Vec<serde_json::Value> {
+        let (out, _) = ok(bin().args(["bench", "--prompt-len", "5", "--gen", "3", "--concurrency", "1,2", "--device", "cpu-executor", "--tensor-parallel", tp, "--model"]).arg(&m));
+        out.lines().map(|l| serde_json::from_str(l).unwrap()).collect()
+    };
+    let (one, two) = (bench("1"), bench("2"));
+    assert_eq!((one.len(), two.len()), (2, 2));
+    for (a, b) in one.iter().zip(&two) {
+        let keys = |v: &serde_json::Value| v.as_object().unwrap().keys().cloned().collect::<Vec<_>>();
+        assert_eq!(keys(a), keys(b));
+        assert_eq!((a["tensor_parallel"].as_u64(), b["tensor_parallel"].as_u64()), (Some(1), Some(2)));
+        assert_eq!(a["concurrency"], b["concurrency"]);
+        assert!(b["decode_tok_s"].as_f64().unwrap() > 0.0, "{b}");
+        // One entry per rank (nothing is captured on the CPU executor).
+        assert_eq!((a["captured_buckets"].to_string(), b["captured_buckets"].to_string()), ("[[]]".into(), "[[],[]]".into()));
+    }
 }

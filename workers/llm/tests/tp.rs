@@ -1,12 +1,14 @@
 //! Tensor parallelism on CPU-executor devices with the host stand-in collective: each rank's
 //! weight slices equal the same slice of the full tensor (safetensors and GGUF), TP=2 logits
 //! equal TP=1 logits (llama, qwen2, qwen3 in f32; a GGUF), greedy tokens through the engine
-//! are identical, and the error cases are typed errors.
+//! are identical, decode steps of a split model take the graph path's per-bucket buffers
+//! (run eagerly here, the same code a GPU captures) with the packed path's logits, and the
+//! error cases are typed errors.
 use candle_core::quantized::{gguf_file, GgmlDType};
 use candle_core::{DType, Device, Tensor};
 use llm_engine::{Engine, EngineConfig, Event, SamplingParams};
 use llm_worker::random::{RandomModel, Shape};
-use llm_worker::runner::{ModelRunner, SeqChunk};
+use llm_worker::runner::{DecodeGraphs, ModelRunner, SeqChunk};
 use llm_worker::shard::{byte_ranges, GgufSource, SafetensorsSource, Split, TpPlan, WeightKind};
 use llm_worker::tp::{tp_devices, TpRunner};
 use llm_worker::{Error, Family, ModelConfig};
@@ -330,4 +332,72 @@ fn collectives_on_tensors_of_two_cpu_executor_ranks() {
         assert_eq!((sum, sum16), (&want, &want));
         assert_eq!(all, &vec![vec![vec![0.0, 2.0, 4.0], vec![1.0, 3.0, 5.0]], vec![vec![10.0, 12.0, 14.0], vec![11.0, 13.0, 15.0]]]);
     }
+}
+
+/// A head size the paged kernels have (64), so pure-decode steps take the graph path.
+const PAGED: Shape = Shape { vocab: 512, hidden: 128, intermediate: 256, layers: 2, heads: 4, kv_heads: 2, head_dim: 64, max_positions: 256 };
+
+#[test]
+fn tp2_decode_steps_take_the_graph_path_with_the_packed_paths_logits() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut m = RandomModel::new(Family::Llama, PAGED);
+    m.seed = 17;
+    m.dtype = DType::F16;
+    m.write(dir.path()).unwrap();
+    let load = |n: usize, mode: DecodeGraphs| {
+        let mut r = TpRunner::load(dir.path(), &cpu_devs(n), 32, 4).unwrap();
+        assert!(r.model().kernel_attention(), "f16, head size 64: the paged kernels");
+        r.set_decode_graphs(mode).unwrap();
+        r
+    };
+    // TP=1 and TP=2 on the graph path (eager on the CPU executor), TP=2 on the packed path.
+    let (mut one, mut two, mut packed) = (load(1, DecodeGraphs::Captured), load(2, DecodeGraphs::Captured), load(2, DecodeGraphs::Off));
+    // Three sequences, 6 blocks of 4 positions each; greedy tokens from TP=1.
+    let tables: Vec<Vec<u32>> = (0..3u32).map(|i| (6 * i..6 * i + 6).collect()).collect();
+    let mut toks: Vec<Vec<u32>> = [5usize, 9, 3].iter().enumerate().map(|(i, &n)| (0..n as u32).map(|t| (t * 61 + i as u32 * 17 + 3) % 500).collect()).collect();
+    let (mut worst_packed, mut worst_tp1) = (0f32, 0f32);
+    let mut live = 3;
+    for step in 0..10 {
+        // Steps 0-6: three sequences (bucket 4, one padding row), across block boundaries;
+        // then one (bucket 1).
+        if step == 7 {
+            live = 1;
+        }
+        let batch: Vec<SeqChunk> = (0..live)
+            .map(|i| {
+                let t = &toks[i];
+                if step == 0 {
+                    chunk(i as u64, t, 0, &tables[i])
+                } else {
+                    chunk(i as u64, &t[t.len() - 1..], t.len() - 1, &tables[i])
+                }
+            })
+            .collect();
+        let (a, b, c) = (one.step(&batch).unwrap(), two.step(&batch).unwrap(), packed.step(&batch).unwrap());
+        for (row, ((x, y), z)) in a.iter().zip(&b).zip(&c).enumerate() {
+            let (e_packed, e_tp1) = (max_rel(y, z), max_rel(y, x));
+            (worst_packed, worst_tp1) = (worst_packed.max(e_packed), worst_tp1.max(e_tp1));
+            // The same kernels on each rank's cache; the paths differ in the products' row
+            // counts (padded bucket) and the attention's split sizes: f32 sums in another
+            // order, rounded to f16 (eps 4.9e-4) between ops, over 2 layers and the head
+            // (the bound of the one-device graph test).
+            assert!(e_packed < 5e-3, "step {step} row {row}: graph path against packed path {e_packed:.2e}");
+            // Against one device, each rank's o and down partial sums are rounded to f16
+            // before the all-reduce adds them: one rounding more per product, 4 per step.
+            assert!(e_tp1 < 1e-2, "step {step} row {row}: TP=2 against TP=1 {e_tp1:.2e}");
+            assert_eq!(argmax(y), argmax(x), "step {step} row {row}: greedy token");
+        }
+        for (i, l) in a.iter().enumerate() {
+            toks[i].push(argmax(l));
+        }
+    }
+    eprintln!("TP=2 graph path: largest difference {worst_packed:.2e} against the packed path, {worst_tp1:.2e} against TP=1");
+    // Both ranks built the buckets TP=1 did (4, then 1); nothing is captured on the CPU
+    // executor, and the packed runner built none.
+    let (b1, b2) = (one.decode_buckets().unwrap(), two.decode_buckets().unwrap());
+    let sizes: Vec<usize> = b1[0].iter().map(|b| b.0).collect();
+    assert_eq!(sizes, [4, 1]);
+    assert_eq!(b2, vec![b1[0].clone(), b1[0].clone()], "every rank's buckets");
+    assert!(b2.iter().flatten().all(|b| !b.2), "no graphs on the CPU executor");
+    assert_eq!(packed.decode_buckets().unwrap(), vec![vec![], vec![]]);
 }
