@@ -414,36 +414,95 @@ PY
         if [ -z "${ENGINE_DIR:-}" ]; then rm -rf "$dir"; fi
     fi
     if has serve; then
-        # `llm-worker serve` on the 1B bf16 folder (the engine part's, else written here),
-        # driven over loopback by the load generator from light load to saturation, then
-        # SIGTERM: the exit status is the graceful-shutdown check.
-        mkdir -p "$out/serve"
-        local d="${ENGINE_DIR:-/tmp}" port=18080
-        if [ ! -f "$d/llama1b_bf16/config.json" ]; then
-            step serve-write-1b 300 "$BIN/llm-worker" write-random --family llama --shape 1b --dtype bf16 --out "$d/llama1b_bf16"
-        fi
-        "$BIN/llm-worker" serve --model "$d/llama1b_bf16" --device cuda:0 --port $port --served-model-name llama1b \
-            --max-num-seqs 64 > "$out/serve/server.log" 2>&1 &
-        local pid=$!
-        for _ in $(seq 1 180); do curl -sf "http://127.0.0.1:$port/health" >/dev/null 2>&1 && break; sleep 1; done
-        # The official `openai` client (wheels in the bundle) against the idle server: one
-        # streamed chat completion timed as a client sees it, then the API smoke test.
-        local site
-        if site="$(py_site openai)"; then
-            step serve-openai-stream 120 env PYTHONPATH="$site" python3 "$py/openai_stream.py" \
-                --base-url "http://127.0.0.1:$port/v1" --max-tokens 64 --out "$out/serve"
-            step serve-openai-client 120 env PYTHONPATH="$site" python3 "$py/openai_client.py" "http://127.0.0.1:$port/v1"
-        else
-            echo "serve-openai skipped: no openai wheels in the bundle" | tee -a "$out/summary.txt"
-        fi
-        step serve-load 360 "$BIN/serve-load" --url "http://127.0.0.1:$port" --model llama1b --rates "${SERVE_RATES:-1,4,16,inf}" \
-            --requests "${SERVE_REQUESTS:-64}" --prompt-len 512 --max-tokens 256 --vocab 128256
-        grep '^{' "$out/serve-load.log" > "$out/serve/load.jsonl" || true
-        curl -s "http://127.0.0.1:$port/metrics" > "$out/serve/metrics.txt" 2>&1 || true
-        kill -TERM $pid 2>/dev/null || true
-        local rc=0
-        wait $pid || rc=$?
-        echo "serve-shutdown rc=$rc" | tee -a "$out/summary.txt"
+        # `llm-worker serve` (issue 31) per model, driven over loopback by the load generator
+        # from light load to saturation, one serve-load process per rate (its own seed, so no
+        # prompt is a prefix-cache hit of an earlier rate's; the same seed per rate in every
+        # configuration, so they compare on the same prompts and arrivals) with /metrics
+        # snapshotted after each rate (engine step and runner times per rate); then SIGTERM
+        # (the exit status is the graceful-shutdown check); then the engine offline
+        # (`llm-worker bench`) at the saturation concurrency (SERVE_REQUESTS, all at once,
+        # the same prompt and output lengths): report_serve.py gives the ratio of the two.
+        #   SERVE_MODELS     default "1b-bf16"; also 8b-bf16 (a 16 GB folder, removed after)
+        #                    and 8b-q4k (a GGUF); all three do not fit one 10-minute call
+        #   SERVE_RATES      requests/s, comma-separated (default 2,4,8,inf)
+        #   SERVE_REQUESTS   requests per rate (default 48)
+        #   SERVE_CHUNKS     --prefill-chunk-while-decoding values to measure beside the
+        #                    default (default "64 256"; "" for none), each on a fresh server
+        #                    at SERVE_CHUNK_RATES (default 2,4: around half of saturation)
+        local d="${ENGINE_DIR:-/tmp}" port=18080 sv="$out/serve" m
+        mkdir -p "$sv"
+        local reqs="${SERVE_REQUESTS:-48}" rates="${SERVE_RATES:-2,4,8,inf}"
+        serve_up() { # serve_up LOG MODEL EXTRA...: starts the server, waits for /health
+            local log="$1" model="$2"; shift 2
+            "$BIN/llm-worker" serve --model "$model" --device cuda:0 --port $port --served-model-name served \
+                --max-num-seqs "${SERVE_MAX_NUM_SEQS:-64}" "$@" > "$log" 2>&1 &
+            serve_pid=$!
+            for _ in $(seq 1 240); do curl -sf "http://127.0.0.1:$port/health" >/dev/null 2>&1 && return 0; sleep 1; done
+            echo "serve: $model never became ready" | tee -a "$out/summary.txt"
+        }
+        serve_down() { # serve_down NAME: SIGTERM, the exit status into the summary
+            kill -TERM "$serve_pid" 2>/dev/null || true
+            local rc=0
+            wait "$serve_pid" || rc=$?
+            echo "$1 rc=$rc" | tee -a "$out/summary.txt"
+        }
+        serve_rates() { # serve_rates TAG RATES: one serve-load per rate, metrics after each
+            local tag="$1" r
+            curl -s "http://127.0.0.1:$port/metrics" > "$sv/metrics_${tag}_start.txt" 2>&1 || true
+            for r in ${2//,/ }; do
+                local seed; seed="$(echo "rate-$r" | cksum | cut -d' ' -f1)"
+                timeout 300 "$BIN/serve-load" --url "http://127.0.0.1:$port" --model served --rates "$r" --seed "$seed" \
+                    --requests "$reqs" --prompt-len 512 --max-tokens 256 --vocab 128000 >> "$out/serve-load-$tag.log" 2>&1 \
+                    || echo "serve-load $tag rate $r rc=$?" | tee -a "$out/summary.txt"
+                curl -s "http://127.0.0.1:$port/metrics" > "$sv/metrics_${tag}_rate_$r.txt" 2>&1 || true
+            done
+            grep '^{' "$out/serve-load-$tag.log" > "$sv/load_$tag.jsonl" || true
+            echo "serve-load-$tag $(wc -l < "$sv/load_$tag.jsonl") rates" | tee -a "$out/summary.txt"
+        }
+        for m in ${SERVE_MODELS:-1b-bf16}; do
+            local size="${m%%-*}" tag="${m//-/_}" path
+            case "$m" in
+                1b-bf16|8b-bf16)
+                    path="$d/llama${size}_bf16"
+                    if [ ! -f "$path/config.json" ]; then
+                        step "serve-write-$m" 300 "$BIN/llm-worker" write-random --family llama --shape "$size" --dtype bf16 --out "$path"
+                    fi ;;
+                8b-q4k)
+                    path="$d/llama8b_q4k.gguf"
+                    if [ ! -f "$path" ]; then
+                        step serve-write-8b-q4k 300 "$BIN/llm-worker" write-random --family llama --shape 8b --gguf q4k --out "$path"
+                    fi ;;
+                *) echo "serve: unknown model $m (1b-bf16, 8b-bf16, 8b-q4k)" | tee -a "$out/summary.txt"; continue ;;
+            esac
+            serve_up "$sv/server_$tag.log" "$path"
+            if [ "$m" = 1b-bf16 ]; then
+                # The official `openai` client (wheels in the bundle) against the idle server:
+                # streamed chat timed as a client sees it (and checked against the whole
+                # answer), then the API smoke test.
+                local site
+                if site="$(py_site openai)"; then
+                    step serve-openai-stream 120 env PYTHONPATH="$site" python3 "$py/openai_stream.py" \
+                        --base-url "http://127.0.0.1:$port/v1" --max-tokens 64 --out "$sv"
+                    step serve-openai-client 120 env PYTHONPATH="$site" python3 "$py/openai_client.py" "http://127.0.0.1:$port/v1"
+                else
+                    echo "serve-openai skipped: no openai wheels in the bundle" | tee -a "$out/summary.txt"
+                fi
+            fi
+            serve_rates "$tag" "$rates"
+            serve_down "serve-shutdown-$tag"
+            step "serve-offline-$m" 300 "$BIN/llm-worker" bench --model "$path" --device cuda:0 \
+                --prompt-len 512 --gen 256 --concurrency "$reqs"
+            grep '^{' "$out/serve-offline-$m.log" > "$sv/offline_$tag.jsonl" || true
+            local c
+            for c in ${SERVE_CHUNKS-64 256}; do
+                serve_up "$sv/server_${tag}_chunk$c.log" "$path" --prefill-chunk-while-decoding "$c"
+                serve_rates "${tag}_chunk$c" "${SERVE_CHUNK_RATES:-2,4}"
+                serve_down "serve-shutdown-${tag}_chunk$c"
+            done
+            if [ "$m" = 8b-bf16 ]; then rm -rf "$path"; fi
+            if [ "$m" = 8b-q4k ]; then rm -f "$path"; fi
+        done
+        step report-serve 30 python3 "$py/report_serve.py" "$sv"
     fi
     if has sd; then
         # Stable Diffusion (workers/sd, issue 32): UNet step (batch 2, classifier-free guidance)

@@ -122,6 +122,9 @@ pub struct Engine<R: ModelRunner> {
     waiting: VecDeque<SeqId>,
     next_id: SeqId,
     stats: EngineStats,
+    /// Prompt tokens one step runs at most while some sequence decodes in it (see
+    /// [`Engine::with_prefill_chunk_while_decoding`]); `usize::MAX`: no cap.
+    prefill_cap: usize,
 }
 
 impl<R: ModelRunner> Engine<R> {
@@ -160,6 +163,7 @@ impl<R: ModelRunner> Engine<R> {
             waiting: VecDeque::new(),
             next_id: 0,
             stats: EngineStats::default(),
+            prefill_cap: usize::MAX,
         })
     }
 
@@ -168,6 +172,19 @@ impl<R: ModelRunner> Engine<R> {
     pub fn with_decoder(mut self, decoder: Decoder) -> Self {
         self.decoder = Some(decoder);
         self
+    }
+
+    /// Caps the prompt tokens (prefill chunks and admissions together) of a step that also
+    /// runs decodes at `tokens` (>= 1), so an arriving prompt is prefilled over several
+    /// steps instead of stalling every running sequence for one long step (chunked prefill
+    /// for inter-token latency). Steps without decodes keep the whole `max_batched_tokens`
+    /// budget. Default: no cap.
+    pub fn with_prefill_chunk_while_decoding(mut self, tokens: usize) -> Result<Self, EngineError> {
+        if tokens == 0 {
+            return Err(EngineError::InvalidConfig("the prefill chunk while decoding must be >= 1 token".into()));
+        }
+        self.prefill_cap = tokens;
+        Ok(self)
     }
 
     /// Replaces the host sampler; every row is then sampled by it (device sampling off).
@@ -414,6 +431,10 @@ impl<R: ModelRunner> Engine<R> {
 
         // 1. Decodes (one token each), then 2. prefill chunks, each pass oldest first.
         for decode_pass in [true, false] {
+            if !decode_pass && !plan.is_empty() {
+                // Decodes are in this step: the prompts' share is capped (admissions too).
+                budget = budget.min(self.prefill_cap);
+            }
             let mut i = 0;
             while i < self.running.len() && budget > 0 {
                 let id = self.running[i];

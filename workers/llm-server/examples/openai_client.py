@@ -2,8 +2,8 @@
 
     python workers/llm-server/examples/openai_client.py [BASE_URL] [API_KEY]
 
-Lists the model, asks a greedy chat completion whole (with logprobs) and streamed (with usage),
-checks that both texts are equal, runs a seeded completion with logprobs, and checks that an
+Lists the model, warms the prefix cache with the prompt, asks a greedy chat completion whole
+(with logprobs) and streamed (with usage), checks that both texts are equal, runs a seeded completion with logprobs, and checks that an
 unknown model is a 404 and n=2 a 400. Exits non-zero on any mismatch.
 """
 import sys
@@ -16,6 +16,11 @@ key = sys.argv[2] if len(sys.argv) > 2 else "none"
 c = OpenAI(base_url=base, api_key=key, max_retries=0)
 model = c.models.list().data[0].id
 msgs = [{"role": "user", "content": "Hello!"}]
+# One request first so that both compared answers find the prompt's full blocks in the prefix
+# cache: a cold prefill runs the prompt through other kernels (one GEMM over all its rows)
+# than a warm one (the few rows past the cached blocks), and bf16 near-ties of a
+# random-weight model can then part later in the answer (benches/python/openai_stream.py).
+c.chat.completions.create(model=model, messages=msgs, max_tokens=1, temperature=0)
 whole = c.chat.completions.create(model=model, messages=msgs, max_tokens=32, temperature=0,
                                   logprobs=True, top_logprobs=2)
 text = whole.choices[0].message.content

@@ -126,7 +126,8 @@ async fn health(State(s): St) -> Response {
 }
 
 async fn metrics(State(s): St) -> Response {
-    let text = s.metrics.render(s.in_flight.load(Ordering::SeqCst));
+    let extra = s.model.get().map(|m| m.metrics()).unwrap_or_default();
+    let text = s.metrics.render(s.in_flight.load(Ordering::SeqCst), &extra);
     ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], text).into_response()
 }
 

@@ -54,6 +54,11 @@ pub trait ServedModel: Send + Sync + 'static {
     /// The chat template rendered for `messages`, ending with the opening of the assistant's
     /// turn (`add_generation_prompt`); an error when the model has no template.
     fn render_chat(&self, messages: &[ChatMessage]) -> Result<String, String>;
+    /// The model side's own Prometheus series (complete `# HELP`/`# TYPE` blocks, each line
+    /// ending in a newline), appended to `/metrics`; none by default.
+    fn metrics(&self) -> String {
+        String::new()
+    }
 }
 
 /// Server settings (the `llm-worker serve` flags other than the model's).
@@ -360,6 +365,8 @@ where
 
     let mut ids: Vec<SeqId> = Vec::new();
     let mut closed = false;
+    // The end of the last step while work continued (for the time spent between steps).
+    let mut last_step: Option<std::time::Instant> = None;
     loop {
         loop {
             let cmd = if engine.has_work() || closed {
@@ -398,11 +405,17 @@ where
             }
         }
         if engine.has_work() {
-            if let Err(e) = engine.step() {
+            let t = std::time::Instant::now();
+            let r = engine.step();
+            let end = std::time::Instant::now();
+            shared.metrics.engine_step((end - t).as_secs_f64(), last_step.map_or(0.0, |l| (t - l).as_secs_f64()));
+            last_step = Some(end);
+            if let Err(e) = r {
                 tracing::error!(error = %e, "engine step failed; its sequences ended with an error");
             }
         } else {
             ids.clear();
+            last_step = None;
         }
         shared.metrics.publish(&engine.stats());
         if closed && !engine.has_work() {

@@ -57,6 +57,12 @@ pub(crate) struct Metrics {
     blocks_total: AtomicU64,
     preemptions: AtomicU64,
     engine_generated: AtomicU64,
+    /// Wall time of each `Engine::step` on the engine thread (scheduling, the runner's
+    /// forward and logits download, sampling, sending the tokens to the handlers).
+    pub(crate) step: Histogram,
+    /// Engine-thread nanoseconds outside `Engine::step` while it had work (taking commands,
+    /// publishing these gauges): the server's own cost between steps.
+    between_steps_ns: AtomicU64,
 }
 
 impl Metrics {
@@ -75,8 +81,15 @@ impl Metrics {
         self.engine_generated.store(s.generated_tokens, Ordering::Relaxed);
     }
 
-    /// The Prometheus text exposition.
-    pub(crate) fn render(&self, in_flight: usize) -> String {
+    /// One `Engine::step` of `secs` seconds, after `between` seconds of engine-thread work
+    /// since the previous step (0 for the first step after idling).
+    pub(crate) fn engine_step(&self, secs: f64, between: f64) {
+        self.step.observe(secs);
+        self.between_steps_ns.fetch_add((between * 1e9) as u64, Ordering::Relaxed);
+    }
+
+    /// The Prometheus text exposition; `extra` (a served model's own series) goes at the end.
+    pub(crate) fn render(&self, in_flight: usize, extra: &str) -> String {
         let mut o = String::new();
         let _ = writeln!(o, "# HELP llm_requests_total HTTP responses by endpoint and status.\n# TYPE llm_requests_total counter");
         for ((ep, st), n) in self.requests.lock().unwrap().iter() {
@@ -99,6 +112,10 @@ impl Metrics {
         self.ttft.write(&mut o, "llm_time_to_first_token_seconds", "Time from request arrival to its first token.");
         self.itl.write(&mut o, "llm_inter_token_latency_seconds", "Time between consecutive tokens of a request.");
         self.e2e.write(&mut o, "llm_request_duration_seconds", "Time from request arrival to its last event.");
+        let between = ld(&self.between_steps_ns) as f64 * 1e-9;
+        let _ = writeln!(o, "# HELP llm_engine_between_steps_seconds_total Engine-thread time between steps while it had work (commands, gauges).\n# TYPE llm_engine_between_steps_seconds_total counter\nllm_engine_between_steps_seconds_total {between}");
+        self.step.write(&mut o, "llm_engine_step_seconds", "Wall time of one engine step (schedule, forward, logits download, sampling, token events); llm_engine_generated_tokens_total over its count is the mean sampled batch.");
+        o.push_str(extra);
         o
     }
 }

@@ -361,3 +361,23 @@ async fn runner_failure_and_engine_panic() {
     server.shutdown();
     assert!(matches!(server.wait().await, Err(llm_server::ServerError::EnginePanicked)));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn engine_steps_are_timed_in_metrics() {
+    // Steps of at least 5 ms: a request of 6 tokens is one prefill step and 5 decode steps.
+    let mut server = start(Setup { step_delay: Duration::from_millis(5), ..Setup::default() }).await;
+    server.ready().await.unwrap();
+    let base = format!("http://{}", server.local_addr());
+    let c = client();
+    let m0 = c.get(format!("{base}/metrics")).send().await.unwrap().text().await.unwrap();
+    let (st, body) = post(&c, &base, "/v1/completions", json!({"model": "tiny-test", "prompt": "hi", "max_tokens": 6, "ignore_eos": true, "temperature": 0})).await;
+    assert_eq!(st, StatusCode::OK, "{body}");
+    let m = c.get(format!("{base}/metrics")).send().await.unwrap().text().await.unwrap();
+    let d = |name: &str| metric(&m, name) - metric(&m0, name);
+    assert_eq!(d("llm_engine_step_seconds_count"), 6.0, "{m}");
+    assert!(d("llm_engine_step_seconds_sum") >= 6.0 * 0.005, "{m}");
+    assert_eq!(metric(&m, "llm_engine_step_seconds_bucket{le=\"0.001\"}"), 0.0, "{m}");
+    assert!(d("llm_engine_between_steps_seconds_total") >= 0.0, "{m}");
+    server.shutdown();
+    server.wait().await.unwrap();
+}

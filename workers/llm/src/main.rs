@@ -129,6 +129,11 @@ enum Cmd {
         /// rocm:K..K+N-1, or N CPU-executor devices.
         #[arg(long, default_value_t = 1)]
         tensor_parallel: usize,
+        /// Prompt tokens a step that also decodes runs at most (chunked prefill: an arriving
+        /// prompt spreads over several steps instead of stalling the running sequences;
+        /// default: up to --max-batched-tokens).
+        #[arg(long)]
+        prefill_chunk_while_decoding: Option<usize>,
     },
     /// Write a model with seeded random weights (a Hugging Face folder, or a llama GGUF file).
     WriteRandom {
@@ -252,7 +257,7 @@ fn run(cli: Cli) -> Result<()> {
                 decoded as f64 / (total - prefill_s).max(1e-9)
             );
         }
-        Cmd::Serve { model, tokenizer, device, host, port, api_key, max_queue, max_model_len, served_model_name, max_num_seqs, max_batched_tokens, block_size, num_blocks, shutdown_grace, tensor_parallel } => {
+        Cmd::Serve { model, tokenizer, device, host, port, api_key, max_queue, max_model_len, served_model_name, max_num_seqs, max_batched_tokens, block_size, num_blocks, shutdown_grace, tensor_parallel, prefill_chunk_while_decoding } => {
             let filter = tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
             tracing_subscriber::fmt().with_env_filter(filter).init();
             let ip: std::net::IpAddr = host.parse().with_context(|| format!("--host {host:?}"))?;
@@ -260,7 +265,10 @@ fn run(cli: Cli) -> Result<()> {
                 bail!("--shutdown-grace must be a number of seconds >= 0");
             }
             let config = llm_server::ServerConfig { api_key, max_queue, shutdown_grace: std::time::Duration::from_secs_f64(shutdown_grace), ..Default::default() };
-            let args = ServeArgs { model, tokenizer, device, name: served_model_name, max_model_len, max_num_seqs, max_batched_tokens, block_size, num_blocks, tensor_parallel };
+            if prefill_chunk_while_decoding == Some(0) {
+                bail!("--prefill-chunk-while-decoding must be >= 1");
+            }
+            let args = ServeArgs { model, tokenizer, device, name: served_model_name, max_model_len, max_num_seqs, max_batched_tokens, block_size, num_blocks, tensor_parallel, prefill_chunk_while_decoding };
             llm_server::run(config, std::net::SocketAddr::new(ip, port), move || load_served(&args))?;
         }
         Cmd::Bench { model, prompt_len, gen, concurrency, device, block_size, max_batched_tokens, seed, tensor_parallel, graph_max_batch } => {

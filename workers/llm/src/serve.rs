@@ -5,8 +5,11 @@
 use crate::generate::blocks_needed;
 use crate::tp::{tp_devices, TpRunner};
 use crate::{Message, TextTools};
-use llm_engine::{Engine, EngineConfig};
+use llm_engine::{DeviceSample, Engine, EngineConfig, ModelRunner, RowOutput, SeqChunk};
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Instant;
 
 /// The text side `llm-server` needs: tokenizer, chat template, name, context length, EOS ids.
 pub struct ServedText {
@@ -14,6 +17,8 @@ pub struct ServedText {
     pub name: String,
     pub max_model_len: usize,
     pub eos_token_ids: Vec<u32>,
+    /// The runner's step times (for `/metrics`).
+    pub times: Arc<RunnerTimes>,
 }
 
 impl llm_server::ServedModel for ServedText {
@@ -36,6 +41,82 @@ impl llm_server::ServedModel for ServedText {
         let m: Vec<Message> = messages.iter().map(|m| Message::new(&m.role, &m.content)).collect();
         self.text.render_chat(&m, true).map_err(|e| e.to_string())
     }
+    fn metrics(&self) -> String {
+        self.times.render()
+    }
+}
+
+/// Time the runner spends in its steps (forward and logits download), split into pure-decode
+/// steps and steps with prompt tokens: with the server's `llm_engine_step_seconds`, where an
+/// engine step's time goes (runner vs scheduling, sampling and token events).
+#[derive(Debug, Default)]
+pub struct RunnerTimes {
+    decode_steps: AtomicU64,
+    decode_rows: AtomicU64,
+    decode_ns: AtomicU64,
+    mixed_steps: AtomicU64,
+    mixed_tokens: AtomicU64,
+    mixed_ns: AtomicU64,
+}
+
+impl RunnerTimes {
+    fn record(&self, batch: &[SeqChunk], ns: u64) {
+        let tokens: usize = batch.iter().map(|c| c.tokens.len()).sum();
+        let (steps, n, t) = if tokens == batch.len() { (&self.decode_steps, &self.decode_rows, &self.decode_ns) } else { (&self.mixed_steps, &self.mixed_tokens, &self.mixed_ns) };
+        steps.fetch_add(1, Ordering::Relaxed);
+        n.fetch_add(tokens as u64, Ordering::Relaxed);
+        t.fetch_add(ns, Ordering::Relaxed);
+    }
+
+    /// The Prometheus series: steps, rows (tokens) and seconds of each kind of step.
+    pub fn render(&self) -> String {
+        let ld = |a: &AtomicU64| a.load(Ordering::Relaxed);
+        let mut o = String::new();
+        for (kind, steps, n, ns) in [("decode", &self.decode_steps, &self.decode_rows, &self.decode_ns), ("mixed", &self.mixed_steps, &self.mixed_tokens, &self.mixed_ns)] {
+            let what = if kind == "decode" { "pure-decode steps (every chunk one token)" } else { "steps with prompt tokens" };
+            o += &format!("# HELP llm_runner_{kind}_steps_total Runner {what}.\n# TYPE llm_runner_{kind}_steps_total counter\nllm_runner_{kind}_steps_total {}\n", ld(steps));
+            o += &format!("# HELP llm_runner_{kind}_tokens_total Tokens run by runner {what}.\n# TYPE llm_runner_{kind}_tokens_total counter\nllm_runner_{kind}_tokens_total {}\n", ld(n));
+            o += &format!("# HELP llm_runner_{kind}_seconds_total Wall time of runner {what} (forward and logits download).\n# TYPE llm_runner_{kind}_seconds_total counter\nllm_runner_{kind}_seconds_total {}\n", ld(ns) as f64 * 1e-9);
+        }
+        o
+    }
+}
+
+/// A runner that times each step into [`RunnerTimes`].
+pub struct TimedRunner<R> {
+    pub inner: R,
+    times: Arc<RunnerTimes>,
+}
+
+impl<R: ModelRunner> ModelRunner for TimedRunner<R> {
+    type Error = R::Error;
+    fn block_size(&self) -> usize {
+        self.inner.block_size()
+    }
+    fn num_blocks(&self) -> usize {
+        self.inner.num_blocks()
+    }
+    fn step(&mut self, batch: &[SeqChunk]) -> Result<Vec<Vec<f32>>, R::Error> {
+        let t = Instant::now();
+        let r = self.inner.step(batch);
+        self.times.record(batch, t.elapsed().as_nanos() as u64);
+        r
+    }
+    fn samples_on_device(&self) -> bool {
+        self.inner.samples_on_device()
+    }
+    fn step_sampled(&mut self, batch: &[SeqChunk], sampling: &[Option<DeviceSample>]) -> Result<Vec<RowOutput>, R::Error> {
+        let t = Instant::now();
+        let r = self.inner.step_sampled(batch, sampling);
+        self.times.record(batch, t.elapsed().as_nanos() as u64);
+        r
+    }
+    fn copy_blocks(&mut self, pairs: &[(u32, u32)]) -> Result<(), R::Error> {
+        self.inner.copy_blocks(pairs)
+    }
+    fn blocks_allocated(&mut self, blocks: &[u32]) {
+        self.inner.blocks_allocated(blocks)
+    }
 }
 
 /// What `serve` loads and the engine's limits.
@@ -57,11 +138,14 @@ pub struct ServeArgs {
     pub num_blocks: Option<usize>,
     /// Devices the model is split across (tensor parallelism; 1: one device).
     pub tensor_parallel: usize,
+    /// Prompt tokens a step that also decodes runs at most (chunked prefill for inter-token
+    /// latency; `None`: up to `max_batched_tokens`).
+    pub prefill_chunk_while_decoding: Option<usize>,
 }
 
 /// Loads the model (split across `tensor_parallel` devices), its text tools and an engine
-/// over a [`TpRunner`] (prefix caching on).
-pub fn load_served(a: &ServeArgs) -> Result<(ServedText, Engine<TpRunner>), llm_server::LoadError> {
+/// over a [`TpRunner`] (prefix caching on), timed by [`TimedRunner`].
+pub fn load_served(a: &ServeArgs) -> Result<(ServedText, Engine<TimedRunner<TpRunner>>), llm_server::LoadError> {
     let devs = tp_devices(&a.device, a.tensor_parallel)?;
     let dev_name = devs[0].1.clone();
     let t0 = std::time::Instant::now();
@@ -72,7 +156,8 @@ pub fn load_served(a: &ServeArgs) -> Result<(ServedText, Engine<TpRunner>), llm_
     let name = a.name.clone().unwrap_or_else(|| a.model.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_else(|| "model".into()));
     let blocks = a.num_blocks.unwrap_or_else(|| blocks_needed(a.max_num_seqs, max_len, a.block_size));
     let devs: Vec<_> = devs.into_iter().map(|d| d.0).collect();
-    let runner = TpRunner::load(&a.model, &devs, blocks, a.block_size)?;
+    let times = Arc::new(RunnerTimes::default());
+    let runner = TimedRunner { inner: TpRunner::load(&a.model, &devs, blocks, a.block_size)?, times: times.clone() };
     let config = EngineConfig {
         max_num_seqs: a.max_num_seqs,
         max_batched_tokens: a.max_batched_tokens.max(a.max_num_seqs),
@@ -80,15 +165,18 @@ pub fn load_served(a: &ServeArgs) -> Result<(ServedText, Engine<TpRunner>), llm_
         prefix_caching: true,
     };
     let mut engine = Engine::try_new(runner, config)?;
+    if let Some(n) = a.prefill_chunk_while_decoding {
+        engine = engine.with_prefill_chunk_while_decoding(n)?;
+    }
     warm_up(&mut engine)?;
     tracing::info!(model = %a.model.display(), device = %dev_name, tensor_parallel = a.tensor_parallel, blocks, block_size = a.block_size, max_model_len = max_len, load_s = t0.elapsed().as_secs_f64(), "loaded");
-    Ok((ServedText { text, name, max_model_len: max_len, eos_token_ids }, engine))
+    Ok((ServedText { text, name, max_model_len: max_len, eos_token_ids, times }, engine))
 }
 
 /// Runs one short request (a prefill and a decode step) before the server says it is
 /// ready, so that the first real requests do not wait for kernel modules to load (on NVIDIA
 /// the driver compiles the PTX at first use: seconds per module on a fresh machine).
-fn warm_up(engine: &mut Engine<TpRunner>) -> Result<(), llm_server::LoadError> {
+fn warm_up<R: ModelRunner>(engine: &mut Engine<R>) -> Result<(), llm_server::LoadError> {
     let (_, mut rx) = engine.add_request(vec![0, 0], llm_engine::SamplingParams::greedy(2)).map_err(|e| llm_server::LoadError::from(format!("warm-up request: {e}")))?;
     while engine.step().map_err(|e| llm_server::LoadError::from(format!("warm-up step: {e}")))? {}
     while rx.try_recv().is_ok() {}

@@ -66,6 +66,22 @@ fn serve_matches_the_engine_and_exits_cleanly() {
     }
     assert_eq!(streamed, want);
 
+    // Every engine step ran the runner once, and the warm-up before serving ran it twice
+    // (its 2-token prefill, one decode): the runner's step counts by kind add up to that.
+    let m = c.get(format!("{base}/metrics")).send().unwrap().text().unwrap();
+    let val = |name: &str| -> f64 { m.lines().find_map(|l| l.strip_prefix(name).and_then(|r| r.strip_prefix(' '))).unwrap_or_else(|| panic!("{name} missing:\n{m}")).parse().unwrap() };
+    let engine_steps = val("llm_engine_step_seconds_count");
+    let (decode, mixed) = (val("llm_runner_decode_steps_total"), val("llm_runner_mixed_steps_total"));
+    assert!(engine_steps >= 2.0, "{m}");
+    assert_eq!(decode + mixed, engine_steps + 2.0, "{m}");
+    // The warm-up's prefill and each request's; the second request finds the prompt's full
+    // blocks in the prefix cache, so its prefill is one token (counted as a decode row) when
+    // the prompt is one past a block boundary. Requests run one at a time: one row a decode.
+    let second_prefill = if (prompt_len - 1) % 16 != 0 { 1.0 } else { 0.0 };
+    assert_eq!(mixed, 2.0 + second_prefill, "prompt of {prompt_len}: {m}");
+    assert_eq!(val("llm_runner_decode_tokens_total"), decode, "{m}");
+    assert!(val("llm_runner_decode_seconds_total") > 0.0 && val("llm_engine_step_seconds_sum") > 0.0, "{m}");
+
     assert!(Command::new("kill").args(["-TERM", &child.id().to_string()]).status().unwrap().success());
     let t0 = Instant::now();
     let status = loop {
