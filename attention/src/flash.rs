@@ -335,6 +335,21 @@ macro_rules! each {
     })*};
 }
 
+/// [`each!`] over the row tiles of a wave: unrolled on the GPU targets, a plain loop on the
+/// host (smaller unoptimised frames on the CPU executor's work-item stacks).
+#[cfg(any(target_arch = "amdgpu", target_arch = "nvptx64"))]
+macro_rules! each_row_tile {
+    ($($t:tt)*) => {
+        each!($($t)*)
+    };
+}
+#[cfg(not(any(target_arch = "amdgpu", target_arch = "nvptx64")))]
+macro_rules! each_row_tile {
+    ($i:ident in [$($n:literal),*] $body:block) => {
+        for $i in [$($n),*] $body
+    };
+}
+
 /// Runs `$body` with `$j` = 0, 1, .. `$len - 1` (at most 8: the accumulator items of a
 /// lane) as straight-line code, so the fragments' items are indexed by constants and stay
 /// in registers (a loop over them was not unrolled for NVPTX, which put the whole state
@@ -715,7 +730,11 @@ const SCORE: u8 = 2;
 ///
 /// # Safety
 /// As [`add_tile_rows`].
-#[inline(always)]
+// Out of line on the CPU executor (and its row-tile loops not unrolled, [`each_row_tile`]):
+// inlined, the unoptimised copies of every mode and tile shape overflowed the work-item
+// stacks.
+#[cfg_attr(any(target_arch = "amdgpu", target_arch = "nvptx64"), inline(always))]
+#[cfg_attr(not(any(target_arch = "amdgpu", target_arch = "nvptx64")), inline(never))]
 #[allow(clippy::too_many_arguments)]
 unsafe fn tile_step<T: MmaFloat, const NK: usize, const MT: usize, const MODE: u8>(
     st: &mut [RowState; MT],
@@ -745,7 +764,7 @@ unsafe fn tile_step<T: MmaFloat, const NK: usize, const MT: usize, const MODE: u
     while ks < d {
         // SAFETY: the caller's contract (16 x 16 tiles inside the Q and K tiles).
         let mut a = [FragA::<T>::zero(); MT];
-        each!(mt in [0, 1] {
+        each_row_tile!(mt in [0, 1] {
             if mt < MT {
                 let at = mt * 16 * ldq + ks;
                 a[mt] = unsafe { if AMD { FragA::<T>::load_shared(q.add(at), ldq) } else { FragA::<T>::load_shared_at(qa.add(at * size), ldq) } };
@@ -760,7 +779,7 @@ unsafe fn tile_step<T: MmaFloat, const NK: usize, const MT: usize, const MODE: u
                         FragB::<T>::load_shared_cols_at(ka.add((nf * 16 * ldk + ks) * size), ldk)
                     }
                 };
-                each!(mt in [0, 1] {
+                each_row_tile!(mt in [0, 1] {
                     if mt < MT {
                         s[mt][nf] = mma::mma(&a[mt], &bk, s[mt][nf]);
                     }
@@ -776,7 +795,7 @@ unsafe fn tile_step<T: MmaFloat, const NK: usize, const MT: usize, const MODE: u
     // `FragC::map`: its closure, called for 8 items on the wave-32 targets, was left out of
     // line there and the scores' parameters went through scratch memory).
     if MODE != PLAIN {
-        each!(mt in [0, 1] {
+        each_row_tile!(mt in [0, 1] {
             if mt < MT {
                 each!(nf in [0, 1, 2, 3] {
                     if nf < NK {
@@ -794,7 +813,7 @@ unsafe fn tile_step<T: MmaFloat, const NK: usize, const MT: usize, const MODE: u
             }
         });
     }
-    each!(mt in [0, 1] {
+    each_row_tile!(mt in [0, 1] {
         if mt < MT {
             st[mt].softmax::<NK>(&mut s[mt], c, nof);
         }
@@ -804,7 +823,7 @@ unsafe fn tile_step<T: MmaFloat, const NK: usize, const MT: usize, const MODE: u
     each!(nf in [0, 1, 2, 3] {
         if nf < NK {
             let mut pa = [FragA::<T>::zero(); MT];
-            each!(mt in [0, 1] {
+            each_row_tile!(mt in [0, 1] {
                 if mt < MT {
                     pa[mt] = s[mt][nf].to_a::<T>();
                 }
@@ -819,7 +838,7 @@ unsafe fn tile_step<T: MmaFloat, const NK: usize, const MT: usize, const MODE: u
                             FragB::<T>::load_shared_at(va.add((nf * 16 * ldv + of * 16) * size), ldv)
                         }
                     };
-                    each!(mt in [0, 1] {
+                    each_row_tile!(mt in [0, 1] {
                         if mt < MT {
                             st[mt].o[of] = mma::mma(&pa[mt], &vb, st[mt].o[of]);
                         }
