@@ -13,28 +13,33 @@
 //! `cu_q[b]..cu_q[b + 1]`, and `lse [heads, total_q]`.
 //!
 //! # Work decomposition
-//! A work-group of [`WAVES`] waves takes [`BM`] = 64 query rows of one (sequence, head)
-//! and one chunk of value columns; each wave owns 16 of the rows (one row of 16x16
-//! fragments). The Q tile is staged once in shared memory; key/value tiles of
+//! A work-group of [`WAVES`] waves takes [`block_rows`] query rows of one (sequence, head)
+//! and one chunk of value columns; each wave owns [`row_tiles`] x 16 of the rows (on
+//! `mma.sync` up to hd128 two row tiles, 128 rows per work-group, so that every K and V
+//! fragment read from shared memory feeds two products; one row tile, [`BM`] = 64 rows,
+//! elsewhere). The Q tile is staged once in shared memory; key/value tiles of
 //! [`prefill_bn`] keys (64 on `mma.sync` up to hd128, 32 elsewhere) stream through
-//! shared memory in 16-byte copies ([`copy_rows`]: `cp.async` on NVIDIA sm_80+, into
-//! [`stages`] buffers so that the next tile loads while the waves work on the current
-//! one; synchronous copies into one buffer elsewhere). K keeps its row-major `[key][dim]`
-//! layout there; `K^T` is read from it by [`load_keys_b`] (`ldmatrix` on NVIDIA, as are
-//! Q and V). Per key tile each wave computes `S = Q K^T` (`D / 16 x bn / 16` products),
-//! masks and scales it (tiles that need no mask or modifier only fold the scale into the
-//! exponent, [`Score::plain`]), updates its running row maxima
-//! and sums, rescales its output accumulator and adds `P V` with `P` converted from the
+//! shared memory in 16-byte copies ([`copy_tile`]). On NVIDIA sm_80+ the copies are
+//! `cp.async` into [`stages`] = 2 K buffers and one V buffer: tile t's values load during
+//! its `S = Q K^T` and softmax, tile t + 1's keys during all of tile t; elsewhere tile t's
+//! keys and values are copied synchronously into one buffer each. K keeps its row-major
+//! `[key][dim]` layout there; `K^T` is read from it by [`load_keys_b`] (`ldmatrix` on
+//! NVIDIA, as are Q and V). Per key tile each wave computes `S = Q K^T` (`D / 16 x bn /
+//! 16` products per row tile), masks and scales it (tiles that need no mask or modifier
+//! only fold the scale into the exponent, [`Score::plain`]; on `mma.sync` tiles that only
+//! mask select `-inf`, [`Score::masked_plain`]; each kind is its own copy of the tile
+//! step), updates its running row maxima and sums, rescales its output accumulator (on
+//! `mma.sync` only when a row maximum moved) and adds `P V` with `P` converted from the
 //! accumulator to an A operand in registers ([`FragC::to_a`]). Scores live in the log2
 //! domain (`exp2`). Key tiles wholly outside a work-group's causal/sliding window are not
-//! visited.
+//! visited; query blocks run last first (the causal blocks with the most keys start first).
 //!
 //! The value columns a work-group accumulates are capped per lowering
 //! ([`value_chunk`]: up to 128 on MFMA and `mma.sync`, 32 on WMMA, 16 on the VALU) so that the
 //! output accumulator fits the AMD register budget without spills; wider heads are split
 //! into chunks along grid y, each work-group recomputing `S` for its chunk (hd256 on
 //! MFMA/`mma.sync`: two chunks). Shared memory per work-group: [`smem_elems`] 16-bit
-//! elements (Q tile, then per stage the K and V tiles; see `attention/README.md` for the
+//! elements (Q tile, the K buffers, the V buffer; see `attention/README.md` for the
 //! figures).
 //!
 //! # Masks and options
@@ -70,9 +75,9 @@ head_dims!(Hd64 = 64, Hd80 = 80, Hd96 = 96, Hd128 = 128, Hd256 = 256);
 /// The head dimensions the kernels are built for.
 pub const HEAD_DIMS: [usize; 5] = [64, 80, 96, 128, 256];
 
-/// Waves per work-group (each owns 16 query rows).
+/// Waves per work-group (each owns [`row_tiles`] x 16 query rows).
 pub const WAVES: usize = 4;
-/// Query rows per work-group.
+/// Query rows per work-group of one row tile per wave ([`block_rows`] is this or twice it).
 pub const BM: usize = 16 * WAVES;
 /// Keys per streamed K/V tile of the decode kernel, and of the prefill kernel except on
 /// `MmaSync` ([`prefill_bn`]).
@@ -124,8 +129,9 @@ pub const fn value_chunks(d: usize, low: Lowering) -> usize {
 }
 
 /// Shared-memory buffers of the K/V tiles: two on `MmaSync` (`cp.async` fills the next
-/// tile while the waves work on the current one), one elsewhere (the copies are
-/// synchronous on AMD and the CPU executor, so a second buffer would only cost LDS).
+/// tile while the waves work on the current one; the prefill kernel double-buffers only K,
+/// see [`smem_elems`]), one elsewhere (the copies are synchronous on AMD and the CPU
+/// executor, so a second buffer would only cost LDS).
 pub const fn stages(low: Lowering) -> usize {
     match low {
         Lowering::MmaSync => 2,
@@ -139,10 +145,31 @@ pub const fn stage_elems(d: usize, bn: usize, low: Lowering) -> usize {
     bn * (d + PAD) + bn * (value_chunk(d, low) + PAD)
 }
 
+/// Row tiles of 16 query rows per wave in the prefill kernel: two on `MmaSync` up to
+/// hd128, where every K and V fragment read from shared memory then feeds two products
+/// (half the `ldmatrix` and copy-issue work per product; the 128 output and 64 score
+/// accumulators fit its 255 registers), one elsewhere (the AMD register budgets; hd256,
+/// whose 128-row Q tile would not leave room for the K/V tiles in the 99 KiB of sm_86/sm_89).
+/// Two exactly where [`prefill_bn`] is 64.
+pub const fn row_tiles(d: usize, low: Lowering) -> usize {
+    match low {
+        Lowering::MmaSync if d <= 128 => 2,
+        _ => 1,
+    }
+}
+
+/// Query rows per prefill work-group: [`WAVES`] waves of [`row_tiles`] x 16 rows ([`BM`] or
+/// twice that).
+pub const fn block_rows(d: usize, low: Lowering) -> usize {
+    16 * WAVES * row_tiles(d, low)
+}
+
 /// Shared-memory elements of a prefill work-group of `rows` query rows: the Q tile
-/// (`rows x (d + PAD)`) and [`stages`] K/V stages ([`stage_elems`] of [`prefill_bn`] keys).
+/// (`rows x (d + PAD)`), [`stages`] K tiles of [`prefill_bn`] keys (`bn x (d + PAD)`) and one
+/// V tile (`bn x (chunk + PAD)`). hd128 on `MmaSync`: 85 KiB (128 rows, 64 keys).
 pub const fn smem_elems(d: usize, rows: usize, low: Lowering) -> usize {
-    rows * (d + PAD) + stages(low) * stage_elems(d, prefill_bn(d, low), low)
+    let bn = prefill_bn(d, low);
+    rows * (d + PAD) + stages(low) * bn * (d + PAD) + bn * (value_chunk(d, low) + PAD)
 }
 
 /// The B operand (k = head dimension, column = key) of the 16 keys whose rows start at
@@ -253,10 +280,24 @@ pub unsafe fn copy_tile<T>(dst: SharedAddr, ld: usize, rows: usize, cols: usize,
         let (j0, c, step) = (tid / per_row, tid % per_row, nthreads / per_row);
         let mut at = dst.add((j0 * ld + c * 8) * size);
         let mut p = src.wrapping_add(j0 * stride + c * 8);
+        let rounds = rows * per_row / nthreads;
+        if valid >= rows {
+            // A whole tile (every tile but a sequence's last): no row checks (the loop
+            // unrolls, a constant count on GPUs; the shared addresses fold into immediates).
+            let mut i = 0;
+            while i < rounds {
+                // SAFETY: the caller's contract.
+                unsafe { copy::copy_16_whole_at(at, p as *const u8) };
+                at = at.add(step * ld * size);
+                p = p.wrapping_add(step * stride);
+                i += 1;
+            }
+            return;
+        }
         // Row indices are below `rows` (a tile): 32-bit compares.
         let (mut j, valid) = (j0 as u32, if valid < rows { valid as u32 } else { rows as u32 });
         let mut i = 0;
-        while i < rows * per_row / nthreads {
+        while i < rounds {
             let ok = j < valid;
             if copy::is_async() {
                 // SAFETY: the caller's contract (an invalid row's source is not read: size 0).
@@ -292,6 +333,21 @@ macro_rules! each {
         const $i: usize = $n;
         $body
     })*};
+}
+
+/// [`each!`] over the row tiles of a wave: unrolled on the GPU targets, a plain loop on the
+/// host (smaller unoptimised frames on the CPU executor's work-item stacks).
+#[cfg(any(target_arch = "amdgpu", target_arch = "nvptx64"))]
+macro_rules! each_row_tile {
+    ($($t:tt)*) => {
+        each!($($t)*)
+    };
+}
+#[cfg(not(any(target_arch = "amdgpu", target_arch = "nvptx64")))]
+macro_rules! each_row_tile {
+    ($i:ident in [$($n:literal),*] $body:block) => {
+        for $i in [$($n),*] $body
+    };
 }
 
 /// Runs `$body` with `$j` = 0, 1, .. `$len - 1` (at most 8: the accumulator items of a
@@ -331,6 +387,18 @@ pub trait Score {
     /// folds `c` into the exponent (`exp2(c x - m)`). Must be wave-uniform. The prefill
     /// and decode scores answer `None` except on `MmaSync` (AMD SGPR budgets).
     fn plain(&self) -> Option<f32>;
+    /// `Some(c)` when every score of the tile is `c * x` with `c > 0` where the key is
+    /// [`seen`](Self::seen) and `-inf` elsewhere (a mask, no modifier): the tile then masks
+    /// without [`score`](Self::score) and folds `c` into the exponent. Must be
+    /// wave-uniform. `None` by default.
+    fn masked_plain(&self) -> Option<f32> {
+        None
+    }
+    /// Whether row `r` sees tile key `jt` (asked only where
+    /// [`masked_plain`](Self::masked_plain) is `Some`).
+    fn seen(&self, _r: usize, _jt: usize) -> bool {
+        true
+    }
 }
 
 /// The prefill scores: scale, soft-cap, ALiBi, causal/sliding-window mask.
@@ -338,6 +406,8 @@ pub trait Score {
 pub struct PrefillScore {
     /// Query index (in its sequence) of the wave's row 0, plus the diagonal offset.
     pub diag0: i32,
+    /// Query rows of the wave (16 per row tile).
+    pub rows: i32,
     /// Key index of the tile's key 0.
     pub k0: i32,
     /// Keys of the tile.
@@ -366,15 +436,30 @@ impl Score for PrefillScore {
         if mma::lowering() != Lowering::MmaSync {
             return None;
         }
-        // The wave's rows see keys diag0 + r - left ..= diag0 + r + right, r in 0..16.
+        // The wave's rows see keys diag0 + r - left ..= diag0 + r + right, r in 0..rows.
         let inside = self.k0 + self.bn <= self.len_k
-            && (self.window_left < 0 || self.k0 >= self.diag0 + 15 - self.window_left)
+            && (self.window_left < 0 || self.k0 >= self.diag0 + self.rows - 1 - self.window_left)
             && (self.window_right < 0 || self.k0 + self.bn - 1 <= self.diag0 + self.window_right);
         if inside && self.softcap <= 0.0 && self.slope == 0.0 && self.scale > 0.0 {
             Some(self.scale * core::f32::consts::LOG2_E)
         } else {
             None
         }
+    }
+    #[inline(always)]
+    fn masked_plain(&self) -> Option<f32> {
+        // As `plain`: `MmaSync` only.
+        if mma::lowering() == Lowering::MmaSync && self.softcap <= 0.0 && self.slope == 0.0 && self.scale > 0.0 {
+            Some(self.scale * core::f32::consts::LOG2_E)
+        } else {
+            None
+        }
+    }
+    #[inline(always)]
+    fn seen(&self, r: usize, jt: usize) -> bool {
+        let diag = self.diag0 + r as i32;
+        let j = self.k0 + jt as i32;
+        j < self.len_k && (self.window_left < 0 || j >= diag - self.window_left) && (self.window_right < 0 || j <= diag + self.window_right)
     }
     #[inline(always)]
     fn score(&self, r: usize, jt: usize, x: f32) -> f32 {
@@ -434,16 +519,11 @@ impl RowState {
         RowState { o: [FragC::<f32>::zero(); MAX_OF], m, l: FragC::<f32>::zero() }
     }
 
-    /// Adds one key tile of `16 NK` keys (a wave operation): `S = Q K^T` from the 16 query
-    /// rows at `q` (row stride `ldq`, `d` columns) and the keys at `kt` (`BN` rows of
-    /// stride `ldk`, `d` columns; read as `K^T` by [`load_keys_b`]), each score through
-    /// [`Score::score`] (row, the key's index in the tile, raw score) unless the tile is
-    /// [`Score::plain`], then the online-softmax update and `O += P V` with the values at
-    /// `v` (`16 NK` rows of stride
-    /// `ldv`, `nof * 16` columns). Fully masked rows stay at max `-inf`, sum 0, output 0.
+    /// Adds one key tile of `16 NK` keys (a wave operation) to the wave's 16 query rows:
+    /// [`add_tile_rows`] with one row tile.
     ///
     /// # Safety
-    /// The three tiles lie in shared memory as described, rows 16-byte aligned.
+    /// As [`add_tile_rows`].
     #[inline(always)]
     #[allow(clippy::too_many_arguments)]
     pub unsafe fn add_tile<T: MmaFloat, const NK: usize>(
@@ -458,93 +538,17 @@ impl RowState {
         nof: usize,
         score: &impl Score,
     ) {
-        // WMMA fragments hold twice the items of MFMA's: there the tile goes in two halves
-        // of 16 keys, which keeps gfx11 within its 192 VGPRs (on the VALU, gfx10, halves
-        // spilled more than whole tiles).
-        // SAFETY (both): the caller's contract.
-        if mma::lowering() == Lowering::Wmma {
-            let mut half = 0;
-            while half < NK {
-                unsafe { self.add_keys::<T, 1>(q, ldq, kt, ldk, v, ldv, d, nof, half * 16, score) };
-                half += 1;
-            }
-        } else {
-            unsafe { self.add_keys::<T, NK>(q, ldq, kt, ldk, v, ldv, d, nof, 0, score) };
-        }
+        // SAFETY: the caller's contract.
+        unsafe { add_tile_rows::<T, NK, 1>(core::array::from_mut(self), q, ldq, kt, ldk, v, ldv, d, nof, score, &|| {}) }
     }
 
-    /// [`add_tile`](Self::add_tile) for the `NK` 16-key fragments from key `key0` of the
-    /// tile.
-    ///
-    /// # Safety
-    /// As [`add_tile`](Self::add_tile).
+    /// The online-softmax step of one key tile for these 16 rows: `s` holds the tile's
+    /// scores (`exp2` inputs once multiplied by `c`); afterwards it holds the
+    /// probabilities, and the maxima, sums and output are rescaled to the new maxima.
+    /// A row that has seen no key keeps max -inf and uses 0 as its reference, so every
+    /// exp2 is of -inf: zeros, never NaN.
     #[inline(always)]
-    #[allow(clippy::too_many_arguments)]
-    unsafe fn add_keys<T: MmaFloat, const NK: usize>(
-        &mut self,
-        q: *const T,
-        ldq: usize,
-        kt: *const T,
-        ldk: usize,
-        v: *const T,
-        ldv: usize,
-        d: usize,
-        nof: usize,
-        key0: usize,
-        score: &impl Score,
-    ) {
-        // The three tiles' shared addresses with this lane's `ldmatrix` row, once: every
-        // fragment below is a constant offset from them (folded into the loads' immediates
-        // on NVIDIA rather than a 64-bit pointer converted per load).
-        // (AMD: a plain pointer per load, see [`AMD`].)
-        let size = core::mem::size_of::<T>();
-        let qa = SharedAddr::new(q).add(FragA::<T>::lane_offset(ldq) * size);
-        let ka = SharedAddr::new(kt).add((FragB::<T>::cols_lane_offset(ldk) + key0 * ldk) * size);
-        let va = SharedAddr::new(v).add((FragB::<T>::lane_offset(ldv) + key0 * ldv) * size);
-        let mut s = [FragC::<f32>::zero(); NK];
-        let mut ks = 0;
-        while ks < d {
-            // SAFETY: the caller's contract (16 x 16 tiles inside the Q and K tiles).
-            let a = unsafe { if AMD { FragA::<T>::load_shared(q.add(ks), ldq) } else { FragA::<T>::load_shared_at(qa.add(ks * size), ldq) } };
-            each!(nf in [0, 1, 2, 3] {
-                if nf < NK {
-                    let bk = unsafe {
-                        if AMD {
-                            load_keys_b::<T>(kt.add((key0 + nf * 16) * ldk + ks), ldk)
-                        } else {
-                            FragB::<T>::load_shared_cols_at(ka.add((nf * 16 * ldk + ks) * size), ldk)
-                        }
-                    };
-                    s[nf] = mma::mma(&a, &bk, s[nf]);
-                }
-            });
-            // One step's operands at a time (the unrolled loop would otherwise load them all
-            // ahead and run out of registers on the 128-VGPR targets).
-            mma::schedule_fence();
-            ks += 16;
-        }
-        // A plain tile keeps its raw scores and folds the scale into the exponent; the
-        // others go through the score function item by item (rather than through
-        // `FragC::map`: its closure, called for 8 items on the wave-32 targets, was left
-        // out of line there and the scores' parameters went through scratch memory).
-        let plain = score.plain();
-        let c = match plain {
-            Some(c) => c,
-            None => {
-                each!(nf in [0, 1, 2, 3] {
-                    if nf < NK {
-                        each_item!(j < s[nf].len(), {
-                            let (r, col) = s[nf].coord(j);
-                            s[nf].v[j] = score.score(r, key0 + nf * 16 + col, s[nf].v[j]);
-                        });
-                    }
-                });
-                1.0
-            }
-        };
-        // New row maxima, the factor for what was accumulated, the tile's probabilities.
-        // A row that has seen no key keeps max -inf and uses 0 as its reference, so every
-        // exp2 is of -inf: zeros, never NaN.
+    fn softmax<const NK: usize>(&mut self, s: &mut [FragC<f32>; NK], c: f32, nof: usize) {
         let mut tmax = s[0];
         each!(nf in [1, 2, 3] {
             if nf < NK {
@@ -560,10 +564,14 @@ impl RowState {
         // merges them).
         let mut alpha = FragC::<f32>::zero();
         let mut mu = FragC::<f32>::zero();
+        // Whether no maximum of the lane's rows moved (then every alpha is exp2(0) = 1, or 0
+        // for a row that has seen nothing, whose output is still 0).
+        let mut same = true;
         each_item!(j < self.m.v.len(), {
             let first = row_first(j);
             if first == j {
                 let mn = self.m.v[j].max(tmax.v[j] * c);
+                same &= mn == self.m.v[j] || mn == f32::NEG_INFINITY;
                 mu.v[j] = if mn == f32::NEG_INFINITY { 0.0 } else { mn };
                 alpha.v[j] = exp2_approx(self.m.v[j] - mu.v[j]);
                 self.m.v[j] = mn;
@@ -572,9 +580,10 @@ impl RowState {
                 alpha.v[j] = alpha.v[first];
                 self.m.v[j] = self.m.v[first];
             }
+            // One fused multiply-add per score (`c x - mu`).
             each!(nf in [0, 1, 2, 3] {
                 if nf < NK {
-                    s[nf].v[j] = exp2_approx(s[nf].v[j] * c - mu.v[j]);
+                    s[nf].v[j] = exp2_approx(FloatMath::mul_add(s[nf].v[j], c, -mu.v[j]));
                 }
             });
         });
@@ -591,31 +600,17 @@ impl RowState {
             let first = row_first(j);
             self.l.v[j] = if first == j { self.l.v[j] * alpha.v[j] + psum.v[j] } else { self.l.v[first] };
         });
+        // On `MmaSync` the wave skips the output rescale (2 multiplies per value column and
+        // row) when no row's maximum moved, as in most tiles after the first few (one vote);
+        // the AMD targets keep the straight-line form (their scalar register budgets).
+        if mma::lowering() == Lowering::MmaSync && wave::all(same) {
+            return;
+        }
         each!(of in [0, 1, 2, 3, 4, 5, 6, 7] {
             if of < nof {
                 each_item!(j < self.o[of].v.len(), {
                     self.o[of].v[j] *= alpha.v[j];
                 });
-            }
-        });
-        // O += P V, P rounded to T in registers.
-        each!(nf in [0, 1, 2, 3] {
-            if nf < NK {
-                let pa = s[nf].to_a::<T>();
-                each!(of in [0, 1, 2, 3, 4, 5, 6, 7] {
-                    if of < nof {
-                        // SAFETY: the caller's contract (a 16 x 16 tile inside the V tile).
-                        let vb = unsafe {
-                            if AMD {
-                                FragB::<T>::load_shared(v.add((key0 + nf * 16) * ldv + of * 16), ldv)
-                            } else {
-                                FragB::<T>::load_shared_at(va.add((nf * 16 * ldv + of * 16) * size), ldv)
-                            }
-                        };
-                        self.o[of] = mma::mma(&pa, &vb, self.o[of]);
-                    }
-                });
-                mma::schedule_fence();
             }
         });
     }
@@ -645,10 +640,221 @@ impl Default for RowState {
     }
 }
 
+/// Adds one key tile of `16 NK` keys (a wave operation) to the `16 MT` query rows of a wave
+/// (`MT` row tiles of 16, `st[mt]` the state of rows `16 mt .. 16 mt + 16`): `S = Q K^T`
+/// from the rows at `q` (row stride `ldq`, `d` columns) and the keys at `kt` (`16 NK` rows
+/// of stride `ldk`, `d` columns; read as `K^T`), each score through [`Score::score`] (row
+/// of the wave's `16 MT`, the key's index in the tile, raw score) unless the tile is
+/// [`Score::plain`], then the online-softmax update, `before_pv()` (a work-group
+/// operation: the prefill kernel waits there for the V tile; once per call, twice where WMMA
+/// splits the tile) and `O += P V` with the values at `v` (`16 NK` rows of stride `ldv`,
+/// `nof * 16` columns). Each K and V fragment read from
+/// shared memory feeds `MT` products (two row tiles on `MmaSync` halve the `ldmatrix`
+/// per product). Fully masked rows stay at max `-inf`, sum 0, output 0.
+///
+/// # Safety
+/// The three tiles lie in shared memory as described, rows 16-byte aligned.
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+pub unsafe fn add_tile_rows<T: MmaFloat, const NK: usize, const MT: usize>(
+    st: &mut [RowState; MT],
+    q: *const T,
+    ldq: usize,
+    kt: *const T,
+    ldk: usize,
+    v: *const T,
+    ldv: usize,
+    d: usize,
+    nof: usize,
+    score: &impl Score,
+    before_pv: &impl Fn(),
+) {
+    // WMMA fragments hold twice the items of MFMA's: there the tile goes in two halves
+    // of 16 keys, which keeps gfx11 within its 192 VGPRs (on the VALU, gfx10, halves
+    // spilled more than whole tiles).
+    // SAFETY (both): the caller's contract.
+    if mma::lowering() == Lowering::Wmma {
+        let mut half = 0;
+        while half < NK {
+            unsafe { add_keys::<T, 1, MT>(st, q, ldq, kt, ldk, v, ldv, d, nof, half * 16, score, before_pv) };
+            half += 1;
+        }
+    } else {
+        unsafe { add_keys::<T, NK, MT>(st, q, ldq, kt, ldk, v, ldv, d, nof, 0, score, before_pv) };
+    }
+}
+
+/// [`add_tile_rows`] for the `NK` 16-key fragments from key `key0` of the tile.
+///
+/// # Safety
+/// As [`add_tile_rows`].
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+unsafe fn add_keys<T: MmaFloat, const NK: usize, const MT: usize>(
+    st: &mut [RowState; MT],
+    q: *const T,
+    ldq: usize,
+    kt: *const T,
+    ldk: usize,
+    v: *const T,
+    ldv: usize,
+    d: usize,
+    nof: usize,
+    key0: usize,
+    score: &impl Score,
+    before_pv: &impl Fn(),
+) {
+    // A plain tile keeps its raw scores and folds the scale `c` into the exponent; the
+    // others go through the score function. Two whole copies of the tile step rather than
+    // a branch around the score pass: the masked copy's registers (the score parameters
+    // live beside the scores and the output) then do not shape the plain copy's, which
+    // runs the most tiles (on `MmaSync` a shared tail kept scores in local memory).
+    // SAFETY (both): the caller's contract.
+    // A tile that only masks (causal diagonal, window edges, a sequence's last keys; no
+    // modifier) takes a third copy that selects `-inf` per key.
+    match (score.plain(), score.masked_plain()) {
+        (Some(c), _) => unsafe { tile_step::<T, NK, MT, PLAIN>(st, q, ldq, kt, ldk, v, ldv, d, nof, key0, c, score, before_pv) },
+        (None, Some(c)) => unsafe { tile_step::<T, NK, MT, MASK>(st, q, ldq, kt, ldk, v, ldv, d, nof, key0, c, score, before_pv) },
+        (None, None) => unsafe { tile_step::<T, NK, MT, SCORE>(st, q, ldq, kt, ldk, v, ldv, d, nof, key0, 1.0, score, before_pv) },
+    }
+}
+
+/// [`tile_step`] mode: softmax inputs `c x` ([`Score::plain`]).
+const PLAIN: u8 = 0;
+/// [`tile_step`] mode: softmax inputs `c x` or `-inf` ([`Score::masked_plain`]).
+const MASK: u8 = 1;
+/// [`tile_step`] mode: softmax inputs [`Score::score`], `c` = 1.
+const SCORE: u8 = 2;
+
+/// [`add_keys`] for a tile of one of the modes [`PLAIN`], [`MASK`], [`SCORE`].
+///
+/// # Safety
+/// As [`add_tile_rows`].
+// Out of line on the CPU executor (and its row-tile loops not unrolled, [`each_row_tile`]):
+// inlined, the unoptimised copies of every mode and tile shape overflowed the work-item
+// stacks.
+#[cfg_attr(any(target_arch = "amdgpu", target_arch = "nvptx64"), inline(always))]
+#[cfg_attr(not(any(target_arch = "amdgpu", target_arch = "nvptx64")), inline(never))]
+#[allow(clippy::too_many_arguments)]
+unsafe fn tile_step<T: MmaFloat, const NK: usize, const MT: usize, const MODE: u8>(
+    st: &mut [RowState; MT],
+    q: *const T,
+    ldq: usize,
+    kt: *const T,
+    ldk: usize,
+    v: *const T,
+    ldv: usize,
+    d: usize,
+    nof: usize,
+    key0: usize,
+    c: f32,
+    score: &impl Score,
+    before_pv: &impl Fn(),
+) {
+    // The three tiles' shared addresses with this lane's `ldmatrix` row, once: every
+    // fragment below is a constant offset from them (folded into the loads' immediates
+    // on NVIDIA rather than a 64-bit pointer converted per load).
+    // (AMD: a plain pointer per load, see [`AMD`].)
+    let size = core::mem::size_of::<T>();
+    let qa = SharedAddr::new(q).add(FragA::<T>::lane_offset(ldq) * size);
+    let ka = SharedAddr::new(kt).add((FragB::<T>::cols_lane_offset(ldk) + key0 * ldk) * size);
+    let va = SharedAddr::new(v).add((FragB::<T>::lane_offset(ldv) + key0 * ldv) * size);
+    let mut s = [[FragC::<f32>::zero(); NK]; MT];
+    let mut ks = 0;
+    while ks < d {
+        // SAFETY: the caller's contract (16 x 16 tiles inside the Q and K tiles).
+        let mut a = [FragA::<T>::zero(); MT];
+        each_row_tile!(mt in [0, 1] {
+            if mt < MT {
+                let at = mt * 16 * ldq + ks;
+                a[mt] = unsafe { if AMD { FragA::<T>::load_shared(q.add(at), ldq) } else { FragA::<T>::load_shared_at(qa.add(at * size), ldq) } };
+            }
+        });
+        each!(nf in [0, 1, 2, 3] {
+            if nf < NK {
+                let bk = unsafe {
+                    if AMD {
+                        load_keys_b::<T>(kt.add((key0 + nf * 16) * ldk + ks), ldk)
+                    } else {
+                        FragB::<T>::load_shared_cols_at(ka.add((nf * 16 * ldk + ks) * size), ldk)
+                    }
+                };
+                each_row_tile!(mt in [0, 1] {
+                    if mt < MT {
+                        s[mt][nf] = mma::mma(&a[mt], &bk, s[mt][nf]);
+                    }
+                });
+            }
+        });
+        // One step's operands at a time (the unrolled loop would otherwise load them all
+        // ahead and run out of registers on the 128-VGPR targets).
+        mma::schedule_fence();
+        ks += 16;
+    }
+    // Masked scores go through the score function item by item (rather than through
+    // `FragC::map`: its closure, called for 8 items on the wave-32 targets, was left out of
+    // line there and the scores' parameters went through scratch memory).
+    if MODE != PLAIN {
+        each_row_tile!(mt in [0, 1] {
+            if mt < MT {
+                each!(nf in [0, 1, 2, 3] {
+                    if nf < NK {
+                        each_item!(j < s[mt][nf].len(), {
+                            let (r, col) = s[mt][nf].coord(j);
+                            let (r, jt, x) = (mt * 16 + r, key0 + nf * 16 + col, s[mt][nf].v[j]);
+                            s[mt][nf].v[j] = if MODE == MASK {
+                                if score.seen(r, jt) { x } else { f32::NEG_INFINITY }
+                            } else {
+                                score.score(r, jt, x)
+                            };
+                        });
+                    }
+                });
+            }
+        });
+    }
+    each_row_tile!(mt in [0, 1] {
+        if mt < MT {
+            st[mt].softmax::<NK>(&mut s[mt], c, nof);
+        }
+    });
+    before_pv();
+    // O += P V, P rounded to T in registers; each V fragment feeds every row tile.
+    each!(nf in [0, 1, 2, 3] {
+        if nf < NK {
+            let mut pa = [FragA::<T>::zero(); MT];
+            each_row_tile!(mt in [0, 1] {
+                if mt < MT {
+                    pa[mt] = s[mt][nf].to_a::<T>();
+                }
+            });
+            each!(of in [0, 1, 2, 3, 4, 5, 6, 7] {
+                if of < nof {
+                    // SAFETY: the caller's contract (a 16 x 16 tile inside the V tile).
+                    let vb = unsafe {
+                        if AMD {
+                            FragB::<T>::load_shared(v.add((key0 + nf * 16) * ldv + of * 16), ldv)
+                        } else {
+                            FragB::<T>::load_shared_at(va.add((nf * 16 * ldv + of * 16) * size), ldv)
+                        }
+                    };
+                    each_row_tile!(mt in [0, 1] {
+                        if mt < MT {
+                            st[mt].o[of] = mma::mma(&pa[mt], &vb, st[mt].o[of]);
+                        }
+                    });
+                }
+            });
+            mma::schedule_fence();
+        }
+    });
+}
+
 /// Flash-attention forward for one (query block, sequence, head, value chunk): see the
-/// module docs. Grid: x = query blocks of [`BM`] rows (of the longest sequence), y =
-/// `heads * value_chunks(D, lowering)`, z = sequences; [`WAVES`] waves per work-group;
-/// dynamic shared memory of [`smem_elems`]`(D, BM, lowering)` elements. `cu` empty: fixed
+/// module docs. Grid: x = query blocks of [`block_rows`]`(D, lowering)` rows (of the longest
+/// sequence), y = `heads * value_chunks(D, lowering)`, z = sequences; [`WAVES`] waves per
+/// work-group; dynamic shared memory of [`smem_elems`]`(D, block_rows(D, lowering),
+/// lowering)` elements. `cu` empty: fixed
 /// lengths `seq_q`/`seq_k`; else the cumulative query offsets (`batch + 1`) followed by
 /// the key offsets (`batch + 1`). `alibi` empty or slopes at `alibi[b * alibi_bs + h]`.
 /// `window_*` negative: unbounded. `softcap <= 0`: none. Launch through
@@ -681,7 +887,8 @@ pub fn flash_fwd<T: MmaFloat, H: HeadDim>(
     let d = H::D;
     let dv = value_chunk(d, low);
     let (ldq, ldk, ldv) = (d + PAD, d + PAD, dv + PAD);
-    if smem.len() < smem_elems(d, BM, low) {
+    let (rows, mt) = (block_rows(d, low), row_tiles(d, low));
+    if smem.len() < smem_elems(d, rows, low) {
         panic!("flash_fwd: shared memory too small");
     }
     let chunks = value_chunks(d, low);
@@ -698,12 +905,14 @@ pub fn flash_fwd<T: MmaFloat, H: HeadDim>(
     } else {
         (b * seq_q as usize, seq_q as usize, b * seq_k as usize, seq_k as usize)
     };
-    let q0 = block_idx_x() as usize * BM;
+    // Query blocks in reverse order: with a causal mask the last blocks see the most keys,
+    // so they start first and the short ones fill in at the end.
+    let q0 = (grid_dim_x() - 1 - block_idx_x()) as usize * rows;
     if q0 >= len_q {
         // The whole work-group: no row of this sequence here.
         return;
     }
-    let q_hi = if q0 + BM < len_q { q0 + BM } else { len_q };
+    let q_hi = if q0 + rows < len_q { q0 + rows } else { len_q };
     let q_stride = heads_n * d;
     let kv_stride = kv_heads as usize * d;
     // Every element this work-group touches lies in its buffer (one uniform check).
@@ -732,85 +941,116 @@ pub fn flash_fwd<T: MmaFloat, H: HeadDim>(
     // The launchers' work-group size, a constant on the GPU targets (the copy loops then
     // have constant trip counts).
     let nthreads = if AMD { flat_block_dim() as usize } else { WAVES * wave::size() as usize };
-    if !AMD && flat_block_dim() as usize != nthreads {
-        panic!("flash_fwd: work-group size is not WAVES waves");
+    if !AMD {
+        if flat_block_dim() as usize != nthreads {
+            panic!("flash_fwd: work-group size is not WAVES waves");
+        }
+        // SAFETY: a work-item index is below the work-group size (checked just above), so
+        // the copies' fallback for work-items past `nthreads` is dead code.
+        unsafe { core::hint::assert_unchecked(tid < nthreads) };
     }
     let wave = tid / wave::size() as usize;
     let sp = smem.as_ptr();
     let q_lds = sp;
-    let st_elems = stage_elems(d, bn, low);
-    let nst = stages(low);
+    let kbufs = stages(low);
     let size = core::mem::size_of::<T>();
-    let kv_sa = SharedAddr::new(sp.wrapping_add(BM * ldq));
-    let kv_lds = sp.wrapping_add(BM * ldq);
+    // Shared memory: the Q tile, `kbufs` K tiles, one V tile (see [`smem_elems`]).
+    let k_lds = sp.wrapping_add(rows * ldq);
+    let v_lds = k_lds.wrapping_add(kbufs * bn * ldk);
+    let (k_sa, v_sa) = (SharedAddr::new(k_lds), SharedAddr::new(v_lds));
 
-    // The Q tile, zero past the sequence (the first copy group, with K/V tile 0).
+    // The Q tile, zero past the sequence (the first copy group, with K tile 0).
     let q_base = (q_row0 + q0) * q_stride + h * d;
     // SAFETY: rows below q_hi lie in q (checked above), 16-byte aligned (d and the strides
-    // are multiples of 8 elements); the Q region holds BM rows of ldq.
+    // are multiples of 8 elements); the Q region holds `rows` rows of ldq.
     unsafe {
         if AMD {
-            copy_rows::<T>(SharedAddr::new(q_lds), ldq, BM, d, tid, nthreads, |r| {
+            copy_rows::<T>(SharedAddr::new(q_lds), ldq, rows, d, tid, nthreads, |r| {
                 let ok = q0 + r < len_q;
                 (if ok { qp.wrapping_add(q_base + r * q_stride) } else { qp }, ok)
             })
         } else {
-            copy_tile::<T>(SharedAddr::new(q_lds), ldq, BM, d, tid, nthreads, qp.wrapping_add(q_base), q_stride, len_q - q0)
+            copy_tile::<T>(SharedAddr::new(q_lds), ldq, rows, d, tid, nthreads, qp.wrapping_add(q_base), q_stride, len_q - q0)
         }
     };
 
-    let row0 = q0 + wave * 16;
-    let mut st = RowState::new();
+    // The wave's rows: `mt` row tiles of 16 from row0.
+    let row0 = q0 + wave * 16 * mt;
+    let mut st = [RowState::new(); 2];
     let slope = if alibi.is_empty() { 0.0 } else { alibi[b * alibi_bs as usize + h] };
     let inv_cap = if softcap > 0.0 { 1.0 / softcap } else { 0.0 };
     let k_base = k_row0 * kv_stride + hk * d;
     let v_base = k_base + vc * dv;
-    // Issues the copies of key tile `t` into stage `t % nst` (keys and values past the
-    // sequence are zeros: their probabilities are 0, and 0 * garbage could be NaN).
-    let issue = |t: usize| {
+    // Issue the copies of key tile `t` into K buffer `t % kbufs`, and of its values into
+    // the V buffer (keys and values past the sequence are zeros: their probabilities are
+    // 0, and 0 * garbage could be NaN).
+    // SAFETY (both): keys below len_k lie in k and v (checked above), rows 16-byte
+    // aligned; a K buffer holds bn rows of ldk, the V buffer bn rows of ldv.
+    let issue_k = |t: usize| {
         let k0 = kv_lo as usize + t * bn;
-        let stage = kv_sa.add((t % nst) * st_elems * size);
-        // SAFETY: keys below len_k lie in k and v (checked above), rows 16-byte aligned;
-        // the stage holds bn rows of ldk then bn rows of ldv.
+        let dst = k_sa.add((t % kbufs) * bn * ldk * size);
         unsafe {
             if AMD {
-                copy_rows::<T>(stage, ldk, bn, d, tid, nthreads, |j| {
+                copy_rows::<T>(dst, ldk, bn, d, tid, nthreads, |j| {
                     let ok = k0 + j < len_k;
                     (if ok { kp.wrapping_add(k_base + (k0 + j) * kv_stride) } else { kp }, ok)
                 });
-                copy_rows::<T>(stage.add(bn * ldk * size), ldv, bn, dv, tid, nthreads, |j| {
+            } else {
+                copy_tile::<T>(dst, ldk, bn, d, tid, nthreads, kp.wrapping_add(k_base + k0 * kv_stride), kv_stride, len_k - k0);
+            }
+        }
+    };
+    let issue_v = |t: usize| {
+        let k0 = kv_lo as usize + t * bn;
+        unsafe {
+            if AMD {
+                copy_rows::<T>(v_sa, ldv, bn, dv, tid, nthreads, |j| {
                     let ok = k0 + j < len_k;
                     (if ok { vp.wrapping_add(v_base + (k0 + j) * kv_stride) } else { vp }, ok)
                 });
             } else {
-                copy_tile::<T>(stage, ldk, bn, d, tid, nthreads, kp.wrapping_add(k_base + k0 * kv_stride), kv_stride, len_k - k0);
-                copy_tile::<T>(stage.add(bn * ldk * size), ldv, bn, dv, tid, nthreads, vp.wrapping_add(v_base + k0 * kv_stride), kv_stride, len_k - k0);
+                copy_tile::<T>(v_sa, ldv, bn, dv, tid, nthreads, vp.wrapping_add(v_base + k0 * kv_stride), kv_stride, len_k - k0);
             }
         }
     };
-    // Prologue: tiles 0 .. nst - 1 in flight (with Q), one copy group each.
-    let mut t = 0;
-    while t + 1 < nst {
-        if t < n_tiles {
-            issue(t);
-        }
-        copy::commit();
-        t += 1;
+    // With two K buffers (`MmaSync`) the copies run ahead: key tile 0 goes with Q; at the
+    // top of iteration t (every wave done with tile t - 1) the values of tile t and the
+    // keys of tile t + 1 are issued as two groups, so the value copy overlaps `S = Q K^T`
+    // and the softmax, and the key copy the whole tile; before `P V` the waves wait for
+    // the values (the group before the last). With one buffer (synchronous copies) tile
+    // t's keys and values are copied at the top and the waves meet again at the end.
+    if kbufs > 1 && n_tiles > 0 {
+        issue_k(0);
     }
+    copy::commit();
+    let before_pv = || {
+        if kbufs > 1 {
+            copy::wait_groups(1);
+            barrier();
+        }
+    };
     let mut t = 0;
     while t < n_tiles {
         let k0 = kv_lo as usize + t * bn;
-        // The tile nst - 1 ahead goes into the stage every wave finished with at the end of
-        // the previous iteration; then tile t's group (and Q's) is waited for.
-        if t + nst - 1 < n_tiles {
-            issue(t + nst - 1);
+        if kbufs == 1 {
+            issue_k(t);
+            issue_v(t);
+            copy::commit();
         }
-        copy::commit();
-        copy::wait_groups(nst as u32 - 1);
+        copy::wait_groups(0);
         barrier();
+        if kbufs > 1 {
+            issue_v(t);
+            copy::commit();
+            if t + 1 < n_tiles {
+                issue_k(t + 1);
+            }
+            copy::commit();
+        }
         // Scale, soft-cap, ALiBi and mask, into the log2 domain.
         let score = PrefillScore {
             diag0: row0 as i32 + off,
+            rows: (16 * mt) as i32,
             k0: k0 as i32,
             bn: bn as i32,
             len_k: len_k as i32,
@@ -821,20 +1061,22 @@ pub fn flash_fwd<T: MmaFloat, H: HeadDim>(
             inv_cap,
             slope,
         };
-        let kt_lds = kv_lds.wrapping_add((t % nst) * st_elems);
-        let v_lds = kt_lds.wrapping_add(bn * ldk);
-        let q_w = q_lds.wrapping_add(wave * 16 * ldq);
+        let kt_lds = k_lds.wrapping_add((t % kbufs) * bn * ldk);
+        let q_w = q_lds.wrapping_add(wave * 16 * mt * ldq);
         // SAFETY: the tiles lie in `smem` with rows 16-byte aligned (strides and offsets
         // multiples of 8 elements).
         unsafe {
+            // 64-key tiles come with two row tiles ([`row_tiles`]).
             if bn == 64 {
-                st.add_tile::<T, 4>(q_w, ldq, kt_lds, ldk, v_lds, ldv, d, nof, &score);
+                add_tile_rows::<T, 4, 2>(&mut st, q_w, ldq, kt_lds, ldk, v_lds, ldv, d, nof, &score, &before_pv);
             } else {
-                st.add_tile::<T, 2>(q_w, ldq, kt_lds, ldk, v_lds, ldv, d, nof, &score);
+                add_tile_rows::<T, 2, 1>(core::array::from_mut(&mut st[0]), q_w, ldq, kt_lds, ldk, v_lds, ldv, d, nof, &score, &before_pv);
             }
         }
-        // Every wave is done with this stage before it is refilled.
-        barrier();
+        if kbufs == 1 {
+            // Every wave is done with the tiles before they are refilled.
+            barrier();
+        }
         t += 1;
     }
     // Nothing is left in flight (with no key tile, the Q copies were never waited for).
@@ -842,29 +1084,34 @@ pub fn flash_fwd<T: MmaFloat, H: HeadDim>(
     copy::wait_groups(0);
 
     // Normalise, write the rows of this sequence and (first value chunk) the LSE.
-    let lse_f = st.finish(nof);
     let o_base = q_row0 * q_stride + h * d + vc * dv;
-    each!(of in [0, 1, 2, 3, 4, 5, 6, 7] {
-        if of < nof {
-            st.o[of].for_each(|r, c, x| {
-                let i = row0 + r;
-                if i < len_q {
-                    // SAFETY: rows below q_hi lie in out (checked above).
-                    unsafe { *op.add(o_base + i * q_stride + of * 16 + c) = T::from_f32(x) };
+    each!(m in [0, 1] {
+        if m < mt {
+            let lse_f = st[m].finish(nof);
+            let r0 = row0 + m * 16;
+            each!(of in [0, 1, 2, 3, 4, 5, 6, 7] {
+                if of < nof {
+                    st[m].o[of].for_each(|r, c, x| {
+                        let i = r0 + r;
+                        if i < len_q {
+                            // SAFETY: rows below q_hi lie in out (checked above).
+                            unsafe { *op.add(o_base + i * q_stride + of * 16 + c) = T::from_f32(x) };
+                        }
+                    });
                 }
             });
+            if vc == 0 {
+                lse_f.for_each(|r, c, x| {
+                    let i = r0 + r;
+                    if c == 0 && i < len_q {
+                        let at = if varlen { h * total_q as usize + q_row0 + i } else { (b * heads_n + h) * seq_q as usize + i };
+                        // SAFETY: below lse_end (checked above).
+                        unsafe { *lse_p.add(at) = x };
+                    }
+                });
+            }
         }
     });
-    if vc == 0 {
-        lse_f.for_each(|r, c, x| {
-            let i = row0 + r;
-            if c == 0 && i < len_q {
-                let at = if varlen { h * total_q as usize + q_row0 + i } else { (b * heads_n + h) * seq_q as usize + i };
-                // SAFETY: below lse_end (checked above).
-                unsafe { *lse_p.add(at) = x };
-            }
-        });
-    }
 }
 
 #[cfg(not(any(target_arch = "amdgpu", target_arch = "nvptx64")))]

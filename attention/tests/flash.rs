@@ -262,6 +262,11 @@ fn several_query_blocks_and_key_tiles() {
     // 130 rows: three blocks of 64, the last partial; 150 keys: five tiles of 32.
     check::<f16>(&devs[1], &Case::new(1, 130, 150, 2, 1, 64).causal(), 40);
     check::<bf16>(&devs[0], &Case::new(1, 130, 150, 1, 1, 80), 41);
+    // mma.sync: blocks of 128 rows (two row tiles per wave), 64-key tiles, K double- and V
+    // single-buffered. 300 rows: blocks of 128, 128, 44; 330 keys: five whole tiles and a
+    // partial one. Causal: plain, masking and (for some waves) wholly masked tiles.
+    check::<bf16>(&devs[3], &Case::new(1, 300, 330, 2, 1, 128).causal(), 42);
+    check::<f16>(&devs[3], &Case::new(2, 200, 256, 2, 2, 64), 43);
 }
 
 #[test]

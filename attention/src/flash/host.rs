@@ -1,6 +1,6 @@
 //! The checked launchers of [`flash_fwd`](fn@super::flash_fwd): every shape, length and
 //! option is validated before anything runs, so an error writes nothing.
-use super::{flash_fwd, value_chunks, Hd128, Hd256, Hd64, Hd80, Hd96, HeadDim, BM, HEAD_DIMS, WAVES};
+use super::{block_rows, flash_fwd, value_chunks, Hd128, Hd256, Hd64, Hd80, Hd96, HeadDim, HEAD_DIMS, WAVES};
 use crate::AttentionError;
 use kernel_dsl::host::{KernelArgSlice, LaunchConfig};
 use kernel_dsl::mma::MmaFloat;
@@ -279,8 +279,9 @@ pub fn flash_attn_varlen<T: FlashElem>(
 }
 
 fn grid(dev: &Device, seq_q: usize, heads: usize, head_dim: usize, batch: usize) -> Result<Dim3, AttentionError> {
-    let gx = seq_q.div_ceil(BM);
-    let gy = heads * value_chunks(head_dim, crate::lowering_of(dev));
+    let low = crate::lowering_of(dev);
+    let gx = seq_q.div_ceil(block_rows(head_dim, low));
+    let gy = heads * value_chunks(head_dim, low);
     if gy > 65535 {
         return Err(arg("q", format!("{heads} heads exceed the grid limit")));
     }
@@ -313,7 +314,7 @@ fn launch<T: FlashElem>(
     ) -> Result<(), AttentionError> {
         let (q, k, v, out, lse) = bufs;
         let low = crate::lowering_of(dev);
-        let cfg = LaunchConfig::new(p.grid, Dim3::x(WAVES as u32 * low.wave_lanes())).with_dynamic_shared(super::smem_elems(H::D, BM, low));
+        let cfg = LaunchConfig::new(p.grid, Dim3::x(WAVES as u32 * low.wave_lanes())).with_dynamic_shared(super::smem_elems(H::D, block_rows(H::D, low), low));
         flash_fwd::launch::<T, H>(
             dev, cfg, q, k, v, out, lse, cu, alibi, p.seq_q, p.seq_k, p.heads, p.kv_heads, p.total_q, p.alibi_bs, p.scale,
             p.softcap, p.window_left, p.window_right,
