@@ -137,6 +137,8 @@ fn paged_decode_in_every_lowering() {
         // Different lengths (partly filled last blocks, an empty context), several splits.
         check::<f16>(dev, &[37, 1, 100, 0], 4, 1, 64, 16, Some(32), 1 + e as u64);
         check::<bf16>(dev, &[70, 5], 2, 2, 128, 32, None, 2 + e as u64);
+        // More splits than one merge step (8) takes, the last step partly filled (11).
+        check::<f16>(dev, &[340, 40], 4, 2, 64, 16, Some(32), 3 + e as u64);
     }
 }
 

@@ -312,7 +312,8 @@ fn launch<T: FlashElem>(
         128 => go::<T, Hd128>(dev, cfg, &args, bufs),
         _ => go::<T, Hd256>(dev, cfg, &args, bufs),
     }?;
-    let cfg = LaunchConfig::new(Dim3::new(heads as u32, batch as u32, 1), Dim3::x(64));
+    // One work-item per output column.
+    let cfg = LaunchConfig::new(Dim3::new(heads as u32, batch as u32, 1), Dim3::x(d as u32));
     paged_merge::launch::<T>(dev, cfg, &part_o, &part_ml, lens, out, lse, heads as u32, d as u32, splits as u32, split_len as u32)?;
     Ok(())
 }
