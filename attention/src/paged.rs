@@ -391,11 +391,10 @@ unsafe fn gather<T>(
         // One wave, whole rows per round (NVIDIA and the CPU executor at up to 16 query
         // heads per KV head, hd64, hd128 and hd256; AMD keeps the loop below, whose
         // register use its budgets were checked with): work-item `tid` copies column chunk
-        // `c` of rows `j0 + i * step`,
-        // a loop of constant trip count. The rows' slots are read first (independent shared
-        // loads: a slot read between copies would wait on each), each copy is one
-        // `cp.async` whose source size is 0 past the split (zero fill, no branch), and the
-        // sources are the row offset added to bases computed once.
+        // `c` of rows `j0 + i * step`, a loop of constant trip count. The rows' slots are
+        // read first (independent shared loads: a slot read between copies would wait on
+        // each), each copy is one `cp.async` whose source size is 0 past the split (zero
+        // fill, no branch), and the sources are the row offset added to bases computed once.
         let (j0, c, step) = (tid / per_row, tid % per_row, lanes / per_row);
         let n = bn * per_row / lanes;
         let mut slot = [u32::MAX; MAX_GATHER_ROWS];
@@ -408,9 +407,8 @@ unsafe fn gather<T>(
         let kb = kp.wrapping_add(k_off + c * 8) as *const u8;
         let vb = vp.wrapping_add(v_off + c * 8) as *const u8;
         let (kd, vd) = (k_dst.add((j0 * ldk + c * 8) * size), v_dst.add((j0 * ldv + c * 8) * size));
-        // Rows of at most 2^32 - 1 bytes (kv_heads <= 65535, d <= 256, checked by the
-        // launcher's sizes): one 32 x 32-bit multiply-add per address. Past the split the
-        // source is slot 0's row, not read.
+        // Rows under 4 GiB (the caller's contract, checked by `paged_decode`): one 32 x
+        // 32-bit multiply per address. Past the split the source is slot 0's row, not read.
         let row_bytes = (row_elems * size) as u32 as u64;
         let mut i = 0;
         while i < n {

@@ -116,17 +116,16 @@ fn resident_estimate(dev: &Device, low: Lowering, d: usize, smem: usize, waves: 
 
 /// Registers per work-item `resident_estimate` assumes for the `MmaSync` instance of
 /// head dimension `d`: the most `ptxas -arch=sm_90a` of CUDA 13.0 (the compiler the CUDA 13.0
-/// driver JIT-compiles our PTX with) gives the f16 and bf16 instances (hd64 150, hd80 167,
-/// hd96 180, hd128 194, hd256 208), rounded up to the allocation unit of 8. On the low
-/// side the estimate would put the grid's last work-groups in a second round: with 194
-/// registers (200 allocated) an H100 SM holds 10 hd128 work-groups, with 208 only 9.
+/// driver JIT-compiles our PTX with) gives the f16 and bf16 instances (hd64 123, hd80 123,
+/// hd96 120, hd128 167, hd256 166), rounded up to the allocation unit of 8. On the low
+/// side the estimate would put the grid's last work-groups in a second round; shared
+/// memory bounds hd128 at 10 work-groups per H100/H200 SM before registers do.
 pub const fn decode_regs(d: usize) -> usize {
     match d {
-        0..=64 => 152,
-        65..=80 => 168,
-        81..=96 => 184,
-        97..=128 => 200,
-        _ => 208,
+        0..=64 => 128,
+        65..=80 => 128,
+        81..=96 => 120,
+        _ => 168,
     }
 }
 
