@@ -16,7 +16,7 @@
 //! 16-row fragments (one wave per 16 heads), so each KV block is read once for all of them:
 //! the same online-softmax tile step as [`flash_fwd`](fn@crate::flash::flash_fwd), over
 //! tiles of [`decode_bn`] keys gathered through the block table into shared memory in
-//! 16-byte copies (`cp.async` into two stages on NVIDIA sm_80+; one slot read per key row
+//! 16-byte copies (`cp.async` into [`decode_stages`] stages on NVIDIA sm_80+; one slot read per key row
 //! for both its key and value chunks). The cache slots of a tile's keys are looked up one
 //! tile ahead (one table read per key, by the first [`decode_bn`] work-items) and kept in
 //! shared memory, so the copies issue without waiting on the table. Each split of `split_len`
@@ -26,7 +26,7 @@
 // The head-dimension types name the device instances (the host launcher finds them by name).
 #[allow(unused_imports)]
 use crate::flash::{Hd128, Hd256, Hd64, Hd80, Hd96};
-use crate::flash::{copy_rows, stage_elems, stages, value_chunk, value_chunks, HeadDim, RowState, Score, BN, PAD};
+use crate::flash::{copy_rows, stage_elems, value_chunk, value_chunks, HeadDim, RowState, Score, BN, PAD};
 use kernel_dsl::mma::{self, copy, Lowering, MmaFloat, SharedAddr};
 use kernel_dsl::prelude::*;
 
@@ -46,12 +46,26 @@ pub const fn decode_bn(low: Lowering) -> usize {
     }
 }
 
+/// K/V stages of [`paged_decode`](fn@paged_decode): 2 on `MmaSync` (`cp.async` fills the
+/// next tile while the wave works on the current one), one elsewhere (synchronous
+/// copies). Three stages keep more bytes in flight per work-group but fit 7 work-groups
+/// per SM instead of 10; the H200 profile (session s, batch 16, ctx 4096) has warps
+/// waiting on their own instruction latencies (2.3 warps per scheduler, 5.3 cycles per
+/// issue) far more than on the copies (the wait before a tile's barrier: 6% of the
+/// samples), so the warps are worth more than the stage. The loop handles any count.
+pub const fn decode_stages(low: Lowering) -> usize {
+    match low {
+        Lowering::MmaSync => 2,
+        _ => 1,
+    }
+}
+
 /// Shared-memory elements (16-bit) of a [`paged_decode`](fn@paged_decode) work-group of
-/// `rows` query rows: the Q rows, [`stages`] K/V stages of [`decode_bn`] keys and two tiles'
-/// cache slots (`2 * decode_bn` u32 values).
+/// `rows` query rows: the Q rows, [`decode_stages`] K/V stages of [`decode_bn`] keys and
+/// two tiles' cache slots (`2 * decode_bn` u32 values).
 pub const fn decode_smem_elems(d: usize, rows: usize, low: Lowering) -> usize {
     let bn = decode_bn(low);
-    rows * (d + PAD) + stages(low) * stage_elems(d, bn, low) + 4 * bn
+    rows * (d + PAD) + decode_stages(low) * stage_elems(d, bn, low) + 4 * bn
 }
 
 /// Decode scores: scaled into the log2 domain, keys past the split masked.
@@ -95,7 +109,9 @@ macro_rules! each {
 
 /// One split of one sequence's keys for the query heads of one KV head (see the module
 /// docs). Grid: x = splits, y = `kv_heads * value_chunks(D)`, z = sequences; `ceil(group /
-/// 16)` waves; dynamic shared memory of [`decode_smem_elems`] elements. Writes, for
+/// 16)` waves; dynamic shared memory of [`decode_smem_elems`] elements. Sequence `b`'s
+/// block-table row starts at `block_tables[table_at + b * max_blocks]` (so one buffer can
+/// hold the context lengths and then the tables). Writes, for
 /// every query head `h` of the group and split `s` its context reaches,
 /// `part_o[((b * heads + h) * splits + s) * D ..]` (unnormalised) and
 /// `part_ml[((b * heads + h) * splits + s) * 2 ..]` = (max in log2 units, sum).
@@ -114,6 +130,7 @@ pub fn paged_decode<T: MmaFloat, H: HeadDim>(
     block_size: u32,
     max_blocks: u32,
     split_len: u32,
+    table_at: u32,
     scale: f32,
     smem: SharedDyn<T>,
 ) {
@@ -133,62 +150,44 @@ pub fn paged_decode<T: MmaFloat, H: HeadDim>(
     let (heads_n, kv_n) = (heads as usize, kv_heads as usize);
     let group = heads_n / kv_n;
     let splits = grid_dim_x() as usize;
-    let ctx = context_lens[b] as usize;
     let k_lo = split * split_len as usize;
-    if k_lo >= ctx {
-        // Past this sequence's context: the merge pass does not read this split.
-        return;
-    }
-    let k_hi = if k_lo + (split_len as usize) < ctx { k_lo + split_len as usize } else { ctx };
-    let n_tiles = (k_hi - k_lo).div_ceil(bn);
     let bs = block_size as usize;
-    let table = b * max_blocks as usize;
+    let mb = max_blocks as usize;
+    let table = table_at as usize + b * mb;
     let h0 = hk * group;
     let row_elems = kv_n * d;
-    // Uniform checks: the group's query rows, this split's block-table entries and
-    // workspace rows lie in their buffers (the cache rows are checked per tile).
+    // Uniform checks: the sequence's length and block-table row, the group's query rows
+    // and workspace rows lie in their buffers (the cache rows are checked below).
     let part_end = ((b * heads_n + h0 + group) * splits) * d;
-    if (b * heads_n + h0 + group) * d > q.len()
-        || table + (k_hi - 1) / bs >= block_tables.len()
+    if b >= context_lens.len()
+        || table + mb > block_tables.len()
+        || (b * heads_n + h0 + group) * d > q.len()
         || part_end > part_o.len()
         || part_end / d * 2 > part_ml.len()
         || k_cache.len() != v_cache.len()
     {
         panic!("paged_decode: a buffer is shorter than the shape needs");
     }
-    // Every block this split reads lies in the caches (each wave checks the split's table
-    // entries, one per lane at a time, so the loads overlap instead of one table read per
-    // round trip), so the gathers below index without per-element checks.
     let num_blocks = k_cache.len() / row_elems / bs;
-    if num_blocks * bs > u32::MAX as usize - 1 {
-        panic!("paged_decode: the caches have more than 2^32 - 2 slots");
-    }
-    let lanes = wave::size() as usize;
-    let mut blk = k_lo / bs + flat_thread_idx() as usize % lanes;
-    let mut outside = false;
-    while blk <= (k_hi - 1) / bs {
-        outside |= block_tables[table + blk] as usize >= num_blocks;
-        blk += lanes;
-    }
-    if wave::any(outside) {
-        panic!("paged_decode: a block table entry is outside the cache");
+    if num_blocks * bs > u32::MAX as usize - 1 || row_elems * core::mem::size_of::<T>() > u32::MAX as usize {
+        panic!("paged_decode: the caches have more than 2^32 - 2 slots or rows of 4 GiB");
     }
     let (qp, kp, vp, tp) = (q.as_ptr(), k_cache.as_ptr(), v_cache.as_ptr(), block_tables.as_ptr());
-
     let tid = flat_thread_idx() as usize;
     let nthreads = flat_block_dim() as usize;
     let wave = tid / wave::size() as usize;
     let sp = smem.as_ptr();
     let q_lds = sp;
     let st_elems = stage_elems(d, bn, low);
-    let nst = stages(low);
+    let nst = decode_stages(low);
     let size = core::mem::size_of::<T>();
     let kv_sa = SharedAddr::new(sp.wrapping_add(rows * ldq));
     let kv_lds = sp.wrapping_add(rows * ldq);
     // Two tiles' cache slots (u32, 4-byte aligned: the element count before them is even).
     let slots = sp.wrapping_add(decode_smem_elems(d, rows, low) - 4 * bn) as *mut u32;
 
-    // The group's query rows, zero past the group (the first copy group, with tile 0).
+    // The group's query rows, zero past the group (the first copy group, with tile 0),
+    // issued before the sequence's length is known: they do not depend on it.
     // SAFETY: the group's rows lie in q (checked above), 16-byte aligned; the Q region
     // holds `rows` rows of ldq (length checked above).
     unsafe {
@@ -197,19 +196,56 @@ pub fn paged_decode<T: MmaFloat, H: HeadDim>(
             (if ok { qp.wrapping_add((b * heads_n + h0 + r) * d) } else { qp }, ok)
         })
     };
-    // The cache slot of key `key` of the sequence (u32::MAX past the split).
+    // Every block this split reads lies in the caches, so the gathers below index without
+    // per-element checks. Each wave reads the split's table entries (those of the whole
+    // split length inside the row, one per lane at a time) together with the sequence's
+    // length, so the two loads overlap; only the entries the context reaches are checked
+    // (the others may hold anything).
+    let ctx = context_lens[b] as usize;
+    let lanes = wave::size() as usize;
+    let blk_end = (k_lo + split_len as usize).div_ceil(bs).min(mb);
+    let mut blk = k_lo / bs + tid % lanes;
+    let mut outside = false;
+    while blk < blk_end {
+        // SAFETY: inside the sequence's row (blk < mb; the row lies in block_tables).
+        let entry = unsafe { *tp.add(table + blk) } as usize;
+        outside |= blk * bs < ctx && entry >= num_blocks;
+        blk += lanes;
+    }
+    if wave::any(outside) {
+        panic!("paged_decode: a block table entry is outside the cache");
+    }
+    if ctx > mb * bs {
+        panic!("paged_decode: a context is longer than its block table row");
+    }
+    if k_lo >= ctx {
+        // Past this sequence's context: the merge pass does not read this split (the Q
+        // copies land before the work-group ends).
+        copy::commit();
+        copy::wait_groups(0);
+        return;
+    }
+    let k_hi = if k_lo + (split_len as usize) < ctx { k_lo + split_len as usize } else { ctx };
+    let n_tiles = (k_hi - k_lo).div_ceil(bn);
+
+    // The cache slot of key `key` of the sequence (u32::MAX past the split). Block sizes
+    // that are powers of two (the usual 16, 32, 64) take a shift and a mask instead of a
+    // division by a run-time value (about 20 instructions).
+    let pow2 = bs.is_power_of_two();
+    let shift = bs.trailing_zeros();
     let slot_of = |key: usize| -> u32 {
         if key < k_hi {
+            let (blk, row) = if pow2 { (key >> shift, key & (bs - 1)) } else { (key / bs, key % bs) };
             // SAFETY: the table entries of this split lie in block_tables and name blocks
             // inside the caches (checked above); slots fit 32 bits (checked above).
-            unsafe { *tp.add(table + key / bs) * block_size + (key % bs) as u32 }
+            unsafe { *tp.add(table + blk) * block_size + row as u32 }
         } else {
             u32::MAX
         }
     };
     let (k_off, v_off) = (hk * d, hk * d + vc * dv);
-    // Issues the copies of tile `t`'s keys and values (gathered through the slots the
-    // previous iteration stored) into stage `t % nst`; zeros past the split.
+    // Issues the copies of tile `t`'s keys and values (gathered through the slots in
+    // buffer `t % 2`) into stage `t % nst`; zeros past the split.
     let issue = |t: usize| {
         let stage = kv_sa.add((t % nst) * st_elems * size);
         // SAFETY: the slots name rows inside the caches (checked above; v_cache has
@@ -219,11 +255,13 @@ pub fn paged_decode<T: MmaFloat, H: HeadDim>(
             gather::<T>(stage, ldk, stage.add(bn * ldk * size), ldv, (bn, d, dv), (tid, nthreads), slots.wrapping_add((t % 2) * bn), (kp, vp), row_elems, (k_off, v_off))
         };
     };
-    // Slots of tiles 0 .. nst, then tiles 0 .. nst - 1 in flight, one copy group each.
+    // Slots of tiles 0 and 1, then tiles 0 .. nst - 1 in flight, one copy group each;
+    // after issuing tile t, the slots of tile t + 2 go to its buffer (for nst > 2: the
+    // loop below issues tile nst - 1 first and looks up tile nst).
     if tid < bn {
         let mut s = 0;
-        while s < nst {
-            // SAFETY: inside the slot region (2 * bn values, nst <= 2).
+        while s < 2 {
+            // SAFETY: inside the slot region (2 * bn values).
             unsafe { *slots.add(s * bn + tid) = slot_of(k_lo + s * bn + tid) };
             s += 1;
         }
@@ -235,6 +273,15 @@ pub fn paged_decode<T: MmaFloat, H: HeadDim>(
             issue(t);
         }
         copy::commit();
+        if t + 2 < nst {
+            let next = if tid < bn { slot_of(k_lo + (t + 2) * bn + tid) } else { u32::MAX };
+            barrier();
+            if tid < bn {
+                // SAFETY: inside the slot region.
+                unsafe { *slots.add((t % 2) * bn + tid) = next };
+            }
+            barrier();
+        }
         t += 1;
     }
 
@@ -305,6 +352,10 @@ pub fn paged_decode<T: MmaFloat, H: HeadDim>(
     }
 }
 
+/// Most rows one work-item copies per tile in [`gather`]'s one-wave path (hd256: 16 keys of
+/// 32 chunks over 32 lanes).
+const MAX_GATHER_ROWS: usize = 16;
+
 /// Issues the 16-byte copies of one tile's `bn` keys (`d` columns, into `k_dst`, row
 /// stride `ldk`) and values (`dv` columns, into `v_dst`, stride `ldv`), gathered from the
 /// caches through the tile's cache slots (`u32::MAX`: past the split, zero-filled).
@@ -315,7 +366,8 @@ pub fn paged_decode<T: MmaFloat, H: HeadDim>(
 ///
 /// # Safety
 /// `slots` holds `bn` readable values in shared memory; every slot other than `u32::MAX`
-/// names a row of both caches (`row_elems` elements per slot, the key columns at
+/// names a row of both caches (`row_elems` elements per slot, under 4 GiB; slot 0 is a
+/// row as well when any slot is `u32::MAX`; the key columns at
 /// `k_off`, the value columns at `v_off`, 16-byte aligned); `k_dst` and `v_dst` hold `bn`
 /// rows of their strides (16-byte aligned) in shared memory; `dv <= d`, both multiples of 8.
 #[inline(always)]
@@ -334,6 +386,47 @@ unsafe fn gather<T>(
 ) {
     let (per_row, per_v) = (d / 8, dv / 8);
     let size = core::mem::size_of::<T>();
+    let lanes = wave::size() as usize;
+    if !cfg!(target_arch = "amdgpu") && nthreads == lanes && lanes.is_multiple_of(per_row) && (bn * per_row).is_multiple_of(lanes) && bn * per_row / lanes <= MAX_GATHER_ROWS {
+        // One wave, whole rows per round (NVIDIA and the CPU executor at up to 16 query
+        // heads per KV head, hd64, hd128 and hd256; AMD keeps the loop below, whose
+        // register use its budgets were checked with): work-item `tid` copies column chunk
+        // `c` of rows `j0 + i * step`, a loop of constant trip count. The rows' slots are
+        // read first (independent shared loads: a slot read between copies would wait on
+        // each), each copy is one `cp.async` whose source size is 0 past the split (zero
+        // fill, no branch), and the sources are the row offset added to bases computed once.
+        let (j0, c, step) = (tid / per_row, tid % per_row, lanes / per_row);
+        let n = bn * per_row / lanes;
+        let mut slot = [u32::MAX; MAX_GATHER_ROWS];
+        let mut i = 0;
+        while i < n {
+            // SAFETY: the caller's contract (row j0 + i * step < bn).
+            slot[i] = unsafe { *slots.add(j0 + i * step) };
+            i += 1;
+        }
+        let kb = kp.wrapping_add(k_off + c * 8) as *const u8;
+        let vb = vp.wrapping_add(v_off + c * 8) as *const u8;
+        let (kd, vd) = (k_dst.add((j0 * ldk + c * 8) * size), v_dst.add((j0 * ldv + c * 8) * size));
+        // Rows under 4 GiB (the caller's contract, checked by `paged_decode`): one 32 x
+        // 32-bit multiply per address. Past the split the source is slot 0's row, not read.
+        let row_bytes = (row_elems * size) as u32 as u64;
+        let mut i = 0;
+        while i < n {
+            let ok = slot[i] != u32::MAX;
+            let at = (if ok { slot[i] } else { 0 }) as u64 * row_bytes;
+            let valid = if ok { 16 } else { 0 };
+            // SAFETY: the caller's contract (a valid slot names a row of both caches; past
+            // the split nothing is read).
+            unsafe {
+                copy::copy_16_at(kd.add(i * step * ldk * size), kb.wrapping_add(at as usize), valid);
+                if c < per_v {
+                    copy::copy_16_at(vd.add(i * step * ldv * size), vb.wrapping_add(at as usize), valid);
+                }
+            }
+            i += 1;
+        }
+        return;
+    }
     let mut e = tid;
     while e < bn * per_row {
         let (j, c) = (e / per_row, e % per_row);
@@ -363,10 +456,19 @@ unsafe fn gather<T>(
     }
 }
 
+/// Splits [`paged_merge`] combines per step: their loads issue together, so a sequence's
+/// splits cost `ceil(splits / MERGE_STEP)` memory round trips rather than one each.
+pub const MERGE_STEP: usize = 8;
+// `paged_merge` writes out a step's splits with `each!` over eight indices.
+const _: () = assert!(MERGE_STEP == 8);
+
 /// Merges the splits of [`paged_decode`](fn@paged_decode): work-group `(h, b)` (grid x = heads, y =
 /// sequences) reads the `ceil(context_lens[b] / split_len)` splits of head `h` and writes
 /// `out[(b * heads + h) * d ..]` and `lse[b * heads + h]` (zeros and `-inf` for an empty
-/// context). Any work-group size.
+/// context). Each work-item takes columns `c = tid, tid + block size, ...` and combines the
+/// splits [`MERGE_STEP`] at a time with the online-softmax rescale (a running max, sum and
+/// output), so the loads of a step are independent. Any work-group size; `d` work-items
+/// give one column each.
 #[amdgpu_kernel(T = [f16, bf16], max_threads = 256)]
 #[allow(clippy::too_many_arguments)]
 pub fn paged_merge<T: Float>(
@@ -383,34 +485,60 @@ pub fn paged_merge<T: Float>(
     let (h, b) = (block_idx_x() as usize, block_idx_y() as usize);
     let (heads, d, splits) = (heads as usize, d as usize, splits as usize);
     let n = (context_lens[b] as usize).div_ceil(split_len as usize);
-    let first = (b * heads + h) * splits;
-    let mut mx = f32::NEG_INFINITY;
-    for s in 0..n {
-        mx = mx.max(part_ml[(first + s) * 2]);
+    let row = b * heads + h;
+    let first = row * splits;
+    // Uniform checks, so the loads below index without per-load checks (and branches that
+    // would keep a step's loads from issuing together).
+    if n > splits || (first + splits) * d > part_o.len() || (first + splits) * 2 > part_ml.len() || (row + 1) * d > out.len() || row >= lse.len() {
+        panic!("paged_merge: a buffer is shorter than the shape needs");
     }
-    let mu = if mx == f32::NEG_INFINITY { 0.0 } else { mx };
-    let mut sum = 0.0f32;
-    for s in 0..n {
-        let ms = part_ml[(first + s) * 2];
-        if ms != f32::NEG_INFINITY {
-            sum += part_ml[(first + s) * 2 + 1] * (ms - mu).exp2();
-        }
-    }
-    let inv = if sum > 0.0 { 1.0 / sum } else { 0.0 };
+    let (po, pm) = (part_o.as_ptr(), part_ml.as_ptr());
     let mut c = thread_idx_x() as usize;
     while c < d {
-        let mut acc = 0.0f32;
-        for s in 0..n {
-            let ms = part_ml[(first + s) * 2];
-            if ms != f32::NEG_INFINITY {
-                acc += part_o[(first + s) * d + c] * (ms - mu).exp2();
-            }
+        // Running max (log2 units), sum and output over the splits seen.
+        let (mut mx, mut sum, mut acc) = (f32::NEG_INFINITY, 0.0f32, 0.0f32);
+        let mut s0 = 0;
+        while s0 < n {
+            let mut m = [f32::NEG_INFINITY; MERGE_STEP];
+            let mut l = [0.0f32; MERGE_STEP];
+            let mut o = [0.0f32; MERGE_STEP];
+            each!(i in [0, 1, 2, 3, 4, 5, 6, 7] {
+                // Past the last split: the last one's values are read (in bounds, so the
+                // load needs no branch) and left out.
+                let s = first + if s0 + i < n { s0 + i } else { n - 1 };
+                // SAFETY: s < first + n <= first + splits, inside both (checked above).
+                let (ms, ls, os) = unsafe { (*pm.add(s * 2), *pm.add(s * 2 + 1), *po.add(s * d + c)) };
+                if s0 + i < n {
+                    (m[i], l[i], o[i]) = (ms, ls, os);
+                }
+            });
+            let mut top = mx;
+            each!(i in [0, 1, 2, 3, 4, 5, 6, 7] {
+                top = top.max(m[i]);
+            });
+            // A split that saw no key has max -inf: weight 0 (never NaN, as is the rescale
+            // while nothing has been seen).
+            let mu = if top == f32::NEG_INFINITY { 0.0 } else { top };
+            let alpha = (mx - mu).exp2();
+            sum *= alpha;
+            acc *= alpha;
+            each!(i in [0, 1, 2, 3, 4, 5, 6, 7] {
+                if m[i] != f32::NEG_INFINITY {
+                    let w = (m[i] - mu).exp2();
+                    sum += l[i] * w;
+                    acc += o[i] * w;
+                }
+            });
+            mx = top;
+            s0 += MERGE_STEP;
         }
-        out[(b * heads + h) * d + c] = T::from_f32(acc * inv);
+        let inv = if sum > 0.0 { 1.0 / sum } else { 0.0 };
+        // SAFETY: inside out (checked above).
+        unsafe { *out.as_mut_ptr().add(row * d + c) = T::from_f32(acc * inv) };
+        if c == 0 {
+            lse[row] = if sum > 0.0 { (mx + sum.log2()) * core::f32::consts::LN_2 } else { f32::NEG_INFINITY };
+        }
         c += block_dim_x() as usize;
-    }
-    if thread_idx_x() == 0 {
-        lse[b * heads + h] = if sum > 0.0 { (mu + sum.log2()) * core::f32::consts::LN_2 } else { f32::NEG_INFINITY };
     }
 }
 

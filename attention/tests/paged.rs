@@ -4,7 +4,7 @@
 //! 1/4/8, sequences of different lengths in one launch, several split-KV partitions.
 //! Tolerances as in `tests/flash.rs` (inputs rounded first; `P` rounded to the input type
 //! before `P V`; f32 accumulation and merge).
-use attention::paged::host::{paged_attention, reshape_and_cache_rows, split_len_for, PagedShape, MIN_SPLIT, SPLIT_OVERHEAD_TILES, TARGET_GROUPS};
+use attention::paged::host::{paged_attention, paged_attention_unchecked, reshape_and_cache_rows, split_len_for, PagedShape, MIN_SPLIT, SPLIT_OVERHEAD_TILES, TARGET_GROUPS};
 use attention::flash::BN;
 use attention::{AttentionError, FlashElem};
 use half::{bf16, f16};
@@ -137,13 +137,16 @@ fn paged_decode_in_every_lowering() {
         // Different lengths (partly filled last blocks, an empty context), several splits.
         check::<f16>(dev, &[37, 1, 100, 0], 4, 1, 64, 16, Some(32), 1 + e as u64);
         check::<bf16>(dev, &[70, 5], 2, 2, 128, 32, None, 2 + e as u64);
+        // More splits than one merge step (8) takes, the last step partly filled (11).
+        check::<f16>(dev, &[340, 40], 4, 2, 64, 16, Some(32), 3 + e as u64);
     }
 }
 
 #[test]
 fn paged_block_sizes_and_gqa_ratios() {
     let devs = executors();
-    for (i, (bs, heads, kv)) in [(16usize, 8usize, 8usize), (32, 8, 2), (64, 8, 1), (16, 32, 1)].into_iter().enumerate() {
+    // 12: a block size that is no power of two (the slot lookup divides instead of shifting).
+    for (i, (bs, heads, kv)) in [(16usize, 8usize, 8usize), (32, 8, 2), (64, 8, 1), (16, 32, 1), (12, 8, 2)].into_iter().enumerate() {
         let dev = &devs[i % devs.len()];
         check::<f16>(dev, &[45, 130, 3], heads, kv, 64, bs, Some(64), 10 + i as u64);
     }
@@ -218,6 +221,39 @@ fn paged_work_items_in_either_order_agree() {
     for wave in [WaveSize::W64, WaveSize::W32] {
         let dev = Device::cpu_with(CpuExecutor::new(wave).with_reversed_items(true));
         check::<bf16>(&dev, &[50, 7], 8, 2, 64, 16, Some(32), 80);
+    }
+}
+
+/// The launcher with the tables and lengths already on the device (the kernels then read
+/// them from separate buffers, the host launcher from one upload) gives the same bits.
+#[test]
+fn device_tables_match_host_tables() {
+    for dev in executors().into_iter().take(2) {
+        let (lens, heads, kv, d, bs) = ([45u32, 130, 3], 8usize, 2usize, 64usize, 16usize);
+        let max_blocks = 10;
+        let num_blocks = 3 * max_blocks;
+        let mut rng = Rng(90);
+        let mut order: Vec<u32> = (0..num_blocks as u32).collect();
+        rng.shuffle(&mut order);
+        let shape = PagedShape { batch: lens.len(), heads, kv_heads: kv, head_dim: d, num_blocks, block_size: bs };
+        let cache = |rng: &mut Rng| dev.upload(&values::<f16>(rng, num_blocks * bs * kv * d, -1.0, 1.0)).unwrap();
+        let (kc, vc) = (cache(&mut rng), cache(&mut rng));
+        let q = dev.upload(&values::<f16>(&mut rng, lens.len() * heads * d, -1.0, 1.0)).unwrap();
+        let run = |device_tables: bool| {
+            let mut out = dev.upload(&vec![f16::NAN; lens.len() * heads * d]).unwrap();
+            let mut lse = dev.upload(&vec![f32::NAN; lens.len() * heads]).unwrap();
+            if device_tables {
+                let (t, l) = (dev.upload(&order).unwrap(), dev.upload(&lens).unwrap());
+                // SAFETY: every row names blocks inside the caches for its whole length.
+                unsafe { paged_attention_unchecked(&dev, shape, &q, &kc, &vc, &t, &l, 130, &mut out, &mut lse, 0.125, Some(32)).unwrap() };
+            } else {
+                paged_attention(&dev, shape, &q, &kc, &vc, &order, &lens, &mut out, &mut lse, 0.125, Some(32)).unwrap();
+            }
+            (dev.download(&out).unwrap(), dev.download(&lse).unwrap())
+        };
+        let (host, device) = (run(false), run(true));
+        assert!(host.0.iter().all(|x| x.is_finite()) && host.1.iter().all(|x| x.is_finite()), "{}", name(&dev));
+        assert!(host.0 == device.0 && host.1 == device.1, "host and device tables differ on {}", name(&dev));
     }
 }
 

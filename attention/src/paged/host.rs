@@ -116,17 +116,16 @@ fn resident_estimate(dev: &Device, low: Lowering, d: usize, smem: usize, waves: 
 
 /// Registers per work-item `resident_estimate` assumes for the `MmaSync` instance of
 /// head dimension `d`: the most `ptxas -arch=sm_90a` of CUDA 13.0 (the compiler the CUDA 13.0
-/// driver JIT-compiles our PTX with) gives the f16 and bf16 instances (hd64 150, hd80 167,
-/// hd96 180, hd128 194, hd256 208), rounded up to the allocation unit of 8. On the low
-/// side the estimate would put the grid's last work-groups in a second round: with 194
-/// registers (200 allocated) an H100 SM holds 10 hd128 work-groups, with 208 only 9.
+/// driver JIT-compiles our PTX with) gives the f16 and bf16 instances (hd64 123, hd80 123,
+/// hd96 120, hd128 167, hd256 166), rounded up to the allocation unit of 8. On the low
+/// side the estimate would put the grid's last work-groups in a second round; shared
+/// memory bounds hd128 at 10 work-groups per H100/H200 SM before registers do.
 pub const fn decode_regs(d: usize) -> usize {
     match d {
-        0..=64 => 152,
-        65..=80 => 168,
-        81..=96 => 184,
-        97..=128 => 200,
-        _ => 208,
+        0..=64 => 128,
+        65..=80 => 128,
+        81..=96 => 120,
+        _ => 168,
     }
 }
 
@@ -170,9 +169,11 @@ pub fn paged_attention<T: FlashElem>(
         }
     }
     let longest = context_lens.iter().copied().max().unwrap_or(0) as usize;
-    let tables = dev.upload(if block_tables.is_empty() { &[0u32][..] } else { block_tables })?;
-    let lens = dev.upload(context_lens)?;
-    launch(dev, shape, (q, k_cache, v_cache), (&tables, max_blocks, &lens, longest), (out, lse), scale, split_len)
+    // One upload of the lengths followed by the tables (one host-to-device copy on the
+    // stream instead of two); the kernels find the tables at offset `batch`.
+    let meta: Vec<u32> = context_lens.iter().chain(block_tables).copied().collect();
+    let meta = dev.upload(&meta)?;
+    launch(dev, shape, (q, k_cache, v_cache), Indices { tables: &meta, table_at: batch, max_blocks, lens: &meta, longest }, (out, lse), scale, split_len)
 }
 
 /// [`paged_attention`] with `block_tables` (`[batch, max_blocks]`) and `context_lens`
@@ -213,7 +214,7 @@ pub unsafe fn paged_attention_unchecked<T: FlashElem>(
     if max_context_len > max_blocks * shape.block_size {
         return Err(arg("max_context_len", format!("{max_context_len} tokens; a block table row holds {}", max_blocks * shape.block_size)));
     }
-    launch(dev, shape, (q, k_cache, v_cache), (block_tables, max_blocks, context_lens, max_context_len), (out, lse), scale, split_len)
+    launch(dev, shape, (q, k_cache, v_cache), Indices { tables: block_tables, table_at: 0, max_blocks, lens: context_lens, longest: max_context_len }, (out, lse), scale, split_len)
 }
 
 /// The checks of sizes both launchers share.
@@ -260,13 +261,23 @@ fn sizes<T: FlashElem>(
 }
 
 type Operands<'a, T> = (&'a DeviceVec<T>, &'a DeviceVec<T>, &'a DeviceVec<T>);
-type Indices<'a> = (&'a DeviceVec<u32>, usize, &'a DeviceVec<u32>, usize);
+/// Where a decode launch finds its block tables and context lengths.
+struct Indices<'a> {
+    /// Holds the block tables from element `table_at` on (`[batch, max_blocks]`).
+    tables: &'a DeviceVec<u32>,
+    table_at: usize,
+    max_blocks: usize,
+    /// Holds the context lengths from element 0 on (may be `tables` itself).
+    lens: &'a DeviceVec<u32>,
+    /// The longest context (sizes the split-KV partitions).
+    longest: usize,
+}
 
 fn launch<T: FlashElem>(
     dev: &Device,
     shape: PagedShape,
     (q, k_cache, v_cache): Operands<'_, T>,
-    (tables, max_blocks, lens, longest): Indices<'_>,
+    Indices { tables, table_at, max_blocks, lens, longest }: Indices<'_>,
     (out, lse): (&mut DeviceVec<T>, &mut DeviceVec<f32>),
     scale: f32,
     split_len: Option<usize>,
@@ -279,7 +290,7 @@ fn launch<T: FlashElem>(
     let resident = resident_estimate(dev, low, d, smem * core::mem::size_of::<T>(), waves);
     let split_len = split_len_for(batch, kv_heads, longest, split_len, resident);
     let splits = longest.div_ceil(split_len).max(1);
-    if batch > 65535 || kv_heads * value_chunks(d, low) > 65535 || split_len > u32::MAX as usize || max_blocks > u32::MAX as usize {
+    if batch > 65535 || kv_heads * value_chunks(d, low) > 65535 || split_len > u32::MAX as usize || table_at + batch * max_blocks > u32::MAX as usize {
         return Err(arg("q", "batch or heads exceed the grid limit of 65535"));
     }
     let mut part_o = dev.alloc_uninit::<f32>(batch * heads * splits * d)?;
@@ -292,6 +303,7 @@ fn launch<T: FlashElem>(
         block_size: block_size as u32,
         max_blocks: max_blocks as u32,
         split_len: split_len as u32,
+        table_at: table_at as u32,
         scale,
     };
     fn go<T: FlashElem, H: HeadDim>(
@@ -301,7 +313,7 @@ fn launch<T: FlashElem>(
         bufs: DecodeBufs<'_, T>,
     ) -> Result<(), AttentionError> {
         let (q, kc, vc, tables, lens, po, pml) = bufs;
-        paged_decode::launch::<T, H>(dev, cfg, q, kc, vc, tables, lens, po, pml, a.heads, a.kv_heads, a.block_size, a.max_blocks, a.split_len, a.scale)?;
+        paged_decode::launch::<T, H>(dev, cfg, q, kc, vc, tables, lens, po, pml, a.heads, a.kv_heads, a.block_size, a.max_blocks, a.split_len, a.table_at, a.scale)?;
         Ok(())
     }
     let bufs = (q, k_cache, v_cache, tables, lens, &mut part_o, &mut part_ml);
@@ -312,7 +324,8 @@ fn launch<T: FlashElem>(
         128 => go::<T, Hd128>(dev, cfg, &args, bufs),
         _ => go::<T, Hd256>(dev, cfg, &args, bufs),
     }?;
-    let cfg = LaunchConfig::new(Dim3::new(heads as u32, batch as u32, 1), Dim3::x(64));
+    // One work-item per output column.
+    let cfg = LaunchConfig::new(Dim3::new(heads as u32, batch as u32, 1), Dim3::x(d as u32));
     paged_merge::launch::<T>(dev, cfg, &part_o, &part_ml, lens, out, lse, heads as u32, d as u32, splits as u32, split_len as u32)?;
     Ok(())
 }
@@ -323,6 +336,7 @@ struct DecodeArgs {
     block_size: u32,
     max_blocks: u32,
     split_len: u32,
+    table_at: u32,
     scale: f32,
 }
 
