@@ -83,15 +83,30 @@ fn im2col_forced() -> bool {
     *IM2COL.get_or_init(|| std::env::var("CANDLE_ROCM_CONV").is_ok_and(|v| v == "im2col"))
 }
 
-/// A 1x1 convolution with stride 1 and no padding whose input's spatial dims are
-/// contiguous, as one batched GEMM `y[b] (c_out x hw) = W (c_out x c_in) x[b] (c_in x hw)`
-/// on the input in place (no copy, no im2col); `None` for other convolutions and dtypes.
+/// The stride between consecutive positions of the flattened `h x w` plane of a view
+/// with strides `s2`, `s3` (`None` when the plane does not flatten to one stride): 1 for
+/// NCHW, `c` for a channels-last view.
+fn plane_stride(h: usize, w: usize, s2: usize, s3: usize) -> Option<usize> {
+    match (h, w) {
+        _ if h * w <= 1 => Some(1),
+        (_, 1) => Some(s2),
+        (1, _) => Some(s3),
+        _ if s2 == w * s3 => Some(s3),
+        _ => None,
+    }
+}
+
+/// A 1x1 convolution with stride 1 and no padding whose input's spatial plane flattens to
+/// one stride (NCHW, or a channels-last view such as a transformer block's output seen as
+/// `(b, c, h, w)`), as one batched GEMM `y[b] (c_out x hw) = W (c_out x c_in) x[b] (c_in x
+/// hw)` on the input in place (no copy, no im2col; a channels-last `x[b]` is a transposed
+/// operand); `None` for other convolutions and dtypes.
 fn conv2d_pointwise(dev: &Device, x: &Buf, l: &Layout, kernel: &Buf, kl: &Layout, p: &ParamsConv2D) -> Result<Option<Buf>> {
     const OP: &str = "conv2d";
     let (dims, [s0, s1, s2, s3]) = dims4(l, OP)?;
     let [b, c_in, h, w] = dims;
-    let spatial_contiguous = (w == 1 || s3 == 1) && (h == 1 || s2 == w);
-    if im2col_forced() || p.k_h != 1 || p.k_w != 1 || p.stride != 1 || p.padding != 0 || !spatial_contiguous || !matches!(x.dtype(), DType::F32 | DType::F16 | DType::BF16) {
+    let Some(cs) = plane_stride(h, w, s2, s3) else { return Ok(None) };
+    if im2col_forced() || p.k_h != 1 || p.k_w != 1 || p.stride != 1 || p.padding != 0 || !matches!(x.dtype(), DType::F32 | DType::F16 | DType::BF16) {
         return Ok(None);
     }
     let kc = contiguous_buf(dev, kernel, kl)?;
@@ -101,7 +116,7 @@ fn conv2d_pointwise(dev: &Device, x: &Buf, l: &Layout, kernel: &Buf, kl: &Layout
     }
     let hw = h * w;
     let a = GemmOperand { data: whole(kb)?, batch: 0, row: c_in, col: 1 };
-    let bm = GemmOperand { data: x.region(l.start_offset(), x.len() - l.start_offset().min(x.len()))?, batch: s0, row: s1, col: 1 };
+    let bm = GemmOperand { data: x.region(l.start_offset(), x.len() - l.start_offset().min(x.len()))?, batch: s0, row: s1, col: cs };
     float_dispatch!(x.dtype(), OP, T => {
         let mut out = alloc::<T>(dev, b * p.c_out * hw, OP)?;
         gemm::<T>(dev, &a, &bm, &mut out, GemmShape { batch: b, m: p.c_out, n: hw, k: c_in })?;
