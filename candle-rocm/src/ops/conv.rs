@@ -62,25 +62,51 @@ thread_local! {
     static IMPLICIT_ON_CPU: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
 }
 
-/// Runs `f` with the conv2d calls it issues on the CPU executor taking the implicit-GEMM
-/// kernel (emulated lane by lane, as on a GPU) instead of im2col + `matmul_simple`: tests
-/// of the GPU path without a GPU.
+/// Runs `f` with the conv2d calls it issues taking the implicit-GEMM kernel (unless
+/// `CANDLE_ROCM_CONV=im2col`): on the CPU executor (emulated lane by lane, as on a GPU)
+/// instead of im2col + `matmul_simple`, tests of the GPU path without a GPU; on a GPU
+/// also where im2col + the vendor BLAS would run.
 pub fn with_implicit_conv_on_cpu<R>(f: impl FnOnce() -> R) -> R {
     crate::blas::with_thread_flag(&IMPLICIT_ON_CPU, f)
 }
 
-/// `true` where conv2d takes the implicit-GEMM kernel: on a GPU (or the CPU executor
-/// inside [`with_implicit_conv_on_cpu`]), unless `CANDLE_ROCM_CONV=im2col` is set (read
-/// once; the whole process), which keeps the im2col + GEMM path (to compare the two).
+/// `true` where conv2d takes the implicit-GEMM kernel (f16/bf16, not 1x1): by default
+/// on a GPU without a vendor BLAS (the kernel against im2col + our GEMM kernels), and
+/// inside [`with_implicit_conv_on_cpu`]. A GPU whose vendor BLAS is
+/// loaded and allowed takes im2col + that BLAS instead: on an H200 (session s1, f16, SD
+/// 1.5 layers) the implicit kernel reached 3-63 TFLOP/s against cuDNN's 100-764, below
+/// what a vendor GEMM on the im2col buffer gives. `CANDLE_ROCM_CONV` (read once; the whole
+/// process) overrides: `implicit` takes the kernel on every GPU, `im2col` never (1x1
+/// convolutions included, see [`conv2d_pointwise`]).
 pub fn implicit_conv_allowed(dev: &Device) -> bool {
-    !im2col_forced() && (dev.is_gpu() || IMPLICIT_ON_CPU.with(|k| k.get()))
+    match conv_choice() {
+        ConvChoice::Im2col => false,
+        ConvChoice::Implicit => dev.is_gpu() || IMPLICIT_ON_CPU.with(|k| k.get()),
+        ConvChoice::Auto => IMPLICIT_ON_CPU.with(|k| k.get()) || (dev.is_gpu() && !(crate::blas::blas_allowed() && crate::blas::available(dev))),
+    }
+}
+
+/// The `CANDLE_ROCM_CONV` override.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum ConvChoice {
+    Auto,
+    Implicit,
+    Im2col,
+}
+
+fn conv_choice() -> ConvChoice {
+    static CHOICE: std::sync::OnceLock<ConvChoice> = std::sync::OnceLock::new();
+    *CHOICE.get_or_init(|| match std::env::var("CANDLE_ROCM_CONV").as_deref() {
+        Ok("im2col") => ConvChoice::Im2col,
+        Ok("implicit") => ConvChoice::Implicit,
+        _ => ConvChoice::Auto,
+    })
 }
 
 /// `true` with `CANDLE_ROCM_CONV=im2col` in the environment (read once): every conv2d
 /// takes im2col + GEMM, 1x1 ones included (the path before the implicit-GEMM kernel).
 fn im2col_forced() -> bool {
-    static IM2COL: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *IM2COL.get_or_init(|| std::env::var("CANDLE_ROCM_CONV").is_ok_and(|v| v == "im2col"))
+    conv_choice() == ConvChoice::Im2col
 }
 
 /// The stride between consecutive positions of the flattened `h x w` plane of a view
