@@ -197,40 +197,43 @@ pub fn conv2d_implicit<T: GemmElem>(x: &[T], w: &[T], bias: &[T], y: &mut [T], p
 
     let a_lane = ((wy * fm * 16) * lda + FragA::<T::Frag>::lane_offset(lda)) * size;
     let b_lane = (a_tile + wx * fn_ * 16 + FragB::<T::Frag>::lane_offset(ldb)) * size;
-    if steps > 0 {
-        load(0, 0);
-    }
-    let mut read = 0;
-    let mut step = 0;
-    while step < steps {
-        // This step's copies are done (the only group pending), and every wave is past
-        // the previous step's products, so the other buffer is free for the next step.
-        mma::copy::wait_groups(0);
-        barrier();
-        let fill = if read == 0 { stage_bytes } else { 0 };
-        if step + 1 < steps {
-            load(step + 1, fill);
+    // Iteration `j` loads K step `j` (while there is one) into buffer `j % 2` and
+    // multiplies step `j - 1` from the other: the order of a prologue load followed by
+    // load-next/multiply-current steps, with one call site of `load` (so it is inlined;
+    // two call sites left a call in the main loop once the gather grew).
+    let mut j = 0;
+    while j <= steps {
+        if j > 0 {
+            // Step `j - 1`'s copies are done (the only group pending), and every wave is
+            // past step `j - 2`'s products, so buffer `j % 2` is free for step `j`.
+            mma::copy::wait_groups(0);
+            barrier();
         }
-        // SAFETY: the buffer at `read` lies in `smem`.
-        let sa_ptr = unsafe { (smem_ptr as *const u8).add(read) } as *const T;
-        // SAFETY: as above.
-        let sb_ptr = unsafe { sa_ptr.add(a_tile) };
-        let (sa_lane, sb_lane) = (smem_at.add(read + a_lane), smem_at.add(read + b_lane));
-        each!(kk in [0, 1, 2, 3] {
-            if kk < bk / 16 {
-                if T::SPLIT && low == Lowering::Valu {
-                    f32_k16_valu::<T>(&mut acc, (fm, fn_), (sa_ptr, sb_ptr), (lda, ldb), (wy, wx), kk);
-                } else if !T::SPLIT && mma::pairs_k::<T::Frag>() && (bk / 16) % 2 == 0 {
-                    if kk % 2 == 0 {
-                        mma_k32::<T>(&mut acc, (fm, fn_), (sa_lane, sb_lane), (lda, ldb), kk);
+        if j < steps {
+            load(j, (j % 2) * stage_bytes);
+        }
+        if j > 0 {
+            let read = ((j - 1) % 2) * stage_bytes;
+            // SAFETY: the buffer at `read` lies in `smem`.
+            let sa_ptr = unsafe { (smem_ptr as *const u8).add(read) } as *const T;
+            // SAFETY: as above.
+            let sb_ptr = unsafe { sa_ptr.add(a_tile) };
+            let (sa_lane, sb_lane) = (smem_at.add(read + a_lane), smem_at.add(read + b_lane));
+            each!(kk in [0, 1, 2, 3] {
+                if kk < bk / 16 {
+                    if T::SPLIT && low == Lowering::Valu {
+                        f32_k16_valu::<T>(&mut acc, (fm, fn_), (sa_ptr, sb_ptr), (lda, ldb), (wy, wx), kk);
+                    } else if !T::SPLIT && mma::pairs_k::<T::Frag>() && (bk / 16) % 2 == 0 {
+                        if kk % 2 == 0 {
+                            mma_k32::<T>(&mut acc, (fm, fn_), (sa_lane, sb_lane), (lda, ldb), kk);
+                        }
+                    } else {
+                        mma_k16::<T>(&mut acc, (fm, fn_), (sa_ptr, sb_ptr), (sa_lane, sb_lane), (lda, ldb), (wy, wx), kk);
                     }
-                } else {
-                    mma_k16::<T>(&mut acc, (fm, fn_), (sa_ptr, sb_ptr), (sa_lane, sb_lane), (lda, ldb), (wy, wx), kk);
                 }
-            }
-        });
-        read = fill;
-        step += 1;
+            });
+        }
+        j += 1;
     }
 
     // Epilogue: straight from the accumulators, bias per output channel (row); under split
