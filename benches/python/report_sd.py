@@ -28,6 +28,12 @@ def main():
                 # sd-worker decodes one latent; its line carries the UNet's batch.
                 r["batch"] = 1
             got[(r["shape"], r["op"], "ours")] = r
+    # Our UNet/VAE with every convolution on the implicit-GEMM kernel (CANDLE_ROCM_CONV=implicit).
+    for path in sorted(glob.glob(os.path.join(d, "ours-implicit_*.jsonl"))):
+        for r in load(path):
+            if r["op"] == "vae_decode":
+                r["batch"] = 1
+            got[(r["shape"], r["op"], "ours-implicit")] = r
     tp = os.path.join(d, "torch_sd.jsonl")
     if os.path.exists(tp):
         for r in load(tp):

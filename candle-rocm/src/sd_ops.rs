@@ -7,9 +7,11 @@
 //!   `GroupNorm`, which composes it of about ten elementwise and reduction ops.
 //!
 //! candle-transformers' UNet and VAE build candle-nn `GroupNorm`s, which the candle-nn
-//! patch routes to `FusedOp::GroupNorm` on an external device: on a [`RocmDevice`] the same
-//! kernel, without the SiLU (candle-transformers applies it as a separate op). This
-//! function is the way to the fused SiLU.
+//! patch routes to `FusedOp::GroupNorm` on an external device, and the candle-transformers
+//! patch calls `GroupNorm::forward_silu` (`FusedOp::GroupNormSilu`) where SiLU follows the
+//! norm: on a [`RocmDevice`] both are this kernel. Its attention blocks
+//! (`CrossAttention`, f16/bf16 heads up to 256) go through `candle_nn::ops::sdpa_bshd`
+//! (`FusedOp::Attention`) to the flash-attention prefill kernel.
 use crate::llm_ops::{check_float, check_peer, region, tensor, with_buf};
 use crate::error::{at, invalid};
 use crate::ops::float_dispatch;

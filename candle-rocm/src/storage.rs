@@ -169,7 +169,13 @@ impl ExtBackendStorage for RocmStorage {
 
     fn conv2d(&self, l: &Layout, k: &ExtStorage, kl: &Layout, p: &ParamsConv2D) -> Result<ExtStorage> {
         let k = peer(k, "conv2d")?;
-        self.run(|| "conv2d".into(), || ops::conv::conv2d(self.dev(), &self.buf, l, &k.buf, kl, p))
+        // Profiled per shape: `conv2d.{k_h}x{k_w}s{stride}.{c_in}->{c_out}@{h}x{w}`, `.nc`
+        // for an input that is not contiguous (a channels-last view).
+        let name = || -> Cow<'static, str> {
+            let nc = if l.is_contiguous() { "" } else { ".nc" };
+            format!("conv2d.{}x{}s{}.{}->{}@{}x{}{nc}", p.k_h, p.k_w, p.stride, p.c_in, p.c_out, p.i_h, p.i_w).into()
+        };
+        self.run(name, || ops::conv::conv2d(self.dev(), &self.buf, l, &k.buf, kl, p))
     }
 
     fn conv_transpose2d(&self, l: &Layout, k: &ExtStorage, kl: &Layout, p: &ParamsConvTranspose2D) -> Result<ExtStorage> {
@@ -256,6 +262,8 @@ impl ExtBackendStorage for RocmStorage {
                 FusedOp::Rope => "fused.rope",
                 FusedOp::RopeThd => "fused.rope_thd",
                 FusedOp::GroupNorm { .. } => "fused.group_norm",
+                FusedOp::GroupNormSilu { .. } => "fused.group_norm_silu",
+                FusedOp::Attention { .. } => "fused.attention",
                 _ => "fused.other",
             }
             .into()

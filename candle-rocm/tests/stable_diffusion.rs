@@ -203,3 +203,99 @@ fn unet_v2_odd_latent_f16_matches_cpu() {
 fn vae_decode_f16_matches_cpu() {
     vae_check(DType::F16, 2e-2);
 }
+
+/// `candle_nn::ops::sdpa_bshd` (where the patched candle-transformers sends its
+/// `CrossAttention`): on our devices the flash-attention prefill kernel, a head between
+/// the built sizes zero-padded to the next one (SD 1.5's 40 -> 64 and 160 -> 256, 8 -> 64;
+/// 80 is built), odd sequence lengths (partial query and key tiles), cross-attention
+/// (`seq_k != seq_q`), and a head wider than any built one (300: the host fallback).
+/// Reference: the same inputs on Candle's CPU (f32 scores, softmax and product, one
+/// rounding). Tolerance: the kernel rounds the probabilities to the half type before the
+/// `P V` product (f16 2^-11, bf16 2^-8 relative per weight) and the output once: outputs
+/// are means of `v` in [-3, 3], so a few half-type ulps of 3.
+#[test]
+fn sdpa_bshd_matches_cpu() {
+    use common::Tol;
+    for dev in common::devices() {
+        for dtype in [DType::F16, DType::BF16] {
+            let t = if dtype == DType::F16 { Tol { rtol: 4e-3, atol: 6e-3 } } else { Tol { rtol: 2e-2, atol: 4e-2 } };
+            for (i, &(d, sq, sk)) in [(40, 67, 67), (80, 33, 77), (160, 70, 19), (8, 16, 16), (300, 5, 7)].iter().enumerate() {
+                let (b, h) = (2, 3);
+                let s = 100 + i as u64;
+                let q = common::rand(&[b, sq, h, d], dtype, s, false);
+                let k = common::rand(&[b, sk, h, d], dtype, s ^ 1, false);
+                let v = common::rand(&[b, sk, h, d], dtype, s ^ 2, false);
+                let scale = 1.0 / (d as f32).sqrt();
+                dev.set_profiling(true);
+                common::check(&format!("sdpa_bshd {dtype:?} d {d} seq {sq}x{sk}"), &dev, t, |on| {
+                    candle_nn::ops::sdpa_bshd(&q.to_device(on)?, &k.to_device(on)?, &v.to_device(on)?, scale)
+                });
+                dev.set_profiling(false);
+                let p = dev.take_profile().unwrap();
+                // Every head up to 256 runs as one fused op on the device (no host round trip).
+                if d <= 256 {
+                    assert_eq!(p.calls_of("fused.attention"), 1, "d {d}: {}", p.table());
+                    assert_eq!(p.calls_of("download"), 1, "d {d}: only the result leaves the device: {}", p.table());
+                }
+            }
+        }
+    }
+}
+
+/// `GroupNorm::forward_silu` (the candle-nn patch; the ResNet blocks' norm + SiLU in the
+/// patched candle-transformers): one kernel, against the norm and SiLU computed in f32 on
+/// Candle's CPU from the same inputs and rounded once (so one rounding of the dtype apart).
+#[test]
+fn group_norm_silu_matches_cpu() {
+    for dev in common::devices() {
+        for dtype in [DType::F32, DType::F16, DType::BF16] {
+            let x = common::rand(&[2, 12, 5, 7], dtype, 31, false);
+            let w = common::rand(&[12], dtype, 32, false);
+            let b = common::rand(&[12], dtype, 33, false);
+            let gn = |on: &Device, dt: DType| -> Result<candle_nn::GroupNorm> {
+                candle_nn::GroupNorm::new(w.to_dtype(dt)?.to_device(on)?, b.to_dtype(dt)?.to_device(on)?, 12, 4, 1e-5)
+            };
+            dev.set_profiling(true);
+            common::check_ref(
+                &format!("group_norm_silu {dtype:?}"),
+                &dev,
+                common::tol(dtype),
+                |on| gn(on, DType::F32)?.forward_silu(&x.to_dtype(DType::F32)?.to_device(on)?)?.to_dtype(dtype),
+                |on| gn(on, dtype)?.forward_silu(&x.to_device(on)?),
+            );
+            dev.set_profiling(false);
+            let p = dev.take_profile().unwrap();
+            assert_eq!(p.calls_of("fused.group_norm_silu"), 1, "{}", p.table());
+            assert_eq!(p.calls_of("unary.silu"), 0, "{}", p.table());
+        }
+    }
+}
+
+/// A 1x1 convolution of a channels-last view (`(b, h, w, c)` permuted to `(b, c, h, w)`,
+/// as `SpatialTransformer`'s `proj_out` sees its input) is one GEMM on the view in place
+/// (a transposed operand), against Candle's CPU convolution of the same view.
+#[test]
+fn conv2d_1x1_channels_last_view_matches_cpu() {
+    for dev in common::devices() {
+        for dtype in [DType::F32, DType::F16] {
+            let x = common::rand(&[2, 5, 6, 8], dtype, 41, false);
+            let k = common::rand(&[10, 8, 1, 1], dtype, 42, false);
+            // Sums of 8 products in [-9, 9]: f32 within a few ulp of the sum's magnitude;
+            // half types against the f32 convolution rounded once (we accumulate in f32).
+            let t = if dtype == DType::F32 { common::Tol { rtol: 1e-5, atol: 1e-5 } } else { common::tol(dtype) };
+            dev.set_profiling(true);
+            common::check_ref(
+                &format!("conv2d 1x1 channels-last {dtype:?}"),
+                &dev,
+                t,
+                |on| x.to_dtype(DType::F32)?.to_device(on)?.permute((0, 3, 1, 2))?.conv2d(&k.to_dtype(DType::F32)?.to_device(on)?, 0, 1, 1, 1)?.to_dtype(dtype),
+                |on| x.to_device(on)?.permute((0, 3, 1, 2))?.conv2d(&k.to_device(on)?, 0, 1, 1, 1),
+            );
+            dev.set_profiling(false);
+            let p = dev.take_profile().unwrap();
+            // No contiguous copy of the view first.
+            assert_eq!(p.calls_of("copy_strided"), 0, "{}", p.table());
+            assert_eq!(p.calls_of("conv2d.1x1s1.8->10@5x6.nc"), 1, "{}", p.table());
+        }
+    }
+}

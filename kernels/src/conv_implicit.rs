@@ -12,7 +12,8 @@
 //! ky*dilation - pad, ox*stride + kx*dilation - pad]` (zero in the padding), gathered
 //! element by element into the shared tile, each work-item on one output position `n`
 //! for the whole K loop (so consecutive work-items read consecutive `ox`), stepping its
-//! window position `(ci, ky, kx)` along K without divisions. The products
+//! window position `(ci, ky, kx)` along K without divisions, all of a step's loads in
+//! flight at once (registers first, then the tile). The products
 //! are those of `gemm_tiled` (same tiles per lowering, `mma_k16` / `mma_k32` /
 //! `f32_k16_valu` on padded shared tiles), through two shared buffers: K step `s + 1` is
 //! copied while step `s` multiplies.
@@ -42,18 +43,28 @@ pub const fn conv_smem_elems<T: GemmElem>(low: Lowering) -> usize {
     CONV_STAGES * (bm * lda + bk * ldb)
 }
 
+/// Most B-tile rows one work-item gathers per K step (`BK / (threads / BN)`: 32 on
+/// `mma.sync` f16/bf16, 64 rows by 256 work-items over 128 columns).
+const GATHER_ROWS: usize = 32;
+
 /// Entries of the `geom` argument of [`conv2d_implicit`](fn@conv2d_implicit).
-pub const CONV_GEOM: usize = 17;
+pub const CONV_GEOM: usize = 18;
 
 /// `y (batch, c_out, oh, ow) = conv2d(x, w) + bias`, `bias` (empty: none) per output
 /// channel. `geom` = `[c_in/groups, h, w, k_h, k_w, oh, ow, stride, pad, dilation,
-/// c_out/groups, groups, s0, s1, s2, s3, offset]`: input element `(b, c, y, x)` at `offset
-/// + b*s0 + c*s1 + y*s2 + x*s3`; `w` contiguous, `y` contiguous. Grid: x the tiles of
-/// `oh*ow` ([`block_tile`]'s BN), y the tiles of `c_out/groups` (BM), z `batch * groups`.
+/// c_out/groups, groups, s0, s1, s2, s3, offset, splits]`: input element `(b, c, y, x)`
+/// at `offset + b*s0 + c*s1 + y*s2 + x*s3`; `w` contiguous, `y` contiguous. Grid: x the
+/// tiles of `oh*ow` ([`block_tile`]'s BN), y the tiles of `c_out/groups` (BM), z
+/// `batch * groups * splits`.
+///
+/// Split K (`splits > 1`, for launches of fewer work-groups than the GPU has compute
+/// units): work-group `s` of a tile sums only its share of the K steps and writes the f32
+/// partial tile, without bias, to `part[s * len(y) + i]` (`y` untouched);
+/// [`conv2d_split_sum`](fn@conv2d_split_sum) then adds the partials and the bias into `y`.
 /// Launch with [`conv2d`] (it checks everything).
 #[amdgpu_kernel(T = [f32, f16, bf16], max_threads = 256)]
 #[inline(always)]
-pub fn conv2d_implicit<T: GemmElem>(x: &[T], w: &[T], bias: &[T], y: &mut [T], geom: &[u32], smem: SharedDyn<T>) {
+pub fn conv2d_implicit<T: GemmElem>(x: &[T], w: &[T], bias: &[T], y: &mut [T], part: &mut [f32], geom: &[u32], smem: SharedDyn<T>) {
     let low = mma::lowering();
     let (fm, fn_) = wave_frags::<T>(low);
     let (bm, bn, bk) = block_tile::<T>(low);
@@ -66,11 +77,12 @@ pub fn conv2d_implicit<T: GemmElem>(x: &[T], w: &[T], bias: &[T], y: &mut [T], g
     let g = &geom[..CONV_GEOM];
     let (cin, h, wd, kh, kw, oh, ow) = (g[0], g[1], g[2], g[3], g[4], g[5], g[6]);
     let (st, pad, dil, m, groups) = (g[7], g[8], g[9], g[10], g[11]);
-    let (s0, s1, s2, s3, off) = (g[12], g[13], g[14], g[15], g[16]);
+    let (s0, s1, s2, s3, off, splits) = (g[12], g[13], g[14], g[15], g[16], g[17]);
     let taps = kh * kw;
     let k = cin * taps;
     let n = oh * ow;
-    let batch = grid_dim_z() / groups.max(1);
+    let batch = grid_dim_z() / (groups * splits).max(1);
+    let n_y = batch * groups * m * n;
     // One uniform check that every element the launch touches lies in its buffer (the
     // launcher's checks, again), so the loops index without per-element checks.
     let x_last = off + (batch - 1) * s0 + (groups * cin - 1) * s1 + (h - 1) * s2 + (wd - 1) * s3;
@@ -79,12 +91,15 @@ pub fn conv2d_implicit<T: GemmElem>(x: &[T], w: &[T], bias: &[T], y: &mut [T], g
         || taps == 0
         || (x_last as usize) >= x.len()
         || (groups * m * k) as usize > w.len()
-        || (batch * groups * m * n) as usize > y.len()
+        || n_y as usize > y.len()
+        || splits == 0
+        || (splits > 1 && (splits * n_y) as usize > part.len())
         || !(bias.is_empty() || bias.len() >= (groups * m) as usize)
     {
         panic!("conv2d_implicit: a buffer is shorter than the geometry needs");
     }
-    let (bi, gi) = divmod32(block_idx_z(), groups);
+    let (bg, _) = divmod32(block_idx_z(), splits);
+    let (bi, gi) = divmod32(bg, groups);
     let (m0, n0) = (block_idx_y() as usize * bm, block_idx_x() as usize * bn);
     let (m, n, k) = (m as usize, n as usize, k as usize);
     let wave = flat_thread_idx() as usize / wave::size() as usize;
@@ -98,6 +113,11 @@ pub fn conv2d_implicit<T: GemmElem>(x: &[T], w: &[T], bias: &[T], y: &mut [T], g
     // its rows are `kr0, kr0 + rstep, ..`.
     let (tid, threads) = (flat_thread_idx() as usize, block_threads());
     let (nc, kr0, rstep) = (tid % bn, tid / bn, threads / bn);
+    // B-tile rows per work-item and K step (`bk` is a multiple of `rstep` for every tile).
+    let rows = bk / rstep;
+    if rows > GATHER_ROWS || rows * rstep != bk {
+        panic!("conv2d_implicit: the B tile does not split into the gather's rows");
+    }
     let col_n = n0 + nc;
     let col_ok = col_n < n;
     let (oy, ox) = divmod32(col_n as u32, ow);
@@ -110,12 +130,17 @@ pub fn conv2d_implicit<T: GemmElem>(x: &[T], w: &[T], bias: &[T], y: &mut [T], g
     let smem_ptr = smem.as_ptr();
     let smem_at = SharedAddr::new(smem_ptr);
     let stage_bytes = stage * size;
-    let steps = k.div_ceil(bk);
+    // This work-group's K steps: all of them, or its share under split K.
+    let all_steps = k.div_ceil(bk);
+    let per_split = all_steps.div_ceil(splits as usize);
+    let (_, si) = divmod32(block_idx_z(), splits);
+    let first = (si as usize * per_split).min(all_steps);
+    let steps = (all_steps - first).min(per_split);
     let mut acc = [[FragC::<f32>::zero(); MAX_F]; MAX_F];
 
-    // Copies K step `step` into the buffer at byte offset `at` (one commit group).
+    // Copies K step `first + step` into the buffer at byte offset `at` (one commit group).
     let load = |step: usize, at: usize| {
-        let k0 = step * bk;
+        let k0 = (first + step) * bk;
         let buf_a = smem_at.add(at);
         let elems_a = (smem_ptr as *mut u8).wrapping_add(at) as *mut T;
         // SAFETY (A): every buffer fits in `smem` (checked above), every valid element of
@@ -128,84 +153,101 @@ pub fn conv2d_implicit<T: GemmElem>(x: &[T], w: &[T], bias: &[T], y: &mut [T], g
         let elems_b = elems_a.wrapping_add(a_tile);
         // This work-item's first row of the step as (ci, ky, kx): two divisions per step;
         // each next row (`rstep` further along K) steps the window position forward with
-        // compares, not divisions.
+        // compares, not divisions. All of the step's loads are issued first, into
+        // registers (straight-line code, `rows` a constant on a GPU), and only then stored
+        // to the tile: a store right after its load would wait out one memory latency per
+        // element.
         let mut kg = (k0 + kr0) as u32;
         let (mut ci, t) = divmod32(kg, taps);
         let (mut ky, mut kx) = divmod32(t, kw);
         let rs = rstep as u32;
-        let mut kr = kr0;
-        while kr < bk {
-            let mut v = T::ZERO;
-            if col_ok && (kg as usize) < k {
+        let mut vals = [T::ZERO; GATHER_ROWS];
+        each!(i in [0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 21, 22, 23, 24, 25, 26, 27, 28, 29, 30, 31] {
+            if i < rows {
                 let (iy, ix) = (iy0.wrapping_add(ky * dil), ix0.wrapping_add(kx * dil));
-                if iy < h && ix < wd {
+                if col_ok && (kg as usize) < k && iy < h && ix < wd {
                     // SAFETY: (bi, gi*cin + ci, iy, ix) is an element of the input view,
                     // which lies in `x` (checked above).
-                    v = unsafe { *xp.add((x_base + ci * s1 + iy * s2 + ix * s3) as usize) };
+                    vals[i] = unsafe { *xp.add((x_base + ci * s1 + iy * s2 + ix * s3) as usize) };
+                }
+                if i + 1 < rows {
+                    kg += rs;
+                    kx += rs;
+                    while kx >= kw {
+                        kx -= kw;
+                        ky += 1;
+                    }
+                    while ky >= kh {
+                        ky -= kh;
+                        ci += 1;
+                    }
                 }
             }
-            // SAFETY: (kr, nc) lies in the B tile of this buffer.
-            unsafe { *elems_b.add(kr * ldb + nc) = v };
-            kr += rstep;
-            kg += rs;
-            kx += rs;
-            while kx >= kw {
-                kx -= kw;
-                ky += 1;
+        });
+        // (The last unrolled row's window step is never used.)
+        let _ = (kg, ci);
+        each!(i in [0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 21, 22, 23, 24, 25, 26, 27, 28, 29, 30, 31] {
+            if i < rows {
+                // SAFETY: (kr0 + i * rstep, nc) lies in the B tile of this buffer.
+                unsafe { *elems_b.add((kr0 + i * rstep) * ldb + nc) = vals[i] };
             }
-            while ky >= kh {
-                ky -= kh;
-                ci += 1;
-            }
-        }
+        });
         mma::copy::commit();
     };
 
     let a_lane = ((wy * fm * 16) * lda + FragA::<T::Frag>::lane_offset(lda)) * size;
     let b_lane = (a_tile + wx * fn_ * 16 + FragB::<T::Frag>::lane_offset(ldb)) * size;
-    if steps > 0 {
-        load(0, 0);
-    }
-    let mut read = 0;
-    let mut step = 0;
-    while step < steps {
-        // This step's copies are done (the only group pending), and every wave is past
-        // the previous step's products, so the other buffer is free for the next step.
-        mma::copy::wait_groups(0);
-        barrier();
-        let fill = if read == 0 { stage_bytes } else { 0 };
-        if step + 1 < steps {
-            load(step + 1, fill);
+    // Iteration `j` loads K step `j` (while there is one) into buffer `j % 2` and
+    // multiplies step `j - 1` from the other: the order of a prologue load followed by
+    // load-next/multiply-current steps, with one call site of `load` (so it is inlined;
+    // two call sites left a call in the main loop once the gather grew).
+    let mut j = 0;
+    while j <= steps {
+        if j > 0 {
+            // Step `j - 1`'s copies are done (the only group pending), and every wave is
+            // past step `j - 2`'s products, so buffer `j % 2` is free for step `j`.
+            mma::copy::wait_groups(0);
+            barrier();
         }
-        // SAFETY: the buffer at `read` lies in `smem`.
-        let sa_ptr = unsafe { (smem_ptr as *const u8).add(read) } as *const T;
-        // SAFETY: as above.
-        let sb_ptr = unsafe { sa_ptr.add(a_tile) };
-        let (sa_lane, sb_lane) = (smem_at.add(read + a_lane), smem_at.add(read + b_lane));
-        each!(kk in [0, 1, 2, 3] {
-            if kk < bk / 16 {
-                if T::SPLIT && low == Lowering::Valu {
-                    f32_k16_valu::<T>(&mut acc, (fm, fn_), (sa_ptr, sb_ptr), (lda, ldb), (wy, wx), kk);
-                } else if !T::SPLIT && mma::pairs_k::<T::Frag>() && (bk / 16) % 2 == 0 {
-                    if kk % 2 == 0 {
-                        mma_k32::<T>(&mut acc, (fm, fn_), (sa_lane, sb_lane), (lda, ldb), kk);
+        if j < steps {
+            load(j, (j % 2) * stage_bytes);
+        }
+        if j > 0 {
+            let read = ((j - 1) % 2) * stage_bytes;
+            // SAFETY: the buffer at `read` lies in `smem`.
+            let sa_ptr = unsafe { (smem_ptr as *const u8).add(read) } as *const T;
+            // SAFETY: as above.
+            let sb_ptr = unsafe { sa_ptr.add(a_tile) };
+            let (sa_lane, sb_lane) = (smem_at.add(read + a_lane), smem_at.add(read + b_lane));
+            each!(kk in [0, 1, 2, 3] {
+                if kk < bk / 16 {
+                    if T::SPLIT && low == Lowering::Valu {
+                        f32_k16_valu::<T>(&mut acc, (fm, fn_), (sa_ptr, sb_ptr), (lda, ldb), (wy, wx), kk);
+                    } else if !T::SPLIT && mma::pairs_k::<T::Frag>() && (bk / 16) % 2 == 0 {
+                        if kk % 2 == 0 {
+                            mma_k32::<T>(&mut acc, (fm, fn_), (sa_lane, sb_lane), (lda, ldb), kk);
+                        }
+                    } else {
+                        mma_k16::<T>(&mut acc, (fm, fn_), (sa_ptr, sb_ptr), (sa_lane, sb_lane), (lda, ldb), (wy, wx), kk);
                     }
-                } else {
-                    mma_k16::<T>(&mut acc, (fm, fn_), (sa_ptr, sb_ptr), (sa_lane, sb_lane), (lda, ldb), (wy, wx), kk);
                 }
-            }
-        });
-        read = fill;
-        step += 1;
+            });
+        }
+        j += 1;
     }
 
-    // Epilogue: straight from the accumulators, bias per output channel (row).
+    // Epilogue: straight from the accumulators, bias per output channel (row); under split
+    // K the f32 partial tile instead.
     let has_bias = !bias.is_empty();
     let (m0, n0) = (opaque_u32(block_idx_y()) as usize * bm, opaque_u32(block_idx_x()) as usize * bn);
-    let (bi, gi) = divmod32(opaque_u32(block_idx_z()), groups);
+    let (bg, si) = divmod32(opaque_u32(block_idx_z()), splits);
+    let (bi, gi) = divmod32(bg, groups);
     let ch0 = gi as usize * m;
     let y_ptr = y.as_mut_ptr();
+    let part_ptr = part.as_mut_ptr();
     let y_base = (bi as usize * groups as usize * m + ch0) * n;
+    let part_base = si as usize * n_y as usize + y_base;
+    let split = splits > 1;
     each!(i in [0, 1, 2, 3] {
         each!(j in [0, 1, 2, 3] {
             if i < fm && j < fn_ {
@@ -214,12 +256,17 @@ pub fn conv2d_implicit<T: GemmElem>(x: &[T], w: &[T], bias: &[T], y: &mut [T], g
                     let (row, col) = (row0 + r, col0 + cc);
                     if row < m && col < n {
                         let mut v = v;
-                        // SAFETY: row < m, col < n: inside `y` and `bias` (checked above).
+                        // SAFETY: row < m, col < n: inside `y`, `bias` and (split) `part`
+                        // (checked above).
                         unsafe {
-                            if has_bias {
-                                v += bias.get_unchecked(ch0 + row).to_f32();
+                            if split {
+                                *part_ptr.add(part_base + row * n + col) = v;
+                            } else {
+                                if has_bias {
+                                    v += bias.get_unchecked(ch0 + row).to_f32();
+                                }
+                                *y_ptr.add(y_base + row * n + col) = T::from_f32(v);
                             }
-                            *y_ptr.add(y_base + row * n + col) = T::from_f32(v);
                         }
                     }
                 });
@@ -228,10 +275,37 @@ pub fn conv2d_implicit<T: GemmElem>(x: &[T], w: &[T], bias: &[T], y: &mut [T], g
     });
 }
 
+/// The second pass of a split-K [`conv2d_implicit`](fn@conv2d_implicit): `y[i] = sum_s
+/// part[s * len(y) + i] + bias[channel of i]` (`bias` empty: none), rounded once to `T`.
+/// `geom` = `[splits, oh*ow, c_out]`. Grid-stride over `y`.
+#[amdgpu_kernel(T = [f32, f16, bf16])]
+pub fn conv2d_split_sum<T: GemmElem>(part: &[f32], bias: &[T], y: &mut [T], geom: &[u32]) {
+    let (splits, n, c_out) = (geom[0] as usize, geom[1] as usize, geom[2] as usize);
+    let len = y.len();
+    if part.len() < splits * len || n == 0 || !(bias.is_empty() || bias.len() >= c_out) {
+        panic!("conv2d_split_sum: a buffer is shorter than the geometry needs");
+    }
+    let step = global_size_x();
+    let mut i = global_idx_x();
+    while i < len {
+        let mut v = 0f32;
+        let mut s = 0;
+        while s < splits {
+            v += part[s * len + i];
+            s += 1;
+        }
+        if !bias.is_empty() {
+            v += bias[(i / n) % c_out].to_f32();
+        }
+        y[i] = T::from_f32(v);
+        i += step;
+    }
+}
+
 /// Checked launches.
 #[cfg(not(any(target_arch = "amdgpu", target_arch = "nvptx64")))]
 pub mod host {
-    use super::{conv2d_implicit, conv_smem_elems, CONV_GEOM};
+    use super::{conv2d_implicit, conv2d_split_sum, conv_smem_elems, CONV_GEOM};
     use crate::conv::ops::{conv_out_len, ConvGeometry};
     use crate::dtype::host::{arg_len, fits_i32, invalid, product};
     use crate::gemm::{block_tile, lowering_of, work_group_size, GemmElem};
@@ -275,7 +349,8 @@ pub mod host {
     /// s3]`, any strides) of its buffer; `weight` contiguous `(c_out, c_in/groups, k_h,
     /// k_w)`; `bias` `c_out` elements; `y` contiguous `(batch, c_out, oh, ow)`. Returns
     /// `(oh, ow)`. Checks every size first: a bad one is `InvalidArgument` and nothing
-    /// runs.
+    /// runs. A launch of fewer work-groups than `dev` has compute units splits K
+    /// ([`split_k`]).
     #[allow(clippy::too_many_arguments)]
     pub fn conv2d<T: GemmElem + ScalarArg>(
         dev: &Device,
@@ -287,6 +362,43 @@ pub mod host {
         s: Conv2dShape,
         g: ConvGeometry,
         y: &mut (impl KernelArgSliceMut<T> + ?Sized),
+    ) -> Result<(usize, usize), LaunchError> {
+        conv2d_split(dev, x, strides, offset, weight, bias, s, g, y, None)
+    }
+
+    /// Least K steps per split of [`split_k`].
+    const MIN_SPLIT_STEPS: usize = 4;
+
+    /// How many ways a launch of `blocks` work-groups over `steps` K steps splits K on a
+    /// device of `cus` compute units: enough for one work-group per compute unit (the
+    /// deep, small-image layers of a UNet launch a handful of tiles), each split at least
+    /// [`MIN_SPLIT_STEPS`] steps; 1 (no split) when the grid already fills the device or
+    /// the unit count is unknown. Every split of the result gets at least one step.
+    pub fn split_k(cus: Option<u32>, blocks: usize, steps: usize) -> usize {
+        let cus = cus.unwrap_or(0) as usize;
+        if blocks == 0 || blocks >= cus {
+            return 1;
+        }
+        let want = cus.div_ceil(blocks).min(steps / MIN_SPLIT_STEPS).max(1);
+        steps.div_ceil(steps.div_ceil(want).max(1)).max(1)
+    }
+
+    /// [`conv2d`] with the number of K splits given (`None`: [`split_k`]'s choice; a count
+    /// above the K steps is reduced to it, one step per split). With more than one split,
+    /// the work-groups write f32 partial sums to a scratch buffer of `splits` outputs and
+    /// [`conv2d_split_sum`](fn@super::conv2d_split_sum) adds them (and the bias) into `y`.
+    #[allow(clippy::too_many_arguments)]
+    pub fn conv2d_split<T: GemmElem + ScalarArg>(
+        dev: &Device,
+        x: &(impl KernelArgSlice<T> + ?Sized),
+        strides: [usize; 4],
+        offset: usize,
+        weight: &(impl KernelArgSlice<T> + ?Sized),
+        bias: Option<&(dyn KernelArgSlice<T> + '_)>,
+        s: Conv2dShape,
+        g: ConvGeometry,
+        y: &mut (impl KernelArgSliceMut<T> + ?Sized),
+        splits: Option<usize>,
     ) -> Result<(usize, usize), LaunchError> {
         let Conv2dShape { batch, c_in, h, w, c_out, k_h, k_w, groups } = s;
         if groups == 0 || c_in % groups != 0 || c_out % groups != 0 || c_in == 0 {
@@ -329,22 +441,42 @@ pub mod host {
             return Ok((oh, ow));
         }
         let low = lowering_of(dev);
-        let (bm, bn, _) = block_tile::<T>(low);
-        let (gx, gy, gz) = ((oh * ow).div_ceil(bn), m.div_ceil(bm), batch * groups);
+        let (bm, bn, bk) = block_tile::<T>(low);
+        let (gx, gy) = ((oh * ow).div_ceil(bn), m.div_ceil(bm));
+        let steps = (cin_g * k_h * k_w).div_ceil(bk).max(1);
+        let splits = match splits {
+            Some(sp) => {
+                let sp = sp.clamp(1, steps);
+                steps.div_ceil(steps.div_ceil(sp))
+            }
+            None => split_k(kernel_dsl::host::Executor::compute_units(dev), gx * gy * batch * groups, steps),
+        };
+        // The partials are indexed with 32 bits too.
+        let splits = if splits.saturating_mul(n_y) < 1 << 31 { splits } else { 1 };
+        let gz = batch * groups * splits;
         if gy > 65535 || gz > 65535 {
-            return Err(invalid(K, format!("{m} channels per group or {gz} batch x groups exceed the 65535 grid limit")));
+            return Err(invalid(K, format!("{m} channels per group or {gz} batch x groups x K splits exceed the 65535 grid limit")));
         }
         let u = |v: usize| v as u32;
         let geom: [u32; CONV_GEOM] = [
             u(cin_g), u(h), u(w), u(k_h), u(k_w), u(oh), u(ow), u(g.stride), u(g.padding), u(g.dilation), u(m), u(groups),
-            u(strides[0]), u(strides[1]), u(strides[2]), u(strides[3]), u(offset),
+            u(strides[0]), u(strides[1]), u(strides[2]), u(strides[3]), u(offset), u(splits),
         ];
         let geom = dev.upload(&geom)?;
         let none: [T; 0] = [];
         let bias: &dyn KernelArgSlice<T> = bias.unwrap_or(&none);
         let cfg = LaunchConfig::new(Dim3::new(gx as u32, gy as u32, gz as u32), Dim3::x(work_group_size(low) as u32))
             .with_dynamic_shared(conv_smem_elems::<T>(low));
-        conv2d_implicit::launch::<T>(dev, cfg, x, weight, bias, y, &geom)?;
+        if splits == 1 {
+            let mut no_part: [f32; 0] = [];
+            conv2d_implicit::launch::<T>(dev, cfg, x, weight, bias, y, &mut no_part, &geom)?;
+            return Ok((oh, ow));
+        }
+        // Every partial is written before it is read: no zeroing.
+        let mut part = dev.alloc_uninit::<f32>(product(K, &[splits, n_y])?)?;
+        conv2d_implicit::launch::<T>(dev, cfg, x, weight, bias, y, &mut part, &geom)?;
+        let sum_geom = dev.upload(&[u(splits), u(oh * ow), u(c_out)])?;
+        conv2d_split_sum::launch::<T>(dev, crate::indexing::elements_config(n_y), &part, bias, y, &sum_geom)?;
         Ok((oh, ow))
     }
 }

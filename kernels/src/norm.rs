@@ -386,38 +386,40 @@ pub fn group_norm<T: Float>(
     let x = &input[start..end];
     let y = &mut out[start..end];
     let c0 = (bg % groups as usize) * cpg;
-    let (tid, threads) = (flat_thread_idx() as usize, flat_block_dim() as usize);
     let k0 = if len == 0 { 0.0 } else { x[0].to_f32() };
     let (mut s, mut q) = (0.0f32, 0.0f32);
-    let mut e = tid;
-    while e < len {
-        let d = x[e].to_f32() - k0;
-        s += d;
-        q = d.mul_add(d, q);
-        e += threads;
-    }
+    // Both passes stream 16-byte chunks, two loads in flight per work-item in the first:
+    // element-wise loads kept one 2-byte load in flight per work-item, and with only
+    // `batch * groups` work-groups that left the memory system mostly idle. Padding
+    // reads as k0, so it adds nothing.
+    for_each_chunk(x, k0, |v, _| add_shifted(v, k0, &mut s, &mut q));
     let (s, rstd) = shifted_stats(s, q, len, eps, &mut partials, &mut partials2);
     let mean = k0 + s;
-    // Each work-item walks its elements in steps of `threads`, carrying its channel and
-    // position in it (no division per element).
-    let (mut ch, mut at) = (tid / spatial.max(1), tid % spatial.max(1));
-    let mut e = tid;
-    while e < len {
-        let c = c0 + ch;
+    let spatial = spatial.max(1);
+    // A chunk lies in one channel when `spatial` is a multiple of the chunk (every SD
+    // layer): one channel lookup per chunk, else one per element.
+    let chunk_in_channel = spatial.is_multiple_of(CHUNK);
+    let wb = |c: usize| -> (f32, f32) {
         let w = if weight.is_empty() { 1.0 } else { weight[c].to_f32() };
         let b = if bias.is_empty() { 0.0 } else { bias[c].to_f32() };
-        let mut v = (x[e].to_f32() - mean).mul_add(rstd * w, b);
-        if silu != 0 {
-            v /= 1.0 + FloatMath::exp(-v);
-        }
-        y[e] = T::from_f32(v);
-        e += threads;
-        at += threads;
-        while at >= spatial {
-            at -= spatial;
-            ch += 1;
-        }
-    }
+        (w * rstd, b)
+    };
+    map_chunks(x, y, |v, e| {
+        let mut r = [0.0f32; CHUNK];
+        let (mut ws, mut b) = wb(c0 + e / spatial);
+        each_lane!(j, {
+            if !chunk_in_channel && j > 0 {
+                // (The padding of a partial last chunk takes the last element's channel.)
+                (ws, b) = wb(c0 + (e + j).min(len - 1) / spatial);
+            }
+            let mut t = (v[j] - mean).mul_add(ws, b);
+            if silu != 0 {
+                t /= 1.0 + FloatMath::exp(-t);
+            }
+            r[j] = t;
+        });
+        r
+    });
 }
 
 /// [`rms_norm`](fn@rms_norm) for many rows: one wave per row (no barriers, no shared memory).

@@ -278,8 +278,15 @@ fn bad_conv_shapes_are_rejected() {
 /// once to `T` (`eps_T * sum |terms|`, with `sum |terms|` including the bias). f32 inputs
 /// multiply as three bf16 products (about 16 significant bits each: `2^-14 * sum |terms|`).
 #[allow(clippy::too_many_arguments)] // one convolution's whole geometry
-fn implicit_case<T: F + kernels::gemm::GemmElem + kernel_dsl::host::ScalarArg>(dev: &Device, b: usize, c: usize, (h, w): (usize, usize), c_out: usize, k: (usize, usize), g: ConvGeometry, groups: usize) {
-    use kernels::conv_implicit::{conv2d, Conv2dShape};
+fn implicit_case<T: F + kernels::gemm::GemmElem + kernel_dsl::host::ScalarArg>(dev: &Device, b: usize, c: usize, hw: (usize, usize), c_out: usize, k: (usize, usize), g: ConvGeometry, groups: usize) {
+    implicit_case_split::<T>(dev, b, c, hw, c_out, k, g, groups, None)
+}
+
+/// [`implicit_case`] with the K splits given (`conv2d_split`): the f32 partial sums and
+/// the second pass that adds them with the bias.
+#[allow(clippy::too_many_arguments)] // one convolution's whole geometry
+fn implicit_case_split<T: F + kernels::gemm::GemmElem + kernel_dsl::host::ScalarArg>(dev: &Device, b: usize, c: usize, (h, w): (usize, usize), c_out: usize, k: (usize, usize), g: ConvGeometry, groups: usize, splits: Option<usize>) {
+    use kernels::conv_implicit::{conv2d_split, Conv2dShape};
     let (s3, s2) = (1, w + 3);
     let (s1, s0) = (h * s2, c * h * s2);
     let offset = 5;
@@ -292,10 +299,10 @@ fn implicit_case<T: F + kernels::gemm::GemmElem + kernel_dsl::host::ScalarArg>(d
     let (oh, ow) = shape.out_hw(g).unwrap();
     let (src, dw, db) = (dev.upload(&buf).unwrap(), dev.upload(&weight).unwrap(), dev.upload(&bias).unwrap());
     let mut out = dev.alloc::<T>(b * c_out * oh * ow).unwrap();
-    let hw = conv2d::<T>(dev, &src, [s0, s1, s2, s3], offset, &dw, Some(&db), shape, g, &mut out).unwrap();
+    let hw = conv2d_split::<T>(dev, &src, [s0, s1, s2, s3], offset, &dw, Some(&db), shape, g, &mut out, splits).unwrap();
     assert_eq!(hw, (oh, ow));
     let got = dev.download(&out).unwrap();
-    let what = format!("implicit conv2d {} on {} / {:?}: b{b} c{c} {h}x{w} -> {c_out} k{k:?} {g:?} groups {groups}", <T as DType>::NAME, kernel_dsl::host::Executor::name(dev), kernels::gemm::lowering_of(dev));
+    let what = format!("implicit conv2d {} on {} / {:?}: b{b} c{c} {h}x{w} -> {c_out} k{k:?} {g:?} groups {groups} splits {splits:?}", <T as DType>::NAME, kernel_dsl::host::Executor::name(dev), kernels::gemm::lowering_of(dev));
     let kk = (cg * k.0 * k.1) as f64;
     let eps = if T::EPS < 1e-6 { 2f64.powi(-14) } else { kk * f32::EPSILON as f64 + T::EPS };
     let cog = c_out / groups;
@@ -348,6 +355,35 @@ fn implicit_cases<T: F + kernels::gemm::GemmElem + kernel_dsl::host::ScalarArg>(
         implicit_case::<T>(&dev, 1, 3, (5, 6), 2, (2, 3), geo(0, 1, 1), 1);
         // More output positions than one N tile of every lowering (144 > 128).
         implicit_case::<T>(&dev, 1, 2, (12, 12), 3, (3, 3), geo(1, 1, 1), 1);
+        // Split K: K = 16 * 9 = 144 (5 steps of 32, 3 of 64, 9 of 16) in 3 and in 2 splits,
+        // with groups (each group's partial tiles), stride 2, and more splits than steps.
+        implicit_case_split::<T>(&dev, 2, 16, (6, 7), 5, (3, 3), geo(1, 1, 1), 1, Some(3));
+        implicit_case_split::<T>(&dev, 1, 32, (5, 5), 6, (3, 3), geo(1, 2, 1), 2, Some(2));
+        implicit_case_split::<T>(&dev, 1, 4, (4, 4), 3, (1, 1), geo(0, 1, 1), 1, Some(9));
+    }
+}
+
+/// The automatic K split: none where the grid fills the device or the unit count is
+/// unknown; enough splits for one work-group per unit, at least 4 K steps each, every
+/// split non-empty.
+#[test]
+fn implicit_conv2d_split_k_choice() {
+    use kernels::conv_implicit::split_k;
+    assert_eq!(split_k(None, 10, 100), 1);
+    assert_eq!(split_k(Some(132), 132, 100), 1);
+    assert_eq!(split_k(Some(132), 200, 100), 1);
+    // SD 1.5's 1280-channel 3x3 at 16x16, batch 2, on an H100: 20 tiles, 180 steps of 64.
+    assert_eq!(split_k(Some(132), 20, 180), 7);
+    // Few steps: at least 4 per split.
+    assert_eq!(split_k(Some(132), 10, 9), 2);
+    assert_eq!(split_k(Some(132), 10, 3), 1);
+    // 12 steps in 3 splits of 4.
+    assert_eq!(split_k(Some(30), 10, 12), 3);
+    for (cus, blocks, steps) in [(132u32, 7usize, 37usize), (304, 3, 500), (80, 40, 9)] {
+        let s = split_k(Some(cus), blocks, steps);
+        let per = steps.div_ceil(s);
+        assert!((s - 1) * per < steps, "{cus} {blocks} {steps}: {s} splits of {per} leave one empty");
+        assert!(s == 1 || per >= 4);
     }
 }
 

@@ -515,6 +515,12 @@ PY
             step "$s-f16" 300 "$BIN/sd-worker" bench --shape "$s" --steps 5 --device cuda:0 --dtype f16
             grep '^{' "$out/$s-f16.log" > "$out/sd/ours_${s}_f16.jsonl" || true
         done
+        # The same UNet step with every 3x3 convolution on our implicit-GEMM kernel instead
+        # of im2col + cuBLAS (report row "ours-implicit"); SD_IMPLICIT_SHAPES (default sd15).
+        for s in ${SD_IMPLICIT_SHAPES-sd15}; do
+            CANDLE_ROCM_CONV=implicit step "$s-f16-implicit" 240 "$BIN/sd-worker" bench --shape "$s" --steps 5 --device cuda:0 --dtype f16
+            grep '^{' "$out/$s-f16-implicit.log" > "$out/sd/ours-implicit_${s}_f16.jsonl" || true
+        done
         local site=""
         if site="$(py_site diffusers)" || python3 -c 'import diffusers' 2>/dev/null; then
             step torch-sd 300 env PYTHONPATH="$site" python3 "$py/torch_sd.py" --out "$out/sd" --shapes "${shapes// /,}" --steps 5

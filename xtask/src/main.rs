@@ -21,7 +21,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode};
 
 /// The crates we patch; each has `patches/<name>.patch`.
-pub const PATCHED: [&str; 2] = ["candle-core", "candle-nn"];
+pub const PATCHED: [&str; 3] = ["candle-core", "candle-nn", "candle-transformers"];
 
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();

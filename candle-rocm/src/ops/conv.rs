@@ -62,36 +62,77 @@ thread_local! {
     static IMPLICIT_ON_CPU: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
 }
 
-/// Runs `f` with the conv2d calls it issues on the CPU executor taking the implicit-GEMM
-/// kernel (emulated lane by lane, as on a GPU) instead of im2col + `matmul_simple`: tests
-/// of the GPU path without a GPU.
+/// Runs `f` with the conv2d calls it issues taking the implicit-GEMM kernel (unless
+/// `CANDLE_ROCM_CONV=im2col`): on the CPU executor (emulated lane by lane, as on a GPU)
+/// instead of im2col + `matmul_simple`, tests of the GPU path without a GPU; on a GPU
+/// also where im2col + the vendor BLAS would run.
 pub fn with_implicit_conv_on_cpu<R>(f: impl FnOnce() -> R) -> R {
     crate::blas::with_thread_flag(&IMPLICIT_ON_CPU, f)
 }
 
-/// `true` where conv2d takes the implicit-GEMM kernel: on a GPU (or the CPU executor
-/// inside [`with_implicit_conv_on_cpu`]), unless `CANDLE_ROCM_CONV=im2col` is set (read
-/// once; the whole process), which keeps the im2col + GEMM path (to compare the two).
+/// `true` where conv2d takes the implicit-GEMM kernel (f16/bf16, not 1x1): by default
+/// on a GPU without a vendor BLAS (the kernel against im2col + our GEMM kernels), and
+/// inside [`with_implicit_conv_on_cpu`]. A GPU whose vendor BLAS is
+/// loaded and allowed takes im2col + that BLAS instead: on an H200 (session s1, f16, SD
+/// 1.5 layers) the implicit kernel reached 3-63 TFLOP/s against cuDNN's 100-764, below
+/// what a vendor GEMM on the im2col buffer gives. `CANDLE_ROCM_CONV` (read once; the whole
+/// process) overrides: `implicit` takes the kernel on every GPU, `im2col` never (1x1
+/// convolutions included, see [`conv2d_pointwise`]).
 pub fn implicit_conv_allowed(dev: &Device) -> bool {
-    !im2col_forced() && (dev.is_gpu() || IMPLICIT_ON_CPU.with(|k| k.get()))
+    match conv_choice() {
+        ConvChoice::Im2col => false,
+        ConvChoice::Implicit => dev.is_gpu() || IMPLICIT_ON_CPU.with(|k| k.get()),
+        ConvChoice::Auto => IMPLICIT_ON_CPU.with(|k| k.get()) || (dev.is_gpu() && !(crate::blas::blas_allowed() && crate::blas::available(dev))),
+    }
+}
+
+/// The `CANDLE_ROCM_CONV` override.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum ConvChoice {
+    Auto,
+    Implicit,
+    Im2col,
+}
+
+fn conv_choice() -> ConvChoice {
+    static CHOICE: std::sync::OnceLock<ConvChoice> = std::sync::OnceLock::new();
+    *CHOICE.get_or_init(|| match std::env::var("CANDLE_ROCM_CONV").as_deref() {
+        Ok("im2col") => ConvChoice::Im2col,
+        Ok("implicit") => ConvChoice::Implicit,
+        _ => ConvChoice::Auto,
+    })
 }
 
 /// `true` with `CANDLE_ROCM_CONV=im2col` in the environment (read once): every conv2d
 /// takes im2col + GEMM, 1x1 ones included (the path before the implicit-GEMM kernel).
 fn im2col_forced() -> bool {
-    static IM2COL: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *IM2COL.get_or_init(|| std::env::var("CANDLE_ROCM_CONV").is_ok_and(|v| v == "im2col"))
+    conv_choice() == ConvChoice::Im2col
 }
 
-/// A 1x1 convolution with stride 1 and no padding whose input's spatial dims are
-/// contiguous, as one batched GEMM `y[b] (c_out x hw) = W (c_out x c_in) x[b] (c_in x hw)`
-/// on the input in place (no copy, no im2col); `None` for other convolutions and dtypes.
+/// The stride between consecutive positions of the flattened `h x w` plane of a view
+/// with strides `s2`, `s3` (`None` when the plane does not flatten to one stride): 1 for
+/// NCHW, `c` for a channels-last view.
+fn plane_stride(h: usize, w: usize, s2: usize, s3: usize) -> Option<usize> {
+    match (h, w) {
+        _ if h * w <= 1 => Some(1),
+        (_, 1) => Some(s2),
+        (1, _) => Some(s3),
+        _ if s2 == w * s3 => Some(s3),
+        _ => None,
+    }
+}
+
+/// A 1x1 convolution with stride 1 and no padding whose input's spatial plane flattens to
+/// one stride (NCHW, or a channels-last view such as a transformer block's output seen as
+/// `(b, c, h, w)`), as one batched GEMM `y[b] (c_out x hw) = W (c_out x c_in) x[b] (c_in x
+/// hw)` on the input in place (no copy, no im2col; a channels-last `x[b]` is a transposed
+/// operand); `None` for other convolutions and dtypes.
 fn conv2d_pointwise(dev: &Device, x: &Buf, l: &Layout, kernel: &Buf, kl: &Layout, p: &ParamsConv2D) -> Result<Option<Buf>> {
     const OP: &str = "conv2d";
     let (dims, [s0, s1, s2, s3]) = dims4(l, OP)?;
     let [b, c_in, h, w] = dims;
-    let spatial_contiguous = (w == 1 || s3 == 1) && (h == 1 || s2 == w);
-    if im2col_forced() || p.k_h != 1 || p.k_w != 1 || p.stride != 1 || p.padding != 0 || !spatial_contiguous || !matches!(x.dtype(), DType::F32 | DType::F16 | DType::BF16) {
+    let Some(cs) = plane_stride(h, w, s2, s3) else { return Ok(None) };
+    if im2col_forced() || p.k_h != 1 || p.k_w != 1 || p.stride != 1 || p.padding != 0 || !matches!(x.dtype(), DType::F32 | DType::F16 | DType::BF16) {
         return Ok(None);
     }
     let kc = contiguous_buf(dev, kernel, kl)?;
@@ -101,7 +142,7 @@ fn conv2d_pointwise(dev: &Device, x: &Buf, l: &Layout, kernel: &Buf, kl: &Layout
     }
     let hw = h * w;
     let a = GemmOperand { data: whole(kb)?, batch: 0, row: c_in, col: 1 };
-    let bm = GemmOperand { data: x.region(l.start_offset(), x.len() - l.start_offset().min(x.len()))?, batch: s0, row: s1, col: 1 };
+    let bm = GemmOperand { data: x.region(l.start_offset(), x.len() - l.start_offset().min(x.len()))?, batch: s0, row: s1, col: cs };
     float_dispatch!(x.dtype(), OP, T => {
         let mut out = alloc::<T>(dev, b * p.c_out * hw, OP)?;
         gemm::<T>(dev, &a, &bm, &mut out, GemmShape { batch: b, m: p.c_out, n: hw, k: c_in })?;

@@ -1,7 +1,8 @@
 //! candle-nn's fused ops on this project's kernels: softmax over the last dimension,
-//! sigmoid, RMSNorm, LayerNorm, GroupNorm, and the three rotary embeddings.
+//! sigmoid, RMSNorm, LayerNorm, GroupNorm (with SiLU), the three rotary embeddings, and
+//! non-causal attention on the flash-attention prefill kernel.
 use super::{alloc, contiguous, contiguous_view, float_dispatch};
-use crate::buffer::Buf;
+use crate::buffer::{Buf, BufElem};
 use crate::error::{at, invalid};
 use candle_core::{FusedOp, Layout, Result, Shape};
 use kernels::rope::RopeShape;
@@ -59,8 +60,9 @@ pub fn fused(dev: &Device, op: FusedOp, x: &Buf, xl: &Layout, rest: &[(&Buf, &La
                 Ok(crate::buffer::BufElem::wrap(y))
             })?
         }
-        FusedOp::GroupNorm { groups, eps } => {
+        FusedOp::GroupNorm { groups, eps } | FusedOp::GroupNormSilu { groups, eps } => {
             const OP: &str = "group_norm";
+            let silu = matches!(op, FusedOp::GroupNormSilu { .. });
             want(2, OP)?;
             let ((w, wl), (b, bl)) = (rest[0], rest[1]);
             let dims = xl.dims();
@@ -76,7 +78,7 @@ pub fn fused(dev: &Device, op: FusedOp, x: &Buf, xl: &Layout, rest: &[(&Buf, &La
                 let mut y = alloc::<T>(dev, n, OP)?;
                 if n > 0 {
                     let (w, b): (&dyn kernel_dsl::host::KernelArgSlice<T>, &dyn kernel_dsl::host::KernelArgSlice<T>) = (ws, bs);
-                    kernels::norm::group_norm_rows::<T>(dev, xs, Some(w), Some(b), &mut y, (c, spatial), groups, eps, false).map_err(at(OP))?;
+                    kernels::norm::group_norm_rows::<T>(dev, xs, Some(w), Some(b), &mut y, (c, spatial), groups, eps, silu).map_err(at(OP))?;
                 }
                 Ok(crate::buffer::BufElem::wrap(y))
             })?
@@ -84,6 +86,13 @@ pub fn fused(dev: &Device, op: FusedOp, x: &Buf, xl: &Layout, rest: &[(&Buf, &La
         FusedOp::RopeI | FusedOp::Rope | FusedOp::RopeThd => {
             want(2, "rope")?;
             rope(dev, op, x, xl, rest[0], rest[1])?
+        }
+        FusedOp::Attention { scale } => {
+            want(2, "attention")?;
+            match attention(dev, scale, (x, xl), rest[0], rest[1])? {
+                Some(b) => b,
+                None => return Ok(None),
+            }
         }
         _ => return Ok(None),
     };
@@ -121,4 +130,88 @@ fn rope(dev: &Device, op: FusedOp, x: &Buf, xl: &Layout, (c, cl): (&Buf, &Layout
         .map_err(at(OP))?;
         Ok(crate::buffer::BufElem::wrap(y))
     })
+}
+
+/// The flash kernels' head dimension for a head of `d`: the smallest built one that holds
+/// it (the head is zero-padded to it), `None` above the largest.
+pub fn flash_head_dim(d: usize) -> Option<usize> {
+    attention::flash::HEAD_DIMS.iter().copied().find(|&hd| hd >= d)
+}
+
+/// The view `(x, l)` (last dimension `d`) as a contiguous `(rows, hd)` buffer of `T`,
+/// each row zero-padded from `d` to `hd` elements: the buffer itself or a contiguous copy
+/// when `d == hd`, else one `copy2d` into a zeroed buffer (after a contiguous copy for a
+/// strided view).
+fn padded<'a, T: BufElem>(dev: &Device, (x, l): (&'a Buf, &Layout), hd: usize, keep: &'a mut Option<DeviceVec<T>>, op: &'static str) -> Result<&'a DeviceVec<T>> {
+    let d = l.dims().last().copied().unwrap_or(1);
+    if d == hd {
+        return contiguous::<T>(dev, x, l, keep, op);
+    }
+    let n = l.shape().elem_count();
+    let rows = n / d.max(1);
+    let copy;
+    let (src, so) = if l.is_contiguous() {
+        (x, l.start_offset())
+    } else {
+        let mut c = Buf::uninit(dev, x.dtype(), n)?;
+        super::elementwise::copy_strided(dev, x, l, &mut c, 0)?;
+        copy = c;
+        (&copy, 0)
+    };
+    let mut out = Buf::zeros(dev, x.dtype(), rows * hd)?;
+    if rows > 0 {
+        super::elementwise::copy2d(dev, src, &mut out, rows, d, d, hd, so, 0)?;
+    }
+    *keep = T::take(out);
+    keep.as_ref().ok_or_else(|| invalid(op, "padded copy of another dtype"))
+}
+
+/// `FusedOp::Attention` on the flash-attention prefill kernel (non-causal): f16/bf16, head
+/// dims up to the largest built one, a head between built sizes zero-padded to the next
+/// (zero columns of `q` and `k` add nothing to the scores; those of `v` give output
+/// columns that are dropped). `None` (the caller's host fallback) for other dtypes and
+/// wider heads.
+fn attention(dev: &Device, scale: f32, (q, ql): (&Buf, &Layout), (k, kl): (&Buf, &Layout), (v, vl): (&Buf, &Layout)) -> Result<Option<Buf>> {
+    const OP: &str = "attention";
+    let (&[b, sq, h, d], &[kb, sk, kh, kd]) = (ql.dims(), kl.dims()) else {
+        return Err(invalid(OP, format!("q {:?} and k {:?} are not (b, seq, heads, head_dim)", ql.dims(), kl.dims())));
+    };
+    if (kb, kh, kd) != (b, h, d) || vl.dims() != kl.dims() {
+        return Err(invalid(OP, format!("q {:?}, k {:?}, v {:?}: k and v must be (b, seq_k, heads, head_dim) of q's b, heads, head_dim", ql.dims(), kl.dims(), vl.dims())));
+    }
+    if k.dtype() != q.dtype() || v.dtype() != q.dtype() {
+        return Err(invalid(OP, format!("dtypes {:?}, {:?}, {:?} differ", q.dtype(), k.dtype(), v.dtype())));
+    }
+    let Some(hd) = flash_head_dim(d) else { return Ok(None) };
+    if !matches!(q.dtype(), candle_core::DType::F16 | candle_core::DType::BF16) || sk == 0 {
+        return Ok(None);
+    }
+    fn run<T: BufElem + attention::FlashElem>(dev: &Device, scale: f32, ops: [(&Buf, &Layout); 3], shape: attention::FlashShape, d: usize) -> Result<Buf> {
+        let hd = shape.head_dim;
+        let (mut k1, mut k2, mut k3) = (None::<DeviceVec<T>>, None::<DeviceVec<T>>, None::<DeviceVec<T>>);
+        let qs = padded::<T>(dev, ops[0], hd, &mut k1, OP)?;
+        let ks = padded::<T>(dev, ops[1], hd, &mut k2, OP)?;
+        let vs = padded::<T>(dev, ops[2], hd, &mut k3, OP)?;
+        let rows = shape.batch * shape.seq_q * shape.heads;
+        let mut out = alloc::<T>(dev, rows * hd, OP)?;
+        let mut lse = alloc::<f32>(dev, shape.batch * shape.heads * shape.seq_q, OP)?;
+        if rows > 0 {
+            attention::flash_attn::<T>(dev, shape, qs, ks, vs, &mut out, &mut lse, &attention::FlashOptions::new(scale)).map_err(|e| invalid(OP, e))?;
+        }
+        let out = T::wrap(out);
+        if hd == d {
+            return Ok(out);
+        }
+        let mut y = Buf::uninit(dev, out.dtype(), rows * d)?;
+        if rows > 0 {
+            super::elementwise::copy2d(dev, &out, &mut y, rows, d, hd, d, 0, 0)?;
+        }
+        Ok(y)
+    }
+    let shape = attention::FlashShape { batch: b, seq_q: sq, seq_k: sk, heads: h, kv_heads: h, head_dim: hd };
+    let ops = [(q, ql), (k, kl), (v, vl)];
+    Ok(Some(match q.dtype() {
+        candle_core::DType::F16 => run::<half::f16>(dev, scale, ops, shape, d)?,
+        _ => run::<half::bf16>(dev, scale, ops, shape, d)?,
+    }))
 }

@@ -196,6 +196,7 @@ fn bench_cmd(shape: Shape, steps: usize, device: &str, dtype: DType, batch: usiz
     unet(999.0)?;
     let ms = (0..steps).map(|i| unet(999.0 - i as f64)).collect::<Result<Vec<_>, _>>()?;
     line("unet_step", &ms);
+    profile("unet_step", &dev, || unet(500.0).map(|_| ()))?;
     let z: Tensor = lat.narrow(0, 0, 1)?;
     let vae = || -> Result<f64, SdError> {
         let t0 = Instant::now();
@@ -206,6 +207,21 @@ fn bench_cmd(shape: Shape, steps: usize, device: &str, dtype: DType, batch: usiz
     vae()?;
     let ms = (0..steps.min(3)).map(|_| vae()).collect::<Result<Vec<_>, _>>()?;
     line("vae_decode", &ms);
+    profile("vae_decode", &dev, || vae().map(|_| ()))?;
+    Ok(())
+}
+
+/// One more run of `f` with the backend's per-op profiler on (this project's devices
+/// only), printed to stderr as a table: where the time of a step goes, op by op
+/// (convolutions by shape). Runs after the timed ones: the profiler's events cost time.
+fn profile(what: &str, dev: &candle_core::Device, f: impl FnOnce() -> Result<(), SdError>) -> Result<(), SdError> {
+    let Some(rd) = candle_rocm::RocmDevice::from_candle(dev) else { return Ok(()) };
+    rd.set_profiling(true);
+    let r = f();
+    rd.set_profiling(false);
+    let p = rd.take_profile()?;
+    r?;
+    eprintln!("profile of one {what} (device time per backend op, summed over calls):\n{}", p.table());
     Ok(())
 }
 
