@@ -77,7 +77,7 @@ pub fn with_implicit_conv_on_cpu<R>(f: impl FnOnce() -> R) -> R {
 /// 1.5 layers) the implicit kernel reached 3-63 TFLOP/s against cuDNN's 100-764, below
 /// what a vendor GEMM on the im2col buffer gives. `CANDLE_ROCM_CONV` (read once; the whole
 /// process) overrides: `implicit` takes the kernel on every GPU, `im2col` never (1x1
-/// convolutions included, see [`conv2d_pointwise`]).
+/// convolutions included, see `conv2d_pointwise`).
 pub fn implicit_conv_allowed(dev: &Device) -> bool {
     match conv_choice() {
         ConvChoice::Im2col => false,
@@ -156,7 +156,10 @@ fn conv2d_pointwise(dev: &Device, x: &Buf, l: &Layout, kernel: &Buf, kl: &Layout
 /// convolutions stay on im2col + GEMM, whose vendor BLAS keeps full f32 precision.)
 fn conv2d_implicit(dev: &Device, x: &Buf, l: &Layout, kernel: &Buf, kl: &Layout, p: &ParamsConv2D) -> Result<Option<Buf>> {
     const OP: &str = "conv2d";
-    if !implicit_conv_allowed(dev) || !matches!(x.dtype(), DType::F16 | DType::BF16) {
+    // An im2col buffer past 32-bit indexing (SDXL's VAE at 1024x1024: 2.4e9 elements)
+    // cannot be built: a GPU takes the implicit kernel there unless im2col is forced.
+    let too_big_for_im2col = dev.is_gpu() && !matches!(conv_choice(), ConvChoice::Im2col) && im2col_elems(p) > i32::MAX as usize;
+    if !(implicit_conv_allowed(dev) || too_big_for_im2col) || !matches!(x.dtype(), DType::F16 | DType::BF16) {
         return Ok(None);
     }
     let (dims, strides) = dims4(l, OP)?;
@@ -172,6 +175,11 @@ fn conv2d_implicit(dev: &Device, x: &Buf, l: &Layout, kernel: &Buf, kl: &Layout,
         conv_implicit::conv2d::<T>(dev, &src, strides, l.start_offset(), &wr, None, shape, g, &mut out).map_err(at(OP))?;
         Ok(Some(T::wrap(out)))
     })
+}
+
+/// Elements of conv2d's im2col buffer (`batch * out_h * out_w` rows of `c_in * k_h * k_w`).
+fn im2col_elems(p: &ParamsConv2D) -> usize {
+    p.b_size * p.out_h() * p.out_w() * p.c_in * p.k_h * p.k_w
 }
 
 pub fn conv2d(dev: &Device, x: &Buf, l: &Layout, kernel: &Buf, kl: &Layout, p: &ParamsConv2D) -> Result<Buf> {
