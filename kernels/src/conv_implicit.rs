@@ -163,8 +163,8 @@ pub fn conv2d_implicit<T: GemmElem>(x: &[T], w: &[T], bias: &[T], y: &mut [T], p
         let rs = rstep as u32;
         let mut vals = [T::ZERO; GATHER_ROWS];
         // The VALU fallback (gfx10, older NVIDIA) has the fewest registers to spare (its
-        // f32 tiles spilled on gfx1030 with the values held): each element is stored as
-        // it arrives there.
+        // f32 instance sits at gfx1030's 128-VGPR cap with 2 spills, as it did before the
+        // batched gather): each element is stored as it arrives there.
         let direct = low == Lowering::Valu;
         each!(i in [0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 21, 22, 23, 24, 25, 26, 27, 28, 29, 30, 31] {
             if i < rows {
