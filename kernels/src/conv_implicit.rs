@@ -162,13 +162,24 @@ pub fn conv2d_implicit<T: GemmElem>(x: &[T], w: &[T], bias: &[T], y: &mut [T], p
         let (mut ky, mut kx) = divmod32(t, kw);
         let rs = rstep as u32;
         let mut vals = [T::ZERO; GATHER_ROWS];
+        // The VALU fallback (gfx10, older NVIDIA) has the fewest registers to spare (its
+        // f32 instance sits at gfx1030's 128-VGPR cap with 2 spills, as it did before the
+        // batched gather): each element is stored as it arrives there.
+        let direct = low == Lowering::Valu;
         each!(i in [0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 21, 22, 23, 24, 25, 26, 27, 28, 29, 30, 31] {
             if i < rows {
                 let (iy, ix) = (iy0.wrapping_add(ky * dil), ix0.wrapping_add(kx * dil));
+                let mut v = T::ZERO;
                 if col_ok && (kg as usize) < k && iy < h && ix < wd {
                     // SAFETY: (bi, gi*cin + ci, iy, ix) is an element of the input view,
                     // which lies in `x` (checked above).
-                    vals[i] = unsafe { *xp.add((x_base + ci * s1 + iy * s2 + ix * s3) as usize) };
+                    v = unsafe { *xp.add((x_base + ci * s1 + iy * s2 + ix * s3) as usize) };
+                }
+                if direct {
+                    // SAFETY: (kr0 + i * rstep, nc) lies in the B tile of this buffer.
+                    unsafe { *elems_b.add((kr0 + i * rstep) * ldb + nc) = v };
+                } else {
+                    vals[i] = v;
                 }
                 if i + 1 < rows {
                     kg += rs;
@@ -187,7 +198,7 @@ pub fn conv2d_implicit<T: GemmElem>(x: &[T], w: &[T], bias: &[T], y: &mut [T], p
         // (The last unrolled row's window step is never used.)
         let _ = (kg, ci);
         each!(i in [0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 21, 22, 23, 24, 25, 26, 27, 28, 29, 30, 31] {
-            if i < rows {
+            if !direct && i < rows {
                 // SAFETY: (kr0 + i * rstep, nc) lies in the B tile of this buffer.
                 unsafe { *elems_b.add((kr0 + i * rstep) * ldb + nc) = vals[i] };
             }

@@ -395,22 +395,32 @@ pub fn group_norm<T: Float>(
     for_each_chunk(x, k0, |v, _| add_shifted(v, k0, &mut s, &mut q));
     let (s, rstd) = shifted_stats(s, q, len, eps, &mut partials, &mut partials2);
     let mean = k0 + s;
-    let spatial = spatial.max(1);
+    // 32-bit channel arithmetic (the launcher keeps every index below 2^31; a 64-bit
+    // division per chunk spilled scalar registers on gfx9).
+    let sp = spatial.max(1) as u32;
+    let last = len.max(1) as u32 - 1;
     // A chunk lies in one channel when `spatial` is a multiple of the chunk (every SD
     // layer): one channel lookup per chunk, else one per element.
-    let chunk_in_channel = spatial.is_multiple_of(CHUNK);
-    let wb = |c: usize| -> (f32, f32) {
-        let w = if weight.is_empty() { 1.0 } else { weight[c].to_f32() };
-        let b = if bias.is_empty() { 0.0 } else { bias[c].to_f32() };
+    let chunk_in_channel = sp.is_multiple_of(CHUNK as u32);
+    if (!weight.is_empty() && weight.len() < c0 + cpg) || (!bias.is_empty() && bias.len() < c0 + cpg) {
+        panic!("group_norm: weight or bias shorter than the channels");
+    }
+    let wb = |i: u32| -> (f32, f32) {
+        let c = c0 + (i / sp) as usize;
+        // SAFETY: c < c0 + cpg, within `weight`/`bias` when they are not empty (checked).
+        let w = if weight.is_empty() { 1.0 } else { unsafe { weight.get_unchecked(c) }.to_f32() };
+        // SAFETY: as above.
+        let b = if bias.is_empty() { 0.0 } else { unsafe { bias.get_unchecked(c) }.to_f32() };
         (w * rstd, b)
     };
     map_chunks(x, y, |v, e| {
         let mut r = [0.0f32; CHUNK];
-        let (mut ws, mut b) = wb(c0 + e / spatial);
+        let e = e as u32;
+        let (mut ws, mut b) = wb(e);
         each_lane!(j, {
             if !chunk_in_channel && j > 0 {
                 // (The padding of a partial last chunk takes the last element's channel.)
-                (ws, b) = wb(c0 + (e + j).min(len - 1) / spatial);
+                (ws, b) = wb((e + j as u32).min(last));
             }
             let mut t = (v[j] - mean).mul_add(ws, b);
             if silu != 0 {
