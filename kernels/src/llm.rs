@@ -769,12 +769,19 @@ pub fn dense_matvec_mma<T: Float>(
     }
 }
 
+/// Elements per work-item that [`add_rms_norm`](fn@add_rms_norm) keeps in registers: rows
+/// of up to `ADD_NORM_REGS * threads` elements (8192 at 1024 work-items) take one pass over
+/// memory.
+pub const ADD_NORM_REGS: usize = 8;
+
 /// Residual add and RMSNorm of one row per work-group: `h = x + residual` (rounded to `T`,
 /// as Candle's add), `res_out = h`, `out = h / sqrt(mean(h^2) + eps) * weight` (in `f32`,
 /// rounded once); `weight` has `cols` elements or is empty (no scaling). The sum of
 /// squares is taken from the rounded `h` (what a separate norm would read). Work-item `t`
-/// takes elements `t, t + threads, ...` and reads back its own `res_out` in the second
-/// pass (no other work-item wrote them).
+/// takes elements `t, t + threads, ...`. Where that is at most [`ADD_NORM_REGS`] elements
+/// (decode's hidden sizes), every load (`x`, `residual`, `weight`) is issued before the
+/// reduction and `h` stays in registers, so the kernel waits on memory once; longer rows
+/// read their own `res_out` back in a second pass (no other work-item wrote them).
 #[amdgpu_kernel(T = [f32, f16, bf16])]
 pub fn add_rms_norm<T: Float>(x: &[T], residual: &[T], weight: &[T], res_out: &mut [T], out: &mut [T], cols: u32, eps: f32, mut partials: Shared<f32, MAX_WAVES>) {
     let cols = cols as usize;
@@ -786,6 +793,35 @@ pub fn add_rms_norm<T: Float>(x: &[T], residual: &[T], weight: &[T], res_out: &m
     }
     let (xr, rr) = (&x[start..end], &residual[start..end]);
     let mut s = 0.0f32;
+    if cols <= ADD_NORM_REGS * threads {
+        let (mut h, mut wv) = ([0f32; ADD_NORM_REGS], [1f32; ADD_NORM_REGS]);
+        each!(j in [0, 1, 2, 3, 4, 5, 6, 7] {
+            let e = tid + j * threads;
+            if e < cols {
+                h[j] = T::from_f32(xr[e].to_f32() + rr[e].to_f32()).to_f32();
+                if !weight.is_empty() {
+                    wv[j] = weight[e].to_f32();
+                }
+            }
+        });
+        // The same order of accumulation as the two-pass path below.
+        each!(j in [0, 1, 2, 3, 4, 5, 6, 7] {
+            let e = tid + j * threads;
+            if e < cols {
+                res_out[start + e] = T::from_f32(h[j]);
+                s = h[j].mul_add(h[j], s);
+            }
+        });
+        let ss = block_reduce(s, &mut partials, |a, b| a + b);
+        let scale = (ss / cols as f32 + eps).rsqrt();
+        each!(j in [0, 1, 2, 3, 4, 5, 6, 7] {
+            let e = tid + j * threads;
+            if e < cols {
+                out[start + e] = T::from_f32(h[j] * scale * wv[j]);
+            }
+        });
+        return;
+    }
     let mut e = tid;
     while e < cols {
         let h = T::from_f32(xr[e].to_f32() + rr[e].to_f32()).to_f32();

@@ -320,7 +320,7 @@ fn run_add_rms_norm<T: TestFloat>(dev: &Device, rows: usize, cols: usize, with_w
 #[test]
 fn add_rms_norm_all_dtypes() {
     for dev in executors() {
-        for (i, &(rows, cols)) in [(1, 1), (3, 7), (2, 64), (5, 1000), (2, 4096), (1, 5000)].iter().enumerate() {
+        for (i, &(rows, cols)) in [(1, 1), (3, 7), (2, 64), (5, 1000), (2, 4096), (1, 5000), (8, 2048), (2, 8192), (1, 8193)].iter().enumerate() {
             run_add_rms_norm::<f32>(&dev, rows, cols, true, i as u64);
             run_add_rms_norm::<f16>(&dev, rows, cols, i % 2 == 0, i as u64 + 10);
             run_add_rms_norm::<bf16>(&dev, rows, cols, true, i as u64 + 20);

@@ -362,7 +362,9 @@ pub fn add_rms_norm<T: Float + ScalarArg>(
         return Ok(());
     }
     let weight: &(dyn KernelArgSlice<T> + '_) = weight.unwrap_or(&[] as &[T; 0]);
-    let cfg = LaunchConfig::new(Dim3::x(rows as u32), Dim3::x(row_threads(cols)));
+    // Four elements per work-item up to 4096 columns (a smaller group reduces faster),
+    // at most `ADD_NORM_REGS` (register path) up to 8192.
+    let cfg = LaunchConfig::new(Dim3::x(rows as u32), Dim3::x(row_threads(cols.div_ceil(4))));
     super::add_rms_norm::launch::<T>(exec, cfg, x, residual, weight, res_out, out, cols as u32, eps)
 }
 
