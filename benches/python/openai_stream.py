@@ -16,7 +16,7 @@ Checks:
     same numeric path must match (this is the check of the SSE path: a token lost, repeated,
     reordered or taken from another request fails it);
   - A equals B, or where they first differ both runs saw a near-tie: the token each chose is
-    the other's runner-up and each run's top-2 logprob gap is below --tie-nats (bf16 logits
+    among the other run's top-5 within --tie-nats of that run's most likely token (bf16 logits
     of a random-weight model are close to ties; a different kernel for 4 KV rows moves them
     by a few hundredths). A divergence at a clear margin is an error;
   - more than one content chunk, usage of streamed and whole answers agree, a finish reason.
@@ -54,10 +54,14 @@ def streamed(c, kw):
     return text, toks, usage, finish, chunks, first, last, t0
 
 
-def top2(entry):
-    """The two most likely (token, logprob) of a token entry, most likely first."""
-    t = sorted(((x.token, x.logprob) for x in entry.top_logprobs), key=lambda x: -x[1])
-    return t[:2]
+def topk(entry):
+    """The most likely (token, logprob) of a token entry (top_logprobs of them), most likely first."""
+    return sorted(((x.token, x.logprob) for x in entry.top_logprobs), key=lambda x: -x[1])
+
+
+def within(t, token, nats):
+    """Whether `token` is among the candidates `t` within `nats` of the most likely one."""
+    return any(tok == token and t[0][1] - lp < nats for tok, lp in t)
 
 
 def main():
@@ -71,7 +75,7 @@ def main():
     c = OpenAI(base_url=args.base_url, api_key=args.api_key, max_retries=0, timeout=120)
     model = c.models.list().data[0].id
     msgs = [{"role": "user", "content": "Write a short story about a GPU."}]
-    kw = dict(model=model, messages=msgs, max_tokens=args.max_tokens, temperature=0, logprobs=True, top_logprobs=2)
+    kw = dict(model=model, messages=msgs, max_tokens=args.max_tokens, temperature=0, logprobs=True, top_logprobs=5)
 
     text_a, toks_a, usage, finish, chunks, first, last, t0 = streamed(c, kw)
     total = time.perf_counter() - t0
@@ -102,12 +106,14 @@ def main():
         if i >= min(len(toks_a), len(toks_b)):
             errors.append(f"cold and warm answers differ in length only ({len(toks_a)} vs {len(toks_b)} tokens)")
         else:
-            ta, tb = top2(toks_a[i]), top2(toks_b[i])
-            gap_a = ta[0][1] - ta[1][1] if len(ta) == 2 else float("inf")
-            gap_b = tb[0][1] - tb[1][1] if len(tb) == 2 else float("inf")
-            swapped = len(ta) == 2 and len(tb) == 2 and ta[0][0] == tb[1][0] and ta[1][0] == tb[0][0]
-            divergence = dict(token_index=i, a=ta, b=tb, gap_a_nats=gap_a, gap_b_nats=gap_b, swapped=swapped)
-            if not (swapped and gap_a < args.tie_nats and gap_b < args.tie_nats):
+            ta, tb = topk(toks_a[i]), topk(toks_b[i])
+            gap_a = ta[0][1] - ta[1][1] if len(ta) >= 2 else float("inf")
+            gap_b = tb[0][1] - tb[1][1] if len(tb) >= 2 else float("inf")
+            # A near-tie: each run's choice is among the other run's candidates within
+            # --tie-nats of its top (two or more tokens that close together; bf16 noise picks one).
+            tie = within(ta, tb[0][0], args.tie_nats) and within(tb, ta[0][0], args.tie_nats)
+            divergence = dict(token_index=i, a=ta, b=tb, gap_a_nats=gap_a, gap_b_nats=gap_b, near_tie=tie)
+            if not tie:
                 errors.append(f"cold-cache and warm-cache answers part at token {i} without a near-tie: {divergence}")
     if text_a != text_b and divergence is None and ids(toks_a) == ids(toks_b):
         errors.append(f"same tokens but different text: {text_a!r} vs {text_b!r}")
