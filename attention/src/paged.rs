@@ -456,7 +456,7 @@ unsafe fn gather<T>(
     }
 }
 
-/// Splits [`paged_merge`] combines per step: their loads issue together, so a sequence's
+/// Splits [`paged_merge()`] combines per step: their loads issue together, so a sequence's
 /// splits cost `ceil(splits / MERGE_STEP)` memory round trips rather than one each.
 pub const MERGE_STEP: usize = 8;
 // `paged_merge` writes out a step's splits with `each!` over eight indices.

@@ -383,7 +383,7 @@ pub mod host {
     /// How many ways a launch of `blocks` work-groups over `steps` K steps splits K on a
     /// device of `cus` compute units: enough for one work-group per compute unit (the
     /// deep, small-image layers of a UNet launch a handful of tiles), each split at least
-    /// [`MIN_SPLIT_STEPS`] steps; 1 (no split) when the grid already fills the device or
+    /// `MIN_SPLIT_STEPS` steps; 1 (no split) when the grid already fills the device or
     /// the unit count is unknown. Every split of the result gets at least one step.
     pub fn split_k(cus: Option<u32>, blocks: usize, steps: usize) -> usize {
         let cus = cus.unwrap_or(0) as usize;
