@@ -352,9 +352,10 @@ pub fn paged_decode<T: MmaFloat, H: HeadDim>(
     }
 }
 
-/// Most rows one work-item copies per tile in [`gather`]'s one-wave path (hd256: 16 keys of
-/// 32 chunks over 32 lanes).
-const MAX_GATHER_ROWS: usize = 16;
+/// Most rows one work-item copies per tile in [`gather`]'s one-wave path (hd128: 16 keys of
+/// 16 chunks over 32 lanes). hd256 (16 rows) takes the loop: its 16-slot array stayed in
+/// local memory in the sm_80 PTX.
+const MAX_GATHER_ROWS: usize = 8;
 
 /// Issues the 16-byte copies of one tile's `bn` keys (`d` columns, into `k_dst`, row
 /// stride `ldk`) and values (`dv` columns, into `v_dst`, stride `ldv`), gathered from the
@@ -389,7 +390,7 @@ unsafe fn gather<T>(
     let lanes = wave::size() as usize;
     if !cfg!(target_arch = "amdgpu") && nthreads == lanes && lanes.is_multiple_of(per_row) && (bn * per_row).is_multiple_of(lanes) && bn * per_row / lanes <= MAX_GATHER_ROWS {
         // One wave, whole rows per round (NVIDIA and the CPU executor at up to 16 query
-        // heads per KV head, hd64, hd128 and hd256; AMD keeps the loop below, whose
+        // heads per KV head, hd64 and hd128; AMD keeps the loop below, whose
         // register use its budgets were checked with): work-item `tid` copies column chunk
         // `c` of rows `j0 + i * step`, a loop of constant trip count. The rows' slots are
         // read first (independent shared loads: a slot read between copies would wait on
