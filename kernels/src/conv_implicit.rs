@@ -162,9 +162,8 @@ pub fn conv2d_implicit<T: GemmElem>(x: &[T], w: &[T], bias: &[T], y: &mut [T], p
         let (mut ky, mut kx) = divmod32(t, kw);
         let rs = rstep as u32;
         let mut vals = [T::ZERO; GATHER_ROWS];
-        // The VALU fallback (gfx10, older NVIDIA) has the fewest registers to spare (its
-        // f32 instance sits at gfx1030's 128-VGPR cap with 2 spills, as it did before the
-        // batched gather): each element is stored as it arrives there.
+        // The VALU fallback (gfx10, older NVIDIA) has the fewest registers to spare: each
+        // element is stored as it arrives there.
         let direct = low == Lowering::Valu;
         each!(i in [0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 21, 22, 23, 24, 25, 26, 27, 28, 29, 30, 31] {
             if i < rows {
@@ -208,43 +207,46 @@ pub fn conv2d_implicit<T: GemmElem>(x: &[T], w: &[T], bias: &[T], y: &mut [T], p
 
     let a_lane = ((wy * fm * 16) * lda + FragA::<T::Frag>::lane_offset(lda)) * size;
     let b_lane = (a_tile + wx * fn_ * 16 + FragB::<T::Frag>::lane_offset(ldb)) * size;
-    // Iteration `j` loads K step `j` (while there is one) into buffer `j % 2` and
-    // multiplies step `j - 1` from the other: the order of a prologue load followed by
-    // load-next/multiply-current steps, with one call site of `load` (so it is inlined;
-    // two call sites left a call in the main loop once the gather grew).
-    let mut j = 0;
-    while j <= steps {
-        if j > 0 {
-            // Step `j - 1`'s copies are done (the only group pending), and every wave is
-            // past step `j - 2`'s products, so buffer `j % 2` is free for step `j`.
+    let tiles = (smem_ptr as *const T, smem_at, a_tile, (a_lane, b_lane));
+    if low == Lowering::Valu {
+        // VALU (gfx10): a prologue load, then wait / load next / multiply current. Its
+        // gather stores each element as it arrives, so two call sites of `load` inline;
+        // the one-call-site order below kept more values live and spilled f32 on gfx1030.
+        if steps > 0 {
+            load(0, 0);
+        }
+        let mut step = 0;
+        while step < steps {
             mma::copy::wait_groups(0);
             barrier();
+            let read = (step % 2) * stage_bytes;
+            if step + 1 < steps {
+                load(step + 1, stage_bytes - read);
+            }
+            k_step_product::<T>(&mut acc, tiles, read, (fm, fn_), (lda, ldb), (wy, wx), bk);
+            step += 1;
         }
-        if j < steps {
-            load(j, (j % 2) * stage_bytes);
+    } else {
+        // Iteration `j` loads K step `j` (while there is one) into buffer `j % 2` and
+        // multiplies step `j - 1` from the other: the order of a prologue load followed by
+        // load-next/multiply-current steps, with one call site of `load` (so it is inlined;
+        // two call sites left a call in the main loop once the gather grew).
+        let mut j = 0;
+        while j <= steps {
+            if j > 0 {
+                // Step `j - 1`'s copies are done (the only group pending), and every wave is
+                // past step `j - 2`'s products, so buffer `j % 2` is free for step `j`.
+                mma::copy::wait_groups(0);
+                barrier();
+            }
+            if j < steps {
+                load(j, (j % 2) * stage_bytes);
+            }
+            if j > 0 {
+                k_step_product::<T>(&mut acc, tiles, ((j - 1) % 2) * stage_bytes, (fm, fn_), (lda, ldb), (wy, wx), bk);
+            }
+            j += 1;
         }
-        if j > 0 {
-            let read = ((j - 1) % 2) * stage_bytes;
-            // SAFETY: the buffer at `read` lies in `smem`.
-            let sa_ptr = unsafe { (smem_ptr as *const u8).add(read) } as *const T;
-            // SAFETY: as above.
-            let sb_ptr = unsafe { sa_ptr.add(a_tile) };
-            let (sa_lane, sb_lane) = (smem_at.add(read + a_lane), smem_at.add(read + b_lane));
-            each!(kk in [0, 1, 2, 3] {
-                if kk < bk / 16 {
-                    if T::SPLIT && low == Lowering::Valu {
-                        f32_k16_valu::<T>(&mut acc, (fm, fn_), (sa_ptr, sb_ptr), (lda, ldb), (wy, wx), kk);
-                    } else if !T::SPLIT && mma::pairs_k::<T::Frag>() && (bk / 16) % 2 == 0 {
-                        if kk % 2 == 0 {
-                            mma_k32::<T>(&mut acc, (fm, fn_), (sa_lane, sb_lane), (lda, ldb), kk);
-                        }
-                    } else {
-                        mma_k16::<T>(&mut acc, (fm, fn_), (sa_ptr, sb_ptr), (sa_lane, sb_lane), (lda, ldb), (wy, wx), kk);
-                    }
-                }
-            });
-        }
-        j += 1;
     }
 
     // Epilogue: straight from the accumulators, bias per output channel (row); under split
@@ -283,6 +285,39 @@ pub fn conv2d_implicit<T: GemmElem>(x: &[T], w: &[T], bias: &[T], y: &mut [T], p
                 });
             }
         });
+    });
+}
+
+/// One K step's products from the shared buffer at byte offset `read`; `tiles` = (shared
+/// base, its address, A-tile elements, this lane's A and B byte offsets).
+#[inline(always)]
+fn k_step_product<T: GemmElem>(
+    acc: &mut [[FragC<f32>; MAX_F]; MAX_F],
+    (smem_ptr, smem_at, a_tile, (a_lane, b_lane)): (*const T, SharedAddr, usize, (usize, usize)),
+    read: usize,
+    (fm, fn_): (usize, usize),
+    (lda, ldb): (usize, usize),
+    (wy, wx): (usize, usize),
+    bk: usize,
+) {
+    let low = mma::lowering();
+    // SAFETY: the buffer at `read` lies in `smem`.
+    let sa_ptr = unsafe { (smem_ptr as *const u8).add(read) } as *const T;
+    // SAFETY: as above.
+    let sb_ptr = unsafe { sa_ptr.add(a_tile) };
+    let (sa_lane, sb_lane) = (smem_at.add(read + a_lane), smem_at.add(read + b_lane));
+    each!(kk in [0, 1, 2, 3] {
+        if kk < bk / 16 {
+            if T::SPLIT && low == Lowering::Valu {
+                f32_k16_valu::<T>(acc, (fm, fn_), (sa_ptr, sb_ptr), (lda, ldb), (wy, wx), kk);
+            } else if !T::SPLIT && mma::pairs_k::<T::Frag>() && (bk / 16) % 2 == 0 {
+                if kk % 2 == 0 {
+                    mma_k32::<T>(acc, (fm, fn_), (sa_lane, sb_lane), (lda, ldb), kk);
+                }
+            } else {
+                mma_k16::<T>(acc, (fm, fn_), (sa_ptr, sb_ptr), (sa_lane, sb_lane), (lda, ldb), (wy, wx), kk);
+            }
+        }
     });
 }
 
