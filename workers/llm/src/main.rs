@@ -86,6 +86,11 @@ enum Cmd {
         /// power-of-two batch size, replayed); 0: every step on the packed path.
         #[arg(long, default_value_t = 128)]
         graph_max_batch: usize,
+        /// Before the timed runs: a prefill step of --prompt-len tokens and a mixed step (that
+        /// prefill beside one decode), timed, then once more under the backend's per-op
+        /// profiler (tables on stderr; our devices only).
+        #[arg(long)]
+        profile: bool,
     },
     /// An OpenAI-compatible HTTP server (llm-server): /v1/completions, /v1/chat/completions
     /// (streamed or not), /v1/models, /health, /metrics; exits 0 on SIGTERM/SIGINT.
@@ -181,6 +186,44 @@ fn load(model: &std::path::Path, spec: &str, tp: usize, blocks: usize, block_siz
     Ok((r, name))
 }
 
+/// `bench --profile`: a prefill step of `prompt_len` tokens, and a mixed step (a second
+/// sequence's prefill beside one decode), each timed on the wall clock (best of 3), then
+/// run once more under the backend's per-op profiler: where an eager (ungraphed) step's
+/// time goes, and how much of it is host time. Uses the first two sequences' blocks, which
+/// the engine rewrites before reading (it holds none yet).
+fn profile_steps(runner: &mut TpRunner, prompt_len: usize) -> Result<()> {
+    use llm_engine::{ModelRunner, SeqChunk};
+    let bs = runner.block_size();
+    let per = (prompt_len + 1).div_ceil(bs);
+    if 2 * per > runner.num_blocks() {
+        eprintln!("profile: skipped (the cache holds fewer than two sequences of {} positions)", prompt_len + 1);
+        return Ok(());
+    }
+    let table = |i: usize| ((i * per) as u32..((i + 1) * per) as u32).collect::<Vec<_>>();
+    let prefill = |i: usize| SeqChunk { seq_id: i as u64, tokens: vec![1; prompt_len], start_pos: 0, block_table: table(i), sample: true };
+    let decode = SeqChunk { seq_id: 0, tokens: vec![1], start_pos: prompt_len, block_table: table(0), sample: true };
+    let steps = [(format!("prefill {prompt_len}"), vec![prefill(0)]), (format!("prefill {prompt_len} + 1 decode"), vec![decode, prefill(1)])];
+    let rocm = candle_rocm::RocmDevice::from_candle(&runner.model().device);
+    for (name, batch) in &steps {
+        let mut best = f64::INFINITY;
+        for _ in 0..3 {
+            let t0 = Instant::now();
+            runner.step(batch)?;
+            best = best.min(t0.elapsed().as_secs_f64() * 1e3);
+        }
+        eprintln!("profile: {name} step: {best:.3} ms wall (best of 3, logits read back)");
+        if let Some(rd) = &rocm {
+            rd.set_profiling(true);
+            let r = runner.step(batch);
+            rd.set_profiling(false);
+            let p = rd.take_profile()?;
+            r?;
+            eprintln!("profile of one {name} step: {} op calls, {:.3} ms device time (rank 0)\n{}", p.calls(), p.total_ms(), p.table());
+        }
+    }
+    Ok(())
+}
+
 fn run(cli: Cli) -> Result<()> {
     match cli.cmd {
         Cmd::Generate { model, tokenizer, prompt, chat, system, max_tokens, temperature, top_p, seed, device, block_size, tensor_parallel } => {
@@ -271,7 +314,7 @@ fn run(cli: Cli) -> Result<()> {
             let args = ServeArgs { model, tokenizer, device, name: served_model_name, max_model_len, max_num_seqs, max_batched_tokens, block_size, num_blocks, tensor_parallel, prefill_chunk_while_decoding };
             llm_server::run(config, std::net::SocketAddr::new(ip, port), move || load_served(&args))?;
         }
-        Cmd::Bench { model, prompt_len, gen, concurrency, device, block_size, max_batched_tokens, seed, tensor_parallel, graph_max_batch } => {
+        Cmd::Bench { model, prompt_len, gen, concurrency, device, block_size, max_batched_tokens, seed, tensor_parallel, graph_max_batch, profile } => {
             if prompt_len == 0 || gen == 0 || concurrency.contains(&0) {
                 bail!("--prompt-len, --gen and every --concurrency must be positive");
             }
@@ -287,6 +330,9 @@ fn run(cli: Cli) -> Result<()> {
             let t_warm = Instant::now();
             llm_worker::runner::warm_up(&mut runner, prompt_len, &concurrency, config.max_batched_tokens)?;
             eprintln!("warm-up ({prompt_len}-token prefill and one decode step at each concurrency): {:.2} s", t_warm.elapsed().as_secs_f64());
+            if profile {
+                profile_steps(&mut runner, prompt_len)?;
+            }
             let mut engine = Engine::try_new(runner, config)?;
             for &c in &concurrency {
                 // Random prompts below the last two ids (the written models' special tokens).
