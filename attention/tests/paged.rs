@@ -4,7 +4,11 @@
 //! 1/4/8, sequences of different lengths in one launch, several split-KV partitions.
 //! Tolerances as in `tests/flash.rs` (inputs rounded first; `P` rounded to the input type
 //! before `P V`; f32 accumulation and merge).
-use attention::paged::host::{paged_attention, paged_attention_unchecked, reshape_and_cache_rows, split_len_for, PagedShape, MIN_SPLIT, SPLIT_OVERHEAD_TILES, TARGET_GROUPS};
+use attention::paged::host::{
+    merge_rounds, paged_attention, paged_attention_unchecked, reshape_and_cache_rows, split_cost, split_len_for, target_split_len, PagedShape, MERGE_OVERHEAD_TILES, MIN_SPLIT,
+    SPLIT_OVERHEAD_TILES, TARGET_GROUPS,
+};
+use attention::paged::MERGE_STEP;
 use attention::flash::BN;
 use attention::{AttentionError, FlashElem};
 use half::{bf16, f16};
@@ -257,33 +261,56 @@ fn device_tables_match_host_tables() {
     }
 }
 
-/// The split heuristic with an occupancy figure: whole rounds of resident work-groups,
-/// never a longer modelled time than the earlier fixed target of about
-/// [`TARGET_GROUPS`] work-groups, splits of at least [`MIN_SPLIT`] keys (or the whole
+/// The split heuristic: the split count that minimises the documented model (rounds of
+/// resident work-groups times each one's tiles plus overhead, plus the fused merge's tail
+/// for more than one split), computed here independently and checked against every split
+/// length the heuristic may take; splits of at least [`MIN_SPLIT`] keys (or the whole
 /// context), a multiple of the key tile; the caller's choice wins.
 #[test]
-fn split_heuristic_fills_rounds_of_resident_groups() {
-    // (batch, kv_heads, longest context, resident work-groups): the benchmark's H100
-    // shapes (132 SMs x 5 or 10 work-groups) and odd ones.
-    for (batch, kv, longest, r) in [(16usize, 8usize, 4096usize, 660usize), (16, 8, 16384, 1320), (1, 8, 32768, 1320), (4, 8, 1024, 660), (64, 8, 16384, 1320), (3, 2, 100, 7), (1, 1, 1, 1)] {
-        let len = split_len_for(batch, kv, longest, None, Some(r));
-        assert!(len.is_multiple_of(BN) && len >= MIN_SPLIT.min(longest.div_ceil(BN) * BN), "b{batch} ctx{longest}: split {len}");
-        let cost = |len: usize| {
-            let groups = batch * kv * longest.div_ceil(len);
-            (groups.div_ceil(r), groups.div_ceil(r) * (len / BN + SPLIT_OVERHEAD_TILES))
-        };
-        let (rounds, c) = cost(len);
-        let legacy = split_len_for(batch, kv, longest, None, None);
-        assert!(c <= cost(legacy).1, "b{batch} ctx{longest} r{r}: split {len} costs {c}, the fixed target's {legacy} costs {}", cost(legacy).1);
-        // The last round is at least half full unless one round holds the whole grid.
-        let groups = batch * kv * longest.div_ceil(len);
-        assert!(rounds == 1 || groups * 2 > (2 * rounds - 1) * r, "b{batch} ctx{longest} r{r}: {groups} work-groups in {rounds} rounds of {r}");
+fn split_heuristic_weighs_rounds_and_the_fused_merge() {
+    let cost = |groups: usize, longest: usize, len: usize, r: usize, mr: usize| {
+        let splits = longest.div_ceil(len);
+        let merge = if splits > 1 { MERGE_OVERHEAD_TILES + splits.div_ceil(MERGE_STEP) * mr } else { 0 };
+        (groups * splits).div_ceil(r) * (len / BN + SPLIT_OVERHEAD_TILES) + merge
+    };
+    // (batch, kv_heads, longest context, resident work-groups, merge rounds): the
+    // benchmark's H100 shapes (132 SMs x 5 or 10 work-groups; hd128, 4 query heads per KV
+    // head on one warp), the 1B engine step (hd64, 16 per SM) and odd ones.
+    let shapes = [
+        (16usize, 8usize, 4096usize, 660usize, 4usize),
+        (16, 8, 16384, 1320, 4),
+        (1, 8, 32768, 1320, 4),
+        (4, 8, 1024, 660, 4),
+        (64, 8, 16384, 1320, 4),
+        (1, 8, 512, 2112, merge_rounds(4, 64, 32)),
+        (3, 2, 100, 7, 1),
+        (1, 1, 1, 1, 1),
+    ];
+    for (batch, kv, longest, r, mr) in shapes {
+        let len = split_len_for(batch, kv, longest, None, Some(r), mr);
+        let whole = longest.div_ceil(BN) * BN;
+        assert!(len.is_multiple_of(BN) && len >= MIN_SPLIT.min(whole), "b{batch} ctx{longest}: split {len}");
+        let mine = cost(batch * kv, longest, len, r, mr);
+        for other in (BN..=whole).step_by(BN).filter(|&l| l >= MIN_SPLIT.min(whole)) {
+            let c = cost(batch * kv, longest, other, r, mr);
+            assert!(mine <= c, "b{batch} ctx{longest} r{r}: split {len} models {mine}, split {other} {c}");
+        }
+        assert_eq!(split_cost(batch * kv, longest, len, r, mr), mine);
+        // Never worse than the fixed target of about TARGET_GROUPS work-groups.
+        assert!(mine <= cost(batch * kv, longest, target_split_len(batch, kv, longest), r, mr));
     }
-    assert_eq!(split_len_for(16, 8, 4096, Some(100), Some(660)), 128);
-    assert_eq!(split_len_for(16, 8, 4096, Some(0), None), BN);
+    assert_eq!(merge_rounds(4, 64, 32), 2);
+    assert_eq!(merge_rounds(8, 128, 64), 4);
+    assert_eq!(split_len_for(16, 8, 4096, Some(100), Some(660), 4), 128);
+    assert_eq!(split_len_for(16, 8, 4096, Some(0), None, 4), BN);
     // 16 x 8 groups of 4096 keys in 660 slots: 5 splits of 832 keys fill one round.
-    assert_eq!(split_len_for(16, 8, 4096, None, Some(660)), 832);
-    // Without an occupancy figure: about TARGET_GROUPS work-groups.
-    assert_eq!(split_len_for(16, 8, 4096, None, None), 512);
+    assert_eq!(split_len_for(16, 8, 4096, None, Some(660), 4), 832);
+    // The 1B engine step at batch 1 (8 KV heads, context 512): 8 splits of 64 keys.
+    assert_eq!(split_len_for(1, 8, 512, None, Some(2112), 2), 64);
+    // A context shorter than MIN_SPLIT is one split.
+    assert_eq!(split_len_for(3, 2, 40, None, None, 1), 64);
+    // Without an occupancy figure: TARGET_GROUPS resident work-groups.
+    assert_eq!(split_len_for(16, 8, 4096, None, None, 2), 512);
+    assert_eq!(target_split_len(16, 8, 4096), 512);
     assert_eq!(16 * 8 * 4096 / 512, TARGET_GROUPS);
 }
