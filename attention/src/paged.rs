@@ -67,11 +67,11 @@ pub const fn decode_stages(low: Lowering) -> usize {
 }
 
 /// Shared-memory elements (16-bit) of a [`paged_decode`](fn@paged_decode) work-group of
-/// `rows` query rows: the Q rows, [`decode_stages`] K/V stages of [`decode_bn`] keys and
-/// two tiles' cache slots (`2 * decode_bn` u32 values).
+/// `rows` query rows: the Q rows, [`decode_stages`] K/V stages of [`decode_bn`] keys, two
+/// tiles' cache slots (`2 * decode_bn` u32 values) and one 8-byte pointer.
 pub const fn decode_smem_elems(d: usize, rows: usize, low: Lowering) -> usize {
     let bn = decode_bn(low);
-    rows * (d + PAD) + decode_stages(low) * stage_elems(d, bn, low) + 4 * bn
+    rows * (d + PAD) + decode_stages(low) * stage_elems(d, bn, low) + 4 * bn + 4
 }
 
 /// Decode scores: scaled into the log2 domain, keys past the split masked.
@@ -120,8 +120,10 @@ macro_rules! each {
 /// hold the context lengths and then the tables). Writes `out[(b * heads + h) * D ..]`
 /// and `lse[b * heads + h]` for every query head `h` of the group (zeros and `-inf` for
 /// an empty context). A context of more than one split goes through the workspace: for
-/// split `s`, `part_o[((b * heads + h) * splits + s) * D ..]` (unnormalised) and
-/// `part_ml[((b * heads + h) * splits + s) * 2 ..]` = (max in log2 units, sum), merged by
+/// split `s`, `part[((b * heads + h) * splits + s) * D ..]` (unnormalised) and, after
+/// the `batch * heads * splits * D` output values, `part[.. + ((b * heads + h) * splits +
+/// s) * 2 ..]` = (max in log2 units, sum) (one buffer: one pointer fewer kept through the
+/// key loop, where a second one spilled scalar registers on gfx90a), merged by
 /// the last work-group that counts itself on `counters[b * kv_heads + kv head]`, which must
 /// be zero at the launch and is zero again after it.
 #[amdgpu_kernel(T = [f16, bf16], H = [Hd64, Hd80, Hd96, Hd128, Hd256], max_threads = 256)]
@@ -132,8 +134,7 @@ pub fn paged_decode<T: MmaFloat, H: HeadDim>(
     v_cache: &[T],
     block_tables: &[u32],
     context_lens: &[u32],
-    part_o: &mut [f32],
-    part_ml: &mut [f32],
+    part: &mut [f32],
     counters: &[AtomicU32],
     out: &mut [T],
     lse: &mut [f32],
@@ -177,7 +178,8 @@ pub fn paged_decode<T: MmaFloat, H: HeadDim>(
         || (b * heads_n + h0 + group) * d > q.len()
         || (b * heads_n + h0 + group) * d > out.len()
         || b * heads_n + h0 + group > lse.len()
-        || (splits > 1 && (part_end > part_o.len() || part_end / d * 2 > part_ml.len()))
+        || (splits > 1 && part.len() < (grid_dim_z() as usize * heads_n * splits) * (d + 2))
+        || part_end / d > grid_dim_z() as usize * heads_n * splits
         || b * kv_n + hk >= counters.len()
         || k_cache.len() != v_cache.len()
     {
@@ -199,7 +201,7 @@ pub fn paged_decode<T: MmaFloat, H: HeadDim>(
     let kv_sa = SharedAddr::new(sp.wrapping_add(rows * ldq));
     let kv_lds = sp.wrapping_add(rows * ldq);
     // Two tiles' cache slots (u32, 4-byte aligned: the element count before them is even).
-    let slots = sp.wrapping_add(decode_smem_elems(d, rows, low) - 4 * bn) as *mut u32;
+    let slots = sp.wrapping_add(decode_smem_elems(d, rows, low) - 4 * bn - 4) as *mut u32;
 
     // The group's query rows, zero past the group (the first copy group, with tile 0),
     // issued before the sequence's length is known: they do not depend on it.
@@ -257,6 +259,15 @@ pub fn paged_decode<T: MmaFloat, H: HeadDim>(
         }
         return;
     }
+    // The log-sum-exp pointer goes through shared memory past the key loop: kept in scalar
+    // registers there, it spilled them on gfx90a (bf16 hd256). Read back after the loop
+    // (a vector value), it frees them.
+    let lp_at = sp.wrapping_add(decode_smem_elems(d, rows, low) - 4) as *mut u64;
+    // Every work-item stores the same value (a `tid == 0` test here was merged with the
+    // arrival's below, and that lane mask spilled instead).
+    // SAFETY: the last 8 bytes of the region (8-byte aligned: the element count before
+    // them is a multiple of 8); read after the next barrier.
+    unsafe { *lp_at = lp as usize as u64 };
     let k_hi = if k_lo + (split_len as usize) < ctx { k_lo + split_len as usize } else { ctx };
     let n_tiles = (k_hi - k_lo).div_ceil(bn);
 
@@ -354,6 +365,8 @@ pub fn paged_decode<T: MmaFloat, H: HeadDim>(
     copy::commit();
     copy::wait_groups(0);
 
+    // SAFETY: written before the barriers of the loop above (at least one: the slots').
+    let lp = unsafe { *lp_at } as usize as *mut f32;
     let row0 = wave * 16;
     // Splits of this sequence that hold keys.
     let pieces = ctx.div_ceil(split_len as usize);
@@ -384,14 +397,15 @@ pub fn paged_decode<T: MmaFloat, H: HeadDim>(
     }
 
     // This split's unnormalised rows and (first value chunk) their max and sum.
-    let part = |r: usize| ((b * heads_n + h0 + r) * splits + split) * d;
-    let (pop, pmp) = (part_o.as_mut_ptr(), part_ml.as_mut_ptr());
+    let part_at = |r: usize| ((b * heads_n + h0 + r) * splits + split) * d;
+    let pop = part.as_mut_ptr();
+    let pmp = pop.wrapping_add(grid_dim_z() as usize * heads_n * splits * d);
     each!(of in [0, 1, 2, 3, 4, 5, 6, 7] {
         if of < nof {
             st.o[of].for_each(|r, c, x| {
                 if row0 + r < group {
-                    // SAFETY: the group's workspace rows lie in part_o (checked above).
-                    unsafe { *pop.add(part(row0 + r) + vc * dv + of * 16 + c) = x };
+                    // SAFETY: the group's workspace rows lie in part (checked above).
+                    unsafe { *pop.add(part_at(row0 + r) + vc * dv + of * 16 + c) = x };
                 }
             });
         }
@@ -399,14 +413,14 @@ pub fn paged_decode<T: MmaFloat, H: HeadDim>(
     if vc == 0 {
         st.m.for_each(|r, c, x| {
             if c == 0 && row0 + r < group {
-                // SAFETY: inside part_ml (checked above).
-                unsafe { *pmp.add(part(row0 + r) / d * 2) = x };
+                // SAFETY: inside part (checked above).
+                unsafe { *pmp.add(part_at(row0 + r) / d * 2) = x };
             }
         });
         st.l.for_each(|r, c, x| {
             if c == 0 && row0 + r < group {
-                // SAFETY: inside part_ml (checked above).
-                unsafe { *pmp.add(part(row0 + r) / d * 2 + 1) = x };
+                // SAFETY: inside part (checked above).
+                unsafe { *pmp.add(part_at(row0 + r) / d * 2 + 1) = x };
             }
         });
     }
@@ -420,7 +434,9 @@ pub fn paged_decode<T: MmaFloat, H: HeadDim>(
     barrier();
     // The slot buffers are free once the last tile's barrier has passed.
     if tid == 0 {
-        let counter = &counters[b * kv_n + hk];
+        // SAFETY: inside counters (checked above; unchecked, so its length does not stay
+        // live through the loop).
+        let counter = unsafe { counters.get_unchecked(b * kv_n + hk) };
         let last = counter.fetch_add(1, Ordering::AcqRel) + 1 == (pieces * chunks) as u32;
         if last {
             counter.store(0, Ordering::Relaxed);
@@ -435,7 +451,7 @@ pub fn paged_decode<T: MmaFloat, H: HeadDim>(
     }
     core::sync::atomic::fence(Ordering::Acquire);
     // SAFETY: the workspace rows of the group's heads and the `pieces <= splits` splits
-    // lie in part_o and part_ml, the output rows in out and lse (checked above); the
+    // lie in part, the output rows in out and lse (checked above); the
     // buffers come from the allocator (16-byte aligned) and `d` is a multiple of 16.
     unsafe { merge_splits::<T>((pop, pmp), (op, lp), b * heads_n + h0, group, d, splits, pieces, tid, nthreads) };
 }
@@ -472,14 +488,13 @@ unsafe fn merge_splits<T: Float>((po, pm): (*const f32, *const f32), (op, lp): (
             let mut l = [0.0f32; MERGE_STEP];
             let mut o = [F32x4([0.0; 4]); MERGE_STEP];
             each!(i in [0, 1, 2, 3, 4, 5, 6, 7] {
-                // Past the last split: the last one's values are read (in bounds, so the
-                // load needs no branch) and left out.
-                let s = first + if s0 + i < n { s0 + i } else { n - 1 };
+                // Past the last split: the last one's values are read again (in bounds, so
+                // the load needs no branch; its max changes nothing) and left out of the sums
+                // below by a uniform branch (a select here kept eight lane masks live:
+                // scalar register spills on gfx90a).
+                let s = first + (s0 + i).min(n - 1);
                 // SAFETY: s < first + n <= first + splits (the caller's contract).
-                let (ms, ls, os) = unsafe { (*pm.add(s * 2), *pm.add(s * 2 + 1), *(po.add(s * d + c) as *const F32x4)) };
-                if s0 + i < n {
-                    (m[i], l[i], o[i]) = (ms, ls, os);
-                }
+                (m[i], l[i], o[i]) = unsafe { (*pm.add(s * 2), *pm.add(s * 2 + 1), *(po.add(s * d + c) as *const F32x4)) };
             });
             let mut top = mx;
             each!(i in [0, 1, 2, 3, 4, 5, 6, 7] {
@@ -494,7 +509,7 @@ unsafe fn merge_splits<T: Float>((po, pm): (*const f32, *const f32), (op, lp): (
                 acc[k] *= alpha;
             });
             each!(i in [0, 1, 2, 3, 4, 5, 6, 7] {
-                if m[i] != f32::NEG_INFINITY {
+                if s0 + i < n && m[i] != f32::NEG_INFINITY {
                     let w = (m[i] - mu).exp2();
                     sum += l[i] * w;
                     each!(k in [0, 1, 2, 3] {

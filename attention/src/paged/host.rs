@@ -327,8 +327,7 @@ fn launch<T: FlashElem>(
     // The workspace of the fused merge; with one split every work-group writes its final
     // rows and the kernel reads none of it.
     let work = if splits > 1 { batch * heads * splits } else { 0 };
-    let mut part_o = dev.scratch::<f32>(work * d)?;
-    let mut part_ml = dev.scratch::<f32>(work * 2)?;
+    let mut part = dev.scratch::<f32>(work * (d + 2))?;
     let counters = MergeCounters::take(dev, batch * kv_heads)?;
     let cfg = LaunchConfig::new(Dim3::new(splits as u32, (kv_heads * value_chunks(d, low)) as u32, batch as u32), Dim3::x(threads as u32))
         .with_dynamic_shared(smem);
@@ -347,12 +346,12 @@ fn launch<T: FlashElem>(
         a: &DecodeArgs,
         bufs: DecodeBufs<'_, T>,
     ) -> Result<(), AttentionError> {
-        let (q, kc, vc, tables, lens, po, pml, counters, out, lse) = bufs;
-        paged_decode::launch::<T, H>(dev, cfg, q, kc, vc, tables, lens, po, pml, counters, out, lse, a.heads, a.kv_heads, a.block_size, a.max_blocks, a.split_len, a.table_at, a.scale)?;
+        let (q, kc, vc, tables, lens, part, counters, out, lse) = bufs;
+        paged_decode::launch::<T, H>(dev, cfg, q, kc, vc, tables, lens, part, counters, out, lse, a.heads, a.kv_heads, a.block_size, a.max_blocks, a.split_len, a.table_at, a.scale)?;
         Ok(())
     }
     let atomics = AsAtomicU32(counters.buf.kernel_arg());
-    let bufs = (q, k_cache, v_cache, tables, lens, &mut part_o, &mut part_ml, &atomics, out, lse);
+    let bufs = (q, k_cache, v_cache, tables, lens, &mut part, &atomics, out, lse);
     let launched = match d {
         64 => go::<T, Hd64>(dev, cfg, &args, bufs),
         80 => go::<T, Hd80>(dev, cfg, &args, bufs),
@@ -466,15 +465,14 @@ pub fn reshape_and_cache_rows<T: Element + ScalarArg>(
     Ok(())
 }
 
-/// q, the key and value caches, block tables, sequence lengths, the partial outputs and
-/// statistics, the merge counters, the output and the log-sum-exps of one decode launch.
+/// q, the key and value caches, block tables, sequence lengths, the workspace of partial
+/// outputs and statistics, the merge counters, the output and the log-sum-exps of one decode launch.
 type DecodeBufs<'a, T> = (
     &'a DeviceVec<T>,
     &'a DeviceVec<T>,
     &'a DeviceVec<T>,
     &'a DeviceVec<u32>,
     &'a DeviceVec<u32>,
-    &'a mut DeviceVec<f32>,
     &'a mut DeviceVec<f32>,
     &'a AsAtomicU32,
     &'a mut DeviceVec<T>,
