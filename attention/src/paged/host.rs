@@ -146,16 +146,15 @@ fn resident_estimate(dev: &Device, low: Lowering, d: usize, smem: usize, waves: 
 
 /// Registers per work-item `resident_estimate` assumes for the `MmaSync` instance of
 /// head dimension `d`: the most `ptxas -arch=sm_90a` of CUDA 13.0 (the compiler the CUDA 13.0
-/// driver JIT-compiles our PTX with) gives the f16 and bf16 instances (hd64 123, hd80 123,
-/// hd96 120, hd128 167, hd256 166), rounded up to the allocation unit of 8. On the low
-/// side the estimate would put the grid's last work-groups in a second round; shared
-/// memory bounds hd128 at 10 work-groups per H100/H200 SM before registers do.
+/// driver JIT-compiles our PTX with) gives the f16 and bf16 instances with the fused merge
+/// (hd64 127, hd80 125, hd96 126, hd128 176, hd256 173), rounded up to the allocation unit
+/// of 8. On the low side the estimate would put the grid's last work-groups in a second
+/// round; shared memory bounds hd128 at 10 work-groups per H100/H200 SM before registers
+/// do (11 by registers).
 pub const fn decode_regs(d: usize) -> usize {
     match d {
-        0..=64 => 128,
-        65..=80 => 128,
-        81..=96 => 120,
-        _ => 168,
+        0..=96 => 128,
+        _ => 176,
     }
 }
 
