@@ -490,8 +490,7 @@ unsafe fn merge_splits<T: Float>((po, pm): (*const f32, *const f32), (op, lp): (
             each!(i in [0, 1, 2, 3, 4, 5, 6, 7] {
                 // Past the last split: the last one's values are read again (in bounds, so
                 // the load needs no branch; its max changes nothing) and left out of the sums
-                // below by a uniform branch (a select here kept eight lane masks live:
-                // scalar register spills on gfx90a).
+                // below (a uniform branch).
                 let s = first + (s0 + i).min(n - 1);
                 // SAFETY: s < first + n <= first + splits (the caller's contract).
                 (m[i], l[i], o[i]) = unsafe { (*pm.add(s * 2), *pm.add(s * 2 + 1), *(po.add(s * d + c) as *const F32x4)) };

@@ -81,8 +81,8 @@ pub fn merge_rounds(group: usize, head_dim: usize, threads: usize) -> usize {
 ///
 /// The split count `s` minimises `ceil(batch * kv_heads * s / r) * (tiles per split +`
 /// [`SPLIT_OVERHEAD_TILES`]`)` plus, for `s > 1`, the fused merge's
-/// `[`MERGE_OVERHEAD_TILES`] + ceil(s / MERGE_STEP) * merge_rounds` (see
-/// [`merge_rounds`]): the rounds of `r` resident work-groups times each one's length, so
+/// [`MERGE_OVERHEAD_TILES`]` + ceil(s / MERGE_STEP) * merge_rounds` (see
+/// [`merge_rounds()`]): the rounds of `r` resident work-groups times each one's length, so
 /// the grid fills whole rounds (a last round that fills half the device runs at about half
 /// the bandwidth: the kernel is latency-bound per work-group), and the tail in which the
 /// last work-group of each (sequence, KV head) merges its splits alone (more splits are
