@@ -465,7 +465,7 @@ struct F32x4([f32; 4]);
 /// units, sum) pairs in `pm`, `splits` per row) of rows `row0 .. row0 + rows` (`d`
 /// columns each) into the output rows at `op` and their natural log-sum-exps at `lp`.
 /// Work-item `tid` of `nthreads` takes four columns of one row at a time and combines the
-/// splits [`MERGE_STEP`] at a time with the online-softmax rescale (a running max, sum and
+/// splits [`merge_step`] at a time with the online-softmax rescale (a running max, sum and
 /// output), so the loads of a step are independent and 16 bytes each.
 ///
 /// # Safety
@@ -476,6 +476,7 @@ struct F32x4([f32; 4]);
 #[allow(clippy::too_many_arguments)]
 unsafe fn merge_splits<T: Float>((po, pm): (*const f32, *const f32), (op, lp): (*mut T, *mut f32), row0: usize, rows: usize, d: usize, splits: usize, n: usize, tid: usize, nthreads: usize) {
     let quads = d / 4;
+    let step = merge_step(mma::lowering());
     let mut e = tid;
     while e < rows * quads {
         let (row, c) = (row0 + e / quads, (e % quads) * 4);
@@ -488,16 +489,20 @@ unsafe fn merge_splits<T: Float>((po, pm): (*const f32, *const f32), (op, lp): (
             let mut l = [0.0f32; MERGE_STEP];
             let mut o = [F32x4([0.0; 4]); MERGE_STEP];
             each!(i in [0, 1, 2, 3, 4, 5, 6, 7] {
-                // Past the last split: the last one's values are read again (in bounds, so
-                // the load needs no branch; its max changes nothing) and left out of the sums
-                // below (a uniform branch).
-                let s = first + (s0 + i).min(n - 1);
-                // SAFETY: s < first + n <= first + splits (the caller's contract).
-                (m[i], l[i], o[i]) = unsafe { (*pm.add(s * 2), *pm.add(s * 2 + 1), *(po.add(s * d + c) as *const F32x4)) };
+                if i < step {
+                    // Past the last split: the last one's values are read again (in bounds,
+                    // so the load needs no branch; its max changes nothing) and left out of
+                    // the sums below (a uniform branch).
+                    let s = first + (s0 + i).min(n - 1);
+                    // SAFETY: s < first + n <= first + splits (the caller's contract).
+                    (m[i], l[i], o[i]) = unsafe { (*pm.add(s * 2), *pm.add(s * 2 + 1), *(po.add(s * d + c) as *const F32x4)) };
+                }
             });
             let mut top = mx;
             each!(i in [0, 1, 2, 3, 4, 5, 6, 7] {
-                top = top.max(m[i]);
+                if i < step {
+                    top = top.max(m[i]);
+                }
             });
             // A split that saw no key has max -inf: weight 0 (never NaN, as is the rescale
             // while nothing has been seen).
@@ -508,7 +513,7 @@ unsafe fn merge_splits<T: Float>((po, pm): (*const f32, *const f32), (op, lp): (
                 acc[k] *= alpha;
             });
             each!(i in [0, 1, 2, 3, 4, 5, 6, 7] {
-                if s0 + i < n && m[i] != f32::NEG_INFINITY {
+                if i < step && s0 + i < n && m[i] != f32::NEG_INFINITY {
                     let w = (m[i] - mu).exp2();
                     sum += l[i] * w;
                     each!(k in [0, 1, 2, 3] {
@@ -517,7 +522,7 @@ unsafe fn merge_splits<T: Float>((po, pm): (*const f32, *const f32), (op, lp): (
                 }
             });
             mx = top;
-            s0 += MERGE_STEP;
+            s0 += step;
         }
         let inv = if sum > 0.0 { 1.0 / sum } else { 0.0 };
         each!(k in [0, 1, 2, 3] {
@@ -637,12 +642,22 @@ unsafe fn gather<T>(
     }
 }
 
-/// Splits the fused merge of [`paged_decode`](fn@paged_decode) combines per step: their
-/// loads issue together, so a sequence's splits cost `ceil(splits / MERGE_STEP)` memory
-/// round trips per output column rather than one each.
+/// Most splits the fused merge of [`paged_decode`](fn@paged_decode) combines per step:
+/// their loads issue together, so a sequence's splits cost `ceil(splits / step)` memory
+/// round trips per four output columns rather than one each ([`merge_step`]).
 pub const MERGE_STEP: usize = 8;
 // `merge_splits` takes a step's splits with `each!` over eight indices.
 const _: () = assert!(MERGE_STEP == 8);
+
+/// Splits per step of the fused merge: [`MERGE_STEP`] on `MmaSync`, half that on AMD (a
+/// step's 16-byte loads are 24 registers per 4 splits; with 8, the merge set the kernel's
+/// register peak on CDNA, 104-120 VGPRs and 4 waves per SIMD instead of 76-96 and 5-6).
+pub const fn merge_step(low: Lowering) -> usize {
+    match low {
+        Lowering::MmaSync => MERGE_STEP,
+        _ => MERGE_STEP / 2,
+    }
+}
 
 /// Writes token `t`'s key and value rows (`row = kv_heads * D` elements of `k`, `v`
 /// `[tokens, kv_heads, D]`) to slot `slot_mapping[t]` of the caches (`[slots, row]`);

@@ -2,7 +2,7 @@
 //! merge fused in), and of [`reshape_and_cache`](fn@super::reshape_and_cache). Block tables, context lengths and
 //! slot mappings are host slices: they are validated (every slot inside the cache) and
 //! uploaded, so an error writes nothing and the kernels never index out of range.
-use super::{decode_smem_elems, paged_decode, reshape_and_cache, MAX_GROUP, MERGE_STEP};
+use super::{decode_smem_elems, merge_step, paged_decode, reshape_and_cache, MAX_GROUP, MERGE_STEP};
 use crate::flash::{value_chunks, Hd128, Hd256, Hd64, Hd80, Hd96, HeadDim, BN, HEAD_DIMS};
 use crate::{AttentionError, FlashElem};
 use kernel_dsl::host::{ArgValue, Executor, KernelArgSlice, LaunchConfig, ScalarArg};
@@ -71,7 +71,8 @@ pub const MERGE_OVERHEAD_TILES: usize = 1;
 
 /// Memory round trips of the fused merge per [`MERGE_STEP`] splits: the merging
 /// work-group's `threads` work-items take the `group * head_dim / 4` four-column pieces of
-/// its `group` query heads in turn, each a step of independent 16-byte loads.
+/// its `group` query heads in turn, each a step of independent 16-byte loads (on
+/// `MmaSync`; AMD's steps of [`merge_step`] splits take twice as many).
 pub fn merge_rounds(group: usize, head_dim: usize, threads: usize) -> usize {
     (group * head_dim / 4).div_ceil(threads.max(1)).max(1)
 }
@@ -318,7 +319,9 @@ fn launch<T: FlashElem>(
     let smem = decode_smem_elems(d, waves * 16, low);
     let resident = resident_estimate(dev, low, d, smem * core::mem::size_of::<T>(), waves);
     let threads = waves * low.wave_lanes() as usize;
-    let split_len = split_len_for(batch, kv_heads, longest, split_len, resident, merge_rounds(group, d, threads));
+    // The model counts merge round trips per MERGE_STEP splits; AMD's steps are shorter.
+    let rounds = merge_rounds(group, d, threads) * (MERGE_STEP / merge_step(low));
+    let split_len = split_len_for(batch, kv_heads, longest, split_len, resident, rounds);
     let splits = longest.div_ceil(split_len).max(1);
     if batch > 65535 || kv_heads * value_chunks(d, low) > 65535 || split_len > u32::MAX as usize || table_at + batch * max_blocks > u32::MAX as usize {
         return Err(arg("q", "batch or heads exceed the grid limit of 65535"));
