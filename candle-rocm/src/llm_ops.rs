@@ -8,6 +8,8 @@
 //!   inputs (at most 8 rows).
 //! - [`add_rms_norm`]: residual add and RMSNorm in one kernel, both results returned.
 //! - [`silu_mul`]: `SiLU(gate) * up` from one fused gate/up product.
+//! - [`linear_silu_mul`]: the gate/up product and `SiLU(gate) * up` in one kernel for
+//!   decode-sized inputs (a stacked `[gate; up]` weight).
 //! - [`argmax`] and [`sample`]: a token per row of logits (greedy, or seeded with
 //!   temperature, top-k, top-p, min-p and repetition penalty; [`SamplingParams`]).
 use crate::buffer::{Buf, Region};
@@ -109,6 +111,72 @@ pub fn linear(x: &Tensor, w: &Tensor, bias: Option<&Tensor>) -> Result<Tensor> {
                     let mut y = crate::ops::alloc::<T>(kd, rows * n, OP)?;
                     let b = br.as_ref().map(|r| r as &dyn kernel_dsl::host::KernelArgSlice<T>);
                     kernels::llm::ops::dense_matvec::<T>(kd, &wr, &xr, b, &mut y, n, k, rows).map_err(at(OP))?;
+                    Ok(crate::buffer::BufElem::wrap(y))
+                })
+            };
+            match &bias {
+                Some(b) => with_buf(OP, "bias", b, |bb, bl| run(Some(region(OP, "bias", bb, bl)?))),
+                None => run(None),
+            }
+        })
+    })?;
+    Ok(tensor(dev, buf, out_dims))
+}
+
+/// `true` unless `CANDLE_ROCM_GATED_MATVEC=0` is in the environment (read once; the whole
+/// process): whether [`linear_silu_mul`] may take the gated matvec (the switch of an A/B
+/// against the separate product and `silu_mul`).
+pub fn gated_matvec_allowed() -> bool {
+    static OFF: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    !*OFF.get_or_init(|| std::env::var("CANDLE_ROCM_GATED_MATVEC").is_ok_and(|v| v == "0"))
+}
+
+/// `SiLU(x Wg^T + bg) * (x Wu^T + bu)` for `x` of shape `[.., k]` and a stacked `[gate;
+/// up]` weight `w` of `[2 I, k]` (gate rows first) with an optional `bias` of `[2 I]`;
+/// the result is `[.., I]`. On a [`RocmDevice`], inputs of at most 8 rows where the
+/// gated kernel is the faster form (`kernels::llm::ops::gated_matvec_preferred`: AMD GPUs,
+/// one row on CUDA devices, the CPU executor) and [`gated_matvec_allowed`] run one kernel
+/// (both products and the activation in `f32`, one rounding, no `[.., 2 I]` intermediate);
+/// otherwise [`linear`] then [`silu_mul`] (which round the products first), and on
+/// `Device::Cpu` Candle's ops.
+pub fn linear_silu_mul(x: &Tensor, w: &Tensor, bias: Option<&Tensor>) -> Result<Tensor> {
+    const OP: &str = "linear_silu_mul";
+    check_float(OP, "x", x)?;
+    let dims = x.dims();
+    let Some(&k) = dims.last() else {
+        return Err(invalid(OP, "`x` is a scalar; [.., k] expected"));
+    };
+    check_peer(OP, "w", w, x.dtype(), x.device())?;
+    let [n, wk] = *w.dims() else {
+        return Err(invalid(OP, format!("`w` has shape {:?}; [2 I, k] expected", w.dims())));
+    };
+    if wk != k || n % 2 != 0 || n == 0 {
+        return Err(invalid(OP, format!("`w` has shape {:?}; [2 I, {k}] (a positive even row count) expected", w.dims())));
+    }
+    if let Some(b) = bias {
+        check_peer(OP, "bias", b, x.dtype(), x.device())?;
+        if b.dims() != [n] {
+            return Err(invalid(OP, format!("`bias` has shape {:?}; [{n}] expected", b.dims())));
+        }
+    }
+    let (rows, inter) = (x.elem_count().checked_div(k).unwrap_or(0), n / 2);
+    let gated = |d: &RocmDevice| rows > 0 && k > 0 && gated_matvec_allowed() && kernels::llm::ops::gated_matvec_preferred(d.kernels(), rows);
+    let Some(dev) = RocmDevice::from_candle(x.device()).filter(|d| gated(d)) else {
+        return silu_mul(&linear(x, w, bias)?);
+    };
+    let mut out_dims = dims.to_vec();
+    *out_dims.last_mut().expect("x has a last dimension") = inter;
+    let (x, w) = (x.contiguous()?, w.contiguous()?);
+    let bias = bias.map(|b| b.contiguous()).transpose()?;
+    let kd = dev.kernels();
+    let buf = with_buf(OP, "x", &x, |xb, xl| {
+        with_buf(OP, "w", &w, |wb, wl| {
+            let (xr, wr) = (region(OP, "x", xb, xl)?, region(OP, "w", wb, wl)?);
+            let run = |br: Option<Region>| -> Result<Buf> {
+                float_dispatch!(x.dtype(), OP, T => {
+                    let mut y = crate::ops::alloc::<T>(kd, rows * inter, OP)?;
+                    let b = br.as_ref().map(|r| r as &dyn kernel_dsl::host::KernelArgSlice<T>);
+                    kernels::llm::ops::dense_matvec_gated::<T>(kd, &wr, &xr, b, &mut y, inter, k, rows).map_err(at(OP))?;
                     Ok(crate::buffer::BufElem::wrap(y))
                 })
             };

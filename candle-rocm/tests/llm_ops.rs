@@ -127,6 +127,65 @@ fn silu_mul_matches_candle_on_cpu() {
     }
 }
 
+/// `SiLU(x Wg^T + bg) * (x Wu^T + bu)` in f64 on the CPU (Candle's ops), rounded to
+/// `dtype`: the independent reference of `linear_silu_mul`; also the largest `|g| + |u|`.
+fn gated_reference(x: &Tensor, w: &Tensor, b: Option<&Tensor>, dtype: DType) -> (Tensor, f64) {
+    let f = |t: &Tensor| t.to_dtype(DType::F64).unwrap();
+    let (x, w) = (f(x), f(w));
+    let k = *x.dims().last().unwrap();
+    let n = w.dim(0).unwrap();
+    let mut y = x.reshape(((), k)).unwrap().matmul(&w.t().unwrap()).unwrap();
+    if let Some(b) = b {
+        y = y.broadcast_add(&f(b)).unwrap();
+    }
+    let (g, u) = (y.narrow(1, 0, n / 2).unwrap(), y.narrow(1, n / 2, n / 2).unwrap());
+    let scale = (g.abs().unwrap() + u.abs().unwrap()).unwrap().max_all().unwrap().to_scalar::<f64>().unwrap_or(0.0);
+    let mut dims = x.dims().to_vec();
+    *dims.last_mut().unwrap() = n / 2;
+    let out = (candle_nn::ops::silu(&g).unwrap() * u).unwrap().reshape(dims).unwrap().to_dtype(dtype).unwrap();
+    (out, scale)
+}
+
+#[test]
+fn linear_silu_mul_matches_f64_silu_of_the_separate_products() {
+    for dev in devices() {
+        let d = dev.as_candle();
+        for dtype in [DType::F32, DType::F16, DType::BF16] {
+            // Decode shapes (1..8 rows: the gated kernel), an odd width (element path), and
+            // 9 rows (the product then silu_mul).
+            for (i, (xs, inter)) in [(vec![1, 64], 33), (vec![3, 1, 200], 17), (vec![8, 96], 5), (vec![2, 1, 13], 7), (vec![5, 1024], 6), (vec![9, 40], 11)].into_iter().enumerate() {
+                let k = *xs.last().unwrap();
+                let x = rand(&xs, dtype, 110 + i as u64, false);
+                let w = rand(&[2 * inter, k], dtype, 120 + i as u64, false);
+                let b = rand(&[2 * inter], dtype, 130 + i as u64, false);
+                for with_bias in [false, true] {
+                    let what = format!("linear_silu_mul {dtype:?} {xs:?} x [{}, {k}] bias {with_bias} on {}", 2 * inter, dev.name());
+                    let (want, scale) = gated_reference(&x, &w, with_bias.then_some(&b), dtype);
+                    let got = llm_ops::linear_silu_mul(&x.to_device(&d).unwrap(), &w.to_device(&d).unwrap(), with_bias.then(|| b.to_device(&d).unwrap()).as_ref()).unwrap();
+                    assert!(matches!(got.device(), Device::Ext(_)), "{what}: the result left the device");
+                    // The reference rounds once, the kernel once (two roundings apart), plus
+                    // the products' f32 error carried through SiLU(g) * u (|SiLU'| <= 1.1):
+                    // at most 2.1 * k * 9 * 2^-24 * (|g| + |u|) for inputs in [-3, 3]. Nine
+                    // rows round the products to the dtype before the activation too.
+                    let t = tol(dtype);
+                    let rounds = if xs[0] == 9 { 3.0 } else { 2.0 };
+                    let prod = 2.1 * product_tol(DType::F32, k).atol * scale;
+                    assert_close(&what, &want, &got.to_device(&Device::Cpu).unwrap(), Tol { rtol: rounds * t.rtol, atol: t.atol + prod + (rounds - 2.0) * t.rtol * scale * scale });
+                }
+            }
+        }
+        // Bad shapes: a clear error.
+        let x = Tensor::zeros((2, 8), DType::F32, &d).unwrap();
+        let odd = Tensor::zeros((7, 8), DType::F32, &d).unwrap();
+        let e = llm_ops::linear_silu_mul(&x, &odd, None).unwrap_err().to_string();
+        assert!(e.contains("`w`"), "{e}");
+        let w = Tensor::zeros((6, 8), DType::F32, &d).unwrap();
+        let bias = Tensor::zeros(5, DType::F32, &d).unwrap();
+        let e = llm_ops::linear_silu_mul(&x, &w, Some(&bias)).unwrap_err().to_string();
+        assert!(e.contains("`bias`"), "{e}");
+    }
+}
+
 #[test]
 fn argmax_and_sample_agree_with_the_cpu_path() {
     let (rows, vocab) = (6, 1000);

@@ -11,6 +11,8 @@
 //!   pass over the row (both outputs written), the pre-norm transformer's residual step.
 //! - [`silu_mul`](fn@silu_mul): `SiLU(gate) * up` from one fused gate/up product
 //!   (`[.., 2I] -> [.., I]`).
+//! - [`dense_matvec_gated`](fn@dense_matvec_gated): the gate/up product and `SiLU(gate) *
+//!   up` in one launch for decode (each output reads its gate and its up weight row).
 //! - [`sample`](fn@sample): one token per row of logits: repetition penalty, temperature,
 //!   top-k, top-p, min-p, then a seeded draw (Gumbel-max with Philox4x32-10 noise); greedy
 //!   (argmax) where the temperature is 0.
@@ -729,6 +731,190 @@ pub fn dense_matvec_wave<T: Float, R: MatvecRows>(
         }
         let bv = if bias.is_empty() { 0.0 } else { bias[out_row].to_f32() };
         y[b * rows + out_row] = T::from_f32(s + bv);
+    }
+}
+
+/// `SiLU(g) * u` in `f32` (`g / (1 + e^-g)`, as [`silu_mul`](fn@silu_mul)).
+#[device]
+#[inline(always)]
+fn silu_times(g: f32, u: f32) -> f32 {
+    g / (1.0 + (-g).exp()) * u
+}
+
+/// `y[b * inter + r] = SiLU(g) * u` with `g = x_b . w[r] (+ bias[r])` and `u = x_b .
+/// w[inter + r] (+ bias[inter + r])` for `r < inter`, `b < batch <= R::N`: the gated MLP's
+/// gate/up product and activation in one launch, for a weight holding the gate rows and
+/// then the up rows (`[2 inter, cols]`, the stacked `[gate; up]` of a Llama MLP); `bias`
+/// is empty or has `2 inter` elements. Both sums accumulate in `f32`; the activation is
+/// taken from them in `f32` and rounded once to `T` (no `[batch, 2 inter]` intermediate,
+/// no separate activation launch).
+///
+/// The shape of [`dense_matvec_wave`](fn@dense_matvec_wave): work-group `g` takes the
+/// `group` outputs `g * group ..` ([`matvec_group`] of `cols`), each by a team of whole
+/// waves that streams both of its weight rows: per round every work-item issues the
+/// 16-byte streaming loads of [`MATVEC_UNROLL`] chunks of the gate row and as many of the
+/// up row (half as many chunks of each for `f32`, whose chunks are two loads) before it
+/// uses any, so twice the wave kernel's bytes are in flight per work-item for 16-bit
+/// weights. Each activation chunk serves both rows. Sums: wave reductions, then, for rows
+/// spanning several waves, a fixed order through shared memory. Rows of whole aligned
+/// chunks take the vector path; others one element at a time. Launch with
+/// [`MATVEC_BLOCK`] work-items and `inter.div_ceil(group)` work-groups.
+#[amdgpu_kernel(T = [f32, f16, bf16], R = [Rows1, Rows2, Rows4], max_threads = 256)]
+pub fn dense_matvec_gated<T: Float, R: MatvecRows>(
+    w: &[T],
+    x: &[T],
+    bias: &[T],
+    y: &mut [T],
+    inter: usize,
+    cols: usize,
+    batch: usize,
+    group: usize,
+    mut partials: Shared<f32, 64>,
+) {
+    let (tid, threads) = (flat_thread_idx() as usize, flat_block_dim() as usize);
+    let ws = wave::size() as usize;
+    // Uniform checks that make the unchecked accesses below in bounds.
+    if threads != MATVEC_BLOCK as usize || !(group == 1 || group == 2 || group == 4 || group == 8) || group * ws > threads || batch > R::N || R::N > 4 {
+        return;
+    }
+    let fits = inter.checked_mul(2).and_then(|r| r.checked_mul(cols)).is_some_and(|n| n <= w.len())
+        && batch.checked_mul(cols).is_some_and(|n| n <= x.len())
+        && batch.checked_mul(inter).is_some_and(|n| n <= y.len());
+    if !fits || !(bias.is_empty() || bias.len() == 2 * inter) {
+        return;
+    }
+    let team = threads / group;
+    let (g, j) = (tid / team, tid % team);
+    let row = block_idx_x() as usize * group + g;
+    let active = row < inter;
+    // acc[0]: the gate row's sums, acc[1]: the up row's, per activation row.
+    let mut acc = [[0f32; 4]; 2];
+    let vec = cols % CHUNK == 0 && (w.as_ptr() as usize) % 16 == 0 && (x.as_ptr() as usize) % 16 == 0;
+    if active && vec {
+        let chunks = cols / CHUNK;
+        // Chunks of each row per round: 2 x 4 loads in flight for 16-bit weights, 2 x 2
+        // chunks (of two loads each) for f32.
+        let unroll = if core::mem::size_of::<T>() == 4 { MATVEC_UNROLL / 2 } else { MATVEC_UNROLL };
+        // SAFETY: row < inter, so rows `row` and `inter + row` lie inside w (2 * inter *
+        // cols <= w.len()).
+        let wr = unsafe { [w.as_ptr().add(row * cols), w.as_ptr().add((inter + row) * cols)] };
+        let mut c = j;
+        // Full rounds: every chunk in range, no per-chunk branch.
+        while c + (unroll - 1) * team < chunks {
+            let mut wv = [[[[0u32; 4]; 2]; MATVEC_UNROLL]; 2];
+            each!(u in [0, 1, 2, 3] {
+                if u < unroll {
+                    each!(h in [0, 1] {
+                        // SAFETY: chunk c + u * team < chunks of a row inside w; aligned as
+                        // `vec` says.
+                        wv[h][u] = unsafe { load_weights(wr[h].add((c + u * team) * CHUNK)) };
+                    });
+                }
+            });
+            each!(u in [0, 1, 2, 3] {
+                if u < unroll {
+                    let (gf, uf) = (words_f32_v1::<T>(wv[0][u]), words_f32_v1::<T>(wv[1][u]));
+                    each!(b in [0, 1, 2, 3] {
+                        if b < R::N && b < batch {
+                            // SAFETY: b < batch and the chunk is inside a row of x (batch *
+                            // cols <= x.len()); aligned as `vec` says.
+                            let xf = words_f32_v1::<T>(unsafe { load_words_v1(x.as_ptr().add(b * cols + (c + u * team) * CHUNK)) });
+                            acc[0][b] += dot_chunk2(&gf, &xf);
+                            acc[1][b] += dot_chunk2(&uf, &xf);
+                        }
+                    });
+                }
+            });
+            c += unroll * team;
+        }
+        // The last round: up to unroll - 1 chunks of each row, loads first as above.
+        if c < chunks {
+            let mut wv = [[[[0u32; 4]; 2]; MATVEC_UNROLL]; 2];
+            each!(u in [0, 1, 2] {
+                if u + 1 < unroll && c + u * team < chunks {
+                    each!(h in [0, 1] {
+                        // SAFETY: as above (checked).
+                        wv[h][u] = unsafe { load_weights(wr[h].add((c + u * team) * CHUNK)) };
+                    });
+                }
+            });
+            each!(u in [0, 1, 2] {
+                if u + 1 < unroll && c + u * team < chunks {
+                    let (gf, uf) = (words_f32_v1::<T>(wv[0][u]), words_f32_v1::<T>(wv[1][u]));
+                    each!(b in [0, 1, 2, 3] {
+                        if b < R::N && b < batch {
+                            // SAFETY: as above.
+                            let xf = words_f32_v1::<T>(unsafe { load_words_v1(x.as_ptr().add(b * cols + (c + u * team) * CHUNK)) });
+                            acc[0][b] += dot_chunk2(&gf, &xf);
+                            acc[1][b] += dot_chunk2(&uf, &xf);
+                        }
+                    });
+                }
+            });
+        }
+    } else if active {
+        // Odd widths and misaligned views: element by element, strided like the chunks.
+        let (wg, wu) = (&w[row * cols..row * cols + cols], &w[(inter + row) * cols..(inter + row) * cols + cols]);
+        let mut k = j;
+        while k < cols {
+            let (gk, uk) = (wg[k].to_f32(), wu[k].to_f32());
+            each!(b in [0, 1, 2, 3] {
+                if b < R::N && b < batch {
+                    let xk = x[b * cols + k].to_f32();
+                    acc[0][b] = gk.mul_add(xk, acc[0][b]);
+                    acc[1][b] = uk.mul_add(xk, acc[1][b]);
+                }
+            });
+            k += team;
+        }
+    }
+    // Wave sums (every lane reaches them: uniform control flow), then per row in a fixed
+    // order.
+    let mut sums = [[0f32; 4]; 2];
+    each!(h in [0, 1] {
+        each!(b in [0, 1, 2, 3] {
+            if b < R::N && b < batch {
+                sums[h][b] = wave::sum(acc[h][b]);
+            }
+        });
+    });
+    let per_row = team / ws;
+    if per_row == 1 {
+        if active && wave::lane_id() == 0 {
+            let (bg, bu) = if bias.is_empty() { (0.0, 0.0) } else { (bias[row].to_f32(), bias[inter + row].to_f32()) };
+            each!(b in [0, 1, 2, 3] {
+                if b < R::N && b < batch {
+                    y[b * inter + row] = T::from_f32(silu_times(sums[0][b] + bg, sums[1][b] + bu));
+                }
+            });
+        }
+        return;
+    }
+    // A wave's 8 slots: the gate sums of its (up to 4) activation rows, then the up sums.
+    if wave::lane_id() == 0 {
+        let wave_in_group = tid / ws;
+        each!(h in [0, 1] {
+            each!(b in [0, 1, 2, 3] {
+                if b < R::N {
+                    partials[wave_in_group * 8 + h * 4 + b] = sums[h][b];
+                }
+            });
+        });
+    }
+    barrier();
+    // Work-item t < group * 4 finishes (row t / 4, activation row t % 4).
+    let (gr, b) = (tid / 4, tid % 4);
+    let out_row = block_idx_x() as usize * group + gr;
+    if gr < group && b < batch && out_row < inter {
+        let (mut sg, mut su) = (0.0f32, 0.0f32);
+        let mut i = 0;
+        while i < per_row {
+            sg += partials[(gr * per_row + i) * 8 + b];
+            su += partials[(gr * per_row + i) * 8 + 4 + b];
+            i += 1;
+        }
+        let (bg, bu) = if bias.is_empty() { (0.0, 0.0) } else { (bias[out_row].to_f32(), bias[inter + out_row].to_f32()) };
+        y[b * inter + out_row] = T::from_f32(silu_times(sg + bg, su + bu));
     }
 }
 

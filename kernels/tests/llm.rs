@@ -12,6 +12,8 @@
 //!   add, one rounding); the normed values one rounding of `T` plus `1e-5` relative for the
 //!   `f32` sum of squares and `rsqrt`.
 //! - `silu_mul`: one rounding of `T` plus `4e-6` relative (`f32` `exp`, division, product).
+//! - `dense_matvec_gated`: the two products' `dense_matvec` bounds carried through `SiLU(g)
+//!   * u` (first order), plus `silu_mul`'s `4e-6` relative and one rounding of `T`.
 //! - `sample`: argmax exact; top-k / top-p / min-p never pick a token outside the set the
 //!   f64 reference keeps (top-p: with `1e-4` slack on the cumulative mass, for the kernel's
 //!   `f32` sums); the same key gives the same tokens; over many keys the frequencies of a
@@ -382,6 +384,97 @@ fn silu_mul_all_dtypes() {
         assert!(names(&e, "`gu`"), "{e}");
         assert_eq!(dev.download(&o).unwrap(), vec![3f32; 2]);
     }
+}
+
+/// The gated matvec (`[gate; up]` weight of `2 inter x cols`) against the f64 reference
+/// `SiLU(g) * u` of the two exact products. The products carry `matvec_reference`'s
+/// bounds `eg`, `eu`; `SiLU'` is at most 1.1 in magnitude, so the activation's error is
+/// at most `1.1 |u| eg + |SiLU(g)| eu`, plus `4e-6` relative for the `f32` `exp`, division
+/// and product (as `silu_mul`), plus one rounding of `T` (`check`).
+#[allow(clippy::too_many_arguments)]
+fn run_gated<T: TestFloat>(dev: &Device, inter: usize, cols: usize, batch: usize, with_bias: bool, x_offset: usize, seed: u64, tile: usize) {
+    let mut rng = Rng(seed);
+    let w: Vec<T> = rng.vec(2 * inter * cols, 1.0);
+    let x: Vec<T> = rng.vec(batch * cols + x_offset, 1.0);
+    let b: Vec<T> = rng.vec(2 * inter, 1.0);
+    let (wd, xd, bd) = (dev.upload(&w).unwrap(), dev.upload(&x).unwrap(), dev.upload(&b).unwrap());
+    let mut yd = dev.alloc::<T>(batch * inter).unwrap();
+    let xv = xd.view(x_offset..).unwrap();
+    let bias = if with_bias { Some(&bd as &dyn kernel_dsl::host::KernelArgSlice<T>) } else { None };
+    ops::dense_matvec_gated_tiled(dev, &wd, &xv, bias, &mut yd, inter, cols, batch, tile).unwrap();
+    let y = dev.download(&yd).unwrap();
+    let bf = f64s(&b);
+    let (gu, bound) = matvec_reference(&f64s(&w), &f64s(&x[x_offset..]), with_bias.then_some(&bf[..]), 2 * inter, cols, batch);
+    let (mut want, mut extra) = (vec![0.0; batch * inter], vec![0.0; batch * inter]);
+    for bi in 0..batch {
+        for r in 0..inter {
+            let (i, j) = (bi * 2 * inter + r, bi * 2 * inter + inter + r);
+            let (g, u) = (gu[i], gu[j]);
+            let silu = g / (1.0 + (-g).exp());
+            want[bi * inter + r] = silu * u;
+            extra[bi * inter + r] = 1.1 * u.abs() * bound[i] + silu.abs() * bound[j] + 4e-6 * (silu * u).abs();
+        }
+    }
+    check(&y, &want, &extra, &format!("dense_matvec_gated {} {inter}x{cols} batch {batch} tile {tile} bias {with_bias} offset {x_offset} wave {}", T::NAME, dev.wave_lanes()));
+}
+
+#[test]
+fn dense_matvec_gated_every_batch_dtype_and_shape() {
+    // Widths below a chunk, odd (element path), whole chunks with a partial last round,
+    // rows spanning one wave and several (2048 and 4104 columns: teams of 64..128 work-
+    // items); output counts that leave the last work-group partly empty; every batch
+    // 1..=8 in tiles of 4 (what the launcher takes), 2 and 1.
+    let shapes = [(1, 1), (3, 5), (7, 8), (5, 24), (9, 200), (6, 1001), (5, 2048), (3, 4104)];
+    for dev in executors() {
+        for (i, &(inter, cols)) in shapes.iter().enumerate() {
+            for batch in 1..=8 {
+                let seed = (i * 16 + batch) as u64 + 3000;
+                let tile = [4, 2, 1][batch % 3];
+                run_gated::<bf16>(&dev, inter, cols, batch, batch % 2 == 1, 0, seed, 4);
+                run_gated::<f16>(&dev, inter, cols, batch, batch % 3 == 0, 0, seed + 1, tile);
+                run_gated::<f32>(&dev, inter, cols, batch, batch % 2 == 0, 0, seed + 2, tile);
+            }
+        }
+    }
+}
+
+#[test]
+fn dense_matvec_gated_misaligned_activations_take_the_scalar_path() {
+    for dev in executors() {
+        run_gated::<bf16>(&dev, 7, 64, 3, true, 1, 31, 4);
+        run_gated::<f16>(&dev, 4, 1000, 8, false, 3, 32, 4);
+        run_gated::<f32>(&dev, 5, 64, 1, true, 1, 33, 1);
+    }
+}
+
+#[test]
+fn dense_matvec_gated_rejects_bad_shapes_and_writes_nothing() {
+    let dev = Device::cpu(WaveSize::W32);
+    // inter 3, cols 4: w 24, x (batch 2) 8, y 6, bias 6.
+    let w = dev.upload(&[1f32; 24]).unwrap();
+    let x = dev.upload(&[1f32; 8]).unwrap();
+    let b = dev.upload(&[1f32; 3]).unwrap();
+    let mut y = dev.upload(&[7f32; 6]).unwrap();
+    let mut y5 = dev.upload(&[7f32; 5]).unwrap();
+    let cases: Vec<(Result<(), LaunchError>, &str)> = vec![
+        (ops::dense_matvec_gated(&dev, &w, &x, None, &mut y5, 3, 4, 2), "y"),
+        (ops::dense_matvec_gated(&dev, &w, &x, None, &mut y, 6, 4, 1), "w"),
+        (ops::dense_matvec_gated(&dev, &w, &x, None, &mut y, 2, 6, 3), "x"),
+        (ops::dense_matvec_gated(&dev, &w, &x, Some(&b), &mut y, 3, 4, 2), "bias"),
+        (ops::dense_matvec_gated(&dev, &w, &x, None, &mut y, 3, 4, 0), "batch"),
+        (ops::dense_matvec_gated(&dev, &w, &x, None, &mut y, 3, 4, 9), "batch"),
+        (ops::dense_matvec_gated(&dev, &w, &x, None, &mut y, usize::MAX, 4, 2), "inter"),
+        (ops::dense_matvec_gated_tiled(&dev, &w, &x, None, &mut y, 3, 4, 2, 8), "tile"),
+    ];
+    for (r, arg) in cases {
+        let e = r.expect_err(arg);
+        assert!(names(&e, &format!("`{arg}`")), "{e}");
+    }
+    assert_eq!(dev.download(&y).unwrap(), vec![7f32; 6]);
+    assert_eq!(dev.download(&y5).unwrap(), vec![7f32; 5]);
+    // Where the engine takes it: every decode batch on the CPU executor, nothing else.
+    assert!((1..=8).all(|b| ops::gated_matvec_preferred(&dev, b)));
+    assert!(!ops::gated_matvec_preferred(&dev, 0) && !ops::gated_matvec_preferred(&dev, 9));
 }
 
 /// Runs the sampler on `rows` rows of `logits` with one parameter set, `penalized` ids per

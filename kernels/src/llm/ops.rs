@@ -247,6 +247,80 @@ pub fn dense_matvec_wave_tiled<T: Float + ScalarArg>(
     launch_wave(exec, w, x, bias, y, rows, cols, batch, tile)
 }
 
+/// Whether the gated matvec ([`dense_matvec_gated`]) is the faster form of a gate/up
+/// product of `batch` rows followed by `SiLU(gate) * up` on `exec`: everywhere the plain
+/// product runs the wave kernel (AMD GPUs, one row on CUDA devices) and on the CPU
+/// executor; not for several rows on CUDA devices, whose plain product runs on the matrix
+/// units ([`dense_matvec_mma`]) and stays separate.
+pub fn gated_matvec_preferred(exec: &(impl Executor + ?Sized), batch: usize) -> bool {
+    let cuda = matches!(exec.memory(), MemLocation::Device { backend: "cuda", .. });
+    (1..=MAX_ROWS).contains(&batch) && !(cuda && batch > 1)
+}
+
+/// `y (batch x inter) = SiLU(x Wg^T + bg) * (x Wu^T + bu)` for `w` of `2 inter x cols`
+/// holding the gate rows `Wg` then the up rows `Wu` (a stacked `[gate; up]` weight),
+/// `bias` (optional) of `2 inter` likewise, and `batch` (1..=[`MAX_ROWS`]) contiguous
+/// activation rows ([`dense_matvec_gated`](fn@super::dense_matvec_gated)): both products
+/// in `f32`, the activation in `f32`, one rounding. One launch per 4 activation rows.
+#[allow(clippy::too_many_arguments)]
+pub fn dense_matvec_gated<T: Float + ScalarArg>(
+    exec: &(impl Executor + ?Sized),
+    w: &(impl KernelArgSlice<T> + ?Sized),
+    x: &(impl KernelArgSlice<T> + ?Sized),
+    bias: Option<&(dyn KernelArgSlice<T> + '_)>,
+    y: &mut (impl KernelArgSliceMut<T> + ?Sized),
+    inter: usize,
+    cols: usize,
+    batch: usize,
+) -> Result<(), LaunchError> {
+    dense_matvec_gated_tiled(exec, w, x, bias, y, inter, cols, batch, 4)
+}
+
+/// [`dense_matvec_gated`] in launches of at most `tile` (1, 2 or 4) activation rows each
+/// (public so that tests run every batch tile).
+#[allow(clippy::too_many_arguments)]
+pub fn dense_matvec_gated_tiled<T: Float + ScalarArg>(
+    exec: &(impl Executor + ?Sized),
+    w: &(impl KernelArgSlice<T> + ?Sized),
+    x: &(impl KernelArgSlice<T> + ?Sized),
+    bias: Option<&(dyn KernelArgSlice<T> + '_)>,
+    y: &mut (impl KernelArgSliceMut<T> + ?Sized),
+    inter: usize,
+    cols: usize,
+    batch: usize,
+    tile: usize,
+) -> Result<(), LaunchError> {
+    const K: &str = "dense_matvec_gated";
+    if !matches!(tile, 1 | 2 | 4) {
+        return Err(invalid(K, format!("`tile` = {tile}; 1, 2 or 4")));
+    }
+    check_batch(K, batch)?;
+    let Some(rows) = inter.checked_mul(2) else {
+        return Err(invalid(K, format!("`inter` = {inter}: 2 x inter overflows usize")));
+    };
+    check_len(K, "w", len_of(w), rows.checked_mul(cols), &format!("a {rows} x {cols} [gate; up] weight"))?;
+    check_len(K, "x", len_of(x), batch.checked_mul(cols), &format!("{batch} x {cols} activations"))?;
+    check_len(K, "y", len_of(y), batch.checked_mul(inter), &format!("a {batch} x {inter} output"))?;
+    if let Some(b) = bias {
+        check_len(K, "bias", len_of(b), Some(rows), &format!("{rows} gate and up features"))?;
+    }
+    if inter == 0 {
+        return Ok(());
+    }
+    let group = matvec_group(cols, exec.wave_lanes() as usize);
+    let groups = inter.div_ceil(group);
+    if groups > u32::MAX as usize {
+        return Err(invalid(K, format!("{inter} outputs need more than 2^32 work-groups")));
+    }
+    let cfg = LaunchConfig::new(Dim3::x(groups as u32), Dim3::x(MATVEC_BLOCK));
+    let bias: &(dyn KernelArgSlice<T> + '_) = bias.unwrap_or(&[] as &[T; 0]);
+    per_batch_tile::<T>(x, y, inter, cols, batch, tile, |x_t, y_t, nb| match nb.next_power_of_two() {
+        1 => super::dense_matvec_gated::launch::<T, Rows1>(exec, cfg, w, x_t, bias, y_t, inter, cols, nb, group),
+        2 => super::dense_matvec_gated::launch::<T, Rows2>(exec, cfg, w, x_t, bias, y_t, inter, cols, nb, group),
+        _ => super::dense_matvec_gated::launch::<T, Rows4>(exec, cfg, w, x_t, bias, y_t, inter, cols, nb, group),
+    })
+}
+
 /// The launch shape of both matvec kernels: [`MATVEC_BLOCK`] work-items, a work-group per
 /// `MATVEC_TILE_ROWS * MATVEC_BLOCK / team` rows.
 fn matvec_launch(rows: usize, team: usize) -> Result<LaunchConfig, LaunchError> {

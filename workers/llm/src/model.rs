@@ -85,6 +85,19 @@ pub fn silu_mul_fused(gate_up: &Tensor, fused: bool) -> candle_core::Result<Tens
     silu_mul(&gate_up.narrow(1, 0, i)?, &gate_up.narrow(1, i, i)?)
 }
 
+/// `silu(gate) * up` of the stacked `[gate | up]` product `gu` of `x`: on our device (when
+/// `fused` and `gated`) one gated-matvec kernel for decode-sized inputs where it is the
+/// faster form (`candle_rocm::llm_ops::linear_silu_mul`; the product and
+/// [`silu_mul_fused`] otherwise), else the product then [`silu_mul_fused`].
+pub fn gate_up_silu(gu: &Linear, x: &Tensor, fused: bool, gated: bool) -> candle_core::Result<Tensor> {
+    if let Weight::Dense(w) = &gu.w {
+        if fused && gated && on_our_device(x.device()) {
+            return candle_rocm::llm_ops::linear_silu_mul(x, w, gu.b.as_ref());
+        }
+    }
+    silu_mul_fused(&gu.forward(x)?, fused)
+}
+
 /// RMSNorm over the last dimension.
 pub fn rms_norm(x: &Tensor, w: &Tensor, eps: f64) -> candle_core::Result<Tensor> {
     candle_nn::ops::rms_norm(&x.contiguous()?, w, eps as f32)
@@ -373,6 +386,9 @@ pub struct Model {
     sin: Tensor,
     /// Whether the fused kernels run where the device has them (see [`Model::set_fused`]).
     fused: bool,
+    /// Whether decode's gate/up product and activation take the gated matvec where it
+    /// applies (see [`Model::set_gated_matvec`]).
+    gated: bool,
     /// This rank's share and communicator when the model is split across devices
     /// (tensor parallelism, [`crate::shard`]); `None`: the whole model.
     tp: Option<crate::tp::TpRank>,
@@ -490,7 +506,7 @@ impl Model {
             lin("lm_head", c.vocab_size, h, false)?
         };
         let (cos, sin) = rope_tables(c, dtype, dev)?;
-        Ok(Model { norm: get("model.norm.weight", &[h])?, cfg, dtype, device: dev.clone(), path: dir.into(), embed, layers, lm_head, cos, sin, fused: true, tp: None })
+        Ok(Model { norm: get("model.norm.weight", &[h])?, cfg, dtype, device: dev.clone(), path: dir.into(), embed, layers, lm_head, cos, sin, fused: true, gated: true, tp: None })
     }
 
     /// Loads a GGUF file (llama, qwen2, qwen3): weights stay in their GGML blocks (QMatMul),
@@ -537,13 +553,13 @@ impl Model {
         let head = if ct.tensor_infos.contains_key("output.weight") { q("output.weight")? } else { embed_q };
         let lm_head = Linear { w: Weight::Quant(QMatMul::from_qtensor(head)?), b: None };
         let (cos, sin) = rope_tables(&cfg, DType::F32, dev)?;
-        Ok(Model { cfg, dtype: DType::F32, device: dev.clone(), path: path.into(), embed, layers, norm: final_norm, lm_head, cos, sin, fused: true, tp: None })
+        Ok(Model { cfg, dtype: DType::F32, device: dev.clone(), path: path.into(), embed, layers, norm: final_norm, lm_head, cos, sin, fused: true, gated: true, tp: None })
     }
 
     /// A model of loaded parts (the tensor-parallel loaders of [`crate::shard`]).
     #[allow(clippy::too_many_arguments)]
     pub(crate) fn from_parts(cfg: ModelConfig, dtype: DType, device: Device, path: PathBuf, embed: Tensor, layers: Vec<Layer>, norm: Tensor, lm_head: Linear, (cos, sin): (Tensor, Tensor), tp: Option<crate::tp::TpRank>) -> Model {
-        Model { cfg, dtype, device, path, embed, layers, norm, lm_head, cos, sin, fused: true, tp }
+        Model { cfg, dtype, device, path, embed, layers, norm, lm_head, cos, sin, fused: true, gated: true, tp }
     }
 
     /// `(rank, world)` of a tensor-parallel shard; `(0, 1)` for a whole model.
@@ -668,7 +684,7 @@ impl Model {
             let a = paged_attention(&q, lc, attn, scale)?;
             let (x1, h1) = add_rms_norm(&self.tp_sum(layer.o.forward(&a)?)?, &x, &layer.post_norm, eps, self.fused)?;
             let act = match &layer.gate_up {
-                Some(gu) => silu_mul_fused(&gu.forward(&h1)?, self.fused)?,
+                Some(gu) => gate_up_silu(gu, &h1, self.fused, self.gated)?,
                 None => silu_mul(&layer.gate.forward(&h1)?, &layer.up.forward(&h1)?)?,
             };
             let m = self.tp_sum(layer.down.forward(&act)?)?;
@@ -688,6 +704,15 @@ impl Model {
     /// device has them.
     pub fn set_fused(&mut self, on: bool) {
         self.fused = on;
+    }
+
+    /// `false`: decode's gate/up product and `silu(gate) * up` run as two kernels (the
+    /// matvec, then `silu_mul`) even where the gated matvec applies; `true` (the default):
+    /// one gated-matvec kernel where it applies (fused on, our device, at most 8 rows and
+    /// the kernel the faster form there). `CANDLE_ROCM_GATED_MATVEC=0` turns it off for the
+    /// whole process (an A/B without code changes).
+    pub fn set_gated_matvec(&mut self, on: bool) {
+        self.gated = on;
     }
 
     /// Whether this step's attention runs on the kernels: our device, fused on, f16/bf16
