@@ -370,7 +370,7 @@ fn quantized_llama_q4k_bf16_decode_batch_on_the_cpu_executor() {
     // Prompts of 3..=7 tokens; blocks of each sequence in a scrambled order.
     let mut ids: Vec<Vec<u32>> = (0..SEQS).map(|s| PROMPT[..3 + s % 5].iter().map(|t| (t + 37 * s as u32) % 512).collect()).collect();
     let table = |s: usize| vec![(3 * s + 2) as u32, (3 * s) as u32, (3 * s + 1) as u32];
-    let mut start = vec![0usize; SEQS];
+    let mut start = [0usize; SEQS];
     for step in 0..3 {
         let chunks: Vec<SeqChunk> = (0..SEQS).map(|s| SeqChunk { seq_id: s as u64, tokens: ids[s][start[s]..].to_vec(), start_pos: start[s], block_table: table(s), sample: true }).collect();
         let ours = runner.step(&chunks).unwrap();
