@@ -378,6 +378,16 @@ pub struct Model {
     tp: Option<crate::tp::TpRank>,
 }
 
+/// The product of a GGUF tensor for activations of `dtype`: block formats stay GGML blocks
+/// (their products take any activation dtype); float tensors, which Candle holds as a plain
+/// weight, are cast to `dtype` so the product's operands agree.
+pub(crate) fn gguf_qmatmul(t: candle_core::quantized::QTensor, dtype: DType) -> candle_core::Result<QMatMul> {
+    Ok(match QMatMul::from_qtensor(t)? {
+        QMatMul::Tensor(w) => QMatMul::Tensor(w.to_dtype(dtype)?),
+        other => other,
+    })
+}
+
 /// The activations' (and cache's) dtype of a GGUF model on `dev`: bf16 on our device, so
 /// the paged decode kernel, the fused rope/cache write and the bf16 norms apply and the
 /// cache is half the size; f32 elsewhere (Candle's CPU and CUDA backends, whose quantized
@@ -541,7 +551,7 @@ impl Model {
         for l in 0..cfg.num_layers {
             let p = format!("blk.{l}");
             let mut qlin = |name: &str, bias: bool| -> Result<Linear> {
-                let w = Weight::Quant(QMatMul::from_qtensor(q(&format!("{p}.{name}.weight"))?)?);
+                let w = Weight::Quant(gguf_qmatmul(q(&format!("{p}.{name}.weight"))?, dtype)?);
                 let b = if bias { Some(q(&format!("{p}.{name}.bias"))?.dequantize(dev)?.to_dtype(dtype)?) } else { None };
                 Ok(Linear { w, b })
             };
@@ -557,7 +567,7 @@ impl Model {
         let embed_q = q("token_embd.weight")?;
         let embed = embed_q.dequantize(dev)?.to_dtype(dtype)?;
         let head = if ct.tensor_infos.contains_key("output.weight") { q("output.weight")? } else { embed_q };
-        let lm_head = Linear { w: Weight::Quant(QMatMul::from_qtensor(head)?), b: None };
+        let lm_head = Linear { w: Weight::Quant(gguf_qmatmul(head, dtype)?), b: None };
         let (cos, sin) = rope_tables(&cfg, dtype, dev)?;
         Ok(Model { cfg, dtype, device: dev.clone(), path: path.into(), embed, layers, norm: final_norm, lm_head, cos, sin, fused: true, tp: None })
     }

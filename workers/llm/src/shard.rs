@@ -21,9 +21,9 @@
 //! [`Error::TensorParallel`] naming the tensor; there is no silent replicated fallback.
 use crate::config::ModelConfig;
 use crate::error::{malformed, Error, Result};
-use crate::model::{rope_tables, Layer, Linear, Model, Weight};
+use crate::model::{gguf_qmatmul, rope_tables, Layer, Linear, Model, Weight};
 use crate::tp::{TpCollective, TpRank};
-use candle_core::quantized::{gguf_file, GgmlDType, QMatMul, QTensor};
+use candle_core::quantized::{gguf_file, GgmlDType, QTensor};
 use candle_core::{DType, Device, Tensor};
 use std::io::{Read, Seek, SeekFrom};
 use std::ops::Range;
@@ -368,7 +368,7 @@ fn load_gguf_shard(path: &Path, dev: &Device, comm: Box<dyn TpCollective>) -> Re
     for l in 0..cfg.num_layers {
         let p = format!("blk.{l}");
         let mut qlin = |name: &str, kind: WeightKind, bias: bool| -> Result<Linear> {
-            let w = Weight::Quant(QMatMul::from_qtensor(src.get(&format!("{p}.{name}.weight"), plan.split(kind), dev)?)?);
+            let w = Weight::Quant(gguf_qmatmul(src.get(&format!("{p}.{name}.weight"), plan.split(kind), dev)?, dtype)?);
             let b = if bias { Some(src.get(&format!("{p}.{name}.bias"), plan.split(kind), dev)?.dequantize(dev)?.to_dtype(dtype)?) } else { None };
             Ok(Linear { w, b })
         };
@@ -384,7 +384,7 @@ fn load_gguf_shard(path: &Path, dev: &Device, comm: Box<dyn TpCollective>) -> Re
     let embed_q = src.get("token_embd.weight", vocab, dev)?;
     let embed = embed_q.dequantize(dev)?.to_dtype(dtype)?;
     let head = if src.content().tensor_infos.contains_key("output.weight") { src.get("output.weight", plan.split(WeightKind::LmHead), dev)? } else { embed_q };
-    let lm_head = Linear { w: Weight::Quant(QMatMul::from_qtensor(head)?), b: None };
+    let lm_head = Linear { w: Weight::Quant(gguf_qmatmul(head, dtype)?), b: None };
     let tables = rope_tables(&cfg, dtype, dev)?;
     let tp = TpRank::new(plan, comm, cfg.vocab_size, embed.dtype(), dev)?;
     Ok(Model::from_parts(cfg, dtype, dev.clone(), path.into(), embed, layers, final_norm, lm_head, tables, Some(tp)))
