@@ -6,8 +6,9 @@
 //! - `dequantize`: the `dequantize` kernel (every block format, bit-identical to Candle's
 //!   CPU result), or a cast for the float formats. [`RocmQStorage::dequantize_to`] gives
 //!   `f16`/`bf16` directly.
-//! - `fwd` (`QMatMul::forward`, `xs @ W^T`): for 1..=8 activation rows, the activations are
-//!   quantized to q8_1 on the device and the int8 matvec runs on the blocks; larger batches
+//! - `fwd` (`QMatMul::forward`, `xs @ W^T`): for 1..=64 activation rows (decode steps), the
+//!   activations are quantized to q8_1 on the device once and the int8 matvec runs on the
+//!   blocks, in launches of up to 8 rows that each stream the weights once; larger batches
 //!   (and the float formats) dequantize the weight and run the backend's GEMM
 //!   ([`crate::ops::matmul::gemm`]): block formats with `f32` activations as an f16 GEMM
 //!   with f32 accumulation (tensor cores; the activations cast to f16 and the result back
@@ -44,8 +45,17 @@ use kernels::quantized::GgmlDType as KDType;
 use kernels::runtime::DeviceVec;
 use std::sync::Arc;
 
-/// Most activation rows that take the int8 matvec; more take dequantize + GEMM.
-pub const MATVEC_MAX_ROWS: usize = qops::MAX_BATCH;
+/// Most activation rows that take the int8 matvec (decode steps of up to 64 sequences);
+/// more (prefill) take dequantize + GEMM.
+pub const MATVEC_MAX_ROWS: usize = qops::MAX_DECODE_BATCH;
+
+/// Most activation rows that take the int8 matvec in this process: [`MATVEC_MAX_ROWS`],
+/// or `CANDLE_ROCM_QMATVEC_ROWS` (1..=64, read once; to time the matvec tiles against
+/// dequantize + GEMM on a device; other values are ignored).
+pub fn matvec_max_rows() -> usize {
+    static ROWS: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+    *ROWS.get_or_init(|| std::env::var("CANDLE_ROCM_QMATVEC_ROWS").ok().and_then(|v| v.parse().ok()).filter(|r| (1..=MATVEC_MAX_ROWS).contains(r)).unwrap_or(MATVEC_MAX_ROWS))
+}
 
 /// The kernels' format for a Candle block format (`None`: a float format or `Q8_1`).
 pub fn kernel_format(dtype: GgmlDType) -> Option<KDType> {
@@ -174,7 +184,7 @@ impl RocmQStorage {
         const OP: &str = "qmatmul";
         let dev = self.device.kernels();
         if let Data::Blocks(kd, w) = &self.data {
-            if (1..=MATVEC_MAX_ROWS).contains(&m) && kd.has_matvec() {
+            if (1..=matvec_max_rows()).contains(&m) && kd.has_matvec() {
                 let mut y = alloc::<f32>(dev, m * n, OP)?;
                 let xr = x.region(0, m * k)?;
                 float_dispatch!(x.dtype(), OP, T => qops::matvec::<T>(dev, *kd, w, &xr, &mut y, n, k, m).map_err(at(OP)))?;

@@ -23,6 +23,7 @@ mod common;
 
 use candle_core::quantized::{GgmlDType, QMatMul, QTensor};
 use candle_core::{DType, Device, Module, Tensor};
+use candle_rocm::quantized::MATVEC_MAX_ROWS;
 use common::{devices, values};
 
 /// Every GGML format (Q8_1 is held as Q8_0 blocks plus its block sums).
@@ -138,7 +139,10 @@ fn qmatmul_every_format_and_batch() {
             let ours_q = QTensor::quantize(&weights(200 + fi as u64).to_device(&d).unwrap(), dtype).unwrap();
             let (cpu_mm, ours_mm) = (QMatMul::from_qtensor(cpu_q).unwrap(), QMatMul::from_qtensor(ours_q).unwrap());
             let float_format = matches!(dtype, GgmlDType::F32 | GgmlDType::F16 | GgmlDType::BF16);
-            for batch in [1usize, 3, 8, 17] {
+            // 17: the matvec in two tiles of 8 rows and one of 1 (a decode step of many
+            // sequences; the kernels test takes 9..=17, 63 and 64);
+            // 65: dequantize + GEMM.
+            for batch in [1usize, 3, 8, 17, 65] {
                 let x = values(batch * COLS, 300 + batch as u64, -2.0, 2.0, false);
                 let xt = Tensor::from_vec(x.clone(), (1, batch, COLS), &Device::Cpu).unwrap();
                 let what = format!("{dtype:?} batch {batch} on {}", dev.name());
@@ -149,7 +153,7 @@ fn qmatmul_every_format_and_batch() {
                 let want = f32s(&cpu_mm.forward(&xt).unwrap());
                 let r = reference(&wq, &x, batch);
                 // Float formats are plain matmuls on both sides (QMatMul dequantizes them).
-                let quantized_acts = !float_format && batch <= 8 && dtype != GgmlDType::Q8K;
+                let quantized_acts = !float_format && batch <= MATVEC_MAX_ROWS && dtype != GgmlDType::Q8K;
                 // Block formats past the matvec: an f16 GEMM (weights and activations
                 // rounded to f16, relative 2^-11 each, f32 accumulation, the result rounded
                 // to f16 once).
@@ -171,7 +175,7 @@ fn qmatmul_every_format_and_batch() {
 }
 
 /// With the per-op profile on, each `QMatMul::forward` is one `qmatmul.<format>` call with
-/// the activations' dtype, whichever path it takes (matvec at batch 2, GEMM at batch 17).
+/// the activations' dtype, whichever path it takes (matvec at batch 2, GEMM at batch 65).
 #[test]
 fn qmatmul_is_in_the_op_profile() {
     for dev in devices() {
@@ -179,7 +183,7 @@ fn qmatmul_is_in_the_op_profile() {
         let mm = QMatMul::from_qtensor(QTensor::quantize(&weights(401).to_device(&d).unwrap(), GgmlDType::Q4_0).unwrap()).unwrap();
         dev.set_profiling(true);
         dev.take_profile().unwrap();
-        for batch in [2usize, 17] {
+        for batch in [2usize, 65] {
             let x = Tensor::from_vec(values(batch * COLS, 600 + batch as u64, -1.0, 1.0, false), (batch, COLS), &d).unwrap();
             mm.forward(&x).unwrap();
         }
@@ -191,8 +195,8 @@ fn qmatmul_is_in_the_op_profile() {
 
 #[test]
 fn qmatmul_half_activations() {
-    // f16/bf16 activations: q8_1 from the half values (batch 3), dequantize to the half type
-    // + GEMM (batch 17); the reference uses the half-rounded inputs, and the result is
+    // f16/bf16 activations: q8_1 from the half values (batch 3, and 17: two tiles of the
+    // matvec), dequantize to the half type + GEMM (batch 65); the reference uses the half-rounded inputs, and the result is
     // rounded once to the half type (relative 2^-11 / 2^-8 of |y|, on top of the bounds).
     for dev in devices() {
         let d = dev.as_candle();
@@ -201,7 +205,7 @@ fn qmatmul_half_activations() {
             let wq = f32s(&cpu_q.dequantize(&Device::Cpu).unwrap());
             let mm = QMatMul::from_qtensor(QTensor::quantize(&weights(400).to_device(&d).unwrap(), dtype).unwrap()).unwrap();
             for (act, half_ulp) in [(DType::F16, 2f64.powi(-11)), (DType::BF16, 2f64.powi(-8))] {
-                for batch in [3usize, 17] {
+                for batch in [3usize, 17, 65] {
                     let xt = Tensor::from_vec(values(batch * COLS, 500 + batch as u64, -2.0, 2.0, false), (batch, COLS), &Device::Cpu).unwrap().to_dtype(act).unwrap();
                     let x = f32s(&xt);
                     let what = format!("{dtype:?} {act:?} batch {batch} on {}", dev.name());
@@ -210,7 +214,7 @@ fn qmatmul_half_activations() {
                     let r = reference(&wq, &x, batch);
                     // The GEMM path multiplies half weights: their rounding is at most half_ulp relative.
                     check_within(&what, &f32s(&y), &r, |i| {
-                        half_ulp * (r.exact[i].abs() + 1e-3) + f32_slack(r.abs[i]) + if batch <= 8 { r.bound32[i] } else { half_ulp * r.abs[i] }
+                        half_ulp * (r.exact[i].abs() + 1e-3) + f32_slack(r.abs[i]) + if batch <= MATVEC_MAX_ROWS { r.bound32[i] } else { half_ulp * r.abs[i] }
                     });
                 }
             }

@@ -740,6 +740,23 @@ fn matvec_chain_waits_for_weights_the_matvec_before_writes() {
     }
 }
 
+/// Decode batches over one launch's 8 rows (`ops::matvec` up to 64 rows: the activations
+/// quantized once, then tiles of 8 rows on views of the codes and the output): `Q4K` and
+/// `Q8_0` (the common GGUF formats) and `Q6K`, `Q5K` (a 2-row tile on AMD), odd row counts,
+/// full and partial last tiles, every batch of 9..=17 and 63, 64.
+#[test]
+fn matvec_decode_batches_in_tiles() {
+    for dev in executors() {
+        for dtype in [GgmlDType::Q4K, GgmlDType::Q8_0, GgmlDType::Q6K, GgmlDType::Q5K] {
+            let cols = 2 * dtype.block_weights().max(256);
+            for batch in (9..=17).chain([63, 64]) {
+                check_matvec(&dev, dtype, 7, cols, batch, 5000 + batch as u64 + dtype as u64, false);
+            }
+            check_matvec(&dev, dtype, 3, dtype.block_weights(), 33, 5100 + dtype as u64, true);
+        }
+    }
+}
+
 #[test]
 fn matvec_many_rows() {
     for dev in executors() {
@@ -763,7 +780,12 @@ fn bad_inputs_are_rejected_and_nothing_is_written() {
     assert!(invalid(ops::matvec(&dev, dtype, &w, &x, &mut y, 2, 500, 1)), "cols not a multiple of 256");
     assert!(invalid(ops::matvec(&dev, dtype, &w, &x, &mut y, 3, 512, 1)), "byte length");
     assert!(invalid(ops::matvec(&dev, dtype, &w, &x, &mut y, 2, 512, 0)), "batch 0");
-    assert!(invalid(ops::matvec(&dev, dtype, &w, &x, &mut y, 2, 512, 9)), "batch 9");
+    let x65 = dev.upload(&activations(65 * 512, 3)).unwrap();
+    let mut y65 = dev.upload(&vec![-7.0f32; 2 * 65]).unwrap();
+    assert!(invalid(ops::matvec(&dev, dtype, &w, &x65, &mut y65, 2, 512, 65)), "batch 65");
+    assert!(invalid(ops::matvec(&dev, dtype, &w, &x65.view(0..17 * 512).unwrap(), &mut y65.view_mut(0..2 * 16).unwrap(), 2, 512, 17)), "y length, batch 17");
+    assert!(invalid(ops::matvec(&dev, dtype, &w, &x65.view(0..17 * 512).unwrap(), &mut y65.view_mut(0..2 * 17).unwrap(), 3, 512, 17)), "byte length, batch 17");
+    assert_eq!(dev.download(&y65).unwrap(), vec![-7.0f32; 2 * 65]);
     assert!(invalid(ops::matvec(&dev, dtype, &w, &x, &mut y, 2, 256, 2)), "x length");
     assert!(invalid(ops::matvec(&dev, GgmlDType::Q8K, &w, &x, &mut y, 2, 512, 1)), "q8_K matvec");
     let mut y3 = dev.alloc::<f32>(3).unwrap();

@@ -9,8 +9,15 @@ use crate::runtime::{Device, DeviceVec};
 use kernel_dsl::host::{ArgValue, Executor, KernelArgSlice, KernelArgSliceMut, LaunchConfig, LaunchError, MemLocation, ScalarArg};
 use kernel_dsl::{Dim3, Float};
 
-/// Most activation rows of one [`matvec`] call.
+/// Most activation rows of one matvec launch ([`matvec_q8_1`]).
 pub const MAX_BATCH: usize = 8;
+
+/// Most activation rows of one [`matvec`] call (a decode step of up to 64 sequences):
+/// over [`MAX_BATCH`] the activations are quantized once and the launches take them in
+/// tiles of [`MAX_BATCH`] rows, each tile streaming the weights once. That reads the
+/// weights `ceil(batch / 8)` times where a dequantize + GEMM writes and reads them
+/// dequantized (4 to 8 times the block bytes in f16) on every call.
+pub const MAX_DECODE_BATCH: usize = 64;
 
 /// Runs `$body` with `$q` bound to the marker type of `$dtype`.
 macro_rules! with_format {
@@ -595,6 +602,9 @@ pub fn matvec_tuned<T: Float + ScalarArg>(
     if slice_of(x).1 != n {
         return Err(invalid(K, format!("`x` has {} elements; {batch} x {cols} needed", slice_of(x).1)));
     }
+    if batch > MAX_BATCH {
+        return matvec_tiles(dev, dtype, w, x, y, rows, cols, batch, tuning);
+    }
     if let Some(r) = dev.with_state(|held: &mut HeldActivations| matvec_reusing(dev, held, dtype, w, x, y, rows, cols, batch, tuning)) {
         return r;
     }
@@ -605,6 +615,57 @@ pub fn matvec_tuned<T: Float + ScalarArg>(
     }
     quantize_q8_1(dev, x, &mut xq, &mut xds)?;
     matvec_q8_1_after(dev, dev.wave_lanes(), dtype, w, &xq, &xds, y, rows, cols, batch, tuning, Prior::Quantize).map(|_| ())
+}
+
+/// [`matvec`] for `MAX_BATCH < batch <= MAX_DECODE_BATCH` (`x` of `batch * cols`
+/// elements: checked by the caller): the activations quantized once, then one launch per
+/// tile of [`MAX_BATCH`] rows on views of the codes and of `y`.
+#[allow(clippy::too_many_arguments)]
+fn matvec_tiles<T: Float + ScalarArg>(
+    dev: &Device,
+    dtype: GgmlDType,
+    w: &(impl KernelArgSlice<u8> + ?Sized),
+    x: &(impl KernelArgSlice<T> + ?Sized),
+    y: &mut (impl KernelArgSliceMut<f32> + ?Sized),
+    rows: usize,
+    cols: usize,
+    batch: usize,
+    tuning: StreamTuning,
+) -> Result<(), LaunchError> {
+    const K: &str = "matvec";
+    if batch > MAX_DECODE_BATCH {
+        return Err(invalid(K, format!("batch = {batch}; the matvec takes 1..={MAX_DECODE_BATCH} rows (larger batches are a matmul)")));
+    }
+    // Every tile's check before anything runs: the first tile's shape (a full one) checks
+    // the format, weights and alignment; the lengths of the whole batch are checked here.
+    let n = batch * cols;
+    let (mut xq, mut xds): (DeviceVec<u32>, DeviceVec<f32>) = (dev.scratch(n / 4)?, dev.scratch(n / 16)?);
+    let y_len = rows.checked_mul(batch).ok_or_else(|| invalid(K, "rows x batch overflows usize".into()))?;
+    if slice_of(y).1 != y_len {
+        return Err(invalid(K, format!("`y` has {} elements; {batch} x {rows} needed", slice_of(y).1)));
+    }
+    {
+        let (xq_t, xds_t) = (Part(offset(xq.kernel_arg(), 0, MAX_BATCH * cols / 4)), Part(offset(xds.kernel_arg(), 0, MAX_BATCH * cols / 16)));
+        let y_t = Part(offset(y.kernel_arg(), 0, MAX_BATCH * rows));
+        check_matvec(on_amd(dev), dev.wave_lanes(), dtype, w, &xq_t, &xds_t, &y_t, rows, cols, MAX_BATCH)?;
+    }
+    if rows == 0 {
+        return Ok(());
+    }
+    quantize_q8_1(dev, x, &mut xq, &mut xds)?;
+    let mut prior = Prior::Quantize;
+    for b0 in (0..batch).step_by(MAX_BATCH) {
+        let nb = (batch - b0).min(MAX_BATCH);
+        // Byte offsets: a row's codes are `cols` bytes, its (d, s) pairs `cols / 4` bytes.
+        let xq_t = Part(offset(xq.kernel_arg(), b0 * cols, nb * cols / 4));
+        let xds_t = Part(offset(xds.kernel_arg(), b0 * cols / 4, nb * cols / 16));
+        let mut y_t = Part(offset(y.kernel_arg(), b0 * rows * 4, nb * rows));
+        matvec_q8_1_after(dev, dev.wave_lanes(), dtype, w, &xq_t, &xds_t, &mut y_t, rows, cols, nb, tuning, prior)?;
+        // The next tile starts after this one (it writes `y` only, but the launcher's
+        // overlap of a matvec after a matvec needs `mark_overlappable`: not worth it here).
+        prior = Prior::Unknown;
+    }
+    Ok(())
 }
 
 /// The q8_1 activations [`matvec`] made last on a device (CUDA), kept so that the next

@@ -373,7 +373,7 @@ impl Layer {
 /// A loaded llama-family model on one device.
 pub struct Model {
     pub cfg: ModelConfig,
-    /// Activations' dtype: the weights' for safetensors, f32 for GGUF.
+    /// Activations' dtype: the weights' for safetensors, [`gguf_dtype`] for GGUF.
     pub dtype: DType,
     pub device: Device,
     /// Where the model came from (file or folder).
@@ -392,6 +392,28 @@ pub struct Model {
     /// This rank's share and communicator when the model is split across devices
     /// (tensor parallelism, [`crate::shard`]); `None`: the whole model.
     tp: Option<crate::tp::TpRank>,
+}
+
+/// The product of a GGUF tensor for activations of `dtype`: block formats stay GGML blocks
+/// (their products take any activation dtype); float tensors, which Candle holds as a plain
+/// weight, are cast to `dtype` so the product's operands agree.
+pub(crate) fn gguf_qmatmul(t: candle_core::quantized::QTensor, dtype: DType) -> candle_core::Result<QMatMul> {
+    Ok(match QMatMul::from_qtensor(t)? {
+        QMatMul::Tensor(w) => QMatMul::Tensor(w.to_dtype(dtype)?),
+        other => other,
+    })
+}
+
+/// The activations' (and cache's) dtype of a GGUF model on `dev`: bf16 on our device, so
+/// the paged decode kernel, the fused rope/cache write and the bf16 norms apply and the
+/// cache is half the size; f32 elsewhere (Candle's CPU and CUDA backends, whose quantized
+/// products and plain ops are the reference path).
+pub fn gguf_dtype(dev: &Device) -> DType {
+    if on_our_device(dev) {
+        DType::BF16
+    } else {
+        DType::F32
+    }
 }
 
 /// The safetensors files of a folder: the index's shards, `model.safetensors`, or every `*.safetensors`.
@@ -510,8 +532,18 @@ impl Model {
     }
 
     /// Loads a GGUF file (llama, qwen2, qwen3): weights stay in their GGML blocks (QMatMul),
-    /// activations f32.
+    /// activations and the cache in [`gguf_dtype`]'s dtype for `dev`.
     pub fn load_gguf(path: &Path, dev: &Device) -> Result<Model> {
+        Self::load_gguf_as(path, dev, gguf_dtype(dev))
+    }
+
+    /// [`Model::load_gguf`] with activations, cache, norms and embedding table in `dtype`
+    /// (f32, f16 or bf16; the quantized products run on q8_1 codes of the activations
+    /// whatever their dtype).
+    pub fn load_gguf_as(path: &Path, dev: &Device, dtype: DType) -> Result<Model> {
+        if !matches!(dtype, DType::F32 | DType::F16 | DType::BF16) {
+            return Err(Error::Unsupported { path: path.into(), msg: format!("activations of dtype {dtype:?} (bf16, f16, f32 are)") });
+        }
         let mut f = std::fs::File::open(path).map_err(|source| Error::Io { path: path.into(), source })?;
         let ct = gguf_file::Content::read(&mut f).map_err(|e| {
             let m = e.to_string();
@@ -535,25 +567,25 @@ impl Model {
         for l in 0..cfg.num_layers {
             let p = format!("blk.{l}");
             let mut qlin = |name: &str, bias: bool| -> Result<Linear> {
-                let w = Weight::Quant(QMatMul::from_qtensor(q(&format!("{p}.{name}.weight"))?)?);
-                let b = if bias { Some(q(&format!("{p}.{name}.bias"))?.dequantize(dev)?) } else { None };
+                let w = Weight::Quant(gguf_qmatmul(q(&format!("{p}.{name}.weight"))?, dtype)?);
+                let b = if bias { Some(q(&format!("{p}.{name}.bias"))?.dequantize(dev)?.to_dtype(dtype)?) } else { None };
                 Ok(Linear { w, b })
             };
             let bias = cfg.qkv_bias;
             let (qv, kv, vv, ov) = (qlin("attn_q", bias)?, qlin("attn_k", bias)?, qlin("attn_v", bias)?, qlin("attn_output", false)?);
             let (gate, up, down) = (qlin("ffn_gate", false)?, qlin("ffn_up", false)?, qlin("ffn_down", false)?);
-            let mut norm = |name: &str| -> Result<Tensor> { Ok(q(&format!("{p}.{name}.weight"))?.dequantize(dev)?) };
+            let mut norm = |name: &str| -> Result<Tensor> { Ok(q(&format!("{p}.{name}.weight"))?.dequantize(dev)?.to_dtype(dtype)?) };
             let (q_norm, k_norm) = if cfg.qk_norm { (Some(norm("attn_q_norm")?), Some(norm("attn_k_norm")?)) } else { (None, None) };
             layers.push(Layer { qkv: None, gate_up: None, input_norm: norm("attn_norm")?, q: qv, k: kv, v: vv, o: ov, q_norm, k_norm, post_norm: norm("ffn_norm")?, gate, up, down });
         }
-        let final_norm = q("output_norm.weight")?.dequantize(dev)?;
-        // The embedding table is dequantized (f32) for row gathers, as Candle's models do.
+        let final_norm = q("output_norm.weight")?.dequantize(dev)?.to_dtype(dtype)?;
+        // The embedding table is dequantized for row gathers, as Candle's models do.
         let embed_q = q("token_embd.weight")?;
-        let embed = embed_q.dequantize(dev)?;
+        let embed = embed_q.dequantize(dev)?.to_dtype(dtype)?;
         let head = if ct.tensor_infos.contains_key("output.weight") { q("output.weight")? } else { embed_q };
-        let lm_head = Linear { w: Weight::Quant(QMatMul::from_qtensor(head)?), b: None };
-        let (cos, sin) = rope_tables(&cfg, DType::F32, dev)?;
-        Ok(Model { cfg, dtype: DType::F32, device: dev.clone(), path: path.into(), embed, layers, norm: final_norm, lm_head, cos, sin, fused: true, gated: true, tp: None })
+        let lm_head = Linear { w: Weight::Quant(gguf_qmatmul(head, dtype)?), b: None };
+        let (cos, sin) = rope_tables(&cfg, dtype, dev)?;
+        Ok(Model { cfg, dtype, device: dev.clone(), path: path.into(), embed, layers, norm: final_norm, lm_head, cos, sin, fused: true, gated: true, tp: None })
     }
 
     /// A model of loaded parts (the tensor-parallel loaders of [`crate::shard`]).

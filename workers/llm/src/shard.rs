@@ -21,9 +21,9 @@
 //! [`Error::TensorParallel`] naming the tensor; there is no silent replicated fallback.
 use crate::config::ModelConfig;
 use crate::error::{malformed, Error, Result};
-use crate::model::{rope_tables, Layer, Linear, Model, Weight};
+use crate::model::{gguf_qmatmul, rope_tables, Layer, Linear, Model, Weight};
 use crate::tp::{TpCollective, TpRank};
-use candle_core::quantized::{gguf_file, GgmlDType, QMatMul, QTensor};
+use candle_core::quantized::{gguf_file, GgmlDType, QTensor};
 use candle_core::{DType, Device, Tensor};
 use std::io::{Read, Seek, SeekFrom};
 use std::ops::Range;
@@ -362,28 +362,30 @@ fn load_gguf_shard(path: &Path, dev: &Device, comm: Box<dyn TpCollective>) -> Re
     let mut src = GgufSource::open(path)?;
     let cfg = ModelConfig::from_gguf(src.content(), path)?;
     let plan = TpPlan::new(&cfg, comm.rank(), comm.world())?;
+    // As Model::load_gguf: bf16 activations on our device, f32 elsewhere.
+    let dtype = crate::model::gguf_dtype(dev);
     let mut layers = Vec::with_capacity(cfg.num_layers);
     for l in 0..cfg.num_layers {
         let p = format!("blk.{l}");
         let mut qlin = |name: &str, kind: WeightKind, bias: bool| -> Result<Linear> {
-            let w = Weight::Quant(QMatMul::from_qtensor(src.get(&format!("{p}.{name}.weight"), plan.split(kind), dev)?)?);
-            let b = if bias { Some(src.get(&format!("{p}.{name}.bias"), plan.split(kind), dev)?.dequantize(dev)?) } else { None };
+            let w = Weight::Quant(gguf_qmatmul(src.get(&format!("{p}.{name}.weight"), plan.split(kind), dev)?, dtype)?);
+            let b = if bias { Some(src.get(&format!("{p}.{name}.bias"), plan.split(kind), dev)?.dequantize(dev)?.to_dtype(dtype)?) } else { None };
             Ok(Linear { w, b })
         };
         let bias = cfg.qkv_bias;
         let (q, k, v, o) = (qlin("attn_q", WeightKind::Q, bias)?, qlin("attn_k", WeightKind::K, bias)?, qlin("attn_v", WeightKind::V, bias)?, qlin("attn_output", WeightKind::O, false)?);
         let (gate, up, down) = (qlin("ffn_gate", WeightKind::Gate, false)?, qlin("ffn_up", WeightKind::Up, false)?, qlin("ffn_down", WeightKind::Down, false)?);
-        let mut norm = |name: &str| -> Result<Tensor> { Ok(src.get(&format!("{p}.{name}.weight"), Split::Full, dev)?.dequantize(dev)?) };
+        let mut norm = |name: &str| -> Result<Tensor> { Ok(src.get(&format!("{p}.{name}.weight"), Split::Full, dev)?.dequantize(dev)?.to_dtype(dtype)?) };
         let (q_norm, k_norm) = if cfg.qk_norm { (Some(norm("attn_q_norm")?), Some(norm("attn_k_norm")?)) } else { (None, None) };
         layers.push(Layer { qkv: None, gate_up: None, input_norm: norm("attn_norm")?, q, k, v, o, q_norm, k_norm, post_norm: norm("ffn_norm")?, gate, up, down });
     }
-    let final_norm = src.get("output_norm.weight", Split::Full, dev)?.dequantize(dev)?;
+    let final_norm = src.get("output_norm.weight", Split::Full, dev)?.dequantize(dev)?.to_dtype(dtype)?;
     let vocab = plan.split(WeightKind::Embed);
     let embed_q = src.get("token_embd.weight", vocab, dev)?;
-    let embed = embed_q.dequantize(dev)?;
+    let embed = embed_q.dequantize(dev)?.to_dtype(dtype)?;
     let head = if src.content().tensor_infos.contains_key("output.weight") { src.get("output.weight", plan.split(WeightKind::LmHead), dev)? } else { embed_q };
-    let lm_head = Linear { w: Weight::Quant(QMatMul::from_qtensor(head)?), b: None };
-    let tables = rope_tables(&cfg, DType::F32, dev)?;
+    let lm_head = Linear { w: Weight::Quant(gguf_qmatmul(head, dtype)?), b: None };
+    let tables = rope_tables(&cfg, dtype, dev)?;
     let tp = TpRank::new(plan, comm, cfg.vocab_size, embed.dtype(), dev)?;
-    Ok(Model::from_parts(cfg, DType::F32, dev.clone(), path.into(), embed, layers, final_norm, lm_head, tables, Some(tp)))
+    Ok(Model::from_parts(cfg, dtype, dev.clone(), path.into(), embed, layers, final_norm, lm_head, tables, Some(tp)))
 }

@@ -333,7 +333,64 @@ fn quantized_llama_gguf_on_the_cpu_executor() {
     let mut f = std::fs::File::open(&path).unwrap();
     let content = candle_core::quantized::gguf_file::Content::read(&mut f).unwrap();
     let reference = ct::quantized_llama::ModelWeights::from_gguf(content, &mut f, &dev).unwrap();
-    compare_steps(Model::load(&path, &dev).unwrap(), Box::new(QLlama(reference, dev.clone())), F32_TOL, 1);
+    let model = Model::load_gguf_as(&path, &dev, DType::F32).unwrap();
+    compare_steps(model, Box::new(QLlama(reference, dev.clone())), F32_TOL, 1);
+}
+
+/// A Q4_K GGUF on our device (CPU executor) as `llm-worker` loads it (bf16 activations and
+/// cache, the paged decode kernel), ten sequences at once: one prefill step of all ten
+/// prompts, then two decode steps of ten rows (every quantized product past one launch's
+/// 8 rows: two tiles of the int8 matvec on activations quantized once). Against Candle's
+/// own quantized llama on `Device::Cpu` (f32 activations, q8_K activation codes), one per
+/// sequence, and both against the exact forward of the same weights dequantized (f32
+/// GGUF): our error must stay within 3x Candle's (both round the activations to 8-bit codes
+/// before each product; ours also rounds every activation to bf16, 2^-9 relative, about
+/// as much again), and our greedy token must be Candle's wherever its top two logits are
+/// further apart than the two errors together.
+#[test]
+fn quantized_llama_q4k_bf16_decode_batch_on_the_cpu_executor() {
+    use candle_core::quantized::GgmlDType;
+    const SEQS: usize = 10;
+    let dir = tempfile::tempdir().unwrap();
+    let (qpath, fpath) = (dir.path().join("q.gguf"), dir.path().join("f.gguf"));
+    gguf_llama::write_gguf(&qpath, &gguf_llama::LlamaShape::TINY, gguf_llama::Storage::Quantized(GgmlDType::Q4K), 9).unwrap();
+    gguf_llama::write_gguf(&fpath, &gguf_llama::LlamaShape::TINY, gguf_llama::Storage::Dequantized(GgmlDType::Q4K), 9).unwrap();
+    let load_ref = |p: &Path| {
+        let mut f = std::fs::File::open(p).unwrap();
+        let content = candle_core::quantized::gguf_file::Content::read(&mut f).unwrap();
+        QLlama(ct::quantized_llama::ModelWeights::from_gguf(content, &mut f, &Device::Cpu).unwrap(), Device::Cpu)
+    };
+    let dev = candle_rocm::cpu_executor(candle_rocm::WaveSize::W32);
+    let model = Model::load(&qpath, &dev).unwrap();
+    assert_eq!(model.dtype, DType::BF16);
+    assert!(model.kernel_attention());
+    let mut runner = LlamaRunner::new(model, 3 * SEQS + 2, BS).unwrap();
+    let mut candle: Vec<QLlama> = (0..SEQS).map(|_| load_ref(&qpath)).collect();
+    let mut exact: Vec<QLlama> = (0..SEQS).map(|_| load_ref(&fpath)).collect();
+    // Prompts of 3..=7 tokens; blocks of each sequence in a scrambled order.
+    let mut ids: Vec<Vec<u32>> = (0..SEQS).map(|s| PROMPT[..3 + s % 5].iter().map(|t| (t + 37 * s as u32) % 512).collect()).collect();
+    let table = |s: usize| vec![(3 * s + 2) as u32, (3 * s) as u32, (3 * s + 1) as u32];
+    let mut start = [0usize; SEQS];
+    for step in 0..3 {
+        let chunks: Vec<SeqChunk> = (0..SEQS).map(|s| SeqChunk { seq_id: s as u64, tokens: ids[s][start[s]..].to_vec(), start_pos: start[s], block_table: table(s), sample: true }).collect();
+        let ours = runner.step(&chunks).unwrap();
+        assert_eq!(ours.len(), SEQS);
+        for s in 0..SEQS {
+            let c = &chunks[s];
+            let (theirs, want) = (candle[s].logits(&c.tokens, c.start_pos), exact[s].logits(&c.tokens, c.start_pos));
+            let (e_ours, e_candle) = (rel_err(&ours[s], &want), rel_err(&theirs, &want));
+            eprintln!("step {step} seq {s}: error ours {e_ours:.2e}, Candle's {e_candle:.2e}");
+            assert!(e_candle > 0.0 && e_ours <= 3.0 * e_candle, "step {step} seq {s}: ours {e_ours:.3e} vs Candle's {e_candle:.3e}");
+            let scale = want.iter().fold(0f32, |m, x| m.max(x.abs()));
+            let mut sorted = theirs.clone();
+            sorted.sort_by(|a, b| b.total_cmp(a));
+            if sorted[0] - sorted[1] > (e_ours + e_candle) * scale {
+                assert_eq!(argmax(&ours[s]), argmax(&theirs), "step {step} seq {s}: greedy token");
+            }
+            start[s] = ids[s].len();
+            ids[s].push(argmax(&theirs));
+        }
+    }
 }
 
 #[test]

@@ -229,10 +229,14 @@ fn tp2_logits_equal_tp1() {
 
 #[test]
 fn tp2_logits_equal_tp1_gguf() {
-    // GGUF with f32 tensors: the sliced-file loader and the forward of GGML weights, with
-    // only the f32 summation order differing (bound as above).
+    // GGUF with f32 tensors: the sliced-file loader and the forward of GGML weights. On our
+    // device (the CPU executor here) a GGUF model runs bf16 activations (`gguf_dtype`), so
+    // the ranks' partial sums of o and down, added in another order, round to different
+    // bf16 values (2^-9 relative of an activation) and carry that through 2 layers and the
+    // head: about 1e-2 of the largest logit (measured 1.2e-2); bound 3e-2 as below, and
+    // the greedy tokens must agree.
     let (_d, path) = write_gguf(Family::Qwen3, GgmlDType::F32);
-    compare(&path, "qwen3 gguf f32", 1e-5);
+    compare(&path, "qwen3 gguf f32", 3e-2);
     // Q8_0: the products quantize their activations to 8-bit blocks first, so the ~1e-7
     // ordering differences move an occasional activation across a rounding boundary: a
     // step of 1/127 of its block's largest value, about 1/127/sqrt(64) = 1e-3 of a logit of
