@@ -203,7 +203,8 @@ fn profile_steps(runner: &mut TpRunner, prompt_len: usize) -> Result<()> {
     let prefill = |i: usize| SeqChunk { seq_id: i as u64, tokens: vec![1; prompt_len], start_pos: 0, block_table: table(i), sample: true };
     let decode = SeqChunk { seq_id: 0, tokens: vec![1], start_pos: prompt_len, block_table: table(0), sample: true };
     let steps = [(format!("prefill {prompt_len}"), vec![prefill(0)]), (format!("prefill {prompt_len} + 1 decode"), vec![decode, prefill(1)])];
-    let rocm = candle_rocm::RocmDevice::from_candle(&runner.model().device);
+    let dev = runner.model().device.clone();
+    let rocm = candle_rocm::RocmDevice::from_candle(&dev);
     for (name, batch) in &steps {
         let mut best = f64::INFINITY;
         for _ in 0..3 {
