@@ -7,8 +7,7 @@
 //!   out). Entry points: [`flash::host::flash_attn`], [`flash::host::flash_attn_varlen`].
 //!
 //! - [`paged`]: decode over a paged KV cache (block tables, any block size, GQA heads
-//!   sharing each KV read, sequences of different lengths, split-KV with the merge fused into
-//!   the same launch) and
+//!   sharing each KV read, sequences of different lengths, split-KV with a merge pass) and
 //!   `reshape_and_cache`. Entry points: [`paged::host::paged_attention`],
 //!   [`paged::host::reshape_and_cache_rows`].
 //!

@@ -1,5 +1,5 @@
 //! Decode attention over a paged KV cache (one new query token per sequence), split-KV
-//! (flash-decoding) with the merge fused into the same launch, and `reshape_and_cache`, which writes new keys and
+//! (flash-decoding) with a merge pass, and `reshape_and_cache`, which writes new keys and
 //! values into their cache slots.
 //!
 //! # Layout
@@ -19,16 +19,10 @@
 //! 16-byte copies (`cp.async` into [`decode_stages`] stages on NVIDIA sm_80+; one slot read per key row
 //! for both its key and value chunks). The cache slots of a tile's keys are looked up one
 //! tile ahead (one table read per key, by the first [`decode_bn`] work-items) and kept in
-//! shared memory, so the copies issue without waiting on the table.
-//!
-//! A sequence whose context fits one split of `split_len` keys gets its output and
-//! log-sum-exp from that split's work-group directly. Otherwise each split writes its
-//! unnormalised f32 output and its (max, sum) to a workspace and counts itself on an
-//! atomic counter of its (sequence, KV head); the last work-group to arrive (every split
-//! and value chunk the context reaches) merges the splits into the output and the
-//! log-sum-exp and sets the counter back to zero, so one zeroed counter buffer serves
-//! every launch (and graph replay) after it with no memset and no second launch.
-//! Shared memory: [`decode_smem_elems`].
+//! shared memory, so the copies issue without waiting on the table. Each split of `split_len`
+//! keys writes its unnormalised f32 output and its (max, sum) to a workspace;
+//! [`paged_merge`](fn@paged_merge) combines a sequence's splits (only the ones its context reaches) into
+//! the output and the log-sum-exp. Shared memory: [`decode_smem_elems`].
 // The head-dimension types name the device instances (the host launcher finds them by name).
 #[allow(unused_imports)]
 use crate::flash::{Hd128, Hd256, Hd64, Hd80, Hd96};
@@ -67,11 +61,11 @@ pub const fn decode_stages(low: Lowering) -> usize {
 }
 
 /// Shared-memory elements (16-bit) of a [`paged_decode`](fn@paged_decode) work-group of
-/// `rows` query rows: the Q rows, [`decode_stages`] K/V stages of [`decode_bn`] keys, two
-/// tiles' cache slots (`2 * decode_bn` u32 values) and one 8-byte pointer.
+/// `rows` query rows: the Q rows, [`decode_stages`] K/V stages of [`decode_bn`] keys and
+/// two tiles' cache slots (`2 * decode_bn` u32 values).
 pub const fn decode_smem_elems(d: usize, rows: usize, low: Lowering) -> usize {
     let bn = decode_bn(low);
-    rows * (d + PAD) + decode_stages(low) * stage_elems(d, bn, low) + 4 * bn + 4
+    rows * (d + PAD) + decode_stages(low) * stage_elems(d, bn, low) + 4 * bn
 }
 
 /// Decode scores: scaled into the log2 domain, keys past the split masked.
@@ -117,15 +111,10 @@ macro_rules! each {
 /// docs). Grid: x = splits, y = `kv_heads * value_chunks(D)`, z = sequences; `ceil(group /
 /// 16)` waves; dynamic shared memory of [`decode_smem_elems`] elements. Sequence `b`'s
 /// block-table row starts at `block_tables[table_at + b * max_blocks]` (so one buffer can
-/// hold the context lengths and then the tables). Writes `out[(b * heads + h) * D ..]`
-/// and `lse[b * heads + h]` for every query head `h` of the group (zeros and `-inf` for
-/// an empty context). A context of more than one split goes through the workspace: for
-/// split `s`, `part[((b * heads + h) * splits + s) * D ..]` (unnormalised) and, after
-/// the `batch * heads * splits * D` output values, `part[.. + ((b * heads + h) * splits +
-/// s) * 2 ..]` = (max in log2 units, sum) (one buffer: one pointer fewer kept through the
-/// key loop, where a second one spilled scalar registers on gfx90a), merged by
-/// the last work-group that counts itself on `counters[b * kv_heads + kv head]`, which must
-/// be zero at the launch and is zero again after it.
+/// hold the context lengths and then the tables). Writes, for
+/// every query head `h` of the group and split `s` its context reaches,
+/// `part_o[((b * heads + h) * splits + s) * D ..]` (unnormalised) and
+/// `part_ml[((b * heads + h) * splits + s) * 2 ..]` = (max in log2 units, sum).
 #[amdgpu_kernel(T = [f16, bf16], H = [Hd64, Hd80, Hd96, Hd128, Hd256], max_threads = 256)]
 #[allow(clippy::too_many_arguments)]
 pub fn paged_decode<T: MmaFloat, H: HeadDim>(
@@ -134,10 +123,8 @@ pub fn paged_decode<T: MmaFloat, H: HeadDim>(
     v_cache: &[T],
     block_tables: &[u32],
     context_lens: &[u32],
-    part: &mut [f32],
-    counters: &[AtomicU32],
-    out: &mut [T],
-    lse: &mut [f32],
+    part_o: &mut [f32],
+    part_ml: &mut [f32],
     heads: u32,
     kv_heads: u32,
     block_size: u32,
@@ -169,18 +156,14 @@ pub fn paged_decode<T: MmaFloat, H: HeadDim>(
     let table = table_at as usize + b * mb;
     let h0 = hk * group;
     let row_elems = kv_n * d;
-    // Uniform checks: the sequence's length and block-table row, the group's query and
-    // output rows, its counter and (with more than one split: a single split never uses
-    // them) its workspace rows lie in their buffers (the cache rows are checked below).
+    // Uniform checks: the sequence's length and block-table row, the group's query rows
+    // and workspace rows lie in their buffers (the cache rows are checked below).
     let part_end = ((b * heads_n + h0 + group) * splits) * d;
     if b >= context_lens.len()
         || table + mb > block_tables.len()
         || (b * heads_n + h0 + group) * d > q.len()
-        || (b * heads_n + h0 + group) * d > out.len()
-        || b * heads_n + h0 + group > lse.len()
-        || (splits > 1 && part.len() < (grid_dim_z() as usize * heads_n * splits) * (d + 2))
-        || part_end / d > grid_dim_z() as usize * heads_n * splits
-        || b * kv_n + hk >= counters.len()
+        || part_end > part_o.len()
+        || part_end / d * 2 > part_ml.len()
         || k_cache.len() != v_cache.len()
     {
         panic!("paged_decode: a buffer is shorter than the shape needs");
@@ -201,7 +184,7 @@ pub fn paged_decode<T: MmaFloat, H: HeadDim>(
     let kv_sa = SharedAddr::new(sp.wrapping_add(rows * ldq));
     let kv_lds = sp.wrapping_add(rows * ldq);
     // Two tiles' cache slots (u32, 4-byte aligned: the element count before them is even).
-    let slots = sp.wrapping_add(decode_smem_elems(d, rows, low) - 4 * bn - 4) as *mut u32;
+    let slots = sp.wrapping_add(decode_smem_elems(d, rows, low) - 4 * bn) as *mut u32;
 
     // The group's query rows, zero past the group (the first copy group, with tile 0),
     // issued before the sequence's length is known: they do not depend on it.
@@ -235,39 +218,13 @@ pub fn paged_decode<T: MmaFloat, H: HeadDim>(
     if ctx > mb * bs {
         panic!("paged_decode: a context is longer than its block table row");
     }
-    if ctx > splits * split_len as usize {
-        panic!("paged_decode: a context is longer than the launch's splits");
-    }
-    let (op, lp) = (out.as_mut_ptr(), lse.as_mut_ptr());
     if k_lo >= ctx {
-        // Past this sequence's context: no merge reads this split (the Q copies land
-        // before the work-group ends). Split 0 of an empty context writes its rows' zeros
-        // and (first value chunk) `-inf` log-sum-exps.
+        // Past this sequence's context: the merge pass does not read this split (the Q
+        // copies land before the work-group ends).
         copy::commit();
         copy::wait_groups(0);
-        if split == 0 {
-            let mut e = tid;
-            while e < group * dv {
-                // SAFETY: the group's rows lie in out (checked above).
-                unsafe { *op.add((b * heads_n + h0 + e / dv) * d + vc * dv + e % dv) = T::from_f32(0.0) };
-                e += nthreads;
-            }
-            if vc == 0 && tid < group {
-                // SAFETY: inside lse (checked above).
-                unsafe { *lp.add(b * heads_n + h0 + tid) = f32::NEG_INFINITY };
-            }
-        }
         return;
     }
-    // The log-sum-exp pointer goes through shared memory past the key loop: kept in scalar
-    // registers there, it spilled them on gfx90a (bf16 hd256). Read back after the loop
-    // (a vector value), it frees them.
-    let lp_at = sp.wrapping_add(decode_smem_elems(d, rows, low) - 4) as *mut u64;
-    // Every work-item stores the same value (a `tid == 0` test here was merged with the
-    // arrival's below, and that lane mask spilled instead).
-    // SAFETY: the last 8 bytes of the region (8-byte aligned: the element count before
-    // them is a multiple of 8); read after the next barrier.
-    unsafe { *lp_at = lp as usize as u64 };
     let k_hi = if k_lo + (split_len as usize) < ctx { k_lo + split_len as usize } else { ctx };
     let n_tiles = (k_hi - k_lo).div_ceil(bn);
 
@@ -365,47 +322,16 @@ pub fn paged_decode<T: MmaFloat, H: HeadDim>(
     copy::commit();
     copy::wait_groups(0);
 
-    // SAFETY: written before the barriers of the loop above (at least one: the slots').
-    let lp = unsafe { *lp_at } as usize as *mut f32;
-    let row0 = wave * 16;
-    // Splits of this sequence that hold keys.
-    let pieces = ctx.div_ceil(split_len as usize);
-    if pieces == 1 {
-        // The whole context is this split's: the final rows and (first value chunk) the
-        // log-sum-exps, no workspace and no merge.
-        let lse_f = st.finish(nof);
-        let o_base = (b * heads_n + h0 + row0) * d + vc * dv;
-        each!(of in [0, 1, 2, 3, 4, 5, 6, 7] {
-            if of < nof {
-                st.o[of].for_each(|r, c, x| {
-                    if row0 + r < group {
-                        // SAFETY: the group's rows lie in out (checked above).
-                        unsafe { *op.add(o_base + r * d + of * 16 + c) = T::from_f32(x) };
-                    }
-                });
-            }
-        });
-        if vc == 0 {
-            lse_f.for_each(|r, c, x| {
-                if c == 0 && row0 + r < group {
-                    // SAFETY: inside lse (checked above).
-                    unsafe { *lp.add(b * heads_n + h0 + row0 + r) = x };
-                }
-            });
-        }
-        return;
-    }
-
     // This split's unnormalised rows and (first value chunk) their max and sum.
-    let part_at = |r: usize| ((b * heads_n + h0 + r) * splits + split) * d;
-    let pop = part.as_mut_ptr();
-    let pmp = pop.wrapping_add(grid_dim_z() as usize * heads_n * splits * d);
+    let row0 = wave * 16;
+    let part = |r: usize| ((b * heads_n + h0 + r) * splits + split) * d;
+    let (pop, pmp) = (part_o.as_mut_ptr(), part_ml.as_mut_ptr());
     each!(of in [0, 1, 2, 3, 4, 5, 6, 7] {
         if of < nof {
             st.o[of].for_each(|r, c, x| {
                 if row0 + r < group {
-                    // SAFETY: the group's workspace rows lie in part (checked above).
-                    unsafe { *pop.add(part_at(row0 + r) + vc * dv + of * 16 + c) = x };
+                    // SAFETY: the group's workspace rows lie in part_o (checked above).
+                    unsafe { *pop.add(part(row0 + r) + vc * dv + of * 16 + c) = x };
                 }
             });
         }
@@ -413,127 +339,16 @@ pub fn paged_decode<T: MmaFloat, H: HeadDim>(
     if vc == 0 {
         st.m.for_each(|r, c, x| {
             if c == 0 && row0 + r < group {
-                // SAFETY: inside part (checked above).
-                unsafe { *pmp.add(part_at(row0 + r) / d * 2) = x };
+                // SAFETY: inside part_ml (checked above).
+                unsafe { *pmp.add(part(row0 + r) / d * 2) = x };
             }
         });
         st.l.for_each(|r, c, x| {
             if c == 0 && row0 + r < group {
-                // SAFETY: inside part (checked above).
-                unsafe { *pmp.add(part_at(row0 + r) / d * 2 + 1) = x };
+                // SAFETY: inside part_ml (checked above).
+                unsafe { *pmp.add(part(row0 + r) / d * 2 + 1) = x };
             }
         });
-    }
-
-    // Arrival: every work-item's partials are released (written back past its caches)
-    // before the work-group's one increment of the (sequence, KV head) counter; the
-    // work-group that brings it to `pieces * chunks` (every split and value chunk with
-    // keys) is the last, resets it for the next launch (nothing else touches it in this
-    // one) and merges after an acquire (its caches then see every split's partials).
-    core::sync::atomic::fence(Ordering::Release);
-    barrier();
-    // The slot buffers are free once the last tile's barrier has passed.
-    if tid == 0 {
-        // SAFETY: inside counters (checked above; unchecked, so its length does not stay
-        // live through the loop).
-        let counter = unsafe { counters.get_unchecked(b * kv_n + hk) };
-        let last = counter.fetch_add(1, Ordering::AcqRel) + 1 == (pieces * chunks) as u32;
-        if last {
-            counter.store(0, Ordering::Relaxed);
-        }
-        // SAFETY: inside the slot region.
-        unsafe { *slots = last as u32 };
-    }
-    barrier();
-    // SAFETY: inside the slot region, written before the barrier.
-    if unsafe { *slots } == 0 {
-        return;
-    }
-    core::sync::atomic::fence(Ordering::Acquire);
-    // SAFETY: the workspace rows of the group's heads and the `pieces <= splits` splits
-    // lie in part, the output rows in out and lse (checked above); the
-    // buffers come from the allocator (16-byte aligned) and `d` is a multiple of 16.
-    unsafe { merge_splits::<T>((pop, pmp), (op, lp), b * heads_n + h0, group, d, splits, pieces, tid, nthreads) };
-}
-
-/// Four f32 values loaded as one 16-byte access.
-#[derive(Clone, Copy)]
-#[repr(C, align(16))]
-struct F32x4([f32; 4]);
-
-/// Merges the first `n` split partials (unnormalised output rows in `po`, (max in log2
-/// units, sum) pairs in `pm`, `splits` per row) of rows `row0 .. row0 + rows` (`d`
-/// columns each) into the output rows at `op` and their natural log-sum-exps at `lp`.
-/// Work-item `tid` of `nthreads` takes four columns of one row at a time and combines the
-/// splits [`merge_step`] at a time with the online-softmax rescale (a running max, sum and
-/// output), so the loads of a step are independent and 16 bytes each.
-///
-/// # Safety
-/// `(row0 + rows) * splits` rows of `d` values (16-byte aligned, `d` a multiple of 4) lie
-/// in `po` and as many pairs in `pm`; `(row0 + rows) * d` values in `op` and `row0 +
-/// rows` in `lp`; `1 <= n <= splits`.
-#[inline(always)]
-#[allow(clippy::too_many_arguments)]
-unsafe fn merge_splits<T: Float>((po, pm): (*const f32, *const f32), (op, lp): (*mut T, *mut f32), row0: usize, rows: usize, d: usize, splits: usize, n: usize, tid: usize, nthreads: usize) {
-    let quads = d / 4;
-    let step = merge_step(mma::lowering());
-    let mut e = tid;
-    while e < rows * quads {
-        let (row, c) = (row0 + e / quads, (e % quads) * 4);
-        let first = row * splits;
-        // Running max (log2 units), sum and output over the splits seen.
-        let (mut mx, mut sum, mut acc) = (f32::NEG_INFINITY, 0.0f32, [0.0f32; 4]);
-        let mut s0 = 0;
-        while s0 < n {
-            let mut m = [f32::NEG_INFINITY; MERGE_STEP];
-            let mut l = [0.0f32; MERGE_STEP];
-            let mut o = [F32x4([0.0; 4]); MERGE_STEP];
-            each!(i in [0, 1, 2, 3, 4, 5, 6, 7] {
-                if i < step {
-                    // Past the last split: the last one's values are read again (in bounds,
-                    // so the load needs no branch; its max changes nothing) and left out of
-                    // the sums below (a uniform branch).
-                    let s = first + (s0 + i).min(n - 1);
-                    // SAFETY: s < first + n <= first + splits (the caller's contract).
-                    (m[i], l[i], o[i]) = unsafe { (*pm.add(s * 2), *pm.add(s * 2 + 1), *(po.add(s * d + c) as *const F32x4)) };
-                }
-            });
-            let mut top = mx;
-            each!(i in [0, 1, 2, 3, 4, 5, 6, 7] {
-                if i < step {
-                    top = top.max(m[i]);
-                }
-            });
-            // A split that saw no key has max -inf: weight 0 (never NaN, as is the rescale
-            // while nothing has been seen).
-            let mu = if top == f32::NEG_INFINITY { 0.0 } else { top };
-            let alpha = (mx - mu).exp2();
-            sum *= alpha;
-            each!(k in [0, 1, 2, 3] {
-                acc[k] *= alpha;
-            });
-            each!(i in [0, 1, 2, 3, 4, 5, 6, 7] {
-                if i < step && s0 + i < n && m[i] != f32::NEG_INFINITY {
-                    let w = (m[i] - mu).exp2();
-                    sum += l[i] * w;
-                    each!(k in [0, 1, 2, 3] {
-                        acc[k] += o[i].0[k] * w;
-                    });
-                }
-            });
-            mx = top;
-            s0 += step;
-        }
-        let inv = if sum > 0.0 { 1.0 / sum } else { 0.0 };
-        each!(k in [0, 1, 2, 3] {
-            // SAFETY: inside out (the caller's contract).
-            unsafe { *op.add(row * d + c + k) = T::from_f32(acc[k] * inv) };
-        });
-        if c == 0 {
-            // SAFETY: inside lse (the caller's contract).
-            unsafe { *lp.add(row) = if sum > 0.0 { (mx + sum.log2()) * core::f32::consts::LN_2 } else { f32::NEG_INFINITY } };
-        }
-        e += nthreads;
     }
 }
 
@@ -642,20 +457,89 @@ unsafe fn gather<T>(
     }
 }
 
-/// Most splits the fused merge of [`paged_decode`](fn@paged_decode) combines per step:
-/// their loads issue together, so a sequence's splits cost `ceil(splits / step)` memory
-/// round trips per four output columns rather than one each ([`merge_step`]).
+/// Splits [`paged_merge()`] combines per step: their loads issue together, so a sequence's
+/// splits cost `ceil(splits / MERGE_STEP)` memory round trips rather than one each.
 pub const MERGE_STEP: usize = 8;
-// `merge_splits` takes a step's splits with `each!` over eight indices.
+// `paged_merge` writes out a step's splits with `each!` over eight indices.
 const _: () = assert!(MERGE_STEP == 8);
 
-/// Splits per step of the fused merge: [`MERGE_STEP`] on `MmaSync`, half that on AMD (a
-/// step's 16-byte loads are 24 registers per 4 splits; with 8, the merge set the kernel's
-/// register peak on CDNA, 104-120 VGPRs and 4 waves per SIMD instead of 76-96 and 5-6).
-pub const fn merge_step(low: Lowering) -> usize {
-    match low {
-        Lowering::MmaSync => MERGE_STEP,
-        _ => MERGE_STEP / 2,
+/// Merges the splits of [`paged_decode`](fn@paged_decode): work-group `(h, b)` (grid x = heads, y =
+/// sequences) reads the `ceil(context_lens[b] / split_len)` splits of head `h` and writes
+/// `out[(b * heads + h) * d ..]` and `lse[b * heads + h]` (zeros and `-inf` for an empty
+/// context). Each work-item takes columns `c = tid, tid + block size, ...` and combines the
+/// splits [`MERGE_STEP`] at a time with the online-softmax rescale (a running max, sum and
+/// output), so the loads of a step are independent. Any work-group size; `d` work-items
+/// give one column each.
+#[amdgpu_kernel(T = [f16, bf16], max_threads = 256)]
+#[allow(clippy::too_many_arguments)]
+pub fn paged_merge<T: Float>(
+    part_o: &[f32],
+    part_ml: &[f32],
+    context_lens: &[u32],
+    out: &mut [T],
+    lse: &mut [f32],
+    heads: u32,
+    d: u32,
+    splits: u32,
+    split_len: u32,
+) {
+    let (h, b) = (block_idx_x() as usize, block_idx_y() as usize);
+    let (heads, d, splits) = (heads as usize, d as usize, splits as usize);
+    let n = (context_lens[b] as usize).div_ceil(split_len as usize);
+    let row = b * heads + h;
+    let first = row * splits;
+    // Uniform checks, so the loads below index without per-load checks (and branches that
+    // would keep a step's loads from issuing together).
+    if n > splits || (first + splits) * d > part_o.len() || (first + splits) * 2 > part_ml.len() || (row + 1) * d > out.len() || row >= lse.len() {
+        panic!("paged_merge: a buffer is shorter than the shape needs");
+    }
+    let (po, pm) = (part_o.as_ptr(), part_ml.as_ptr());
+    let mut c = thread_idx_x() as usize;
+    while c < d {
+        // Running max (log2 units), sum and output over the splits seen.
+        let (mut mx, mut sum, mut acc) = (f32::NEG_INFINITY, 0.0f32, 0.0f32);
+        let mut s0 = 0;
+        while s0 < n {
+            let mut m = [f32::NEG_INFINITY; MERGE_STEP];
+            let mut l = [0.0f32; MERGE_STEP];
+            let mut o = [0.0f32; MERGE_STEP];
+            each!(i in [0, 1, 2, 3, 4, 5, 6, 7] {
+                // Past the last split: the last one's values are read (in bounds, so the
+                // load needs no branch) and left out.
+                let s = first + if s0 + i < n { s0 + i } else { n - 1 };
+                // SAFETY: s < first + n <= first + splits, inside both (checked above).
+                let (ms, ls, os) = unsafe { (*pm.add(s * 2), *pm.add(s * 2 + 1), *po.add(s * d + c)) };
+                if s0 + i < n {
+                    (m[i], l[i], o[i]) = (ms, ls, os);
+                }
+            });
+            let mut top = mx;
+            each!(i in [0, 1, 2, 3, 4, 5, 6, 7] {
+                top = top.max(m[i]);
+            });
+            // A split that saw no key has max -inf: weight 0 (never NaN, as is the rescale
+            // while nothing has been seen).
+            let mu = if top == f32::NEG_INFINITY { 0.0 } else { top };
+            let alpha = (mx - mu).exp2();
+            sum *= alpha;
+            acc *= alpha;
+            each!(i in [0, 1, 2, 3, 4, 5, 6, 7] {
+                if m[i] != f32::NEG_INFINITY {
+                    let w = (m[i] - mu).exp2();
+                    sum += l[i] * w;
+                    acc += o[i] * w;
+                }
+            });
+            mx = top;
+            s0 += MERGE_STEP;
+        }
+        let inv = if sum > 0.0 { 1.0 / sum } else { 0.0 };
+        // SAFETY: inside out (checked above).
+        unsafe { *out.as_mut_ptr().add(row * d + c) = T::from_f32(acc * inv) };
+        if c == 0 {
+            lse[row] = if sum > 0.0 { (mx + sum.log2()) * core::f32::consts::LN_2 } else { f32::NEG_INFINITY };
+        }
+        c += block_dim_x() as usize;
     }
 }
 

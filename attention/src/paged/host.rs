@@ -1,12 +1,11 @@
-//! The checked launchers of [`paged_decode`](fn@super::paged_decode) (split-KV with the
-//! merge fused in), and of [`reshape_and_cache`](fn@super::reshape_and_cache). Block tables, context lengths and
+//! The checked launchers of [`paged_decode`](fn@super::paged_decode) with its merge pass, and
+//! of [`reshape_and_cache`](fn@super::reshape_and_cache). Block tables, context lengths and
 //! slot mappings are host slices: they are validated (every slot inside the cache) and
 //! uploaded, so an error writes nothing and the kernels never index out of range.
-use super::{decode_smem_elems, merge_step, paged_decode, reshape_and_cache, MAX_GROUP, MERGE_STEP};
+use super::{decode_smem_elems, paged_decode, paged_merge, reshape_and_cache, MAX_GROUP};
 use crate::flash::{value_chunks, Hd128, Hd256, Hd64, Hd80, Hd96, HeadDim, BN, HEAD_DIMS};
 use crate::{AttentionError, FlashElem};
-use kernel_dsl::host::{ArgValue, Executor, KernelArgSlice, LaunchConfig, ScalarArg};
-use kernel_dsl::prelude::AtomicU32;
+use kernel_dsl::host::{Executor, LaunchConfig, ScalarArg};
 use kernel_dsl::mma::Lowering;
 use kernel_dsl::{Dim3, Element};
 use kernel_runtime::{Device, DeviceVec};
@@ -48,82 +47,52 @@ fn product(name: &'static str, xs: &[usize]) -> Result<usize, AttentionError> {
 /// how many the device holds at once (AMD, the CPU executor): about eight per compute unit
 /// of a large GPU (132 on the H100), so that each one's copies keep enough bytes in flight
 /// for DRAM bandwidth (a work-group is one wave for up to 16 query heads per KV head).
-/// [`split_len_for`] takes it as the resident work-groups there.
 pub const TARGET_GROUPS: usize = 1024;
 
-/// Shortest split the heuristic makes, in keys (unless the context is shorter). With the
-/// merge fused into the decode launch a split costs no second launch, only its share of
-/// the merge (which [`split_len_for`] weighs), so a short context at batch 1 may take
-/// splits of two 32-key tiles: a 1B Llama step (8 KV heads, context 512) then runs 64
-/// work-groups of 4 (`mma.sync`) tiles instead of 32 of 8.
-pub const MIN_SPLIT: usize = 64;
+/// Shortest split the heuristic makes, in keys: shorter ones cost more in the merge pass
+/// (each writes `heads / kv_heads` f32 rows of `head_dim`) and per-split setup than their
+/// parallelism gains.
+pub const MIN_SPLIT: usize = 128;
 
 /// Fixed cost of one work-group in key tiles, for [`split_len_for`]'s cost model: the
 /// first tile's DRAM latency (nothing overlaps it), the block-table checks and the
 /// workspace writes.
 pub const SPLIT_OVERHEAD_TILES: usize = 2;
 
-/// Fixed cost of the fused merge in key tiles, for [`split_len_for`]'s cost model: the
-/// last work-group's wait for its counter increment (a release, the atomic's round trip
-/// and an acquire) before it reads the partials. Each [`MERGE_STEP`] splits then cost
-/// `merge_rounds` more (see [`merge_rounds`]).
-pub const MERGE_OVERHEAD_TILES: usize = 1;
-
-/// Memory round trips of the fused merge per [`MERGE_STEP`] splits: the merging
-/// work-group's `threads` work-items take the `group * head_dim / 4` four-column pieces of
-/// its `group` query heads in turn, each a step of independent 16-byte loads (on
-/// `MmaSync`; AMD's steps of [`merge_step`] splits take twice as many).
-pub fn merge_rounds(group: usize, head_dim: usize, threads: usize) -> usize {
-    (group * head_dim / 4).div_ceil(threads.max(1)).max(1)
-}
-
 /// Keys per split: the caller's choice, or one chosen from the shape, a multiple of the
 /// key tile and at least [`MIN_SPLIT`] keys unless the context is shorter.
 ///
-/// The split count `s` minimises `ceil(batch * kv_heads * s / r) * (tiles per split +`
-/// [`SPLIT_OVERHEAD_TILES`]`)` plus, for `s > 1`, the fused merge's
-/// [`MERGE_OVERHEAD_TILES`]` + ceil(s / MERGE_STEP) * merge_rounds` (see
-/// [`merge_rounds()`]): the rounds of `r` resident work-groups times each one's length, so
-/// the grid fills whole rounds (a last round that fills half the device runs at about half
-/// the bandwidth: the kernel is latency-bound per work-group), and the tail in which the
-/// last work-group of each (sequence, KV head) merges its splits alone (more splits are
-/// more parallel but a longer merge). `resident = Some(r)`: work-groups the device runs at
-/// once; `None`: [`TARGET_GROUPS`]. Ties go to fewer splits.
-pub fn split_len_for(batch: usize, kv_heads: usize, longest: usize, chosen: Option<usize>, resident: Option<usize>, merge_rounds: usize) -> usize {
+/// With `resident = Some(r)` (work-groups the device runs at once), the split count `s`
+/// minimises `ceil(batch * kv_heads * s / r) * (tiles per split + `[`SPLIT_OVERHEAD_TILES`]`)`:
+/// the rounds of resident work-groups times each one's length, so the grid fills whole
+/// rounds (a last round that fills half the device runs at about half the bandwidth: the
+/// kernel is latency-bound per work-group). Without it, enough splits for about
+/// [`TARGET_GROUPS`] work-groups.
+pub fn split_len_for(batch: usize, kv_heads: usize, longest: usize, chosen: Option<usize>, resident: Option<usize>) -> usize {
     let round = |len: usize| len.max(1).div_ceil(BN) * BN;
     if let Some(s) = chosen {
         return round(s);
     }
     let groups = (batch * kv_heads).max(1);
     let most = longest.div_ceil(MIN_SPLIT).max(1);
-    let r = resident.filter(|&r| r > 0).unwrap_or(TARGET_GROUPS);
-    let mut best = (usize::MAX, round(longest));
-    for s in 1..=most {
-        let len = round(longest.div_ceil(s));
-        let cost = split_cost(groups, longest, len, r, merge_rounds);
-        if cost < best.0 {
-            best = (cost, len);
+    match resident {
+        Some(r) if r > 0 => {
+            let mut best = (usize::MAX, round(longest));
+            for s in 1..=most {
+                let len = round(longest.div_ceil(s));
+                let splits = longest.div_ceil(len).max(1);
+                let cost = (groups * splits).div_ceil(r) * (len / BN + SPLIT_OVERHEAD_TILES);
+                if cost < best.0 {
+                    best = (cost, len);
+                }
+            }
+            best.1
+        }
+        _ => {
+            let splits = TARGET_GROUPS.div_ceil(groups).clamp(1, most);
+            round(longest.div_ceil(splits))
         }
     }
-    best.1
-}
-
-/// [`split_len_for`]'s modelled time of splits of `len` keys over `groups` (sequence, KV
-/// head) pairs of `longest` keys with `r` resident work-groups, in key tiles.
-pub fn split_cost(groups: usize, longest: usize, len: usize, r: usize, merge_rounds: usize) -> usize {
-    let splits = longest.div_ceil(len.max(1)).max(1);
-    let merge = if splits > 1 { MERGE_OVERHEAD_TILES + splits.div_ceil(MERGE_STEP) * merge_rounds } else { 0 };
-    (groups * splits).div_ceil(r.max(1)) * (len.div_ceil(BN) + SPLIT_OVERHEAD_TILES) + merge
-}
-
-/// The split length of the first heuristic: enough splits for about [`TARGET_GROUPS`]
-/// work-groups, at least [`MIN_SPLIT`] keys (no occupancy or merge model). For comparisons
-/// (the attention benchmark's `gbps_legacy_split`).
-pub fn target_split_len(batch: usize, kv_heads: usize, longest: usize) -> usize {
-    let groups = (batch * kv_heads).max(1);
-    let most = longest.div_ceil(MIN_SPLIT).max(1);
-    let splits = TARGET_GROUPS.div_ceil(groups).clamp(1, most);
-    longest.div_ceil(splits).max(1).div_ceil(BN) * BN
 }
 
 /// Work-groups of [`paged_decode`](fn@super::paged_decode) (`waves` waves, `smem` bytes of
@@ -147,15 +116,16 @@ fn resident_estimate(dev: &Device, low: Lowering, d: usize, smem: usize, waves: 
 
 /// Registers per work-item `resident_estimate` assumes for the `MmaSync` instance of
 /// head dimension `d`: the most `ptxas -arch=sm_90a` of CUDA 13.0 (the compiler the CUDA 13.0
-/// driver JIT-compiles our PTX with) gives the f16 and bf16 instances with the fused merge
-/// (hd64 127, hd80 125, hd96 126, hd128 176, hd256 173), rounded up to the allocation unit
-/// of 8. On the low side the estimate would put the grid's last work-groups in a second
-/// round; shared memory bounds hd128 at 10 work-groups per H100/H200 SM before registers
-/// do (11 by registers).
+/// driver JIT-compiles our PTX with) gives the f16 and bf16 instances (hd64 123, hd80 123,
+/// hd96 120, hd128 167, hd256 166), rounded up to the allocation unit of 8. On the low
+/// side the estimate would put the grid's last work-groups in a second round; shared
+/// memory bounds hd128 at 10 work-groups per H100/H200 SM before registers do.
 pub const fn decode_regs(d: usize) -> usize {
     match d {
-        0..=96 => 128,
-        _ => 176,
+        0..=64 => 128,
+        65..=80 => 128,
+        81..=96 => 120,
+        _ => 168,
     }
 }
 
@@ -318,20 +288,14 @@ fn launch<T: FlashElem>(
     let waves = group.div_ceil(16);
     let smem = decode_smem_elems(d, waves * 16, low);
     let resident = resident_estimate(dev, low, d, smem * core::mem::size_of::<T>(), waves);
-    let threads = waves * low.wave_lanes() as usize;
-    // The model counts merge round trips per MERGE_STEP splits; AMD's steps are shorter.
-    let rounds = merge_rounds(group, d, threads) * (MERGE_STEP / merge_step(low));
-    let split_len = split_len_for(batch, kv_heads, longest, split_len, resident, rounds);
+    let split_len = split_len_for(batch, kv_heads, longest, split_len, resident);
     let splits = longest.div_ceil(split_len).max(1);
     if batch > 65535 || kv_heads * value_chunks(d, low) > 65535 || split_len > u32::MAX as usize || table_at + batch * max_blocks > u32::MAX as usize {
         return Err(arg("q", "batch or heads exceed the grid limit of 65535"));
     }
-    // The workspace of the fused merge; with one split every work-group writes its final
-    // rows and the kernel reads none of it.
-    let work = if splits > 1 { batch * heads * splits } else { 0 };
-    let mut part = dev.scratch::<f32>(work * (d + 2))?;
-    let counters = MergeCounters::take(dev, batch * kv_heads)?;
-    let cfg = LaunchConfig::new(Dim3::new(splits as u32, (kv_heads * value_chunks(d, low)) as u32, batch as u32), Dim3::x(threads as u32))
+    let mut part_o = dev.alloc_uninit::<f32>(batch * heads * splits * d)?;
+    let mut part_ml = dev.alloc_uninit::<f32>(batch * heads * splits * 2)?;
+    let cfg = LaunchConfig::new(Dim3::new(splits as u32, (kv_heads * value_chunks(d, low)) as u32, batch as u32), Dim3::x(waves as u32 * low.wave_lanes()))
         .with_dynamic_shared(smem);
     let args = DecodeArgs {
         heads: heads as u32,
@@ -348,73 +312,22 @@ fn launch<T: FlashElem>(
         a: &DecodeArgs,
         bufs: DecodeBufs<'_, T>,
     ) -> Result<(), AttentionError> {
-        let (q, kc, vc, tables, lens, part, counters, out, lse) = bufs;
-        paged_decode::launch::<T, H>(dev, cfg, q, kc, vc, tables, lens, part, counters, out, lse, a.heads, a.kv_heads, a.block_size, a.max_blocks, a.split_len, a.table_at, a.scale)?;
+        let (q, kc, vc, tables, lens, po, pml) = bufs;
+        paged_decode::launch::<T, H>(dev, cfg, q, kc, vc, tables, lens, po, pml, a.heads, a.kv_heads, a.block_size, a.max_blocks, a.split_len, a.table_at, a.scale)?;
         Ok(())
     }
-    let atomics = AsAtomicU32(counters.buf.kernel_arg());
-    let bufs = (q, k_cache, v_cache, tables, lens, &mut part, &atomics, out, lse);
-    let launched = match d {
+    let bufs = (q, k_cache, v_cache, tables, lens, &mut part_o, &mut part_ml);
+    match d {
         64 => go::<T, Hd64>(dev, cfg, &args, bufs),
         80 => go::<T, Hd80>(dev, cfg, &args, bufs),
         96 => go::<T, Hd96>(dev, cfg, &args, bufs),
         128 => go::<T, Hd128>(dev, cfg, &args, bufs),
         _ => go::<T, Hd256>(dev, cfg, &args, bufs),
-    };
-    // Every launch leaves the counters at zero; after a failed one they may not be, and
-    // are dropped.
-    if launched.is_ok() {
-        counters.give_back(dev);
-    }
-    launched
-}
-
-/// The zeroed counters of the fused merge a device keeps ([`Device::with_op_state`]): one
-/// per (sequence, KV head), set back to zero by the launch that uses them, so they are
-/// zeroed once when allocated (or grown) and never again, and a graph that captured a
-/// launch replays it on them with no memset.
-#[derive(Default)]
-struct HeldCounters(Option<DeviceVec<u32>>);
-
-/// Counters taken from the device for one launch ([`MergeCounters::give_back`] returns them).
-struct MergeCounters {
-    buf: DeviceVec<u32>,
-    /// Whether the buffer may go back to the device: not one allocated during a graph
-    /// capture (its memory belongs to the graph's pool).
-    keep: bool,
-}
-
-impl MergeCounters {
-    /// At least `need` zeroed counters: the device's if they are enough, else new ones.
-    /// While one launch holds them another (another thread's) gets its own.
-    fn take(dev: &Device, need: usize) -> Result<Self, AttentionError> {
-        let held = dev.with_op_state(|h: &mut HeldCounters| if h.0.as_ref().is_some_and(|c| c.len() >= need) { h.0.take() } else { None });
-        Ok(match held {
-            Some(buf) => MergeCounters { buf, keep: true },
-            None => MergeCounters { buf: dev.alloc::<u32>(need.max(1).next_power_of_two())?, keep: !dev.is_capturing() },
-        })
-    }
-
-    /// Returns the counters (zero again after a launch) to the device, in place of any
-    /// smaller ones.
-    fn give_back(self, dev: &Device) {
-        if self.keep {
-            let buf = self.buf;
-            dev.with_op_state(|h: &mut HeldCounters| {
-                if h.0.as_ref().is_none_or(|c| c.len() <= buf.len()) {
-                    h.0 = Some(buf);
-                }
-            });
-        }
-    }
-}
-
-/// A `u32` buffer's kernel argument, offered as a buffer of [`AtomicU32`] (the same bits).
-struct AsAtomicU32(ArgValue);
-impl KernelArgSlice<AtomicU32> for AsAtomicU32 {
-    fn kernel_arg(&self) -> ArgValue {
-        self.0
-    }
+    }?;
+    // One work-item per output column.
+    let cfg = LaunchConfig::new(Dim3::new(heads as u32, batch as u32, 1), Dim3::x(d as u32));
+    paged_merge::launch::<T>(dev, cfg, &part_o, &part_ml, lens, out, lse, heads as u32, d as u32, splits as u32, split_len as u32)?;
+    Ok(())
 }
 
 struct DecodeArgs {
@@ -467,16 +380,6 @@ pub fn reshape_and_cache_rows<T: Element + ScalarArg>(
     Ok(())
 }
 
-/// q, the key and value caches, block tables, sequence lengths, the workspace of partial
-/// outputs and statistics, the merge counters, the output and the log-sum-exps of one decode launch.
-type DecodeBufs<'a, T> = (
-    &'a DeviceVec<T>,
-    &'a DeviceVec<T>,
-    &'a DeviceVec<T>,
-    &'a DeviceVec<u32>,
-    &'a DeviceVec<u32>,
-    &'a mut DeviceVec<f32>,
-    &'a AsAtomicU32,
-    &'a mut DeviceVec<T>,
-    &'a mut DeviceVec<f32>,
-);
+/// q, the key and value caches, block tables, sequence lengths and the partial outputs and
+/// statistics of one decode launch.
+type DecodeBufs<'a, T> = (&'a DeviceVec<T>, &'a DeviceVec<T>, &'a DeviceVec<T>, &'a DeviceVec<u32>, &'a DeviceVec<u32>, &'a mut DeviceVec<f32>, &'a mut DeviceVec<f32>);

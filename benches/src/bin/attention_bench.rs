@@ -7,9 +7,7 @@
 //!   for causal (the convention of FlashAttention's benchmarks).
 //! - Decode: one query token per sequence, Llama-3-8B heads (32 query, 8 KV, d 128),
 //!   block size 16, every sequence `ctx` tokens long, batch 1..64, ctx 1k..32k (pairs
-//!   with more than 1M cached tokens left out), and the LLM engine's Llama-3.2-1B step
-//!   (32 query, 8 KV heads, d 64) at ctx 512, batch 1 and 16 (short contexts, where the
-//!   merge fused into the decode launch and the shorter splits matter most). GB/s = (K and V bytes of the context +
+//!   with more than 1M cached tokens left out). GB/s = (K and V bytes of the context +
 //!   q + out) / time; `copy_gbps` is a device-to-device copy of 1 GiB in the same run
 //!   (read + write bytes over time, as in `elementwise`). Block tables cycle through
 //!   copies of the cache region (256 MiB in all at least) so that every call reads K/V
@@ -18,15 +16,14 @@
 //!   `gbps_device_tables` the same step with the tables already on the device
 //!   (`paged_attention_unchecked`, what a serving loop does: built once per step for every
 //!   layer); `gbps_legacy_split` the launcher with the split length of the earlier
-//!   heuristic (`target_split_len`: about 1024 work-groups, no occupancy or merge model),
-//!   to tell the split choice's share from the kernel's.
+//!   heuristic (about 1024 work-groups, no occupancy model), to tell the split choice's
+//!   share from the kernel's.
 //!
 //! `attention [--out DIR] [--quick] [--only prefill|decode]`: writes `DIR/rust_attention.json`;
-//! `--prefill B,H,S,D,CAUSAL` or `--decode B,CTX[,D]` (d 128 unless given) time one shape
-//! only (for `ncu`);
+//! `--prefill B,H,S,D,CAUSAL` or `--decode B,CTX` time one shape only (for `ncu`);
 //! `python/torch_attention.py` times PyTorch SDPA on the same shapes and
 //! `python/report_attention.py` merges both into `report_attention.csv`.
-use attention::paged::host::{paged_attention, paged_attention_unchecked, target_split_len, PagedShape};
+use attention::paged::host::{paged_attention, paged_attention_unchecked, split_len_for, PagedShape};
 use attention::{flash_attn, FlashElem, FlashOptions, FlashShape};
 use benches::{copy_us_with, gbps, gpu_ms, median, uniform, Args};
 use half::bf16;
@@ -159,7 +156,7 @@ fn decode(dev: &Device, batch: usize, heads: usize, kv_heads: usize, ctx: usize,
         paged_attention(dev, shape, &dq, &dk, &dvv, &tables[turn % copies], &lens, &mut out, &mut lse, scale, None).unwrap();
     });
     // The earlier heuristic's split (no occupancy model) and device-side tables.
-    let legacy = target_split_len(batch, kv_heads, ctx);
+    let legacy = split_len_for(batch, kv_heads, ctx, None, None);
     let us_legacy = time_us(dev, || {
         turn += 1;
         paged_attention(dev, shape, &dq, &dk, &dvv, &tables[turn % copies], &lens, &mut out, &mut lse, scale, Some(legacy)).unwrap();
@@ -217,14 +214,14 @@ fn main() {
     let quick = args.quick();
     let only = args.value("--only");
     let Some(dev) = benches::gpu() else { return };
-    // One shape only (for ncu): `--prefill B,H,S,D,causal` or `--decode B,CTX[,D]`.
+    // One shape only (for ncu): `--prefill B,H,S,D,causal` or `--decode B,CTX`.
     let nums = |v: &str| v.split(',').map(|x| x.parse::<usize>().expect("a number")).collect::<Vec<_>>();
     if let Some(v) = args.value("--prefill").map(nums) {
         prefill::<bf16>(&dev, v[0], v[1], v[2], v[3], v.get(4).is_some_and(|&c| c != 0));
         return;
     }
     if let Some(v) = args.value("--decode").map(nums) {
-        decode(&dev, v[0], 32, 8, v[1], v.get(2).copied().unwrap_or(128), 16);
+        decode(&dev, v[0], 32, 8, v[1], 128, 16);
         return;
     }
     let mut pre = Vec::new();
@@ -251,10 +248,6 @@ fn main() {
                     dec.push(decode(&dev, b, 32, 8, ctx, 128, 16));
                 }
             }
-        }
-        // The LLM engine's Llama-3.2-1B step (d 64, a short context).
-        for b in [1, 16] {
-            dec.push(decode(&dev, b, 32, 8, 512, 64, 16));
         }
     }
     let mut rows: Vec<String> = pre

@@ -44,7 +44,6 @@ pub struct CpuDevice {
     exec: CpuExecutor,
     memory: Arc<CachingAllocator>,
     shared: Arc<shared::SharedUploads>,
-    state: OpState,
     id: u64,
 }
 
@@ -66,18 +65,6 @@ pub enum Device {
     /// An AMD GPU (code objects through HIP).
     #[cfg(feature = "rocm")]
     Rocm(rocm::RocmDevice),
-}
-
-/// Values ops keep between their launches on one device, keyed by type
-/// ([`Device::with_op_state`]).
-pub(crate) type OpState = Arc<std::sync::Mutex<std::collections::HashMap<std::any::TypeId, Box<dyn std::any::Any + Send>>>>;
-
-/// Runs `f` on the value of type `T` in `state` (`T::default()` at first use); calls for
-/// any type run one at a time.
-pub(crate) fn with_op_state_in<T: std::any::Any + Send + Default, R>(state: &OpState, f: impl FnOnce(&mut T) -> R) -> R {
-    let mut map = state.lock().unwrap_or_else(|e| e.into_inner());
-    let slot = map.entry(std::any::TypeId::of::<T>()).or_insert_with(|| Box::new(T::default()));
-    f(slot.downcast_mut::<T>().expect("state keyed by its type"))
 }
 
 /// Distinguishes CPU executor devices (GPU devices are told apart by ordinal).
@@ -116,7 +103,6 @@ impl Device {
             exec,
             memory: CachingAllocator::new(Box::new(HostMemory)),
             shared: Default::default(),
-            state: Default::default(),
             id: NEXT_CPU_ID.fetch_add(1, Ordering::Relaxed),
         })
     }
@@ -456,21 +442,6 @@ impl Device {
                 let _ = f;
                 None
             }
-        }
-    }
-
-    /// Runs `f` on this device's value of type `T` (`T::default()` at first use, kept as
-    /// long as the device and its clones), on every kind of device: buffers an op reuses
-    /// across its launches (a kernel's zeroed counters, say). Calls run one at a time (the
-    /// device's lock is held while `f` runs, so `f` should only take or put values; launch
-    /// outside it). On CUDA this is the state of [`Device::with_state`].
-    pub fn with_op_state<T: std::any::Any + Send + Default, R>(&self, f: impl FnOnce(&mut T) -> R) -> R {
-        match self {
-            Device::Cpu(c) => with_op_state_in(&c.state, f),
-            #[cfg(feature = "cuda")]
-            Device::Cuda(d) => d.with_state(f),
-            #[cfg(feature = "rocm")]
-            Device::Rocm(d) => d.with_state(f),
         }
     }
 

@@ -60,8 +60,6 @@ pub struct RocmDevice {
     inner: Arc<Inner>,
     memory: Arc<CachingAllocator>,
     shared: Arc<crate::shared::SharedUploads>,
-    /// Values ops keep between their launches on this device ([`RocmDevice::with_state`]).
-    state: crate::OpState,
 }
 
 /// The device's memory as the caching allocator sees it (`hipMalloc` / `hipFree`).
@@ -203,7 +201,7 @@ impl RocmDevice {
             modules: Mutex::new(HashMap::new()),
             functions: Mutex::new(HashMap::new()),
         });
-        Ok(RocmDevice { memory: CachingAllocator::new(Box::new(RocmMemory(inner.clone()))), shared: Default::default(), state: Default::default(), inner })
+        Ok(RocmDevice { memory: CachingAllocator::new(Box::new(RocmMemory(inner.clone()))), shared: Default::default(), inner })
     }
 
     /// Device name, e.g. `AMD Instinct MI250X`.
@@ -258,13 +256,6 @@ impl RocmDevice {
 
     pub(crate) fn shared_uploads(&self) -> &crate::shared::SharedUploads {
         &self.shared
-    }
-
-    /// Runs `f` on this device's value of type `T` (`T::default()` at first use), which
-    /// lives as long as the device: state an op keeps between its launches. Calls run one
-    /// at a time.
-    pub fn with_state<T: std::any::Any + Send + Default, R>(&self, f: impl FnOnce(&mut T) -> R) -> R {
-        crate::with_op_state_in(&self.state, f)
     }
 
     /// Waits for all work queued on the stream. Refused during a graph capture.
