@@ -172,10 +172,16 @@ fn options<'a>(p: &Params<'_>, alibi: Option<&'a kernels::runtime::DeviceVec<f32
 }
 
 struct Lens<'a> {
-    seqlens_q: &'a Tensor,
-    seqlens_k: &'a Tensor,
+    offsets: Offsets<'a>,
     max_seqlen_q: usize,
     max_seqlen_k: usize,
+}
+
+/// The cumulative offsets of a varlen call: `u32` tensors (candle-flash-attn's API; read
+/// back to the host, a device sync) or host values the caller already has.
+enum Offsets<'a> {
+    Tensors(&'a Tensor, &'a Tensor),
+    Host(&'a [u32], &'a [u32]),
 }
 
 fn varlen(op: &str, q: &Tensor, k: &Tensor, v: &Tensor, lens: Lens<'_>, p: Params<'_>) -> Result<(Tensor, Tensor)> {
@@ -195,12 +201,16 @@ fn varlen(op: &str, q: &Tensor, k: &Tensor, v: &Tensor, lens: Lens<'_>, p: Param
     if hk == 0 || h % hk != 0 {
         return Err(invalid(op, format!("argument `k`: {hk} key/value heads do not divide {h} query heads")));
     }
-    for (name, s) in [("seqlens_q", lens.seqlens_q), ("seqlens_k", lens.seqlens_k)] {
-        dims_n(op, name, s, 1, "[batch + 1]")?;
-        dtype_is(op, name, s, DType::U32)?;
-    }
-    let cq = host_u32(op, "seqlens_q", lens.seqlens_q)?;
-    let ck = host_u32(op, "seqlens_k", lens.seqlens_k)?;
+    let (cq, ck) = match lens.offsets {
+        Offsets::Tensors(sq, sk) => {
+            for (name, s) in [("seqlens_q", sq), ("seqlens_k", sk)] {
+                dims_n(op, name, s, 1, "[batch + 1]")?;
+                dtype_is(op, name, s, DType::U32)?;
+            }
+            (host_u32(op, "seqlens_q", sq)?, host_u32(op, "seqlens_k", sk)?)
+        }
+        Offsets::Host(sq, sk) => (sq.to_vec(), sk.to_vec()),
+    };
     if cq.len() < 2 || ck.len() != cq.len() {
         return Err(invalid(op, format!("arguments `seqlens_q`, `seqlens_k` have {} and {} offsets; expected batch + 1 >= 2 each", cq.len(), ck.len())));
     }
@@ -432,7 +442,7 @@ pub fn flash_attn_varlen(
     softmax_scale: f32,
     causal: bool,
 ) -> Result<Tensor> {
-    let lens = Lens { seqlens_q, seqlens_k, max_seqlen_q, max_seqlen_k };
+    let lens = Lens { offsets: Offsets::Tensors(seqlens_q, seqlens_k), max_seqlen_q, max_seqlen_k };
     Ok(varlen("flash_attn_varlen", q, k, v, lens, Params::causal(softmax_scale, None, causal))?.0)
 }
 
@@ -451,9 +461,30 @@ pub fn flash_attn_varlen_windowed(
     window_size_left: Option<usize>,
     window_size_right: Option<usize>,
 ) -> Result<Tensor> {
-    let lens = Lens { seqlens_q, seqlens_k, max_seqlen_q, max_seqlen_k };
+    let lens = Lens { offsets: Offsets::Tensors(seqlens_q, seqlens_k), max_seqlen_q, max_seqlen_k };
     let p = Params::new(softmax_scale, None, window_size_left, window_size_right, None);
     Ok(varlen("flash_attn_varlen_windowed", q, k, v, lens, p)?.0)
+}
+
+/// [`flash_attn_varlen_windowed`] (`causal`: `window_size_right = Some(0)`) with the
+/// cumulative offsets as host values: for callers that built them on the host, such as an
+/// engine's step, so nothing is read back from the device (no sync per call).
+#[allow(clippy::too_many_arguments)]
+pub fn flash_attn_varlen_host_offsets(
+    q: &Tensor,
+    k: &Tensor,
+    v: &Tensor,
+    seqlens_q: &[u32],
+    seqlens_k: &[u32],
+    max_seqlen_q: usize,
+    max_seqlen_k: usize,
+    softmax_scale: f32,
+    window_size_left: Option<usize>,
+    window_size_right: Option<usize>,
+) -> Result<Tensor> {
+    let lens = Lens { offsets: Offsets::Host(seqlens_q, seqlens_k), max_seqlen_q, max_seqlen_k };
+    let p = Params::new(softmax_scale, None, window_size_left, window_size_right, None);
+    Ok(varlen("flash_attn_varlen_host_offsets", q, k, v, lens, p)?.0)
 }
 
 /// [`flash_attn_varlen`] with ALiBi slopes (f32 `[heads]` or `[batch, heads]`).
@@ -470,7 +501,7 @@ pub fn flash_attn_varlen_alibi(
     softmax_scale: f32,
     causal: bool,
 ) -> Result<Tensor> {
-    let lens = Lens { seqlens_q, seqlens_k, max_seqlen_q, max_seqlen_k };
+    let lens = Lens { offsets: Offsets::Tensors(seqlens_q, seqlens_k), max_seqlen_q, max_seqlen_k };
     Ok(varlen("flash_attn_varlen_alibi", q, k, v, lens, Params::causal(softmax_scale, Some(alibi_slopes), causal))?.0)
 }
 
@@ -489,7 +520,7 @@ pub fn flash_attn_varlen_alibi_windowed(
     window_size_left: Option<usize>,
     window_size_right: Option<usize>,
 ) -> Result<Tensor> {
-    let lens = Lens { seqlens_q, seqlens_k, max_seqlen_q, max_seqlen_k };
+    let lens = Lens { offsets: Offsets::Tensors(seqlens_q, seqlens_k), max_seqlen_q, max_seqlen_k };
     let p = Params::new(softmax_scale, Some(alibi_slopes), window_size_left, window_size_right, None);
     Ok(varlen("flash_attn_varlen_alibi_windowed", q, k, v, lens, p)?.0)
 }
@@ -510,7 +541,7 @@ pub fn flash_attn_varlen_alibi_windowed_softcap(
     window_size_right: Option<usize>,
     softcap: f32,
 ) -> Result<Tensor> {
-    let lens = Lens { seqlens_q, seqlens_k, max_seqlen_q, max_seqlen_k };
+    let lens = Lens { offsets: Offsets::Tensors(seqlens_q, seqlens_k), max_seqlen_q, max_seqlen_k };
     let p = Params::new(softmax_scale, alibi_slopes, window_size_left, window_size_right, Some(softcap));
     Ok(varlen("flash_attn_varlen_alibi_windowed_softcap", q, k, v, lens, p)?.0)
 }
@@ -532,7 +563,7 @@ pub fn flash_attn_varlen_lse(
     window_size_right: Option<usize>,
     softcap: f32,
 ) -> Result<(Tensor, Tensor)> {
-    let lens = Lens { seqlens_q, seqlens_k, max_seqlen_q, max_seqlen_k };
+    let lens = Lens { offsets: Offsets::Tensors(seqlens_q, seqlens_k), max_seqlen_q, max_seqlen_k };
     let p = Params::new(softmax_scale, alibi_slopes, window_size_left, window_size_right, Some(softcap));
     varlen("flash_attn_varlen_lse", q, k, v, lens, p)
 }

@@ -49,12 +49,18 @@ use std::sync::Arc;
 /// more (prefill) take dequantize + GEMM.
 pub const MATVEC_MAX_ROWS: usize = qops::MAX_DECODE_BATCH;
 
-/// Most activation rows that take the int8 matvec in this process: [`MATVEC_MAX_ROWS`],
-/// or `CANDLE_ROCM_QMATVEC_ROWS` (1..=64, read once; to time the matvec tiles against
-/// dequantize + GEMM on a device; other values are ignored).
+/// Most activation rows that take the int8 matvec by default: its tiles of 8 rows read the
+/// weights once per tile, so past about 32 rows dequantize + GEMM reads fewer bytes
+/// (8B Q4_K decode on an H200, benches/results/h200-2026-11-27t: the tiles win at 16 and 32
+/// sequences, the GEMM at 64).
+pub const MATVEC_DEFAULT_ROWS: usize = 32;
+
+/// Most activation rows that take the int8 matvec in this process: [`MATVEC_DEFAULT_ROWS`],
+/// or `CANDLE_ROCM_QMATVEC_ROWS` (1..=[`MATVEC_MAX_ROWS`], read once; to time the matvec
+/// tiles against dequantize + GEMM on a device; other values are ignored).
 pub fn matvec_max_rows() -> usize {
     static ROWS: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
-    *ROWS.get_or_init(|| std::env::var("CANDLE_ROCM_QMATVEC_ROWS").ok().and_then(|v| v.parse().ok()).filter(|r| (1..=MATVEC_MAX_ROWS).contains(r)).unwrap_or(MATVEC_MAX_ROWS))
+    *ROWS.get_or_init(|| std::env::var("CANDLE_ROCM_QMATVEC_ROWS").ok().and_then(|v| v.parse().ok()).filter(|r| (1..=MATVEC_MAX_ROWS).contains(r)).unwrap_or(MATVEC_DEFAULT_ROWS))
 }
 
 /// The kernels' format for a Candle block format (`None`: a float format or `Q8_1`).

@@ -300,6 +300,7 @@ fn varlen_entry_points_match_candle_matmul_softmax() {
                 calls.push(("varlen_softcap", fa::flash_attn_varlen_alibi_windowed_softcap(&qd, &kd, &vd, o.alibi.then_some(&al), &sq, &sk, 9, 17, o.scale, o.left, o.right, o.softcap).unwrap(), None));
                 if o.softcap == 0.0 && !o.alibi {
                     calls.push(("varlen_windowed", fa::flash_attn_varlen_windowed(&qd, &kd, &vd, &sq, &sk, 9, 17, o.scale, o.left, o.right).unwrap(), None));
+                    calls.push(("varlen_host_offsets", fa::flash_attn_varlen_host_offsets(&qd, &kd, &vd, &cq, &ck, 9, 17, o.scale, o.left, o.right).unwrap(), None));
                     if o.left.is_none() {
                         calls.push(("varlen", fa::flash_attn_varlen(&qd, &kd, &vd, &sq, &sk, 9, 17, o.scale, causal).unwrap(), None));
                     }
@@ -354,6 +355,8 @@ fn flash_errors_name_the_argument() {
         ("`seqlens_q`", err_of(fa::flash_attn_varlen(&qv, &kv, &kv, &cu(&[0, 3, 6]), &cu(&[0, 2, 6]), 9, 9, 1.0, false))),
         ("`max_seqlen_k`", err_of(fa::flash_attn_varlen(&qv, &kv, &kv, &cu(&[0, 3, 7]), &cu(&[0, 1, 6]), 9, 4, 1.0, false))),
         ("`seqlens_k`", err_of(fa::flash_attn_varlen(&qv, &kv, &kv, &cu(&[0, 3, 7]), &cu(&[0, 2]), 9, 9, 1.0, false))),
+        ("`seqlens_q`", err_of(fa::flash_attn_varlen_host_offsets(&qv, &kv, &kv, &[0, 3, 6], &[0, 2, 6], 9, 9, 1.0, None, Some(0)))),
+        ("`max_seqlen_k`", err_of(fa::flash_attn_varlen_host_offsets(&qv, &kv, &kv, &[0, 3, 7], &[0, 1, 6], 9, 4, 1.0, None, None))),
     ];
     for (want, e) in cases.into_iter().chain(varlen) {
         assert!(e.contains(want), "expected {want} in: {e}");

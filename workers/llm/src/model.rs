@@ -204,10 +204,11 @@ pub struct VarlenChunks {
     pub rows: Option<Tensor>,
     /// Cache slots of each chunk's keys `0..start_pos + len`, chunk after chunk, `[K]` u32.
     pub ctx_slots: Tensor,
-    /// Cumulative query offsets `[chunks + 1]` u32.
-    pub cu_q: Tensor,
-    /// Cumulative key offsets `[chunks + 1]` u32.
-    pub cu_k: Tensor,
+    /// Cumulative query offsets, `chunks + 1` (host values: the attention call reads
+    /// nothing back from the device).
+    pub cu_q: Vec<u32>,
+    /// Cumulative key offsets, `chunks + 1`.
+    pub cu_k: Vec<u32>,
     pub max_q: usize,
     pub max_k: usize,
 }
@@ -318,11 +319,9 @@ pub fn paged_attention(q: &Tensor, cache: &LayerCache, batch: &AttnBatch, scale:
         let qc = qc.to_dtype(cache.k.dtype())?;
         let k = kf.index_select(&c.ctx_slots, 0)?;
         let v = vf.index_select(&c.ctx_slots, 0)?;
-        let o = match batch.window {
-            // A query at p sees keys p - w < k <= p: w - 1 to the left.
-            Some(w) => candle_rocm::flash_attn::flash_attn_varlen_windowed(&qc, &k, &v, &c.cu_q, &c.cu_k, c.max_q, c.max_k, scale as f32, Some(w.saturating_sub(1)), Some(0))?,
-            None => candle_rocm::flash_attn::flash_attn_varlen(&qc, &k, &v, &c.cu_q, &c.cu_k, c.max_q, c.max_k, scale as f32, true)?,
-        };
+        // Causal; a query at p sees keys p - w < k <= p under a window: w - 1 to the left.
+        let left = batch.window.map(|w| w.saturating_sub(1));
+        let o = candle_rocm::flash_attn::flash_attn_varlen_host_offsets(&qc, &k, &v, &c.cu_q, &c.cu_k, c.max_q, c.max_k, scale as f32, left, Some(0))?;
         outs.push(o.reshape((nq, nh * hd))?.to_dtype(q.dtype())?);
     }
     for c in &batch.chunks {

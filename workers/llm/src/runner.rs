@@ -295,8 +295,8 @@ impl LlamaRunner {
             varlen = Some(VarlenChunks {
                 rows: gather_rows(&rows_q, tokens.len(), &dev)?,
                 ctx_slots: Tensor::new(ctx_slots.as_slice(), &dev)?,
-                cu_q: Tensor::new(cu_q.as_slice(), &dev)?,
-                cu_k: Tensor::new(cu_k.as_slice(), &dev)?,
+                cu_q,
+                cu_k,
                 max_q,
                 max_k,
             });
