@@ -100,26 +100,7 @@ pub fn linear(x: &Tensor, w: &Tensor, bias: Option<&Tensor>) -> Result<Tensor> {
     if rows == 0 || rows > kernels::llm::ops::MAX_ROWS || k == 0 || n == 0 {
         return candle_nn::Linear::new(w.clone(), bias.cloned()).forward(x);
     }
-    let (x, w) = (x.contiguous()?, w.contiguous()?);
-    let bias = bias.map(|b| b.contiguous()).transpose()?;
-    let kd = dev.kernels();
-    let buf = with_buf(OP, "x", &x, |xb, xl| {
-        with_buf(OP, "w", &w, |wb, wl| {
-            let (xr, wr) = (region(OP, "x", xb, xl)?, region(OP, "w", wb, wl)?);
-            let run = |br: Option<Region>| -> Result<Buf> {
-                float_dispatch!(x.dtype(), OP, T => {
-                    let mut y = crate::ops::alloc::<T>(kd, rows * n, OP)?;
-                    let b = br.as_ref().map(|r| r as &dyn kernel_dsl::host::KernelArgSlice<T>);
-                    kernels::llm::ops::dense_matvec::<T>(kd, &wr, &xr, b, &mut y, n, k, rows).map_err(at(OP))?;
-                    Ok(crate::buffer::BufElem::wrap(y))
-                })
-            };
-            match &bias {
-                Some(b) => with_buf(OP, "bias", b, |bb, bl| run(Some(region(OP, "bias", bb, bl)?))),
-                None => run(None),
-            }
-        })
-    })?;
+    let buf = matvec_on(OP, dev, (x, w, bias), (rows, n, k), false)?;
     Ok(tensor(dev, buf, out_dims))
 }
 
@@ -166,27 +147,38 @@ pub fn linear_silu_mul(x: &Tensor, w: &Tensor, bias: Option<&Tensor>) -> Result<
     };
     let mut out_dims = dims.to_vec();
     *out_dims.last_mut().expect("x has a last dimension") = inter;
+    let buf = matvec_on(OP, dev, (x, w, bias), (rows, inter, k), true)?;
+    Ok(tensor(dev, buf, out_dims))
+}
+
+/// The matvec of [`linear`] (`gated`: false; `outputs` = n) or [`linear_silu_mul`]
+/// (true; `outputs` = I) on `dev`, for checked operands: `rows` activation rows of `k`.
+fn matvec_on(op: &'static str, dev: &RocmDevice, (x, w, bias): (&Tensor, &Tensor, Option<&Tensor>), (rows, outputs, k): (usize, usize, usize), gated: bool) -> Result<Buf> {
     let (x, w) = (x.contiguous()?, w.contiguous()?);
     let bias = bias.map(|b| b.contiguous()).transpose()?;
     let kd = dev.kernels();
-    let buf = with_buf(OP, "x", &x, |xb, xl| {
-        with_buf(OP, "w", &w, |wb, wl| {
-            let (xr, wr) = (region(OP, "x", xb, xl)?, region(OP, "w", wb, wl)?);
+    with_buf(op, "x", &x, |xb, xl| {
+        with_buf(op, "w", &w, |wb, wl| {
+            let (xr, wr) = (region(op, "x", xb, xl)?, region(op, "w", wb, wl)?);
             let run = |br: Option<Region>| -> Result<Buf> {
-                float_dispatch!(x.dtype(), OP, T => {
-                    let mut y = crate::ops::alloc::<T>(kd, rows * inter, OP)?;
+                float_dispatch!(x.dtype(), op, T => {
+                    let mut y = crate::ops::alloc::<T>(kd, rows * outputs, op)?;
                     let b = br.as_ref().map(|r| r as &dyn kernel_dsl::host::KernelArgSlice<T>);
-                    kernels::llm::ops::dense_matvec_gated::<T>(kd, &wr, &xr, b, &mut y, inter, k, rows).map_err(at(OP))?;
+                    let launched = if gated {
+                        kernels::llm::ops::dense_matvec_gated::<T>(kd, &wr, &xr, b, &mut y, outputs, k, rows)
+                    } else {
+                        kernels::llm::ops::dense_matvec::<T>(kd, &wr, &xr, b, &mut y, outputs, k, rows)
+                    };
+                    launched.map_err(at(op))?;
                     Ok(crate::buffer::BufElem::wrap(y))
                 })
             };
             match &bias {
-                Some(b) => with_buf(OP, "bias", b, |bb, bl| run(Some(region(OP, "bias", bb, bl)?))),
+                Some(b) => with_buf(op, "bias", b, |bb, bl| run(Some(region(op, "bias", bb, bl)?))),
                 None => run(None),
             }
         })
-    })?;
-    Ok(tensor(dev, buf, out_dims))
+    })
 }
 
 /// Residual add and RMSNorm: `h = x + residual`, `normed = h / sqrt(mean(h^2) + eps) *

@@ -206,12 +206,7 @@ fn launch_wave<T: Float + ScalarArg>(
     batch: usize,
     tile: usize,
 ) -> Result<(), LaunchError> {
-    let group = matvec_group(cols, exec.wave_lanes() as usize);
-    let groups = rows.div_ceil(group);
-    if groups > u32::MAX as usize {
-        return Err(invalid("dense_matvec", format!("{rows} rows need more than 2^32 work-groups")));
-    }
-    let cfg = LaunchConfig::new(Dim3::x(groups as u32), Dim3::x(MATVEC_BLOCK));
+    let (cfg, group) = wave_launch(exec, "dense_matvec", (rows, "rows"), cols)?;
     let bias: &(dyn KernelArgSlice<T> + '_) = bias.unwrap_or(&[] as &[T; 0]);
     per_batch_tile::<T>(x, y, rows, cols, batch, tile, |x_t, y_t, nb| match nb.next_power_of_two() {
         1 => super::dense_matvec_wave::launch::<T, Rows1>(exec, cfg, w, x_t, bias, y_t, rows, cols, nb, group),
@@ -236,9 +231,7 @@ pub fn dense_matvec_wave_tiled<T: Float + ScalarArg>(
     tile: usize,
 ) -> Result<(), LaunchError> {
     const K: &str = "dense_matvec";
-    if !matches!(tile, 1 | 2 | 4) {
-        return Err(invalid(K, format!("`tile` = {tile}; 1, 2 or 4")));
-    }
+    check_tile(K, tile)?;
     check_batch(K, batch)?;
     check_operands(K, w, x, bias, y, rows, cols, batch)?;
     if rows == 0 {
@@ -291,9 +284,7 @@ pub fn dense_matvec_gated_tiled<T: Float + ScalarArg>(
     tile: usize,
 ) -> Result<(), LaunchError> {
     const K: &str = "dense_matvec_gated";
-    if !matches!(tile, 1 | 2 | 4) {
-        return Err(invalid(K, format!("`tile` = {tile}; 1, 2 or 4")));
-    }
+    check_tile(K, tile)?;
     check_batch(K, batch)?;
     let Some(rows) = inter.checked_mul(2) else {
         return Err(invalid(K, format!("`inter` = {inter}: 2 x inter overflows usize")));
@@ -307,18 +298,34 @@ pub fn dense_matvec_gated_tiled<T: Float + ScalarArg>(
     if inter == 0 {
         return Ok(());
     }
-    let group = matvec_group(cols, exec.wave_lanes() as usize);
-    let groups = inter.div_ceil(group);
-    if groups > u32::MAX as usize {
-        return Err(invalid(K, format!("{inter} outputs need more than 2^32 work-groups")));
-    }
-    let cfg = LaunchConfig::new(Dim3::x(groups as u32), Dim3::x(MATVEC_BLOCK));
+    let (cfg, group) = wave_launch(exec, K, (inter, "outputs"), cols)?;
     let bias: &(dyn KernelArgSlice<T> + '_) = bias.unwrap_or(&[] as &[T; 0]);
     per_batch_tile::<T>(x, y, inter, cols, batch, tile, |x_t, y_t, nb| match nb.next_power_of_two() {
         1 => super::dense_matvec_gated::launch::<T, Rows1>(exec, cfg, w, x_t, bias, y_t, inter, cols, nb, group),
         2 => super::dense_matvec_gated::launch::<T, Rows2>(exec, cfg, w, x_t, bias, y_t, inter, cols, nb, group),
         _ => super::dense_matvec_gated::launch::<T, Rows4>(exec, cfg, w, x_t, bias, y_t, inter, cols, nb, group),
     })
+}
+
+/// The launch of the wave-team kernels ([`dense_matvec_wave`](fn@super::dense_matvec_wave),
+/// [`dense_matvec_gated`](fn@super::dense_matvec_gated)): a work-group of [`MATVEC_BLOCK`]
+/// work-items per `group` of the `outputs` (named `what` in the error), and `group`.
+fn wave_launch(exec: &(impl Executor + ?Sized), kernel: &'static str, (outputs, what): (usize, &str), cols: usize) -> Result<(LaunchConfig, usize), LaunchError> {
+    let group = matvec_group(cols, exec.wave_lanes() as usize);
+    let groups = outputs.div_ceil(group);
+    if groups > u32::MAX as usize {
+        return Err(invalid(kernel, format!("{outputs} {what} need more than 2^32 work-groups")));
+    }
+    Ok((LaunchConfig::new(Dim3::x(groups as u32), Dim3::x(MATVEC_BLOCK)), group))
+}
+
+/// A batch tile the wave-team launchers take: 1, 2 or 4 activation rows.
+fn check_tile(kernel: &'static str, tile: usize) -> Result<(), LaunchError> {
+    if matches!(tile, 1 | 2 | 4) {
+        Ok(())
+    } else {
+        Err(invalid(kernel, format!("`tile` = {tile}; 1, 2 or 4")))
+    }
 }
 
 /// The launch shape of both matvec kernels: [`MATVEC_BLOCK`] work-items, a work-group per
