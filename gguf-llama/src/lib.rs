@@ -159,7 +159,9 @@ pub fn write_gguf(path: &Path, shape: &LlamaShape, storage: Storage, seed: u64) 
         } else {
             let a = 1.0 / (cols as f32).sqrt();
             let t = Tensor::from_vec(seeded_values(rows * cols, s, -a, a), (rows, cols), &Device::Cpu).map_err(e)?;
-            let q = QTensor::quantize(&t, dtype).map_err(|x| err(path, format!("{name} ({rows} x {cols}) as {dtype:?}: {x}")))?;
+            // A Q4_K file keeps its output head in Q6_K, as llama.cpp's Q4_K_M files do.
+            let ty = if dtype == GgmlDType::Q4K && name == "output.weight" { GgmlDType::Q6K } else { dtype };
+            let q = QTensor::quantize(&t, ty).map_err(|x| err(path, format!("{name} ({rows} x {cols}) as {ty:?}: {x}")))?;
             match storage {
                 Storage::Quantized(_) => q,
                 Storage::Dequantized(_) => QTensor::quantize(&q.dequantize(&Device::Cpu).map_err(e)?, GgmlDType::F32).map_err(e)?,
@@ -203,6 +205,9 @@ pub fn write_gguf(path: &Path, shape: &LlamaShape, storage: Storage, seed: u64) 
         ("llama.rope.freq_base", V::F32(shape.rope_theta)),
         ("llama.attention.layer_norm_rms_epsilon", V::F32(shape.rms_eps)),
         ("llama.vocab_size", u(shape.vocab)),
+        // The vocabulary is tokenizer.json beside the file; "none" tells other GGUF readers
+        // (llama.cpp, the benchmark peer) that the file carries none of its own.
+        ("tokenizer.ggml.model", V::String("none".into())),
         ("tokenizer.ggml.bos_token_id", V::U32(bos)),
         ("tokenizer.ggml.eos_token_id", V::U32(eos)),
     ];

@@ -196,7 +196,7 @@ impl Server {
                 tracing::info!("shutting down: no new requests");
                 let _ = begun_tx.send(());
             };
-            let mut serve = tokio::spawn(async move { axum::serve(listener, app).with_graceful_shutdown(graceful).await });
+            let mut serve = tokio::spawn(async move { axum::serve(no_delay(listener), app).with_graceful_shutdown(graceful).await });
             let mut served = None;
             tokio::select! {
                 r = &mut serve => served = Some(r),
@@ -322,6 +322,18 @@ pub fn shutdown_signal() -> std::io::Result<impl std::future::Future<Output = ()
     #[cfg(not(unix))]
     Ok(async {
         let _ = tokio::signal::ctrl_c().await;
+    })
+}
+
+/// `listener` with Nagle's algorithm off on every accepted connection: a streamed token is
+/// one small write, and with Nagle on it can wait for the client's delayed ACK of the
+/// previous one (tens of milliseconds) before it leaves.
+pub fn no_delay(listener: tokio::net::TcpListener) -> impl axum::serve::Listener<Io = tokio::net::TcpStream, Addr = SocketAddr> {
+    use axum::serve::ListenerExt;
+    listener.tap_io(|tcp| {
+        if let Err(e) = tcp.set_nodelay(true) {
+            tracing::warn!("could not turn Nagle's algorithm off on a connection: {e}");
+        }
     })
 }
 

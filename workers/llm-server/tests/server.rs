@@ -381,3 +381,18 @@ async fn engine_steps_are_timed_in_metrics() {
     server.shutdown();
     server.wait().await.unwrap();
 }
+
+/// Every connection the server accepts has Nagle's algorithm off (a streamed token is one
+/// small write that must not wait for the client's delayed ACK of the previous one).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn accepted_connections_have_nagle_off() {
+    use axum::serve::Listener;
+    let plain = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = plain.local_addr().unwrap();
+    let mut listener = llm_server::no_delay(plain);
+    let client = tokio::spawn(async move { tokio::net::TcpStream::connect(addr).await.unwrap() });
+    let (io, peer) = listener.accept().await;
+    let client = client.await.unwrap();
+    assert_eq!(peer, client.local_addr().unwrap());
+    assert!(io.nodelay().unwrap(), "the accepted connection still has Nagle's algorithm on");
+}

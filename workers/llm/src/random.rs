@@ -317,6 +317,11 @@ impl RandomModel {
             (k("attention.value_length"), u(s.head_dim)),
             (k("rope.freq_base"), V::F32(self.rope_theta as f32)),
             (k("attention.layer_norm_rms_epsilon"), V::F32(1e-5)),
+            (k("vocab_size"), u(s.vocab)),
+            // The vocabulary lives in tokenizer.json beside the file (which our loader
+            // prefers); "none" says so to other GGUF readers, so llama.cpp (the benchmark
+            // peer) loads the file as a model without a vocabulary of its own.
+            ("tokenizer.ggml.model".into(), V::String("none".into())),
             ("tokenizer.ggml.bos_token_id".into(), V::U32(bos)),
             ("tokenizer.ggml.eos_token_id".into(), V::U32(eos)),
             ("tokenizer.chat_template".into(), V::String(CHAT_TEMPLATE.into())),
