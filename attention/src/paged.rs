@@ -129,15 +129,7 @@ macro_rules! each {
 
 /// One split of one sequence's keys for the query heads of one KV head (see the module
 /// docs). Grid: x = splits, y = `kv_heads * value_chunks(D)`, z = sequences; `ceil(group /
-/// 16) * key_waves` waves; dynamic shared memory of [`decode_smem_elems`] elements.
-///
-/// Key waves: with `key_waves = w > 1` the work-group walks its split in steps of `w`
-/// tiles (one gather of `w * decode_bn` keys per step, by all work-items), wave `i` of
-/// each row wave adding tile `i` of the step to its own online-softmax state; at the end
-/// the waves combine their (max, sum, unnormalised output) in shared memory. With
-/// `direct != 0` (one split: the work-group sees its sequence's whole context) it writes
-/// the normalised `out[(b * heads + h) * D ..]` and `lse[b * heads + h]` itself (zeros and
-/// `-inf` for an empty context) and the workspace is not touched: no merge pass. Sequence `b`'s
+/// 16)` waves; dynamic shared memory of [`decode_smem_elems`] elements. Sequence `b`'s
 /// block-table row starts at `block_tables[table_at + b * max_blocks]` (so one buffer can
 /// hold the context lengths and then the tables). Writes, for
 /// every query head `h` of the group and split `s` its context reaches,
@@ -146,6 +138,48 @@ macro_rules! each {
 #[amdgpu_kernel(T = [f16, bf16], H = [Hd64, Hd80, Hd96, Hd128, Hd256], max_threads = 256)]
 #[allow(clippy::too_many_arguments)]
 pub fn paged_decode<T: MmaFloat, H: HeadDim>(
+    q: &[T],
+    k_cache: &[T],
+    v_cache: &[T],
+    block_tables: &[u32],
+    context_lens: &[u32],
+    part_o: &mut [f32],
+    part_ml: &mut [f32],
+    heads: u32,
+    kv_heads: u32,
+    block_size: u32,
+    max_blocks: u32,
+    split_len: u32,
+    table_at: u32,
+    scale: f32,
+    smem: SharedDyn<T>,
+) {
+    decode::<T, H, false>(
+        (q, k_cache, v_cache, block_tables, context_lens),
+        (part_o, part_ml, &mut [], &mut []),
+        (heads, kv_heads, block_size, max_blocks, split_len, table_at, 1, 0),
+        scale,
+        smem,
+    )
+}
+
+/// [`paged_decode`](fn@paged_decode) with key waves and direct writes, a separate instance so that
+/// the one-wave kernel keeps its registers (the key-wave bookkeeping and the combine cost
+/// about 40 more per work-item on sm_90a, which would cut the resident work-groups of large
+/// grids). Grid as [`paged_decode`](fn@paged_decode); `ceil(group / 16) * key_waves` waves;
+/// dynamic shared memory of [`decode_smem_elems`] elements (with the group's rows as
+/// `combine_rows` when `key_waves > 1` or `direct != 0`).
+///
+/// Key waves: with `key_waves = w > 1` the work-group walks its split in steps of `w`
+/// tiles (one gather of `w * decode_bn` keys per step, by all work-items), wave `i` of
+/// each row wave adding tile `i` of the step to its own online-softmax state; at the end
+/// the waves combine their (max, sum, unnormalised output) in shared memory. With
+/// `direct != 0` (one split: the work-group sees its sequence's whole context) it writes
+/// the normalised `out[(b * heads + h) * D ..]` and `lse[b * heads + h]` itself (zeros and
+/// `-inf` for an empty context) and the workspace is not touched: no merge pass.
+#[amdgpu_kernel(T = [f16, bf16], H = [Hd64, Hd80, Hd96, Hd128, Hd256], max_threads = 256)]
+#[allow(clippy::too_many_arguments)]
+pub fn paged_decode_waves<T: MmaFloat, H: HeadDim>(
     q: &[T],
     k_cache: &[T],
     v_cache: &[T],
@@ -166,12 +200,32 @@ pub fn paged_decode<T: MmaFloat, H: HeadDim>(
     scale: f32,
     smem: SharedDyn<T>,
 ) {
+    decode::<T, H, true>(
+        (q, k_cache, v_cache, block_tables, context_lens),
+        (part_o, part_ml, out, lse),
+        (heads, kv_heads, block_size, max_blocks, split_len, table_at, key_waves, direct),
+        scale,
+        smem,
+    )
+}
+
+/// The body of both decode kernels; `WAVES = false` fixes one key wave and the workspace
+/// output (the code of the one-wave kernel).
+#[inline(always)]
+#[allow(clippy::type_complexity)]
+fn decode<T: MmaFloat, H: HeadDim, const WAVES: bool>(
+    (q, k_cache, v_cache, block_tables, context_lens): (&[T], &[T], &[T], &[u32], &[u32]),
+    (part_o, part_ml, out, lse): (&mut [f32], &mut [f32], &mut [T], &mut [f32]),
+    (heads, kv_heads, block_size, max_blocks, split_len, table_at, key_waves, direct): (u32, u32, u32, u32, u32, u32, u32, u32),
+    scale: f32,
+    smem: SharedDyn<T>,
+) {
     let low = mma::lowering();
     let bn = decode_bn(low);
     let d = H::D;
     let dv = value_chunk(d, low);
     let (ldq, ldk, ldv) = (d + PAD, d + PAD, dv + PAD);
-    let kw = key_waves as usize;
+    let kw = if WAVES { key_waves as usize } else { 1 };
     let waves = flat_block_dim() as usize / wave::size() as usize;
     if kw == 0 || !waves.is_multiple_of(kw) {
         panic!("paged_decode: the work-group is not whole key waves");
@@ -180,7 +234,7 @@ pub fn paged_decode<T: MmaFloat, H: HeadDim>(
     let row_waves = waves / kw;
     let rows = row_waves * 16;
     let sb = kw * bn;
-    let direct = direct != 0;
+    let direct = WAVES && direct != 0;
     // Whether the key waves combine in shared memory (several, or the output written here).
     let combine = kw > 1 || direct;
     let chunks = value_chunks(d, low);
@@ -221,7 +275,7 @@ pub fn paged_decode<T: MmaFloat, H: HeadDim>(
     let nthreads = flat_block_dim() as usize;
     let wave = tid / wave::size() as usize;
     // This wave's key wave and row wave.
-    let (kwi, rw) = (wave / row_waves, wave % row_waves);
+    let (kwi, rw) = if WAVES { (wave / row_waves, wave % row_waves) } else { (0, wave) };
     let sp = smem.as_ptr();
     let q_lds = sp;
     let st_elems = stage_elems(d, sb, low);
@@ -230,7 +284,7 @@ pub fn paged_decode<T: MmaFloat, H: HeadDim>(
     let kv_sa = SharedAddr::new(sp.wrapping_add(rows * ldq));
     let kv_lds = sp.wrapping_add(rows * ldq);
     // Two steps' cache slots (u32, 4-byte aligned: the element count before them is even).
-    let slots = sp.wrapping_add(smem.len() - smem.len() % 2 - 4 * sb) as *mut u32;
+    let slots = sp.wrapping_add(decode_smem_elems(d, rows, low, kw, if combine { group } else { 0 }) - 4 * sb) as *mut u32;
 
     // The group's query rows, zero past the group (the first copy group, with tile 0),
     // issued before the sequence's length is known: they do not depend on it.
@@ -310,14 +364,14 @@ pub fn paged_decode<T: MmaFloat, H: HeadDim>(
     // Issues the copies of step `t`'s keys and values (gathered through the slots in
     // buffer `t % 2`) into stage `t % nst`; zeros past the split. The one-wave copy path
     // takes whole work-groups of one row wave.
-    let whole_rows = row_waves == 1;
+    let whole_rows = if row_waves == 1 { kw } else { 0 };
     let issue = |t: usize| {
         let stage = kv_sa.add((t % nst) * st_elems * size);
         // SAFETY: the slots name rows inside the caches (checked above; v_cache has
         // k_cache's length), 16-byte aligned; the stage holds bn rows of ldk then bn
         // rows of ldv; the slots were written before the last barrier.
         unsafe {
-            gather::<T>(stage, ldk, stage.add(sb * ldk * size), ldv, (sb, d, dv), (tid, nthreads, whole_rows), slots.wrapping_add((t % 2) * sb), (kp, vp), row_elems, (k_off, v_off))
+            gather::<T>(stage, ldk, stage.add(sb * ldk * size), ldv, (sb, bn, d, dv), (tid, nthreads, whole_rows), slots.wrapping_add((t % 2) * sb), (kp, vp), row_elems, (k_off, v_off))
         };
     };
     // Slots of tiles 0 and 1, then tiles 0 .. nst - 1 in flight, one copy group each;
@@ -371,7 +425,7 @@ pub fn paged_decode<T: MmaFloat, H: HeadDim>(
         }
         // A tile wholly past the split (the last step's, with several key waves) is skipped
         // (wave-uniform).
-        if k0 < k_hi {
+        if !WAVES || k0 < k_hi {
             let score = DecodeScore { keys: (k_hi - k0) as u32, bn: bn as u32, scale2 };
             let stage = kv_lds.wrapping_add((t % nst) * st_elems);
             let kt_lds = stage.wrapping_add(kwi * bn * ldk);
@@ -519,8 +573,9 @@ const MAX_GATHER_ROWS: usize = 8;
 /// Issues the 16-byte copies of one tile's `bn` keys (`d` columns, into `k_dst`, row
 /// stride `ldk`) and values (`dv` columns, into `v_dst`, stride `ldv`), gathered from the
 /// caches through the tile's cache slots (`u32::MAX`: past the split, zero-filled).
-/// Work-item `tid` of `nthreads` (`whole_rows`: one row wave, so `nthreads` is whole waves
-/// that may take the unrolled path) takes every `nthreads`-th key chunk and the value chunk
+/// Work-item `tid` of `nthreads` (`whole_rows > 0`: one row wave of that many key waves, so
+/// `nthreads` is `whole_rows = bn / tile` waves, one per `tile` keys, that may take the
+/// unrolled path) takes every `nthreads`-th key chunk and the value chunk
 /// of the same row and column: one slot read and one row address for both (half the
 /// address work of two separate row copies). `cp.async` on NVIDIA sm_80+ (the caller
 /// commits and waits), synchronous elsewhere.
@@ -538,8 +593,8 @@ unsafe fn gather<T>(
     ldk: usize,
     v_dst: SharedAddr,
     ldv: usize,
-    (bn, d, dv): (usize, usize, usize),
-    (tid, nthreads, whole_rows): (usize, usize, bool),
+    (bn, tile, d, dv): (usize, usize, usize, usize),
+    (tid, nthreads, whole_rows): (usize, usize, usize),
     slots: *const u32,
     (kp, vp): (*const T, *const T),
     row_elems: usize,
@@ -547,7 +602,8 @@ unsafe fn gather<T>(
 ) {
     let (per_row, per_v) = (d / 8, dv / 8);
     let size = core::mem::size_of::<T>();
-    if !cfg!(target_arch = "amdgpu") && whole_rows && nthreads.is_multiple_of(per_row) && (bn * per_row).is_multiple_of(nthreads) && bn * per_row / nthreads <= MAX_GATHER_ROWS {
+    let lanes = wave::size() as usize;
+    if !cfg!(target_arch = "amdgpu") && whole_rows > 0 && lanes.is_multiple_of(per_row) && (tile * per_row).is_multiple_of(lanes) && tile * per_row / lanes <= MAX_GATHER_ROWS {
         // One wave, whole rows per round (NVIDIA and the CPU executor at up to 16 query
         // heads per KV head, hd64 and hd128; AMD keeps the loop below, whose
         // register use its budgets were checked with): work-item `tid` copies column chunk
@@ -555,8 +611,10 @@ unsafe fn gather<T>(
         // read first (independent shared loads: a slot read between copies would wait on
         // each), each copy is one `cp.async` whose source size is 0 past the split (zero
         // fill, no branch), and the sources are the row offset added to bases computed once.
-        let (j0, c, step) = (tid / per_row, tid % per_row, nthreads / per_row);
-        let n = bn * per_row / nthreads;
+        // Rounds of a compile-time count (`tile * per_row / lanes`, the slots stay in
+        // registers): `nthreads / lanes` waves cover `bn / tile` tiles.
+        let (j0, c, step) = (tid / per_row, tid % per_row, whole_rows * (lanes / per_row));
+        let n = tile * per_row / lanes;
         let mut slot = [u32::MAX; MAX_GATHER_ROWS];
         let mut i = 0;
         while i < n {

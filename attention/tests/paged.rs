@@ -5,7 +5,7 @@
 //! Tolerances as in `tests/flash.rs` (inputs rounded first; `P` rounded to the input type
 //! before `P V`; f32 accumulation and merge).
 use attention::paged::host::{
-    decode_plan, decode_plan_with, nvidia_resident, paged_attention, paged_attention_planned, paged_attention_unchecked, reshape_and_cache_rows, set_wave_split, split_len_for,
+    decode_plan, decode_plan_with, decode_regs, decode_waves_regs, nvidia_resident, paged_attention, paged_attention_planned, paged_attention_unchecked, reshape_and_cache_rows, set_wave_split, split_len_for,
     DecodePlan, PagedShape, MIN_SPLIT, SPLIT_OVERHEAD_TILES, TARGET_GROUPS,
 };
 use attention::paged::{decode_bn, decode_smem_elems};
@@ -391,18 +391,19 @@ fn plans_for_small_and_large_grids() {
     let (sms, smem) = (132usize, 227 * 1024usize);
     let low = Lowering::MmaSync;
     let shape = |batch: usize, d: usize| PagedShape { batch, heads: 32, kv_heads: 8, head_dim: d, num_blocks: 1, block_size: 16 };
-    for (batch, d, ctx) in [(1usize, 64usize, 512usize), (8, 64, 512), (1, 64, 2048), (8, 64, 2048), (1, 128, 512), (8, 128, 512), (1, 128, 2048), (8, 128, 2048), (16, 128, 4096), (64, 128, 16384), (16, 64, 4096)] {
-        let resident = move |bytes: usize, waves: usize| Some(nvidia_resident(sms, smem, d, bytes, waves));
+    for (batch, d, ctx) in [(1usize, 64usize, 512usize), (1, 64, 530), (8, 64, 512), (1, 64, 2048), (8, 64, 2048), (1, 128, 512), (8, 128, 512), (1, 128, 2048), (8, 128, 2048), (16, 128, 4096), (64, 128, 16384), (16, 64, 4096)] {
+        let resident = move |bytes: usize, waves: usize, kw: bool| Some(nvidia_resident(sms, smem, if kw { decode_waves_regs(d) } else { decode_regs(d) }, bytes, waves));
         let on = decode_plan_with(shape(batch, d), ctx, None, low, smem, 1, &resident);
         let off = decode_plan_with(shape(batch, d), ctx, None, low, smem, 0, &resident);
+        eprintln!("b{batch} hd{d} ctx{ctx}: off {off:?} grid {}x8x{batch} of {} lanes; on {on:?} grid {}x8x{batch} of {} lanes", off.splits, 32, on.splits, 32 * on.key_waves);
         // Off: today's split (split_len_for with the one-wave work-group's occupancy).
-        let today = split_len_for(batch, 8, ctx, None, Some(nvidia_resident(sms, smem, d, decode_smem_elems(d, 16, low, 1, 0) * 2, 1)));
+        let today = split_len_for(batch, 8, ctx, None, Some(nvidia_resident(sms, smem, decode_regs(d), decode_smem_elems(d, 16, low, 1, 0) * 2, 1)));
         assert_eq!(off, DecodePlan { split_len: today, splits: ctx.div_ceil(today), key_waves: 1, direct: false }, "b{batch} hd{d} ctx{ctx}");
         assert!(on.splits == ctx.div_ceil(on.split_len) && (!on.direct || on.splits == 1), "b{batch} hd{d} ctx{ctx}: {on:?}");
         let combine = if on.key_waves > 1 || on.direct { 4 } else { 0 };
         assert!(decode_smem_elems(d, 16, low, on.key_waves, combine) * 2 <= smem, "b{batch} hd{d} ctx{ctx}: {on:?}");
         let grid = batch * 8 * off.splits;
-        if grid * 4 >= nvidia_resident(sms, smem, d, decode_smem_elems(d, 16, low, 1, 0) * 2, 1) {
+        if grid * 4 >= nvidia_resident(sms, smem, decode_regs(d), decode_smem_elems(d, 16, low, 1, 0) * 2, 1) {
             // A grid that fills the device keeps today's split.
             assert_eq!((on.split_len, on.key_waves), (off.split_len, 1), "b{batch} hd{d} ctx{ctx}");
         } else {
@@ -414,14 +415,14 @@ fn plans_for_small_and_large_grids() {
     }
     // The engine's batch-1 and batch-8 steps at context 512 need no merge.
     for (batch, d) in [(1, 64), (8, 64), (1, 128), (8, 128)] {
-        let resident = move |bytes: usize, waves: usize| Some(nvidia_resident(sms, smem, d, bytes, waves));
+        let resident = move |bytes: usize, waves: usize, kw: bool| Some(nvidia_resident(sms, smem, if kw { decode_waves_regs(d) } else { decode_regs(d) }, bytes, waves));
         let on = decode_plan_with(shape(batch, d), 512, None, low, smem, 1, &resident);
         assert!(on.direct && on.key_waves > 1, "b{batch} hd{d}: {on:?}");
         // Each key wave walks at most 4 tiles (today: 8 tiles per work-group, then the merge).
         assert!(512usize.div_ceil(on.key_waves * decode_bn(low)) <= 4, "b{batch} hd{d}: {on:?}");
     }
     // A shape whose key waves would not fit the shared memory takes fewer.
-    let resident = |bytes: usize, waves: usize| Some(nvidia_resident(sms, 48 * 1024, 128, bytes, waves));
+    let resident = |bytes: usize, waves: usize, kw: bool| Some(nvidia_resident(sms, 48 * 1024, if kw { decode_waves_regs(128) } else { decode_regs(128) }, bytes, waves));
     let small = decode_plan_with(shape(1, 128), 512, None, low, 48 * 1024, 1, &resident);
     assert!(decode_smem_elems(128, 16, low, small.key_waves, 4) * 2 <= 48 * 1024 && small.key_waves >= 1, "{small:?}");
 }

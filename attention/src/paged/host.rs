@@ -2,7 +2,7 @@
 //! of [`reshape_and_cache`](fn@super::reshape_and_cache). Block tables, context lengths and
 //! slot mappings are host slices: they are validated (every slot inside the cache) and
 //! uploaded, so an error writes nothing and the kernels never index out of range.
-use super::{decode_bn, decode_smem_elems, paged_decode, paged_merge, reshape_and_cache, MAX_GROUP};
+use super::{decode_bn, decode_smem_elems, paged_decode, paged_decode_waves, paged_merge, reshape_and_cache, MAX_GROUP};
 use crate::flash::{value_chunks, Hd128, Hd256, Hd64, Hd80, Hd96, HeadDim, BN, HEAD_DIMS};
 use crate::{AttentionError, FlashElem};
 use kernel_dsl::host::{Executor, LaunchConfig, ScalarArg};
@@ -170,13 +170,15 @@ fn key_waves_most(low: Lowering, row_waves: usize) -> usize {
 /// always the merge (the launch before this plan).
 pub fn decode_plan(dev: &Device, shape: PagedShape, longest: usize, split_len: Option<usize>) -> DecodePlan {
     let low = crate::lowering_of(dev);
-    let resident = |smem: usize, waves: usize| resident_estimate(dev, low, shape.head_dim, smem, waves);
+    let resident = |smem: usize, waves: usize, key_waves: bool| resident_estimate(dev, low, shape.head_dim, smem, waves, key_waves);
     decode_plan_with(shape, longest, split_len, low, dev.max_shared_bytes(), wave_split(), &resident)
 }
 
 /// [`decode_plan`] for a device described by its lowering, its shared memory per
-/// work-group, `resident(shared bytes, waves)` (work-groups of that size it holds at once,
-/// `None` if unknown; see [`nvidia_resident`]) and the [`wave_split`] setting `cap`.
+/// work-group, `resident(shared bytes, waves, key-wave kernel)` (work-groups of that size
+/// of [`paged_decode`](fn@super::paged_decode), or of
+/// [`paged_decode_waves`](fn@super::paged_decode_waves) when the flag is set, it holds at
+/// once, `None` if unknown; see [`nvidia_resident`]) and the [`wave_split`] setting `cap`.
 pub fn decode_plan_with(
     shape: PagedShape,
     longest: usize,
@@ -184,7 +186,7 @@ pub fn decode_plan_with(
     low: Lowering,
     max_shared: usize,
     cap: usize,
-    resident_of: &dyn Fn(usize, usize) -> Option<usize>,
+    resident_of: &dyn Fn(usize, usize, bool) -> Option<usize>,
 ) -> DecodePlan {
     let PagedShape { batch, heads, kv_heads, head_dim: d, .. } = shape;
     let group = (heads / kv_heads.max(1)).max(1);
@@ -193,7 +195,7 @@ pub fn decode_plan_with(
     // Element size: both instances are 16-bit.
     let size = 2;
     let smem_of = |kw: usize, combine: bool| decode_smem_elems(d, rows, low, kw, if combine { group } else { 0 }) * size;
-    let resident = resident_of(smem_of(1, false), row_waves);
+    let resident = resident_of(smem_of(1, false), row_waves, false);
     let len0 = split_len_for(batch, kv_heads, longest, split_len, resident);
     let splits_of = |len: usize| longest.div_ceil(len.max(1)).max(1);
     let today = DecodePlan { split_len: len0, splits: splits_of(len0), key_waves: 1, direct: false };
@@ -216,9 +218,11 @@ pub fn decode_plan_with(
     let mut best = (usize::MAX, usize::MAX, usize::MAX, today);
     let mut kw = 1;
     while kw <= most_waves && fits(kw) {
-        let rk = resident_of(smem_of(kw, true), row_waves * kw).unwrap_or(TARGET_GROUPS / kw).max(1);
         for &len in &lens {
             let splits = splits_of(len);
+            // One wave per 16 rows through the merge: the one-wave kernel.
+            let one = kw == 1 && splits > 1;
+            let rk = resident_of(smem_of(kw, !one), row_waves * kw, !one).unwrap_or(TARGET_GROUPS / kw).max(1);
             let per_group = len.div_ceil(kw * bn) + SPLIT_OVERHEAD_TILES + if kw > 1 { COMBINE_TILES } else { 0 };
             let cost = (pairs * splits).div_ceil(rk) * per_group + if splits > 1 { MERGE_TILES } else { 0 };
             if (cost, splits, kw) < (best.0, best.1, best.2) {
@@ -237,20 +241,21 @@ pub fn decode_plan_with(
 /// work-groups and 48 warps per SM (sm_86/sm_89; sm_80/sm_90 hold 64); `None` elsewhere
 /// (AMD's occupancy rules differ; the CPU executor has no such number). An estimate on the
 /// low side costs a partly filled round; one on the high side a second, mostly empty one.
-fn resident_estimate(dev: &Device, low: Lowering, d: usize, smem: usize, waves: usize) -> Option<usize> {
+fn resident_estimate(dev: &Device, low: Lowering, d: usize, smem: usize, waves: usize, key_waves: bool) -> Option<usize> {
     if low != Lowering::MmaSync {
         return None;
     }
-    Some(nvidia_resident(dev.compute_units()? as usize, dev.max_shared_bytes(), d, smem, waves))
+    let regs = if key_waves { decode_waves_regs(d) } else { decode_regs(d) };
+    Some(nvidia_resident(dev.compute_units()? as usize, dev.max_shared_bytes(), regs, smem, waves))
 }
 
 /// `resident_estimate` of an NVIDIA sm_80+ device of `sms` SMs and `max_shared` bytes of
-/// opt-in shared memory per work-group: work-groups of `waves` waves and `smem` bytes at
-/// head dimension `d` it holds at once.
-pub fn nvidia_resident(sms: usize, max_shared: usize, d: usize, smem: usize, waves: usize) -> usize {
+/// opt-in shared memory per work-group: work-groups of `waves` waves, `regs` registers per
+/// work-item ([`decode_regs`], [`decode_waves_regs`]) and `smem` bytes it holds at once.
+pub fn nvidia_resident(sms: usize, max_shared: usize, regs: usize, smem: usize, waves: usize) -> usize {
     let by_smem = (max_shared + 1024) / (smem + 1024);
     // Registers are allocated per warp in units of 256.
-    let per_warp = (decode_regs(d) * 32).div_ceil(256) * 256;
+    let per_warp = (regs * 32).div_ceil(256) * 256;
     let by_regs = 65536 / (per_warp * waves);
     sms * by_smem.min(by_regs).min(32).min(48 / waves).max(1)
 }
@@ -267,6 +272,21 @@ pub const fn decode_regs(d: usize) -> usize {
         65..=80 => 128,
         81..=96 => 120,
         _ => 168,
+    }
+}
+
+/// [`decode_regs`] for [`paged_decode_waves`](fn@super::paged_decode_waves): `ptxas
+/// -arch=sm_90a` of CUDA 13.0 gives hd64 166, hd80 175, hd96 178, hd128 232, hd256 178
+/// (the key-wave bookkeeping, the output and lse pointers and the combine), rounded up to
+/// 8. At 8 key waves of hd128 that is one work-group per SM; the plan uses the key waves
+/// only where the grid leaves SMs idle.
+pub const fn decode_waves_regs(d: usize) -> usize {
+    match d {
+        0..=64 => 168,
+        65..=80 => 176,
+        81..=96 => 184,
+        97..=128 => 232,
+        _ => 184,
     }
 }
 
@@ -522,7 +542,11 @@ fn launch<T: FlashElem>(
         bufs: DecodeBufs<'_, T>,
     ) -> Result<(), AttentionError> {
         let (q, kc, vc, tables, lens, po, pml, out, lse) = bufs;
-        paged_decode::launch::<T, H>(dev, cfg, q, kc, vc, tables, lens, po, pml, out, lse, a.heads, a.kv_heads, a.block_size, a.max_blocks, a.split_len, a.table_at, a.key_waves, a.direct, a.scale)?;
+        if a.key_waves == 1 && a.direct == 0 {
+            paged_decode::launch::<T, H>(dev, cfg, q, kc, vc, tables, lens, po, pml, a.heads, a.kv_heads, a.block_size, a.max_blocks, a.split_len, a.table_at, a.scale)?;
+        } else {
+            paged_decode_waves::launch::<T, H>(dev, cfg, q, kc, vc, tables, lens, po, pml, out, lse, a.heads, a.kv_heads, a.block_size, a.max_blocks, a.split_len, a.table_at, a.key_waves, a.direct, a.scale)?;
+        }
         Ok(())
     }
     let bufs = (q, k_cache, v_cache, tables, lens, &mut part_o, &mut part_ml, &mut *out, &mut *lse);
