@@ -491,10 +491,11 @@ fn decode<T: MmaFloat, H: HeadDim, const WAVES: bool>(
                         *lp.add(b * heads_n + h0 + r) = if sum > 0.0 { (top + sum.log2()) * core::f32::consts::LN_2 } else { f32::NEG_INFINITY };
                     }
                 } else {
-                    *pop.add(part(r) + vc * dv + c) = acc;
+                    let at = (b * heads_n + h0 + r) * splits + split;
+                    *pop.add(at * d + vc * dv + c) = acc;
                     if vc == 0 && c == 0 {
-                        *pmp.add(part(r) / d * 2) = top;
-                        *pmp.add(part(r) / d * 2 + 1) = sum;
+                        *pmp.add(at * 2) = top;
+                        *pmp.add(at * 2 + 1) = sum;
                     }
                 }
             }
@@ -538,28 +539,30 @@ fn decode<T: MmaFloat, H: HeadDim, const WAVES: bool>(
 /// that no work-item reads or writes until the barrier.
 #[inline(always)]
 unsafe fn combine_waves<T>(st: &RowState, buf: *mut f32, (kw, kwi, row0, group, nof, dv): (usize, usize, usize, usize, usize, usize)) {
+    // Closures that capture by value: AMD kept by-reference captures (and the closures'
+    // pointers to them) in scratch memory.
     let ms = buf.wrapping_add(kw * group * dv);
-    let at = |r: usize| kwi * group + row0 + r;
+    let base = kwi * group + row0;
     each!(of in [0, 1, 2, 3, 4, 5, 6, 7] {
         if of < nof {
-            st.o[of].for_each(|r, c, x| {
+            st.o[of].for_each(move |r, c, x| {
                 if row0 + r < group {
                     // SAFETY: the caller's contract (row < kw * group, column < dv).
-                    unsafe { *buf.add(at(r) * dv + of * 16 + c) = x };
+                    unsafe { *buf.add((base + r) * dv + of * 16 + c) = x };
                 }
             });
         }
     });
-    st.m.for_each(|r, c, x| {
+    st.m.for_each(move |r, c, x| {
         if c == 0 && row0 + r < group {
             // SAFETY: the caller's contract.
-            unsafe { *ms.add(at(r) * 2) = x };
+            unsafe { *ms.add((base + r) * 2) = x };
         }
     });
-    st.l.for_each(|r, c, x| {
+    st.l.for_each(move |r, c, x| {
         if c == 0 && row0 + r < group {
             // SAFETY: the caller's contract.
-            unsafe { *ms.add(at(r) * 2 + 1) = x };
+            unsafe { *ms.add((base + r) * 2 + 1) = x };
         }
     });
     barrier();
