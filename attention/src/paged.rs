@@ -453,7 +453,7 @@ fn decode<T: MmaFloat, H: HeadDim, const WAVES: bool>(
     if combine {
         // SAFETY: the loop above ended on a barrier after the last tile's copies landed,
         // so the stages are free; the combine buffer lies in them (decode_smem_elems).
-        unsafe { combine_waves::<T>(&st, kv_lds as *mut f32, (kw, kwi, row0, group, nof, dv)) };
+        unsafe { combine_waves(&st, kv_lds as *mut f32, (kw, kwi, row0, group, nof, dv)) };
         // The key waves' (max, sum, output) of each real row and value column, one
         // work-item per (row, column): rescaled to their common max and summed.
         let (cs, ms) = (kv_lds as *const f32, (kv_lds as *const f32).wrapping_add(kw * group * dv));
@@ -538,7 +538,7 @@ fn decode<T: MmaFloat, H: HeadDim, const WAVES: bool>(
 /// `buf` holds [`decode_combine_elems`] 16-bit elements of shared memory, 4-byte aligned,
 /// that no work-item reads or writes until the barrier.
 #[inline(always)]
-unsafe fn combine_waves<T>(st: &RowState, buf: *mut f32, (kw, kwi, row0, group, nof, dv): (usize, usize, usize, usize, usize, usize)) {
+unsafe fn combine_waves(st: &RowState, buf: *mut f32, (kw, kwi, row0, group, nof, dv): (usize, usize, usize, usize, usize, usize)) {
     // Closures that capture by value: AMD kept by-reference captures (and the closures'
     // pointers to them) in scratch memory.
     let ms = buf.wrapping_add(kw * group * dv);

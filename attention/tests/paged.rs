@@ -1,7 +1,9 @@
 //! `attention::paged` against a naive f64 softmax attention over the gathered cache, on
 //! the CPU executor in every matrix-unit emulation (and a GPU when this build has one):
 //! shuffled block tables, partly filled last blocks, block sizes 16/32/64, GQA ratios
-//! 1/4/8, sequences of different lengths in one launch, several split-KV partitions.
+//! 1/4/8, sequences of different lengths in one launch, several split-KV partitions; the
+//! key-wave kernel and its direct (merge-free) writes through explicit plans, the plan
+//! heuristic and its run-time switch.
 //! Tolerances as in `tests/flash.rs` (inputs rounded first; `P` rounded to the input type
 //! before `P V`; f32 accumulation and merge).
 use attention::paged::host::{
