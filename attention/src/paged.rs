@@ -23,6 +23,12 @@
 //! keys writes its unnormalised f32 output and its (max, sum) to a workspace;
 //! [`paged_merge`](fn@paged_merge) combines a sequence's splits (only the ones its context reaches) into
 //! the output and the log-sum-exp. Shared memory: [`decode_smem_elems`].
+//!
+//! When the grid is too small to fill the GPU (a few sequences, short contexts), each
+//! work-group may run several key waves per 16 query rows that take turns through the
+//! split's tiles and combine their states in shared memory at the end; with a single split
+//! the work-group then writes the output and the log-sum-exp itself and the merge pass is
+//! skipped (see `paged_decode`'s docs and `host::decode_plan`).
 // The head-dimension types name the device instances (the host launcher finds them by name).
 #[allow(unused_imports)]
 use crate::flash::{Hd128, Hd256, Hd64, Hd80, Hd96};
@@ -61,11 +67,25 @@ pub const fn decode_stages(low: Lowering) -> usize {
 }
 
 /// Shared-memory elements (16-bit) of a [`paged_decode`](fn@paged_decode) work-group of
-/// `rows` query rows: the Q rows, [`decode_stages`] K/V stages of [`decode_bn`] keys and
-/// two tiles' cache slots (`2 * decode_bn` u32 values).
-pub const fn decode_smem_elems(d: usize, rows: usize, low: Lowering) -> usize {
-    let bn = decode_bn(low);
-    rows * (d + PAD) + decode_stages(low) * stage_elems(d, bn, low) + 4 * bn
+/// `rows` query rows (16 per row wave) and `key_waves` key waves per row wave: the Q rows,
+/// [`decode_stages`] K/V stages of `key_waves` [`decode_bn`]-key tiles and two steps' cache
+/// slots (`2 * key_waves * decode_bn` u32 values). With `combine_rows > 0` (the kernel
+/// combines its key waves, or writes the output itself) the stages are at least the f32
+/// combine buffer of [`decode_combine_elems`] (it reuses them after the last tile).
+/// `key_waves = 1, combine_rows = 0` is the one-wave-per-16-rows work-group.
+pub const fn decode_smem_elems(d: usize, rows: usize, low: Lowering, key_waves: usize, combine_rows: usize) -> usize {
+    let sb = key_waves * decode_bn(low);
+    let stages = decode_stages(low) * stage_elems(d, sb, low);
+    let combine = decode_combine_elems(d, low, key_waves, combine_rows);
+    rows * (d + PAD) + if combine > stages { combine } else { stages } + 4 * sb
+}
+
+/// 16-bit elements of the f32 buffer in which the `key_waves` key waves of a
+/// [`paged_decode`](fn@paged_decode) work-group combine their states: for each key wave
+/// and each of the `rows` real query rows of the group, the unnormalised value-chunk
+/// columns and (max, sum). 0 for `rows = 0`.
+pub const fn decode_combine_elems(d: usize, low: Lowering, key_waves: usize, rows: usize) -> usize {
+    2 * key_waves * rows * (value_chunk(d, low) + 2)
 }
 
 /// Decode scores: scaled into the log2 domain, keys past the split masked.
@@ -134,21 +154,98 @@ pub fn paged_decode<T: MmaFloat, H: HeadDim>(
     scale: f32,
     smem: SharedDyn<T>,
 ) {
+    decode::<T, H, false>(
+        (q, k_cache, v_cache, block_tables, context_lens),
+        (part_o, part_ml, &mut [], &mut []),
+        (heads, kv_heads, block_size, max_blocks, split_len, table_at, 1, 0),
+        scale,
+        smem,
+    )
+}
+
+/// [`paged_decode`](fn@paged_decode) with key waves and direct writes, a separate instance so that
+/// the one-wave kernel keeps its registers (the key-wave bookkeeping and the combine cost
+/// about 40 more per work-item on sm_90a, which would cut the resident work-groups of large
+/// grids). Grid as [`paged_decode`](fn@paged_decode); `ceil(group / 16) * key_waves` waves;
+/// dynamic shared memory of [`decode_smem_elems`] elements (with the group's rows as
+/// `combine_rows` when `key_waves > 1` or `direct != 0`).
+///
+/// Key waves: with `key_waves = w > 1` the work-group walks its split in steps of `w`
+/// tiles (one gather of `w * decode_bn` keys per step, by all work-items), wave `i` of
+/// each row wave adding tile `i` of the step to its own online-softmax state; at the end
+/// the waves combine their (max, sum, unnormalised output) in shared memory. With
+/// `direct != 0` (one split: the work-group sees its sequence's whole context) it writes
+/// the normalised `out[(b * heads + h) * D ..]` and `lse[b * heads + h]` itself (zeros and
+/// `-inf` for an empty context) and the workspace is not touched: no merge pass.
+#[amdgpu_kernel(T = [f16, bf16], H = [Hd64, Hd80, Hd96, Hd128, Hd256], max_threads = 256)]
+#[allow(clippy::too_many_arguments)]
+pub fn paged_decode_waves<T: MmaFloat, H: HeadDim>(
+    q: &[T],
+    k_cache: &[T],
+    v_cache: &[T],
+    block_tables: &[u32],
+    context_lens: &[u32],
+    part_o: &mut [f32],
+    part_ml: &mut [f32],
+    out: &mut [T],
+    lse: &mut [f32],
+    heads: u32,
+    kv_heads: u32,
+    block_size: u32,
+    max_blocks: u32,
+    split_len: u32,
+    table_at: u32,
+    key_waves: u32,
+    direct: u32,
+    scale: f32,
+    smem: SharedDyn<T>,
+) {
+    decode::<T, H, true>(
+        (q, k_cache, v_cache, block_tables, context_lens),
+        (part_o, part_ml, out, lse),
+        (heads, kv_heads, block_size, max_blocks, split_len, table_at, key_waves, direct),
+        scale,
+        smem,
+    )
+}
+
+/// The body of both decode kernels; `WAVES = false` fixes one key wave and the workspace
+/// output (the code of the one-wave kernel).
+#[inline(always)]
+#[allow(clippy::type_complexity)]
+fn decode<T: MmaFloat, H: HeadDim, const WAVES: bool>(
+    (q, k_cache, v_cache, block_tables, context_lens): (&[T], &[T], &[T], &[u32], &[u32]),
+    (part_o, part_ml, out, lse): (&mut [f32], &mut [f32], &mut [T], &mut [f32]),
+    (heads, kv_heads, block_size, max_blocks, split_len, table_at, key_waves, direct): (u32, u32, u32, u32, u32, u32, u32, u32),
+    scale: f32,
+    smem: SharedDyn<T>,
+) {
     let low = mma::lowering();
     let bn = decode_bn(low);
     let d = H::D;
     let dv = value_chunk(d, low);
     let (ldq, ldk, ldv) = (d + PAD, d + PAD, dv + PAD);
-    let rows = flat_block_dim() as usize / wave::size() as usize * 16;
-    if smem.len() < decode_smem_elems(d, rows, low) {
-        panic!("paged_decode: shared memory too small");
+    let kw = if WAVES { key_waves as usize } else { 1 };
+    let waves = flat_block_dim() as usize / wave::size() as usize;
+    if kw == 0 || !waves.is_multiple_of(kw) {
+        panic!("paged_decode: the work-group is not whole key waves");
     }
+    // Row waves (16 query rows each), keys per step (one tile per key wave).
+    let row_waves = waves / kw;
+    let rows = row_waves * 16;
+    let sb = kw * bn;
+    let direct = WAVES && direct != 0;
+    // Whether the key waves combine in shared memory (several, or the output written here).
+    let combine = kw > 1 || direct;
     let chunks = value_chunks(d, low);
     let (hk, vc) = (block_idx_y() as usize / chunks, block_idx_y() as usize % chunks);
     let nof = dv / 16;
     let (b, split) = (block_idx_z() as usize, block_idx_x() as usize);
     let (heads_n, kv_n) = (heads as usize, kv_heads as usize);
     let group = heads_n / kv_n;
+    if smem.len() < decode_smem_elems(d, rows, low, kw, if combine { group } else { 0 }) {
+        panic!("paged_decode: shared memory too small");
+    }
     let splits = grid_dim_x() as usize;
     let k_lo = split * split_len as usize;
     let bs = block_size as usize;
@@ -159,11 +256,12 @@ pub fn paged_decode<T: MmaFloat, H: HeadDim>(
     // Uniform checks: the sequence's length and block-table row, the group's query rows
     // and workspace rows lie in their buffers (the cache rows are checked below).
     let part_end = ((b * heads_n + h0 + group) * splits) * d;
+    let rows_end = b * heads_n + h0 + group;
     if b >= context_lens.len()
         || table + mb > block_tables.len()
-        || (b * heads_n + h0 + group) * d > q.len()
-        || part_end > part_o.len()
-        || part_end / d * 2 > part_ml.len()
+        || rows_end * d > q.len()
+        || (!direct && (part_end > part_o.len() || part_end / d * 2 > part_ml.len()))
+        || (direct && (splits != 1 || rows_end * d > out.len() || rows_end > lse.len()))
         || k_cache.len() != v_cache.len()
     {
         panic!("paged_decode: a buffer is shorter than the shape needs");
@@ -176,15 +274,17 @@ pub fn paged_decode<T: MmaFloat, H: HeadDim>(
     let tid = flat_thread_idx() as usize;
     let nthreads = flat_block_dim() as usize;
     let wave = tid / wave::size() as usize;
+    // This wave's key wave and row wave.
+    let (kwi, rw) = if WAVES { (wave / row_waves, wave % row_waves) } else { (0, wave) };
     let sp = smem.as_ptr();
     let q_lds = sp;
-    let st_elems = stage_elems(d, bn, low);
+    let st_elems = stage_elems(d, sb, low);
     let nst = decode_stages(low);
     let size = core::mem::size_of::<T>();
     let kv_sa = SharedAddr::new(sp.wrapping_add(rows * ldq));
     let kv_lds = sp.wrapping_add(rows * ldq);
-    // Two tiles' cache slots (u32, 4-byte aligned: the element count before them is even).
-    let slots = sp.wrapping_add(decode_smem_elems(d, rows, low) - 4 * bn) as *mut u32;
+    // Two steps' cache slots (u32, 4-byte aligned: the element count before them is even).
+    let slots = sp.wrapping_add(decode_smem_elems(d, rows, low, kw, if combine { group } else { 0 }) - 4 * sb) as *mut u32;
 
     // The group's query rows, zero past the group (the first copy group, with tile 0),
     // issued before the sequence's length is known: they do not depend on it.
@@ -220,13 +320,30 @@ pub fn paged_decode<T: MmaFloat, H: HeadDim>(
     }
     if k_lo >= ctx {
         // Past this sequence's context: the merge pass does not read this split (the Q
-        // copies land before the work-group ends).
+        // copies land before the work-group ends). Written directly, an empty context
+        // gives zero rows and a log-sum-exp of -inf.
+        if direct {
+            let (op, lp) = (out.as_mut_ptr(), lse.as_mut_ptr());
+            let mut e = tid;
+            while e < group * dv {
+                let (r, c) = (e / dv, e % dv);
+                // SAFETY: the group's rows lie in out and lse (checked above).
+                unsafe {
+                    *op.add((b * heads_n + h0 + r) * d + vc * dv + c) = T::from_f32(0.0);
+                    if vc == 0 && c == 0 {
+                        *lp.add(b * heads_n + h0 + r) = f32::NEG_INFINITY;
+                    }
+                }
+                e += nthreads;
+            }
+        }
         copy::commit();
         copy::wait_groups(0);
         return;
     }
     let k_hi = if k_lo + (split_len as usize) < ctx { k_lo + split_len as usize } else { ctx };
-    let n_tiles = (k_hi - k_lo).div_ceil(bn);
+    // Steps of `sb` keys (one tile per key wave).
+    let n_tiles = (k_hi - k_lo).div_ceil(sb);
 
     // The cache slot of key `key` of the sequence (u32::MAX past the split). Block sizes
     // that are powers of two (the usual 16, 32, 64) take a shift and a mask instead of a
@@ -244,25 +361,27 @@ pub fn paged_decode<T: MmaFloat, H: HeadDim>(
         }
     };
     let (k_off, v_off) = (hk * d, hk * d + vc * dv);
-    // Issues the copies of tile `t`'s keys and values (gathered through the slots in
-    // buffer `t % 2`) into stage `t % nst`; zeros past the split.
+    // Issues the copies of step `t`'s keys and values (gathered through the slots in
+    // buffer `t % 2`) into stage `t % nst`; zeros past the split. The one-wave copy path
+    // takes whole work-groups of one row wave.
+    let whole_rows = if row_waves == 1 { kw } else { 0 };
     let issue = |t: usize| {
         let stage = kv_sa.add((t % nst) * st_elems * size);
         // SAFETY: the slots name rows inside the caches (checked above; v_cache has
         // k_cache's length), 16-byte aligned; the stage holds bn rows of ldk then bn
         // rows of ldv; the slots were written before the last barrier.
         unsafe {
-            gather::<T>(stage, ldk, stage.add(bn * ldk * size), ldv, (bn, d, dv), (tid, nthreads), slots.wrapping_add((t % 2) * bn), (kp, vp), row_elems, (k_off, v_off))
+            gather::<T>(stage, ldk, stage.add(sb * ldk * size), ldv, (sb, bn, d, dv), (tid, nthreads, whole_rows), slots.wrapping_add((t % 2) * sb), (kp, vp), row_elems, (k_off, v_off))
         };
     };
     // Slots of tiles 0 and 1, then tiles 0 .. nst - 1 in flight, one copy group each;
     // after issuing tile t, the slots of tile t + 2 go to its buffer (for nst > 2: the
     // loop below issues tile nst - 1 first and looks up tile nst).
-    if tid < bn {
+    if tid < sb {
         let mut s = 0;
         while s < 2 {
-            // SAFETY: inside the slot region (2 * bn values).
-            unsafe { *slots.add(s * bn + tid) = slot_of(k_lo + s * bn + tid) };
+            // SAFETY: inside the slot region (2 * sb values).
+            unsafe { *slots.add(s * sb + tid) = slot_of(k_lo + s * sb + tid) };
             s += 1;
         }
     }
@@ -274,11 +393,11 @@ pub fn paged_decode<T: MmaFloat, H: HeadDim>(
         }
         copy::commit();
         if t + 2 < nst {
-            let next = if tid < bn { slot_of(k_lo + (t + 2) * bn + tid) } else { u32::MAX };
+            let next = if tid < sb { slot_of(k_lo + (t + 2) * sb + tid) } else { u32::MAX };
             barrier();
-            if tid < bn {
+            if tid < sb {
                 // SAFETY: inside the slot region.
-                unsafe { *slots.add((t % 2) * bn + tid) = next };
+                unsafe { *slots.add((t % 2) * sb + tid) = next };
             }
             barrier();
         }
@@ -289,32 +408,38 @@ pub fn paged_decode<T: MmaFloat, H: HeadDim>(
     let scale2 = scale * core::f32::consts::LOG2_E;
     let mut t = 0;
     while t < n_tiles {
-        let k0 = k_lo + t * bn;
-        // The slots of tile t + nst are looked up now (the load overlaps the wait below)
-        // and stored after the barrier, into the buffer tile t + nst - 2 used.
-        let ahead = if tid < bn { slot_of(k_lo + (t + nst) * bn + tid) } else { u32::MAX };
+        // This wave's tile of the step.
+        let k0 = k_lo + t * sb + kwi * bn;
+        // The slots of step t + nst are looked up now (the load overlaps the wait below)
+        // and stored after the barrier, into the buffer step t + nst - 2 used.
+        let ahead = if tid < sb { slot_of(k_lo + (t + nst) * sb + tid) } else { u32::MAX };
         if t + nst - 1 < n_tiles {
             issue(t + nst - 1);
         }
         copy::commit();
         copy::wait_groups(nst as u32 - 1);
         barrier();
-        if tid < bn {
+        if tid < sb {
             // SAFETY: inside the slot region.
-            unsafe { *slots.add(((t + nst) % 2) * bn + tid) = ahead };
+            unsafe { *slots.add(((t + nst) % 2) * sb + tid) = ahead };
         }
-        let score = DecodeScore { keys: (k_hi - k0) as u32, bn: bn as u32, scale2 };
-        let kt_lds = kv_lds.wrapping_add((t % nst) * st_elems);
-        let v_lds = kt_lds.wrapping_add(bn * ldk);
-        let q_w = q_lds.wrapping_add(wave * 16 * ldq);
-        // SAFETY: the tiles lie in `smem`, rows 16-byte aligned.
-        unsafe {
-            if bn == 16 {
-                st.add_tile::<T, 1>(q_w, ldq, kt_lds, ldk, v_lds, ldv, d, nof, &score)
-            } else {
-                st.add_tile::<T, 2>(q_w, ldq, kt_lds, ldk, v_lds, ldv, d, nof, &score)
-            }
-        };
+        // A tile wholly past the split (the last step's, with several key waves) is skipped
+        // (wave-uniform).
+        if !WAVES || k0 < k_hi {
+            let score = DecodeScore { keys: (k_hi - k0) as u32, bn: bn as u32, scale2 };
+            let stage = kv_lds.wrapping_add((t % nst) * st_elems);
+            let kt_lds = stage.wrapping_add(kwi * bn * ldk);
+            let v_lds = stage.wrapping_add(sb * ldk + kwi * bn * ldv);
+            let q_w = q_lds.wrapping_add(rw * 16 * ldq);
+            // SAFETY: the tiles lie in `smem`, rows 16-byte aligned.
+            unsafe {
+                if bn == 16 {
+                    st.add_tile::<T, 1>(q_w, ldq, kt_lds, ldk, v_lds, ldv, d, nof, &score)
+                } else {
+                    st.add_tile::<T, 2>(q_w, ldq, kt_lds, ldk, v_lds, ldv, d, nof, &score)
+                }
+            };
+        }
         // Every wave is done with this stage (and the slots) before they are refilled.
         barrier();
         t += 1;
@@ -322,10 +447,63 @@ pub fn paged_decode<T: MmaFloat, H: HeadDim>(
     copy::commit();
     copy::wait_groups(0);
 
-    // This split's unnormalised rows and (first value chunk) their max and sum.
-    let row0 = wave * 16;
+    let row0 = rw * 16;
     let part = |r: usize| ((b * heads_n + h0 + r) * splits + split) * d;
     let (pop, pmp) = (part_o.as_mut_ptr(), part_ml.as_mut_ptr());
+    if combine {
+        // SAFETY: the loop above ended on a barrier after the last tile's copies landed,
+        // so the stages are free; the combine buffer lies in them (decode_smem_elems).
+        unsafe { combine_waves(&st, kv_lds as *mut f32, (kw, kwi, row0, group, nof, dv)) };
+        // The key waves' (max, sum, output) of each real row and value column, one
+        // work-item per (row, column): rescaled to their common max and summed.
+        let (cs, ms) = (kv_lds as *const f32, (kv_lds as *const f32).wrapping_add(kw * group * dv));
+        let (op, lp) = (out.as_mut_ptr(), lse.as_mut_ptr());
+        let mut e = tid;
+        while e < group * dv {
+            let (r, c) = (e / dv, e % dv);
+            let mut top = f32::NEG_INFINITY;
+            let mut k = 0;
+            while k < kw {
+                // SAFETY: inside the combine buffer.
+                top = top.max(unsafe { *ms.add((k * group + r) * 2) });
+                k += 1;
+            }
+            // A wave that saw no key has max -inf: weight 0 (never NaN).
+            let mu = if top == f32::NEG_INFINITY { 0.0 } else { top };
+            let (mut sum, mut acc) = (0.0f32, 0.0f32);
+            let mut k = 0;
+            while k < kw {
+                // SAFETY: inside the combine buffer.
+                let (m, l, o) = unsafe { (*ms.add((k * group + r) * 2), *ms.add((k * group + r) * 2 + 1), *cs.add((k * group + r) * dv + c)) };
+                if m != f32::NEG_INFINITY {
+                    let w = (m - mu).exp2();
+                    sum += l * w;
+                    acc += o * w;
+                }
+                k += 1;
+            }
+            // SAFETY: the group's rows lie in out and lse (direct) or the workspace (checked above).
+            unsafe {
+                if direct {
+                    let inv = if sum > 0.0 { 1.0 / sum } else { 0.0 };
+                    *op.add((b * heads_n + h0 + r) * d + vc * dv + c) = T::from_f32(acc * inv);
+                    if vc == 0 && c == 0 {
+                        *lp.add(b * heads_n + h0 + r) = if sum > 0.0 { (top + sum.log2()) * core::f32::consts::LN_2 } else { f32::NEG_INFINITY };
+                    }
+                } else {
+                    let at = (b * heads_n + h0 + r) * splits + split;
+                    *pop.add(at * d + vc * dv + c) = acc;
+                    if vc == 0 && c == 0 {
+                        *pmp.add(at * 2) = top;
+                        *pmp.add(at * 2 + 1) = sum;
+                    }
+                }
+            }
+            e += nthreads;
+        }
+        return;
+    }
+    // This split's unnormalised rows and (first value chunk) their max and sum.
     each!(of in [0, 1, 2, 3, 4, 5, 6, 7] {
         if of < nof {
             st.o[of].for_each(|r, c, x| {
@@ -352,6 +530,44 @@ pub fn paged_decode<T: MmaFloat, H: HeadDim>(
     }
 }
 
+/// Stores key wave `kwi`'s state of its 16 rows from `row0` (the real ones: below `group`)
+/// in the combine buffer at `buf` (f32: `kw * group` rows of `dv` output columns, then `kw *
+/// group` (max, sum) pairs), then waits for every wave (a work-group barrier).
+///
+/// # Safety
+/// `buf` holds [`decode_combine_elems`] 16-bit elements of shared memory, 4-byte aligned,
+/// that no work-item reads or writes until the barrier.
+#[inline(always)]
+unsafe fn combine_waves(st: &RowState, buf: *mut f32, (kw, kwi, row0, group, nof, dv): (usize, usize, usize, usize, usize, usize)) {
+    // Closures that capture by value: AMD kept by-reference captures (and the closures'
+    // pointers to them) in scratch memory.
+    let ms = buf.wrapping_add(kw * group * dv);
+    let base = kwi * group + row0;
+    each!(of in [0, 1, 2, 3, 4, 5, 6, 7] {
+        if of < nof {
+            st.o[of].for_each(move |r, c, x| {
+                if row0 + r < group {
+                    // SAFETY: the caller's contract (row < kw * group, column < dv).
+                    unsafe { *buf.add((base + r) * dv + of * 16 + c) = x };
+                }
+            });
+        }
+    });
+    st.m.for_each(move |r, c, x| {
+        if c == 0 && row0 + r < group {
+            // SAFETY: the caller's contract.
+            unsafe { *ms.add((base + r) * 2) = x };
+        }
+    });
+    st.l.for_each(move |r, c, x| {
+        if c == 0 && row0 + r < group {
+            // SAFETY: the caller's contract.
+            unsafe { *ms.add((base + r) * 2 + 1) = x };
+        }
+    });
+    barrier();
+}
+
 /// Most rows one work-item copies per tile in [`gather`]'s one-wave path (hd128: 16 keys of
 /// 16 chunks over 32 lanes). hd256 (16 rows) takes the loop: its 16-slot array stayed in
 /// local memory in the sm_80 PTX.
@@ -360,7 +576,9 @@ const MAX_GATHER_ROWS: usize = 8;
 /// Issues the 16-byte copies of one tile's `bn` keys (`d` columns, into `k_dst`, row
 /// stride `ldk`) and values (`dv` columns, into `v_dst`, stride `ldv`), gathered from the
 /// caches through the tile's cache slots (`u32::MAX`: past the split, zero-filled).
-/// Work-item `tid` of `nthreads` takes every `nthreads`-th key chunk and the value chunk
+/// Work-item `tid` of `nthreads` (`whole_rows > 0`: one row wave of that many key waves, so
+/// `nthreads` is `whole_rows = bn / tile` waves, one per `tile` keys, that may take the
+/// unrolled path) takes every `nthreads`-th key chunk and the value chunk
 /// of the same row and column: one slot read and one row address for both (half the
 /// address work of two separate row copies). `cp.async` on NVIDIA sm_80+ (the caller
 /// commits and waits), synchronous elsewhere.
@@ -378,8 +596,8 @@ unsafe fn gather<T>(
     ldk: usize,
     v_dst: SharedAddr,
     ldv: usize,
-    (bn, d, dv): (usize, usize, usize),
-    (tid, nthreads): (usize, usize),
+    (bn, tile, d, dv): (usize, usize, usize, usize),
+    (tid, nthreads, whole_rows): (usize, usize, usize),
     slots: *const u32,
     (kp, vp): (*const T, *const T),
     row_elems: usize,
@@ -388,7 +606,7 @@ unsafe fn gather<T>(
     let (per_row, per_v) = (d / 8, dv / 8);
     let size = core::mem::size_of::<T>();
     let lanes = wave::size() as usize;
-    if !cfg!(target_arch = "amdgpu") && nthreads == lanes && lanes.is_multiple_of(per_row) && (bn * per_row).is_multiple_of(lanes) && bn * per_row / lanes <= MAX_GATHER_ROWS {
+    if !cfg!(target_arch = "amdgpu") && whole_rows > 0 && lanes.is_multiple_of(per_row) && (tile * per_row).is_multiple_of(lanes) && tile * per_row / lanes <= MAX_GATHER_ROWS {
         // One wave, whole rows per round (NVIDIA and the CPU executor at up to 16 query
         // heads per KV head, hd64 and hd128; AMD keeps the loop below, whose
         // register use its budgets were checked with): work-item `tid` copies column chunk
@@ -396,8 +614,10 @@ unsafe fn gather<T>(
         // read first (independent shared loads: a slot read between copies would wait on
         // each), each copy is one `cp.async` whose source size is 0 past the split (zero
         // fill, no branch), and the sources are the row offset added to bases computed once.
-        let (j0, c, step) = (tid / per_row, tid % per_row, lanes / per_row);
-        let n = bn * per_row / lanes;
+        // Rounds of a compile-time count (`tile * per_row / lanes`, the slots stay in
+        // registers): `nthreads / lanes` waves cover `bn / tile` tiles.
+        let (j0, c, step) = (tid / per_row, tid % per_row, whole_rows * (lanes / per_row));
+        let n = tile * per_row / lanes;
         let mut slot = [u32::MAX; MAX_GATHER_ROWS];
         let mut i = 0;
         while i < n {

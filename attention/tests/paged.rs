@@ -1,10 +1,17 @@
 //! `attention::paged` against a naive f64 softmax attention over the gathered cache, on
 //! the CPU executor in every matrix-unit emulation (and a GPU when this build has one):
 //! shuffled block tables, partly filled last blocks, block sizes 16/32/64, GQA ratios
-//! 1/4/8, sequences of different lengths in one launch, several split-KV partitions.
+//! 1/4/8, sequences of different lengths in one launch, several split-KV partitions; the
+//! key-wave kernel and its direct (merge-free) writes through explicit plans, the plan
+//! heuristic and its run-time switch.
 //! Tolerances as in `tests/flash.rs` (inputs rounded first; `P` rounded to the input type
 //! before `P V`; f32 accumulation and merge).
-use attention::paged::host::{paged_attention, paged_attention_unchecked, reshape_and_cache_rows, split_len_for, PagedShape, MIN_SPLIT, SPLIT_OVERHEAD_TILES, TARGET_GROUPS};
+use attention::paged::host::{
+    decode_plan, decode_plan_with, decode_regs, decode_waves_regs, nvidia_resident, paged_attention, paged_attention_planned, paged_attention_unchecked, reshape_and_cache_rows, set_wave_split, split_len_for,
+    DecodePlan, PagedShape, MIN_SPLIT, SPLIT_OVERHEAD_TILES, TARGET_GROUPS,
+};
+use attention::paged::{decode_bn, decode_smem_elems};
+use kernel_dsl::mma::Lowering;
 use attention::flash::BN;
 use attention::{AttentionError, FlashElem};
 use half::{bf16, f16};
@@ -60,6 +67,13 @@ fn f(x: impl Float) -> f64 {
 /// A decode step over sequences of `lens` tokens in a cache of shuffled blocks.
 #[allow(clippy::too_many_arguments)] // one decode step's whole geometry
 fn check<T: Elem>(dev: &Device, lens: &[usize], heads: usize, kv_heads: usize, d: usize, block_size: usize, split_len: Option<usize>, seed: u64) {
+    check_plan::<T>(dev, lens, heads, kv_heads, d, block_size, Err(split_len), seed)
+}
+
+/// [`check`] with the split length (`Err`: chosen by the launcher unless given) or a whole
+/// launch plan (`Ok`: `paged_attention_planned`).
+#[allow(clippy::too_many_arguments)]
+fn check_plan<T: Elem>(dev: &Device, lens: &[usize], heads: usize, kv_heads: usize, d: usize, block_size: usize, how: Result<DecodePlan, Option<usize>>, seed: u64) {
     let mut rng = Rng(seed);
     let batch = lens.len();
     let max_blocks = lens.iter().map(|l| l.div_ceil(block_size)).max().unwrap().max(1) + 1;
@@ -114,9 +128,12 @@ fn check<T: Elem>(dev: &Device, lens: &[usize], heads: usize, kv_heads: usize, d
     let mut lse = dev.upload(&vec![f32::NAN; batch * heads]).unwrap();
     let shape = PagedShape { batch, heads, kv_heads, head_dim: d, num_blocks, block_size };
     let lens32: Vec<u32> = lens.iter().map(|&l| l as u32).collect();
-    paged_attention(dev, shape, &dq, &dk, &dv, &tables, &lens32, &mut out, &mut lse, scale as f32, split_len).unwrap();
+    match how {
+        Err(split_len) => paged_attention(dev, shape, &dq, &dk, &dv, &tables, &lens32, &mut out, &mut lse, scale as f32, split_len).unwrap(),
+        Ok(plan) => paged_attention_planned(dev, shape, &dq, &dk, &dv, &tables, &lens32, &mut out, &mut lse, scale as f32, plan).unwrap(),
+    }
     let (got, got_lse) = (dev.download(&out).unwrap(), dev.download(&lse).unwrap());
-    let what = format!("{} lens {lens:?} heads {heads}/{kv_heads} d {d} block {block_size} split {split_len:?} on {}", T::NAME, name(dev));
+    let what = format!("{} lens {lens:?} heads {heads}/{kv_heads} d {d} block {block_size} {how:?} on {}", T::NAME, name(dev));
     for (i, (g, w)) in got.iter().zip(&want).enumerate() {
         let tol = 2.0 * T::U + T::U * w.abs() + 1e-5;
         assert!((f(*g) - w).abs() <= tol, "{what}: out[{i}] = {}, want {w}", f(*g));
@@ -286,4 +303,144 @@ fn split_heuristic_fills_rounds_of_resident_groups() {
     // Without an occupancy figure: about TARGET_GROUPS work-groups.
     assert_eq!(split_len_for(16, 8, 4096, None, None), 512);
     assert_eq!(16 * 8 * 4096 / 512, TARGET_GROUPS);
+}
+
+/// A plan of `key_waves` key waves over splits of `split_len` keys for contexts of at most
+/// `longest` tokens, written directly when there is one split and `direct`.
+fn plan(longest: usize, split_len: usize, key_waves: usize, direct: bool) -> DecodePlan {
+    let splits = longest.div_ceil(split_len).max(1);
+    DecodePlan { split_len, splits, key_waves, direct: direct && splits == 1 }
+}
+
+/// Key waves (each its own online-softmax state over every `w`-th tile, combined in shared
+/// memory) and the merge-free single split, in every lowering and wave size: contexts
+/// shorter than one tile, not a multiple of it, more waves than tiles, an empty context,
+/// one work-group, GQA 1/4/8, two row waves (32 query heads per KV head), several splits
+/// through the merge pass; shuffled tables and partly filled last blocks as everywhere.
+#[test]
+fn paged_key_waves_and_direct_writes() {
+    for (e, dev) in executors().iter().enumerate() {
+        let seed = 100 + 10 * e as u64;
+        // Shorter than one tile, one work-group (one sequence, one KV head), direct.
+        check_plan::<f16>(dev, &[5], 4, 1, 64, 16, Ok(plan(5, 32, 2, true)), seed);
+        check_plan::<bf16>(dev, &[5], 4, 1, 64, 16, Ok(plan(5, 32, 1, true)), seed + 1);
+        // Mixed lengths (an empty context, one key, not a multiple of the tile), direct.
+        check_plan::<f16>(dev, &[37, 1, 100, 0], 4, 1, 64, 16, Ok(plan(100, 128, 4, true)), seed + 2);
+        // GQA 1, 4 and 8; more key waves than some sequences have tiles.
+        check_plan::<bf16>(dev, &[70, 3, 129], 4, 4, 64, 32, Ok(plan(129, 160, 2, true)), seed + 3);
+        check_plan::<f16>(dev, &[70, 200], 8, 2, 64, 16, Ok(plan(200, 224, 4, true)), seed + 4);
+        check_plan::<bf16>(dev, &[45, 130], 16, 2, 128, 16, Ok(plan(130, 160, 2, true)), seed + 5);
+        // Key waves with several splits (the merge pass combines the work-groups).
+        check_plan::<f16>(dev, &[340, 40, 0], 8, 2, 64, 16, Ok(plan(340, 96, 2, false)), seed + 6);
+        check_plan::<bf16>(dev, &[300, 17], 4, 1, 128, 32, Ok(plan(300, 64, 2, false)), seed + 7);
+        // Two row waves (32 query heads of one KV head) with key waves.
+        check_plan::<f16>(dev, &[90, 33], 32, 1, 64, 16, Ok(plan(90, 96, 2, true)), seed + 8);
+        // One split through the merge pass (the launch with the switch off), and the
+        // largest key-wave count that 256 work-items and the shared memory allow.
+        check_plan::<bf16>(dev, &[77, 20], 8, 2, 64, 16, Ok(plan(77, 96, 1, false)), seed + 9);
+        let low = attention::lowering_of(dev);
+        let mut most = 256 / low.wave_lanes() as usize;
+        while decode_smem_elems(64, 16, low, most, 2) * 2 > kernel_dsl::host::Executor::max_shared_bytes(dev) {
+            most /= 2;
+        }
+        check_plan::<f16>(dev, &[300, 260], 4, 2, 64, 16, Ok(plan(300, 320, most, true)), seed + 10);
+    }
+}
+
+/// Key waves and direct writes at the other head dimensions (value chunks on VALU, WMMA and
+/// hd256 on `mma.sync`).
+#[test]
+fn paged_key_waves_head_dims() {
+    let devs = executors();
+    for (i, d) in [80usize, 96, 256].into_iter().enumerate() {
+        for (j, dev) in devs.iter().enumerate() {
+            let seed = 200 + 10 * i as u64 + j as u64;
+            check_plan::<bf16>(dev, &[33, 70], 8, 2, d, 16, Ok(plan(70, 96, 2, true)), seed);
+        }
+        check_plan::<f16>(&devs[3], &[100, 9], 4, 2, d, 16, Ok(plan(100, 64, 2, false)), 250 + i as u64);
+    }
+}
+
+/// Plans the launcher refuses name `plan` and write nothing.
+#[test]
+fn paged_bad_plans_are_named() {
+    let dev = Device::cpu(WaveSize::W32);
+    let shape = PagedShape { batch: 1, heads: 4, kv_heads: 2, head_dim: 64, num_blocks: 4, block_size: 16 };
+    let q = dev.upload(&vec![f16::ONE; 4 * 64]).unwrap();
+    let cache = dev.upload(&vec![f16::ONE; 4 * 16 * 2 * 64]).unwrap();
+    let mut out = dev.upload(&vec![f16::from_f32(7.0); 4 * 64]).unwrap();
+    let mut lse = dev.upload(&[7.0f32; 4]).unwrap();
+    for bad in [
+        DecodePlan { split_len: 32, splits: 2, key_waves: 1, direct: true },
+        DecodePlan { split_len: 32, splits: 1, key_waves: 1, direct: false },
+        DecodePlan { split_len: 64, splits: 1, key_waves: 0, direct: true },
+        DecodePlan { split_len: 64, splits: 1, key_waves: 16, direct: true },
+        DecodePlan { split_len: 0, splits: 1, key_waves: 1, direct: true },
+    ] {
+        let r = paged_attention_planned(&dev, shape, &q, &cache, &cache, &[0, 1, 2, 3], &[40], &mut out, &mut lse, 0.1, bad);
+        assert!(matches!(r, Err(AttentionError::Argument { arg: "plan", .. })), "{bad:?}: {r:?}");
+    }
+    assert!(dev.download(&out).unwrap().iter().all(|&x| x == f16::from_f32(7.0)), "out written on error");
+}
+
+/// The plan heuristic on an H200-like device (132 SMs, 227 KiB of shared memory per
+/// work-group, `mma.sync`): the engine's small grids (batch 1 and 8, contexts 512 and 2048,
+/// 8 KV heads of 4 query heads, hd64 and hd128) take key waves, one split and no merge
+/// where a sequence fits one work-group; large grids keep today's split and one wave per
+/// 16 rows; switched off, every shape gets today's plan; every plan's shared memory fits.
+#[test]
+fn plans_for_small_and_large_grids() {
+    let (sms, smem) = (132usize, 227 * 1024usize);
+    let low = Lowering::MmaSync;
+    let shape = |batch: usize, d: usize| PagedShape { batch, heads: 32, kv_heads: 8, head_dim: d, num_blocks: 1, block_size: 16 };
+    for (batch, d, ctx) in [(1usize, 64usize, 512usize), (1, 64, 530), (8, 64, 512), (1, 64, 2048), (8, 64, 2048), (1, 128, 512), (8, 128, 512), (1, 128, 2048), (8, 128, 2048), (16, 128, 4096), (64, 128, 16384), (16, 64, 4096)] {
+        let resident = move |bytes: usize, waves: usize, kw: bool| Some(nvidia_resident(sms, smem, if kw { decode_waves_regs(d) } else { decode_regs(d) }, bytes, waves));
+        let on = decode_plan_with(shape(batch, d), ctx, None, low, smem, 1, &resident);
+        let off = decode_plan_with(shape(batch, d), ctx, None, low, smem, 0, &resident);
+        eprintln!("b{batch} hd{d} ctx{ctx}: off {off:?} grid {}x8x{batch} of {} lanes; on {on:?} grid {}x8x{batch} of {} lanes", off.splits, 32, on.splits, 32 * on.key_waves);
+        // Off: today's split (split_len_for with the one-wave work-group's occupancy).
+        let today = split_len_for(batch, 8, ctx, None, Some(nvidia_resident(sms, smem, decode_regs(d), decode_smem_elems(d, 16, low, 1, 0) * 2, 1)));
+        assert_eq!(off, DecodePlan { split_len: today, splits: ctx.div_ceil(today), key_waves: 1, direct: false }, "b{batch} hd{d} ctx{ctx}");
+        assert!(on.splits == ctx.div_ceil(on.split_len) && (!on.direct || on.splits == 1), "b{batch} hd{d} ctx{ctx}: {on:?}");
+        let combine = if on.key_waves > 1 || on.direct { 4 } else { 0 };
+        assert!(decode_smem_elems(d, 16, low, on.key_waves, combine) * 2 <= smem, "b{batch} hd{d} ctx{ctx}: {on:?}");
+        let grid = batch * 8 * off.splits;
+        if grid * 4 >= nvidia_resident(sms, smem, decode_regs(d), decode_smem_elems(d, 16, low, 1, 0) * 2, 1) {
+            // A grid that fills the device keeps today's split.
+            assert_eq!((on.split_len, on.key_waves), (off.split_len, 1), "b{batch} hd{d} ctx{ctx}");
+        } else {
+            assert!(on.key_waves > 1, "b{batch} hd{d} ctx{ctx}: {on:?}");
+        }
+        // A capped setting caps the key waves.
+        let capped = decode_plan_with(shape(batch, d), ctx, None, low, smem, 2, &resident);
+        assert!(capped.key_waves <= 2, "{capped:?}");
+    }
+    // The engine's batch-1 and batch-8 steps at context 512 need no merge.
+    for (batch, d) in [(1, 64), (8, 64), (1, 128), (8, 128)] {
+        let resident = move |bytes: usize, waves: usize, kw: bool| Some(nvidia_resident(sms, smem, if kw { decode_waves_regs(d) } else { decode_regs(d) }, bytes, waves));
+        let on = decode_plan_with(shape(batch, d), 512, None, low, smem, 1, &resident);
+        assert!(on.direct && on.key_waves > 1, "b{batch} hd{d}: {on:?}");
+        // Each key wave walks at most 4 tiles (today: 8 tiles per work-group, then the merge).
+        assert!(512usize.div_ceil(on.key_waves * decode_bn(low)) <= 4, "b{batch} hd{d}: {on:?}");
+    }
+    // A shape whose key waves would not fit the shared memory takes fewer.
+    let resident = |bytes: usize, waves: usize, kw: bool| Some(nvidia_resident(sms, 48 * 1024, if kw { decode_waves_regs(128) } else { decode_regs(128) }, bytes, waves));
+    let small = decode_plan_with(shape(1, 128), 512, None, low, 48 * 1024, 1, &resident);
+    assert!(decode_smem_elems(128, 16, low, small.key_waves, 4) * 2 <= 48 * 1024 && small.key_waves >= 1, "{small:?}");
+}
+
+/// The run-time switch: off, the launcher's plan is today's (one wave per 16 rows, the
+/// merge pass), and results agree with the reference either way.
+#[test]
+fn wave_split_switch() {
+    let dev = Device::cpu(WaveSize::W32);
+    let shape = PagedShape { batch: 1, heads: 32, kv_heads: 8, head_dim: 64, num_blocks: 40, block_size: 16 };
+    set_wave_split(Some(0));
+    let off = decode_plan(&dev, shape, 512, None);
+    set_wave_split(Some(1));
+    let on = decode_plan(&dev, shape, 512, None);
+    set_wave_split(None);
+    assert_eq!((off.key_waves, off.direct), (1, false), "{off:?}");
+    assert_eq!(off.split_len, split_len_for(1, 8, 512, None, None));
+    assert!(on.direct && on.key_waves > 1, "{on:?}");
 }

@@ -2,13 +2,14 @@
 //! of [`reshape_and_cache`](fn@super::reshape_and_cache). Block tables, context lengths and
 //! slot mappings are host slices: they are validated (every slot inside the cache) and
 //! uploaded, so an error writes nothing and the kernels never index out of range.
-use super::{decode_smem_elems, paged_decode, paged_merge, reshape_and_cache, MAX_GROUP};
+use super::{decode_bn, decode_smem_elems, paged_decode, paged_decode_waves, paged_merge, reshape_and_cache, MAX_GROUP};
 use crate::flash::{value_chunks, Hd128, Hd256, Hd64, Hd80, Hd96, HeadDim, BN, HEAD_DIMS};
 use crate::{AttentionError, FlashElem};
 use kernel_dsl::host::{Executor, LaunchConfig, ScalarArg};
 use kernel_dsl::mma::Lowering;
 use kernel_dsl::{Dim3, Element};
 use kernel_runtime::{Device, DeviceVec};
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 /// Sizes of a paged decode step: `q [batch, heads, head_dim]` against caches
 /// `[num_blocks, block_size, kv_heads, head_dim]`.
@@ -95,6 +96,144 @@ pub fn split_len_for(batch: usize, kv_heads: usize, longest: usize, chosen: Opti
     }
 }
 
+/// Modelled cost of the merge pass in key tiles (of [`decode_bn`] keys), for
+/// [`decode_plan`]'s small grids: a second launch and its tail (H200 profile of the 1B
+/// decode step at batch 1, context ~512: merge 7.3 us against 15.6 us for the decode's 8
+/// tiles plus [`SPLIT_OVERHEAD_TILES`], about 1.5 us per tile).
+pub const MERGE_TILES: usize = 4;
+
+/// Modelled cost in key tiles of combining a work-group's key waves in shared memory (a
+/// barrier and the f32 round trip through shared memory).
+pub const COMBINE_TILES: usize = 1;
+
+/// Most key waves [`decode_plan`] gives a work-group (with at most 16 query heads per KV
+/// head: 8 waves of 32 lanes, the kernel's 256 work-items).
+pub const MAX_KEY_WAVES: usize = 8;
+
+/// How a [`paged_decode`](fn@super::paged_decode) launch divides its work.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct DecodePlan {
+    /// Keys per split-KV partition.
+    pub split_len: usize,
+    /// Splits (grid x): `ceil(longest context / split_len)`, at least 1.
+    pub splits: usize,
+    /// Key waves per 16 query rows: each takes every `key_waves`-th tile of the split.
+    pub key_waves: usize,
+    /// The decode work-groups write the output and log-sum-exp themselves (one split; no
+    /// merge launch).
+    pub direct: bool,
+}
+
+/// The run-time switch: 0 unread, else 1 + the most key waves (1 + 0: off).
+static WAVE_SPLIT: AtomicUsize = AtomicUsize::new(0);
+
+/// The key-wave split and the merge-free single split of small decode grids
+/// ([`decode_plan`]): `0` turns them off (every launch as before them: one wave per 16 query
+/// rows, the merge pass always), `n >= 2` allows at most `n` key waves, `1` (the default)
+/// any number. Read once from `ATTN_DECODE_WAVE_SPLIT` unless [`set_wave_split`] set it.
+pub fn wave_split() -> usize {
+    let v = WAVE_SPLIT.load(Ordering::Relaxed);
+    if v != 0 {
+        return v - 1;
+    }
+    let v = match std::env::var("ATTN_DECODE_WAVE_SPLIT").ok().and_then(|s| s.trim().parse::<usize>().ok()) {
+        Some(0) => 0,
+        Some(n) if n >= 2 => n,
+        _ => 1,
+    };
+    WAVE_SPLIT.store(v + 1, Ordering::Relaxed);
+    v
+}
+
+/// Sets [`wave_split`] for the whole process (for A/B runs in one process); `None` reads
+/// `ATTN_DECODE_WAVE_SPLIT` again at the next launch.
+pub fn set_wave_split(setting: Option<usize>) {
+    WAVE_SPLIT.store(setting.map_or(0, |n| n + 1), Ordering::Relaxed);
+}
+
+/// The key waves a work-group of `row_waves` row waves can take: at most 256 work-items.
+fn key_waves_most(low: Lowering, row_waves: usize) -> usize {
+    (256 / (row_waves * low.wave_lanes() as usize)).clamp(1, MAX_KEY_WAVES)
+}
+
+/// The plan of a decode launch over `shape` with contexts of at most `longest` tokens
+/// (`split_len`: the caller's split length, else chosen).
+///
+/// Large grids keep [`split_len_for`]'s split with one wave per 16 query rows (a sequence
+/// the split covers whole skips the merge). A grid of fewer work-groups than a quarter of
+/// what the device holds at once ([`TARGET_GROUPS`] where that is unknown) leaves most of
+/// the GPU idle, each work-group walking its tiles one after another: there the split
+/// count `s` and key waves `w` (powers of two whose shared memory fits the device)
+/// minimise the modelled time `rounds * (ceil(split / (w * tile)) + `[`SPLIT_OVERHEAD_TILES`]
+/// ` + `[`COMBINE_TILES`]` if w > 1) + `[`MERGE_TILES`]` if s > 1` (ties: fewer splits, then
+/// fewer waves). With [`wave_split`] off: [`split_len_for`]'s split, one wave per 16 rows,
+/// always the merge (the launch before this plan).
+pub fn decode_plan(dev: &Device, shape: PagedShape, longest: usize, split_len: Option<usize>) -> DecodePlan {
+    let low = crate::lowering_of(dev);
+    let resident = |smem: usize, waves: usize, key_waves: bool| resident_estimate(dev, low, shape.head_dim, smem, waves, key_waves);
+    decode_plan_with(shape, longest, split_len, low, dev.max_shared_bytes(), wave_split(), &resident)
+}
+
+/// [`decode_plan`] for a device described by its lowering, its shared memory per
+/// work-group, `resident(shared bytes, waves, key-wave kernel)` (work-groups of that size
+/// of [`paged_decode`](fn@super::paged_decode), or of
+/// [`paged_decode_waves`](fn@super::paged_decode_waves) when the flag is set, it holds at
+/// once, `None` if unknown; see [`nvidia_resident`]) and the [`wave_split`] setting `cap`.
+pub fn decode_plan_with(
+    shape: PagedShape,
+    longest: usize,
+    split_len: Option<usize>,
+    low: Lowering,
+    max_shared: usize,
+    cap: usize,
+    resident_of: &dyn Fn(usize, usize, bool) -> Option<usize>,
+) -> DecodePlan {
+    let PagedShape { batch, heads, kv_heads, head_dim: d, .. } = shape;
+    let group = (heads / kv_heads.max(1)).max(1);
+    let row_waves = group.div_ceil(16);
+    let rows = row_waves * 16;
+    // Element size: both instances are 16-bit.
+    let size = 2;
+    let smem_of = |kw: usize, combine: bool| decode_smem_elems(d, rows, low, kw, if combine { group } else { 0 }) * size;
+    let resident = resident_of(smem_of(1, false), row_waves, false);
+    let len0 = split_len_for(batch, kv_heads, longest, split_len, resident);
+    let splits_of = |len: usize| longest.div_ceil(len.max(1)).max(1);
+    let today = DecodePlan { split_len: len0, splits: splits_of(len0), key_waves: 1, direct: false };
+    if cap == 0 {
+        return today;
+    }
+    let fits = |kw: usize| smem_of(kw, true) <= max_shared;
+    let pairs = (batch * kv_heads).max(1);
+    let r = resident.filter(|&r| r > 0).unwrap_or(TARGET_GROUPS);
+    if pairs * today.splits * row_waves * 4 >= r {
+        return DecodePlan { direct: today.splits == 1 && fits(1), ..today };
+    }
+    let bn = decode_bn(low);
+    let most_waves = key_waves_most(low, row_waves).min(if cap == 1 { usize::MAX } else { cap });
+    let round = |len: usize| len.max(1).div_ceil(BN) * BN;
+    let lens: Vec<usize> = match split_len {
+        Some(_) => vec![len0],
+        None => (1..=longest.div_ceil(MIN_SPLIT).max(1)).map(|s| round(longest.div_ceil(s))).collect(),
+    };
+    let mut best = (usize::MAX, usize::MAX, usize::MAX, today);
+    let mut kw = 1;
+    while kw <= most_waves && fits(kw) {
+        for &len in &lens {
+            let splits = splits_of(len);
+            // One wave per 16 rows through the merge: the one-wave kernel.
+            let one = kw == 1 && splits > 1;
+            let rk = resident_of(smem_of(kw, !one), row_waves * kw, !one).unwrap_or(TARGET_GROUPS / kw).max(1);
+            let per_group = len.div_ceil(kw * bn) + SPLIT_OVERHEAD_TILES + if kw > 1 { COMBINE_TILES } else { 0 };
+            let cost = (pairs * splits).div_ceil(rk) * per_group + if splits > 1 { MERGE_TILES } else { 0 };
+            if (cost, splits, kw) < (best.0, best.1, best.2) {
+                best = (cost, splits, kw, DecodePlan { split_len: len, splits, key_waves: kw, direct: splits == 1 });
+            }
+        }
+        kw *= 2;
+    }
+    best.3
+}
+
 /// Work-groups of [`paged_decode`](fn@super::paged_decode) (`waves` waves, `smem` bytes of
 /// shared memory, head dimension `d`) an NVIDIA sm_80+ device holds at once, estimated
 /// from its SMs, its shared memory per SM (the opt-in per-block limit plus the 1 KiB the
@@ -102,16 +241,23 @@ pub fn split_len_for(batch: usize, kv_heads: usize, longest: usize, chosen: Opti
 /// work-groups and 48 warps per SM (sm_86/sm_89; sm_80/sm_90 hold 64); `None` elsewhere
 /// (AMD's occupancy rules differ; the CPU executor has no such number). An estimate on the
 /// low side costs a partly filled round; one on the high side a second, mostly empty one.
-fn resident_estimate(dev: &Device, low: Lowering, d: usize, smem: usize, waves: usize) -> Option<usize> {
+fn resident_estimate(dev: &Device, low: Lowering, d: usize, smem: usize, waves: usize, key_waves: bool) -> Option<usize> {
     if low != Lowering::MmaSync {
         return None;
     }
-    let sms = dev.compute_units()? as usize;
-    let by_smem = (dev.max_shared_bytes() + 1024) / (smem + 1024);
+    let regs = if key_waves { decode_waves_regs(d) } else { decode_regs(d) };
+    Some(nvidia_resident(dev.compute_units()? as usize, dev.max_shared_bytes(), regs, smem, waves))
+}
+
+/// `resident_estimate` of an NVIDIA sm_80+ device of `sms` SMs and `max_shared` bytes of
+/// opt-in shared memory per work-group: work-groups of `waves` waves, `regs` registers per
+/// work-item ([`decode_regs`], [`decode_waves_regs`]) and `smem` bytes it holds at once.
+pub fn nvidia_resident(sms: usize, max_shared: usize, regs: usize, smem: usize, waves: usize) -> usize {
+    let by_smem = (max_shared + 1024) / (smem + 1024);
     // Registers are allocated per warp in units of 256.
-    let per_warp = (decode_regs(d) * 32).div_ceil(256) * 256;
+    let per_warp = (regs * 32).div_ceil(256) * 256;
     let by_regs = 65536 / (per_warp * waves);
-    Some(sms * by_smem.min(by_regs).min(32).min(48 / waves).max(1))
+    sms * by_smem.min(by_regs).min(32).min(48 / waves).max(1)
 }
 
 /// Registers per work-item `resident_estimate` assumes for the `MmaSync` instance of
@@ -126,6 +272,21 @@ pub const fn decode_regs(d: usize) -> usize {
         65..=80 => 128,
         81..=96 => 120,
         _ => 168,
+    }
+}
+
+/// [`decode_regs`] for [`paged_decode_waves`](fn@super::paged_decode_waves): `ptxas
+/// -arch=sm_90a` of CUDA 13.0 gives hd64 166, hd80 175, hd96 178, hd128 232, hd256 178
+/// (the key-wave bookkeeping, the output and lse pointers and the combine), rounded up to
+/// 8. At 8 key waves of hd128 that is one work-group per SM; the plan uses the key waves
+/// only where the grid leaves SMs idle.
+pub const fn decode_waves_regs(d: usize) -> usize {
+    match d {
+        0..=64 => 168,
+        65..=80 => 176,
+        81..=96 => 184,
+        97..=128 => 232,
+        _ => 184,
     }
 }
 
@@ -148,6 +309,24 @@ pub fn paged_attention<T: FlashElem>(
     lse: &mut DeviceVec<f32>,
     scale: f32,
     split_len: Option<usize>,
+) -> Result<(), AttentionError> {
+    checked(dev, shape, q, k_cache, v_cache, block_tables, context_lens, out, lse, scale, Plan::Auto(split_len))
+}
+
+/// [`paged_attention`]'s checks, upload and launch.
+#[allow(clippy::too_many_arguments)]
+fn checked<T: FlashElem>(
+    dev: &Device,
+    shape: PagedShape,
+    q: &DeviceVec<T>,
+    k_cache: &DeviceVec<T>,
+    v_cache: &DeviceVec<T>,
+    block_tables: &[u32],
+    context_lens: &[u32],
+    out: &mut DeviceVec<T>,
+    lse: &mut DeviceVec<f32>,
+    scale: f32,
+    plan: Plan,
 ) -> Result<(), AttentionError> {
     let PagedShape { batch, num_blocks, block_size, .. } = shape;
     sizes(shape, q, k_cache, v_cache, out, lse, context_lens.len(), scale)?;
@@ -173,7 +352,29 @@ pub fn paged_attention<T: FlashElem>(
     // stream instead of two); the kernels find the tables at offset `batch`.
     let meta: Vec<u32> = context_lens.iter().chain(block_tables).copied().collect();
     let meta = dev.upload(&meta)?;
-    launch(dev, shape, (q, k_cache, v_cache), Indices { tables: &meta, table_at: batch, max_blocks, lens: &meta, longest }, (out, lse), scale, split_len)
+    launch(dev, shape, (q, k_cache, v_cache), Indices { tables: &meta, table_at: batch, max_blocks, lens: &meta, longest }, (out, lse), scale, plan)
+}
+
+/// [`paged_attention`] with the launch's [`DecodePlan`] given (tests and benchmarks of one
+/// configuration): `plan.splits` must be `ceil(longest context / plan.split_len)` (at least
+/// 1), `plan.key_waves` at least 1 with at most 256 work-items per work-group and its
+/// shared memory on the device, `plan.direct` only with one split. Errors name `plan` (or
+/// the argument) and write nothing.
+#[allow(clippy::too_many_arguments)]
+pub fn paged_attention_planned<T: FlashElem>(
+    dev: &Device,
+    shape: PagedShape,
+    q: &DeviceVec<T>,
+    k_cache: &DeviceVec<T>,
+    v_cache: &DeviceVec<T>,
+    block_tables: &[u32],
+    context_lens: &[u32],
+    out: &mut DeviceVec<T>,
+    lse: &mut DeviceVec<f32>,
+    scale: f32,
+    plan: DecodePlan,
+) -> Result<(), AttentionError> {
+    checked(dev, shape, q, k_cache, v_cache, block_tables, context_lens, out, lse, scale, Plan::Given(plan))
 }
 
 /// [`paged_attention`] with `block_tables` (`[batch, max_blocks]`) and `context_lens`
@@ -214,7 +415,7 @@ pub unsafe fn paged_attention_unchecked<T: FlashElem>(
     if max_context_len > max_blocks * shape.block_size {
         return Err(arg("max_context_len", format!("{max_context_len} tokens; a block table row holds {}", max_blocks * shape.block_size)));
     }
-    launch(dev, shape, (q, k_cache, v_cache), Indices { tables: block_tables, table_at: 0, max_blocks, lens: context_lens, longest: max_context_len }, (out, lse), scale, split_len)
+    launch(dev, shape, (q, k_cache, v_cache), Indices { tables: block_tables, table_at: 0, max_blocks, lens: context_lens, longest: max_context_len }, (out, lse), scale, Plan::Auto(split_len))
 }
 
 /// The checks of sizes both launchers share.
@@ -273,6 +474,12 @@ struct Indices<'a> {
     longest: usize,
 }
 
+/// A launch's plan: chosen from the shape (with the caller's split length, if any) or given.
+enum Plan {
+    Auto(Option<usize>),
+    Given(DecodePlan),
+}
+
 fn launch<T: FlashElem>(
     dev: &Device,
     shape: PagedShape,
@@ -280,22 +487,42 @@ fn launch<T: FlashElem>(
     Indices { tables, table_at, max_blocks, lens, longest }: Indices<'_>,
     (out, lse): (&mut DeviceVec<T>, &mut DeviceVec<f32>),
     scale: f32,
-    split_len: Option<usize>,
+    plan: Plan,
 ) -> Result<(), AttentionError> {
     let PagedShape { batch, heads, kv_heads, head_dim: d, block_size, .. } = shape;
     let group = heads / kv_heads;
     let low = crate::lowering_of(dev);
-    let waves = group.div_ceil(16);
-    let smem = decode_smem_elems(d, waves * 16, low);
-    let resident = resident_estimate(dev, low, d, smem * core::mem::size_of::<T>(), waves);
-    let split_len = split_len_for(batch, kv_heads, longest, split_len, resident);
-    let splits = longest.div_ceil(split_len).max(1);
+    let row_waves = group.div_ceil(16);
+    let plan = match plan {
+        Plan::Auto(split_len) => decode_plan(dev, shape, longest, split_len),
+        Plan::Given(p) => {
+            let bad = |reason: String| Err(arg("plan", reason));
+            if p.split_len == 0 || p.splits != longest.div_ceil(p.split_len).max(1) {
+                return bad(format!("{p:?}: splits must be ceil({longest} / split_len) with split_len > 0"));
+            }
+            if p.key_waves == 0 || p.key_waves > key_waves_most(low, row_waves) {
+                return bad(format!("{p:?}: 1 ..= {} key waves fit 256 work-items", key_waves_most(low, row_waves)));
+            }
+            if p.direct && p.splits != 1 {
+                return bad(format!("{p:?}: a direct write needs one split"));
+            }
+            p
+        }
+    };
+    let DecodePlan { split_len, splits, key_waves, direct } = plan;
+    let combine = key_waves > 1 || direct;
+    let smem = decode_smem_elems(d, row_waves * 16, low, key_waves, if combine { group } else { 0 });
+    if smem * core::mem::size_of::<T>() > dev.max_shared_bytes() {
+        return Err(arg("plan", format!("{plan:?} needs {} bytes of shared memory; the device has {}", smem * core::mem::size_of::<T>(), dev.max_shared_bytes())));
+    }
     if batch > 65535 || kv_heads * value_chunks(d, low) > 65535 || split_len > u32::MAX as usize || table_at + batch * max_blocks > u32::MAX as usize {
         return Err(arg("q", "batch or heads exceed the grid limit of 65535"));
     }
-    let mut part_o = dev.alloc_uninit::<f32>(batch * heads * splits * d)?;
-    let mut part_ml = dev.alloc_uninit::<f32>(batch * heads * splits * 2)?;
-    let cfg = LaunchConfig::new(Dim3::new(splits as u32, (kv_heads * value_chunks(d, low)) as u32, batch as u32), Dim3::x(waves as u32 * low.wave_lanes()))
+    // A direct launch writes no workspace (one-element placeholders).
+    let part = if direct { 1 } else { batch * heads * splits };
+    let mut part_o = dev.alloc_uninit::<f32>(part * if direct { 1 } else { d })?;
+    let mut part_ml = dev.alloc_uninit::<f32>(part * if direct { 1 } else { 2 })?;
+    let cfg = LaunchConfig::new(Dim3::new(splits as u32, (kv_heads * value_chunks(d, low)) as u32, batch as u32), Dim3::x((row_waves * key_waves) as u32 * low.wave_lanes()))
         .with_dynamic_shared(smem);
     let args = DecodeArgs {
         heads: heads as u32,
@@ -304,6 +531,8 @@ fn launch<T: FlashElem>(
         max_blocks: max_blocks as u32,
         split_len: split_len as u32,
         table_at: table_at as u32,
+        key_waves: key_waves as u32,
+        direct: direct as u32,
         scale,
     };
     fn go<T: FlashElem, H: HeadDim>(
@@ -312,11 +541,15 @@ fn launch<T: FlashElem>(
         a: &DecodeArgs,
         bufs: DecodeBufs<'_, T>,
     ) -> Result<(), AttentionError> {
-        let (q, kc, vc, tables, lens, po, pml) = bufs;
-        paged_decode::launch::<T, H>(dev, cfg, q, kc, vc, tables, lens, po, pml, a.heads, a.kv_heads, a.block_size, a.max_blocks, a.split_len, a.table_at, a.scale)?;
+        let (q, kc, vc, tables, lens, po, pml, out, lse) = bufs;
+        if a.key_waves == 1 && a.direct == 0 {
+            paged_decode::launch::<T, H>(dev, cfg, q, kc, vc, tables, lens, po, pml, a.heads, a.kv_heads, a.block_size, a.max_blocks, a.split_len, a.table_at, a.scale)?;
+        } else {
+            paged_decode_waves::launch::<T, H>(dev, cfg, q, kc, vc, tables, lens, po, pml, out, lse, a.heads, a.kv_heads, a.block_size, a.max_blocks, a.split_len, a.table_at, a.key_waves, a.direct, a.scale)?;
+        }
         Ok(())
     }
-    let bufs = (q, k_cache, v_cache, tables, lens, &mut part_o, &mut part_ml);
+    let bufs = (q, k_cache, v_cache, tables, lens, &mut part_o, &mut part_ml, &mut *out, &mut *lse);
     match d {
         64 => go::<T, Hd64>(dev, cfg, &args, bufs),
         80 => go::<T, Hd80>(dev, cfg, &args, bufs),
@@ -324,6 +557,9 @@ fn launch<T: FlashElem>(
         128 => go::<T, Hd128>(dev, cfg, &args, bufs),
         _ => go::<T, Hd256>(dev, cfg, &args, bufs),
     }?;
+    if direct {
+        return Ok(());
+    }
     // One work-item per output column.
     let cfg = LaunchConfig::new(Dim3::new(heads as u32, batch as u32, 1), Dim3::x(d as u32));
     paged_merge::launch::<T>(dev, cfg, &part_o, &part_ml, lens, out, lse, heads as u32, d as u32, splits as u32, split_len as u32)?;
@@ -337,6 +573,8 @@ struct DecodeArgs {
     max_blocks: u32,
     split_len: u32,
     table_at: u32,
+    key_waves: u32,
+    direct: u32,
     scale: f32,
 }
 
@@ -380,6 +618,16 @@ pub fn reshape_and_cache_rows<T: Element + ScalarArg>(
     Ok(())
 }
 
-/// q, the key and value caches, block tables, sequence lengths and the partial outputs and
-/// statistics of one decode launch.
-type DecodeBufs<'a, T> = (&'a DeviceVec<T>, &'a DeviceVec<T>, &'a DeviceVec<T>, &'a DeviceVec<u32>, &'a DeviceVec<u32>, &'a mut DeviceVec<f32>, &'a mut DeviceVec<f32>);
+/// q, the key and value caches, block tables, sequence lengths, the partial outputs and
+/// statistics, the output and the log-sum-exp of one decode launch.
+type DecodeBufs<'a, T> = (
+    &'a DeviceVec<T>,
+    &'a DeviceVec<T>,
+    &'a DeviceVec<T>,
+    &'a DeviceVec<u32>,
+    &'a DeviceVec<u32>,
+    &'a mut DeviceVec<f32>,
+    &'a mut DeviceVec<f32>,
+    &'a mut DeviceVec<T>,
+    &'a mut DeviceVec<f32>,
+);

@@ -16,14 +16,22 @@
 //!   `gbps_device_tables` the same step with the tables already on the device
 //!   (`paged_attention_unchecked`, what a serving loop does: built once per step for every
 //!   layer); `gbps_legacy_split` the launcher with the split length of the earlier
-//!   heuristic (about 1024 work-groups, no occupancy model), to tell the split choice's
-//!   share from the kernel's.
+//!   heuristic (about 1024 work-groups, no occupancy model; key-wave split off), to tell
+//!   the split choice's share from the kernel's. `gbps_no_wave_split` and
+//!   `gbps_device_tables_no_wave_split` time `gbps`'s and `gbps_device_tables`' calls with
+//!   the key-wave split switched off (`set_wave_split(Some(0))`, as
+//!   `ATTN_DECODE_WAVE_SPLIT=0`: one wave per 16 query rows, always the merge pass), in the
+//!   same run: the A/B of `decode_plan`; `plan` is the plan the default calls take
+//!   (`splits x key_waves`, `direct` when no merge pass runs) and `wave_split` the switch's
+//!   setting for them. Besides the 8B grid, the engine's shapes: batch 1 and 8, ctx 512 and
+//!   2048, 32/8 heads at hd 64 (Llama-3.2-1B) and hd 128 (8B).
 //!
 //! `attention [--out DIR] [--quick] [--only prefill|decode]`: writes `DIR/rust_attention.json`;
-//! `--prefill B,H,S,D,CAUSAL` or `--decode B,CTX` time one shape only (for `ncu`);
+//! `--prefill B,H,S,D,CAUSAL` or `--decode B,CTX[,D]` time one shape only (for `ncu`;
+//! `D` defaults to 128, 32/8 heads);
 //! `python/torch_attention.py` times PyTorch SDPA on the same shapes and
 //! `python/report_attention.py` merges both into `report_attention.csv`.
-use attention::paged::host::{paged_attention, paged_attention_unchecked, split_len_for, PagedShape};
+use attention::paged::host::{decode_plan, paged_attention, paged_attention_unchecked, set_wave_split, split_len_for, wave_split, PagedShape};
 use attention::{flash_attn, FlashElem, FlashOptions, FlashShape};
 use benches::{copy_us_with, gbps, gpu_ms, median, uniform, Args};
 use half::bf16;
@@ -122,6 +130,10 @@ struct Decode {
     gbps: f64,
     gbps_device_tables: f64,
     gbps_legacy_split: f64,
+    gbps_no_wave_split: f64,
+    gbps_device_tables_no_wave_split: f64,
+    plan: String,
+    wave_split: usize,
 }
 
 fn decode(dev: &Device, batch: usize, heads: usize, kv_heads: usize, ctx: usize, d: usize, bs: usize) -> Decode {
@@ -151,26 +163,39 @@ fn decode(dev: &Device, batch: usize, heads: usize, kv_heads: usize, ctx: usize,
     let shape = PagedShape { batch, heads, kv_heads, head_dim: d, num_blocks, block_size: bs };
     let scale = 1.0 / (d as f32).sqrt();
     let mut turn = 0;
-    let us = time_us(dev, || {
-        turn += 1;
-        paged_attention(dev, shape, &dq, &dk, &dvv, &tables[turn % copies], &lens, &mut out, &mut lse, scale, None).unwrap();
-    });
-    // The earlier heuristic's split (no occupancy model) and device-side tables.
+    let mut host_tables = |split: Option<usize>| {
+        time_us(dev, || {
+            turn += 1;
+            paged_attention(dev, shape, &dq, &dk, &dvv, &tables[turn % copies], &lens, &mut out, &mut lse, scale, split).unwrap();
+        })
+    };
+    // The default plan, then the same calls with the key-wave split off; the earlier
+    // heuristic's split (no occupancy model, key-wave split off).
+    let setting = wave_split();
+    let plan = decode_plan(dev, shape, ctx, None);
+    let us = host_tables(None);
+    set_wave_split(Some(0));
+    let us_off = host_tables(None);
     let legacy = split_len_for(batch, kv_heads, ctx, None, None);
-    let us_legacy = time_us(dev, || {
-        turn += 1;
-        paged_attention(dev, shape, &dq, &dk, &dvv, &tables[turn % copies], &lens, &mut out, &mut lse, scale, Some(legacy)).unwrap();
-    });
+    let us_legacy = host_tables(Some(legacy));
+    set_wave_split(None);
     let dtables: Vec<DeviceVec<u32>> = tables.iter().map(|t| dev.upload(t).unwrap()).collect();
     let dlens = dev.upload(&lens).unwrap();
-    let us_dev = time_us(dev, || {
-        turn += 1;
-        // SAFETY: every table names blocks inside the caches for all `ctx` tokens of each
-        // sequence, and every length is `ctx` (what paged_attention checks).
-        unsafe {
-            paged_attention_unchecked(dev, shape, &dq, &dk, &dvv, &dtables[turn % copies], &dlens, ctx, &mut out, &mut lse, scale, None).unwrap()
-        };
-    });
+    let mut device_tables = || {
+        time_us(dev, || {
+            turn += 1;
+            // SAFETY: every table names blocks inside the caches for all `ctx` tokens of each
+            // sequence, and every length is `ctx` (what paged_attention checks).
+            unsafe {
+                paged_attention_unchecked(dev, shape, &dq, &dk, &dvv, &dtables[turn % copies], &dlens, ctx, &mut out, &mut lse, scale, None).unwrap()
+            };
+        })
+    };
+    set_wave_split(Some(0));
+    let us_dev_off = device_tables();
+    set_wave_split(None);
+    // Last, so that the spot check below reads the default plan's output.
+    let us_dev = device_tables();
     // Spot check of the last call (table `turn % copies`): the last sequence, two heads.
     let got = dev.download(&out).unwrap();
     let table = &tables[turn % copies];
@@ -189,10 +214,28 @@ fn decode(dev: &Device, batch: usize, heads: usize, kv_heads: usize, ctx: usize,
     let bytes = kv_bytes + 2 * batch * heads * d * 2;
     let gb = |us: f64| gbps(bytes, us);
     let (gbps, gbps_device_tables, gbps_legacy_split) = (gb(us), gb(us_dev), gb(us_legacy));
+    let (gbps_no_wave_split, gbps_device_tables_no_wave_split) = (gb(us_off), gb(us_dev_off));
+    let plan = format!("{}x{}{}", plan.splits, plan.key_waves, if plan.direct { " direct" } else { "" });
     eprintln!(
-        "decode  bf16 b {batch:>2} h {heads}/{kv_heads} ctx {ctx:>5} d {d} bs {bs} {us:>10.1} us {gbps:>7.1} GB/s (device tables {gbps_device_tables:.1}, legacy split {legacy}: {gbps_legacy_split:.1})"
+        "decode  bf16 b {batch:>2} h {heads}/{kv_heads} ctx {ctx:>5} d {d} bs {bs} {us:>10.1} us {gbps:>7.1} GB/s plan {plan} (switch off {us_off:.1} us {gbps_no_wave_split:.1}; device tables {gbps_device_tables:.1}, off {gbps_device_tables_no_wave_split:.1}; legacy split {legacy}: {gbps_legacy_split:.1})"
     );
-    Decode { batch, heads, kv_heads, ctx, d, block_size: bs, bytes, us, gbps, gbps_device_tables, gbps_legacy_split }
+    Decode {
+        batch,
+        heads,
+        kv_heads,
+        ctx,
+        d,
+        block_size: bs,
+        bytes,
+        us,
+        gbps,
+        gbps_device_tables,
+        gbps_legacy_split,
+        gbps_no_wave_split,
+        gbps_device_tables_no_wave_split,
+        plan,
+        wave_split: setting,
+    }
 }
 
 fn gcd(a: usize, b: usize) -> usize {
@@ -221,7 +264,7 @@ fn main() {
         return;
     }
     if let Some(v) = args.value("--decode").map(nums) {
-        decode(&dev, v[0], 32, 8, v[1], 128, 16);
+        decode(&dev, v[0], 32, 8, v[1], v.get(2).copied().unwrap_or(128), 16);
         return;
     }
     let mut pre = Vec::new();
@@ -249,6 +292,14 @@ fn main() {
                 }
             }
         }
+        // The engine's decode shapes (1B: hd 64; 8B: hd 128), quick runs included.
+        for d in [64, 128] {
+            for b in [1, 8] {
+                for ctx in [512, 2048] {
+                    dec.push(decode(&dev, b, 32, 8, ctx, d, 16));
+                }
+            }
+        }
     }
     let mut rows: Vec<String> = pre
         .iter()
@@ -261,8 +312,23 @@ fn main() {
         .collect();
     rows.extend(dec.iter().map(|r| {
         format!(
-            "{{\"kind\":\"decode\",\"dtype\":\"bf16\",\"causal\":false,\"batch\":{},\"heads\":{},\"kv_heads\":{},\"seq\":{},\"head_dim\":{},\"block_size\":{},\"bytes\":{},\"us\":{:.3},\"gbps\":{:.2},\"gbps_device_tables\":{:.2},\"gbps_legacy_split\":{:.2},\"copy_gbps\":{:.2}}}",
-            r.batch, r.heads, r.kv_heads, r.ctx, r.d, r.block_size, r.bytes, r.us, r.gbps, r.gbps_device_tables, r.gbps_legacy_split, copy
+            "{{\"kind\":\"decode\",\"dtype\":\"bf16\",\"causal\":false,\"batch\":{},\"heads\":{},\"kv_heads\":{},\"seq\":{},\"head_dim\":{},\"block_size\":{},\"bytes\":{},\"us\":{:.3},\"gbps\":{:.2},\"gbps_device_tables\":{:.2},\"gbps_legacy_split\":{:.2},\"gbps_no_wave_split\":{:.2},\"gbps_device_tables_no_wave_split\":{:.2},\"plan\":\"{}\",\"wave_split\":{},\"copy_gbps\":{:.2}}}",
+            r.batch,
+            r.heads,
+            r.kv_heads,
+            r.ctx,
+            r.d,
+            r.block_size,
+            r.bytes,
+            r.us,
+            r.gbps,
+            r.gbps_device_tables,
+            r.gbps_legacy_split,
+            r.gbps_no_wave_split,
+            r.gbps_device_tables_no_wave_split,
+            r.plan,
+            r.wave_split,
+            copy
         )
     }));
     let path = benches::write_json_array(&args.out_dir(), "rust_attention.json", &rows);
