@@ -8,7 +8,8 @@
 //!   `f16`/`bf16` directly.
 //! - `fwd` (`QMatMul::forward`, `xs @ W^T`): for 1..=64 activation rows (decode steps), the
 //!   activations are quantized to q8_1 on the device once and the int8 matvec runs on the
-//!   blocks, in launches of up to 8 rows that each stream the weights once; larger batches
+//!   blocks, in launches of up to 8 rows that each stream the weights once and write the
+//!   activations' dtype (f32 sums rounded once at the store); larger batches
 //!   (and the float formats) dequantize the weight and run the backend's GEMM
 //!   ([`crate::ops::matmul::gemm`]): block formats with `f32` activations as an f16 GEMM
 //!   with f32 accumulation (tensor cores; the activations cast to f16 and the result back
@@ -191,11 +192,14 @@ impl RocmQStorage {
         let dev = self.device.kernels();
         if let Data::Blocks(kd, w) = &self.data {
             if (1..=matvec_max_rows()).contains(&m) && kd.has_matvec() {
-                let mut y = alloc::<f32>(dev, m * n, OP)?;
+                // The matvec writes the activations' dtype itself (f32 sums rounded once at
+                // the store): no cast launch after it.
                 let xr = x.region(0, m * k)?;
-                float_dispatch!(x.dtype(), OP, T => qops::matvec::<T>(dev, *kd, w, &xr, &mut y, n, k, m).map_err(at(OP)))?;
-                let y = Buf::F32(y);
-                return if x.dtype() == DType::F32 { Ok(y) } else { crate::ops::elementwise::to_dtype(dev, &y, &Layout::contiguous(m * n), x.dtype()) };
+                return float_dispatch!(x.dtype(), OP, T => {
+                    let mut y = alloc::<T>(dev, m * n, OP)?;
+                    qops::matvec::<T, T>(dev, *kd, w, &xr, &mut y, n, k, m).map_err(at(OP))?;
+                    Ok(<T as crate::buffer::BufElem>::wrap(y))
+                });
             }
         }
         if matches!(self.data, Data::Blocks(..)) && x.dtype() == DType::F32 {

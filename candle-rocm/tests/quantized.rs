@@ -195,8 +195,8 @@ fn qmatmul_is_in_the_op_profile() {
 
 #[test]
 fn qmatmul_half_activations() {
-    // f16/bf16 activations: q8_1 from the half values (batch 3, and 17: two tiles of the
-    // matvec), dequantize to the half type + GEMM (batch 65); the reference uses the half-rounded inputs, and the result is
+    // f16/bf16 activations: q8_1 from the half values (batch 1, 3, and 17: two tiles of the
+    // matvec; its output is the f32 product rounded once), dequantize to the half type + GEMM (batch 65); the reference uses the half-rounded inputs, and the result is
     // rounded once to the half type (relative 2^-11 / 2^-8 of |y|, on top of the bounds).
     for dev in devices() {
         let d = dev.as_candle();
@@ -205,12 +205,19 @@ fn qmatmul_half_activations() {
             let wq = f32s(&cpu_q.dequantize(&Device::Cpu).unwrap());
             let mm = QMatMul::from_qtensor(QTensor::quantize(&weights(400).to_device(&d).unwrap(), dtype).unwrap()).unwrap();
             for (act, half_ulp) in [(DType::F16, 2f64.powi(-11)), (DType::BF16, 2f64.powi(-8))] {
-                for batch in [3usize, 17, 65] {
+                for batch in [1usize, 3, 17, 65] {
                     let xt = Tensor::from_vec(values(batch * COLS, 500 + batch as u64, -2.0, 2.0, false), (batch, COLS), &Device::Cpu).unwrap().to_dtype(act).unwrap();
                     let x = f32s(&xt);
                     let what = format!("{dtype:?} {act:?} batch {batch} on {}", dev.name());
                     let y = mm.forward(&xt.to_device(&d).unwrap()).unwrap_or_else(|e| panic!("{what}: {e}"));
                     assert_eq!(y.dtype(), act, "{what}: dtype");
+                    if batch <= MATVEC_MAX_ROWS {
+                        // The matvec writes the half type itself: its f32 sums (the same
+                        // values as f32 activations, hence the same q8_1 codes) rounded once.
+                        let y32 = f32s(&mm.forward(&xt.to_dtype(DType::F32).unwrap().to_device(&d).unwrap()).unwrap());
+                        let rounded: Vec<f32> = f32s(&Tensor::new(y32, &Device::Cpu).unwrap().to_dtype(act).unwrap());
+                        assert_eq!(f32s(&y), rounded, "{what}: the f32 product rounded once");
+                    }
                     let r = reference(&wq, &x, batch);
                     // The GEMM path multiplies half weights: their rounding is at most half_ulp relative.
                     check_within(&what, &f32s(&y), &r, |i| {

@@ -21,7 +21,8 @@
 use crate::each;
 use crate::random::philox4x32_10;
 use crate::reduce::{block_reduce, MAX_WAVES};
-use crate::row::{unpack_chunk, words_chunk, CHUNK};
+use crate::each_lane;
+use crate::row::{row_chunks, store_full, unpack_chunk, whole_chunks, words_chunk, RowTile, CHUNK};
 use kernel_dsl::mma::{self, FragA, FragB, FragC, Lowering, MmaFloat};
 use kernel_dsl::prelude::*;
 
@@ -1023,6 +1024,82 @@ pub fn add_rms_norm<T: Float>(x: &[T], residual: &[T], weight: &[T], res_out: &m
         let wv = if weight.is_empty() { 1.0 } else { weight[e].to_f32() };
         out[start + e] = T::from_f32(h * scale * wv);
         e += threads;
+    }
+}
+
+/// Most work-items of an [`add_rms_norm_tile`](fn@add_rms_norm_tile) work-group: with at
+/// most 256 a work-item has the registers for three [`RowTile`]s (`x`, `residual` and the
+/// weights, all loaded before the reduction) without spilling.
+pub const ADD_NORM_TILE_THREADS: usize = 256;
+
+/// [`add_rms_norm`](fn@add_rms_norm) for rows that fit a work-group's register tiles
+/// ([`RowTile`], [`row_chunks`] chunks of 8 elements per work-item, at most
+/// [`ADD_NORM_TILE_THREADS`] work-items: bf16 rows up to 8192 columns on NVIDIA, 4096 on
+/// AMD; launch with [`crate::row::row_threads_for`] work-items, one row per work-group).
+/// Decode's rows (1..64 of 2048 or 4096) take 64 to 256 work-items, each with 16-byte
+/// loads of `x`, `residual` and `weight` all issued at once, one wave-sum and one barrier
+/// for the reduction, and 16-byte stores; many small work-groups stay in flight where the
+/// rows are many. The results are [`add_rms_norm`](fn@add_rms_norm)'s (the same
+/// roundings; the sum of squares in another order). Rows that are not whole aligned
+/// chunks (odd widths, misaligned views) take a loop over the elements instead.
+#[amdgpu_kernel(T = [f32, f16, bf16], max_threads = 256)]
+pub fn add_rms_norm_tile<T: Float>(x: &[T], residual: &[T], weight: &[T], res_out: &mut [T], out: &mut [T], cols: u32, eps: f32, mut partials: Shared<f32, MAX_WAVES>) {
+    let cols = cols as usize;
+    let row = block_idx_x() as usize;
+    let (part, parts) = (flat_thread_idx() as usize, flat_block_dim() as usize);
+    let (start, end) = (row * cols, row * cols + cols);
+    if end > x.len() || end > residual.len() || end > res_out.len() || end > out.len() || !(weight.is_empty() || weight.len() == cols) {
+        return;
+    }
+    let (xr, rr) = (&x[start..end], &residual[start..end]);
+    let (ho, oo) = (&mut res_out[start..end], &mut out[start..end]);
+    let chunks = row_chunks(core::mem::size_of::<T>(), cols);
+    let whole = whole_chunks(xr) && whole_chunks(rr) && whole_chunks(ho) && whole_chunks(oo) && whole_chunks(weight);
+    if whole && RowTile::fits_with(cols, chunks) {
+        // Every load before the reduction: past the row `x` and `residual` read as 0 (no
+        // part of the sum of squares), the weights (all of an empty weight row) as 1.
+        let mut h = RowTile::load_as::<T, true>(xr, 0.0, part, parts, chunks);
+        let r = RowTile::load_as::<T, true>(rr, 0.0, part, parts, chunks);
+        let w = RowTile::load_as::<T, true>(weight, 1.0, part, parts, chunks);
+        let mut s = 0.0f32;
+        crate::each_tile_chunk!(k, chunks, {
+            each_lane!(j, {
+                let v = T::from_f32(h.v[k][j] + r.v[k][j]).to_f32();
+                h.v[k][j] = v;
+                s = v.mul_add(v, s);
+            });
+        });
+        h.store_as::<T, true>(ho, |v, _| *v);
+        let ss = block_reduce(s, &mut partials, |a, b| a + b);
+        let scale = (ss / cols as f32 + eps).rsqrt();
+        crate::each_tile_chunk!(k, chunks, {
+            let e = h.start(k);
+            if e + CHUNK <= cols {
+                let mut o = [0f32; CHUNK];
+                each_lane!(j, {
+                    o[j] = h.v[k][j] * scale * w.v[k][j];
+                });
+                // SAFETY: in bounds (checked); 16-byte aligned by `whole_chunks(oo)`.
+                unsafe { store_full(oo, e, &o, true) };
+            }
+        });
+        return;
+    }
+    let mut s = 0.0f32;
+    let mut e = part;
+    while e < cols {
+        let h = T::from_f32(xr[e].to_f32() + rr[e].to_f32()).to_f32();
+        ho[e] = T::from_f32(h);
+        s = h.mul_add(h, s);
+        e += parts;
+    }
+    let ss = block_reduce(s, &mut partials, |a, b| a + b);
+    let scale = (ss / cols as f32 + eps).rsqrt();
+    let mut e = part;
+    while e < cols {
+        let wv = if weight.is_empty() { 1.0 } else { weight[e].to_f32() };
+        oo[e] = T::from_f32(ho[e].to_f32() * scale * wv);
+        e += parts;
     }
 }
 

@@ -945,9 +945,44 @@ pub unsafe fn q8_1_block(xq: &[u32], xds: &[f32], xq0: usize, xds0: usize, u: us
     }
 }
 
+/// Codes of a matvec's output element type, the kernels' `out` argument: the kernels sum
+/// in `f32` and round once at the store, so a product of `f16`/`bf16` activations needs no
+/// cast after it. One code object serves all three (a type parameter would triple the
+/// matvec instances); `y` is passed as bytes. Codes other than these store `f32`.
+pub const OUT_F32: u32 = 0;
+/// `f16` output (rounded to nearest-even), see [`OUT_F32`].
+pub const OUT_F16: u32 = 1;
+/// `bf16` output (rounded to nearest-even), see [`OUT_F32`].
+pub const OUT_BF16: u32 = 2;
+
+/// Bytes of one output element of code `out` ([`OUT_F32`]).
+pub const fn out_bytes(out: u32) -> usize {
+    if out == OUT_F16 || out == OUT_BF16 {
+        2
+    } else {
+        4
+    }
+}
+
+/// Stores `v` as element `i` of the output `y` of element code `out` ([`OUT_F32`]).
+///
+/// # Safety
+/// `y` holds at least `(i + 1) * out_bytes(out)` bytes, aligned for the element type.
+#[device]
+#[inline(always)]
+pub unsafe fn store_out(y: *mut u8, i: usize, v: f32, out: u32) {
+    if out == OUT_BF16 {
+        *(y as *mut bf16).add(i) = bf16::from_f32(v);
+    } else if out == OUT_F16 {
+        *(y as *mut f16).add(i) = f16::from_f32(v);
+    } else {
+        *(y as *mut f32).add(i) = v;
+    }
+}
+
 /// The matvec kernels' body: `y[b * rows + r] = sum_k W[r, k] x[b, k]` for
 /// `b < batch <= B::N`, with `x` given as q8_1 (`xq`: `batch * cols / 4` words, `xds`:
-/// `batch * cols / 16` floats). Wave `r` of the grid computes row `r`, a chunk of
+/// `batch * cols / 16` floats) and `y` bytes of elements of code `out` ([`OUT_F32`]). Wave `r` of the grid computes row `r`, a chunk of
 /// `chunk_units` 32-weight units (a multiple of the wave size, at most [`LANE_UNITS`] per
 /// lane) at a time: the wave stores the chunk's blocks to its part of `lds` (loaded into
 /// registers with coalesced 16-byte loads while the previous chunk was computed), then each
@@ -963,7 +998,8 @@ pub fn matvec_body<Q: QuantFormat, B: BatchTile>(
     w: &[u8],
     xq: &[u32],
     xds: &[f32],
-    y: &mut [f32],
+    y: &mut [u8],
+    out: u32,
     rows: usize,
     cols: usize,
     batch: usize,
@@ -983,6 +1019,7 @@ pub fn matvec_body<Q: QuantFormat, B: BatchTile>(
     assert!(batch <= B::N && B::N <= 8 && xq.len() >= batch * xw && xds.len() >= batch * xb && cols % 32 == 0);
     assert!(LANE_UNITS <= 4 && chunk_units % ws == 0 && chunk_units <= LANE_UNITS * ws && chunk_blocks > 0 && region_off + chunk_bytes <= lds_bytes);
     assert!(Q::PREFETCH <= MAX_PREFETCH);
+    assert!(rows.checked_mul(batch).is_some_and(|n| n * out_bytes(out) <= y.len()));
     let active = row < rows;
     let lane = wave::lane_id() as usize;
     let blocks = cols / Q::WEIGHTS;
@@ -1083,9 +1120,11 @@ pub fn matvec_body<Q: QuantFormat, B: BatchTile>(
             }
         });
         if lane == 0 {
+            let yp = y.as_mut_ptr();
             each!(b in [0, 1, 2, 3, 4, 5, 6, 7] {
                 if b < B::N && b < batch {
-                    y[b * rows + row] = sums[b];
+                    // SAFETY: b < batch and row < rows: inside `y` (asserted above).
+                    unsafe { store_out(yp, b * rows + row, sums[b], out) };
                 }
             });
         }
@@ -1093,20 +1132,22 @@ pub fn matvec_body<Q: QuantFormat, B: BatchTile>(
 }
 
 /// `y[b * rows + r] = sum_k W[r, k] x[b, k]` for up to `B::N` q8_1 activation rows (see
-/// [`matvec_body`]); `lds` holds [`matvec_lds_words`] words.
+/// [`matvec_body`]; `y` in the element type of code `out`); `lds` holds
+/// [`matvec_lds_words`] words.
 #[amdgpu_kernel(Q = [Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4K, Q6K], B = [Batch1, Batch2, Batch4, Batch8], max_threads = 128)]
 pub fn matvec<Q: QuantFormat, B: BatchTile>(
     w: &[u8],
     xq: &[u32],
     xds: &[f32],
-    y: &mut [f32],
+    y: &mut [u8],
+    out: u32,
     rows: usize,
     cols: usize,
     batch: usize,
     chunk_units: usize,
     lds: SharedDyn<crate::indexing::Words4>,
 ) {
-    matvec_body::<Q, B>(w, xq, xds, y, rows, cols, batch, chunk_units, lds.as_ptr() as *mut u8, lds.len() * 16);
+    matvec_body::<Q, B>(w, xq, xds, y, out, rows, cols, batch, chunk_units, lds.as_ptr() as *mut u8, lds.len() * 16);
 }
 
 /// [`matvec`](fn@matvec) for `Q2K`, `Q3K` and `Q5K`, in tiles of at most 2 activation rows
@@ -1116,14 +1157,15 @@ pub fn matvec_tile2<Q: QuantFormat, B: BatchTile>(
     w: &[u8],
     xq: &[u32],
     xds: &[f32],
-    y: &mut [f32],
+    y: &mut [u8],
+    out: u32,
     rows: usize,
     cols: usize,
     batch: usize,
     chunk_units: usize,
     lds: SharedDyn<crate::indexing::Words4>,
 ) {
-    matvec_body::<Q, B>(w, xq, xds, y, rows, cols, batch, chunk_units, lds.as_ptr() as *mut u8, lds.len() * 16);
+    matvec_body::<Q, B>(w, xq, xds, y, out, rows, cols, batch, chunk_units, lds.as_ptr() as *mut u8, lds.len() * 16);
 }
 
 /// Work-items of one [`matvec_row`](fn@matvec_row) work-group.
@@ -1169,7 +1211,8 @@ pub fn matvec_row<Q: QuantFormat, B: BatchTile>(
     w: &[u8],
     xq: &[u32],
     xds: &[f32],
-    y: &mut [f32],
+    y: &mut [u8],
+    out: u32,
     rows: usize,
     cols: usize,
     batch: usize,
@@ -1186,7 +1229,7 @@ pub fn matvec_row<Q: QuantFormat, B: BatchTile>(
     let lanes = wave::size() as usize;
     let r0 = block_idx_x() as usize * group;
     // Uniform checks that make the unchecked accesses below in bounds.
-    let fits = rows.checked_mul(row_bytes).is_some_and(|n| n <= w.len()) && matvec_row_words(row_bytes, group) <= lds.len() && batch * rows <= y.len();
+    let fits = rows.checked_mul(row_bytes).is_some_and(|n| n <= w.len()) && matvec_row_words(row_bytes, group) <= lds.len() && rows.checked_mul(batch).is_some_and(|n| n * out_bytes(out) <= y.len());
     if threads != ROW_BLOCK as usize || !(group == 1 || group == 2 || group == 4) || cols % Q::WEIGHTS != 0 || B::N > 8 || batch > B::N {
         return;
     }
@@ -1261,7 +1304,7 @@ pub fn matvec_row<Q: QuantFormat, B: BatchTile>(
             for b in 0..B::N {
                 if b < batch {
                     // SAFETY: b < batch, row < rows: inside y (checked above).
-                    unsafe { *y.get_unchecked_mut(b * rows + row) = acc[b] };
+                    unsafe { store_out(y.as_mut_ptr(), b * rows + row, acc[b], out) };
                 }
             }
         }
@@ -1283,7 +1326,7 @@ pub fn matvec_row<Q: QuantFormat, B: BatchTile>(
                 t += partials[(part * nw + sub * wpr + v) % 64];
             }
             // SAFETY: part < batch, row < rows: inside y (checked above).
-            unsafe { *y.get_unchecked_mut(part * rows + row) = t };
+            unsafe { store_out(y.as_mut_ptr(), part * rows + row, t, out) };
         }
     }
 }
@@ -1469,7 +1512,8 @@ pub fn matvec_stream<Q: QuantFormat>(
     w: &[u8],
     xq: &[u32],
     xds: &[f32],
-    y: &mut [f32],
+    y: &mut [u8],
+    out: u32,
     rows: usize,
     cols: usize,
     per_step: usize,
@@ -1493,7 +1537,7 @@ pub fn matvec_stream<Q: QuantFormat>(
         && stages * stage_words <= lds.len();
     let data_ok = rows.checked_mul(row_bytes).is_some_and(|n| n <= w.len())
         && rows <= (u32::MAX - 256) as usize
-        && rows <= y.len()
+        && rows * out_bytes(out) <= y.len()
         && xq.len() >= cols / 4
         && xds.len() >= cols / 16
         && w.as_ptr() as usize % 16 == 0;
@@ -1552,8 +1596,8 @@ pub fn matvec_stream<Q: QuantFormat>(
             for q in 0..waves_per_row {
                 v += partials[((s as usize % 2) * 4 + tid as usize * waves_per_row + q) % 8];
             }
-            // SAFETY: r < rows <= y.len() (checked above).
-            unsafe { *yp.add(r as usize) = v };
+            // SAFETY: r < rows: inside y (checked above).
+            unsafe { store_out(yp, r as usize, v, out) };
         }
     };
     // Stage of the step being computed, and of the step `stages - 1` ahead.
@@ -1595,8 +1639,8 @@ pub fn matvec_stream<Q: QuantFormat>(
         let total = wave::sum(acc);
         if wave::lane_id() == 0 && (row as usize) < rows {
             if waves_per_row == 1 {
-                // SAFETY: row < rows <= y.len() (checked above).
-                unsafe { *yp.add(row as usize) = total };
+                // SAFETY: row < rows: inside y (checked above).
+                unsafe { store_out(yp, row as usize, total, out) };
             } else {
                 partials[((s as usize % 2) * 4 + sub * waves_per_row + wave_in_row) % 8] = total;
             }
@@ -1688,7 +1732,8 @@ pub fn matvec_stream_batch<Q: QuantFormat, B: BatchTile>(
     w: &[u8],
     xq: &[u32],
     xds: &[f32],
-    y: &mut [f32],
+    y: &mut [u8],
+    out: u32,
     rows: usize,
     cols: usize,
     batch: usize,
@@ -1717,7 +1762,7 @@ pub fn matvec_stream_batch<Q: QuantFormat, B: BatchTile>(
         && BATCH_STAGES * stage_words <= lds.len();
     let data_ok = rows.checked_mul(row_bytes).is_some_and(|n| n <= w.len())
         && rows <= (u32::MAX - 1024) as usize
-        && rows.checked_mul(batch).is_some_and(|n| n <= y.len())
+        && rows.checked_mul(batch).is_some_and(|n| n * out_bytes(out) <= y.len())
         && xq.len() >= batch * xw
         && xds.len() >= batch * xb
         && w.as_ptr() as usize % 16 == 0;
@@ -1776,7 +1821,7 @@ pub fn matvec_stream_batch<Q: QuantFormat, B: BatchTile>(
             let row = row_of(s) as usize + r;
             if t < cells && t % waves_per_row == 0 && b < batch && row < rows {
                 // SAFETY: b < batch, row < rows: inside y (checked above).
-                unsafe { *yp.add(b * rows + row) = v };
+                unsafe { store_out(yp, b * rows + row, v, out) };
             }
         }
     };
@@ -1840,7 +1885,7 @@ pub fn matvec_stream_batch<Q: QuantFormat, B: BatchTile>(
         if lane % span == 0 && b < batch && (row as usize) < rows {
             if waves_per_row == 1 {
                 // SAFETY: b < batch, row < rows: inside y (checked above).
-                unsafe { *yp.add(b * rows + row as usize) = total };
+                unsafe { store_out(yp, b * rows + row as usize, total, out) };
             } else {
                 partials[((s as usize % 2) * 128 + (sub * n + b) * waves_per_row + wave_in_row) % 256] = total;
             }

@@ -322,10 +322,51 @@ fn run_add_rms_norm<T: TestFloat>(dev: &Device, rows: usize, cols: usize, with_w
 #[test]
 fn add_rms_norm_all_dtypes() {
     for dev in executors() {
-        for (i, &(rows, cols)) in [(1, 1), (3, 7), (2, 64), (5, 1000), (2, 4096), (1, 5000), (8, 2048), (2, 8192), (1, 8193)].iter().enumerate() {
+        // Decode's rows (1..64 of 2048 / 4096: the register tiles), rows of whole chunks
+        // that fill part of a tile (2056), odd widths (the tile kernel's element loop),
+        // and rows past the tiles (8193: the work-group-per-row kernel).
+        for (i, &(rows, cols)) in [(1, 1), (3, 7), (2, 64), (5, 1000), (2, 4096), (1, 5000), (8, 2048), (2, 8192), (1, 8193), (1, 2048), (64, 2048), (33, 4096), (3, 2056), (2, 16384)].iter().enumerate() {
             run_add_rms_norm::<f32>(&dev, rows, cols, true, i as u64);
             run_add_rms_norm::<f16>(&dev, rows, cols, i % 2 == 0, i as u64 + 10);
             run_add_rms_norm::<bf16>(&dev, rows, cols, true, i as u64 + 20);
+        }
+    }
+}
+
+/// Rows that are not 16-byte aligned (views one element in): the tile kernel's element
+/// loop, with the same results as the aligned rows' vector path.
+#[test]
+fn add_rms_norm_misaligned_views() {
+    for dev in executors() {
+        let (rows, cols) = (3, 2048);
+        let mut rng = Rng(77);
+        let x: Vec<bf16> = rng.vec(rows * cols + 1, 2.0);
+        let r: Vec<bf16> = rng.vec(rows * cols + 1, 2.0);
+        let wt: Vec<bf16> = rng.vec(cols, 1.5);
+        let (xd, rd, wd) = (dev.upload(&x).unwrap(), dev.upload(&r).unwrap(), dev.upload(&wt).unwrap());
+        let mut outs = Vec::new();
+        for at in [0usize, 1] {
+            let (mut hd, mut od) = (dev.alloc::<bf16>(rows * cols + 1).unwrap(), dev.alloc::<bf16>(rows * cols + 1).unwrap());
+            let n = rows * cols;
+            ops::add_rms_norm(&dev, &xd.view(at..at + n).unwrap(), &rd.view(at..at + n).unwrap(), Some(&wd), &mut hd.view_mut(at..at + n).unwrap(), &mut od.view_mut(at..at + n).unwrap(), cols, 1e-5).unwrap();
+            let (h, o) = (dev.download(&hd).unwrap(), dev.download(&od).unwrap());
+            outs.push((h[at..at + n].to_vec(), o[at..at + n].to_vec()));
+        }
+        // The rows differ by one element: compare each against its own reference.
+        for (at, (h, o)) in outs.iter().enumerate() {
+            let n = rows * cols;
+            let want_h: Vec<bf16> = x[at..at + n].iter().zip(&r[at..at + n]).map(|(a, b)| bf16::from_f32(a.to_f32() + b.to_f32())).collect();
+            assert_eq!(h, &want_h, "view at {at} on {}: residual", dev.name());
+            let mut want = vec![0.0; n];
+            for i in 0..rows {
+                let hr = &want_h[i * cols..(i + 1) * cols];
+                let s = 1.0 / (hr.iter().map(|v| v.to_f64().powi(2)).sum::<f64>() / cols as f64 + 1e-5).sqrt();
+                for j in 0..cols {
+                    want[i * cols + j] = hr[j].to_f64() * s * wt[j].to_f64();
+                }
+            }
+            let extra: Vec<f64> = want.iter().map(|w| 1e-5 * w.abs()).collect();
+            check(o, &want, &extra, &format!("add_rms_norm view at {at} on {}", dev.name()));
         }
     }
 }

@@ -433,6 +433,59 @@ fn verify_matvec(dev: &Device, dtype: GgmlDType, got: &[f32], wr: &[(f32, f32)],
     }
 }
 
+/// One matvec through `path` into an output of `O` (the launchers take `f32`, `f16` and
+/// `bf16`), as `f32` values.
+#[allow(clippy::too_many_arguments)]
+fn matvec_into<O: kernel_dsl::Float + Into<f32>>(dev: &Device, dtype: GgmlDType, wd: &kernels::runtime::DeviceVec<u8>, xd: &kernels::runtime::DeviceVec<f32>, rows: usize, cols: usize, batch: usize, path: Path) -> Vec<f32> {
+    let mut y = dev.alloc::<O>(batch * rows).unwrap();
+    let (mut xq, mut xds) = (dev.alloc::<u32>(batch * cols / 4).unwrap(), dev.alloc::<f32>(batch * cols / 16).unwrap());
+    if !matches!(path, Path::Auto) {
+        ops::quantize_q8_1(dev, xd, &mut xq, &mut xds).unwrap();
+    }
+    match path {
+        Path::Auto => ops::matvec(dev, dtype, wd, xd, &mut y, rows, cols, batch).unwrap(),
+        Path::Row => ops::matvec_rows(dev, dtype, wd, &xq, &xds, &mut y, rows, cols, batch).unwrap(),
+        Path::Stream(groups) => ops::matvec_stream(dev, dev.wave_lanes(), dtype, wd, &xq, &xds, &mut y, rows, cols, batch, groups).unwrap(),
+        Path::Staged(groups, stages) => ops::matvec_stream(dev, dev.wave_lanes(), dtype, wd, &xq, &xds, &mut y, rows, cols, batch, ops::StreamTuning { groups: Some(groups), stages: Some(stages) }).unwrap(),
+    }
+    dev.download(&y).unwrap().into_iter().map(Into::into).collect()
+}
+
+/// The matvecs write `f16` and `bf16` outputs directly (no cast launch after a product of
+/// half-precision activations): every kernel (the launcher's choice on every format with
+/// batches of 1, 3, 8 and 17, the 17 in tiles; the row kernel; the streaming kernels at
+/// batch 1 and 5) gives exactly its `f32` output rounded once to nearest-even
+/// (`half`'s conversion), and that `f32` output is checked against the f64 reference
+/// ([`verify_matvec`]). Rows of 9 and 13 (partial work-groups) and several chunks.
+#[test]
+fn matvec_half_outputs_are_the_f32_sums_rounded() {
+    for dev in executors() {
+        for dtype in matvec_formats() {
+            let staged = !matches!(dtype, GgmlDType::Q2K | GgmlDType::Q3K | GgmlDType::Q5K);
+            let cols = if dtype.block_weights() == 32 { 300 * 32 } else { 40 * 256 };
+            let mut cases = vec![(9, 1, Path::Auto), (9, 3, Path::Auto), (13, 8, Path::Auto), (9, 17, Path::Auto)];
+            if staged {
+                cases.extend([(13, 1, Path::Row), (13, 3, Path::Row), (9, 1, Path::Stream(Some(2))), (13, 5, Path::Stream(Some(2))), (13, 1, Path::Staged(2, 3))]);
+            }
+            for (rows, batch, path) in cases {
+                let seed = 7000 + 100 * rows as u64 + batch as u64 + dtype as u64;
+                let w = random_blocks(dtype, rows * cols / dtype.block_weights(), seed, false);
+                let x = activations(batch * cols, seed + 1);
+                let (wd, xd) = (dev.upload(&w).unwrap(), dev.upload(&x).unwrap());
+                let want = matvec_into::<f32>(&dev, dtype, &wd, &xd, rows, cols, batch, path);
+                verify_matvec(&dev, dtype, &want, &ref_dequant(dtype, &w), &x, rows, cols, batch);
+                let got16 = matvec_into::<f16>(&dev, dtype, &wd, &xd, rows, cols, batch, path);
+                let gotb = matvec_into::<bf16>(&dev, dtype, &wd, &xd, rows, cols, batch, path);
+                for (i, &v) in want.iter().enumerate() {
+                    let what = format!("{} {rows}x{cols} batch {batch} on {}: y[{i}] = {v:e}", dtype.name(), dev.name());
+                    assert_eq!(f32::from(f16::from_f32(v)), got16[i], "{what}: f16");
+                    assert_eq!(f32::from(bf16::from_f32(v)), gotb[i], "{what}: bf16");
+                }
+            }
+        }
+    }
+}
+
 fn matvec_formats() -> impl Iterator<Item = GgmlDType> {
     GgmlDType::ALL.into_iter().filter(|d| d.has_matvec())
 }
@@ -686,7 +739,7 @@ fn matvec_requantizes_activations_that_changed() {
         verify_matvec(&dev, dtype, &dev.download(&ya).unwrap(), &wr[0], &x1, n, n, 1);
         // In place: y = W1 x written over x, then W0 of the new x.
         let (xin, mut xout) = (raw::<f32>(&xd, n), raw::<f32>(&xd, n));
-        ops::matvec::<f32>(&dev, dtype, &wd[1], &xin, &mut xout, n, n, 1).unwrap();
+        ops::matvec::<f32, f32>(&dev, dtype, &wd[1], &xin, &mut xout, n, n, 1).unwrap();
         ops::matvec(&dev, dtype, &wd[0], &xd, &mut yb, n, n, 1).unwrap();
         let x2 = dev.download(&xd).unwrap();
         verify_matvec(&dev, dtype, &x2, &wr[1], &x1, n, n, 1);

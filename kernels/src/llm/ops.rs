@@ -406,9 +406,22 @@ fn row_threads(cols: usize) -> u32 {
     (cols.div_ceil(64) * 64).clamp(64, 1024) as u32
 }
 
+/// Chunks per work-item of the [`add_rms_norm_tile`](fn@super::add_rms_norm_tile) tiles
+/// of the code `exec` runs (AMD code objects hold fewer: [`crate::row::row_chunks_on`]).
+fn add_norm_chunks(exec: &(impl Executor + ?Sized), elem_bytes: usize, cols: usize) -> usize {
+    if matches!(exec.memory(), kernel_dsl::host::MemLocation::Device { backend: "rocm", .. }) {
+        crate::row::AMD_TILE_CHUNKS
+    } else {
+        crate::row::row_chunks(elem_bytes, cols)
+    }
+}
+
 /// Residual add + RMSNorm of `rows` rows of `cols` elements
 /// ([`add_rms_norm`](fn@super::add_rms_norm)): `res_out = x + residual`, `out =
 /// RMSNorm(res_out) * weight`; `weight` has `cols` elements, `eps` is finite and >= 0.
+/// Rows that fit the register tiles of [`ADD_NORM_TILE_THREADS`](super::ADD_NORM_TILE_THREADS)
+/// work-items run [`add_rms_norm_tile`](fn@super::add_rms_norm_tile), longer ones
+/// [`add_rms_norm`](fn@super::add_rms_norm).
 #[allow(clippy::too_many_arguments)]
 pub fn add_rms_norm<T: Float + ScalarArg>(
     exec: &(impl Executor + ?Sized),
@@ -443,6 +456,14 @@ pub fn add_rms_norm<T: Float + ScalarArg>(
         return Ok(());
     }
     let weight: &(dyn KernelArgSlice<T> + '_) = weight.unwrap_or(&[] as &[T; 0]);
+    // Rows that fit the register tiles of at most ADD_NORM_TILE_THREADS work-items
+    // (decode's 2048 / 4096 columns: 64 to 256 work-items with 16-byte accesses).
+    let chunks = add_norm_chunks(exec, std::mem::size_of::<T>(), cols);
+    let tile_threads = crate::row::row_threads_for(cols, std::mem::size_of::<T>(), chunks) as usize;
+    if tile_threads <= super::ADD_NORM_TILE_THREADS && tile_threads * crate::row::CHUNK * chunks >= cols {
+        let cfg = LaunchConfig::new(Dim3::x(rows as u32), Dim3::x(tile_threads as u32));
+        return super::add_rms_norm_tile::launch::<T>(exec, cfg, x, residual, weight, res_out, out, cols as u32, eps);
+    }
     // Four elements per work-item up to 4096 columns (a smaller group reduces faster),
     // at most `ADD_NORM_REGS` (register path) up to 8192.
     let cfg = LaunchConfig::new(Dim3::x(rows as u32), Dim3::x(row_threads(cols.div_ceil(4))));

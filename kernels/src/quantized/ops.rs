@@ -4,6 +4,7 @@
 use super::{batch_tile, matvec_block, matvec_lds_words, matvec_row_group, matvec_row_words, Batch1, Batch2, Batch4, Batch8, GgmlDType, LANE_UNITS_AMD, LANE_UNITS_OTHER, ROW_BLOCK, ROW_STAGE_BYTES};
 use super::{batch_stage_bytes, stream_batch_per_step, stream_groups_per_cu, stream_per_step, stream_stage_words, BATCH_BLOCK, BATCH_STAGES, MAX_STREAM_STAGES, MIN_STREAM_STAGES, STREAM_BLOCK, STREAM_STAGES};
 use super::{Q2K, Q3K, Q4K, Q4_0, Q4_1, Q5K, Q5_0, Q5_1, Q6K, Q8K, Q8_0};
+use super::{OUT_BF16, OUT_F16, OUT_F32};
 use crate::host_args::{offset, Part};
 use crate::runtime::{Device, DeviceVec};
 use kernel_dsl::host::{ArgValue, Executor, KernelArgSlice, KernelArgSliceMut, LaunchConfig, LaunchError, MemLocation, ScalarArg};
@@ -71,6 +72,19 @@ fn slice_of<T>(b: &(impl KernelArgSlice<T> + ?Sized)) -> (u64, usize) {
         ArgValue::Slice { addr, len, .. } => (addr, len),
         _ => (0, 0),
     }
+}
+
+/// The matvec output `y` as the kernels take it: a view of its bytes, and the code of its
+/// element type ([`OUT_F32`](super::OUT_F32)).
+fn out_view<O: Float>(y: &(impl KernelArgSlice<O> + ?Sized)) -> Result<(Part, u32), LaunchError> {
+    let code = match O::NAME {
+        "f32" => OUT_F32,
+        "f16" => OUT_F16,
+        "bf16" => OUT_BF16,
+        other => return Err(invalid("matvec", format!("output of {other} (f32, f16 or bf16)"))),
+    };
+    let len = slice_of(y).1 * std::mem::size_of::<O>();
+    Ok((Part(offset(y.kernel_arg(), 0, len)), code))
 }
 
 /// Checks that `arg` starts on 16 bytes (the kernels read blocks with aligned loads).
@@ -177,14 +191,14 @@ pub fn quantize_q8_1<T: Float + ScalarArg>(
 /// Checks a matvec's arguments (everything but the activations' own length); returns the
 /// launch shape.
 #[allow(clippy::too_many_arguments)]
-fn check_matvec(
+fn check_matvec<O>(
     amd: bool,
     wave_lanes: u32,
     dtype: GgmlDType,
     w: &(impl KernelArgSlice<u8> + ?Sized),
     xq: &(impl KernelArgSlice<u32> + ?Sized),
     xds: &(impl KernelArgSlice<f32> + ?Sized),
-    y: &(impl KernelArgSlice<f32> + ?Sized),
+    y: &(impl KernelArgSlice<O> + ?Sized),
     rows: usize,
     cols: usize,
     batch: usize,
@@ -247,21 +261,22 @@ macro_rules! launch_tile {
 }
 
 /// `y[b * rows + r] = sum_k W[r, k] x[b * cols + k]` for `b < batch` (1..=8) with
-/// activations already in q8_1 ([`quantize_q8_1`]); `wave_lanes` is the device's wave size
+/// activations already in q8_1 ([`quantize_q8_1`]), `y` in `f32`, `f16` or `bf16` (summed
+/// in `f32`, rounded once at the store); `wave_lanes` is the device's wave size
 /// ([`Device::wave_lanes`]). NVIDIA GPUs run [`matvec_stream`] for one activation row
 /// where it takes the rows and the matrix has at least [`STREAM_MIN_BYTES`], and for
 /// batches of at least [`STREAM_MIN_BATCH`] where it takes the rows; else
 /// [`matvec_rows`] (rows staged whole by `cp.async`) for rows of up to [`ROW_STAGE_BYTES`];
 /// AMD GPUs and the CPU executor the chunked wave-per-row [`matvec`](fn@super::matvec).
 #[allow(clippy::too_many_arguments)]
-pub fn matvec_q8_1(
+pub fn matvec_q8_1<O: Float>(
     exec: &(impl Executor + ?Sized),
     wave_lanes: u32,
     dtype: GgmlDType,
     w: &(impl KernelArgSlice<u8> + ?Sized),
     xq: &(impl KernelArgSlice<u32> + ?Sized),
     xds: &(impl KernelArgSlice<f32> + ?Sized),
-    y: &mut (impl KernelArgSliceMut<f32> + ?Sized),
+    y: &mut (impl KernelArgSliceMut<O> + ?Sized),
     rows: usize,
     cols: usize,
     batch: usize,
@@ -289,14 +304,14 @@ enum Prior {
 /// and only then releases the next (the streaming and row kernels): what
 /// `mark_overlappable` needs.
 #[allow(clippy::too_many_arguments)]
-fn matvec_q8_1_after(
+fn matvec_q8_1_after<O: Float>(
     exec: &(impl Executor + ?Sized),
     wave_lanes: u32,
     dtype: GgmlDType,
     w: &(impl KernelArgSlice<u8> + ?Sized),
     xq: &(impl KernelArgSlice<u32> + ?Sized),
     xds: &(impl KernelArgSlice<f32> + ?Sized),
-    y: &mut (impl KernelArgSliceMut<f32> + ?Sized),
+    y: &mut (impl KernelArgSliceMut<O> + ?Sized),
     rows: usize,
     cols: usize,
     batch: usize,
@@ -304,6 +319,8 @@ fn matvec_q8_1_after(
     prior: Prior,
 ) -> Result<bool, LaunchError> {
     let cfg = check_matvec(on_amd(exec), wave_lanes, dtype, w, xq, xds, y, rows, cols, batch)?;
+    let (mut y, out) = out_view(y)?;
+    let y = &mut y;
     if rows == 0 {
         return Ok(false);
     }
@@ -313,10 +330,10 @@ fn matvec_q8_1_after(
     let (per_step, ..) = stream_step(exec, wave_lanes, dtype, cols, batch);
     let big_enough = if batch == 1 { rows * row_bytes >= STREAM_MIN_BYTES } else { batch >= STREAM_MIN_BATCH };
     if on_cuda(exec) && staged_format(dtype) && per_step > 0 && big_enough {
-        return launch_stream(exec, dtype, w, xq, xds, y, rows, cols, batch, per_step, tuning, prior).map(|_| true);
+        return launch_stream(exec, dtype, w, xq, xds, y, out, rows, cols, batch, per_step, tuning, prior).map(|_| true);
     }
     if on_cuda(exec) && row_bytes <= ROW_STAGE_BYTES && staged_format(dtype) {
-        return launch_rows(exec, dtype, w, xq, xds, y, rows, cols, batch, prior != Prior::Unknown).map(|_| true);
+        return launch_rows(exec, dtype, w, xq, xds, y, out, rows, cols, batch, prior != Prior::Unknown).map(|_| true);
     }
     let units = chunk_units(exec, wave_lanes);
     let cfg = cfg.with_dynamic_shared(matvec_lds_words(dtype, units, (cfg.block.x / wave_lanes) as usize));
@@ -324,15 +341,16 @@ fn matvec_q8_1_after(
     // otherwise tiles of 4 (AMD) or 2 (Q2K/Q3K/Q5K), each launch on views of the
     // activations and output.
     let tile = batch_tile(dtype, on_amd(exec));
+    let osz = std::mem::size_of::<O>();
     let mut b0 = 0;
     while b0 < batch {
         let nb = (batch - b0).min(tile);
         let xq_t = Part(offset(xq.kernel_arg(), b0 * cols / 4 * 4, nb * cols / 4));
         let xds_t = Part(offset(xds.kernel_arg(), b0 * cols / 16 * 4, nb * cols / 16));
-        let mut y_t = Part(offset(y.kernel_arg(), b0 * rows * 4, nb * rows));
+        let mut y_t = Part(offset(KernelArgSlice::<u8>::kernel_arg(y), b0 * rows * osz, nb * rows * osz));
         macro_rules! go {
             ($k:ident, $q:ty) => {
-                launch_tile!($k, $q, nb, (exec, cfg, w, &xq_t, &xds_t, &mut y_t, rows, cols, nb, units))
+                launch_tile!($k, $q, nb, (exec, cfg, w, &xq_t, &xds_t, &mut y_t, out, rows, cols, nb, units))
             };
         }
         match dtype {
@@ -358,22 +376,24 @@ fn matvec_q8_1_after(
 /// [`ROW_STAGE_BYTES`]; the arguments are checked by the caller. Public for the tests,
 /// which run it on the CPU executor too.
 #[allow(clippy::too_many_arguments)]
-pub fn matvec_rows(
+pub fn matvec_rows<O: Float>(
     exec: &(impl Executor + ?Sized),
     dtype: GgmlDType,
     w: &(impl KernelArgSlice<u8> + ?Sized),
     xq: &(impl KernelArgSlice<u32> + ?Sized),
     xds: &(impl KernelArgSlice<f32> + ?Sized),
-    y: &mut (impl KernelArgSliceMut<f32> + ?Sized),
+    y: &mut (impl KernelArgSliceMut<O> + ?Sized),
     rows: usize,
     cols: usize,
     batch: usize,
 ) -> Result<(), LaunchError> {
-    launch_rows(exec, dtype, w, xq, xds, y, rows, cols, batch, false)
+    let (mut yb, out) = out_view(y)?;
+    launch_rows(exec, dtype, w, xq, xds, &mut yb, out, rows, cols, batch, false)
 }
 
-/// [`matvec_rows`]; `overlap`: the kernel may overlap the kernel before it, which writes
-/// nothing in `w` ([`matvec_q8_1_after`]).
+/// [`matvec_rows`] on the bytes `y` of elements of code `out` ([`out_view`]); `overlap`:
+/// the kernel may overlap the kernel before it, which writes nothing in `w`
+/// ([`matvec_q8_1_after`]).
 #[allow(clippy::too_many_arguments)]
 fn launch_rows(
     exec: &(impl Executor + ?Sized),
@@ -381,7 +401,8 @@ fn launch_rows(
     w: &(impl KernelArgSlice<u8> + ?Sized),
     xq: &(impl KernelArgSlice<u32> + ?Sized),
     xds: &(impl KernelArgSlice<f32> + ?Sized),
-    y: &mut (impl KernelArgSliceMut<f32> + ?Sized),
+    y: &mut (impl KernelArgSliceMut<u8> + ?Sized),
+    out: u32,
     rows: usize,
     cols: usize,
     batch: usize,
@@ -400,7 +421,7 @@ fn launch_rows(
     if overlap {
         cfg = cfg.overlapping_prior();
     }
-    with_staged_format!(dtype, "matvec_row", Q => launch_tile!(matvec_row, Q, batch, (exec, cfg, w, xq, xds, y, rows, cols, batch, group)))
+    with_staged_format!(dtype, "matvec_row", Q => launch_tile!(matvec_row, Q, batch, (exec, cfg, w, xq, xds, y, out, rows, cols, batch, group)))
 }
 
 /// [`matvec_q8_1`] through the streaming kernels (rows streamed through shared memory,
@@ -414,14 +435,14 @@ fn launch_rows(
 /// converts). Checked as [`matvec_q8_1`]; a shape the kernel does not take is an error
 /// too.
 #[allow(clippy::too_many_arguments)]
-pub fn matvec_stream(
+pub fn matvec_stream<O: Float>(
     exec: &(impl Executor + ?Sized),
     wave_lanes: u32,
     dtype: GgmlDType,
     w: &(impl KernelArgSlice<u8> + ?Sized),
     xq: &(impl KernelArgSlice<u32> + ?Sized),
     xds: &(impl KernelArgSlice<f32> + ?Sized),
-    y: &mut (impl KernelArgSliceMut<f32> + ?Sized),
+    y: &mut (impl KernelArgSliceMut<O> + ?Sized),
     rows: usize,
     cols: usize,
     batch: usize,
@@ -434,7 +455,8 @@ pub fn matvec_stream(
         let name = if batch == 1 { "matvec_stream" } else { "matvec_stream_batch" };
         return Err(invalid(K, format!("{name} takes rows of at most {most_units} units and {stage_bytes} bytes (batch {batch}; {rows} x {cols} {})", dtype.name())));
     }
-    launch_stream(exec, dtype, w, xq, xds, y, rows, cols, batch, per_step, tuning.into(), Prior::Unknown)
+    let (mut yb, out) = out_view(y)?;
+    launch_stream(exec, dtype, w, xq, xds, &mut yb, out, rows, cols, batch, per_step, tuning.into(), Prior::Unknown)
 }
 
 /// Overrides of the streaming launchers' choices ([`matvec_stream`]), for tests and tuning
@@ -487,7 +509,8 @@ fn launch_stream(
     w: &(impl KernelArgSlice<u8> + ?Sized),
     xq: &(impl KernelArgSlice<u32> + ?Sized),
     xds: &(impl KernelArgSlice<f32> + ?Sized),
-    y: &mut (impl KernelArgSliceMut<f32> + ?Sized),
+    y: &mut (impl KernelArgSliceMut<u8> + ?Sized),
+    out: u32,
     rows: usize,
     cols: usize,
     batch: usize,
@@ -542,10 +565,10 @@ fn launch_stream(
         cfg = cfg.overlapping_prior();
     }
     with_staged_format!(dtype, name, Q => match tile_rows(batch) {
-        1 => super::matvec_stream::launch::<Q>(exec, cfg, w, xq, xds, y, rows, cols, per_step, stages),
-        2 => super::matvec_stream_batch::launch::<Q, Batch2>(exec, cfg, w, xq, xds, y, rows, cols, batch, per_step),
-        4 => super::matvec_stream_batch::launch::<Q, Batch4>(exec, cfg, w, xq, xds, y, rows, cols, batch, per_step),
-        _ => super::matvec_stream_batch::launch::<Q, Batch8>(exec, cfg, w, xq, xds, y, rows, cols, batch, per_step),
+        1 => super::matvec_stream::launch::<Q>(exec, cfg, w, xq, xds, y, out, rows, cols, per_step, stages),
+        2 => super::matvec_stream_batch::launch::<Q, Batch2>(exec, cfg, w, xq, xds, y, out, rows, cols, batch, per_step),
+        4 => super::matvec_stream_batch::launch::<Q, Batch4>(exec, cfg, w, xq, xds, y, out, rows, cols, batch, per_step),
+        _ => super::matvec_stream_batch::launch::<Q, Batch8>(exec, cfg, w, xq, xds, y, out, rows, cols, batch, per_step),
     })
 }
 
@@ -563,19 +586,21 @@ pub const STREAM_MIN_BATCH: usize = 2;
 /// served from L2, had put the line at 16 MiB).
 pub const STREAM_MIN_BYTES: usize = 8 << 20;
 
-/// `y (batch x rows, f32) = x (batch x cols) W^T` for a quantized `rows x cols` matrix `w`
-/// and `batch` (1..=8) activation rows: quantizes `x` to q8_1, then runs the int8 matvec.
+/// `y (batch x rows) = x (batch x cols) W^T` for a quantized `rows x cols` matrix `w` and
+/// `batch` (1..=8) activation rows: quantizes `x` to q8_1, then runs the int8 matvec; `y`
+/// in `f32`, `f16` or `bf16` (summed in `f32`, rounded once at the store: no cast launch
+/// after a product of half-precision activations).
 /// Candle's `QMatMul::forward` for small batches. On CUDA the q8_1 codes stay with the
 /// device: the next call on the same `x` with nothing else queued in between (a layer's
 /// q, k and v; gate and up) reuses them, and its matvec starts while this one ends unless
 /// this one's `y` overlaps its weights.
 #[allow(clippy::too_many_arguments)]
-pub fn matvec<T: Float + ScalarArg>(
+pub fn matvec<T: Float + ScalarArg, O: Float>(
     dev: &Device,
     dtype: GgmlDType,
     w: &(impl KernelArgSlice<u8> + ?Sized),
     x: &(impl KernelArgSlice<T> + ?Sized),
-    y: &mut (impl KernelArgSliceMut<f32> + ?Sized),
+    y: &mut (impl KernelArgSliceMut<O> + ?Sized),
     rows: usize,
     cols: usize,
     batch: usize,
@@ -586,12 +611,12 @@ pub fn matvec<T: Float + ScalarArg>(
 /// [`matvec`] with the streaming kernels' grid and stages overridden by `tuning` (for
 /// tuning sweeps; see [`matvec_stream`]).
 #[allow(clippy::too_many_arguments)]
-pub fn matvec_tuned<T: Float + ScalarArg>(
+pub fn matvec_tuned<T: Float + ScalarArg, O: Float>(
     dev: &Device,
     dtype: GgmlDType,
     w: &(impl KernelArgSlice<u8> + ?Sized),
     x: &(impl KernelArgSlice<T> + ?Sized),
-    y: &mut (impl KernelArgSliceMut<f32> + ?Sized),
+    y: &mut (impl KernelArgSliceMut<O> + ?Sized),
     rows: usize,
     cols: usize,
     batch: usize,
@@ -621,12 +646,12 @@ pub fn matvec_tuned<T: Float + ScalarArg>(
 /// elements: checked by the caller): the activations quantized once, then one launch per
 /// tile of [`MAX_BATCH`] rows on views of the codes and of `y`.
 #[allow(clippy::too_many_arguments)]
-fn matvec_tiles<T: Float + ScalarArg>(
+fn matvec_tiles<T: Float + ScalarArg, O: Float>(
     dev: &Device,
     dtype: GgmlDType,
     w: &(impl KernelArgSlice<u8> + ?Sized),
     x: &(impl KernelArgSlice<T> + ?Sized),
-    y: &mut (impl KernelArgSliceMut<f32> + ?Sized),
+    y: &mut (impl KernelArgSliceMut<O> + ?Sized),
     rows: usize,
     cols: usize,
     batch: usize,
@@ -647,7 +672,7 @@ fn matvec_tiles<T: Float + ScalarArg>(
     {
         let (xq_t, xds_t) = (Part(offset(xq.kernel_arg(), 0, MAX_BATCH * cols / 4)), Part(offset(xds.kernel_arg(), 0, MAX_BATCH * cols / 16)));
         let y_t = Part(offset(y.kernel_arg(), 0, MAX_BATCH * rows));
-        check_matvec(on_amd(dev), dev.wave_lanes(), dtype, w, &xq_t, &xds_t, &y_t, rows, cols, MAX_BATCH)?;
+        check_matvec::<O>(on_amd(dev), dev.wave_lanes(), dtype, w, &xq_t, &xds_t, &y_t, rows, cols, MAX_BATCH)?;
     }
     if rows == 0 {
         return Ok(());
@@ -659,8 +684,8 @@ fn matvec_tiles<T: Float + ScalarArg>(
         // Byte offsets: a row's codes are `cols` bytes, its (d, s) pairs `cols / 4` bytes.
         let xq_t = Part(offset(xq.kernel_arg(), b0 * cols, nb * cols / 4));
         let xds_t = Part(offset(xds.kernel_arg(), b0 * cols / 4, nb * cols / 16));
-        let mut y_t = Part(offset(y.kernel_arg(), b0 * rows * 4, nb * rows));
-        matvec_q8_1_after(dev, dev.wave_lanes(), dtype, w, &xq_t, &xds_t, &mut y_t, rows, cols, nb, tuning, prior)?;
+        let mut y_t = Part(offset(y.kernel_arg(), b0 * rows * std::mem::size_of::<O>(), nb * rows));
+        matvec_q8_1_after::<O>(dev, dev.wave_lanes(), dtype, w, &xq_t, &xds_t, &mut y_t, rows, cols, nb, tuning, prior)?;
         // The next tile starts after this one (it writes `y` only, but the launcher's
         // overlap of a matvec after a matvec needs `mark_overlappable`: not worth it here).
         prior = Prior::Unknown;
@@ -688,13 +713,13 @@ struct HeldActivations {
 /// writes nothing in `w` starts its weight copies at once (it waits for that matvec before
 /// it reads the activations or writes `y`), and marks itself so the next one may do the same.
 #[allow(clippy::too_many_arguments)]
-fn matvec_reusing<T: Float + ScalarArg>(
+fn matvec_reusing<T: Float + ScalarArg, O: Float>(
     dev: &Device,
     held: &mut HeldActivations,
     dtype: GgmlDType,
     w: &(impl KernelArgSlice<u8> + ?Sized),
     x: &(impl KernelArgSlice<T> + ?Sized),
-    y: &mut (impl KernelArgSliceMut<f32> + ?Sized),
+    y: &mut (impl KernelArgSliceMut<O> + ?Sized),
     rows: usize,
     cols: usize,
     batch: usize,
@@ -733,7 +758,7 @@ fn matvec_reusing<T: Float + ScalarArg>(
     // the next matvec may overlap it where it reads nothing this one writes.
     let ordered = matvec_q8_1_after(dev, dev.wave_lanes(), dtype, w, &*xq, &*xds, y, rows, cols, batch, tuning, prior)?;
     let (y_at, y_len) = slice_of(y);
-    let y_bytes = y_at..y_at + 4 * y_len as u64;
+    let y_bytes = y_at..y_at + (y_len * std::mem::size_of::<O>()) as u64;
     if ordered {
         dev.mark_overlappable(y_bytes.clone());
     }

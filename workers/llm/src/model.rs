@@ -355,8 +355,10 @@ pub(crate) struct Layer {
     pub(crate) q_norm: Option<Tensor>,
     pub(crate) k_norm: Option<Tensor>,
     pub(crate) post_norm: Tensor,
-    pub(crate) gate: Linear,
-    pub(crate) up: Linear,
+    /// The MLP's gate and up products, `None` where `gate_up` alone holds them (GGUF
+    /// weights stacked at load keep one copy).
+    pub(crate) gate: Option<Linear>,
+    pub(crate) up: Option<Linear>,
     pub(crate) down: Linear,
 }
 
@@ -364,7 +366,9 @@ impl Layer {
     /// Stacks dense q/k/v and gate/up into one product each (see [`stack`]).
     pub(crate) fn stack_dense(&mut self) -> candle_core::Result<()> {
         self.qkv = stack(&[&self.q, &self.k, &self.v])?;
-        self.gate_up = stack(&[&self.gate, &self.up])?;
+        if let (Some(g), Some(u)) = (&self.gate, &self.up) {
+            self.gate_up = stack(&[g, u])?;
+        }
         Ok(())
     }
 }
@@ -401,6 +405,37 @@ pub(crate) fn gguf_qmatmul(t: candle_core::quantized::QTensor, dtype: DType) -> 
         QMatMul::Tensor(w) => QMatMul::Tensor(w.to_dtype(dtype)?),
         other => other,
     })
+}
+
+/// The GGUF matrices `{name}.weight` of `names` stacked by rows into one product `[sum of
+/// rows, cols]` on `dev` (with their `{name}.bias` rows, in `dtype`, where `bias`): read on
+/// the host and uploaded once. `None` where they cannot share one product: GGML types or
+/// widths that differ (a Q4_K_M file keeps some `attn_v` / `ffn_down` in Q6_K), or float
+/// tensors (Candle holds those as plain weights). A matrix's rows are whole blocks, so the
+/// stacked bytes are the files' bytes one after the other.
+fn stack_gguf(ct: &gguf_file::Content, f: &mut std::fs::File, names: &[String], bias: bool, dev: &Device, dtype: DType) -> candle_core::Result<Option<Linear>> {
+    use candle_core::quantized::{GgmlDType, QStorage, QTensor};
+    let infos: Vec<_> = names.iter().map(|n| ct.tensor_infos.get(&format!("{n}.weight"))).collect();
+    let Some(Some(first)) = infos.first() else { return Ok(None) };
+    let (t, cols) = (first.ggml_dtype, first.shape.dims().last().copied().unwrap_or(0));
+    let same = infos.iter().all(|i| i.is_some_and(|i| i.ggml_dtype == t && i.shape.rank() == 2 && i.shape.dims()[1] == cols));
+    if !same || matches!(t, GgmlDType::F32 | GgmlDType::F16 | GgmlDType::BF16) {
+        return Ok(None);
+    }
+    let (mut bytes, mut rows) = (Vec::new(), 0);
+    for n in names {
+        let q = ct.tensor(f, &format!("{n}.weight"), &Device::Cpu)?;
+        rows += q.shape().dims()[0];
+        bytes.extend_from_slice(&q.data()?);
+    }
+    let w = QTensor::new(QStorage::from_data(std::borrow::Cow::Owned(bytes), dev, t)?, (rows, cols))?;
+    let b = if bias {
+        let bs = names.iter().map(|n| ct.tensor(f, &format!("{n}.bias"), dev)?.dequantize(dev)?.to_dtype(dtype)).collect::<candle_core::Result<Vec<_>>>()?;
+        Some(Tensor::cat(&bs, 0)?)
+    } else {
+        None
+    };
+    Ok(Some(Linear { w: Weight::Quant(QMatMul::from_qtensor(w)?), b }))
 }
 
 /// The activations' (and cache's) dtype of a GGUF model on `dev`: bf16 on our device, so
@@ -512,8 +547,8 @@ impl Model {
                 q_norm: if c.qk_norm { Some(get(&format!("{p}.self_attn.q_norm.weight"), &[hd])?) } else { None },
                 k_norm: if c.qk_norm { Some(get(&format!("{p}.self_attn.k_norm.weight"), &[hd])?) } else { None },
                 post_norm: get(&format!("{p}.post_attention_layernorm.weight"), &[h])?,
-                gate: lin(&format!("{p}.mlp.gate_proj"), c.intermediate_size, h, false)?,
-                up: lin(&format!("{p}.mlp.up_proj"), c.intermediate_size, h, false)?,
+                gate: Some(lin(&format!("{p}.mlp.gate_proj"), c.intermediate_size, h, false)?),
+                up: Some(lin(&format!("{p}.mlp.up_proj"), c.intermediate_size, h, false)?),
                 down: lin(&format!("{p}.mlp.down_proj"), h, c.intermediate_size, false)?,
             });
         }
@@ -561,27 +596,37 @@ impl Model {
                 return Err(malformed(path, format!("tensor {name} ends past the end of the file ({file_len} bytes): truncated?")));
             }
         }
-        let mut q = |name: &str| ct.tensor(&mut f, name, dev).map_err(|e| malformed(path, format!("tensor {name}: {e}")));
+        // Reads a tensor onto `dev` (the file passed in: the stacking below reads it too).
+        let read = |f: &mut std::fs::File, name: &str| ct.tensor(f, name, dev).map_err(|e| malformed(path, format!("tensor {name}: {e}")));
         let mut layers = Vec::with_capacity(cfg.num_layers);
         for l in 0..cfg.num_layers {
             let p = format!("blk.{l}");
-            let mut qlin = |name: &str, bias: bool| -> Result<Linear> {
-                let w = Weight::Quant(gguf_qmatmul(q(&format!("{p}.{name}.weight"))?, dtype)?);
-                let b = if bias { Some(q(&format!("{p}.{name}.bias"))?.dequantize(dev)?.to_dtype(dtype)?) } else { None };
+            let qlin = |f: &mut std::fs::File, name: &str, bias: bool| -> Result<Linear> {
+                let w = Weight::Quant(gguf_qmatmul(read(f, &format!("{p}.{name}.weight"))?, dtype)?);
+                let b = if bias { Some(read(f, &format!("{p}.{name}.bias"))?.dequantize(dev)?.to_dtype(dtype)?) } else { None };
                 Ok(Linear { w, b })
             };
             let bias = cfg.qkv_bias;
-            let (qv, kv, vv, ov) = (qlin("attn_q", bias)?, qlin("attn_k", bias)?, qlin("attn_v", bias)?, qlin("attn_output", false)?);
-            let (gate, up, down) = (qlin("ffn_gate", false)?, qlin("ffn_up", false)?, qlin("ffn_down", false)?);
-            let mut norm = |name: &str| -> Result<Tensor> { Ok(q(&format!("{p}.{name}.weight"))?.dequantize(dev)?.to_dtype(dtype)?) };
-            let (q_norm, k_norm) = if cfg.qk_norm { (Some(norm("attn_q_norm")?), Some(norm("attn_k_norm")?)) } else { (None, None) };
-            layers.push(Layer { qkv: None, gate_up: None, input_norm: norm("attn_norm")?, q: qv, k: kv, v: vv, o: ov, q_norm, k_norm, post_norm: norm("ffn_norm")?, gate, up, down });
+            let (qv, kv, vv, ov) = (qlin(&mut f, "attn_q", bias)?, qlin(&mut f, "attn_k", bias)?, qlin(&mut f, "attn_v", bias)?, qlin(&mut f, "attn_output", false)?);
+            let down = qlin(&mut f, "ffn_down", false)?;
+            // Gate and up of one GGML block type: one stacked product (one activation
+            // quantization and one matvec in decode, one GEMM in prefill) and no separate
+            // copies. q/k/v likewise, the separate products kept for the decode path that
+            // reads them as whole buffers.
+            let stacked = |f: &mut std::fs::File, names: &[&str], bias: bool| stack_gguf(&ct, f, &names.iter().map(|n| format!("{p}.{n}")).collect::<Vec<_>>(), bias, dev, dtype).map_err(|e| malformed(path, format!("{p} {names:?} stacked: {e}")));
+            let gate_up = stacked(&mut f, &["ffn_gate", "ffn_up"], false)?;
+            let qkv = stacked(&mut f, &["attn_q", "attn_k", "attn_v"], bias)?;
+            let (gate, up) = if gate_up.is_some() { (None, None) } else { (Some(qlin(&mut f, "ffn_gate", false)?), Some(qlin(&mut f, "ffn_up", false)?)) };
+            let norm = |f: &mut std::fs::File, name: &str| -> Result<Tensor> { Ok(read(f, &format!("{p}.{name}.weight"))?.dequantize(dev)?.to_dtype(dtype)?) };
+            let (q_norm, k_norm) = if cfg.qk_norm { (Some(norm(&mut f, "attn_q_norm")?), Some(norm(&mut f, "attn_k_norm")?)) } else { (None, None) };
+            let (input_norm, post_norm) = (norm(&mut f, "attn_norm")?, norm(&mut f, "ffn_norm")?);
+            layers.push(Layer { qkv, gate_up, input_norm, q: qv, k: kv, v: vv, o: ov, q_norm, k_norm, post_norm, gate, up, down });
         }
-        let final_norm = q("output_norm.weight")?.dequantize(dev)?.to_dtype(dtype)?;
+        let final_norm = read(&mut f, "output_norm.weight")?.dequantize(dev)?.to_dtype(dtype)?;
         // The embedding table is dequantized for row gathers, as Candle's models do.
-        let embed_q = q("token_embd.weight")?;
+        let embed_q = read(&mut f, "token_embd.weight")?;
         let embed = embed_q.dequantize(dev)?.to_dtype(dtype)?;
-        let head = if ct.tensor_infos.contains_key("output.weight") { q("output.weight")? } else { embed_q };
+        let head = if ct.tensor_infos.contains_key("output.weight") { read(&mut f, "output.weight")? } else { embed_q };
         let lm_head = Linear { w: Weight::Quant(gguf_qmatmul(head, dtype)?), b: None };
         let (cos, sin) = rope_tables(&cfg, dtype, dev)?;
         Ok(Model { cfg, dtype, device: dev.clone(), path: path.into(), embed, layers, norm: final_norm, lm_head, cos, sin, fused: true, gated: true, tp: None })
@@ -714,9 +759,10 @@ impl Model {
             let q = rope_append_kv(lc, &q, &k, &v, index, (&self.cos, &self.sin), c.rope_interleaved)?;
             let a = paged_attention(&q, lc, attn, scale)?;
             let (x1, h1) = add_rms_norm(&self.tp_sum(layer.o.forward(&a)?)?, &x, &layer.post_norm, eps, self.fused)?;
-            let act = match &layer.gate_up {
-                Some(gu) => gate_up_silu(gu, &h1, self.fused, self.gated)?,
-                None => silu_mul(&layer.gate.forward(&h1)?, &layer.up.forward(&h1)?)?,
+            let act = match (&layer.gate_up, &layer.gate, &layer.up) {
+                (Some(gu), ..) => gate_up_silu(gu, &h1, self.fused, self.gated)?,
+                (None, Some(gate), Some(up)) => silu_mul(&gate.forward(&h1)?, &up.forward(&h1)?)?,
+                _ => return Err(candle_core::Error::Msg(format!("layer {i} has no gate/up weights"))),
             };
             let m = self.tp_sum(layer.down.forward(&act)?)?;
             // The residual add and the next layer's input norm (after the last layer, the
@@ -778,4 +824,43 @@ pub fn chunk_mask(start: usize, len: usize, window: Option<usize>) -> Vec<f32> {
         }
     }
     m
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use candle_core::quantized::GgmlDType;
+
+    /// A tiny llama GGUF of `storage` and its content, with the file open.
+    fn tiny(dir: &Path, storage: gguf_llama::Storage) -> (gguf_file::Content, std::fs::File) {
+        let path = dir.join(format!("{storage:?}.gguf"));
+        gguf_llama::write_gguf(&path, &gguf_llama::LlamaShape::TINY, storage, 4).unwrap();
+        let mut f = std::fs::File::open(&path).unwrap();
+        (gguf_file::Content::read(&mut f).unwrap(), f)
+    }
+
+    /// `stack_gguf` stacks matrices of one block type and width into one product whose
+    /// rows are the separate products' rows (the same Candle CPU kernel per row: equal bit
+    /// for bit), and declines widths that differ and float tensors.
+    #[test]
+    fn stack_gguf_stacks_one_block_type_and_declines_the_rest() {
+        let dir = tempfile::tempdir().unwrap();
+        let dev = Device::Cpu;
+        let (ct, mut f) = tiny(dir.path(), gguf_llama::Storage::Quantized(GgmlDType::Q4_0));
+        let names = ["blk.1.ffn_gate".to_string(), "blk.1.ffn_up".to_string()];
+        let stacked = stack_gguf(&ct, &mut f, &names, false, &dev, DType::F32).unwrap().expect("one block type: stacked");
+        let x = Tensor::arange(0u32, 3 * 256, &dev).unwrap().to_dtype(DType::F32).unwrap().reshape((3, 256)).unwrap().affine(0.01, -3.0).unwrap().sin().unwrap();
+        let y = stacked.forward(&x).unwrap();
+        let parts: Vec<Tensor> = names.iter().map(|n| QMatMul::from_qtensor(ct.tensor(&mut f, &format!("{n}.weight"), &dev).unwrap()).unwrap().forward(&x).unwrap()).collect();
+        let want = Tensor::cat(&parts, 1).unwrap();
+        assert_eq!(y.dims(), &[3, 1024]);
+        assert_eq!(y.flatten_all().unwrap().to_vec1::<f32>().unwrap(), want.flatten_all().unwrap().to_vec1::<f32>().unwrap());
+        // gate (512 x 256) and down (256 x 512): widths differ.
+        let mixed = ["blk.1.ffn_gate".to_string(), "blk.1.ffn_down".to_string()];
+        assert!(stack_gguf(&ct, &mut f, &mixed, false, &dev, DType::F32).unwrap().is_none());
+        let missing = ["blk.1.ffn_gate".to_string(), "blk.9.ffn_up".to_string()];
+        assert!(stack_gguf(&ct, &mut f, &missing, false, &dev, DType::F32).unwrap().is_none());
+        let (ct32, mut f32file) = tiny(dir.path(), gguf_llama::Storage::Dequantized(GgmlDType::Q4_0));
+        assert!(stack_gguf(&ct32, &mut f32file, &names, false, &dev, DType::F32).unwrap().is_none(), "float tensors stay plain weights");
+    }
 }

@@ -339,8 +339,8 @@ fn load_safetensors_shard(dir: &Path, dev: &Device, comm: Box<dyn TpCollective>)
             q_norm: if c.qk_norm { Some(norm("self_attn.q_norm", hd)?) } else { None },
             k_norm: if c.qk_norm { Some(norm("self_attn.k_norm", hd)?) } else { None },
             post_norm: norm("post_attention_layernorm", h)?,
-            gate: lin(&format!("{p}.mlp.gate_proj"), im, h, WeightKind::Gate, false)?,
-            up: lin(&format!("{p}.mlp.up_proj"), im, h, WeightKind::Up, false)?,
+            gate: Some(lin(&format!("{p}.mlp.gate_proj"), im, h, WeightKind::Gate, false)?),
+            up: Some(lin(&format!("{p}.mlp.up_proj"), im, h, WeightKind::Up, false)?),
             down: lin(&format!("{p}.mlp.down_proj"), h, im, WeightKind::Down, false)?,
         };
         layer.stack_dense()?;
@@ -377,7 +377,7 @@ fn load_gguf_shard(path: &Path, dev: &Device, comm: Box<dyn TpCollective>) -> Re
         let (gate, up, down) = (qlin("ffn_gate", WeightKind::Gate, false)?, qlin("ffn_up", WeightKind::Up, false)?, qlin("ffn_down", WeightKind::Down, false)?);
         let mut norm = |name: &str| -> Result<Tensor> { Ok(src.get(&format!("{p}.{name}.weight"), Split::Full, dev)?.dequantize(dev)?.to_dtype(dtype)?) };
         let (q_norm, k_norm) = if cfg.qk_norm { (Some(norm("attn_q_norm")?), Some(norm("attn_k_norm")?)) } else { (None, None) };
-        layers.push(Layer { qkv: None, gate_up: None, input_norm: norm("attn_norm")?, q, k, v, o, q_norm, k_norm, post_norm: norm("ffn_norm")?, gate, up, down });
+        layers.push(Layer { qkv: None, gate_up: None, input_norm: norm("attn_norm")?, q, k, v, o, q_norm, k_norm, post_norm: norm("ffn_norm")?, gate: Some(gate), up: Some(up), down });
     }
     let final_norm = src.get("output_norm.weight", Split::Full, dev)?.dequantize(dev)?.to_dtype(dtype)?;
     let vocab = plan.split(WeightKind::Embed);

@@ -337,6 +337,41 @@ fn quantized_llama_gguf_on_the_cpu_executor() {
     compare_steps(model, Box::new(QLlama(reference, dev.clone())), F32_TOL, 1);
 }
 
+/// A GGUF whose layers mix GGML types as a Q4_K_M file does: layer 0's `attn_v` and
+/// `ffn_up` in Q6_K, everything else Q4_K, so layer 0's q/k/v and gate/up stay separate
+/// products while layer 1's are stacked at load. On our device (CPU executor, f32
+/// activations) against the unmodified quantized_llama on the same device (the same
+/// QMatMul kernels: summation orders only, f32 tolerance). Prefill and one decode step.
+#[test]
+fn quantized_llama_gguf_mixed_types_on_the_cpu_executor() {
+    use candle_core::quantized::{gguf_file, GgmlDType, QTensor};
+    let dir = tempfile::tempdir().unwrap();
+    let (src, path) = (dir.path().join("src.gguf"), dir.path().join("m.gguf"));
+    gguf_llama::write_gguf(&src, &gguf_llama::LlamaShape::TINY, gguf_llama::Storage::Quantized(GgmlDType::Q4K), 6).unwrap();
+    let mut f = std::fs::File::open(&src).unwrap();
+    let content = gguf_file::Content::read(&mut f).unwrap();
+    let mut names: Vec<&String> = content.tensor_infos.keys().collect();
+    names.sort();
+    let tensors: Vec<(String, QTensor)> = names
+        .into_iter()
+        .map(|n| {
+            let t = content.tensor(&mut f, n, &Device::Cpu).unwrap();
+            let t = if n == "blk.0.attn_v.weight" || n == "blk.0.ffn_up.weight" { QTensor::quantize(&t.dequantize(&Device::Cpu).unwrap(), GgmlDType::Q6K).unwrap() } else { t };
+            (n.clone(), t)
+        })
+        .collect();
+    let meta: Vec<(&str, &gguf_file::Value)> = content.metadata.iter().map(|(k, v)| (k.as_str(), v)).collect();
+    let refs: Vec<(&str, &QTensor)> = tensors.iter().map(|(n, t)| (n.as_str(), t)).collect();
+    gguf_file::write(&mut std::fs::File::create(&path).unwrap(), &meta, &refs).unwrap();
+    let dev = candle_rocm::cpu_executor(candle_rocm::WaveSize::W32);
+    let mut f = std::fs::File::open(&path).unwrap();
+    let content = gguf_file::Content::read(&mut f).unwrap();
+    assert_eq!(content.tensor_infos["blk.0.ffn_up.weight"].ggml_dtype, GgmlDType::Q6K);
+    let reference = ct::quantized_llama::ModelWeights::from_gguf(content, &mut f, &dev).unwrap();
+    let model = Model::load_gguf_as(&path, &dev, DType::F32).unwrap();
+    compare_steps(model, Box::new(QLlama(reference, dev.clone())), F32_TOL, 1);
+}
+
 /// A Q4_K GGUF on our device (CPU executor) as `llm-worker` loads it (bf16 activations and
 /// cache, the paged decode kernel), ten sequences at once: one prefill step of all ten
 /// prompts, then two decode steps of ten rows (every quantized product past one launch's
