@@ -206,7 +206,7 @@ pub fn rope_and_cache(
 /// rows allow ([`row_strided`]), fresh outputs for the rotated queries and, with `kv_out`,
 /// the contiguous rotated keys and values; then `f` launches with them.
 #[allow(clippy::too_many_arguments)]
-fn with_io<T: BufElem + Float, R>(
+fn with_io<T: BufElem + Float>(
     op: &'static str,
     dev: &RocmDevice,
     shape: RopeCacheShape,
@@ -264,7 +264,7 @@ fn rope_on<T: BufElem + Float>(
     const OP: &str = "rope_and_cache";
     let ((cs, cl), (ss, sl)) = (rope.cos.storage_and_layout(), rope.sin.storage_and_layout());
     let (cos, sin) = (input::<T>(OP, "cos", dev, &cs, cl)?, input::<T>(OP, "sin", dev, &ss, sl)?);
-    let out = with_io::<T, _>(OP, dev, shape, key, value, q, false, |io| {
+    let out = with_io::<T>(OP, dev, shape, key, value, q, false, |io| {
         let mut io = Some(io);
         with_mut(key_cache, |kc| {
             with_mut(value_cache, |vc| {
@@ -685,7 +685,7 @@ fn rope_indexed_on<T: BufElem + Float>(
     let ((ms, ml), (ps, pl)) = (index.slot_mapping.storage_and_layout(), index.positions.storage_and_layout());
     let (cos, sin) = (input::<T>(OP, "cos", dev, &cs, cl)?, input::<T>(OP, "sin", dev, &ss, sl)?);
     let (map, pos) = (input::<i64>(OP, "slot_mapping", dev, &ms, ml)?, input::<u32>(OP, "positions", dev, &ps, pl)?);
-    with_io::<T, _>(OP, dev, shape, key, value, q, kv_out, |io| {
+    with_io::<T>(OP, dev, shape, key, value, q, kv_out, |io| {
         let mut io = Some(io);
         with_mut(key_cache, |kc| {
             with_mut(value_cache, |vc| {
