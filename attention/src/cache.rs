@@ -312,70 +312,63 @@ pub fn rope_and_cache<T: Float>(
         let h = r / per_head;
         let i0 = ((r - h * per_head) as usize) * lanes;
         let (t, h) = (t as usize, h as usize);
-        // SAFETY: t < tokens = positions.len() (checked above).
-        let p = unsafe { *pp.add(t) } as usize;
-        if p >= table_rows {
-            panic!("rope_and_cache: a position is outside the tables");
+        // SAFETY: t < tokens = positions.len() = slot_mapping.len() (checked above).
+        let (p, slot) = unsafe { (*pp.add(t) as usize, *sp.add(t)) };
+        if p >= table_rows || (slot >= 0 && slot as usize >= slots) {
+            panic!("rope_and_cache: a position is outside the tables or a slot outside the cache");
         }
         // SAFETY: p < table_rows: the row is inside cos and sin (equal lengths).
         let tab = unsafe { (cp.add(p * d2), snp.add(p * d2)) };
-        if h < kvh {
-            // SAFETY: t < tokens = slot_mapping.len().
-            let slot = unsafe { *sp.add(t) };
-            if slot as usize >= slots && slot >= 0 {
-                panic!("rope_and_cache: a slot is outside the cache");
+        let key = h < kvh;
+        let hq = h.wrapping_sub(kvh);
+        // The row rotated (a key or a query) and where it goes: a key to its cache slot
+        // (padding: nowhere) and to k_out, a query to q_out. SAFETY (every pointer): t <
+        // tokens and h < kvh (a key) or hq < qh (a query), so each source row ends inside
+        // its span, each output row inside its buffer, a slot's rows inside the caches.
+        let (src, dst, dst2) = unsafe {
+            if key {
+                let kc = if slot >= 0 { kcp.add(slot as usize * row + h * d) } else { core::ptr::null_mut() };
+                let ko = if with_out { kop.add(t * row + h * d) } else { core::ptr::null_mut() };
+                (kp.add(t * ks + h * d), kc, ko)
+            } else {
+                (qp.add(t * qs + hq * d), qop.add((t * qh + hq) * d), core::ptr::null_mut())
             }
-            // SAFETY (every pointer below): t < tokens and h < kvh, so the source rows end
-            // inside k and v (their spans), the output rows inside k_out and v_out (when
-            // present), and the slot's rows inside the caches (slot < slots).
-            let (ksrc, vsrc) = unsafe { (kp.add(t * ks + h * d), vp.add(t * vs + h * d)) };
-            let (kc, vc) = if slot >= 0 {
-                let dst = slot as usize * row + h * d;
-                unsafe { (kcp.add(dst), vcp.add(dst)) }
-            } else {
-                (core::ptr::null_mut(), core::ptr::null_mut())
-            };
-            let (ko, vo) = if with_out {
-                let at = t * row + h * d;
-                unsafe { (kop.add(at), vop.add(at)) }
-            } else {
-                (core::ptr::null_mut(), core::ptr::null_mut())
-            };
-            if vector {
-                // SAFETY: as above; i0 + lanes <= d2 on this path, every address and offset
-                // a multiple of 16 bytes.
-                unsafe {
-                    let kb = rotated_blocks(ksrc, tab, i0, d2, interleaved != 0);
-                    let vb = (core::ptr::read(vsrc.add(i0) as *const Block), core::ptr::read(vsrc.add(i0 + d2) as *const Block));
-                    if slot >= 0 {
-                        store_blocks(kc, i0, d2, kb);
-                        store_blocks(vc, i0, d2, vb);
-                    }
-                    if with_out {
-                        store_blocks(ko, i0, d2, kb);
-                        store_blocks(vo, i0, d2, vb);
-                    }
+        };
+        if vector {
+            // SAFETY: as above; i0 + lanes <= d2 on this path, every address and offset a
+            // multiple of 16 bytes.
+            unsafe {
+                let b = rotated_blocks(src, tab, i0, d2, interleaved != 0);
+                if !dst.is_null() {
+                    store_blocks(dst, i0, d2, b);
                 }
-            } else {
-                let m = (d2 - i0).min(lanes);
-                // SAFETY: as above; i0 + m <= d2.
-                unsafe {
-                    rotate_pairs(ksrc, kc, ko, tab, i0, m, d2, interleaved != 0);
-                    copy_pairs(vsrc, vc, vo, i0, m, d2, interleaved != 0);
+                if !dst2.is_null() {
+                    store_blocks(dst2, i0, d2, b);
                 }
             }
         } else {
-            let hq = h - kvh;
-            // SAFETY: t < tokens and hq < qh: the source row ends inside q (its span), the
-            // output row inside q_out.
-            let (src, dst) = unsafe { (qp.add(t * qs + hq * d), qop.add((t * qh + hq) * d)) };
+            // SAFETY: as above; i0 + m <= d2.
+            unsafe { rotate_pairs(src, dst, dst2, tab, i0, (d2 - i0).min(lanes), d2, interleaved != 0) };
+        }
+        if key {
+            // The values at the same indices, unchanged. SAFETY: as for the keys.
+            let vsrc = unsafe { vp.add(t * vs + h * d) };
+            let vc = if slot >= 0 { unsafe { vcp.add(slot as usize * row + h * d) } } else { core::ptr::null_mut() };
+            let vo = if with_out { unsafe { vop.add(t * row + h * d) } } else { core::ptr::null_mut() };
             if vector {
-                // SAFETY: as above; i0 + lanes <= d2, 16-byte aligned.
-                unsafe { store_blocks(dst, i0, d2, rotated_blocks(src, tab, i0, d2, interleaved != 0)) };
+                // SAFETY: as for the keys.
+                unsafe {
+                    let b = (core::ptr::read(vsrc.add(i0) as *const Block), core::ptr::read(vsrc.add(i0 + d2) as *const Block));
+                    if !vc.is_null() {
+                        store_blocks(vc, i0, d2, b);
+                    }
+                    if !vo.is_null() {
+                        store_blocks(vo, i0, d2, b);
+                    }
+                }
             } else {
-                let m = (d2 - i0).min(lanes);
-                // SAFETY: as above; i0 + m <= d2.
-                unsafe { rotate_pairs(src, dst, core::ptr::null_mut(), tab, i0, m, d2, interleaved != 0) };
+                // SAFETY: as for the keys.
+                unsafe { copy_pairs(vsrc, vc, vo, i0, (d2 - i0).min(lanes), d2, interleaved != 0) };
             }
         }
         e += global_size_x() as u32;
