@@ -271,7 +271,7 @@ pub fn rope_and_cache<T: Float>(
         || v.len() != strided_span(tokens, vs, row)
         || q.len() != strided_span(tokens, qs, qh * d)
         || q_out.len() != tokens * qh * d
-        || (k_out.len() != 0 && k_out.len() != tokens * row)
+        || (!k_out.is_empty() && k_out.len() != tokens * row)
         || v_out.len() != k_out.len()
         || positions.len() != tokens
         || k_cache.len() != v_cache.len()
@@ -299,7 +299,7 @@ pub fn rope_and_cache<T: Float>(
         | addr_if(qop, qh != 0)
         | addr_if(kop, with_out)
         | addr_if(vop, with_out);
-    let vector = bits % 16 == 0;
+    let vector = bits.is_multiple_of(16);
     // Items: chunks of `lanes` pairs of one head row (the last chunk of a row may be short
     // off the vector path). 32-bit index arithmetic: the host checked the count.
     let per_head = d2.div_ceil(lanes) as u32;

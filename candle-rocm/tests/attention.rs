@@ -516,12 +516,13 @@ fn rope_and_cache_reads_views_of_a_stacked_product() {
             let y3 = yd.reshape((tokens, h + 2 * hk, d)).unwrap();
             let (q, k, v) = (y3.narrow(1, 0, h).unwrap(), y3.narrow(1, h, hk).unwrap(), y3.narrow(1, h + hk, hk).unwrap());
             let ix = paged::CacheIndex::new(&dev, &slots, &positions, nb, bs).unwrap();
-            let run = |q: &Tensor, k: &Tensor, v: &Tensor| -> (Vec<f32>, Vec<f32>, Vec<f32>, Vec<f32>, Vec<f32>) {
+            // Rotated q, k cache, v cache, k_out, v_out.
+            let run = |q: &Tensor, k: &Tensor, v: &Tensor| -> [Vec<f32>; 5] {
                 let (kc, vc) = (on(&cache0).copy().unwrap(), on(&cache0).copy().unwrap());
                 let out = paged::rope_and_cache_indexed_out(k, v, &kc, &vc, &ix, (&cos, &sin), interleaved, Some(q), true).unwrap();
                 let (ko, vo) = out.kv.expect("k/v copies");
                 assert_eq!((ko.dims(), vo.dims()), (&[tokens, hk, d][..], &[tokens, hk, d][..]));
-                (host(&out.q.expect("rotated queries")), host(&kc), host(&vc), host(&ko), host(&vo))
+                [host(&out.q.expect("rotated queries")), host(&kc), host(&vc), host(&ko), host(&vo)]
             };
             let what = format!("{dtype:?} interleaved {interleaved} on {}", rd.name());
             let views = run(&q, &k, &v);
@@ -531,7 +532,7 @@ fn rope_and_cache_reads_views_of_a_stacked_product() {
             let qt = q.transpose(0, 1).unwrap().contiguous().unwrap().transpose(0, 1).unwrap();
             assert!(run(&qt, &k, &v) == copies, "{what}: a transposed q differs");
             assert_eq!(host(&yd), host(&y), "{what}: the product was written");
-            let (_, kc, _, ko, vo) = views;
+            let [_, kc, _, ko, vo] = views;
             let row = hk * d;
             for (t, &s) in slots.iter().enumerate() {
                 assert_eq!(&vo[t * row..][..row], &host(&v.get(t).unwrap())[..], "{what}: v_out token {t}");
