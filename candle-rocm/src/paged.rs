@@ -29,8 +29,8 @@
 use crate::buffer::BufElem;
 use crate::device::RocmDevice;
 use crate::error::invalid;
-use crate::tensor_access::{buf_mut, dims_n, distinct_storage, dtype_is, host_ints, host_u32, input, output, rocm_device, same_device, whole_buffer, with_mut};
-use attention::cache::host::{rope_and_cache_rows, rope_and_cache_rows_unchecked, RopeCacheShape};
+use crate::tensor_access::{buf_mut, dims_n, distinct_storage, dtype_is, host_ints, host_u32, input, output, rocm_device, row_strided, same_device, whole_buffer, with_mut};
+use attention::cache::host::{rope_and_cache_rows, rope_and_cache_rows_unchecked, RopeCacheIo, RopeCacheShape, Rows};
 use attention::paged::host::{paged_attention as paged_decode, paged_attention_unchecked, reshape_and_cache_rows, PagedShape};
 use attention::{AttentionError, FlashElem};
 use candle_core::{DType, Result, Tensor};
@@ -136,9 +136,12 @@ pub struct Rope<'a> {
 /// [`reshape_and_cache`] with the keys rotated by `rope` on their way into the cache (the
 /// values unchanged), and, when `q [tokens, heads, head_dim]` is given, the queries
 /// rotated by the same positions in the same launch: returns the rotated queries (a new
-/// tensor). Equals `candle_nn::rotary_emb::rope` (or `rope_i`) of the keys and queries at
-/// their positions followed by [`reshape_and_cache`], in one launch; the rotation runs in
-/// f32 and rounds once.
+/// contiguous tensor). Equals `candle_nn::rotary_emb::rope` (or `rope_i`) of the keys and
+/// queries at their positions followed by [`reshape_and_cache`], in one launch; the
+/// rotation runs in f32 and rounds once. `key`, `value` and `q` whose rows are each
+/// contiguous and evenly spaced (e.g. `narrow`s of the heads of one stacked q/k/v product
+/// `[tokens, heads + 2 kv_heads, head_dim]`) are read in place; other layouts are copied
+/// first.
 #[allow(clippy::too_many_arguments)]
 pub fn rope_and_cache(
     key: &Tensor,
@@ -199,15 +202,50 @@ pub fn rope_and_cache(
     )
 }
 
-/// A contiguous copy of the queries (`None` without them): the rope kernels rotate q in
-/// place, and the caller's tensor must not change.
-fn q_copy<T: BufElem>(op: &'static str, dev: &RocmDevice, q: Option<&Tensor>) -> Result<Option<kernels::runtime::DeviceVec<T>>> {
-    let Some(q) = q else { return Ok(None) };
-    let (qs, ql) = q.storage_and_layout();
-    let qi = input::<T>(op, "q", dev, &qs, ql)?;
-    let mut o = dev.kernels().alloc_uninit::<T>(qi.len()).map_err(crate::error::at(op))?;
-    dev.kernels().copy(qi.view(..).map_err(crate::error::at(op))?, o.view_mut(..).map_err(crate::error::at(op))?).map_err(crate::error::at(op))?;
-    Ok(Some(o))
+/// The kernel's operands of a call: keys, values and queries read in place where their
+/// rows allow ([`row_strided`]), fresh outputs for the rotated queries and, with `kv_out`,
+/// the contiguous rotated keys and values; then `f` launches with them.
+#[allow(clippy::too_many_arguments)]
+fn with_io<T: BufElem + Float>(
+    op: &'static str,
+    dev: &RocmDevice,
+    shape: RopeCacheShape,
+    key: &Tensor,
+    value: &Tensor,
+    q: Option<&Tensor>,
+    kv_out: bool,
+    f: impl FnOnce(RopeCacheIo<'_, T>) -> Result<()>,
+) -> Result<RopeCacheOut> {
+    let RopeCacheShape { tokens, kv_heads, heads, head_dim, .. } = shape;
+    let ((ks, kl), (vs, vl)) = (key.storage_and_layout(), value.storage_and_layout());
+    let (k, k_at, k_stride) = row_strided::<T>(op, "key", dev, &ks, kl)?;
+    let (v, v_at, v_stride) = row_strided::<T>(op, "value", dev, &vs, vl)?;
+    let qs = q.map(|q| q.storage_and_layout());
+    let qi = match &qs {
+        Some((s, l)) => Some(row_strided::<T>(op, "q", dev, s, l)?),
+        None => None,
+    };
+    let kd = dev.kernels();
+    let mut q_out = match q {
+        Some(_) => Some(kd.alloc_uninit::<T>(tokens * heads * head_dim).map_err(crate::error::at(op))?),
+        None => None,
+    };
+    let mut kv = match kv_out {
+        true => Some((kd.alloc_uninit::<T>(tokens * kv_heads * head_dim).map_err(crate::error::at(op))?, kd.alloc_uninit::<T>(tokens * kv_heads * head_dim).map_err(crate::error::at(op))?)),
+        false => None,
+    };
+    let io = RopeCacheIo {
+        k: Rows::new(&k, k_at, k_stride),
+        v: Rows::new(&v, v_at, v_stride),
+        q: match (&qi, q_out.as_mut()) {
+            (Some((qb, at, stride)), Some(out)) => Some((Rows::new(qb, *at, *stride), out)),
+            _ => None,
+        },
+        kv_out: kv.as_mut().map(|(a, b)| (a, b)),
+    };
+    f(io)?;
+    let rows = (tokens, kv_heads, head_dim);
+    Ok(RopeCacheOut { q: q_out.map(|o| output(dev, o, (tokens, heads, head_dim))), kv: kv.map(|(a, b)| (output(dev, a, rows), output(dev, b, rows))) })
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -224,20 +262,20 @@ fn rope_on<T: BufElem + Float>(
     q: Option<&Tensor>,
 ) -> Result<Option<Tensor>> {
     const OP: &str = "rope_and_cache";
-    let ((ks, kl), (vs, vl)) = (key.storage_and_layout(), value.storage_and_layout());
     let ((cs, cl), (ss, sl)) = (rope.cos.storage_and_layout(), rope.sin.storage_and_layout());
-    let (k, v) = (input::<T>(OP, "key", dev, &ks, kl)?, input::<T>(OP, "value", dev, &vs, vl)?);
     let (cos, sin) = (input::<T>(OP, "cos", dev, &cs, cl)?, input::<T>(OP, "sin", dev, &ss, sl)?);
-    // The queries rotate in place in a copy of their own.
-    let mut qo = q_copy::<T>(OP, dev, q)?;
-    with_mut(key_cache, |kc| {
-        with_mut(value_cache, |vc| {
-            let kc = buf_mut::<T>(OP, "key_cache", kc)?;
-            let vc = buf_mut::<T>(OP, "value_cache", vc)?;
-            rope_and_cache_rows(dev.kernels(), shape, &k, &v, qo.as_mut(), kc, vc, slots, positions, &cos, &sin).map_err(|e| err(OP, e))
+    let out = with_io::<T>(OP, dev, shape, key, value, q, false, |io| {
+        let mut io = Some(io);
+        with_mut(key_cache, |kc| {
+            with_mut(value_cache, |vc| {
+                let kc = buf_mut::<T>(OP, "key_cache", kc)?;
+                let vc = buf_mut::<T>(OP, "value_cache", vc)?;
+                let io = io.take().ok_or_else(|| invalid(OP, "the caches were written twice"))?;
+                rope_and_cache_rows(dev.kernels(), shape, io, kc, vc, slots, positions, &cos, &sin).map_err(|e| err(OP, e))
+            })
         })
     })?;
-    Ok(qo.map(|o| output(dev, o, (shape.tokens, shape.heads, shape.head_dim))))
+    Ok(out.q)
 }
 
 /// One decode step: `out[b, h] = softmax(q[b, h] . K_b^T * softmax_scale) V_b` over the
@@ -557,6 +595,35 @@ pub fn rope_and_cache_indexed(
     interleaved: bool,
     q: Option<&Tensor>,
 ) -> Result<Option<Tensor>> {
+    Ok(rope_and_cache_indexed_out(key, value, key_cache, value_cache, index, (cos, sin), interleaved, q, false)?.q)
+}
+
+/// What [`rope_and_cache_indexed_out`] returns besides the cache write.
+#[derive(Debug)]
+pub struct RopeCacheOut {
+    /// The rotated queries `[tokens, heads, head_dim]` (contiguous), when queries were given.
+    pub q: Option<Tensor>,
+    /// Contiguous `[tokens, kv_heads, head_dim]` rotated keys and values of every token
+    /// (bit for bit what the cache holds for them), when asked for: attention over a
+    /// step's own keys (chunks with no cached prefix) without gathering them back out of
+    /// the cache.
+    pub kv: Option<(Tensor, Tensor)>,
+}
+
+/// [`rope_and_cache_indexed`] (tables `(cos, sin)`) that, with `kv_out`, also returns the
+/// rotated keys and the values as contiguous tensors, written by the same launch.
+#[allow(clippy::too_many_arguments)]
+pub fn rope_and_cache_indexed_out(
+    key: &Tensor,
+    value: &Tensor,
+    key_cache: &Tensor,
+    value_cache: &Tensor,
+    index: &CacheIndex,
+    (cos, sin): (&Tensor, &Tensor),
+    interleaved: bool,
+    q: Option<&Tensor>,
+    kv_out: bool,
+) -> Result<RopeCacheOut> {
     const OP: &str = "rope_and_cache_indexed";
     let (tokens, kvh, d) = cache_write_checks(OP, key, value, key_cache, value_cache, &index.slot_mapping)?;
     cache_matches(OP, key_cache, index.num_blocks, index.block_size)?;
@@ -593,9 +660,9 @@ pub fn rope_and_cache_indexed(
         || "rope_and_cache".into(),
         key.dtype(),
         || match key.dtype() {
-            DType::F16 => rope_indexed_on::<f16>(dev, shape, key, value, key_cache, value_cache, index, (cos, sin), q),
-            DType::BF16 => rope_indexed_on::<bf16>(dev, shape, key, value, key_cache, value_cache, index, (cos, sin), q),
-            _ => rope_indexed_on::<f32>(dev, shape, key, value, key_cache, value_cache, index, (cos, sin), q),
+            DType::F16 => rope_indexed_on::<f16>(dev, shape, key, value, key_cache, value_cache, index, (cos, sin), q, kv_out),
+            DType::BF16 => rope_indexed_on::<bf16>(dev, shape, key, value, key_cache, value_cache, index, (cos, sin), q, kv_out),
+            _ => rope_indexed_on::<f32>(dev, shape, key, value, key_cache, value_cache, index, (cos, sin), q, kv_out),
         },
     )
 }
@@ -611,26 +678,27 @@ fn rope_indexed_on<T: BufElem + Float>(
     index: &CacheIndex,
     (cos, sin): (&Tensor, &Tensor),
     q: Option<&Tensor>,
-) -> Result<Option<Tensor>> {
+    kv_out: bool,
+) -> Result<RopeCacheOut> {
     const OP: &str = "rope_and_cache_indexed";
-    let ((ks, kl), (vs, vl)) = (key.storage_and_layout(), value.storage_and_layout());
     let ((cs, cl), (ss, sl)) = (cos.storage_and_layout(), sin.storage_and_layout());
     let ((ms, ml), (ps, pl)) = (index.slot_mapping.storage_and_layout(), index.positions.storage_and_layout());
-    let (k, v) = (input::<T>(OP, "key", dev, &ks, kl)?, input::<T>(OP, "value", dev, &vs, vl)?);
     let (cos, sin) = (input::<T>(OP, "cos", dev, &cs, cl)?, input::<T>(OP, "sin", dev, &ss, sl)?);
     let (map, pos) = (input::<i64>(OP, "slot_mapping", dev, &ms, ml)?, input::<u32>(OP, "positions", dev, &ps, pl)?);
-    let mut qo = q_copy::<T>(OP, dev, q)?;
-    with_mut(key_cache, |kc| {
-        with_mut(value_cache, |vc| {
-            let kc = buf_mut::<T>(OP, "key_cache", kc)?;
-            let vc = buf_mut::<T>(OP, "value_cache", vc)?;
-            // SAFETY: `CacheIndex::new` checked every slot (inside the cache of
-            // `num_blocks * block_size` rows, distinct) and `cache_matches` that this cache
-            // has that many; the tables hold `table_rows` rows, past every position.
-            unsafe { rope_and_cache_rows_unchecked(dev.kernels(), shape, &k, &v, qo.as_mut(), kc, vc, &map, &pos, &cos, &sin) }.map_err(|e| err(OP, e))
+    with_io::<T>(OP, dev, shape, key, value, q, kv_out, |io| {
+        let mut io = Some(io);
+        with_mut(key_cache, |kc| {
+            with_mut(value_cache, |vc| {
+                let kc = buf_mut::<T>(OP, "key_cache", kc)?;
+                let vc = buf_mut::<T>(OP, "value_cache", vc)?;
+                let io = io.take().ok_or_else(|| invalid(OP, "the caches were written twice"))?;
+                // SAFETY: `CacheIndex::new` checked every slot (inside the cache of
+                // `num_blocks * block_size` rows, distinct) and `cache_matches` that this
+                // cache has that many; the tables hold `table_rows` rows, past every position.
+                unsafe { rope_and_cache_rows_unchecked(dev.kernels(), shape, io, kc, vc, &map, &pos, &cos, &sin) }.map_err(|e| err(OP, e))
+            })
         })
-    })?;
-    Ok(qo.map(|o| output(dev, o, (shape.tokens, shape.heads, shape.head_dim))))
+    })
 }
 
 /// [`paged_attention`] with the step's checked [`DecodeIndex`]: the same result, no host

@@ -87,6 +87,32 @@ pub(crate) fn input<'g, T: BufElem>(op: &str, arg: &str, dev: &RocmDevice, s: &'
     Ok(Input::Owned(T::take(out).ok_or_else(|| invalid(op, "copy changed the dtype"))?))
 }
 
+/// The elements of a tensor `[rows, ..]` whose rows are each contiguous (`width` = the
+/// product of the other dims) and evenly spaced, such as a column slice (`narrow` of the
+/// inner dims) of a larger matrix, as `(buffer, first row's offset, row stride)`: read in
+/// place, no copy. Any other layout (rows overlapping, transposed inner dims) is gathered
+/// into a contiguous copy (offset 0, stride `width`), as [`input`] does.
+pub(crate) fn row_strided<'g, T: BufElem>(op: &str, arg: &str, dev: &RocmDevice, s: &'g Storage, l: &Layout) -> Result<(Input<'g, T>, usize, usize)> {
+    let (dims, strides) = (l.dims(), l.stride());
+    let width: usize = dims.iter().skip(1).product();
+    let rows = dims.first().copied().unwrap_or(1);
+    let mut expect = 1;
+    let mut inner = true;
+    for i in (1..dims.len()).rev() {
+        inner &= dims[i] == 1 || strides[i] == expect;
+        expect *= dims[i];
+    }
+    let stride = if rows > 1 { strides[0] } else { width };
+    if inner && !dims.is_empty() && stride >= width {
+        let st = storage_of(op, arg, s)?;
+        let Some(v) = T::get(st.buf()) else {
+            return Err(invalid(op, format!("argument `{arg}` has dtype {:?}", st.buf().dtype())));
+        };
+        return Ok((Input::Borrowed(v), l.start_offset(), stride));
+    }
+    Ok((input::<T>(op, arg, dev, s, l)?, 0, width))
+}
+
 /// A tensor of `shape` on `dev` owning `v`.
 pub(crate) fn output<T: BufElem>(dev: &RocmDevice, v: DeviceVec<T>, shape: impl Into<Shape>) -> Tensor {
     Tensor::from_storage(Storage::Ext(dev.storage(T::wrap(v))), shape, BackpropOp::none(), false)

@@ -494,6 +494,56 @@ fn rope_and_cache_matches_candle_rope_then_cache() {
     }
 }
 
+/// q, k, v as views of the heads of one stacked q/k/v product (`narrow`s of `[tokens,
+/// heads + 2 kv_heads, head_dim]`, read in place by the kernel) give bit for bit what
+/// contiguous copies of them give, and so does a layout the kernel cannot read in place
+/// (transposed heads: copied first); the product is not written; `kv_out`'s keys equal the
+/// cache rows and its values the step's values, bit for bit, padding tokens included.
+#[test]
+fn rope_and_cache_reads_views_of_a_stacked_product() {
+    let (tokens, h, hk, d, bs, nb) = (5usize, 4usize, 2usize, 64usize, 4usize, 4usize);
+    let positions: Vec<u32> = vec![7, 0, 11, 12, 3];
+    let slots: Vec<i64> = vec![9, 2, -1, 15, 0];
+    for (dtype, interleaved, seed) in [(DType::F16, false, 70), (DType::BF16, true, 71), (DType::F32, false, 72)] {
+        let y = input(&[tokens, (h + 2 * hk) * d], dtype, seed);
+        let ang = Tensor::arange(0u32, 16 * d as u32 / 2, &Device::Cpu).unwrap().to_dtype(DType::F32).unwrap().affine(0.01, 0.0).unwrap().reshape((16, d / 2)).unwrap();
+        let (cos, sin) = (ang.cos().unwrap().to_dtype(dtype).unwrap(), ang.sin().unwrap().to_dtype(dtype).unwrap());
+        let cache0 = input(&[nb, bs, hk, d], dtype, seed + 1);
+        for rd in devices() {
+            let dev = rd.as_candle();
+            let on = |t: &Tensor| t.to_device(&dev).unwrap();
+            let (yd, cos, sin) = (on(&y), on(&cos), on(&sin));
+            let y3 = yd.reshape((tokens, h + 2 * hk, d)).unwrap();
+            let (q, k, v) = (y3.narrow(1, 0, h).unwrap(), y3.narrow(1, h, hk).unwrap(), y3.narrow(1, h + hk, hk).unwrap());
+            let ix = paged::CacheIndex::new(&dev, &slots, &positions, nb, bs).unwrap();
+            // Rotated q, k cache, v cache, k_out, v_out.
+            let run = |q: &Tensor, k: &Tensor, v: &Tensor| -> [Vec<f32>; 5] {
+                let (kc, vc) = (on(&cache0).copy().unwrap(), on(&cache0).copy().unwrap());
+                let out = paged::rope_and_cache_indexed_out(k, v, &kc, &vc, &ix, (&cos, &sin), interleaved, Some(q), true).unwrap();
+                let (ko, vo) = out.kv.expect("k/v copies");
+                assert_eq!((ko.dims(), vo.dims()), (&[tokens, hk, d][..], &[tokens, hk, d][..]));
+                [host(&out.q.expect("rotated queries")), host(&kc), host(&vc), host(&ko), host(&vo)]
+            };
+            let what = format!("{dtype:?} interleaved {interleaved} on {}", rd.name());
+            let views = run(&q, &k, &v);
+            let copies = run(&q.contiguous().unwrap(), &k.contiguous().unwrap(), &v.contiguous().unwrap());
+            assert!(views == copies, "{what}: views and contiguous copies differ");
+            // Heads transposed in memory: not row-strided, copied by the entry point.
+            let qt = q.transpose(0, 1).unwrap().contiguous().unwrap().transpose(0, 1).unwrap();
+            assert!(run(&qt, &k, &v) == copies, "{what}: a transposed q differs");
+            assert_eq!(host(&yd), host(&y), "{what}: the product was written");
+            let [_, kc, _, ko, vo] = views;
+            let row = hk * d;
+            for (t, &s) in slots.iter().enumerate() {
+                assert_eq!(&vo[t * row..][..row], &host(&v.get(t).unwrap())[..], "{what}: v_out token {t}");
+                if s >= 0 {
+                    assert_eq!(&ko[t * row..][..row], &kc[s as usize * row..][..row], "{what}: k_out token {t}");
+                }
+            }
+        }
+    }
+}
+
 #[test]
 fn cache_errors_name_the_argument_and_write_nothing() {
     let dev = RocmDevice::new_cpu_executor(WaveSize::W32).as_candle();

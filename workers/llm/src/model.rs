@@ -213,6 +213,17 @@ pub struct VarlenChunks {
     pub max_k: usize,
 }
 
+impl VarlenChunks {
+    /// Whether the chunks' keys are exactly the step's own new keys, in packed order: the
+    /// chunks are every packed row (`rows` is `None`) and each starts at position 0 (as
+    /// many keys as queries: no cached prefix), so its `ctx_slots` are the slots its own
+    /// tokens were just written to. Attention then reads the step's rotated keys and
+    /// values directly, with no gather out of the cache.
+    pub fn own_keys(&self) -> bool {
+        self.rows.is_none() && self.cu_q == self.cu_k
+    }
+}
+
 /// What [`paged_attention`] needs of a batch.
 pub struct AttnBatch {
     /// Decodes on the plain path (gathered, padded, masked).
@@ -261,21 +272,40 @@ impl KvIndex {
 }
 
 /// Rope of `q` and `k` at their positions and the write of `k`, `v` to the cache: on our
-/// device one `rope_and_cache` launch (tables `cos`, `sin` `[max_positions, head_dim / 2]`),
-/// elsewhere [`apply_rope`] twice and [`append_kv`]. Returns the rotated queries.
-pub fn rope_append_kv(cache: &LayerCache, q: &Tensor, k: &Tensor, v: &Tensor, index: &KvIndex, tables: (&Tensor, &Tensor), interleaved: bool) -> candle_core::Result<Tensor> {
+/// device one `rope_and_cache` launch (tables `cos`, `sin` `[max_positions, head_dim / 2]`)
+/// that reads `q`, `k`, `v` in place when they are views of the heads of one stacked
+/// product, elsewhere [`apply_rope`] twice and [`append_kv`]. Returns the rotated queries
+/// and, with `kv_out`, the step's rotated keys and values `[tokens, kv_heads, head_dim]`
+/// in the cache's dtype (what the cache now holds for them; on our device written
+/// contiguous by the same launch).
+#[allow(clippy::too_many_arguments, clippy::type_complexity)]
+pub fn rope_append_kv(
+    cache: &LayerCache,
+    q: &Tensor,
+    k: &Tensor,
+    v: &Tensor,
+    index: &KvIndex,
+    tables: (&Tensor, &Tensor),
+    interleaved: bool,
+    kv_out: bool,
+) -> candle_core::Result<(Tensor, Option<(Tensor, Tensor)>)> {
     match index {
         KvIndex::Fused(ix) => {
             let dt = cache.k.dtype();
-            let (q, k, v) = (q.to_dtype(dt)?.contiguous()?, k.to_dtype(dt)?.contiguous()?, v.to_dtype(dt)?.contiguous()?);
-            let q = candle_rocm::paged::rope_and_cache_indexed(&k, &v, &cache.k, &cache.v, ix, tables.0, tables.1, interleaved, Some(&q))?;
-            q.ok_or_else(|| candle_core::Error::Msg("rope_and_cache returned no queries".into()))
+            let (q, k, v) = (q.to_dtype(dt)?, k.to_dtype(dt)?, v.to_dtype(dt)?);
+            let out = candle_rocm::paged::rope_and_cache_indexed_out(&k, &v, &cache.k, &cache.v, ix, tables, interleaved, Some(&q), kv_out)?;
+            let q = out.q.ok_or_else(|| candle_core::Error::Msg("rope_and_cache returned no queries".into()))?;
+            Ok((q, out.kv))
         }
         KvIndex::Plain { slots, cos, sin } => {
             let q = apply_rope(q, cos, sin, interleaved)?;
             let k = apply_rope(k, cos, sin, interleaved)?;
             append_kv(cache, &k, v, slots)?;
-            Ok(q)
+            let kv = match kv_out {
+                true => Some((k.to_dtype(cache.k.dtype())?, v.to_dtype(cache.v.dtype())?.contiguous()?)),
+                false => None,
+            };
+            Ok((q, kv))
         }
     }
 }
@@ -283,8 +313,11 @@ pub fn rope_append_kv(cache: &LayerCache, q: &Tensor, k: &Tensor, v: &Tensor, in
 /// Attention of the packed queries `q: [tokens, heads, head_dim]` over each sequence's
 /// cached keys and values (written by [`append_kv`] first); `[tokens, heads * head_dim]`
 /// in `q`'s dtype, softmax in f32. Decodes and chunks take the kernel forms
-/// ([`PagedDecode`], [`VarlenChunks`]) where the batch carries them.
-pub fn paged_attention(q: &Tensor, cache: &LayerCache, batch: &AttnBatch, scale: f64) -> candle_core::Result<Tensor> {
+/// ([`PagedDecode`], [`VarlenChunks`]) where the batch carries them. `own`: the step's
+/// rotated keys and values as [`rope_append_kv`] returns them; varlen chunks whose keys
+/// are exactly the step's own ([`VarlenChunks::own_keys`]) attend over them instead of
+/// gathering the same rows back out of the cache.
+pub fn paged_attention(q: &Tensor, cache: &LayerCache, batch: &AttnBatch, scale: f64, own: Option<&(Tensor, Tensor)>) -> candle_core::Result<Tensor> {
     let (_, nh, hd) = q.dims3()?;
     let (nb, bs, nkv, _) = cache.k.dims4()?;
     let g = nh / nkv;
@@ -317,8 +350,10 @@ pub fn paged_attention(q: &Tensor, cache: &LayerCache, batch: &AttnBatch, scale:
         };
         let nq = qc.dim(0)?;
         let qc = qc.to_dtype(cache.k.dtype())?;
-        let k = kf.index_select(&c.ctx_slots, 0)?;
-        let v = vf.index_select(&c.ctx_slots, 0)?;
+        let (k, v) = match own.filter(|_| c.own_keys()) {
+            Some((k, v)) => (k.clone(), v.clone()),
+            None => (kf.index_select(&c.ctx_slots, 0)?, vf.index_select(&c.ctx_slots, 0)?),
+        };
         // Causal; a query at p sees keys p - w < k <= p under a window: w - 1 to the left.
         let left = batch.window.map(|w| w.saturating_sub(1));
         let o = candle_rocm::flash_attn::flash_attn_varlen_host_offsets(&qc, &k, &v, &c.cu_q, &c.cu_k, c.max_q, c.max_k, scale as f32, left, Some(0))?;
@@ -738,26 +773,26 @@ impl Model {
             Some(l) => rms_norm(&x, &l.input_norm, eps)?,
             None => x.clone(),
         };
+        // Fresh prefill chunks attend over the step's own keys and values, which the rope
+        // launch then also writes contiguous (no gather out of the cache).
+        let own_keys = attn.varlen.as_ref().is_some_and(VarlenChunks::own_keys);
         for (i, (layer, lc)) in self.layers.iter().zip(cache).enumerate() {
-            // Decode-sized steps on the fused path take the three products: their outputs are
-            // whole buffers that rope_and_cache reads in place, where the stacked product's
-            // column slices would each be copied first (three copy kernels per layer, more
-            // than the two extra launches cost). Larger steps keep the one stacked GEMM.
-            let split = self.fused && t <= candle_rocm::llm_ops::MAX_ROWS && matches!(index, KvIndex::Fused(_));
-            let (mut q, mut k, v) = match layer.qkv.as_ref().filter(|_| !split) {
+            // One product for q, k and v where the weights are stacked: q, k, v are views of
+            // its heads (no copy), which rope_and_cache reads in place.
+            let (mut q, mut k, v) = match &layer.qkv {
                 Some(qkv) => {
-                    let y = qkv.forward(&h)?;
-                    let (nq, nk) = (nh * hd, nkv * hd);
-                    (y.narrow(1, 0, nq)?.reshape((t, nh, hd))?, y.narrow(1, nq, nk)?.reshape((t, nkv, hd))?, y.narrow(1, nq + nk, nk)?.reshape((t, nkv, hd))?)
+                    let y = qkv.forward(&h)?.reshape((t, nh + 2 * nkv, hd))?;
+                    (y.narrow(1, 0, nh)?, y.narrow(1, nh, nkv)?, y.narrow(1, nh + nkv, nkv)?)
                 }
                 None => (layer.q.forward(&h)?.reshape((t, nh, hd))?, layer.k.forward(&h)?.reshape((t, nkv, hd))?, layer.v.forward(&h)?.reshape((t, nkv, hd))?),
             };
             if let (Some(qn), Some(kn)) = (&layer.q_norm, &layer.k_norm) {
+                // (Qwen3: the norms take contiguous rows, so q and k are copied here.)
                 q = rms_norm(&q, qn, eps)?;
                 k = rms_norm(&k, kn, eps)?;
             }
-            let q = rope_append_kv(lc, &q, &k, &v, index, (&self.cos, &self.sin), c.rope_interleaved)?;
-            let a = paged_attention(&q, lc, attn, scale)?;
+            let (q, own) = rope_append_kv(lc, &q, &k, &v, index, (&self.cos, &self.sin), c.rope_interleaved, own_keys)?;
+            let a = paged_attention(&q, lc, attn, scale, own.as_ref())?;
             let (x1, h1) = add_rms_norm(&self.tp_sum(layer.o.forward(&a)?)?, &x, &layer.post_norm, eps, self.fused)?;
             let act = match (&layer.gate_up, &layer.gate, &layer.up) {
                 (Some(gu), ..) => gate_up_silu(gu, &h1, self.fused, self.gated)?,

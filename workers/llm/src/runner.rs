@@ -282,7 +282,8 @@ impl LlamaRunner {
         let mut varlen = None;
         if kernels && !multi.is_empty() {
             // Every chunk's keys are its sequence's cached prefix plus its own (written by
-            // rope_append_kv before attention): one gather, one varlen call.
+            // rope_append_kv before attention): one gather, one varlen call; no gather when
+            // every chunk is fresh and they fill the step (`VarlenChunks::own_keys`).
             let (mut rows_q, mut ctx_slots, mut cu_q, mut cu_k) = (vec![], vec![], vec![0u32], vec![0u32]);
             let (mut max_q, mut max_k) = (0, 0);
             for (offset, len, _, ctx) in &multi {

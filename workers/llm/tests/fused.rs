@@ -113,6 +113,45 @@ fn fused_decode_makes_fewer_backend_ops() {
     assert!(calls[1] < calls[0], "fused {} calls, plain {}", calls[1], calls[0]);
 }
 
+/// Backend op calls of the q/k/v path on the fused path (llama: stacked q/k/v weights, no
+/// q/k norms), per step of two sequences: the stacked product's q, k, v column slices go
+/// to `rope_and_cache` in place (no `copy_strided` of them: before, a prefill of more than
+/// 8 rows made three a layer), a step of fresh prefills attends over its own keys (no
+/// `index_select` gathers out of the cache: the embedding's and the sampled rows' remain),
+/// while continued chunks still gather their prefixes (keys and values, each layer).
+#[test]
+fn fused_qkv_path_reads_the_stacked_product_in_place() {
+    let dir = model_dir(Family::Llama, None);
+    let mut r = runner(&dir, true);
+    let device = r.model().device.clone();
+    let dev = candle_rocm::RocmDevice::from_candle(&device).unwrap();
+    let (ta, tb) = ([1u32, 2, 3], [5u32, 6, 7]);
+    let layers = SHAPE.layers as u64;
+    let profile = |r: &mut LlamaRunner, batch: &[SeqChunk]| {
+        dev.take_profile().unwrap();
+        dev.set_profiling(true);
+        r.step(batch).unwrap();
+        dev.set_profiling(false);
+        let p = dev.take_profile().unwrap();
+        eprintln!("{} backend op calls\n{}", p.calls(), p.table());
+        p
+    };
+    // Fresh prefills of 13 rows (the stacked GEMM, not the matvec): every chunk from 0.
+    let p = profile(&mut r, &[chunk(0, prompt(7, 1), 0, &ta), chunk(1, prompt(6, 2), 0, &tb)]);
+    assert_eq!(p.calls_of("copy_strided"), 0, "prefill copies");
+    assert_eq!(p.calls_of("rope_and_cache"), layers);
+    assert_eq!(p.calls_of("flash_attn_varlen"), layers);
+    assert!(p.calls_of("index_select") <= 2, "prefill gathers {} (embedding and sampled rows only)", p.calls_of("index_select"));
+    // Decode.
+    let p = profile(&mut r, &[chunk(0, vec![7], 7, &ta), chunk(1, vec![8], 6, &tb)]);
+    assert_eq!(p.calls_of("copy_strided"), 0, "decode copies");
+    assert_eq!(p.calls_of("rope_and_cache"), layers);
+    // Continued chunks: their cached prefixes are gathered.
+    let p = profile(&mut r, &[chunk(0, prompt(4, 3), 8, &ta), chunk(1, prompt(2, 4), 7, &tb)]);
+    assert_eq!(p.calls_of("copy_strided"), 0, "continued chunks copy");
+    assert!(p.calls_of("index_select") >= 2 * layers, "continued chunks gather {}", p.calls_of("index_select"));
+}
+
 /// The gated matvec (decode's gate/up product and `SiLU(gate) * up` in one kernel) against
 /// the unfused MLP (the product rounded to the dtype, then `silu_mul`), both on the fused
 /// path of the CPU executor (waves of 32 and 64), f16 and bf16 weights: prefills (more
