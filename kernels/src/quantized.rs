@@ -673,6 +673,15 @@ pub fn byte_of(w: [u32; 2], k: usize) -> u32 {
     (w[k / 4] >> (8 * (k % 4))) & 0xff
 }
 
+/// `w` shifted right by `s` (both words): byte `k` of the result masked to at most `8 - s`
+/// bits is that field of byte `k` of `w` (one shift per word, not one per byte, where `s`
+/// is not a constant).
+#[device]
+#[inline(always)]
+pub fn shr2(w: [u32; 2], s: u32) -> [u32; 2] {
+    [w[0] >> s, w[1] >> s]
+}
+
 /// Eight bytes of the block `b` from the even offset `o`: two aligned words where the format
 /// keeps its blocks 4-byte aligned (`aligned`), else four 16-bit loads.
 #[device]
@@ -711,10 +720,10 @@ pub trait Pieces: QuantFormat {
 impl Pieces for Q4_0 {
     #[inline(always)]
     fn piece(b: &[u8], p: usize) -> [f32; PIECE] {
-        let (q, shift, d) = (rd64(b, 2 + 8 * (p % 2), false), 4 * (p / 2) as u32, rdf16(b, 0));
+        let (q, d) = (shr2(rd64(b, 2 + 8 * (p % 2), false), 4 * (p / 2) as u32), rdf16(b, 0));
         let mut v = [0.0; PIECE];
         for k in 0..PIECE {
-            v[k] = (((byte_of(q, k) >> shift) & 0xf) as i32 - 8) as f32 * d;
+            v[k] = ((byte_of(q, k) & 0xf) as i32 - 8) as f32 * d;
         }
         v
     }
@@ -723,12 +732,12 @@ impl Pieces for Q4_0 {
 impl Pieces for Q4_1 {
     #[inline(always)]
     fn piece(b: &[u8], p: usize) -> [f32; PIECE] {
-        let (q, shift) = (rd64(b, 4 + 8 * (p % 2), true), 4 * (p / 2) as u32);
+        let q = shr2(rd64(b, 4 + 8 * (p % 2), true), 4 * (p / 2) as u32);
         let dm = rd32(b, 0);
         let (d, m) = (f16_of(dm, false), f16_of(dm, true));
         let mut v = [0.0; PIECE];
         for k in 0..PIECE {
-            v[k] = ((byte_of(q, k) >> shift) & 0xf) as f32 * d + m;
+            v[k] = (byte_of(q, k) & 0xf) as f32 * d + m;
         }
         v
     }
@@ -739,10 +748,10 @@ impl Pieces for Q4_1 {
 #[device]
 #[inline(always)]
 pub fn q5_piece(b: &[u8], qh: u32, qs: usize, aligned: bool, p: usize) -> [u32; PIECE] {
-    let (q, shift, h) = (rd64(b, qs + 8 * (p % 2), aligned), 4 * (p / 2) as u32, qh >> (8 * p as u32));
+    let (q, h) = (shr2(rd64(b, qs + 8 * (p % 2), aligned), 4 * (p / 2) as u32), qh >> (8 * p as u32));
     let mut x = [0u32; PIECE];
     for k in 0..PIECE {
-        x[k] = ((byte_of(q, k) >> shift) & 0xf) | (((h >> k) & 1) << 4);
+        x[k] = (byte_of(q, k) & 0xf) | (((h >> k) & 1) << 4);
     }
     x
 }
@@ -792,13 +801,13 @@ impl Pieces for Q2K {
         // Weight j = 8p + k: n = j / 128, shift = (j % 128) / 32, i = j % 32 (i / 16 fixed).
         let (n, shift, i0) = (p / 16, (p % 16) / 4, 8 * (p % 4));
         let sc = rd8(b, 8 * n + 2 * shift + i0 / 16);
-        let q = rd64(b, 16 + 32 * n + i0, true);
+        let q = shr2(rd64(b, 16 + 32 * n + i0, true), 2 * shift as u32);
         let dm = rd32(b, 80);
         let dl = f16_of(dm, false) * (sc & 0xf) as f32;
         let ml = f16_of(dm, true) * (sc >> 4) as f32;
         let mut v = [0.0; PIECE];
         for k in 0..PIECE {
-            v[k] = dl * ((byte_of(q, k) >> (2 * shift as u32)) & 3) as f32 - ml;
+            v[k] = dl * (byte_of(q, k) & 3) as f32 - ml;
         }
         v
     }
@@ -808,14 +817,13 @@ impl Pieces for Q3K {
     #[inline(always)]
     fn piece(b: &[u8], p: usize) -> [f32; PIECE] {
         let (n, shift, i0) = (p / 16, (p % 16) / 4, 8 * (p % 4));
-        let q = rd64(b, 32 + 32 * n + i0, false);
-        let hm = rd64(b, i0, false);
-        let bit = (4 * n + shift) as u32;
+        let q = shr2(rd64(b, 32 + 32 * n + i0, false), 2 * shift as u32);
+        let hm = shr2(rd64(b, i0, false), (4 * n + shift) as u32);
         let dl = rdf16(b, 108) * (scale_q3k(b, 8 * n + 2 * shift + i0 / 16) as f32 - 32.0);
         let mut v = [0.0; PIECE];
         for k in 0..PIECE {
-            let q2 = (byte_of(q, k) >> (2 * shift as u32)) & 3;
-            let high = (byte_of(hm, k) >> bit) & 1;
+            let q2 = byte_of(q, k) & 3;
+            let high = byte_of(hm, k) & 1;
             v[k] = dl * (q2 as i32 - if high == 0 { 4 } else { 0 }) as f32;
         }
         v
@@ -837,10 +845,10 @@ impl Pieces for Q4K {
         // Weight j = 8p + k: g = j / 64, r = j % 64 (r / 32 fixed).
         let (g, r0) = (p / 8, 8 * (p % 8));
         let (d1, m1) = k4_factors(b, 2 * g + r0 / 32);
-        let (q, shift) = (rd64(b, 16 + 32 * g + r0 % 32, true), 4 * (r0 / 32) as u32);
+        let q = shr2(rd64(b, 16 + 32 * g + r0 % 32, true), 4 * (r0 / 32) as u32);
         let mut v = [0.0; PIECE];
         for k in 0..PIECE {
-            v[k] = d1 * ((byte_of(q, k) >> shift) & 0xf) as f32 - m1;
+            v[k] = d1 * (byte_of(q, k) & 0xf) as f32 - m1;
         }
         v
     }
@@ -852,12 +860,12 @@ impl Pieces for Q5K {
         let (g, r0) = (p / 8, 8 * (p % 8));
         let j = 2 * g + r0 / 32;
         let (d1, m1) = k4_factors(b, j);
-        let (q, shift) = (rd64(b, 48 + 32 * g + r0 % 32, true), 4 * (r0 / 32) as u32);
-        let qh = rd64(b, 16 + r0 % 32, true);
+        let q = shr2(rd64(b, 48 + 32 * g + r0 % 32, true), 4 * (r0 / 32) as u32);
+        let qh = shr2(rd64(b, 16 + r0 % 32, true), j as u32);
         let mut v = [0.0; PIECE];
         for k in 0..PIECE {
             // `ql as f32 + 16.0` is exact, so one conversion of `ql + 16` gives its bits.
-            let x = ((byte_of(q, k) >> shift) & 0xf) + (((byte_of(qh, k) >> j as u32) & 1) << 4);
+            let x = (byte_of(q, k) & 0xf) + ((byte_of(qh, k) & 1) << 4);
             v[k] = d1 * x as f32 - m1;
         }
         v
@@ -869,14 +877,13 @@ impl Pieces for Q6K {
     fn piece(b: &[u8], p: usize) -> [f32; PIECE] {
         // Weight j = 8p + k: h = j / 128, grp = (j % 128) / 32, l = j % 32 (l / 16 fixed).
         let (h, grp, l0) = (p / 16, (p % 16) / 4, 8 * (p % 4));
-        let ql = rd64(b, 64 * h + l0 + 32 * (grp % 2), false);
-        let qh = rd64(b, 128 + 32 * h + l0, false);
+        let ql = shr2(rd64(b, 64 * h + l0 + 32 * (grp % 2), false), 4 * (grp / 2) as u32);
+        let qh = shr2(rd64(b, 128 + 32 * h + l0, false), 2 * grp as u32);
         let sc = rd8(b, 192 + 8 * h + l0 / 16 + 2 * grp) as u8 as i8;
         let d1 = rdf16(b, 208) * sc as f32;
-        let (s_lo, s_hi) = (4 * (grp / 2) as u32, 2 * grp as u32);
         let mut v = [0.0; PIECE];
         for k in 0..PIECE {
-            let q = (((byte_of(ql, k) >> s_lo) & 0xf) | (((byte_of(qh, k) >> s_hi) & 3) << 4)) as i32 - 32;
+            let q = ((byte_of(ql, k) & 0xf) | ((byte_of(qh, k) & 3) << 4)) as i32 - 32;
             v[k] = d1 * q as f32;
         }
         v
