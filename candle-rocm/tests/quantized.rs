@@ -317,7 +317,6 @@ fn q8_1_weights_round_trip_dequantize_and_matmul_like_candle_cpu() {
 /// pieces): bit for bit Candle's CPU dequantize, rounded once to the half types.
 #[test]
 fn dequantize_to_every_format_and_odd_block_counts_like_candle_cpu() {
-    use candle_core::ext_backend::ExtBackendQStorage;
     for dev in devices() {
         for (fi, dtype) in FORMATS.iter().copied().enumerate().filter(|(_, d)| !matches!(d, GgmlDType::F32 | GgmlDType::F16 | GgmlDType::BF16)) {
             for rows in [1usize, 3, 9] {
