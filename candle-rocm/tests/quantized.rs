@@ -318,3 +318,34 @@ fn q8_1_weights_round_trip_dequantize_and_matmul_like_candle_cpu() {
         }
     }
 }
+
+/// `dequantize_to` f32/f16/bf16 of every block format at 1, 3 and 9 rows of 256 weights (1,
+/// 3 and 9 k-quant blocks; 8, 24 and 72 blocks of 32: tails of the kernels' work-groups and
+/// pieces): bit for bit Candle's CPU dequantize, rounded once to the half types.
+#[test]
+fn dequantize_to_every_format_and_odd_block_counts_like_candle_cpu() {
+    for dev in devices() {
+        for (fi, dtype) in FORMATS.iter().copied().enumerate().filter(|(_, d)| !matches!(d, GgmlDType::F32 | GgmlDType::F16 | GgmlDType::BF16)) {
+            for rows in [1usize, 3, 9] {
+                let w = Tensor::from_vec(values(rows * COLS, 900 + 10 * fi as u64 + rows as u64, -1.0, 1.0, false), (rows, COLS), &Device::Cpu).unwrap();
+                let cpu = QTensor::quantize(&w, dtype).unwrap();
+                let bytes = cpu.data().unwrap().to_vec();
+                let ours = candle_rocm::RocmQStorage::from_data(&dev, &bytes, dtype).unwrap();
+                let want = cpu.dequantize(&Device::Cpu).unwrap().flatten_all().unwrap();
+                for out in [DType::F32, DType::F16, DType::BF16] {
+                    let what = format!("{dtype:?} x{rows} rows to {out:?} on {}", dev.name());
+                    let got: Vec<f32> = match ours.dequantize_to(rows * COLS, out).unwrap().download(dev.kernels()).unwrap() {
+                        candle_core::CpuStorage::F32(v) => v,
+                        candle_core::CpuStorage::F16(v) => v.iter().map(|x| x.to_f32()).collect(),
+                        candle_core::CpuStorage::BF16(v) => v.iter().map(|x| x.to_f32()).collect(),
+                        _ => panic!("{what}: another dtype"),
+                    };
+                    let a = want.to_dtype(out).unwrap().to_dtype(DType::F32).unwrap().to_vec1::<f32>().unwrap();
+                    assert_eq!(a.len(), got.len(), "{what}: length");
+                    let bad = a.iter().zip(&got).filter(|(x, y)| x.to_bits() != y.to_bits()).count();
+                    assert_eq!(bad, 0, "{what}: {bad} values differ from Candle's CPU");
+                }
+            }
+        }
+    }
+}

@@ -659,6 +659,329 @@ pub fn dequantize<Q: QuantFormat, T: Float>(w: &[u8], out: &mut [T]) {
     }
 }
 
+// ---- dequantization in pieces of 8 consecutive weights -----------------------------------
+
+/// Consecutive weights one work-item of [`dequantize_pieces`](fn@dequantize_pieces) and
+/// [`get_rows_pieces`](fn@get_rows_pieces) produces per step: one 16-byte store of
+/// `f16`/`bf16` (two of `f32`), so consecutive work-items write consecutive 16 bytes.
+pub const PIECE: usize = 8;
+
+/// Byte `k` of the little-endian words `w` (`k` a constant after unrolling).
+#[device]
+#[inline(always)]
+pub fn byte_of(w: [u32; 2], k: usize) -> u32 {
+    (w[k / 4] >> (8 * (k % 4))) & 0xff
+}
+
+/// `w` shifted right by `s` (both words): byte `k` of the result masked to at most `8 - s`
+/// bits is that field of byte `k` of `w` (one shift per word, not one per byte, where `s`
+/// is not a constant).
+#[device]
+#[inline(always)]
+pub fn shr2(w: [u32; 2], s: u32) -> [u32; 2] {
+    [w[0] >> s, w[1] >> s]
+}
+
+/// Eight bytes of the block `b` from the even offset `o`: two aligned words where the format
+/// keeps its blocks 4-byte aligned (`aligned`), else four 16-bit loads.
+#[device]
+#[inline(always)]
+pub fn rd64(b: &[u8], o: usize, aligned: bool) -> [u32; 2] {
+    if aligned { [rd32(b, o), rd32(b, o + 4)] } else { [rd32_2(b, o), rd32_2(b, o + 4)] }
+}
+
+/// Scale and minimum `j` (0..8) of the `Q4K`/`Q5K` header `h` (its first 16 bytes as words:
+/// `d`, `dmin`, then the 12 bytes of 6-bit scales): [`scale_min_k4`] from registers, with
+/// selects instead of an indexed array.
+#[device]
+#[inline(always)]
+pub fn scale_min_k4_words(h: [u32; 4], j: usize) -> (u32, u32) {
+    let s = 8 * (j as u32 % 4);
+    let (a, c, e) = ((h[1] >> s) & 0xff, (h[2] >> s) & 0xff, (h[3] >> s) & 0xff);
+    if j < 4 { (a & 63, c & 63) } else { ((e & 0xf) | ((a >> 6) << 4), (e >> 4) | ((c >> 6) << 4)) }
+}
+
+/// The `f16` in the low (`hi = false`) or high half of `w`, widened (as [`rdf16`]).
+#[device]
+#[inline(always)]
+pub fn f16_of(w: u32, hi: bool) -> f32 {
+    f16::from_bits((if hi { w >> 16 } else { w & 0xffff }) as u16).to_f32()
+}
+
+/// A block format dequantized [`PIECE`] weights at a time.
+pub trait Pieces: QuantFormat {
+    /// Weights `PIECE p .. PIECE (p + 1)` of the block `b` (exactly `BYTES` long), each
+    /// the value [`QuantFormat::weight`] gives (the same float operations in the same order,
+    /// so the same bits), with the piece's scales decoded once and its code bytes read as
+    /// words.
+    fn piece(b: &[u8], p: usize) -> [f32; PIECE];
+}
+
+impl Pieces for Q4_0 {
+    #[inline(always)]
+    fn piece(b: &[u8], p: usize) -> [f32; PIECE] {
+        let (q, d) = (shr2(rd64(b, 2 + 8 * (p % 2), false), 4 * (p / 2) as u32), rdf16(b, 0));
+        let mut v = [0.0; PIECE];
+        for k in 0..PIECE {
+            v[k] = ((byte_of(q, k) & 0xf) as i32 - 8) as f32 * d;
+        }
+        v
+    }
+}
+
+impl Pieces for Q4_1 {
+    #[inline(always)]
+    fn piece(b: &[u8], p: usize) -> [f32; PIECE] {
+        let q = shr2(rd64(b, 4 + 8 * (p % 2), true), 4 * (p / 2) as u32);
+        let dm = rd32(b, 0);
+        let (d, m) = (f16_of(dm, false), f16_of(dm, true));
+        let mut v = [0.0; PIECE];
+        for k in 0..PIECE {
+            v[k] = (byte_of(q, k) & 0xf) as f32 * d + m;
+        }
+        v
+    }
+}
+
+/// The 5-bit codes `8p .. 8p + 8` of a `Q5_0`/`Q5_1` block: high bits `qh`, nibbles at byte
+/// `qs` ([`q5_high`] per weight: bit `j` of `qh` as 16).
+#[device]
+#[inline(always)]
+pub fn q5_piece(b: &[u8], qh: u32, qs: usize, aligned: bool, p: usize) -> [u32; PIECE] {
+    let (q, h) = (shr2(rd64(b, qs + 8 * (p % 2), aligned), 4 * (p / 2) as u32), qh >> (8 * p as u32));
+    let mut x = [0u32; PIECE];
+    for k in 0..PIECE {
+        x[k] = (byte_of(q, k) & 0xf) | (((h >> k) & 1) << 4);
+    }
+    x
+}
+
+impl Pieces for Q5_0 {
+    #[inline(always)]
+    fn piece(b: &[u8], p: usize) -> [f32; PIECE] {
+        let x = q5_piece(b, rd32_2(b, 2), 6, false, p);
+        let d = rdf16(b, 0);
+        let mut v = [0.0; PIECE];
+        for k in 0..PIECE {
+            v[k] = (x[k] as i32 - 16) as f32 * d;
+        }
+        v
+    }
+}
+
+impl Pieces for Q5_1 {
+    #[inline(always)]
+    fn piece(b: &[u8], p: usize) -> [f32; PIECE] {
+        let x = q5_piece(b, rd32(b, 4), 8, true, p);
+        let dm = rd32(b, 0);
+        let (d, m) = (f16_of(dm, false), f16_of(dm, true));
+        let mut v = [0.0; PIECE];
+        for k in 0..PIECE {
+            v[k] = x[k] as f32 * d + m;
+        }
+        v
+    }
+}
+
+impl Pieces for Q8_0 {
+    #[inline(always)]
+    fn piece(b: &[u8], p: usize) -> [f32; PIECE] {
+        let (q, d) = (rd64(b, 2 + 8 * p, false), rdf16(b, 0));
+        let mut v = [0.0; PIECE];
+        for k in 0..PIECE {
+            v[k] = byte_of(q, k) as u8 as i8 as f32 * d;
+        }
+        v
+    }
+}
+
+impl Pieces for Q2K {
+    #[inline(always)]
+    fn piece(b: &[u8], p: usize) -> [f32; PIECE] {
+        // Weight j = 8p + k: n = j / 128, shift = (j % 128) / 32, i = j % 32 (i / 16 fixed).
+        let (n, shift, i0) = (p / 16, (p % 16) / 4, 8 * (p % 4));
+        let sc = rd8(b, 8 * n + 2 * shift + i0 / 16);
+        let q = shr2(rd64(b, 16 + 32 * n + i0, true), 2 * shift as u32);
+        let dm = rd32(b, 80);
+        let dl = f16_of(dm, false) * (sc & 0xf) as f32;
+        let ml = f16_of(dm, true) * (sc >> 4) as f32;
+        let mut v = [0.0; PIECE];
+        for k in 0..PIECE {
+            v[k] = dl * (byte_of(q, k) & 3) as f32 - ml;
+        }
+        v
+    }
+}
+
+impl Pieces for Q3K {
+    #[inline(always)]
+    fn piece(b: &[u8], p: usize) -> [f32; PIECE] {
+        let (n, shift, i0) = (p / 16, (p % 16) / 4, 8 * (p % 4));
+        let q = shr2(rd64(b, 32 + 32 * n + i0, false), 2 * shift as u32);
+        let hm = shr2(rd64(b, i0, false), (4 * n + shift) as u32);
+        let dl = rdf16(b, 108) * (scale_q3k(b, 8 * n + 2 * shift + i0 / 16) as f32 - 32.0);
+        let mut v = [0.0; PIECE];
+        for k in 0..PIECE {
+            let q2 = byte_of(q, k) & 3;
+            let high = byte_of(hm, k) & 1;
+            v[k] = dl * (q2 as i32 - if high == 0 { 4 } else { 0 }) as f32;
+        }
+        v
+    }
+}
+
+/// `d * sc` and `dmin * m` of sub-block `j` of a `Q4K`/`Q5K` block (its 16-byte header).
+#[device]
+#[inline(always)]
+pub fn k4_factors(b: &[u8], j: usize) -> (f32, f32) {
+    let h = rd128(b, 0);
+    let (sc, m) = scale_min_k4_words(h, j);
+    (f16_of(h[0], false) * sc as f32, f16_of(h[0], true) * m as f32)
+}
+
+impl Pieces for Q4K {
+    #[inline(always)]
+    fn piece(b: &[u8], p: usize) -> [f32; PIECE] {
+        // Weight j = 8p + k: g = j / 64, r = j % 64 (r / 32 fixed).
+        let (g, r0) = (p / 8, 8 * (p % 8));
+        let (d1, m1) = k4_factors(b, 2 * g + r0 / 32);
+        let q = shr2(rd64(b, 16 + 32 * g + r0 % 32, true), 4 * (r0 / 32) as u32);
+        let mut v = [0.0; PIECE];
+        for k in 0..PIECE {
+            v[k] = d1 * (byte_of(q, k) & 0xf) as f32 - m1;
+        }
+        v
+    }
+}
+
+impl Pieces for Q5K {
+    #[inline(always)]
+    fn piece(b: &[u8], p: usize) -> [f32; PIECE] {
+        let (g, r0) = (p / 8, 8 * (p % 8));
+        let j = 2 * g + r0 / 32;
+        let (d1, m1) = k4_factors(b, j);
+        let q = shr2(rd64(b, 48 + 32 * g + r0 % 32, true), 4 * (r0 / 32) as u32);
+        let qh = shr2(rd64(b, 16 + r0 % 32, true), j as u32);
+        let mut v = [0.0; PIECE];
+        for k in 0..PIECE {
+            // `ql as f32 + 16.0` is exact, so one conversion of `ql + 16` gives its bits.
+            let x = (byte_of(q, k) & 0xf) + ((byte_of(qh, k) & 1) << 4);
+            v[k] = d1 * x as f32 - m1;
+        }
+        v
+    }
+}
+
+impl Pieces for Q6K {
+    #[inline(always)]
+    fn piece(b: &[u8], p: usize) -> [f32; PIECE] {
+        // Weight j = 8p + k: h = j / 128, grp = (j % 128) / 32, l = j % 32 (l / 16 fixed).
+        let (h, grp, l0) = (p / 16, (p % 16) / 4, 8 * (p % 4));
+        let ql = shr2(rd64(b, 64 * h + l0 + 32 * (grp % 2), false), 4 * (grp / 2) as u32);
+        let qh = shr2(rd64(b, 128 + 32 * h + l0, false), 2 * grp as u32);
+        let sc = rd8(b, 192 + 8 * h + l0 / 16 + 2 * grp) as u8 as i8;
+        let d1 = rdf16(b, 208) * sc as f32;
+        let mut v = [0.0; PIECE];
+        for k in 0..PIECE {
+            let q = ((byte_of(ql, k) & 0xf) | ((byte_of(qh, k) & 3) << 4)) as i32 - 32;
+            v[k] = d1 * q as f32;
+        }
+        v
+    }
+}
+
+impl Pieces for Q8K {
+    #[inline(always)]
+    fn piece(b: &[u8], p: usize) -> [f32; PIECE] {
+        let (q, d) = (rd64(b, 4 + 8 * p, true), f32::from_bits(rd32(b, 0)));
+        let mut v = [0.0; PIECE];
+        for k in 0..PIECE {
+            v[k] = d * byte_of(q, k) as u8 as i8 as f32;
+        }
+        v
+    }
+}
+
+/// Writes `v` converted to `T` at `out[o .. o + PIECE]` as one (`f16`/`bf16`) or two (`f32`)
+/// 16-byte stores.
+///
+/// # Safety
+/// `out[o .. o + PIECE]` is writable and starts on 16 bytes; `T` is `f32`, `f16` or `bf16`.
+#[device]
+#[inline(always)]
+pub unsafe fn store_piece<T: Float>(out: *mut T, o: usize, v: [f32; PIECE]) {
+    let p = unsafe { out.add(o) } as *mut crate::indexing::Words4;
+    if core::mem::size_of::<T>() == 4 {
+        let mut w = [0u32; PIECE];
+        for k in 0..PIECE {
+            // SAFETY: a 4-byte T (f32) is its bits.
+            w[k] = unsafe { core::mem::transmute_copy::<T, u32>(&T::from_f32(v[k])) };
+        }
+        // SAFETY: the caller's contract (32 bytes from a 16-byte boundary).
+        unsafe {
+            st4(p, [w[0], w[1], w[2], w[3]]);
+            st4(p.add(1), [w[4], w[5], w[6], w[7]]);
+        }
+    } else {
+        let mut w = [0u32; 4];
+        for k in 0..4 {
+            let h = T::from_f32x2([v[2 * k], v[2 * k + 1]]);
+            // SAFETY: a 2-byte T (f16, bf16) is its bits.
+            let (lo, hi) = unsafe { (core::mem::transmute_copy::<T, u16>(&h[0]), core::mem::transmute_copy::<T, u16>(&h[1])) };
+            w[k] = lo as u32 | ((hi as u32) << 16);
+        }
+        // SAFETY: the caller's contract.
+        unsafe { st4(p, w) };
+    }
+}
+
+/// [`dequantize`](fn@dequantize) with [`PIECE`] consecutive weights per work-item and step:
+/// the piece's scales decoded once, its code bytes read as words, its outputs written as
+/// 16-byte stores (a wave writes `64 x 16` or `32 x 16` consecutive bytes). `out` starts on 16
+/// bytes (checked: a misaligned `out` traps) and its length is a multiple of [`PIECE`] (every
+/// block is).
+#[amdgpu_kernel(Q = [Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q2K, Q3K, Q4K, Q5K, Q6K, Q8K], T = [f32, f16, bf16])]
+pub fn dequantize_pieces<Q: Pieces, T: Float>(w: &[u8], out: &mut [T]) {
+    assert!(out.as_ptr() as usize % 16 == 0);
+    let pieces = out.len() / PIECE;
+    let per_block = Q::WEIGHTS / PIECE;
+    let step = global_size_x();
+    let mut p = global_idx_x();
+    while p < pieces {
+        let blk = p / per_block;
+        let v = Q::piece(&w[blk * Q::BYTES..(blk + 1) * Q::BYTES], p % per_block);
+        // SAFETY: (p + 1) * PIECE <= out.len(); out starts on 16 bytes (checked above) and a
+        // piece is 16 or 32 bytes.
+        unsafe { store_piece(out.as_mut_ptr(), p * PIECE, v) };
+        p += step;
+    }
+}
+
+/// [`get_rows`](fn@get_rows) in [`PIECE`]s as [`dequantize_pieces`](fn@dequantize_pieces)
+/// writes them (`out` on 16 bytes, checked).
+#[amdgpu_kernel(Q = [Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q2K, Q3K, Q4K, Q5K, Q6K, Q8K], T = [f32, f16, bf16])]
+pub fn get_rows_pieces<Q: Pieces, T: Float>(w: &[u8], ids: &[u32], out: &mut [T], rows: usize, cols: usize) {
+    assert!(out.as_ptr() as usize % 16 == 0 && cols % Q::WEIGHTS == 0);
+    let pieces = out.len() / PIECE;
+    let (row_pieces, per_block) = (cols / PIECE, Q::WEIGHTS / PIECE);
+    let row_bytes = cols / Q::WEIGHTS * Q::BYTES;
+    let step = global_size_x();
+    let mut p = global_idx_x();
+    while p < pieces {
+        let (r, k) = (p / row_pieces, p % row_pieces);
+        let id = ids[r] as usize;
+        let v = if id < rows {
+            let o = id * row_bytes + k / per_block * Q::BYTES;
+            Q::piece(&w[o..o + Q::BYTES], k % per_block)
+        } else {
+            [0.0; PIECE]
+        };
+        // SAFETY: as in `dequantize_pieces` (rows of `cols`, a multiple of PIECE, elements).
+        unsafe { store_piece(out.as_mut_ptr(), p * PIECE, v) };
+        p += step;
+    }
+}
+
 /// `out[i, k] = W[ids[i], k]` dequantized (`W` has `rows` rows of `cols` weights; zero rows
 /// for ids `>= rows`); `out` holds `ids.len() * cols` elements.
 #[amdgpu_kernel(Q = [Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q2K, Q3K, Q4K, Q5K, Q6K, Q8K], T = [f32, f16, bf16])]

@@ -885,3 +885,111 @@ fn dequantize_matches_candle_bit_for_bit() {
         }
     }
 }
+
+/// The address of a buffer argument.
+fn addr_of<S>(v: &impl kernel_dsl::host::KernelArgSlice<S>) -> u64 {
+    match v.kernel_arg() {
+        kernel_dsl::host::ArgValue::Slice { addr, .. } => addr,
+        _ => panic!("not a buffer"),
+    }
+}
+
+/// `ops::dequantize_with` of `w` into `T` through `kernel`, into a view of a larger buffer
+/// that starts `skip` elements in (so `skip = 1` misaligns it); the elements around the view
+/// must stay as they were (NaN bits).
+fn dequant_view<T: kernel_dsl::Float + kernel_dsl::host::ScalarArg + Copy>(
+    dev: &Device,
+    dtype: GgmlDType,
+    w: &[u8],
+    kernel: ops::DequantKernel,
+    skip: usize,
+    nan: T,
+) -> Vec<T> {
+    let n = w.len() / dtype.block_bytes() * dtype.block_weights();
+    let wd = dev.upload(w).unwrap();
+    let buf = dev.upload(&vec![nan; n + 8]).unwrap();
+    let base = addr_of(&buf);
+    assert_eq!(base % 16, 0, "allocations start on 16 bytes (else the piece kernel is not what runs)");
+    let mut view = raw(&buf, n);
+    if let kernel_dsl::host::ArgValue::Slice { addr, .. } = &mut view.0 {
+        *addr += (skip * std::mem::size_of::<T>()) as u64;
+    }
+    ops::dequantize_with::<T>(dev, dtype, &wd, &mut view, kernel).unwrap();
+    let all = dev.download(&buf).unwrap();
+    // SAFETY: reads the `size_of::<T>()` bytes of a live value.
+    let bits = |x: &T| unsafe { std::slice::from_raw_parts(x as *const T as *const u8, std::mem::size_of::<T>()) }.to_vec();
+    for (i, x) in all.iter().enumerate().filter(|(i, _)| *i < skip || *i >= skip + n) {
+        assert_eq!(bits(x), bits(&nan), "{} {kernel:?}: element {i} outside the output was written", dtype.name());
+    }
+    all[skip..skip + n].to_vec()
+}
+
+/// The piece kernel (eight weights per work-item) and the generic one give the reference's
+/// bits in f32, f16 and bf16 for every format at block counts around the piece, wave and
+/// work-group boundaries (a work-group of 256 work-items covers 64 small blocks or 8
+/// k-quant blocks), and a misaligned `out` (the generic kernel then) as well; nothing
+/// outside `out` is written. On a GPU: within one fma rounding of the reference, and the
+/// two kernels' f16/bf16 agree with the f32 result rounded once.
+#[test]
+fn dequantize_pieces_every_format_count_and_dtype() {
+    use ops::DequantKernel::{Generic, Pieces};
+    for dev in executors() {
+        for dtype in GgmlDType::ALL {
+            let counts: &[usize] = if dtype.block_weights() == 32 { &[1, 2, 3, 63, 64, 65, 131] } else { &[1, 7, 8, 9, 17] };
+            for &blocks in counts {
+                let w = random_blocks(dtype, blocks, 1000 + 17 * dtype as u64 + blocks as u64, true);
+                let want = ref_dequant(dtype, &w);
+                for (kernel, skip) in [(Pieces, 0), (Generic, 0), (Pieces, 1)] {
+                    let what = format!("{} x{blocks} {kernel:?} skip {skip} on {}", dtype.name(), dev.name());
+                    let got = dequant_view::<f32>(&dev, dtype, &w, kernel, skip, f32::from_bits(0x7fc0_1234));
+                    check_f32(&dev, &got, &want, &what);
+                    let h = dequant_view::<f16>(&dev, dtype, &w, kernel, skip, f16::from_bits(0x7e55));
+                    let b = dequant_view::<bf16>(&dev, dtype, &w, kernel, skip, bf16::from_bits(0x7fd5));
+                    for (i, ((h, b), g)) in h.iter().zip(&b).zip(&got).enumerate() {
+                        // The f32 result rounded once (on a GPU: the f32 this kernel computed).
+                        assert_eq!(h.to_bits(), f16::from_f32(*g).to_bits(), "{what} f16 element {i}");
+                        assert_eq!(b.to_bits(), bf16::from_f32(*g).to_bits(), "{what} bf16 element {i}");
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// `get_rows` through both kernels: rows of one and of several blocks (a row that ends
+/// inside a work-item's stride, ids repeated, out of range at the start and the end), f32 and
+/// bf16, bit for bit against the reference rows (GPU: within one fma rounding).
+#[test]
+fn get_rows_pieces_match_the_reference() {
+    for dev in executors() {
+        for dtype in GgmlDType::ALL {
+            for row_blocks in [1, 3] {
+                let (rows, cols) = (5, row_blocks * dtype.block_weights());
+                let w = random_blocks(dtype, rows * row_blocks, 77 + dtype as u64, true);
+                let full = ref_dequant(dtype, &w);
+                let ids = [9u32, 4, 0, 4, 2, 1, 3, 5];
+                let mut want = Vec::new();
+                for &id in &ids {
+                    match full.get(id as usize * cols..(id as usize + 1) * cols) {
+                        Some(r) if (id as usize) < rows => want.extend_from_slice(r),
+                        _ => want.extend(std::iter::repeat_n((0.0f32, 0.0f32), cols)),
+                    }
+                }
+                let (wd, idd) = (dev.upload(&w).unwrap(), dev.upload(&ids).unwrap());
+                for kernel in [ops::DequantKernel::Pieces, ops::DequantKernel::Generic] {
+                    let what = format!("{} get_rows {rows}x{cols} {kernel:?} on {}", dtype.name(), dev.name());
+                    let mut out = dev.upload(&vec![f32::NAN; ids.len() * cols]).unwrap();
+                    assert_eq!(addr_of(&out) % 16, 0);
+                    ops::get_rows_with(&dev, dtype, &wd, &idd, &mut out, rows, cols, kernel).unwrap();
+                    let got = dev.download(&out).unwrap();
+                    check_f32(&dev, &got, &want, &what);
+                    let mut ob = dev.upload(&vec![bf16::NAN; ids.len() * cols]).unwrap();
+                    ops::get_rows_with(&dev, dtype, &wd, &idd, &mut ob, rows, cols, kernel).unwrap();
+                    for (i, (b, g)) in dev.download(&ob).unwrap().iter().zip(&got).enumerate() {
+                        assert_eq!(b.to_bits(), bf16::from_f32(*g).to_bits(), "{what} bf16 element {i}");
+                    }
+                }
+            }
+        }
+    }
+}

@@ -9,6 +9,10 @@
 //! kernels with grids of several work-groups per SM (printed only).
 //! `quantized --sweep-stages [FORMAT...]`: the batch-1 streaming kernel with 2, 3 and 4
 //! shared stages and several grids (printed only).
+//! `quantized --dequant [FORMAT...]`: `ops::dequantize` to bf16 (the dequantize + GEMM path
+//! of prompts and batches over 32 rows) on the Llama-3-8B shapes, the piece kernel against
+//! the generic one (one weight per work-item), as GB/s of the block bytes read plus the bf16
+//! bytes written; also `DIR/rust_dequantize.json`.
 //! `quantized --sweep-chain [FORMAT...]`: `ops::matvec` with several grids, each call
 //! quantizing and chained on the same activations (printed only).
 //! Bandwidth counts the bytes an ideal kernel moves once: the quantized weights, the q8_1
@@ -63,6 +67,11 @@ fn main() {
     }
     if args.has("--host") {
         host(&dev);
+        return;
+    }
+    if let Some(rest) = args.after("--dequant") {
+        let named: Vec<GgmlDType> = rest.iter().filter_map(|a| GgmlDType::ALL.into_iter().find(|d| d.name() == a)).collect();
+        dequant(&dev, copy_gbps, if named.is_empty() { &GgmlDType::ALL } else { &named }, &args.out_dir());
         return;
     }
     let shapes: &[(usize, usize)] = if quick || profile { &[(4096, 14336)] } else { &[(4096, 4096), (14336, 4096), (4096, 14336), (128256, 4096)] };
@@ -287,3 +296,28 @@ fn host(dev: &kernels::runtime::Device) {
 
 /// A timed call and its name.
 type NamedCall<'a> = (&'static str, Box<dyn FnMut() + 'a>);
+
+/// `ops::dequantize_with` to bf16 on the Llama-3-8B shapes, [`ops::DequantKernel::Pieces`]
+/// against [`ops::DequantKernel::Generic`], weights cycled as in the main benchmark (the
+/// output, 32 to 117 MB, is one buffer): bytes moved = the blocks read + 2 bytes per weight.
+fn dequant(dev: &kernels::runtime::Device, copy_gbps: f64, formats: &[GgmlDType], out_dir: &str) {
+    let mut lines = Vec::new();
+    for &dtype in formats {
+        for (rows, cols) in [(4096, 4096), (14336, 4096), (4096, 14336)] {
+            let ws = ColdSet::new(dev, dev.upload(&weights(dtype, rows, cols)).unwrap());
+            let mut out: DeviceVec<half::bf16> = dev.alloc(rows * cols).unwrap();
+            let moved = ws.bytes() + 2 * rows * cols;
+            let mut line = format!("{:>5} {rows:>6}x{cols:<6} dequantize bf16:", dtype.name());
+            let mut json = format!("{{\"dtype\":\"{}\",\"rows\":{rows},\"cols\":{cols},\"weight_bytes\":{},\"moved\":{moved}", dtype.name(), ws.bytes());
+            for (name, kernel) in [("generic", ops::DequantKernel::Generic), ("pieces", ops::DequantKernel::Pieces)] {
+                let us = time(dev, moved, || ops::dequantize_with(dev, dtype, ws.next(), &mut out, kernel).unwrap());
+                let gbps = benches::gbps(moved, us);
+                line += &format!(" {name} {us:8.2} us {gbps:6.0} GB/s ({:5.1}% of copy) |", 100.0 * gbps / copy_gbps);
+                json += &format!(",\"us_{name}\":{us:.3},\"gbps_{name}\":{gbps:.1}");
+            }
+            eprintln!("{line}");
+            lines.push(json + &format!(",\"copy_gbps\":{copy_gbps:.1}}}"));
+        }
+    }
+    benches::write_json_array(out_dir, "rust_dequantize.json", &lines);
+}

@@ -114,13 +114,57 @@ fn elements_config(n: usize) -> LaunchConfig {
     LaunchConfig::new(Dim3::x(n.div_ceil(256).clamp(1, 65536) as u32), Dim3::x(256))
 }
 
+/// Which kernel [`dequantize_with`] and [`get_rows_with`] launch.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum DequantKernel {
+    /// [`dequantize_pieces`](fn@super::dequantize_pieces) /
+    /// [`get_rows_pieces`](fn@super::get_rows_pieces): eight consecutive weights per
+    /// work-item, the scales decoded once per piece, 16-byte stores. Needs `out` on 16 bytes;
+    /// a misaligned `out` takes [`DequantKernel::Generic`].
+    Pieces,
+    /// [`dequantize`](fn@super::dequantize) / [`get_rows`](fn@super::get_rows): one weight
+    /// per work-item (kept to compare against, and for misaligned outputs).
+    Generic,
+}
+
+impl DequantKernel {
+    /// [`DequantKernel::Generic`] when the environment variable `KERNELS_DEQUANT_GENERIC`
+    /// is set to anything but `0` (read once per process), else [`DequantKernel::Pieces`].
+    pub fn from_env() -> DequantKernel {
+        static GENERIC: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+        let generic = *GENERIC.get_or_init(|| std::env::var("KERNELS_DEQUANT_GENERIC").is_ok_and(|v| v != "0"));
+        if generic { DequantKernel::Generic } else { DequantKernel::Pieces }
+    }
+
+    /// `self`, or [`DequantKernel::Generic`] where `out` does not start on 16 bytes.
+    fn for_out<T>(self, out: &(impl KernelArgSlice<T> + ?Sized)) -> DequantKernel {
+        if slice_of(out).0 % 16 == 0 { self } else { DequantKernel::Generic }
+    }
+}
+
+/// Launch shape of the piece kernels: one work-item per [`PIECE`](super::PIECE) outputs.
+fn pieces_config(n: usize) -> LaunchConfig {
+    elements_config(n / super::PIECE)
+}
+
 /// Dequantizes `w` (a whole number of `dtype` blocks) into `out` (`blocks * block_weights`
-/// elements of `T`).
+/// elements of `T`) with the kernel [`DequantKernel::from_env`] picks.
 pub fn dequantize<T: Float + ScalarArg>(
     exec: &(impl Executor + ?Sized),
     dtype: GgmlDType,
     w: &(impl KernelArgSlice<u8> + ?Sized),
     out: &mut (impl KernelArgSliceMut<T> + ?Sized),
+) -> Result<(), LaunchError> {
+    dequantize_with(exec, dtype, w, out, DequantKernel::from_env())
+}
+
+/// [`dequantize`] with the given kernel (benchmarks and tests compare the two).
+pub fn dequantize_with<T: Float + ScalarArg>(
+    exec: &(impl Executor + ?Sized),
+    dtype: GgmlDType,
+    w: &(impl KernelArgSlice<u8> + ?Sized),
+    out: &mut (impl KernelArgSliceMut<T> + ?Sized),
+    kernel: DequantKernel,
 ) -> Result<(), LaunchError> {
     const K: &str = "dequantize";
     let (_, w_len) = slice_of(w);
@@ -136,11 +180,14 @@ pub fn dequantize<T: Float + ScalarArg>(
     if n == 0 {
         return Ok(());
     }
-    with_format!(dtype, Q => super::dequantize::launch::<Q, T>(exec, elements_config(n), w, out))
+    match kernel.for_out(out) {
+        DequantKernel::Pieces => with_format!(dtype, Q => super::dequantize_pieces::launch::<Q, T>(exec, pieces_config(n), w, out)),
+        DequantKernel::Generic => with_format!(dtype, Q => super::dequantize::launch::<Q, T>(exec, elements_config(n), w, out)),
+    }
 }
 
 /// `out[i, :] = W[ids[i], :]` dequantized, for a `rows x cols` matrix `w` (zero rows for
-/// ids `>= rows`); `out` holds `ids.len() * cols` elements.
+/// ids `>= rows`); `out` holds `ids.len() * cols` elements. The kernel: as [`dequantize`].
 pub fn get_rows<T: Float + ScalarArg>(
     exec: &(impl Executor + ?Sized),
     dtype: GgmlDType,
@@ -149,6 +196,21 @@ pub fn get_rows<T: Float + ScalarArg>(
     out: &mut (impl KernelArgSliceMut<T> + ?Sized),
     rows: usize,
     cols: usize,
+) -> Result<(), LaunchError> {
+    get_rows_with(exec, dtype, w, ids, out, rows, cols, DequantKernel::from_env())
+}
+
+/// [`get_rows`] with the given kernel.
+#[allow(clippy::too_many_arguments)]
+pub fn get_rows_with<T: Float + ScalarArg>(
+    exec: &(impl Executor + ?Sized),
+    dtype: GgmlDType,
+    w: &(impl KernelArgSlice<u8> + ?Sized),
+    ids: &(impl KernelArgSlice<u32> + ?Sized),
+    out: &mut (impl KernelArgSliceMut<T> + ?Sized),
+    rows: usize,
+    cols: usize,
+    kernel: DequantKernel,
 ) -> Result<(), LaunchError> {
     const K: &str = "get_rows";
     check_matrix(K, dtype, slice_of(w).1, rows, cols)?;
@@ -160,7 +222,10 @@ pub fn get_rows<T: Float + ScalarArg>(
     if n == 0 {
         return Ok(());
     }
-    with_format!(dtype, Q => super::get_rows::launch::<Q, T>(exec, elements_config(n), w, ids, out, rows, cols))
+    match kernel.for_out(out) {
+        DequantKernel::Pieces => with_format!(dtype, Q => super::get_rows_pieces::launch::<Q, T>(exec, pieces_config(n), w, ids, out, rows, cols)),
+        DequantKernel::Generic => with_format!(dtype, Q => super::get_rows::launch::<Q, T>(exec, elements_config(n), w, ids, out, rows, cols)),
+    }
 }
 
 /// q8_1 quantization of `x` (`batch * cols` values, a multiple of 32) into `xq`
