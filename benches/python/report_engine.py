@@ -10,7 +10,7 @@ Inputs (each optional; a model or backend without a file has no row):
 - candle_<model>.jsonl: `candle-peer` (`llama_e2e` for bf16 shapes, `qllama` for GGUF),
   batch 1, backend `candle-cuda`; TTFT is its prefill time (prompt to first token);
 - llamacpp_<model>.jsonl: lines {"concurrency", "decode_tok_s", "ttft_ms"}, backend
-  `llama.cpp` (no producer yet: the GPU machine has no llama.cpp build);
+  `llama.cpp` (benches/llamacpp/run.sh, built and run on the GPU machine);
 - copy.json (torch_engine.py copy): the same run's copy bandwidth.
 <model> is 1b_bf16, 8b_bf16 or 8b_q4k (written 1b-bf16 ... in the CSV).
 
