@@ -47,10 +47,10 @@ pub const fn pairs_per_item<T>() -> usize {
     16 / core::mem::size_of::<T>()
 }
 
-/// 16 bytes, aligned: one vector access whatever the element type.
+/// 16 bytes as four 32-bit words, aligned: one vector access whatever the element type.
 #[repr(C, align(16))]
 #[derive(Clone, Copy)]
-pub struct Block(pub [u8; 16]);
+pub struct Block(pub [u32; 4]);
 
 /// 8 bytes, aligned: half a block of table entries (interleaved layout).
 #[repr(C, align(8))]
@@ -93,7 +93,7 @@ unsafe fn rotated_blocks<T: Float>(x: *const T, (cp, sp): (*const T, *const T), 
     // SAFETY: the caller's contract.
     let (xa, xb) = unsafe { (core::ptr::read(x.add(i0) as *const Block), core::ptr::read(x.add(i0 + d2) as *const Block)) };
     let (pa, pb) = (&xa as *const Block as *const T, &xb as *const Block as *const T);
-    let (mut ra, mut rb) = (Block([0; 16]), Block([0; 16]));
+    let (mut ra, mut rb) = (Block([0; 4]), Block([0; 4]));
     let (qa, qb) = (&mut ra as *mut Block as *mut T, &mut rb as *mut Block as *mut T);
     if interleaved {
         // Block a holds pairs i0/2.., block b pairs d2/2 + i0/2.. (whole pairs each).
@@ -135,6 +135,20 @@ unsafe fn rotated_blocks<T: Float>(x: *const T, (cp, sp): (*const T, *const T), 
         });
     }
     (ra, rb)
+}
+
+/// The 16-byte block at `p`, read as its four 32-bit words: a block that is only copied
+/// (the values) would otherwise move as an opaque aggregate, through a stack temporary on
+/// NVIDIA (local memory); named words stay in registers.
+///
+/// # Safety
+/// The block is in bounds and 16-byte aligned.
+#[device]
+#[inline(always)]
+unsafe fn load_block<T>(p: *const T) -> Block {
+    // SAFETY: the caller's contract.
+    let Block([w0, w1, w2, w3]) = unsafe { core::ptr::read(p as *const Block) };
+    Block([w0, w1, w2, w3])
 }
 
 /// Writes blocks `a`, `b` at `dst + i0` and `dst + i0 + d2`.
@@ -358,7 +372,7 @@ pub fn rope_and_cache<T: Float>(
             if vector {
                 // SAFETY: as for the keys.
                 unsafe {
-                    let b = (core::ptr::read(vsrc.add(i0) as *const Block), core::ptr::read(vsrc.add(i0 + d2) as *const Block));
+                    let b = (load_block(vsrc.add(i0)), load_block(vsrc.add(i0 + d2)));
                     if !vc.is_null() {
                         store_blocks(vc, i0, d2, b);
                     }
