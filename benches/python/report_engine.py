@@ -43,6 +43,9 @@ SHAPES = {
 }
 # Bytes per weight of a matrix, and of a norm vector (GGUF keeps norms in f32).
 FORMATS = {"bf16": (2.0, 2.0), "q4k": (144 / 256, 4.0)}
+# Bytes per weight of the output head where it differs: Q4_K files (gguf-llama, as Q4_K_M
+# files) keep the head in Q6_K.
+HEAD_BYTES = {"q4k": 210 / 256}
 KV_BYTES = 2  # bf16 / f16 cache entries on every backend
 
 BACKENDS = ["ours", "candle-cuda", "torch", "torch-compile", "llama.cpp"]
@@ -55,7 +58,7 @@ def step_bytes(model, prompt_len, gen):
     s, (wb, nb) = SHAPES[size], FORMATS[fmt]
     h, q, kv = s["hidden"], s["heads"] * s["head_dim"], s["kv_heads"] * s["head_dim"]
     per_layer = (h * q + 2 * h * kv + q * h + 3 * h * s["inter"]) * wb + 2 * h * nb
-    weights = s["layers"] * per_layer + s["vocab"] * h * wb + h * nb + h * wb
+    weights = s["layers"] * per_layer + s["vocab"] * h * HEAD_BYTES.get(fmt, wb) + h * nb + h * wb
     context = prompt_len + gen / 2
     kv_cache = s["layers"] * 2 * kv * KV_BYTES * context
     return weights + kv_cache
