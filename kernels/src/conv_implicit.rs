@@ -22,7 +22,7 @@
 //! elements).
 use crate::dtype::divmod32;
 use crate::each;
-use crate::gemm::{block_threads, block_tile, chunked, copy_elems, f32_k16_valu, mma_k16, mma_k32, wave_frags, waves, Chunks, GemmElem, MAX_F, PAD};
+use crate::gemm::{block_threads, block_tile, chunked, copy_elems, f32_k16_valu, mma_k16, mma_k32, swizzled, tile_lds, tile_offset, tiled_body, wave_frags, waves, ATile, Chunks, GemmElem, MAX_F, PAD};
 use kernel_dsl::hint::opaque_u32;
 use kernel_dsl::mma::{self, FragA, FragB, FragC, Lowering, SharedAddr};
 use kernel_dsl::prelude::*;
@@ -348,18 +348,375 @@ pub fn conv2d_split_sum<T: GemmElem>(part: &[f32], bias: &[T], y: &mut [T], geom
     }
 }
 
+
+/// Entries of the `geom` argument of [`conv2d_nhwc`](fn@conv2d_nhwc).
+pub const NHWC_GEOM: usize = 14;
+
+/// Most 16-byte chunks of an A tile one work-item gathers per K step (`mma.sync` f16/bf16:
+/// 256 rows x 64 channels over 256 work-items).
+const NHWC_CHUNKS: usize = 8;
+
+/// The A tile of the NHWC convolution's GEMM ([`conv2d_nhwc`](fn@conv2d_nhwc)): row `p`
+/// (output pixel `(b, oy, ox)`) and column `kg = tap * c_in + ci` (`tap = ky * k_w + kx`)
+/// hold `x[b, oy*stride + ky*dil - pad, ox*stride + kx*dil - pad, ci]`, zero in the
+/// padding. Channels are innermost in both, so the 8 columns of a 16-byte chunk (`c_in` a
+/// multiple of 8) are 16 contiguous bytes of one pixel: the tile moves as the GEMM's
+/// chunks do (`cp.async` on NVIDIA), consecutive work-items on consecutive chunks of a
+/// pixel, with padding and rows past the end predicated to zero.
+///
+/// Each work-item keeps one column `c0` of the tile for the whole K loop, so one window
+/// position `(tap, ci)` per step serves all of its chunks; per chunk it keeps the pixel's
+/// window origin as an element offset (wrapping below zero) and a mask of the taps that
+/// fall inside the image (at most 32 taps).
+#[derive(Clone, Copy)]
+pub(crate) struct PatchA<T> {
+    x: *const T,
+    off: [u32; NHWC_CHUNKS],
+    mask: [u32; NHWC_CHUNKS],
+    dst0: usize,
+    dst_step: usize,
+    count: usize,
+    c0: usize,
+    /// Column `c0`'s window position at the next step: channel, tap bit, filter x,
+    /// element offset from the window origin.
+    ci: u32,
+    bit: u32,
+    kx: u32,
+    ky: u32,
+    tap_off: u32,
+    /// `c_in`, `w * c_in`, `dil`, `k_w`.
+    cin: u32,
+    row: u32,
+    dil: u32,
+    kw: u32,
+}
+
+impl<T: GemmElem> PatchA<T> {
+    /// The source of the tile of rows from `m0`, K from `k_begin`. `g` is the kernel's
+    /// checked geometry.
+    #[inline(always)]
+    fn new(x: &[T], g: &[u32], m0: usize, k_begin: usize) -> Self {
+        let low = mma::lowering();
+        let (bm, _, bk) = block_tile::<T>(low);
+        let (lda, _) = tile_lds::<T>(low);
+        let size = core::mem::size_of::<T>();
+        let per = 16 / size;
+        let (tid, threads) = (flat_thread_idx() as usize, block_threads());
+        let per_row = bk / per;
+        let (r0, c0, rstep) = (tid / per_row, (tid % per_row) * per, threads / per_row);
+        let count = bm * per_row / threads;
+        let swz = swizzled::<T>(low);
+        if count > NHWC_CHUNKS || count * threads != bm * per_row || (swz && rstep % 8 != 0) {
+            panic!("conv2d_nhwc: the A tile does not split into the gather's chunks");
+        }
+        let (batch, h, wd, cin, oh, ow, kh, kw, st, pad, dil, xoff) = (g[0], g[1], g[2], g[3], g[4], g[5], g[7], g[8], g[9], g[10], g[11], g[12]);
+        let _ = kh;
+        let m = (batch * oh * ow) as usize;
+        let mut off = [0u32; NHWC_CHUNKS];
+        let mut mask = [0u32; NHWC_CHUNKS];
+        each!(i in [0, 1, 2, 3, 4, 5, 6, 7] {
+            let p = m0 + r0 + i * rstep;
+            if i < count && p < m {
+                let (b, rem) = divmod32(p as u32, oh * ow);
+                let (oy, ox) = divmod32(rem, ow);
+                let (iy0, ix0) = ((oy * st).wrapping_sub(pad), (ox * st).wrapping_sub(pad));
+                off[i] = xoff.wrapping_add(((b * h).wrapping_add(iy0).wrapping_mul(wd).wrapping_add(ix0)).wrapping_mul(cin));
+                let mut bits = 0u32;
+                let mut t = 0;
+                let mut ky = 0;
+                while ky < kh {
+                    let mut kx = 0;
+                    while kx < kw {
+                        if iy0.wrapping_add(ky * dil) < h && ix0.wrapping_add(kx * dil) < wd {
+                            bits |= 1 << t;
+                        }
+                        t += 1;
+                        kx += 1;
+                    }
+                    ky += 1;
+                }
+                mask[i] = bits;
+            }
+        });
+        let (tap, ci) = divmod32((k_begin + c0) as u32, cin);
+        let (ky, kx) = divmod32(tap, kw);
+        let row = wd * cin;
+        PatchA {
+            x: x.as_ptr(),
+            off,
+            mask,
+            dst0: tile_offset::<T>(swz, r0, c0, lda),
+            dst_step: rstep * lda * size,
+            count,
+            c0,
+            ci,
+            // Zero past tap 31 (none there: the kernel checked at most 32 taps).
+            bit: if tap < 32 { 1 << tap } else { 0 },
+            kx,
+            ky,
+            tap_off: (ky * dil * row).wrapping_add(kx * dil * cin).wrapping_add(ci),
+            cin,
+            row,
+            dil,
+            kw,
+        }
+    }
+
+    /// Copies this work-item's chunks of the step (`col_ok`: its column lies in K), then
+    /// moves the window position on by one K step.
+    #[inline(always)]
+    fn gather(&mut self, col_ok: bool, buf: SharedAddr) {
+        let to = buf.add(self.dst0);
+        each!(i in [0, 1, 2, 3, 4, 5, 6, 7] {
+            if i < self.count {
+                let dst = to.add(i * self.dst_step);
+                if col_ok && self.mask[i] & self.bit != 0 {
+                    let src = self.x.wrapping_add(self.off[i].wrapping_add(self.tap_off) as usize);
+                    // SAFETY: the tap lies in the image (mask) and the channels in the
+                    // pixel (col_ok, c_in a multiple of 8), so the 16 bytes are an
+                    // element run of the input (checked in the kernel), 16-byte aligned.
+                    unsafe { mma::copy::copy_16_whole_at(dst, src as *const u8) };
+                } else {
+                    // SAFETY: the chunk lies in the tile (a zero chunk: padding, rows past
+                    // the end, columns past K); an asynchronous copy of no bytes reads
+                    // nothing and zero-fills.
+                    unsafe {
+                        if mma::copy::is_async() {
+                            mma::copy::copy_16_at(dst, self.x as *const u8, 0);
+                        } else {
+                            core::ptr::write(dst.as_ptr::<[u32; 4]>(), [0; 4]);
+                        }
+                    }
+                }
+            }
+        });
+        let bk = block_tile::<T>(mma::lowering()).2 as u32;
+        self.ci += bk;
+        let mut moved = false;
+        while self.ci >= self.cin {
+            self.ci -= self.cin;
+            self.bit <<= 1;
+            self.kx += 1;
+            if self.kx == self.kw {
+                self.kx = 0;
+                self.ky += 1;
+            }
+            moved = true;
+        }
+        if moved {
+            self.tap_off = (self.ky * self.dil * self.row).wrapping_add(self.kx * self.dil * self.cin).wrapping_add(self.ci);
+        } else {
+            self.tap_off += bk;
+        }
+    }
+}
+
+impl<T: GemmElem> ATile<T> for PatchA<T> {
+    #[inline(always)]
+    fn load(&mut self, _k0: usize, k_left: usize, buf: SharedAddr, _elems: *mut T) {
+        self.gather(self.c0 < k_left, buf);
+    }
+
+    #[inline(always)]
+    fn whole(&self) -> bool {
+        true
+    }
+
+    #[inline(always)]
+    unsafe fn load_whole(&mut self, buf: SharedAddr) {
+        self.gather(true, buf);
+    }
+}
+
+/// `y (batch, oh, ow, c_out) = conv2d(x, w) + bias` for channels-last (NHWC) activations:
+/// [`gemm_tiled`](fn@crate::gemm::gemm_tiled)'s pipeline, products and epilogue with the A
+/// tile gathered from the input ([`PatchA`]). The GEMM is `Y (batch*oh*ow x c_out) =
+/// X_patches (batch*oh*ow x K) * W (K x c_out)`, `K = k_h*k_w*c_in` in (tap, channel)
+/// order, so `w` is the filter as `(k_h, k_w, c_in, c_out)` contiguous
+/// ([`host::nhwc_weight`]); `x` is `(batch, h, w, c_in)` contiguous from element
+/// `x_off`, 16-byte aligned, `c_in` a multiple of 8; `bias` (empty: none) per output
+/// channel. `geom` = `[batch, h, w, c_in, oh, ow, c_out, k_h, k_w, stride, pad, dilation,
+/// x_off, splits]`. Grid: x the tiles of `c_out` (BN), y the tiles of `batch*oh*ow` (BM),
+/// z `splits` (split K as `gemm_tiled`: f32 partial tiles into `ws`, summed by
+/// [`gemm_split_sum`](fn@crate::gemm::gemm_split_sum)). Launch with [`host::conv2d_channels_last`].
+#[amdgpu_kernel(T = [f16, bf16], max_threads = 256)]
+#[inline(always)]
+pub fn conv2d_nhwc<T: GemmElem>(x: &[T], w: &[T], bias: &[T], y: &mut [T], ws: &mut [f32], geom: &[u32], smem: SharedDyn<T>) {
+    let low = mma::lowering();
+    let g = &geom[..NHWC_GEOM];
+    let (batch, h, wd, cin, oh, ow, cout, kh, kw) = (g[0], g[1], g[2], g[3], g[4], g[5], g[6], g[7], g[8]);
+    let (xoff, splits) = (g[12], g[13]);
+    let splits = if low == Lowering::Valu { 1 } else { splits.max(1) as usize };
+    let taps = kh * kw;
+    let per = (16 / core::mem::size_of::<T>()) as u32;
+    let x_end = xoff as usize + (batch * h * wd * cin) as usize;
+    if taps == 0 || taps > 32 || cin == 0 || cin % per != 0 || x_end > x.len() || (x.as_ptr() as usize + xoff as usize * core::mem::size_of::<T>()) % 16 != 0 {
+        panic!("conv2d_nhwc: the geometry does not fit the input, or it is not aligned");
+    }
+    let (m, k) = (batch * oh * ow, taps * cin);
+    let a_of = |_z: usize, m0: usize, k_begin: usize| PatchA::new(x, g, m0, k_begin);
+    tiled_body::<T, _>(a_of, w, bias, y, ws, (m, cout, k), (cout, 1, cout), (0, 0), (1.0, 0), splits, smem);
+}
+
 /// Checked launches.
 #[cfg(not(any(target_arch = "amdgpu", target_arch = "nvptx64")))]
 pub mod host {
-    use super::{conv2d_implicit, conv2d_split_sum, conv_smem_elems, CONV_GEOM};
+    use super::{conv2d_implicit, conv2d_nhwc, conv2d_split_sum, conv_smem_elems, CONV_GEOM, NHWC_GEOM};
     use crate::conv::ops::{conv_out_len, ConvGeometry};
     use crate::dtype::host::{arg_len, fits_i32, invalid, product};
-    use crate::gemm::{block_tile, lowering_of, work_group_size, GemmElem};
+    use crate::gemm::{block_tile, gemm_split_sum, lowering_of, smem_elems, splits_for, work_group_size, GemmElem, GemmShape};
+    use kernel_dsl::host::ArgValue;
+    use kernel_dsl::mma::Lowering;
     use crate::runtime::Device;
     use kernel_dsl::host::{KernelArgSlice, KernelArgSliceMut, LaunchConfig, LaunchError, ScalarArg};
     use kernel_dsl::Dim3;
 
     const K: &str = "conv2d_implicit";
+
+    const KN: &str = "conv2d_nhwc";
+
+    /// The filter `(c_out, c_in, k_h, k_w)` (PyTorch's and Candle's layout) rearranged as
+    /// `(k_h, k_w, c_in, c_out)`, the layout [`conv2d_channels_last`] takes: done once per weight,
+    /// at load.
+    pub fn nhwc_weight<T: Copy>(w: &[T], [c_out, c_in, k_h, k_w]: [usize; 4]) -> Result<Vec<T>, LaunchError> {
+        let n = product(KN, &[c_out, c_in, k_h, k_w])?;
+        if w.len() != n {
+            return Err(invalid(KN, format!("weight has {} elements; ({c_out}, {c_in}, {k_h}, {k_w}) needs {n}", w.len())));
+        }
+        let mut out = Vec::with_capacity(n);
+        for ky in 0..k_h {
+            for kx in 0..k_w {
+                for ci in 0..c_in {
+                    out.extend((0..c_out).map(|co| w[((co * c_in + ci) * k_h + ky) * k_w + kx]));
+                }
+            }
+        }
+        Ok(out)
+    }
+
+    /// Why [`conv2d_channels_last`] cannot take this convolution (element type, groups, channels,
+    /// taps), or `None` when it can (sizes and buffers are checked at the launch).
+    pub fn nhwc_refusal<T: GemmElem>(s: &Conv2dShape) -> Option<String> {
+        if T::SPLIT {
+            return Some("the NHWC kernel takes f16 and bf16 only".into());
+        }
+        if s.groups != 1 {
+            return Some(format!("the NHWC kernel takes dense convolutions only ({} groups)", s.groups));
+        }
+        if s.c_in == 0 || s.c_in % 8 != 0 {
+            return Some(format!("the NHWC kernel needs input channels in multiples of 8 ({})", s.c_in));
+        }
+        if s.k_h * s.k_w == 0 || s.k_h * s.k_w > 32 {
+            return Some(format!("the NHWC kernel takes 1 to 32 filter taps ({} x {})", s.k_h, s.k_w));
+        }
+        None
+    }
+
+    /// `y = conv2d(x, weight) + bias` for channels-last activations on the matrix units of
+    /// `dev` ([`conv2d_nhwc`](fn@super::conv2d_nhwc): the GEMM pipeline with the input
+    /// patches gathered straight from `x`). `x` is `(batch, h, w, c_in)` contiguous from
+    /// element `offset` of its buffer (16-byte aligned there), `weight` `(k_h, k_w, c_in,
+    /// c_out)` contiguous ([`nhwc_weight`]), `bias` `c_out` elements, `y` `(batch, oh, ow,
+    /// c_out)` contiguous. f16/bf16, `groups` 1, `c_in` a multiple of 8, at most 32 taps
+    /// ([`nhwc_refusal`]). Returns `(oh, ow)`. Checks everything first: a bad size is
+    /// `InvalidArgument` and nothing runs. Small grids split K as the GEMM does
+    /// ([`splits_for`]).
+    #[allow(clippy::too_many_arguments)]
+    pub fn conv2d_channels_last<T: GemmElem + ScalarArg>(
+        dev: &Device,
+        x: &(impl KernelArgSlice<T> + ?Sized),
+        offset: usize,
+        weight: &(impl KernelArgSlice<T> + ?Sized),
+        bias: Option<&(dyn KernelArgSlice<T> + '_)>,
+        s: Conv2dShape,
+        g: ConvGeometry,
+        y: &mut (impl KernelArgSliceMut<T> + ?Sized),
+    ) -> Result<(usize, usize), LaunchError> {
+        conv2d_channels_last_split(dev, x, offset, weight, bias, s, g, y, None)
+    }
+
+    /// [`conv2d_channels_last`] with the number of K splits given (`None`: [`splits_for`]'s choice;
+    /// clamped to 1 ..= the K steps).
+    #[allow(clippy::too_many_arguments)]
+    pub fn conv2d_channels_last_split<T: GemmElem + ScalarArg>(
+        dev: &Device,
+        x: &(impl KernelArgSlice<T> + ?Sized),
+        offset: usize,
+        weight: &(impl KernelArgSlice<T> + ?Sized),
+        bias: Option<&(dyn KernelArgSlice<T> + '_)>,
+        s: Conv2dShape,
+        g: ConvGeometry,
+        y: &mut (impl KernelArgSliceMut<T> + ?Sized),
+        splits: Option<usize>,
+    ) -> Result<(usize, usize), LaunchError> {
+        if let Some(why) = nhwc_refusal::<T>(&s) {
+            return Err(invalid(KN, why));
+        }
+        let Conv2dShape { batch, c_in, h, w, c_out, k_h, k_w, .. } = s;
+        let (oh, ow) = s.out_hw(g)?;
+        let n_w = product(KN, &[k_h, k_w, c_in, c_out])?;
+        if arg_len(weight) != n_w {
+            return Err(invalid(KN, format!("weight has {} elements; ({k_h}, {k_w}, {c_in}, {c_out}) needs {n_w}", arg_len(weight))));
+        }
+        let n_y = product(KN, &[batch, oh, ow, c_out])?;
+        if arg_len(y) != n_y {
+            return Err(invalid(KN, format!("output has {} elements; ({batch}, {oh}, {ow}, {c_out}) needs {n_y}", arg_len(y))));
+        }
+        if let Some(b) = bias {
+            if arg_len(b) != c_out {
+                return Err(invalid(KN, format!("bias has {} elements; there are {c_out} output channels", arg_len(b))));
+            }
+        }
+        let n_x = product(KN, &[batch, h, w, c_in])?;
+        let x_end = offset.checked_add(n_x).ok_or_else(|| invalid(KN, "input offset overflows usize".into()))?;
+        if x_end > arg_len(x) {
+            return Err(invalid(KN, format!("input ({batch}, {h}, {w}, {c_in}) from element {offset} needs {x_end} elements; the buffer has {}", arg_len(x))));
+        }
+        let addr = match x.kernel_arg() {
+            ArgValue::Slice { addr, .. } => addr as usize,
+            _ => 0,
+        };
+        if (addr + offset * core::mem::size_of::<T>()) % 16 != 0 {
+            return Err(invalid(KN, format!("the input at element {offset} is not 16-byte aligned")));
+        }
+        let pad_span = g.padding.saturating_mul(2).saturating_add(h.max(w));
+        fits_i32(KN, &[n_y, n_w, x_end, pad_span, oh.saturating_mul(g.stride).saturating_add(k_h.max(k_w).saturating_mul(g.dilation))])?;
+        if n_y == 0 {
+            return Ok((oh, ow));
+        }
+        let low = lowering_of(dev);
+        let (bm, bn, bk) = block_tile::<T>(low);
+        let (m, k) = (batch * oh * ow, k_h * k_w * c_in);
+        let (gx, gy) = (c_out.div_ceil(bn), m.div_ceil(bm));
+        let steps = k.div_ceil(bk);
+        let splits = match splits {
+            // The VALU lowering never splits (the kernel's `splits` is the constant 1 there).
+            _ if low == Lowering::Valu => 1,
+            Some(sp) => sp.clamp(1, steps),
+            None => splits_for::<T>(low, GemmShape { batch: 1, m, n: c_out, k }),
+        };
+        // The partials are indexed with 32 bits too.
+        let splits = if splits.saturating_mul(n_y) < 1 << 31 { splits } else { 1 };
+        if gy > 65535 || splits > 65535 {
+            return Err(invalid(KN, format!("{m} output pixels ({gy} tiles) exceed the 65535 grid limit")));
+        }
+        let u = |v: usize| v as u32;
+        let geom: [u32; NHWC_GEOM] = [
+            u(batch), u(h), u(w), u(c_in), u(oh), u(ow), u(c_out), u(k_h), u(k_w), u(g.stride), u(g.padding), u(g.dilation), u(offset), u(splits),
+        ];
+        let geom = dev.upload(&geom)?;
+        let none: [T; 0] = [];
+        let bias: &dyn KernelArgSlice<T> = bias.unwrap_or(&none);
+        let cfg = LaunchConfig::new(Dim3::new(gx as u32, gy as u32, splits as u32), Dim3::x(work_group_size(low) as u32))
+            .with_dynamic_shared(smem_elems::<T>(low));
+        let mut ws = dev.alloc_uninit::<f32>(if splits > 1 { splits * n_y } else { 0 })?;
+        conv2d_nhwc::launch::<T>(dev, cfg, x, weight, bias, y, &mut ws, &geom)?;
+        if splits > 1 {
+            let cfg = LaunchConfig::new(Dim3::new(u(n_y.div_ceil(256)), 1, 1), Dim3::x(256));
+            gemm_split_sum::launch::<T>(dev, cfg, &ws, bias, y, u(m), u(c_out), u(c_out), 0, u(splits), 1.0, 0)?;
+        }
+        Ok((oh, ow))
+    }
 
     /// Sizes of one 2-D convolution (Candle's `ParamsConv2D` plus groups).
     #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -243,7 +243,7 @@ pub const fn stage_elems<T: GemmElem>(low: Lowering) -> usize {
 /// Byte offset of element `(r, c)` in a shared tile of row stride `ld` elements, swizzled
 /// or not ([`swizzled`]).
 #[inline(always)]
-fn tile_offset<T>(swz: bool, r: usize, c: usize, ld: usize) -> usize {
+pub(crate) fn tile_offset<T>(swz: bool, r: usize, c: usize, ld: usize) -> usize {
     let (size, b) = (core::mem::size_of::<T>(), c * core::mem::size_of::<T>());
     if swz {
         r * ld * size + (((b / 16) ^ (r % 8)) * 16) + b % 16
@@ -757,6 +757,121 @@ pub fn gemm_tiled<T: GemmElem>(
     smem: SharedDyn<T>,
 ) {
     let low = mma::lowering();
+    // Split-K runs on the matrix units only ([`host::splits_for`]): on the VALU lowering
+    // `splits` is the constant 1, so none of its arithmetic competes for the registers
+    // the emulated products need (gfx1030 sits at its 128-VGPR cap there).
+    let splits = if low == Lowering::Valu { 1 } else { splits.max(1) as usize };
+    let (m_, k_, a_rs, a_cs) = (m as usize, k as usize, a_rs as usize, a_cs as usize);
+    let last = grid_dim_z() as usize / splits - 1;
+    if !(m_ == 0 || k_ == 0 || last * a_bs + (m_ - 1) * a_rs + (k_ - 1) * a_cs < a.len()) {
+        panic!("gemm_tiled: a buffer is shorter than the shape and strides need");
+    }
+    let a_of = |z: usize, m0: usize, k_begin: usize| MatrixA::new(a, z * a_bs + m0 * a_rs + k_begin * a_cs, (a_rs, a_cs), a_bs, m_.saturating_sub(m0));
+    tiled_body::<T, _>(a_of, b, bias, c, ws, (m, n, k), (b_rs, b_cs, ldc), (b_bs, c_bs), (alpha, act), splits, smem);
+}
+
+/// Where [`tiled_body`] gets each K step's `BM x BK` A tile from: a strided matrix
+/// ([`MatrixA`], [`gemm_tiled`](fn@gemm_tiled)) or a gather (the NHWC convolution's input patches,
+/// `crate::conv_implicit`). The B tile, the products, the pipeline and the epilogue are
+/// the same for every source.
+pub(crate) trait ATile<T: GemmElem> {
+    /// Copies columns `k0 .. k0 + BK` of this work-group's A tile (`k_left` valid columns
+    /// from `k0`, zero past them) into the buffer at `buf` (`elems`: the same as a
+    /// pointer), starting its copies in the current commit group; then moves on to the
+    /// next step. Called for steps 0, 1, .. in order.
+    fn load(&mut self, k0: usize, k_left: usize, buf: SharedAddr, elems: *mut T);
+    /// `true` when the steady loop may copy whole steps with [`ATile::load_whole`].
+    fn whole(&self) -> bool;
+    /// [`ATile::load`] of a whole K step without edge checks.
+    ///
+    /// # Safety
+    /// The step is whole (`k0 + BK <= k`) and [`ATile::whole`] holds.
+    unsafe fn load_whole(&mut self, buf: SharedAddr);
+}
+
+/// The A tile of a strided matrix: `A[i][k] = a[base + i * rs + k * cs]` from the tile's
+/// origin, `rows` rows in range; 16-byte chunks where they are asynchronous (and on the
+/// CPU executor, which checks the same plan) and the rows allow, else element by element.
+#[derive(Clone, Copy)]
+pub(crate) struct MatrixA<'a, T> {
+    a: &'a [T],
+    base: usize,
+    rs: usize,
+    cs: usize,
+    rows: usize,
+    plan: Option<Chunks>,
+    next: *const T,
+}
+
+impl<'a, T: GemmElem> MatrixA<'a, T> {
+    /// The source of the tile at `a[base..]` (strides `(rs, cs)`, batch stride `bs`,
+    /// `rows` of its rows in range).
+    #[inline(always)]
+    pub(crate) fn new(a: &'a [T], base: usize, (rs, cs): (usize, usize), bs: usize, rows: usize) -> Self {
+        let low = mma::lowering();
+        let (bm, _, bk) = block_tile::<T>(low);
+        let (lda, _) = tile_lds::<T>(low);
+        // Chunked copies where they are asynchronous, and on the CPU executor (which checks
+        // the same plan); on AMD the element path alone keeps the kernel within the gfx9
+        // scalar-register budget.
+        let chunks_here = mma::copy::is_async() || cfg!(not(any(target_arch = "amdgpu", target_arch = "nvptx64")));
+        let plan = if chunks_here && chunked(a, base, rs, cs, bs) { Chunks::new::<T>((bm, bk), rs, lda, swizzled::<T>(low)) } else { None };
+        let next = a.as_ptr().wrapping_add(base + plan.map_or(0, |p| p.src0));
+        MatrixA { a, base, rs, cs, rows, plan, next }
+    }
+}
+
+impl<T: GemmElem> ATile<T> for MatrixA<'_, T> {
+    #[inline(always)]
+    fn load(&mut self, k0: usize, k_left: usize, buf: SharedAddr, elems: *mut T) {
+        let low = mma::lowering();
+        let (bm, _, bk) = block_tile::<T>(low);
+        let (lda, _) = tile_lds::<T>(low);
+        // SAFETY (all arms): the tile's valid elements lie in `a` (the kernel checked),
+        // `chunked` checked the alignment of a chunked operand, and whole tiles lie wholly
+        // in range.
+        match self.plan {
+            Some(p) if bm <= self.rows && bk <= k_left => unsafe { p.copy_whole(self.next, buf) },
+            Some(p) => unsafe { p.copy_edge(self.a, self.base + k0, (self.rows, k_left), buf) },
+            None => copy_elems(self.a, self.base + k0 * self.cs, (self.rs, self.cs), (self.rows, k_left), (bm, bk), elems, lda, swizzled::<T>(low)),
+        }
+        self.next = self.next.wrapping_add(bk);
+    }
+
+    #[inline(always)]
+    fn whole(&self) -> bool {
+        self.plan.is_some() && block_tile::<T>(mma::lowering()).0 <= self.rows
+    }
+
+    #[inline(always)]
+    unsafe fn load_whole(&mut self, buf: SharedAddr) {
+        if let Some(p) = self.plan {
+            // SAFETY: the caller's contract (a whole step of whole rows).
+            unsafe { p.copy_whole(self.next, buf) };
+        }
+        self.next = self.next.wrapping_add(block_tile::<T>(mma::lowering()).2);
+    }
+}
+
+/// The body of [`gemm_tiled`](fn@gemm_tiled) for any A source: `a_of(z, m0, k_begin)`
+/// gives the source of batch entry `z`'s tile of rows from `m0`, K from `k_begin` (this
+/// work-group's split). `splits` is already 1 on the VALU lowering; the caller checked A.
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn tiled_body<T: GemmElem, A: ATile<T>>(
+    a_of: impl FnOnce(usize, usize, usize) -> A,
+    b: &[T],
+    bias: &[T],
+    c: &mut [T],
+    ws: &mut [f32],
+    (m, n, k): (u32, u32, u32),
+    (b_rs, b_cs, ldc): (u32, u32, u32),
+    (b_bs, c_bs): (usize, usize),
+    (alpha, act): (f32, u32),
+    splits: usize,
+    smem: SharedDyn<T>,
+) {
+    let low = mma::lowering();
     let (fm, fn_) = wave_frags::<T>(low);
     let (bm, bn, bk) = block_tile::<T>(low);
     let (lda, ldb) = tile_lds::<T>(low);
@@ -767,12 +882,8 @@ pub fn gemm_tiled<T: GemmElem>(
     if smem.len() < smem_elems::<T>(low) {
         panic!("gemm_tiled: shared memory too small for the pipeline");
     }
-    // Split-K runs on the matrix units only ([`host::splits_for`]): on the VALU lowering
-    // `splits` is the constant 1, so none of its arithmetic competes for the registers
-    // the emulated products need (gfx1030 sits at its 128-VGPR cap there).
-    let splits = if low == Lowering::Valu { 1 } else { splits.max(1) as usize };
     let (m, n, k) = (m as usize, n as usize, k as usize);
-    let (a_rs, a_cs, b_rs, b_cs) = (a_rs as usize, a_cs as usize, b_rs as usize, b_cs as usize);
+    let (b_rs, b_cs) = (b_rs as usize, b_cs as usize);
     let ldc = ldc as usize;
     // One uniform check that every element the launch touches lies in its buffer, so the
     // loops below index without per-element checks.
@@ -780,8 +891,7 @@ pub fn gemm_tiled<T: GemmElem>(
     let fits = |len: usize, bs: usize, rows: usize, rs: usize, cols: usize, cs: usize| {
         rows == 0 || cols == 0 || last * bs + (rows - 1) * rs + (cols - 1) * cs < len
     };
-    if !(fits(a.len(), a_bs, m, a_rs, k, a_cs)
-        && fits(b.len(), b_bs, k, b_rs, n, b_cs)
+    if !(fits(b.len(), b_bs, k, b_rs, n, b_cs)
         && fits(c.len(), c_bs, m, ldc, n, 1)
         && (bias.is_empty() || bias.len() >= n)
         && (splits == 1 || ws.len() >= (last + 1) * splits * m * n)
@@ -799,19 +909,17 @@ pub fn gemm_tiled<T: GemmElem>(
     let per_split = k.div_ceil(bk).div_ceil(splits) * bk;
     let k_begin = (split * per_split).min(k);
     let k = (k_begin + per_split).min(k) - k_begin;
-    let rows_a = m.saturating_sub(m0);
     let cols_b = n.saturating_sub(n0);
-    let a_base = z * a_bs + m0 * a_rs + k_begin * a_cs;
+    let mut a_src = a_of(z, m0, k_begin);
     let b_base = z * b_bs + n0 * b_cs + k_begin * b_rs;
     // Chunked copies where they are asynchronous, and on the CPU executor (which checks
     // the same plan); on AMD the element path alone keeps the kernel within the gfx9
     // scalar-register budget.
     let chunks_here = mma::copy::is_async() || cfg!(not(any(target_arch = "amdgpu", target_arch = "nvptx64")));
-    let a_plan = if chunks_here && chunked(a, a_base, a_rs, a_cs, a_bs) { Chunks::new::<T>((bm, bk), a_rs, lda, swz) } else { None };
     let b_plan = if chunks_here && chunked(b, b_base, b_rs, b_cs, b_bs) { Chunks::new::<T>((bk, bn), b_rs, ldb, swz) } else { None };
-    // Tiles whose rows (A) or columns (B) all lie in range: with a full K step, their
-    // chunks copy without per-chunk checks.
-    let (a_rows_full, b_cols_full) = (m0 + bm <= m, n0 + bn <= n);
+    // Tiles whose columns (B) all lie in range: with a full K step, their chunks copy
+    // without per-chunk checks (A: [`ATile::whole`]).
+    let b_cols_full = n0 + bn <= n;
     let size = core::mem::size_of::<T>();
     let smem_ptr = smem.as_ptr();
     let smem_at = SharedAddr::new(smem_ptr);
@@ -822,14 +930,13 @@ pub fn gemm_tiled<T: GemmElem>(
     let steps = k.div_ceil(bk);
     let mut acc = [[FragC::<f32>::zero(); MAX_F]; MAX_F];
 
-    // Source addresses of this work-item's first A and B chunk in the next K step to load
-    // (each step moves them by a constant).
-    let mut a_next = a.as_ptr().wrapping_add(a_base + a_plan.map_or(0, |p| p.src0));
+    // Source address of this work-item's first B chunk in the next K step to load (each
+    // step moves it by a constant; the A source moves itself).
     let mut b_next = b.as_ptr().wrapping_add(b_base + b_plan.map_or(0, |p| p.src0));
     // Starts the copies of K step `step` into the buffer at byte offset `at` (one commit
     // group, empty past the last step), moving the source addresses to the next step.
     // Called for steps 0, 1, 2, .. in order.
-    let load = |step: usize, at: usize, a_next: &mut *const T, b_next: &mut *const T| {
+    let load = |step: usize, at: usize, a_src: &mut A, b_next: &mut *const T| {
         if step < steps {
             let k0 = step * bk;
             let k_full = k0 + bk <= k;
@@ -841,17 +948,12 @@ pub fn gemm_tiled<T: GemmElem>(
             // SAFETY (all arms): every buffer fits in `smem` (checked above), every valid
             // element lies in its buffer (checked above), and `chunked` checked the
             // alignment of chunked operands; whole tiles lie wholly in range.
-            match a_plan {
-                Some(p) if a_rows_full && k_full => unsafe { p.copy_whole(*a_next, buf_a) },
-                Some(p) => unsafe { p.copy_edge(a, a_base + k0, (rows_a, k - k0), buf_a) },
-                None => copy_elems(a, a_base + k0 * a_cs, (a_rs, a_cs), (rows_a, k - k0), (bm, bk), elems_a, lda, swz),
-            }
+            a_src.load(k0, k - k0, buf_a, elems_a);
             match b_plan {
                 Some(p) if b_cols_full && k_full => unsafe { p.copy_whole(*b_next, buf_b) },
                 Some(p) => unsafe { p.copy_edge(b, b_base + k0 * b_rs, (k - k0, cols_b), buf_b) },
                 None => copy_elems(b, b_base + k0 * b_rs, (b_rs, b_cs), (k - k0, cols_b), (bk, bn), elems_a.wrapping_add(a_tile), ldb, swz),
             }
-            *a_next = a_next.wrapping_add(bk);
             *b_next = b_next.wrapping_add(bk * b_rs);
         }
         mma::copy::commit();
@@ -868,7 +970,7 @@ pub fn gemm_tiled<T: GemmElem>(
     let b_seg = a_tile * size + tile_offset::<T>(true, sr, wx * fn_ * 16 + sc, ldb);
     let mut fill = 0;
     for s in 0..nstages - 1 {
-        load(s, fill, &mut a_next, &mut b_next);
+        load(s, fill, &mut a_src, &mut b_next);
         fill = next(fill);
     }
     let mut read = 0;
@@ -957,18 +1059,17 @@ pub fn gemm_tiled<T: GemmElem>(
     macro_rules! run_steps {
         ($k_step:ident) => {{
             let mut step = 0;
-            if let (Some(ap), Some(bp)) = (a_plan, b_plan) {
-                if a_rows_full && b_cols_full {
+            if let Some(bp) = b_plan {
+                if a_src.whole() && b_cols_full {
                     let steady = (k / bk).saturating_sub(nstages - 1);
                     while step < steady {
                         $k_step!({
                             let buf_a = smem_at.add(fill);
                             // SAFETY: step + nstages - 1 < k / bk: a whole K step of whole tiles.
                             unsafe {
-                                ap.copy_whole(a_next, buf_a);
+                                a_src.load_whole(buf_a);
                                 bp.copy_whole(b_next, buf_a.add(a_tile * size));
                             }
-                            a_next = a_next.wrapping_add(bk);
                             b_next = b_next.wrapping_add(bk * b_rs);
                             mma::copy::commit();
                         });
@@ -978,7 +1079,7 @@ pub fn gemm_tiled<T: GemmElem>(
             }
             while step < steps {
                 $k_step!({
-                    load(step + nstages - 1, fill, &mut a_next, &mut b_next);
+                    load(step + nstages - 1, fill, &mut a_src, &mut b_next);
                 });
                 step += 1;
             }
