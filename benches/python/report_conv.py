@@ -1,7 +1,10 @@
 """Merges rust_conv.json and torch_conv.json (same GPU run) into report_conv.md: TFLOP/s of
 the implicit-GEMM conv (`conv_implicit`), the im2col + GEMM path it replaces
 (`conv_im2col`), 1x1 layers as one GEMM (`conv_1x1_gemm`) and cuDNN through PyTorch (NCHW
-and channels-last), with implicit / im2col and implicit / best cuDNN.
+and channels-last), the channels-last implicit GEMM (`conv_nhwc`), with implicit / im2col,
+implicit / best cuDNN, conv_nhwc against cuDNN channels-last and the best cuDNN, and
+candle-rocm's route through it for NCHW tensors (`conv_nhwc_route`: transposes included)
+against im2col + cuBLAS (`torch_im2col_cublas`).
 
 usage: report_conv.py DIR
 """
@@ -26,9 +29,10 @@ def main():
         oh = (r["h"] + 2 * r["padding"] - r["k"]) // r["stride"] + 1
         ow = (r["w"] + 2 * r["padding"] - r["k"]) // r["stride"] + 1
         flops[key] = 2 * r["batch"] * r["c_out"] * oh * ow * r["c_in"] * r["k"] ** 2
-    ops = ["conv_implicit", "conv_im2col", "conv_1x1_gemm", "torch_nchw", "torch_channels_last"]
-    lines = ["| dtype | layer | " + " | ".join(f"{o} TFLOP/s" for o in ops) + " | implicit / im2col | implicit / best cuDNN |",
-             "|---|---|" + "---|" * (len(ops) + 2)]
+    ops = ["conv_implicit", "conv_im2col", "conv_1x1_gemm", "conv_nhwc", "conv_nhwc_route", "torch_nchw", "torch_channels_last", "torch_im2col_cublas"]
+    lines = ["| dtype | layer | " + " | ".join(f"{o} TFLOP/s" for o in ops)
+             + " | implicit / im2col | implicit / best cuDNN | nhwc / cuDNN channels-last | nhwc / best cuDNN | nhwc_route / im2col+cuBLAS |",
+             "|---|---|" + "---|" * (len(ops) + 5)]
     total = {o: 0.0 for o in ops}
     for key in order:
         us = by[key]
@@ -40,7 +44,12 @@ def main():
         r1 = f"{us['conv_im2col'] / imp:.2f}" if imp and "conv_im2col" in us else "-"
         cud = [us[o] for o in ("torch_nchw", "torch_channels_last") if o in us]
         r2 = f"{min(cud) / imp:.2f}" if imp and cud else "-"
-        lines.append(f"| {key[0]} | {key[1]} | " + " | ".join(cells) + f" | {r1} | {r2} |")
+        nh = us.get("conv_nhwc")
+        r3 = f"{us['torch_channels_last'] / nh:.2f}" if nh and "torch_channels_last" in us else "-"
+        r4 = f"{min(cud) / nh:.2f}" if nh and cud else "-"
+        rt = us.get("conv_nhwc_route")
+        r5 = f"{us['torch_im2col_cublas'] / rt:.2f}" if rt and "torch_im2col_cublas" in us else "-"
+        lines.append(f"| {key[0]} | {key[1]} | " + " | ".join(cells) + f" | {r1} | {r2} | {r3} | {r4} | {r5} |")
     lines.append("")
     lines.append("Sum of per-layer times (us): " + ", ".join(f"{o} {total[o]:.0f}" for o in ops if total[o] > 0))
     text = "\n".join(lines) + "\n"

@@ -1,7 +1,8 @@
 """torch.nn.functional.conv2d (cuDNN, benchmark mode) on the layer shapes of the Rust `conv`
 bench (SD 1.5 UNet and VAE decoder: sd_conv_layers.csv, the table both read), NCHW and
-channels-last, timed with CUDA events on the same GPU. Writes torch_conv.json (ops
-`torch_nchw`, `torch_channels_last`).
+channels-last, timed with CUDA events on the same GPU, and im2col + cuBLAS (`F.unfold`
+then one batched matmul). Writes torch_conv.json (ops `torch_nchw`,
+`torch_channels_last`, `torch_im2col_cublas`).
 
 usage: torch_conv.py [--out DIR] [--quick] [--dtype f16|bf16]
 """
@@ -44,6 +45,13 @@ def main():
             us = timed(lambda: F.conv2d(xf, wf, stride=stride, padding=padding), flops)
             samples.append(dict(op=op, layer=layer, dtype=args.dtype, batch=b, c_in=c_in, h=h, w=w, c_out=c_out, k=k, stride=stride, padding=padding, us=us))
             print(f"{op:<20} {args.dtype:<5} {layer:<26} {us:10.1f} us {flops / us / 1e6:7.1f} TFLOP/s")
+        # im2col + cuBLAS (the path candle-rocm took for NVIDIA conv2d before the
+        # channels-last kernel): unfold, then one batched matmul.
+        w2 = wt.reshape(c_out, -1)
+        us = timed(lambda: torch.matmul(w2, F.unfold(x, k, padding=padding, stride=stride)), flops)
+        op = "torch_im2col_cublas"
+        samples.append(dict(op=op, layer=layer, dtype=args.dtype, batch=b, c_in=c_in, h=h, w=w, c_out=c_out, k=k, stride=stride, padding=padding, us=us))
+        print(f"{op:<20} {args.dtype:<5} {layer:<26} {us:10.1f} us {flops / us / 1e6:7.1f} TFLOP/s")
     print("cudnn:", torch.backends.cudnn.version())
     with open(f"{args.out}/torch_conv.json", "w") as f:
         json.dump(samples, f, indent=1)

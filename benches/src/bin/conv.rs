@@ -5,7 +5,12 @@
 //! a `(b, oh*ow, c_in*k*k)` buffer, then `kernels::gemm::matmul_strided` with the columns
 //! read transposed; op `conv_im2col`; candle-rocm runs that GEMM on cuBLAS where it
 //! loads, this bench on our GEMM kernels). 1x1 layers also as the plain GEMM candle-rocm
-//! takes for them (op `conv_1x1_gemm`). A spot check of a few outputs of each shape
+//! takes for them (op `conv_1x1_gemm`). Layers it takes also run channels-last on
+//! `kernels::conv_implicit::conv2d_channels_last` (op `conv_nhwc`: NHWC input, the filter
+//! rearranged once as `(k, k, c_in, c_out)`, the GEMM pipeline gathering input patches),
+//! and as candle-rocm runs it for an NCHW tensor (op `conv_nhwc_route`: input to NHWC,
+//! filter rearranged, the kernel, result back to NCHW).
+//! A spot check of a few outputs of each shape
 //! against f64.
 //!
 //! The shapes are [`benches::sd_conv_layers`] (`python/sd_conv_layers.csv`, which
@@ -18,7 +23,8 @@ use benches::{sd_conv_layers, time, uniform, Args, ConvLayer};
 use half::{bf16, f16};
 use kernel_dsl::host::ScalarArg;
 use kernels::conv::ops::{im2col2d, ConvGeometry};
-use kernels::conv_implicit::{conv2d, Conv2dShape};
+use kernels::convert::ops::copy_strided;
+use kernels::conv_implicit::{conv2d, conv2d_channels_last, nhwc_refusal, nhwc_weight, Conv2dShape};
 use kernels::gemm::{self, Epilogue, GemmElem, GemmShape, Strides};
 use kernels::runtime::{Device, DeviceVec};
 
@@ -72,6 +78,45 @@ fn run<T: GemmElem + ScalarArg + kernels::dtype::host::DType>(dev: &Device, l: C
     };
     let us = time(dev, flops, &mut implicit);
     record("conv_implicit", us, &dev.download(&dy).unwrap());
+
+    // Channels-last: the same input as NHWC, the filter as (k, k, c_in, c_out); the
+    // result goes back to NCHW for the spot check.
+    if nhwc_refusal::<T>(&s).is_none() {
+        let mut xn = vec![x[0]; x.len()];
+        for (i, v) in x.iter().enumerate() {
+            let (bc, p) = (i / (h * w), i % (h * w));
+            let (bi, ci) = (bc / c_in, bc % c_in);
+            xn[(bi * h * w + p) * c_in + ci] = *v;
+        }
+        let wn = nhwc_weight(&wt, [c_out, c_in, k, k]).unwrap();
+        let (dxn, dwn) = (dev.upload(&xn).unwrap(), dev.upload(&wn).unwrap());
+        let mut dyn_out: DeviceVec<T> = dev.alloc(b * hw * c_out).unwrap();
+        let mut nhwc = || {
+            conv2d_channels_last::<T>(dev, &dxn, 0, &dwn, None, s, g, &mut dyn_out).unwrap();
+        };
+        let us = time(dev, flops, &mut nhwc);
+        let yn = dev.download(&dyn_out).unwrap();
+        let y: Vec<T> = (0..yn.len()).map(|i| {
+            let (bi, r) = (i / (c_out * hw), i % (c_out * hw));
+            yn[(bi * hw + r % hw) * c_out + r / hw]
+        }).collect();
+        record("conv_nhwc", us, &y);
+
+        // The route candle-rocm takes for an NCHW tensor (op `conv_nhwc_route`): the input
+        // copied to NHWC, the filter rearranged (every call: Candle hands it over as
+        // `(c_out, c_in, k, k)`), the kernel, and the result copied back to NCHW.
+        let mut wr: DeviceVec<T> = dev.alloc(wn.len()).unwrap();
+        let mut xr: DeviceVec<T> = dev.alloc(xn.len()).unwrap();
+        let mut yr: DeviceVec<T> = dev.alloc(b * c_out * hw).unwrap();
+        let mut route = || {
+            copy_strided::<T>(dev, &dx, Some((&[b, h, w, c_in], &[c_in * h * w, w, 1, h * w])), &mut xr).unwrap();
+            copy_strided::<T>(dev, &dw, Some((&[k, k, c_in, c_out], &[k, 1, k * k, c_in * k * k])), &mut wr).unwrap();
+            conv2d_channels_last::<T>(dev, &xr, 0, &wr, None, s, g, &mut dyn_out).unwrap();
+            copy_strided::<T>(dev, &dyn_out, Some((&[b, c_out, oh, ow], &[hw * c_out, 1, ow * c_out, c_out])), &mut yr).unwrap();
+        };
+        let us = time(dev, flops, &mut route);
+        record("conv_nhwc_route", us, &dev.download(&yr).unwrap());
+    }
 
     let mut cols: DeviceVec<T> = dev.alloc(b * hw * kk).unwrap();
     let epi = Epilogue::default();
