@@ -881,6 +881,49 @@ fn conv2d_on_the_implicit_gemm_kernel() {
     }
 }
 
+/// f16/bf16 conv2d on the channels-last implicit GEMM (`kernels::conv_implicit::
+/// conv2d_channels_last`, the CPU executor emulating its matrix unit at waves of 32 and
+/// 64) against Candle's CPU conv2d on f32 copies rounded once: NCHW inputs (copied to
+/// NHWC), channels-last views taken in place (one at an offset: a narrowed batch),
+/// padding, stride 2, dilation 2, a transposed input, channels that are no multiple of
+/// the K step.
+#[test]
+fn conv2d_on_the_channels_last_kernel() {
+    for dev in devices() {
+        for dtype in [DType::F16, DType::BF16] {
+            // At most 24 * 9 = 216 products per output.
+            let t = product_tol(dtype, 216);
+            let x = rand(&[2, 8, 9, 7], dtype, 190, false);
+            let k = rand(&[6, 8, 3, 3], dtype, 191, false);
+            let x24 = rand(&[1, 24, 6, 5], dtype, 192, false);
+            let k24 = rand(&[20, 24, 3, 3], dtype, 193, false);
+            // Channels-last in memory: (b, h, w, c) seen as (b, c, h, w).
+            let xcl = rand(&[3, 9, 7, 8], dtype, 194, false);
+            let w = |op: &str| format!("channels-last {op} {dtype:?}");
+            let cases: Vec<(&str, Vec<&Tensor>, Box<TensorFn>)> = vec![
+                ("conv2d 3x3 padding 1", vec![&x, &k], Box::new(|v| v[0].conv2d(&v[1], 1, 1, 1, 1))),
+                ("conv2d 24 channels", vec![&x24, &k24], Box::new(|v| v[0].conv2d(&v[1], 1, 1, 1, 1))),
+                ("conv2d stride 2", vec![&x, &k], Box::new(|v| v[0].conv2d(&v[1], 1, 2, 1, 1))),
+                ("conv2d dilation 2 padding 2", vec![&x, &k], Box::new(|v| v[0].conv2d(&v[1], 2, 1, 2, 1))),
+                ("conv2d of a transposed input", vec![&x, &k], Box::new(|v| v[0].transpose(2, 3)?.conv2d(&v[1], 1, 1, 1, 1))),
+                ("conv2d of a channels-last view", vec![&xcl, &k], Box::new(|v| v[0].permute((0, 3, 1, 2))?.conv2d(&v[1], 1, 1, 1, 1))),
+                ("conv2d of a narrowed channels-last view", vec![&xcl, &k], Box::new(|v| v[0].narrow(0, 1, 2)?.permute((0, 3, 1, 2))?.conv2d(&v[1], 1, 1, 1, 1))),
+            ];
+            for (name, xs, f) in &cases {
+                candle_rocm::ops::conv::with_channels_last_conv_on_cpu(|| {
+                    check_ref(
+                        &w(name),
+                        &dev,
+                        t,
+                        |d| f(&xs.iter().map(|x| x.to_device(d)?.to_dtype(DType::F32)).collect::<Result<Vec<_>>>()?)?.to_dtype(dtype),
+                        |d| f(&xs.iter().map(|x| x.to_device(d)).collect::<Result<Vec<_>>>()?),
+                    )
+                });
+            }
+        }
+    }
+}
+
 /// `sd_ops::group_norm` (one kernel) against candle-nn's `GroupNorm` on the CPU (and
 /// Candle's `silu`), with and without the affine parameters and the SiLU, on 4-d and 3-d
 /// inputs and a transposed view; then its argument errors.

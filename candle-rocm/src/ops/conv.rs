@@ -77,12 +77,13 @@ pub fn with_implicit_conv_on_cpu<R>(f: impl FnOnce() -> R) -> R {
 /// 1.5 layers) the implicit kernel reached 3-63 TFLOP/s against cuDNN's 100-764, below
 /// what a vendor GEMM on the im2col buffer gives. `CANDLE_ROCM_CONV` (read once; the whole
 /// process) overrides: `implicit` takes the kernel on every GPU, `im2col` never (1x1
-/// convolutions included, see `conv2d_pointwise`).
+/// convolutions included, see `conv2d_pointwise`); `nhwc` takes the channels-last kernel
+/// on every GPU wherever it can ([`conv2d_channels_last`]; this one elsewhere as `Auto`).
 pub fn implicit_conv_allowed(dev: &Device) -> bool {
     match conv_choice() {
         ConvChoice::Im2col => false,
         ConvChoice::Implicit => dev.is_gpu() || IMPLICIT_ON_CPU.with(|k| k.get()),
-        ConvChoice::Auto => IMPLICIT_ON_CPU.with(|k| k.get()) || (dev.is_gpu() && !(crate::blas::blas_allowed() && crate::blas::available(dev))),
+        ConvChoice::Auto | ConvChoice::Nhwc => IMPLICIT_ON_CPU.with(|k| k.get()) || (dev.is_gpu() && !(crate::blas::blas_allowed() && crate::blas::available(dev))),
     }
 }
 
@@ -91,6 +92,7 @@ pub fn implicit_conv_allowed(dev: &Device) -> bool {
 enum ConvChoice {
     Auto,
     Implicit,
+    Nhwc,
     Im2col,
 }
 
@@ -99,6 +101,7 @@ fn conv_choice() -> ConvChoice {
     *CHOICE.get_or_init(|| match std::env::var("CANDLE_ROCM_CONV").as_deref() {
         Ok("im2col") => ConvChoice::Im2col,
         Ok("implicit") => ConvChoice::Implicit,
+        Ok("nhwc") => ConvChoice::Nhwc,
         _ => ConvChoice::Auto,
     })
 }
@@ -177,6 +180,77 @@ fn conv2d_implicit(dev: &Device, x: &Buf, l: &Layout, kernel: &Buf, kl: &Layout,
     })
 }
 
+thread_local! {
+    static CHANNELS_LAST_ON_CPU: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// Runs `f` with the conv2d calls it issues taking the channels-last implicit GEMM
+/// ([`conv2d_channels_last`]) wherever that kernel takes the convolution, on the CPU
+/// executor as on a GPU (tests of the GPU path without a GPU).
+pub fn with_channels_last_conv_on_cpu<R>(f: impl FnOnce() -> R) -> R {
+    crate::blas::with_thread_flag(&CHANNELS_LAST_ON_CPU, f)
+}
+
+/// `true` where conv2d (f16/bf16, a shape [`conv_implicit::nhwc_refusal`] accepts) takes
+/// the channels-last kernel: inside [`with_channels_last_conv_on_cpu`], and on every GPU
+/// with `CANDLE_ROCM_CONV=nhwc`. Not by default: Candle hands NCHW tensors and a
+/// `(c_out, c_in, k, k)` filter to every call, and on an H200 (f16, SD 1.5 layers,
+/// `benches/results/h200-2026-11-27v/conv`) the kernel alone took 2.7 ms over the layer
+/// table against 5.5 ms for im2col + cuBLAS, but with the two layout copies and the
+/// filter rearrangement of each call 7.6 ms (faster on 2 of the 27 layers).
+fn channels_last_allowed(dev: &Device) -> bool {
+    let on_cpu = CHANNELS_LAST_ON_CPU.with(|k| k.get());
+    match conv_choice() {
+        ConvChoice::Im2col => false,
+        ConvChoice::Nhwc => dev.is_gpu() || on_cpu,
+        ConvChoice::Implicit | ConvChoice::Auto => on_cpu,
+    }
+}
+
+/// conv2d on the channels-last implicit GEMM (`kernels::conv_implicit::conv2d_channels_last`:
+/// the GEMM pipeline gathering input patches straight from NHWC): the input viewed as
+/// NHWC (in place when it already is channels-last in memory, else one strided copy), the
+/// filter rearranged as `(k_h, k_w, c_in, c_out)`, and the NHWC result copied back to the
+/// contiguous NCHW Candle expects. `None` where the kernel does not take the convolution.
+fn conv2d_channels_last(dev: &Device, x: &Buf, l: &Layout, kernel: &Buf, kl: &Layout, p: &ParamsConv2D) -> Result<Option<Buf>> {
+    const OP: &str = "conv2d";
+    if !channels_last_allowed(dev) || !matches!(x.dtype(), DType::F16 | DType::BF16) {
+        return Ok(None);
+    }
+    let (dims, _) = dims4(l, OP)?;
+    let [b, c_in, h, w] = dims;
+    let shape = Conv2dShape { batch: b, c_in, h, w, c_out: p.c_out, k_h: p.k_h, k_w: p.k_w, groups: 1 };
+    if conv_implicit::nhwc_refusal::<half::f16>(&shape).is_some() {
+        return Ok(None);
+    }
+    let g = ConvGeometry { padding: p.padding, stride: p.stride, dilation: p.dilation };
+    let (oh, ow) = shape.out_hw(g).map_err(at(OP))?;
+    // The input as NHWC: in place when that view is contiguous from a 16-byte boundary.
+    let xl = l.permute(&[0, 2, 3, 1])?;
+    let (xc, x_off) = if xl.is_contiguous() && xl.start_offset() % 8 == 0 {
+        (None, xl.start_offset())
+    } else {
+        let mut copy = Buf::zeros(dev, x.dtype(), xl.shape().elem_count())?;
+        super::elementwise::copy_strided(dev, x, &xl, &mut copy, 0)?;
+        (Some(copy), 0)
+    };
+    let xb = xc.as_ref().unwrap_or(x);
+    let wl = kl.permute(&[2, 3, 1, 0])?;
+    let mut wp = Buf::zeros(dev, kernel.dtype(), wl.shape().elem_count())?;
+    super::elementwise::copy_strided(dev, kernel, &wl, &mut wp, 0)?;
+    let n_y = b * oh * ow * p.c_out;
+    let y: Buf = float_dispatch!(x.dtype(), OP, T => {
+        let mut out = alloc::<T>(dev, n_y, OP)?;
+        conv_implicit::conv2d_channels_last::<T>(dev, &whole(xb)?, x_off, &whole(&wp)?, None, shape, g, &mut out).map_err(at(OP))?;
+        Ok(T::wrap(out))
+    })?;
+    // NHWC -> NCHW.
+    let yl = Layout::new((b, p.c_out, oh, ow).into(), vec![oh * ow * p.c_out, 1, ow * p.c_out, p.c_out], 0);
+    let mut nchw = Buf::zeros(dev, y.dtype(), n_y)?;
+    super::elementwise::copy_strided(dev, &y, &yl, &mut nchw, 0)?;
+    Ok(Some(nchw))
+}
+
 /// Elements of conv2d's im2col buffer (`batch * out_h * out_w` rows of `c_in * k_h * k_w`).
 fn im2col_elems(p: &ParamsConv2D) -> usize {
     p.b_size * p.out_h() * p.out_w() * p.c_in * p.k_h * p.k_w
@@ -189,6 +263,9 @@ pub fn conv2d(dev: &Device, x: &Buf, l: &Layout, kernel: &Buf, kl: &Layout, p: &
         return Ok(y);
     }
     if let Some(y) = conv2d_pointwise(dev, x, l, kernel, kl, p)? {
+        return Ok(y);
+    }
+    if let Some(y) = conv2d_channels_last(dev, x, l, kernel, kl, p)? {
         return Ok(y);
     }
     if let Some(y) = conv2d_implicit(dev, x, l, kernel, kl, p)? {
