@@ -197,7 +197,7 @@ pub fn with_channels_last_conv_on_cpu<R>(f: impl FnOnce() -> R) -> R {
 /// `(c_out, c_in, k, k)` filter to every call, and on an H200 (f16, SD 1.5 layers,
 /// `benches/results/h200-2026-11-27v/conv`) the kernel alone took 2.7 ms over the layer
 /// table against 5.5 ms for im2col + cuBLAS, but with the two layout copies and the
-/// filter rearrangement of each call 7.6 ms (faster on 2 of the 27 layers).
+/// filter rearrangement of each call 7.6 ms (faster on 2 of the 26 layers it takes).
 fn channels_last_allowed(dev: &Device) -> bool {
     let on_cpu = CHANNELS_LAST_ON_CPU.with(|k| k.get());
     match conv_choice() {
