@@ -546,7 +546,12 @@ pub fn conv2d_nhwc<T: GemmElem>(x: &[T], w: &[T], bias: &[T], y: &mut [T], ws: &
     let g = &geom[..NHWC_GEOM];
     let (batch, h, wd, cin, oh, ow, cout, kh, kw) = (g[0], g[1], g[2], g[3], g[4], g[5], g[6], g[7], g[8]);
     let (xoff, splits) = (g[12], g[13]);
-    let splits = if low == Lowering::Valu { 1 } else { splits.max(1) as usize };
+    // No matrix unit (gfx10, NVIDIA before sm_80): not taken (`nhwc_refusal`); its gather
+    // state on top of the emulated products spilled on gfx1030's 128 registers.
+    if low == Lowering::Valu {
+        panic!("conv2d_nhwc: this target has no matrix unit");
+    }
+    let splits = splits.max(1) as usize;
     let taps = kh * kw;
     let per = (16 / core::mem::size_of::<T>()) as u32;
     let x_end = xoff as usize + (batch * h * wd * cin) as usize;
@@ -594,9 +599,13 @@ pub mod host {
         Ok(out)
     }
 
-    /// Why [`conv2d_channels_last`] cannot take this convolution (element type, groups, channels,
-    /// taps), or `None` when it can (sizes and buffers are checked at the launch).
-    pub fn nhwc_refusal<T: GemmElem>(s: &Conv2dShape) -> Option<String> {
+    /// Why [`conv2d_channels_last`] cannot take this convolution on `dev` (no matrix unit,
+    /// element type, groups, channels, taps), or `None` when it can (sizes and buffers are
+    /// checked at the launch).
+    pub fn nhwc_refusal<T: GemmElem>(dev: &Device, s: &Conv2dShape) -> Option<String> {
+        if lowering_of(dev) == Lowering::Valu {
+            return Some("the NHWC kernel needs a matrix unit (MFMA, WMMA or mma.sync)".into());
+        }
         if T::SPLIT {
             return Some("the NHWC kernel takes f16 and bf16 only".into());
         }
@@ -617,8 +626,8 @@ pub mod host {
     /// patches gathered straight from `x`). `x` is `(batch, h, w, c_in)` contiguous from
     /// element `offset` of its buffer (16-byte aligned there), `weight` `(k_h, k_w, c_in,
     /// c_out)` contiguous ([`nhwc_weight`]), `bias` `c_out` elements, `y` `(batch, oh, ow,
-    /// c_out)` contiguous. f16/bf16, `groups` 1, `c_in` a multiple of 8, at most 32 taps
-    /// ([`nhwc_refusal`]). Returns `(oh, ow)`. Checks everything first: a bad size is
+    /// c_out)` contiguous. A device with a matrix unit, f16/bf16, `groups` 1, `c_in` a
+    /// multiple of 8, at most 32 taps ([`nhwc_refusal`]). Returns `(oh, ow)`. Checks everything first: a bad size is
     /// `InvalidArgument` and nothing runs. Small grids split K as the GEMM does
     /// ([`splits_for`]).
     #[allow(clippy::too_many_arguments)]
@@ -649,7 +658,7 @@ pub mod host {
         y: &mut (impl KernelArgSliceMut<T> + ?Sized),
         splits: Option<usize>,
     ) -> Result<(usize, usize), LaunchError> {
-        if let Some(why) = nhwc_refusal::<T>(&s) {
+        if let Some(why) = nhwc_refusal::<T>(dev, &s) {
             return Err(invalid(KN, why));
         }
         let Conv2dShape { batch, c_in, h, w, c_out, k_h, k_w, .. } = s;
@@ -690,8 +699,6 @@ pub mod host {
         let (gx, gy) = (c_out.div_ceil(bn), m.div_ceil(bm));
         let steps = k.div_ceil(bk);
         let splits = match splits {
-            // The VALU lowering never splits (the kernel's `splits` is the constant 1 there).
-            _ if low == Lowering::Valu => 1,
             Some(sp) => sp.clamp(1, steps),
             None => splits_for::<T>(low, GemmShape { batch: 1, m, n: c_out, k }),
         };

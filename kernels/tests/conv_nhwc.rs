@@ -1,7 +1,7 @@
 //! The channels-last implicit-GEMM convolution (`conv_implicit::conv2d_nhwc`: the GEMM
 //! pipeline with its A tile gathered from an NHWC input) against a direct convolution in
-//! f64, on the CPU executor in every matrix-unit mode (MFMA at wave 64; WMMA, gfx12 WMMA,
-//! mma.sync and VALU at wave 32): padding, channel counts that are no multiple of the
+//! f64, on the CPU executor in every matrix-unit mode (MFMA at wave 64; WMMA, gfx12 WMMA and
+//! mma.sync at wave 32; the VALU fallback, which has no matrix unit, refuses): padding, channel counts that are no multiple of the
 //! tile's K step (steps that straddle filter taps), pixel and output-channel counts that
 //! are no multiple of the tile, batch > 1, bias, stride, dilation, split K, an input at an
 //! offset in its buffer; and typed errors for shapes it cannot take.
@@ -49,6 +49,8 @@ fn data<T: F>(n: usize, seed: u64) -> Vec<T> {
 /// layout and rearranged by `nhwc_weight`, compared element by element with the f64 sum.
 #[allow(clippy::too_many_arguments)] // one convolution's whole geometry
 fn case<T: F>(dev: &Device, b: usize, c: usize, (h, w): (usize, usize), c_out: usize, k: (usize, usize), g: ConvGeometry, bias: bool, offset: usize, splits: Option<usize>) {
+    use kernels::gemm::lowering_of;
+    use kernel_dsl::mma::Lowering;
     let buf: Vec<T> = data(offset + b * h * w * c + 3, (b * 1000 + h * 10 + w + c) as u64);
     let weight: Vec<T> = data(c_out * c * k.0 * k.1, 77 + c_out as u64);
     let bias_v: Vec<T> = data(c_out, 5);
@@ -59,7 +61,14 @@ fn case<T: F>(dev: &Device, b: usize, c: usize, (h, w): (usize, usize), c_out: u
     let (src, dw, db) = (dev.upload(&buf).unwrap(), dev.upload(&packed).unwrap(), dev.upload(&bias_v).unwrap());
     let mut out = dev.alloc::<T>(b * oh * ow * c_out).unwrap();
     let bias_arg: Option<&dyn kernel_dsl::host::KernelArgSlice<T>> = if bias { Some(&db) } else { None };
-    let hw = conv2d_channels_last_split::<T>(dev, &src, offset, &dw, bias_arg, shape, g, &mut out, splits).unwrap();
+    let r = conv2d_channels_last_split::<T>(dev, &src, offset, &dw, bias_arg, shape, g, &mut out, splits);
+    if lowering_of(dev) == Lowering::Valu {
+        // No matrix unit: refused with a typed error, nothing written.
+        assert!(matches!(&r, Err(LaunchError::InvalidArgument { reason, .. }) if reason.contains("matrix unit")), "VALU lowering: {r:?}");
+        assert!(dev.download(&out).unwrap().iter().all(|v| v.to_f64() == 0.0));
+        return;
+    }
+    let hw = r.unwrap();
     assert_eq!(hw, (oh, ow));
     let got = dev.download(&out).unwrap();
     let what = format!(

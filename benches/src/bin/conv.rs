@@ -81,7 +81,7 @@ fn run<T: GemmElem + ScalarArg + kernels::dtype::host::DType>(dev: &Device, l: C
 
     // Channels-last: the same input as NHWC, the filter as (k, k, c_in, c_out); the
     // result goes back to NCHW for the spot check.
-    if nhwc_refusal::<T>(&s).is_none() {
+    if nhwc_refusal::<T>(dev, &s).is_none() {
         let mut xn = vec![x[0]; x.len()];
         for (i, v) in x.iter().enumerate() {
             let (bc, p) = (i / (h * w), i % (h * w));

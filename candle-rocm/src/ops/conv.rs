@@ -220,7 +220,7 @@ fn conv2d_channels_last(dev: &Device, x: &Buf, l: &Layout, kernel: &Buf, kl: &La
     let (dims, _) = dims4(l, OP)?;
     let [b, c_in, h, w] = dims;
     let shape = Conv2dShape { batch: b, c_in, h, w, c_out: p.c_out, k_h: p.k_h, k_w: p.k_w, groups: 1 };
-    if conv_implicit::nhwc_refusal::<half::f16>(&shape).is_some() {
+    if conv_implicit::nhwc_refusal::<half::f16>(dev, &shape).is_some() {
         return Ok(None);
     }
     let g = ConvGeometry { padding: p.padding, stride: p.stride, dilation: p.dilation };
