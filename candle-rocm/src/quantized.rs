@@ -195,7 +195,7 @@ impl RocmQStorage {
     /// a matvec, `m` within one matvec launch (`qops::MAX_BATCH`) and the matvec's rows.
     fn takes_codes(&self, m: usize, k: usize) -> bool {
         let Data::Blocks(kd, _) = &self.data else { return false };
-        kd.has_matvec() && (1..=qops::MAX_BATCH.min(matvec_max_rows())).contains(&m) && k % 32 == 0
+        kd.has_matvec() && (1..=qops::MAX_BATCH.min(matvec_max_rows())).contains(&m) && k.is_multiple_of(32)
     }
 
     /// [`RocmQStorage::matmul_t`]'s matvec on the q8_1 codes `q8` of `x` (made with it): no

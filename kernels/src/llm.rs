@@ -1180,7 +1180,7 @@ unsafe fn store_q8_1_chunk(xq: &mut [u32], xds: &mut [f32], e: usize, (words, d,
     unsafe {
         *xq.as_mut_ptr().add(e / 4) = words[0];
         *xq.as_mut_ptr().add(e / 4 + 1) = words[1];
-        if e % 32 == 0 {
+        if e.is_multiple_of(32) {
             *xds.as_mut_ptr().add(e / 16) = d;
             *xds.as_mut_ptr().add(e / 16 + 1) = s;
         }

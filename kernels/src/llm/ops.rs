@@ -557,8 +557,8 @@ pub fn add_rms_norm_q8<T: Float + ScalarArg>(
     let size = std::mem::size_of::<T>();
     let chunks = add_norm_chunks(exec, size, cols);
     let threads = add_norm_tile_threads(cols, size, chunks);
-    let mut aligned = [addr_of(x), addr_of(out)].iter().all(|a| a % 16 == 0);
-    aligned &= residual.is_none_or(|r| addr_of(r) % 16 == 0) && res_out.as_ref().is_none_or(|h| addr_of(&**h) % 16 == 0) && weight.is_none_or(|w| addr_of(w) % 16 == 0);
+    let mut aligned = [addr_of(x), addr_of(out)].iter().all(|a| a.is_multiple_of(16));
+    aligned &= residual.is_none_or(|r| addr_of(r).is_multiple_of(16)) && res_out.as_ref().is_none_or(|h| addr_of(&**h).is_multiple_of(16)) && weight.is_none_or(|w| addr_of(w).is_multiple_of(16));
     if threads > super::ADD_NORM_TILE_THREADS || threads * crate::row::CHUNK * chunks < cols || !aligned {
         return Ok(false);
     }
