@@ -228,6 +228,104 @@ pub fn add_rms_norm(x: &Tensor, residual: &Tensor, weight: &Tensor, eps: f64) ->
     Ok((tensor(dev, h, shape.clone()), tensor(dev, o, shape)))
 }
 
+/// A tensor holding `buf` whose storage carries the buffer's q8_1 codes.
+fn tensor_q8(dev: &RocmDevice, buf: Buf, q8: crate::storage::Q8Codes, shape: impl Into<Shape>) -> Tensor {
+    let s: candle_core::ExtStorage = Box::new(RocmStorage::with_q8(buf, dev.clone(), q8));
+    Tensor::from_storage(Storage::Ext(s), shape, BackpropOp::none(), false)
+}
+
+/// [`add_rms_norm`] (`residual` given) or an RMSNorm of `x` (`residual` `None`) whose
+/// normed output also carries its q8_1 codes, made by the same kernel
+/// (`kernels::llm::ops::add_rms_norm_q8`): a GGUF product of up to
+/// `kernels::quantized::ops::MAX_BATCH` rows on it (`QMatMul::forward`) runs the int8
+/// matvec on them with no quantization launch of its own. Returns `(h, normed)` (`h` is `x`
+/// without a residual). Where the fused kernel does not apply (another device, a width
+/// that is no multiple of 32, rows too long for its tiles, unaligned views) the result is
+/// the plain ops' and carries no codes.
+pub fn add_rms_norm_q8(x: &Tensor, residual: Option<&Tensor>, weight: &Tensor, eps: f64) -> Result<(Tensor, Tensor)> {
+    const OP: &str = "add_rms_norm_q8";
+    let plain = |x: &Tensor| -> Result<(Tensor, Tensor)> {
+        match residual {
+            Some(r) => add_rms_norm(x, r, weight, eps),
+            None => Ok((x.clone(), candle_nn::ops::rms_norm(&x.contiguous()?, weight, eps as f32)?)),
+        }
+    };
+    let cols = x.dims().last().copied().unwrap_or(0);
+    let Some(dev) = RocmDevice::from_candle(x.device()) else { return plain(x) };
+    if cols == 0 || cols % 32 != 0 || weight.dims() != [cols] || residual.is_some_and(|r| r.dims() != x.dims()) || !(eps.is_finite() && eps >= 0.0) {
+        return plain(x);
+    }
+    check_float(OP, "x", x)?;
+    if let Some(r) = residual {
+        check_peer(OP, "residual", r, x.dtype(), x.device())?;
+    }
+    check_peer(OP, "weight", weight, x.dtype(), x.device())?;
+    let (x, weight) = (x.contiguous()?, weight.contiguous()?);
+    let residual = residual.map(|r| r.contiguous()).transpose()?;
+    let (kd, n, shape) = (dev.kernels(), x.elem_count(), x.shape().clone());
+    if n == 0 {
+        return plain(&x);
+    }
+    type Made = Option<(Option<Buf>, Buf, crate::storage::Q8Codes)>;
+    let made: Made = with_buf(OP, "x", &x, |xb, xl| {
+        with_buf(OP, "weight", &weight, |wb, wl| {
+            let (xr, wr) = (region(OP, "x", xb, xl)?, region(OP, "weight", wb, wl)?);
+            let run = |rr: Option<&Region>| -> Result<Made> {
+                float_dispatch!(x.dtype(), OP, T => {
+                    let mut h = match rr {
+                        Some(_) => Some(crate::ops::alloc::<T>(kd, n, OP)?),
+                        None => None,
+                    };
+                    let mut o = crate::ops::alloc::<T>(kd, n, OP)?;
+                    let (mut xq, mut xds) = (crate::ops::alloc::<u32>(kd, n / 4, OP)?, crate::ops::alloc::<f32>(kd, n / 16, OP)?);
+                    let rr = rr.map(|r| r as &dyn kernel_dsl::host::KernelArgSlice<T>);
+                    let hm = h.as_mut().map(|h| h as &mut dyn kernel_dsl::host::KernelArgSliceMut<T>);
+                    let done = kernels::llm::ops::add_rms_norm_q8::<T>(kd, &xr, rr, Some(&wr), hm, &mut o, &mut xq, &mut xds, cols, eps as f32).map_err(at(OP))?;
+                    Ok(done.then(|| (h.map(crate::buffer::BufElem::wrap), crate::buffer::BufElem::wrap(o), crate::storage::Q8Codes { xq, xds })))
+                })
+            };
+            match &residual {
+                Some(r) => with_buf(OP, "residual", r, |rb, rl| run(Some(&region(OP, "residual", rb, rl)?))),
+                None => run(None),
+            }
+        })
+    })?;
+    let Some((h, o, q8)) = made else { return plain(&x) };
+    let h = match h {
+        Some(h) => tensor(dev, h, shape.clone()),
+        None => x,
+    };
+    Ok((h, tensor_q8(dev, o, q8, shape)))
+}
+
+/// [`silu_mul`] whose result also carries its q8_1 codes, made by the same kernel
+/// (`kernels::llm::ops::silu_mul_q8`), for the down product's int8 matvec (see
+/// [`add_rms_norm_q8`]). Elsewhere, or where `I` is no multiple of 32, [`silu_mul`].
+pub fn silu_mul_q8(gate_up: &Tensor) -> Result<Tensor> {
+    const OP: &str = "silu_mul_q8";
+    let two_i = gate_up.dims().last().copied().unwrap_or(0);
+    let Some(dev) = RocmDevice::from_candle(gate_up.device()) else { return silu_mul(gate_up) };
+    if two_i == 0 || two_i % 64 != 0 || gate_up.elem_count() == 0 {
+        return silu_mul(gate_up);
+    }
+    check_float(OP, "gate_up", gate_up)?;
+    let inter = two_i / 2;
+    let mut out_dims = gate_up.dims().to_vec();
+    *out_dims.last_mut().expect("checked non-empty") = inter;
+    let gu = gate_up.contiguous()?;
+    let (kd, n) = (dev.kernels(), gu.elem_count() / 2);
+    let (buf, q8) = with_buf(OP, "gate_up", &gu, |gb, gl| {
+        let gr = region(OP, "gate_up", gb, gl)?;
+        float_dispatch!(gu.dtype(), OP, T => {
+            let mut o = crate::ops::alloc::<T>(kd, n, OP)?;
+            let (mut xq, mut xds) = (crate::ops::alloc::<u32>(kd, n / 4, OP)?, crate::ops::alloc::<f32>(kd, n / 16, OP)?);
+            kernels::llm::ops::silu_mul_q8::<T>(kd, &gr, &mut o, &mut xq, &mut xds, inter).map_err(at(OP))?;
+            Ok((crate::buffer::BufElem::wrap(o), crate::storage::Q8Codes { xq, xds }))
+        })
+    })?;
+    Ok(tensor_q8(dev, buf, q8, out_dims))
+}
+
 /// `SiLU(gate) * up` for `gate_up` of shape `[.., 2 I]` holding `gate` in its first `I`
 /// columns and `up` in the last `I` (one fused gate/up product); the result is `[.., I]`.
 /// One kernel on a [`RocmDevice`]; `Device::Cpu`: Candle's `silu` and `mul`.

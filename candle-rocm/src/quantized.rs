@@ -50,6 +50,11 @@ use std::sync::Arc;
 /// more (prefill) take dequantize + GEMM.
 pub const MATVEC_MAX_ROWS: usize = qops::MAX_DECODE_BATCH;
 
+/// Most activation rows whose q8_1 codes, made with the activations
+/// ([`crate::llm_ops::add_rms_norm_q8`], [`crate::llm_ops::silu_mul_q8`]), a product reads
+/// instead of quantizing them: one matvec launch (`kernels::quantized::ops::MAX_BATCH`).
+pub const CODES_MAX_ROWS: usize = qops::MAX_BATCH;
+
 /// Most activation rows that take the int8 matvec by default: its tiles of 8 rows read the
 /// weights once per tile, so past about 32 rows dequantize + GEMM reads fewer bytes
 /// (8B Q4_K decode on an H200, benches/results/h200-2026-11-27t: the tiles win at 16 and 32
@@ -185,6 +190,30 @@ impl RocmQStorage {
         }
     }
 
+    /// Whether a product of `m` activation rows of `k` columns runs the int8 matvec on
+    /// codes made with the activations ([`RocmQStorage::matmul_t_q8`]): a block format with
+    /// a matvec, `m` within one matvec launch (`qops::MAX_BATCH`) and the matvec's rows.
+    fn takes_codes(&self, m: usize, k: usize) -> bool {
+        let Data::Blocks(kd, _) = &self.data else { return false };
+        kd.has_matvec() && (1..=qops::MAX_BATCH.min(matvec_max_rows())).contains(&m) && k.is_multiple_of(32)
+    }
+
+    /// [`RocmQStorage::matmul_t`]'s matvec on the q8_1 codes `q8` of `x` (made with it): no
+    /// quantization launch. The caller checked [`RocmQStorage::takes_codes`].
+    fn matmul_t_q8(&self, x: &Buf, q8: &crate::storage::Q8Codes, m: usize, n: usize, k: usize) -> Result<Buf> {
+        const OP: &str = "qmatmul";
+        let dev = self.device.kernels();
+        let Data::Blocks(kd, w) = &self.data else { return Err(invalid(OP, "codes for a float tensor")) };
+        if q8.xq.len() != m * k / 4 || q8.xds.len() != m * k / 16 {
+            return Err(invalid(OP, format!("codes of {} words for {m} x {k} activations", q8.xq.len())));
+        }
+        float_dispatch!(x.dtype(), OP, T => {
+            let mut y = alloc::<T>(dev, m * n, OP)?;
+            qops::matvec_q8_1_prequantized::<T>(dev, dev.wave_lanes(), *kd, w, &q8.xq, &q8.xds, &mut y, n, k, m).map_err(at(OP))?;
+            Ok(<T as crate::buffer::BufElem>::wrap(y))
+        })
+    }
+
     /// `xs (m x k) @ W^T` with `W` `(n, k)`: `xs` is the contiguous buffer `x` of dtype
     /// `T`; the result is `m x n` of `T`.
     fn matmul_t(&self, x: &Buf, m: usize, n: usize, k: usize) -> Result<Buf> {
@@ -315,7 +344,13 @@ impl ExtBackendQStorage for RocmQStorage {
         // In the per-op profile as `qmatmul.<format>` with the activations' dtype (the
         // activation quantization and matvec, or the dequantize and GEMM, inside it).
         let name = || -> std::borrow::Cow<'static, str> { format!("qmatmul.{:?}", self.dtype).to_lowercase().into() };
-        let y = self.device.profiled(name, xb.dtype(), || self.matmul_t(xc, m, n, k))?;
+        // Codes that came with the activations (`crate::llm_ops::add_rms_norm_q8`,
+        // `silu_mul_q8`): they hold for the whole buffer, which is the activations here.
+        let codes = if std::ptr::eq(xc, xb) { x.q8_codes() } else { None };
+        let y = self.device.profiled(name, xb.dtype(), || match codes {
+            Some(q8) if self.takes_codes(m, k) => self.matmul_t_q8(xc, q8, m, n, k),
+            _ => self.matmul_t(xc, m, n, k),
+        })?;
         let mut out = dims.to_vec();
         *out.last_mut().expect("rank >= 2") = n;
         Ok((self.device.storage(y), Shape::from(out)))
@@ -325,4 +360,38 @@ impl ExtBackendQStorage for RocmQStorage {
 /// `qstorage_from_data` of [`RocmDevice`].
 pub(crate) fn qstorage(device: &RocmDevice, data: &[u8], dtype: GgmlDType) -> Result<ExtQStorage> {
     Ok(Box::new(RocmQStorage::from_data(device, data, dtype)?))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::storage::Q8Codes;
+    use candle_core::quantized::QMatMul;
+    use candle_core::{Module, Storage};
+
+    /// A product reads the codes an activation carries instead of quantizing it: zero
+    /// codes (scales 0) give a zero product for activations whose own codes would not.
+    #[test]
+    fn products_read_the_codes_an_activation_carries() {
+        let dev = RocmDevice::new_cpu_executor(kernel_dsl::host::WaveSize::W32);
+        let d = dev.as_candle();
+        let (rows, cols, batch) = (8usize, 64usize, 2usize);
+        let w: Vec<f32> = (0..rows * cols).map(|i| ((i * 7 % 13) as f32 - 6.0) / 6.0).collect();
+        let mm = QMatMul::from_qtensor(QTensor::quantize(&Tensor::from_vec(w, (rows, cols), &d).unwrap(), GgmlDType::Q8_0).unwrap()).unwrap();
+        let x: Vec<f32> = (0..batch * cols).map(|i| 1.0 + (i % 5) as f32).collect();
+        let kd = dev.kernels();
+        let buf = Buf::F32(kd.upload(&x).unwrap());
+        let codes = Q8Codes { xq: kd.upload(&vec![0u32; batch * cols / 4]).unwrap(), xds: kd.upload(&vec![0f32; batch * cols / 16]).unwrap() };
+        let s: candle_core::ExtStorage = Box::new(RocmStorage::with_q8(buf, dev.clone(), codes));
+        let with = Tensor::from_storage(Storage::Ext(s), (batch, cols), candle_core::op::BackpropOp::none(), false);
+        let y = mm.forward(&with).unwrap().flatten_all().unwrap().to_vec1::<f32>().unwrap();
+        assert!(y.iter().all(|v| *v == 0.0), "codes not read: {y:?}");
+        let plain = mm.forward(&with.copy().unwrap()).unwrap().flatten_all().unwrap().to_vec1::<f32>().unwrap();
+        assert!(plain.iter().any(|v| *v != 0.0), "the product of the values themselves is not zero");
+        // A write in place drops the codes: the product then quantizes the values.
+        let with2 = with.clone();
+        with2.slice_set(&Tensor::ones((1, cols), DType::F32, &d).unwrap(), 0, 0).unwrap();
+        let after = mm.forward(&with2).unwrap().flatten_all().unwrap().to_vec1::<f32>().unwrap();
+        assert!(after.iter().any(|v| *v != 0.0), "stale codes read after a write");
+    }
 }

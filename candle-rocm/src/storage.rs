@@ -8,19 +8,37 @@ use candle_core::conv::{ParamsConv1D, ParamsConv2D, ParamsConvTranspose1D, Param
 use candle_core::ext_backend::{ExtBackendStorage, ExtDevice, ExtStorage};
 use candle_core::op::{CmpOp, ReduceOp};
 use candle_core::{CpuStorage, DType, FusedOp, Layout, Result, Shape};
+use kernels::runtime::DeviceVec;
 use std::any::Any;
 use std::borrow::Cow;
 use std::sync::Arc;
+
+/// The q8_1 codes of a whole buffer (`kernels::quantized::ops::quantize_q8_1`'s layout:
+/// `len / 4` code words, `len / 16` `(d, d * sum)` floats), written by the kernel that
+/// wrote the buffer (`crate::llm_ops::add_rms_norm_q8`, `crate::llm_ops::silu_mul_q8`):
+/// the int8 matvec of a GGUF product on the buffer reads them instead of quantizing it.
+pub struct Q8Codes {
+    pub(crate) xq: DeviceVec<u32>,
+    pub(crate) xds: DeviceVec<f32>,
+}
 
 /// A buffer of one dtype on a [`RocmDevice`].
 pub struct RocmStorage {
     buf: Buf,
     device: RocmDevice,
+    /// The buffer's q8_1 codes, where the kernel that wrote it made them; dropped by every
+    /// write to the buffer in place (they describe the values as written).
+    q8: Option<Q8Codes>,
 }
 
 impl RocmStorage {
     pub(crate) fn new(buf: Buf, device: RocmDevice) -> Self {
-        RocmStorage { buf, device }
+        RocmStorage { buf, device, q8: None }
+    }
+
+    /// A storage whose buffer `buf` comes with its q8_1 codes.
+    pub(crate) fn with_q8(buf: Buf, device: RocmDevice, q8: Q8Codes) -> Self {
+        RocmStorage { buf, device, q8: Some(q8) }
     }
 
     /// The typed device buffer.
@@ -28,8 +46,15 @@ impl RocmStorage {
         &self.buf
     }
 
-    /// The typed device buffer, for kernels that write a tensor in place (KV caches).
+    /// The q8_1 codes of the whole buffer, where they were made with it.
+    pub fn q8_codes(&self) -> Option<&Q8Codes> {
+        self.q8.as_ref()
+    }
+
+    /// The typed device buffer, for kernels that write a tensor in place (KV caches); the
+    /// codes, if any, no longer hold.
     pub(crate) fn buf_mut(&mut self) -> &mut Buf {
+        self.q8 = None;
         &mut self.buf
     }
 
@@ -62,8 +87,11 @@ fn peer<'a>(s: &'a ExtStorage, op: &'static str) -> Result<&'a RocmStorage> {
     s.as_any().downcast_ref::<RocmStorage>().ok_or_else(|| invalid(op, "operand is not on a rocm-kernels device"))
 }
 
+/// The `RocmStorage` behind an operand written in place: its q8_1 codes no longer hold.
 fn peer_mut<'a>(s: &'a mut ExtStorage, op: &'static str) -> Result<&'a mut RocmStorage> {
-    s.as_any_mut().downcast_mut::<RocmStorage>().ok_or_else(|| invalid(op, "operand is not on a rocm-kernels device"))
+    let r = s.as_any_mut().downcast_mut::<RocmStorage>().ok_or_else(|| invalid(op, "operand is not on a rocm-kernels device"))?;
+    r.q8 = None;
+    Ok(r)
 }
 
 impl std::fmt::Debug for RocmStorage {
@@ -78,6 +106,8 @@ impl ExtBackendStorage for RocmStorage {
     }
 
     fn as_any_mut(&mut self) -> &mut dyn Any {
+        // A mutable view may write the buffer: its codes no longer hold.
+        self.q8 = None;
         self
     }
 
@@ -210,12 +240,14 @@ impl ExtBackendStorage for RocmStorage {
 
     fn scatter_set(&mut self, l: &Layout, ids: &ExtStorage, il: &Layout, src: &ExtStorage, sl: &Layout, dim: usize) -> Result<()> {
         let (ids, src) = (peer(ids, "scatter_set")?, peer(src, "scatter_set")?);
+        self.q8 = None;
         let (dev, dtype) = (self.device.clone(), self.buf.dtype());
         dev.profiled(|| "scatter_set".into(), dtype, || ops::indexing::scatter(dev.kernels(), &mut self.buf, l, &ids.buf, il, &src.buf, sl, dim, false))
     }
 
     fn scatter_add_set(&mut self, l: &Layout, ids: &ExtStorage, il: &Layout, src: &ExtStorage, sl: &Layout, dim: usize) -> Result<()> {
         let (ids, src) = (peer(ids, "scatter_add")?, peer(src, "scatter_add")?);
+        self.q8 = None;
         let (dev, dtype) = (self.device.clone(), self.buf.dtype());
         dev.profiled(|| "scatter_add_set".into(), dtype, || ops::indexing::scatter(dev.kernels(), &mut self.buf, l, &ids.buf, il, &src.buf, sl, dim, true))
     }
@@ -246,6 +278,7 @@ impl ExtBackendStorage for RocmStorage {
     }
 
     fn const_set(&mut self, v: candle_core::scalar::Scalar, l: &Layout) -> Result<()> {
+        self.q8 = None;
         let (dev, dtype) = (self.device.clone(), self.buf.dtype());
         dev.profiled(|| "const_set".into(), dtype, || ops::elementwise::const_set(dev.kernels(), &mut self.buf, l, v))
     }

@@ -349,3 +349,47 @@ fn dequantize_to_every_format_and_odd_block_counts_like_candle_cpu() {
         }
     }
 }
+
+/// Activations that carry their q8_1 codes (`llm_ops::add_rms_norm_q8` with and without a
+/// residual, `llm_ops::silu_mul_q8`) give products bit for bit those of the same values
+/// without codes (a copy: the product quantizes it itself), for block formats of both
+/// kinds and every batch one matvec launch takes: the fused kernels' codes are
+/// `quantize_q8_1`'s. The outputs themselves are the plain ops' within their tolerance.
+#[test]
+fn activations_with_codes_give_the_quantizing_products_bits() {
+    for dev in devices() {
+        let d = dev.as_candle();
+        for dtype in [DType::BF16, DType::F16, DType::F32] {
+            for (fi, fmt) in [GgmlDType::Q4K, GgmlDType::Q8_0, GgmlDType::Q6K, GgmlDType::Q4_0].into_iter().enumerate() {
+                let mm = QMatMul::from_qtensor(QTensor::quantize(&weights(900 + fi as u64).to_device(&d).unwrap(), fmt).unwrap()).unwrap();
+                let w = Tensor::from_vec(values(COLS, 950, 0.5, 1.5, false), COLS, &Device::Cpu).unwrap().to_dtype(dtype).unwrap().to_device(&d).unwrap();
+                for batch in [1usize, 3, 8] {
+                    let what = format!("{fmt:?} {dtype:?} batch {batch} on {}", dev.name());
+                    let seed = 960 + batch as u64 * 10 + fi as u64;
+                    let x = Tensor::from_vec(values(batch * COLS, seed, -2.0, 2.0, false), (batch, COLS), &Device::Cpu).unwrap().to_dtype(dtype).unwrap().to_device(&d).unwrap();
+                    let r = Tensor::from_vec(values(batch * COLS, seed + 1, -2.0, 2.0, false), (batch, COLS), &Device::Cpu).unwrap().to_dtype(dtype).unwrap().to_device(&d).unwrap();
+                    let gu = Tensor::from_vec(values(batch * 2 * COLS, seed + 2, -4.0, 4.0, false), (batch, 2 * COLS), &Device::Cpu).unwrap().to_dtype(dtype).unwrap().to_device(&d).unwrap();
+                    let (h, normed) = candle_rocm::llm_ops::add_rms_norm_q8(&x, Some(&r), &w, 1e-6).unwrap();
+                    let (_, plain) = candle_rocm::llm_ops::add_rms_norm(&x, &r, &w, 1e-6).unwrap();
+                    assert_eq!(f32s(&h), f32s(&(&x + &r).unwrap()), "{what}: residual");
+                    assert_eq!(f32s(&normed), f32s(&plain), "{what}: add_rms_norm_q8 against add_rms_norm");
+                    let (_, first) = candle_rocm::llm_ops::add_rms_norm_q8(&x, None, &w, 1e-6).unwrap();
+                    let want_first = candle_nn::ops::rms_norm(&x.to_device(&Device::Cpu).unwrap().to_dtype(DType::F32).unwrap(), &w.to_device(&Device::Cpu).unwrap().to_dtype(DType::F32).unwrap(), 1e-6).unwrap();
+                    let tol = if dtype == DType::F32 { 1e-5 } else { 1e-2 };
+                    for (a, b) in f32s(&first).iter().zip(f32s(&want_first)) {
+                        assert!((a - b).abs() <= tol * (1.0 + b.abs()), "{what}: rms_norm {a} against {b}");
+                    }
+                    let act = candle_rocm::llm_ops::silu_mul_q8(&gu).unwrap();
+                    assert_eq!(f32s(&act), f32s(&candle_rocm::llm_ops::silu_mul(&gu).unwrap()), "{what}: silu_mul_q8 against silu_mul");
+                    for (name, a) in [("add_rms_norm_q8", &normed), ("rms_norm", &first)] {
+                        let (with, without) = (mm.forward(a).unwrap(), mm.forward(&a.copy().unwrap()).unwrap());
+                        assert_eq!(f32s(&with), f32s(&without), "{what}: product on {name}'s codes");
+                    }
+                    let down = QMatMul::from_qtensor(QTensor::quantize(&weights(980 + fi as u64).to_device(&d).unwrap(), fmt).unwrap()).unwrap();
+                    let (with, without) = (down.forward(&act).unwrap(), down.forward(&act.copy().unwrap()).unwrap());
+                    assert_eq!(f32s(&with), f32s(&without), "{what}: product on silu_mul_q8's codes");
+                }
+            }
+        }
+    }
+}

@@ -11,6 +11,10 @@
 //!   pass over the row (both outputs written), the pre-norm transformer's residual step.
 //! - [`silu_mul`](fn@silu_mul): `SiLU(gate) * up` from one fused gate/up product
 //!   (`[.., 2I] -> [.., I]`).
+//! - [`add_rms_norm_q8`](fn@add_rms_norm_q8) and [`silu_mul_q8`](fn@silu_mul_q8): the same
+//!   outputs plus their q8_1 codes for the int8 matvec of GGUF weights (the layout and the
+//!   values of [`crate::quantized::quantize_q8_1`](fn@crate::quantized::quantize_q8_1)), so
+//!   a decode step launches no separate quantization for the products' inputs.
 //! - [`dense_matvec_gated`](fn@dense_matvec_gated): the gate/up product and `SiLU(gate) *
 //!   up` in one launch for decode (each output reads its gate and its up weight row).
 //! - [`sample`](fn@sample): one token per row of logits: repetition penalty, temperature,
@@ -22,7 +26,7 @@ use crate::each;
 use crate::random::philox4x32_10;
 use crate::reduce::{block_reduce, MAX_WAVES};
 use crate::each_lane;
-use crate::row::{row_chunks, store_full, unpack_chunk, whole_chunks, words_chunk, RowTile, CHUNK};
+use crate::row::{load_full, row_chunks, store_full, unpack_chunk, vectorizable, whole_chunks, words_chunk, RowTile, CHUNK};
 use kernel_dsl::mma::{self, FragA, FragB, FragC, Lowering, MmaFloat};
 use kernel_dsl::prelude::*;
 
@@ -956,6 +960,23 @@ pub fn dense_matvec_mma<T: Float>(
     }
 }
 
+/// The row prologue of the residual-norm kernels: the elements `start..end` of the
+/// work-group's row (row `block_idx_x`, `cols` wide) when it lies inside every buffer of
+/// `lens` (`x`, `residual`, `res_out`, `out`, ...) and `weight_len` is 0 (no scaling) or
+/// `cols`; `None` (the kernel writes nothing) otherwise.
+#[device]
+#[inline(always)]
+fn norm_row(lens: [usize; 4], weight_len: usize, cols: usize) -> Option<(usize, usize)> {
+    let start = block_idx_x() as usize * cols;
+    let end = start + cols;
+    let inside = end <= lens[0] && end <= lens[1] && end <= lens[2] && end <= lens[3];
+    if inside && (weight_len == 0 || weight_len == cols) {
+        Some((start, end))
+    } else {
+        None
+    }
+}
+
 /// Elements per work-item that [`add_rms_norm`](fn@add_rms_norm) keeps in registers: rows
 /// of up to `ADD_NORM_REGS * threads` elements (8192 at 1024 work-items) take one pass over
 /// memory.
@@ -972,12 +993,10 @@ pub const ADD_NORM_REGS: usize = 8;
 #[amdgpu_kernel(T = [f32, f16, bf16])]
 pub fn add_rms_norm<T: Float>(x: &[T], residual: &[T], weight: &[T], res_out: &mut [T], out: &mut [T], cols: u32, eps: f32, mut partials: Shared<f32, MAX_WAVES>) {
     let cols = cols as usize;
-    let row = block_idx_x() as usize;
     let (tid, threads) = (flat_thread_idx() as usize, flat_block_dim() as usize);
-    let (start, end) = (row * cols, row * cols + cols);
-    if end > x.len() || end > residual.len() || end > res_out.len() || end > out.len() || !(weight.is_empty() || weight.len() == cols) {
+    let Some((start, end)) = norm_row([x.len(), residual.len(), res_out.len(), out.len()], weight.len(), cols) else {
         return;
-    }
+    };
     let (xr, rr) = (&x[start..end], &residual[start..end]);
     let mut s = 0.0f32;
     if cols <= ADD_NORM_REGS * threads {
@@ -1045,12 +1064,10 @@ pub const ADD_NORM_TILE_THREADS: usize = 256;
 #[amdgpu_kernel(T = [f32, f16, bf16], max_threads = 256)]
 pub fn add_rms_norm_tile<T: Float>(x: &[T], residual: &[T], weight: &[T], res_out: &mut [T], out: &mut [T], cols: u32, eps: f32, mut partials: Shared<f32, MAX_WAVES>) {
     let cols = cols as usize;
-    let row = block_idx_x() as usize;
     let (part, parts) = (flat_thread_idx() as usize, flat_block_dim() as usize);
-    let (start, end) = (row * cols, row * cols + cols);
-    if end > x.len() || end > residual.len() || end > res_out.len() || end > out.len() || !(weight.is_empty() || weight.len() == cols) {
+    let Some((start, end)) = norm_row([x.len(), residual.len(), res_out.len(), out.len()], weight.len(), cols) else {
         return;
-    }
+    };
     let (xr, rr) = (&x[start..end], &residual[start..end]);
     let (ho, oo) = (&mut res_out[start..end], &mut out[start..end]);
     let chunks = row_chunks(core::mem::size_of::<T>(), cols);
@@ -1119,6 +1136,185 @@ pub fn silu_mul<T: Float>(gu: &[T], out: &mut [T], inter: usize) {
         let u = gu[r * 2 * inter + inter + j].to_f32();
         out[i] = T::from_f32(g / (1.0 + (-g).exp()) * u);
         i += step;
+    }
+}
+
+/// The q8_1 codes of one [`CHUNK`] of 8 values `v` (the values as stored, in `f32`) whose
+/// block of 32 is the chunks of this lane and of lanes `lane ^ 1`, `lane ^ 2`, `lane ^ 3`
+/// (the lane's place in its group of four is the chunk's place in the block): the two
+/// code words of the chunk (four codes each, the first in the low byte), and the block's
+/// `d = max|v| / 127` and `d * sum(codes)`, every value as
+/// [`quantize_q8_1`](fn@crate::quantized::quantize_q8_1) computes it (the maximum and the
+/// integer sum do not depend on the order). Every lane of the wave calls it (shuffles).
+#[device]
+#[inline(always)]
+pub fn q8_1_chunk(v: &[f32; CHUNK]) -> ([u32; 2], f32, f32) {
+    let mut amax = 0.0f32;
+    each_lane!(j, {
+        amax = amax.max(v[j].abs());
+    });
+    amax = amax.max(wave::shuffle_xor(amax, 1));
+    amax = amax.max(wave::shuffle_xor(amax, 2));
+    let d = amax / 127.0;
+    let (mut words, mut sum) = ([0u32; 2], 0i32);
+    each_lane!(j, {
+        let q = if d > 0.0 { (v[j] / d).round() as i32 } else { 0 };
+        sum += q;
+        words[j / 4] |= ((q as u32) & 0xff) << (8 * (j % 4));
+    });
+    sum += wave::shuffle_xor(sum, 1);
+    sum += wave::shuffle_xor(sum, 2);
+    (words, d, d * sum as f32)
+}
+
+/// Writes [`q8_1_chunk`]'s results for the chunk at element `e` (a multiple of
+/// [`CHUNK`]) of the flat activations: its two words at `xq[e / 4]`, and where the chunk
+/// opens its block (`e % 32 == 0`) the block's `(d, d * sum)` at `xds[e / 16]`.
+///
+/// # Safety
+/// `e + CHUNK <= xq.len() * 4` and `e + 32 <= xds.len() * 16` where `e % 32 == 0`.
+#[device]
+#[inline(always)]
+unsafe fn store_q8_1_chunk(xq: &mut [u32], xds: &mut [f32], e: usize, (words, d, s): ([u32; 2], f32, f32)) {
+    // SAFETY: in bounds by the contract.
+    unsafe {
+        *xq.as_mut_ptr().add(e / 4) = words[0];
+        *xq.as_mut_ptr().add(e / 4 + 1) = words[1];
+        if e.is_multiple_of(32) {
+            *xds.as_mut_ptr().add(e / 16) = d;
+            *xds.as_mut_ptr().add(e / 16 + 1) = s;
+        }
+    }
+}
+
+/// [`add_rms_norm_tile`](fn@add_rms_norm_tile) that also writes `out`'s q8_1 codes
+/// (`xq`: `cols / 4` words per row, `xds`: `cols / 16` floats per row, the layout and the
+/// values of [`quantize_q8_1`](fn@crate::quantized::quantize_q8_1) on `out`), the input of
+/// a GGUF int8 matvec, in the same pass. With `residual` empty it is a plain RMSNorm of
+/// `x` (`h = x`; `res_out` may then be empty and is not written). Only whole aligned rows
+/// ([`whole_chunks`] of every row and of `weight`) of a multiple of 32 columns that fit
+/// the tiles, on work-groups of a multiple of 4 work-items, are written (the launcher
+/// checks; anything else writes nothing). Rows of 2048 or 4096 bf16 columns run on 256
+/// work-items (one or two chunks each): the row's latency is its work-items' serial work.
+#[amdgpu_kernel(T = [f32, f16, bf16], max_threads = 256)]
+#[allow(clippy::too_many_arguments)]
+pub fn add_rms_norm_q8<T: Float>(
+    x: &[T],
+    residual: &[T],
+    weight: &[T],
+    res_out: &mut [T],
+    out: &mut [T],
+    xq: &mut [u32],
+    xds: &mut [f32],
+    cols: u32,
+    eps: f32,
+    mut partials: Shared<f32, MAX_WAVES>,
+) {
+    // The matvec after this one may start its weight copies (it waits for this kernel's
+    // end before it reads the codes).
+    kernel_dsl::grid::release_next();
+    let cols = cols as usize;
+    let (part, parts) = (flat_thread_idx() as usize, flat_block_dim() as usize);
+    let add = !residual.is_empty();
+    // Without a residual, `residual` and `res_out` are not read or written.
+    let opt = |s: usize| if add { s } else { usize::MAX };
+    let Some((start, end)) = norm_row([x.len(), opt(residual.len()), opt(res_out.len()), out.len()], weight.len(), cols) else {
+        return;
+    };
+    let chunks = row_chunks(core::mem::size_of::<T>(), cols);
+    let codes = end <= xq.len() * 4 && end <= xds.len() * 16;
+    if cols % 32 != 0 || parts % 4 != 0 || !codes || !RowTile::fits_with(cols, chunks) {
+        return;
+    }
+    let xr = &x[start..end];
+    let rr = if add { &residual[start..end] } else { &residual[0..0] };
+    let whole = whole_chunks(xr) && whole_chunks(rr) && whole_chunks(&out[start..end]) && whole_chunks(weight) && (!add || whole_chunks(&res_out[start..end]));
+    if !whole {
+        return;
+    }
+    let mut h = RowTile::load_as::<T, true>(xr, 0.0, part, parts, chunks);
+    let r = RowTile::load_as::<T, true>(rr, 0.0, part, parts, chunks);
+    let w = RowTile::load_as::<T, true>(weight, 1.0, part, parts, chunks);
+    let mut s = 0.0f32;
+    crate::each_tile_chunk!(k, chunks, {
+        each_lane!(j, {
+            let v = if add { T::from_f32(h.v[k][j] + r.v[k][j]).to_f32() } else { h.v[k][j] };
+            h.v[k][j] = v;
+            s = v.mul_add(v, s);
+        });
+    });
+    if add {
+        h.store_as::<T, true>(&mut res_out[start..end], |v, _| *v);
+    }
+    let ss = block_reduce(s, &mut partials, |a, b| a + b);
+    let scale = (ss / cols as f32 + eps).rsqrt();
+    let oo = &mut out[start..end];
+    crate::each_tile_chunk!(k, chunks, {
+        // Uniform over the work-group: chunk slots wholly past the row (2048 columns on
+        // 256 work-items) skip the shuffles. A block of 32 is all inside or all outside.
+        if k * parts * CHUNK < cols {
+            let e = h.start(k);
+            let mut o = [0f32; CHUNK];
+            each_lane!(j, {
+                // The value as stored: the codes are those of `out`.
+                o[j] = T::from_f32(h.v[k][j] * scale * w.v[k][j]).to_f32();
+            });
+            let q = q8_1_chunk(&o);
+            if e + CHUNK <= cols {
+                // SAFETY: in bounds (checked); 16-byte aligned by `whole_chunks(oo)`; the
+                // codes of element `start + e` lie inside `xq`, `xds` (`codes`).
+                unsafe {
+                    store_full(oo, e, &o, true);
+                    store_q8_1_chunk(xq, xds, start + e, q);
+                }
+            }
+        }
+    });
+}
+
+/// [`silu_mul`](fn@silu_mul) that also writes `out`'s q8_1 codes (`xq`, `xds`: the layout
+/// and values of [`quantize_q8_1`](fn@crate::quantized::quantize_q8_1) on `out`), the
+/// input of the down product's int8 matvec, in the same pass. Each lane takes a chunk of 8
+/// outputs (16-byte loads of its gate and up values where `gu` starts on 16 bytes), four
+/// lanes a q8_1 block; a wave-uniform loop over the chunks. `inter` a multiple of 32 and
+/// the codes' lengths are checked (else nothing is written).
+#[amdgpu_kernel(T = [f32, f16, bf16])]
+pub fn silu_mul_q8<T: Float>(gu: &[T], out: &mut [T], xq: &mut [u32], xds: &mut [f32], inter: usize) {
+    kernel_dsl::grid::release_next();
+    let n = out.len();
+    if inter == 0 || inter % 32 != 0 || n % inter != 0 || gu.len() / 2 < n || n > xq.len() * 4 || n > xds.len() * 16 {
+        return;
+    }
+    let (vg, vo) = (vectorizable(gu.as_ptr()), vectorizable(out.as_ptr()));
+    let ws = wave::size() as usize;
+    let lane = wave::lane_id() as usize;
+    let waves = global_size_x() / ws;
+    let chunks = n / CHUNK;
+    let mut base = (global_idx_x() / ws) * ws;
+    while base < chunks {
+        let c = base + lane;
+        let e = c * CHUNK;
+        let mut o = [0f32; CHUNK];
+        if c < chunks {
+            let (r, j) = (e / inter, e % inter);
+            // SAFETY: `r < rows` and `j + CHUNK <= inter` (`inter` is a multiple of CHUNK),
+            // so both chunks lie in row `r` of `gu` (checked long enough); their offsets are
+            // multiples of CHUNK (16-byte aligned where `gu` starts on 16 bytes).
+            let (g, u) = unsafe { (load_full(gu, r * 2 * inter + j, vg), load_full(gu, r * 2 * inter + inter + j, vg)) };
+            each_lane!(l, {
+                o[l] = T::from_f32(g[l] / (1.0 + (-g[l]).exp()) * u[l]).to_f32();
+            });
+        }
+        // Every lane (the shuffles); chunks past the end are zeros and write nothing.
+        let q = q8_1_chunk(&o);
+        if c < chunks {
+            // SAFETY: `e + CHUNK <= n`, within `out` and the codes (checked above).
+            unsafe {
+                store_full(out, e, &o, vo);
+                store_q8_1_chunk(xq, xds, e, q);
+            }
+        }
+        base += waves * ws;
     }
 }
 

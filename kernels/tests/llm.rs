@@ -427,6 +427,149 @@ fn silu_mul_all_dtypes() {
     }
 }
 
+/// q8_1 codes of `x` as `quantize_q8_1` writes them (the reference of the fused kernels).
+fn quantize_ref<T: TestFloat>(dev: &Device, x: &kernels::runtime::DeviceVec<T>) -> (Vec<u32>, Vec<f32>) {
+    let n = x.len();
+    let (mut xq, mut xds) = (dev.alloc::<u32>(n / 4).unwrap(), dev.alloc::<f32>(n / 16).unwrap());
+    kernels::quantized::ops::quantize_q8_1(dev, x, &mut xq, &mut xds).unwrap();
+    (dev.download(&xq).unwrap(), dev.download(&xds).unwrap())
+}
+
+/// Whether `add_rms_norm_q8` takes rows of `cols` elements of `T` on the CPU executor
+/// (rows that fit the tiles of 256 work-items).
+fn q8_norm_fits<T>(cols: usize) -> bool {
+    cols <= kernels::llm::ADD_NORM_TILE_THREADS * kernels::row::CHUNK * kernels::row::row_chunks(std::mem::size_of::<T>(), cols)
+}
+
+/// `add_rms_norm_q8` with and without a residual: the residual exactly `T(x + r)`, the
+/// normed row bit for bit `add_rms_norm`'s (the same tiles, work-items and order) and
+/// within one rounding of `T` plus `1e-5` relative of the f64 reference, and the codes,
+/// scales and sums bit for bit what `quantize_q8_1` writes for that row.
+fn run_add_rms_norm_q8<T: TestFloat>(dev: &Device, rows: usize, cols: usize, add: bool, seed: u64) {
+    let mut rng = Rng(seed);
+    let n = rows * cols;
+    let x: Vec<T> = rng.vec(n, 2.0);
+    let r: Vec<T> = rng.vec(n, 2.0);
+    let wt: Vec<T> = rng.vec(cols, 1.5);
+    let (xd, rd, wd) = (dev.upload(&x).unwrap(), dev.upload(&r).unwrap(), dev.upload(&wt).unwrap());
+    let (mut hd, mut od) = (dev.upload(&vec![T::from_f32(9.0); n]).unwrap(), dev.alloc::<T>(n).unwrap());
+    let (mut xq, mut xds) = (dev.alloc::<u32>(n / 4).unwrap(), dev.alloc::<f32>(n / 16).unwrap());
+    let eps = 1e-5;
+    let what = format!("add_rms_norm_q8 {} {rows}x{cols} add {add} wave {}", T::NAME, dev.wave_lanes());
+    let residual = add.then_some(&rd as &dyn kernel_dsl::host::KernelArgSlice<T>);
+    let res_out = if add { Some(&mut hd as &mut dyn kernel_dsl::host::KernelArgSliceMut<T>) } else { None };
+    let done = ops::add_rms_norm_q8(dev, &xd, residual, Some(&wd), res_out, &mut od, &mut xq, &mut xds, cols, eps).unwrap();
+    assert_eq!(done, q8_norm_fits::<T>(cols), "{what}: taken");
+    if !done {
+        assert_eq!(dev.download(&hd).unwrap(), vec![T::from_f32(9.0); n], "{what}: declined, yet wrote");
+        return;
+    }
+    let (h, o) = (dev.download(&hd).unwrap(), dev.download(&od).unwrap());
+    let want_h: Vec<T> = if add { x.iter().zip(&r).map(|(a, b)| T::from_f32(a.to_f32() + b.to_f32())).collect() } else { x.clone() };
+    if add {
+        assert_eq!(h, want_h, "{what}: residual");
+        let (mut h2, mut o2) = (dev.alloc::<T>(n).unwrap(), dev.alloc::<T>(n).unwrap());
+        ops::add_rms_norm(dev, &xd, &rd, Some(&wd), &mut h2, &mut o2, cols, eps).unwrap();
+        assert!(o.iter().zip(&dev.download(&o2).unwrap()).all(|(a, b)| a.to_f64().to_bits() == b.to_f64().to_bits()), "{what}: add_rms_norm's rows");
+    } else {
+        assert_eq!(h, vec![T::from_f32(9.0); n], "{what}: res_out written without a residual");
+    }
+    let mut want = vec![0.0; n];
+    for i in 0..rows {
+        let hr = &want_h[i * cols..(i + 1) * cols];
+        let s = 1.0 / (hr.iter().map(|v| v.to_f64().powi(2)).sum::<f64>() / cols as f64 + eps as f64).sqrt();
+        for j in 0..cols {
+            want[i * cols + j] = hr[j].to_f64() * s * wt[j].to_f64();
+        }
+    }
+    let extra: Vec<f64> = want.iter().map(|w| 1e-5 * w.abs()).collect();
+    check(&o, &want, &extra, &what);
+    let (q, ds) = quantize_ref(dev, &od);
+    assert_eq!(dev.download(&xq).unwrap(), q, "{what}: codes");
+    let got_ds = dev.download(&xds).unwrap();
+    assert!(got_ds.iter().zip(&ds).all(|(a, b)| a.to_bits() == b.to_bits()), "{what}: scales and sums");
+}
+
+#[test]
+fn add_rms_norm_q8_codes_are_quantize_q8_1s() {
+    for dev in executors() {
+        // Decode's rows (1..8 of 2048 / 4096), one block, rows of whole blocks that fill
+        // part of a tile (2080, 96), and rows past the tiles (f32 8192: declined).
+        for (i, &(rows, cols)) in [(1, 32), (3, 96), (1, 2048), (2, 4096), (8, 2048), (5, 4096), (3, 2080), (2, 8192), (1, 160)].iter().enumerate() {
+            for add in [true, false] {
+                let seed = i as u64 * 2 + add as u64;
+                run_add_rms_norm_q8::<f32>(&dev, rows, cols, add, seed);
+                run_add_rms_norm_q8::<f16>(&dev, rows, cols, add, seed + 100);
+                run_add_rms_norm_q8::<bf16>(&dev, rows, cols, add, seed + 200);
+            }
+        }
+    }
+}
+
+#[test]
+fn add_rms_norm_q8_declines_misaligned_rows_and_rejects_bad_shapes() {
+    for dev in executors() {
+        let (rows, cols) = (2, 64);
+        let n = rows * cols;
+        let x = dev.upload(&vec![bf16::ONE; n + 1]).unwrap();
+        let w = dev.upload(&vec![bf16::ONE; cols]).unwrap();
+        let mut o = dev.upload(&vec![bf16::from_f32(5.0); n + 1]).unwrap();
+        let (mut xq, mut xds) = (dev.upload(&vec![7u32; n / 4]).unwrap(), dev.upload(&vec![7f32; n / 16]).unwrap());
+        // One element in: not on 16 bytes.
+        let done = ops::add_rms_norm_q8(&dev, &x.view(1..n + 1).unwrap(), None, Some(&w), None, &mut o.view_mut(1..n + 1).unwrap(), &mut xq, &mut xds, cols, 1e-5).unwrap();
+        assert!(!done, "misaligned rows taken");
+        // Rows that are no whole number of q8_1 blocks.
+        let e = ops::add_rms_norm_q8(&dev, &x.view(0..96).unwrap(), None, Some(&w.view(0..48).unwrap()), None, &mut o.view_mut(0..96).unwrap(), &mut xq.view_mut(0..24).unwrap(), &mut xds.view_mut(0..6).unwrap(), 48, 1e-5).unwrap_err();
+        assert!(names(&e, "`cols`"), "{e}");
+        let e = ops::add_rms_norm_q8(&dev, &x.view(0..n).unwrap(), None, Some(&w), None, &mut o.view_mut(0..n).unwrap(), &mut xq.view_mut(0..n / 4 - 1).unwrap(), &mut xds, cols, 1e-5).unwrap_err();
+        assert!(names(&e, "`xq`"), "{e}");
+        let mut h = dev.alloc::<bf16>(n).unwrap();
+        let e = ops::add_rms_norm_q8(&dev, &x.view(0..n).unwrap(), None, Some(&w), Some(&mut h), &mut o.view_mut(0..n).unwrap(), &mut xq, &mut xds, cols, 1e-5).unwrap_err();
+        assert!(names(&e, "`residual`"), "{e}");
+        assert_eq!(dev.download(&o).unwrap(), vec![bf16::from_f32(5.0); n + 1]);
+        assert_eq!(dev.download(&xq).unwrap(), vec![7u32; n / 4]);
+    }
+}
+
+/// `silu_mul_q8`: the activation bit for bit `silu_mul`'s, its codes bit for bit
+/// `quantize_q8_1`'s; `at` = 1 reads `gu` one element in (unaligned: scalar loads).
+fn run_silu_mul_q8<T: TestFloat>(dev: &Device, rows: usize, inter: usize, at: usize, seed: u64) {
+    let mut rng = Rng(seed);
+    let n = rows * inter;
+    let gu: Vec<T> = rng.vec(2 * n + at, 6.0);
+    let gd = dev.upload(&gu).unwrap();
+    let gv = gd.view(at..at + 2 * n).unwrap();
+    let (mut od, mut o2) = (dev.alloc::<T>(n).unwrap(), dev.alloc::<T>(n).unwrap());
+    let (mut xq, mut xds) = (dev.alloc::<u32>(n / 4).unwrap(), dev.alloc::<f32>(n / 16).unwrap());
+    ops::silu_mul_q8(dev, &gv, &mut od, &mut xq, &mut xds, inter).unwrap();
+    ops::silu_mul(dev, &gv, &mut o2, inter).unwrap();
+    let what = format!("silu_mul_q8 {} {rows}x{inter} at {at} wave {}", T::NAME, dev.wave_lanes());
+    let (o, want) = (dev.download(&od).unwrap(), dev.download(&o2).unwrap());
+    assert!(o.iter().zip(&want).all(|(a, b)| a.to_f64().to_bits() == b.to_f64().to_bits()), "{what}: silu_mul's values");
+    let (q, ds) = quantize_ref(dev, &od);
+    assert_eq!(dev.download(&xq).unwrap(), q, "{what}: codes");
+    assert!(dev.download(&xds).unwrap().iter().zip(&ds).all(|(a, b)| a.to_bits() == b.to_bits()), "{what}: scales and sums");
+}
+
+#[test]
+fn silu_mul_q8_codes_are_quantize_q8_1s() {
+    for dev in executors() {
+        for (i, &(rows, inter)) in [(1, 32), (3, 96), (1, 4096), (4, 2048), (8, 160), (2, 14336)].iter().enumerate() {
+            for at in [0, 1] {
+                let seed = i as u64 * 2 + at as u64;
+                run_silu_mul_q8::<f32>(&dev, rows, inter, at, seed);
+                run_silu_mul_q8::<f16>(&dev, rows, inter, at, seed + 100);
+                run_silu_mul_q8::<bf16>(&dev, rows, inter, at, seed + 200);
+            }
+        }
+        let g = dev.upload(&[1f32; 96]).unwrap();
+        let (mut o, mut xq, mut xds) = (dev.upload(&[3f32; 48]).unwrap(), dev.alloc::<u32>(12).unwrap(), dev.alloc::<f32>(3).unwrap());
+        let e = ops::silu_mul_q8(&dev, &g, &mut o, &mut xq, &mut xds, 48).unwrap_err();
+        assert!(names(&e, "`gu`"), "{e}");
+        assert_eq!(dev.download(&o).unwrap(), vec![3f32; 48]);
+    }
+}
+
 /// The gated matvec (`[gate; up]` weight of `2 inter x cols`) against the f64 reference
 /// `SiLU(g) * u` of the two exact products. The products carry `matvec_reference`'s
 /// bounds `eg`, `eu`; `SiLU'` is at most 1.1 in magnitude, so the activation's error is

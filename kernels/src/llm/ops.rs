@@ -416,6 +416,21 @@ fn add_norm_chunks(exec: &(impl Executor + ?Sized), elem_bytes: usize, cols: usi
     }
 }
 
+/// Work-items of an [`add_rms_norm_tile`](fn@super::add_rms_norm_tile) or
+/// [`add_rms_norm_q8`](fn@super::add_rms_norm_q8) work-group for rows of `cols` elements
+/// on tiles of `chunks` chunks: the fewest that hold the row, raised towards one chunk per
+/// work-item (at most [`ADD_NORM_TILE_THREADS`](super::ADD_NORM_TILE_THREADS)). Decode runs
+/// one work-group per row, so a row's time is one work-item's serial work (loads,
+/// conversions, the sum of squares, stores: 32 elements on 64 work-items at 2048 bf16
+/// columns, 4 us under ncu on an H200); 256 work-items take one or two chunks each
+/// (4096 columns), their loads still 16 bytes. Independent of the row count, so a row's
+/// result does not depend on the batch it is in.
+fn add_norm_tile_threads(cols: usize, elem_bytes: usize, chunks: usize) -> usize {
+    let tile = crate::row::row_threads_for(cols, elem_bytes, chunks) as usize;
+    let wide = (cols.div_ceil(crate::row::CHUNK).div_ceil(64) * 64).min(super::ADD_NORM_TILE_THREADS);
+    tile.max(wide)
+}
+
 /// Residual add + RMSNorm of `rows` rows of `cols` elements
 /// ([`add_rms_norm`](fn@super::add_rms_norm)): `res_out = x + residual`, `out =
 /// RMSNorm(res_out) * weight`; `weight` has `cols` elements, `eps` is finite and >= 0.
@@ -459,7 +474,7 @@ pub fn add_rms_norm<T: Float + ScalarArg>(
     // Rows that fit the register tiles of at most ADD_NORM_TILE_THREADS work-items
     // (decode's 2048 / 4096 columns: 64 to 256 work-items with 16-byte accesses).
     let chunks = add_norm_chunks(exec, std::mem::size_of::<T>(), cols);
-    let tile_threads = crate::row::row_threads_for(cols, std::mem::size_of::<T>(), chunks) as usize;
+    let tile_threads = add_norm_tile_threads(cols, std::mem::size_of::<T>(), chunks);
     if tile_threads <= super::ADD_NORM_TILE_THREADS && tile_threads * crate::row::CHUNK * chunks >= cols {
         let cfg = LaunchConfig::new(Dim3::x(rows as u32), Dim3::x(tile_threads as u32));
         return super::add_rms_norm_tile::launch::<T>(exec, cfg, x, residual, weight, res_out, out, cols as u32, eps);
@@ -489,6 +504,106 @@ pub fn silu_mul<T: Float + ScalarArg>(
     }
     let cfg = LaunchConfig::new(Dim3::x((n / 2).div_ceil(256).min(65536) as u32), Dim3::x(256));
     super::silu_mul::launch::<T>(exec, cfg, gu, out, inter)
+}
+
+/// [`add_rms_norm`] (with `residual` and `res_out`) or a plain RMSNorm of `x` (without
+/// them) that also writes `out`'s q8_1 codes into `xq` (`len / 4` words) and `xds` (`len /
+/// 16` floats), bit for bit what [`crate::quantized::ops::quantize_q8_1`] writes for `out`
+/// ([`add_rms_norm_q8`](fn@super::add_rms_norm_q8), one launch): the input of the int8
+/// matvec of GGUF weights ([`crate::quantized::ops::matvec_q8_1`]). `cols` must be a
+/// multiple of 32 (q8_1 blocks never span rows). Returns `Ok(false)`, with nothing
+/// launched or written, where the fused kernel does not apply (rows too long for its
+/// tiles, buffers that do not start on 16 bytes): the caller runs the separate kernels.
+#[allow(clippy::too_many_arguments)]
+pub fn add_rms_norm_q8<T: Float + ScalarArg>(
+    exec: &(impl Executor + ?Sized),
+    x: &(impl KernelArgSlice<T> + ?Sized),
+    residual: Option<&(dyn KernelArgSlice<T> + '_)>,
+    weight: Option<&(dyn KernelArgSlice<T> + '_)>,
+    res_out: Option<&mut (dyn KernelArgSliceMut<T> + '_)>,
+    out: &mut (impl KernelArgSliceMut<T> + ?Sized),
+    xq: &mut (impl KernelArgSliceMut<u32> + ?Sized),
+    xds: &mut (impl KernelArgSliceMut<f32> + ?Sized),
+    cols: usize,
+    eps: f32,
+) -> Result<bool, LaunchError> {
+    const K: &str = "add_rms_norm_q8";
+    let n = len_of(x);
+    if cols == 0 || n % cols != 0 || cols % 32 != 0 {
+        return Err(invalid(K, format!("`x` has {n} elements, not a whole number of rows of `cols` = {cols} (a positive multiple of 32)")));
+    }
+    let rows = n / cols;
+    let what = format!("{rows} rows of {cols}");
+    match (residual, &res_out) {
+        (Some(r), Some(h)) => {
+            check_len(K, "residual", len_of(r), Some(n), &what)?;
+            check_len(K, "res_out", len_of(&**h), Some(n), &what)?;
+        }
+        (None, None) => {}
+        _ => return Err(invalid(K, "`residual` and `res_out` come together (the residual add) or not at all (a plain norm)".into())),
+    }
+    check_len(K, "out", len_of(out), Some(n), &what)?;
+    check_len(K, "xq", len_of(xq), Some(n / 4), &what)?;
+    check_len(K, "xds", len_of(xds), Some(n / 16), &what)?;
+    if let Some(w) = weight {
+        check_len(K, "weight", len_of(w), Some(cols), &format!("rows of {cols}"))?;
+    }
+    if !(eps.is_finite() && eps >= 0.0) {
+        return Err(invalid(K, format!("`eps` must be finite and >= 0, got {eps}")));
+    }
+    if rows > u32::MAX as usize || cols > u32::MAX as usize {
+        return Err(invalid(K, format!("{rows} x {cols} exceeds 2^32 rows or columns")));
+    }
+    let size = std::mem::size_of::<T>();
+    let chunks = add_norm_chunks(exec, size, cols);
+    let threads = add_norm_tile_threads(cols, size, chunks);
+    let mut aligned = [addr_of(x), addr_of(out)].iter().all(|a| a.is_multiple_of(16));
+    aligned &= residual.is_none_or(|r| addr_of(r).is_multiple_of(16)) && res_out.as_ref().is_none_or(|h| addr_of(&**h).is_multiple_of(16)) && weight.is_none_or(|w| addr_of(w).is_multiple_of(16));
+    if threads > super::ADD_NORM_TILE_THREADS || threads * crate::row::CHUNK * chunks < cols || !aligned {
+        return Ok(false);
+    }
+    if rows == 0 {
+        return Ok(true);
+    }
+    let (empty, mut empty_mut): ([T; 0], [T; 0]) = ([], []);
+    let residual: &(dyn KernelArgSlice<T> + '_) = residual.unwrap_or(&empty);
+    let weight: &(dyn KernelArgSlice<T> + '_) = weight.unwrap_or(&empty);
+    let res_out: &mut (dyn KernelArgSliceMut<T> + '_) = match res_out {
+        Some(h) => h,
+        None => &mut empty_mut,
+    };
+    let cfg = LaunchConfig::new(Dim3::x(rows as u32), Dim3::x(threads as u32));
+    super::add_rms_norm_q8::launch::<T>(exec, cfg, x, residual, weight, res_out, out, xq, xds, cols as u32, eps)?;
+    Ok(true)
+}
+
+/// [`silu_mul`] that also writes `out`'s q8_1 codes into `xq` (`len / 4` words) and `xds`
+/// (`len / 16` floats), bit for bit what [`crate::quantized::ops::quantize_q8_1`] writes
+/// for `out` ([`silu_mul_q8`](fn@super::silu_mul_q8), one launch): the down product's
+/// int8 matvec input. `inter` must be a multiple of 32.
+pub fn silu_mul_q8<T: Float + ScalarArg>(
+    exec: &(impl Executor + ?Sized),
+    gu: &(impl KernelArgSlice<T> + ?Sized),
+    out: &mut (impl KernelArgSliceMut<T> + ?Sized),
+    xq: &mut (impl KernelArgSliceMut<u32> + ?Sized),
+    xds: &mut (impl KernelArgSliceMut<f32> + ?Sized),
+    inter: usize,
+) -> Result<(), LaunchError> {
+    const K: &str = "silu_mul_q8";
+    let n = len_of(gu);
+    if inter == 0 || inter % 32 != 0 || n % (2 * inter) != 0 {
+        return Err(invalid(K, format!("`gu` has {n} elements, not a whole number of rows of 2 x {inter} (`inter` a positive multiple of 32)")));
+    }
+    let what = format!("{} rows of {inter}", n / (2 * inter));
+    check_len(K, "out", len_of(out), Some(n / 2), &what)?;
+    check_len(K, "xq", len_of(xq), Some(n / 8), &what)?;
+    check_len(K, "xds", len_of(xds), Some(n / 32), &what)?;
+    if n == 0 {
+        return Ok(());
+    }
+    let chunks = n / 2 / crate::row::CHUNK;
+    let cfg = LaunchConfig::new(Dim3::x(chunks.div_ceil(256).min(65536) as u32), Dim3::x(256));
+    super::silu_mul_q8::launch::<T>(exec, cfg, gu, out, xq, xds, inter)
 }
 
 /// Sampling parameters of one row of [`sample_packed`]; `Default` is greedy decoding.

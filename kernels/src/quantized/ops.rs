@@ -349,6 +349,27 @@ pub fn matvec_q8_1<O: Float>(
     matvec_q8_1_after(exec, wave_lanes, dtype, w, xq, xds, y, rows, cols, batch, StreamTuning::default(), Prior::Unknown).map(|_| ())
 }
 
+/// [`matvec_q8_1`] on codes that the kernel launched just before it wrote together with
+/// the activations themselves (`kernels::llm::ops::add_rms_norm_q8`, `silu_mul_q8`), or
+/// that an earlier such kernel wrote with only other matvecs on the same codes since: the
+/// streaming and row kernels start their weight copies while that kernel ends, as after
+/// [`quantize_q8_1`] (nothing a forward pass launches writes a weight matrix).
+#[allow(clippy::too_many_arguments)]
+pub fn matvec_q8_1_prequantized<O: Float>(
+    exec: &(impl Executor + ?Sized),
+    wave_lanes: u32,
+    dtype: GgmlDType,
+    w: &(impl KernelArgSlice<u8> + ?Sized),
+    xq: &(impl KernelArgSlice<u32> + ?Sized),
+    xds: &(impl KernelArgSlice<f32> + ?Sized),
+    y: &mut (impl KernelArgSliceMut<O> + ?Sized),
+    rows: usize,
+    cols: usize,
+    batch: usize,
+) -> Result<(), LaunchError> {
+    matvec_q8_1_after(exec, wave_lanes, dtype, w, xq, xds, y, rows, cols, batch, StreamTuning::default(), Prior::Quantize).map(|_| ())
+}
+
 /// What a matvec's launcher knows of the kernel launched just before it.
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum Prior {

@@ -24,6 +24,11 @@ pub(crate) enum Weight {
 }
 
 impl Linear {
+    /// Whether the product runs on GGML blocks (its decode input may carry q8_1 codes).
+    pub(crate) fn quantized(&self) -> bool {
+        matches!(self.w, Weight::Quant(QMatMul::QTensor(_)))
+    }
+
     /// `x @ W^T + b` for `x` of `[tokens, in]`.
     pub fn forward(&self, x: &Tensor) -> candle_core::Result<Tensor> {
         if let Weight::Dense(w) = &self.w {
@@ -378,14 +383,16 @@ pub fn paged_attention(q: &Tensor, cache: &LayerCache, batch: &AttnBatch, scale:
 }
 
 pub(crate) struct Layer {
-    /// `[q | k | v]` stacked (dense weights): one product.
+    /// `[q | k | v]` stacked: one product.
     pub(crate) qkv: Option<Linear>,
-    /// `[gate | up]` stacked (dense weights): one product.
+    /// `[gate | up]` stacked: one product.
     pub(crate) gate_up: Option<Linear>,
     pub(crate) input_norm: Tensor,
-    pub(crate) q: Linear,
-    pub(crate) k: Linear,
-    pub(crate) v: Linear,
+    /// The attention's q, k and v products, `None` where `qkv` alone holds them (GGUF
+    /// weights stacked at load are read from the file and kept on the device once).
+    pub(crate) q: Option<Linear>,
+    pub(crate) k: Option<Linear>,
+    pub(crate) v: Option<Linear>,
     pub(crate) o: Linear,
     pub(crate) q_norm: Option<Tensor>,
     pub(crate) k_norm: Option<Tensor>,
@@ -398,9 +405,29 @@ pub(crate) struct Layer {
 }
 
 impl Layer {
+    /// Whether every product of the attention's input runs on GGML blocks.
+    pub(crate) fn qkv_quantized(&self) -> bool {
+        match (&self.qkv, &self.q, &self.k, &self.v) {
+            (Some(qkv), ..) => qkv.quantized(),
+            (None, Some(q), Some(k), Some(v)) => q.quantized() && k.quantized() && v.quantized(),
+            _ => false,
+        }
+    }
+
+    /// Whether every product of the MLP's input (gate and up) runs on GGML blocks.
+    pub(crate) fn mlp_quantized(&self) -> bool {
+        match (&self.gate_up, &self.gate, &self.up) {
+            (Some(gu), ..) => gu.quantized(),
+            (None, Some(g), Some(u)) => g.quantized() && u.quantized(),
+            _ => false,
+        }
+    }
+
     /// Stacks dense q/k/v and gate/up into one product each (see [`stack`]).
     pub(crate) fn stack_dense(&mut self) -> candle_core::Result<()> {
-        self.qkv = stack(&[&self.q, &self.k, &self.v])?;
+        if let (Some(q), Some(k), Some(v)) = (&self.q, &self.k, &self.v) {
+            self.qkv = stack(&[q, k, v])?;
+        }
         if let (Some(g), Some(u)) = (&self.gate, &self.up) {
             self.gate_up = stack(&[g, u])?;
         }
@@ -427,6 +454,9 @@ pub struct Model {
     /// Whether decode's gate/up product and activation take the gated matvec where it
     /// applies (see [`Model::set_gated_matvec`]).
     gated: bool,
+    /// Whether decode's norms and activation write the q8_1 codes of the GGUF products'
+    /// inputs (see [`Model::set_fused_quantize`]).
+    fused_quantize: bool,
     /// This rank's share and communicator when the model is split across devices
     /// (tensor parallelism, [`crate::shard`]); `None`: the whole model.
     tp: Option<crate::tp::TpRank>,
@@ -575,9 +605,9 @@ impl Model {
                 qkv: None,
                 gate_up: None,
                 input_norm: get(&format!("{p}.input_layernorm.weight"), &[h])?,
-                q: lin(&format!("{p}.self_attn.q_proj"), nh * hd, h, c.qkv_bias)?,
-                k: lin(&format!("{p}.self_attn.k_proj"), nkv * hd, h, c.qkv_bias)?,
-                v: lin(&format!("{p}.self_attn.v_proj"), nkv * hd, h, c.qkv_bias)?,
+                q: Some(lin(&format!("{p}.self_attn.q_proj"), nh * hd, h, c.qkv_bias)?),
+                k: Some(lin(&format!("{p}.self_attn.k_proj"), nkv * hd, h, c.qkv_bias)?),
+                v: Some(lin(&format!("{p}.self_attn.v_proj"), nkv * hd, h, c.qkv_bias)?),
                 o: lin(&format!("{p}.self_attn.o_proj"), h, nh * hd, false)?,
                 q_norm: if c.qk_norm { Some(get(&format!("{p}.self_attn.q_norm.weight"), &[hd])?) } else { None },
                 k_norm: if c.qk_norm { Some(get(&format!("{p}.self_attn.k_norm.weight"), &[hd])?) } else { None },
@@ -597,7 +627,7 @@ impl Model {
             lin("lm_head", c.vocab_size, h, false)?
         };
         let (cos, sin) = rope_tables(c, dtype, dev)?;
-        Ok(Model { norm: get("model.norm.weight", &[h])?, cfg, dtype, device: dev.clone(), path: dir.into(), embed, layers, lm_head, cos, sin, fused: true, gated: true, tp: None })
+        Ok(Model { norm: get("model.norm.weight", &[h])?, cfg, dtype, device: dev.clone(), path: dir.into(), embed, layers, lm_head, cos, sin, fused: true, gated: true, fused_quantize: true, tp: None })
     }
 
     /// Loads a GGUF file (llama, qwen2, qwen3): weights stay in their GGML blocks (QMatMul),
@@ -642,16 +672,16 @@ impl Model {
                 Ok(Linear { w, b })
             };
             let bias = cfg.qkv_bias;
-            let (qv, kv, vv, ov) = (qlin(&mut f, "attn_q", bias)?, qlin(&mut f, "attn_k", bias)?, qlin(&mut f, "attn_v", bias)?, qlin(&mut f, "attn_output", false)?);
-            let down = qlin(&mut f, "ffn_down", false)?;
-            // Gate and up of one GGML block type: one stacked product (one activation
-            // quantization and one matvec in decode, one GEMM in prefill) and no separate
-            // copies. q/k/v likewise, the separate products kept for the decode path that
-            // reads them as whole buffers.
+            let (ov, down) = (qlin(&mut f, "attn_output", false)?, qlin(&mut f, "ffn_down", false)?);
+            // Gate and up, and q, k and v, of one GGML block type each: one stacked product
+            // (one activation quantization and one matvec in decode, one GEMM in prefill),
+            // the only copy read from the file and held on the device. Types that differ
+            // (a Q4_K_M file's Q6_K `attn_v`) keep separate products.
             let stacked = |f: &mut std::fs::File, names: &[&str], bias: bool| stack_gguf(&ct, f, &names.iter().map(|n| format!("{p}.{n}")).collect::<Vec<_>>(), bias, dev, dtype).map_err(|e| malformed(path, format!("{p} {names:?} stacked: {e}")));
             let gate_up = stacked(&mut f, &["ffn_gate", "ffn_up"], false)?;
             let qkv = stacked(&mut f, &["attn_q", "attn_k", "attn_v"], bias)?;
             let (gate, up) = if gate_up.is_some() { (None, None) } else { (Some(qlin(&mut f, "ffn_gate", false)?), Some(qlin(&mut f, "ffn_up", false)?)) };
+            let (qv, kv, vv) = if qkv.is_some() { (None, None, None) } else { (Some(qlin(&mut f, "attn_q", bias)?), Some(qlin(&mut f, "attn_k", bias)?), Some(qlin(&mut f, "attn_v", bias)?)) };
             let norm = |f: &mut std::fs::File, name: &str| -> Result<Tensor> { Ok(read(f, &format!("{p}.{name}.weight"))?.dequantize(dev)?.to_dtype(dtype)?) };
             let (q_norm, k_norm) = if cfg.qk_norm { (Some(norm(&mut f, "attn_q_norm")?), Some(norm(&mut f, "attn_k_norm")?)) } else { (None, None) };
             let (input_norm, post_norm) = (norm(&mut f, "attn_norm")?, norm(&mut f, "ffn_norm")?);
@@ -664,13 +694,13 @@ impl Model {
         let head = if ct.tensor_infos.contains_key("output.weight") { read(&mut f, "output.weight")? } else { embed_q };
         let lm_head = Linear { w: Weight::Quant(gguf_qmatmul(head, dtype)?), b: None };
         let (cos, sin) = rope_tables(&cfg, dtype, dev)?;
-        Ok(Model { cfg, dtype, device: dev.clone(), path: path.into(), embed, layers, norm: final_norm, lm_head, cos, sin, fused: true, gated: true, tp: None })
+        Ok(Model { cfg, dtype, device: dev.clone(), path: path.into(), embed, layers, norm: final_norm, lm_head, cos, sin, fused: true, gated: true, fused_quantize: true, tp: None })
     }
 
     /// A model of loaded parts (the tensor-parallel loaders of [`crate::shard`]).
     #[allow(clippy::too_many_arguments)]
     pub(crate) fn from_parts(cfg: ModelConfig, dtype: DType, device: Device, path: PathBuf, embed: Tensor, layers: Vec<Layer>, norm: Tensor, lm_head: Linear, (cos, sin): (Tensor, Tensor), tp: Option<crate::tp::TpRank>) -> Model {
-        Model { cfg, dtype, device, path, embed, layers, norm, lm_head, cos, sin, fused: true, gated: true, tp }
+        Model { cfg, dtype, device, path, embed, layers, norm, lm_head, cos, sin, fused: true, gated: true, fused_quantize: true, tp }
     }
 
     /// `(rank, world)` of a tensor-parallel shard; `(0, 1)` for a whole model.
@@ -769,7 +799,11 @@ impl Model {
         let scale = 1.0 / (hd as f64).sqrt();
         let mut x = self.embed_tokens(tokens)?;
         let eps = c.rms_norm_eps;
+        // GGUF decode (few rows): the kernels that make a quantized product's input also
+        // write its q8_1 codes, which the product's int8 matvec reads (no quantize launch).
+        let q8 = self.fused_quantize && self.fused && on_our_device(&self.device) && (1..=candle_rocm::quantized::CODES_MAX_ROWS).contains(&t);
         let mut h = match self.layers.first() {
+            Some(l) if q8 && l.qkv_quantized() => candle_rocm::llm_ops::add_rms_norm_q8(&x, None, &l.input_norm, eps)?.1,
             Some(l) => rms_norm(&x, &l.input_norm, eps)?,
             None => x.clone(),
         };
@@ -784,7 +818,10 @@ impl Model {
                     let y = qkv.forward(&h)?.reshape((t, nh + 2 * nkv, hd))?;
                     (y.narrow(1, 0, nh)?, y.narrow(1, nh, nkv)?, y.narrow(1, nh + nkv, nkv)?)
                 }
-                None => (layer.q.forward(&h)?.reshape((t, nh, hd))?, layer.k.forward(&h)?.reshape((t, nkv, hd))?, layer.v.forward(&h)?.reshape((t, nkv, hd))?),
+                None => match (&layer.q, &layer.k, &layer.v) {
+                    (Some(q), Some(k), Some(v)) => (q.forward(&h)?.reshape((t, nh, hd))?, k.forward(&h)?.reshape((t, nkv, hd))?, v.forward(&h)?.reshape((t, nkv, hd))?),
+                    _ => return Err(candle_core::Error::Msg(format!("layer {i} has no q/k/v weights"))),
+                },
             };
             if let (Some(qn), Some(kn)) = (&layer.q_norm, &layer.k_norm) {
                 // (Qwen3: the norms take contiguous rows, so q and k are copied here.)
@@ -793,8 +830,13 @@ impl Model {
             }
             let (q, own) = rope_append_kv(lc, &q, &k, &v, index, (&self.cos, &self.sin), c.rope_interleaved, own_keys)?;
             let a = paged_attention(&q, lc, attn, scale, own.as_ref())?;
-            let (x1, h1) = add_rms_norm(&self.tp_sum(layer.o.forward(&a)?)?, &x, &layer.post_norm, eps, self.fused)?;
+            let o = self.tp_sum(layer.o.forward(&a)?)?;
+            let (x1, h1) = match q8 && layer.mlp_quantized() {
+                true => candle_rocm::llm_ops::add_rms_norm_q8(&o, Some(&x), &layer.post_norm, eps)?,
+                false => add_rms_norm(&o, &x, &layer.post_norm, eps, self.fused)?,
+            };
             let act = match (&layer.gate_up, &layer.gate, &layer.up) {
+                (Some(gu), ..) if q8 && gu.quantized() && layer.down.quantized() => candle_rocm::llm_ops::silu_mul_q8(&gu.forward(&h1)?)?,
                 (Some(gu), ..) => gate_up_silu(gu, &h1, self.fused, self.gated)?,
                 (None, Some(gate), Some(up)) => silu_mul(&gate.forward(&h1)?, &up.forward(&h1)?)?,
                 _ => return Err(candle_core::Error::Msg(format!("layer {i} has no gate/up weights"))),
@@ -802,8 +844,12 @@ impl Model {
             let m = self.tp_sum(layer.down.forward(&act)?)?;
             // The residual add and the next layer's input norm (after the last layer, the
             // final norm) in one.
-            let norm = self.layers.get(i + 1).map_or(&self.norm, |next| &next.input_norm);
-            (x, h) = add_rms_norm(&m, &x1, norm, eps, self.fused)?;
+            // The head's input keeps its own quantization (the rows that sample are picked
+            // out of it first).
+            (x, h) = match self.layers.get(i + 1) {
+                Some(next) if q8 && next.qkv_quantized() => candle_rocm::llm_ops::add_rms_norm_q8(&m, Some(&x1), &next.input_norm, eps)?,
+                next => add_rms_norm(&m, &x1, next.map_or(&self.norm, |n| &n.input_norm), eps, self.fused)?,
+            };
         }
         if self.layers.is_empty() {
             h = rms_norm(&x, &self.norm, eps)?;
@@ -825,6 +871,16 @@ impl Model {
     /// whole process (an A/B without code changes).
     pub fn set_gated_matvec(&mut self, on: bool) {
         self.gated = on;
+    }
+
+    /// `false`: the GGUF products quantize their inputs themselves (a launch each); `true`
+    /// (the default): on our device, with fused on and at most
+    /// `candle_rocm::quantized::CODES_MAX_ROWS` rows, the residual norms and the MLP's
+    /// activation write the q8_1 codes of the quantized products' inputs in the same
+    /// launch (`candle_rocm::llm_ops::add_rms_norm_q8`, `silu_mul_q8`): the same codes, no
+    /// quantize launch before the q|k|v, gate|up and down products.
+    pub fn set_fused_quantize(&mut self, on: bool) {
+        self.fused_quantize = on;
     }
 
     /// Whether this step's attention runs on the kernels: our device, fused on, f16/bf16
@@ -872,6 +928,24 @@ mod tests {
         gguf_llama::write_gguf(&path, &gguf_llama::LlamaShape::TINY, storage, 4).unwrap();
         let mut f = std::fs::File::open(&path).unwrap();
         (gguf_file::Content::read(&mut f).unwrap(), f)
+    }
+
+    /// A GGUF whose q/k/v and gate/up share a block type loads only the stacked products:
+    /// no layer holds the separate ones (read once from the file, one copy on the device).
+    #[test]
+    fn stacked_gguf_layers_hold_no_separate_products() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("m.gguf");
+        gguf_llama::write_gguf(&path, &gguf_llama::LlamaShape::TINY, gguf_llama::Storage::Quantized(GgmlDType::Q4K), 4).unwrap();
+        let m = Model::load_gguf(&path, &Device::Cpu).unwrap();
+        assert!(!m.layers.is_empty());
+        for (i, l) in m.layers.iter().enumerate() {
+            assert!(l.qkv.as_ref().is_some_and(Linear::quantized), "layer {i}: no stacked q|k|v");
+            assert!(l.gate_up.as_ref().is_some_and(Linear::quantized), "layer {i}: no stacked gate|up");
+            assert!(l.q.is_none() && l.k.is_none() && l.v.is_none(), "layer {i} keeps separate q/k/v");
+            assert!(l.gate.is_none() && l.up.is_none(), "layer {i} keeps separate gate/up");
+            assert!(l.qkv_quantized() && l.mlp_quantized() && l.down.quantized());
+        }
     }
 
     /// `stack_gguf` stacks matrices of one block type and width into one product whose

@@ -332,9 +332,9 @@ fn load_safetensors_shard(dir: &Path, dev: &Device, comm: Box<dyn TpCollective>)
             qkv: None,
             gate_up: None,
             input_norm: norm("input_layernorm", h)?,
-            q: lin(&format!("{p}.self_attn.q_proj"), nh * hd, h, WeightKind::Q, c.qkv_bias)?,
-            k: lin(&format!("{p}.self_attn.k_proj"), nkv * hd, h, WeightKind::K, c.qkv_bias)?,
-            v: lin(&format!("{p}.self_attn.v_proj"), nkv * hd, h, WeightKind::V, c.qkv_bias)?,
+            q: Some(lin(&format!("{p}.self_attn.q_proj"), nh * hd, h, WeightKind::Q, c.qkv_bias)?),
+            k: Some(lin(&format!("{p}.self_attn.k_proj"), nkv * hd, h, WeightKind::K, c.qkv_bias)?),
+            v: Some(lin(&format!("{p}.self_attn.v_proj"), nkv * hd, h, WeightKind::V, c.qkv_bias)?),
             o: lin(&format!("{p}.self_attn.o_proj"), h, nh * hd, WeightKind::O, false)?,
             q_norm: if c.qk_norm { Some(norm("self_attn.q_norm", hd)?) } else { None },
             k_norm: if c.qk_norm { Some(norm("self_attn.k_norm", hd)?) } else { None },
@@ -377,7 +377,7 @@ fn load_gguf_shard(path: &Path, dev: &Device, comm: Box<dyn TpCollective>) -> Re
         let (gate, up, down) = (qlin("ffn_gate", WeightKind::Gate, false)?, qlin("ffn_up", WeightKind::Up, false)?, qlin("ffn_down", WeightKind::Down, false)?);
         let mut norm = |name: &str| -> Result<Tensor> { Ok(src.get(&format!("{p}.{name}.weight"), Split::Full, dev)?.dequantize(dev)?.to_dtype(dtype)?) };
         let (q_norm, k_norm) = if cfg.qk_norm { (Some(norm("attn_q_norm")?), Some(norm("attn_k_norm")?)) } else { (None, None) };
-        layers.push(Layer { qkv: None, gate_up: None, input_norm: norm("attn_norm")?, q, k, v, o, q_norm, k_norm, post_norm: norm("ffn_norm")?, gate: Some(gate), up: Some(up), down });
+        layers.push(Layer { qkv: None, gate_up: None, input_norm: norm("attn_norm")?, q: Some(q), k: Some(k), v: Some(v), o, q_norm, k_norm, post_norm: norm("ffn_norm")?, gate: Some(gate), up: Some(up), down });
     }
     let final_norm = src.get("output_norm.weight", Split::Full, dev)?.dequantize(dev)?.to_dtype(dtype)?;
     let vocab = plan.split(WeightKind::Embed);

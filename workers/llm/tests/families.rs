@@ -450,3 +450,60 @@ fn quantized_qwen2_and_qwen3_gguf_match_candle_transformers() {
         compare(model, reference, F32_TOL);
     }
 }
+
+/// A Q4_K GGUF as `llm-worker` loads it on our device (bf16, CPU executor), three
+/// sequences decoding together (3 rows: the int8 matvec in one launch), with the q8_1
+/// codes of the products' inputs written by the norms and the activation
+/// (`Model::set_fused_quantize`, the default) and without (each product quantizes its
+/// input). After every decode layer's first norm the two paths run the same kernels on
+/// the same values (the fused codes are `quantize_q8_1`'s, `candle-rocm`'s
+/// `activations_with_codes_give_the_quantizing_products_bits`); only the first layer's
+/// input norm is another kernel (its sum of squares in another order: a unit in the last
+/// place of bf16 here and there). So the two must agree far more closely than either
+/// agrees with the exact forward of the same weights dequantized (f32 GGUF, whose error
+/// is the activations' 8-bit codes and bf16 roundings): within a tenth of the fused path's
+/// own error, and both within 3x Candle's error on `Device::Cpu` (as the batch test above).
+#[test]
+fn quantized_llama_q4k_bf16_fused_codes_match_separate_quantization() {
+    use candle_core::quantized::GgmlDType;
+    const SEQS: usize = 3;
+    let dir = tempfile::tempdir().unwrap();
+    let (qpath, fpath) = (dir.path().join("q.gguf"), dir.path().join("f.gguf"));
+    gguf_llama::write_gguf(&qpath, &gguf_llama::LlamaShape::TINY, gguf_llama::Storage::Quantized(GgmlDType::Q4K), 11).unwrap();
+    gguf_llama::write_gguf(&fpath, &gguf_llama::LlamaShape::TINY, gguf_llama::Storage::Dequantized(GgmlDType::Q4K), 11).unwrap();
+    let load_ref = |p: &Path| {
+        let mut f = std::fs::File::open(p).unwrap();
+        let content = candle_core::quantized::gguf_file::Content::read(&mut f).unwrap();
+        QLlama(ct::quantized_llama::ModelWeights::from_gguf(content, &mut f, &Device::Cpu).unwrap(), Device::Cpu)
+    };
+    let dev = candle_rocm::cpu_executor(candle_rocm::WaveSize::W64);
+    let runner = |fused_quantize: bool| {
+        let mut model = Model::load(&qpath, &dev).unwrap();
+        assert_eq!(model.dtype, DType::BF16);
+        model.set_fused_quantize(fused_quantize);
+        LlamaRunner::new(model, 3 * SEQS + 2, BS).unwrap()
+    };
+    let (mut fused, mut separate) = (runner(true), runner(false));
+    let mut candle: Vec<QLlama> = (0..SEQS).map(|_| load_ref(&qpath)).collect();
+    let mut exact: Vec<QLlama> = (0..SEQS).map(|_| load_ref(&fpath)).collect();
+    let mut ids: Vec<Vec<u32>> = (0..SEQS).map(|s| PROMPT[..4 + s].iter().map(|t| (t + 53 * s as u32) % 512).collect()).collect();
+    let table = |s: usize| vec![(3 * s + 1) as u32, (3 * s + 2) as u32, (3 * s) as u32];
+    let mut start = [0usize; SEQS];
+    for step in 0..3 {
+        let chunks: Vec<SeqChunk> = (0..SEQS).map(|s| SeqChunk { seq_id: s as u64, tokens: ids[s][start[s]..].to_vec(), start_pos: start[s], block_table: table(s), sample: true }).collect();
+        let (a, b) = (fused.step(&chunks).unwrap(), separate.step(&chunks).unwrap());
+        for s in 0..SEQS {
+            let c = &chunks[s];
+            let (theirs, want) = (candle[s].logits(&c.tokens, c.start_pos), exact[s].logits(&c.tokens, c.start_pos));
+            let (e_a, e_b, e_candle, e_ab) = (rel_err(&a[s], &want), rel_err(&b[s], &want), rel_err(&theirs, &want), rel_err(&a[s], &b[s]));
+            eprintln!("step {step} seq {s}: fused {e_a:.2e}, separate {e_b:.2e}, Candle {e_candle:.2e}, fused vs separate {e_ab:.2e}");
+            assert!(e_a <= 3.0 * e_candle && e_b <= 3.0 * e_candle, "step {step} seq {s}: fused {e_a:.3e}, separate {e_b:.3e} vs Candle's {e_candle:.3e}");
+            if step > 0 {
+                // Decode steps (1 row per sequence): the fused codes.
+                assert!(e_ab <= 0.1 * e_a.max(e_b), "step {step} seq {s}: fused vs separate {e_ab:.3e}, errors {e_a:.3e} / {e_b:.3e}");
+            }
+            start[s] = ids[s].len();
+            ids[s].push(argmax(&want));
+        }
+    }
+}
