@@ -535,6 +535,37 @@ fn plans_for_small_and_large_grids() {
     assert!(decode_smem_elems(128, 16, low, small.key_waves, 4) * 2 <= 48 * 1024 && small.key_waves >= 1, "{small:?}");
 }
 
+/// The fused plan on an H200-like device: the engine's small grids (batch 1 to 4 at
+/// contexts 512 to 4096, hd64 and hd128) spread each sequence's keys over more work-groups
+/// than the plan without it and merge inside the launch; large grids (batch 16 at 4096,
+/// 64 at 16384) keep the plan without it; every fused plan's shared memory fits.
+#[test]
+fn fused_plans_for_small_grids() {
+    let (sms, smem) = (132usize, 227 * 1024usize);
+    let low = Lowering::MmaSync;
+    let shape = |batch: usize, d: usize| PagedShape { batch, heads: 32, kv_heads: 8, head_dim: d, num_blocks: 1, block_size: 16 };
+    for d in [64usize, 128] {
+        let resident = move |bytes: usize, waves: usize, kw: bool| Some(nvidia_resident(sms, smem, if kw { decode_waves_regs(d) } else { decode_regs(d) }, bytes, waves));
+        for batch in [1usize, 2, 4] {
+            for ctx in [512usize, 1024, 2048, 4096] {
+                let old = decode_plan_with(shape(batch, d), ctx, None, low, smem, 1, false, &resident);
+                let new = decode_plan_with(shape(batch, d), ctx, None, low, smem, 1, true, &resident);
+                eprintln!("b{batch} hd{d} ctx{ctx}: old {old:?} new {new:?}");
+                assert!(new.splits == ctx.div_ceil(new.split_len) && !(new.fused && new.direct), "{new:?}");
+                assert!(decode_smem_elems(d, 16, low, new.key_waves, 4) * 2 <= smem, "{new:?}");
+                if batch == 1 {
+                    assert!(new.fused && new.splits * new.key_waves > old.splits * old.key_waves, "b{batch} hd{d} ctx{ctx}: old {old:?} new {new:?}");
+                }
+            }
+        }
+        for (batch, ctx) in [(16usize, 4096usize), (64, 16384)] {
+            let old = decode_plan_with(shape(batch, d), ctx, None, low, smem, 1, false, &resident);
+            let new = decode_plan_with(shape(batch, d), ctx, None, low, smem, 1, true, &resident);
+            assert_eq!(new, old, "b{batch} hd{d} ctx{ctx}");
+        }
+    }
+}
+
 /// The run-time switch: off, the launcher's plan is today's (one wave per 16 rows, the
 /// merge pass), and results agree with the reference either way.
 #[test]

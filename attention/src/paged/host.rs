@@ -352,17 +352,17 @@ pub const fn decode_regs(d: usize) -> usize {
 }
 
 /// [`decode_regs`] for [`paged_decode_waves`](fn@super::paged_decode_waves): `ptxas
-/// -arch=sm_90a` of CUDA 13.0 gives hd64 166, hd80 175, hd96 178, hd128 232, hd256 178
-/// (the key-wave bookkeeping, the output and lse pointers and the combine), rounded up to
-/// 8. At 8 key waves of hd128 that is one work-group per SM; the plan uses the key waves
-/// only where the grid leaves SMs idle.
+/// -arch=sm_90a` of CUDA 13.0 gives the bf16 instances hd64 175, hd80 128, hd96 175,
+/// hd128 239, hd256 255 (the key-wave bookkeeping, the output and lse pointers, the combine
+/// and the in-launch merge), rounded up to 8. At 8 key waves of hd128 that is one
+/// work-group per SM; the plan uses the key waves only where the grid leaves SMs idle.
 pub const fn decode_waves_regs(d: usize) -> usize {
     match d {
-        0..=64 => 168,
+        0..=64 => 176,
         65..=80 => 176,
-        81..=96 => 184,
-        97..=128 => 232,
-        _ => 184,
+        81..=96 => 176,
+        97..=128 => 240,
+        _ => 256,
     }
 }
 
@@ -562,6 +562,49 @@ pub unsafe fn paged_attention_with_counters<T: FlashElem>(
     }
     let counters = if counters.len() >= decode_counters(shape) { Counters::Given(counters) } else { Counters::Absent };
     launch(dev, shape, (q, k_cache, v_cache), Indices { tables: block_tables, table_at: 0, max_blocks, lens: context_lens, longest: max_context_len }, (out, lse), scale, Plan::Auto(None), counters)
+}
+
+/// [`paged_attention_with_counters`] with the launch's [`DecodePlan`] given (benchmarks of
+/// one configuration inside a captured graph): the plan's checks as
+/// [`paged_attention_planned`]'s; a fused plan needs `counters` (at least
+/// [`decode_counters`], zero).
+///
+/// # Safety
+/// As [`paged_attention_with_counters`].
+#[allow(clippy::too_many_arguments)]
+pub unsafe fn paged_attention_unchecked_planned<T: FlashElem>(
+    dev: &Device,
+    shape: PagedShape,
+    q: &DeviceVec<T>,
+    k_cache: &DeviceVec<T>,
+    v_cache: &DeviceVec<T>,
+    block_tables: &DeviceVec<u32>,
+    context_lens: &DeviceVec<u32>,
+    max_context_len: usize,
+    out: &mut DeviceVec<T>,
+    lse: &mut DeviceVec<f32>,
+    scale: f32,
+    plan: DecodePlan,
+    counters: Option<&DeviceVec<u32>>,
+) -> Result<(), AttentionError> {
+    let batch = shape.batch;
+    sizes(shape, q, k_cache, v_cache, out, lse, context_lens.len(), scale)?;
+    if batch == 0 {
+        return Ok(());
+    }
+    if block_tables.is_empty() || !block_tables.len().is_multiple_of(batch) {
+        return Err(arg("block_tables", format!("{} entries are not batch = {batch} rows", block_tables.len())));
+    }
+    let max_blocks = block_tables.len() / batch;
+    if max_context_len > max_blocks * shape.block_size {
+        return Err(arg("max_context_len", format!("{max_context_len} tokens; a block table row holds {}", max_blocks * shape.block_size)));
+    }
+    let counters = match counters {
+        Some(c) if c.len() >= decode_counters(shape) => Counters::Given(c),
+        Some(c) => return Err(arg("counters", format!("{} counters; the shape needs {}", c.len(), decode_counters(shape)))),
+        None => Counters::Absent,
+    };
+    launch(dev, shape, (q, k_cache, v_cache), Indices { tables: block_tables, table_at: 0, max_blocks, lens: context_lens, longest: max_context_len }, (out, lse), scale, Plan::Given(plan), counters)
 }
 
 /// Where a decode launch finds the counters of a fused plan.
