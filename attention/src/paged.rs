@@ -616,56 +616,71 @@ unsafe fn fused_merge<T: Float>(
     let n = ctx.div_ceil(split_len).min(splits);
     let (po, pm) = (part_o.as_ptr(), part_ml.as_ptr());
     let (op, lp) = (out.as_mut_ptr(), lse.as_mut_ptr());
-    let mut e = tid;
-    while e < group * d {
-        let (r, c) = (e / d, e % d);
-        let row = b * heads_n + h0 + r;
-        let first = row * splits;
+    // Two elements (row, column) per work-item and round, `e` and `e + nthreads`, whose
+    // loads issue together (hd128 with 4 query heads per KV head: 512 elements over 256
+    // work-items in one round trip instead of two).
+    let total = group * d;
+    let mut e0 = tid;
+    while e0 < total {
+        // The second element past the end repeats the first (read, not written).
+        let es = [e0, if e0 + nthreads < total { e0 + nthreads } else { e0 }];
+        let rows = [b * heads_n + h0 + es[0] / d, b * heads_n + h0 + es[1] / d];
+        let cols = [es[0] % d, es[1] % d];
         // Running max (log2 units), sum and output over the splits seen, [`MERGE_STEP`]
         // splits at a time so that a step's loads issue together (as `paged_merge`).
-        let (mut top, mut sum, mut acc) = (f32::NEG_INFINITY, 0.0f32, 0.0f32);
+        let mut top = [f32::NEG_INFINITY; 2];
+        let mut sum = [0.0f32; 2];
+        let mut acc = [0.0f32; 2];
         let mut s0 = 0;
         while s0 < n {
-            let mut m = [f32::NEG_INFINITY; MERGE_STEP];
-            let mut l = [0.0f32; MERGE_STEP];
-            let mut o = [0.0f32; MERGE_STEP];
-            each!(i in [0, 1, 2, 3, 4, 5, 6, 7] {
-                // Past the last split: the last one's values are read (in bounds) and left out.
-                let s = first + if s0 + i < n { s0 + i } else { n - 1 };
-                // SAFETY: the caller's contract (s < first + n <= first + splits).
-                let (ms, ls, os) = unsafe { (*pm.add(s * 2), *pm.add(s * 2 + 1), *po.add(s * d + c)) };
-                if s0 + i < n {
-                    (m[i], l[i], o[i]) = (ms, ls, os);
-                }
+            let mut m = [[f32::NEG_INFINITY; MERGE_STEP]; 2];
+            let mut l = [[0.0f32; MERGE_STEP]; 2];
+            let mut o = [[0.0f32; MERGE_STEP]; 2];
+            each!(u in [0, 1] {
+                each!(i in [0, 1, 2, 3, 4, 5, 6, 7] {
+                    // Past the last split: the last one's values are read (in bounds) and left out.
+                    let s = rows[u] * splits + if s0 + i < n { s0 + i } else { n - 1 };
+                    // SAFETY: the caller's contract (s < rows[u] * splits + n, inside the workspace).
+                    let (ms, ls, os) = unsafe { (*pm.add(s * 2), *pm.add(s * 2 + 1), *po.add(s * d + cols[u])) };
+                    if s0 + i < n {
+                        (m[u][i], l[u][i], o[u][i]) = (ms, ls, os);
+                    }
+                });
             });
-            let mut mx = top;
-            each!(i in [0, 1, 2, 3, 4, 5, 6, 7] {
-                mx = mx.max(m[i]);
+            each!(u in [0, 1] {
+                let mut mx = top[u];
+                each!(i in [0, 1, 2, 3, 4, 5, 6, 7] {
+                    mx = mx.max(m[u][i]);
+                });
+                // A split that saw no key has max -inf: weight 0 (never NaN).
+                let mu = if mx == f32::NEG_INFINITY { 0.0 } else { mx };
+                let alpha = (top[u] - mu).exp2();
+                sum[u] *= alpha;
+                acc[u] *= alpha;
+                each!(i in [0, 1, 2, 3, 4, 5, 6, 7] {
+                    if m[u][i] != f32::NEG_INFINITY {
+                        let w = (m[u][i] - mu).exp2();
+                        sum[u] += l[u][i] * w;
+                        acc[u] += o[u][i] * w;
+                    }
+                });
+                top[u] = mx;
             });
-            // A split that saw no key has max -inf: weight 0 (never NaN).
-            let mu = if mx == f32::NEG_INFINITY { 0.0 } else { mx };
-            let alpha = (top - mu).exp2();
-            sum *= alpha;
-            acc *= alpha;
-            each!(i in [0, 1, 2, 3, 4, 5, 6, 7] {
-                if m[i] != f32::NEG_INFINITY {
-                    let w = (m[i] - mu).exp2();
-                    sum += l[i] * w;
-                    acc += o[i] * w;
-                }
-            });
-            top = mx;
             s0 += MERGE_STEP;
         }
-        let inv = if sum > 0.0 { 1.0 / sum } else { 0.0 };
-        // SAFETY: the caller's contract.
-        unsafe {
-            *op.add(row * d + c) = T::from_f32(acc * inv);
-            if c == 0 {
-                *lp.add(row) = if sum > 0.0 { (top + sum.log2()) * core::f32::consts::LN_2 } else { f32::NEG_INFINITY };
+        each!(u in [0, 1] {
+            if u == 0 || es[1] != es[0] {
+                let inv = if sum[u] > 0.0 { 1.0 / sum[u] } else { 0.0 };
+                // SAFETY: the caller's contract.
+                unsafe {
+                    *op.add(rows[u] * d + cols[u]) = T::from_f32(acc[u] * inv);
+                    if cols[u] == 0 {
+                        *lp.add(rows[u]) = if sum[u] > 0.0 { (top[u] + sum[u].log2()) * core::f32::consts::LN_2 } else { f32::NEG_INFINITY };
+                    }
+                }
             }
-        }
-        e += nthreads;
+        });
+        e0 += 2 * nthreads;
     }
     if tid == 0 {
         counter.store(0, Ordering::Relaxed);

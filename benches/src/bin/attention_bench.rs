@@ -346,6 +346,10 @@ fn decode_graphs(dev: &Device, batch: usize, ctx: usize, d: usize, sweep: bool, 
     set_fused_merge(None);
     let us_old = run(None).expect("the plan before the fused one");
     let us_new = run(Some(None)).expect("the default plan");
+    // The new plan's split and key waves through the merge launch instead (fused against
+    // unfused at one split).
+    let unfused = DecodePlan { fused: false, direct: new_plan.splits == 1, ..new_plan };
+    let us_unfused = run(Some(Some(unfused))).expect("the new plan unfused");
     let row_of = |what: &str, plan: &DecodePlan, us: f64| {
         format!(
             "{{\"kind\":\"decode_graph\",\"what\":\"{what}\",\"batch\":{batch},\"heads\":{heads},\"kv_heads\":{kv_heads},\"seq\":{ctx},\"head_dim\":{d},\"block_size\":{bs},\"calls\":{calls},\"bytes\":{bytes},\"us\":{us:.3},\"gbps\":{:.2},\"plan\":\"{}\",\"split_len\":{},\"copy_gbps\":{copy:.2}}}",
@@ -363,7 +367,8 @@ fn decode_graphs(dev: &Device, batch: usize, ctx: usize, d: usize, sweep: bool, 
         us_old / us_new,
         100.0 * gbps(bytes, us_new) / copy
     );
-    let mut rows = vec![row_of("old", &old_plan, us_old), row_of("new", &new_plan, us_new)];
+    eprintln!("  new plan unfused ({}): {us_unfused:.2} us", fmt(&unfused));
+    let mut rows = vec![row_of("old", &old_plan, us_old), row_of("new", &new_plan, us_new), row_of("new_unfused", &unfused, us_unfused)];
     if sweep {
         for kw in [1usize, 2, 4, 8] {
             for len in [64usize, 128, 256, 512, 1024] {
