@@ -154,7 +154,7 @@ pub fn paged_decode<T: MmaFloat, H: HeadDim>(
     scale: f32,
     smem: SharedDyn<T>,
 ) {
-    decode::<T, H, false>(
+    decode::<T, H, false, false>(
         (q, k_cache, v_cache, block_tables, context_lens),
         (part_o, part_ml, &mut [], &mut [], &[]),
         (heads, kv_heads, block_size, max_blocks, split_len, table_at, 1, MODE_PARTS),
@@ -170,10 +170,8 @@ pub fn paged_decode<T: MmaFloat, H: HeadDim>(
 /// dynamic shared memory of [`decode_smem_elems`] elements (with the group's rows as
 /// `combine_rows` when `key_waves > 1` or `mode` is not [`MODE_PARTS`]).
 ///
-/// `mode`: [`MODE_PARTS`] (workspace, for the merge launch), [`MODE_DIRECT`] or
-/// [`MODE_FUSED`] (workspace, then the last split of each sequence and KV head merges in
-/// this launch through `counters`, which must start at zero and are left at zero:
-/// `batch * kv_heads` of them; unused in the other modes).
+/// `mode`: [`MODE_PARTS`] (workspace, for the merge launch) or [`MODE_DIRECT`];
+/// [`MODE_FUSED`] is [`paged_decode_fused`](fn@paged_decode_fused)'s.
 ///
 /// Key waves: with `key_waves = w > 1` the work-group walks its split in steps of `w`
 /// tiles (one gather of `w * decode_bn` keys per step, by all work-items), wave `i` of
@@ -194,7 +192,6 @@ pub fn paged_decode_waves<T: MmaFloat, H: HeadDim>(
     part_ml: &mut [f32],
     out: &mut [T],
     lse: &mut [f32],
-    counters: &[AtomicU32],
     heads: u32,
     kv_heads: u32,
     block_size: u32,
@@ -206,20 +203,59 @@ pub fn paged_decode_waves<T: MmaFloat, H: HeadDim>(
     scale: f32,
     smem: SharedDyn<T>,
 ) {
-    decode::<T, H, true>(
+    decode::<T, H, true, false>(
         (q, k_cache, v_cache, block_tables, context_lens),
-        (part_o, part_ml, out, lse, counters),
+        (part_o, part_ml, out, lse, &[]),
         (heads, kv_heads, block_size, max_blocks, split_len, table_at, key_waves, mode),
         scale,
         smem,
     )
 }
 
-/// The body of both decode kernels; `WAVES = false` fixes one key wave and the workspace
-/// output (the code of the one-wave kernel).
+/// [`paged_decode_waves`](fn@paged_decode_waves) in [`MODE_FUSED`]: the splits merge in
+/// this launch through `counters` (`batch * kv_heads`, zero before the launch and left at
+/// zero; see [`fused_merge`]). Its own instance, for hd64 and hd128 (the engine's models),
+/// so that the merge's registers stay out of the other kernels (on gfx90a they cost
+/// `paged_decode_waves` two SGPR spills at hd80 and hd96). Grid, waves and shared memory
+/// as [`paged_decode_waves`](fn@paged_decode_waves) with `combine_rows` = the group's rows.
+#[amdgpu_kernel(T = [f16, bf16], H = [Hd64, Hd128], max_threads = 256)]
+#[allow(clippy::too_many_arguments)]
+pub fn paged_decode_fused<T: MmaFloat, H: HeadDim>(
+    q: &[T],
+    k_cache: &[T],
+    v_cache: &[T],
+    block_tables: &[u32],
+    context_lens: &[u32],
+    part_o: &mut [f32],
+    part_ml: &mut [f32],
+    out: &mut [T],
+    lse: &mut [f32],
+    counters: &[AtomicU32],
+    heads: u32,
+    kv_heads: u32,
+    block_size: u32,
+    max_blocks: u32,
+    split_len: u32,
+    table_at: u32,
+    key_waves: u32,
+    scale: f32,
+    smem: SharedDyn<T>,
+) {
+    decode::<T, H, true, true>(
+        (q, k_cache, v_cache, block_tables, context_lens),
+        (part_o, part_ml, out, lse, counters),
+        (heads, kv_heads, block_size, max_blocks, split_len, table_at, key_waves, MODE_FUSED),
+        scale,
+        smem,
+    )
+}
+
+/// The body of the decode kernels; `WAVES = false` fixes one key wave and the workspace
+/// output (the code of the one-wave kernel); `FUSED` the in-launch merge (`mode` is
+/// [`MODE_FUSED`]; without it that mode is refused).
 #[inline(always)]
 #[allow(clippy::type_complexity)]
-fn decode<T: MmaFloat, H: HeadDim, const WAVES: bool>(
+fn decode<T: MmaFloat, H: HeadDim, const WAVES: bool, const FUSED: bool>(
     (q, k_cache, v_cache, block_tables, context_lens): (&[T], &[T], &[T], &[u32], &[u32]),
     (part_o, part_ml, out, lse, counters): (&mut [f32], &mut [f32], &mut [T], &mut [f32], &[AtomicU32]),
     (heads, kv_heads, block_size, max_blocks, split_len, table_at, key_waves, mode): (u32, u32, u32, u32, u32, u32, u32, u32),
@@ -240,11 +276,11 @@ fn decode<T: MmaFloat, H: HeadDim, const WAVES: bool>(
     let row_waves = waves / kw;
     let rows = row_waves * 16;
     let sb = kw * bn;
-    let direct = WAVES && mode == MODE_DIRECT;
-    // The splits merge in this launch: the last to finish (per sequence, KV head and value
-    // chunk) combines them all.
-    let fused = WAVES && mode == MODE_FUSED;
-    if WAVES && mode > MODE_FUSED {
+    let direct = WAVES && !FUSED && mode == MODE_DIRECT;
+    // The splits merge in this launch: the last to finish (per sequence and KV head)
+    // combines them all.
+    let fused = WAVES && FUSED;
+    if WAVES && (mode > MODE_FUSED || (mode == MODE_FUSED) != FUSED) {
         panic!("paged_decode: unknown output mode");
     }
     // Whether the key waves combine in shared memory (several, or the output written here).

@@ -2,7 +2,7 @@
 //! of [`reshape_and_cache`](fn@super::reshape_and_cache). Block tables, context lengths and
 //! slot mappings are host slices: they are validated (every slot inside the cache) and
 //! uploaded, so an error writes nothing and the kernels never index out of range.
-use super::{decode_bn, decode_smem_elems, paged_decode, paged_decode_waves, paged_merge, reshape_and_cache, MAX_GROUP, MERGE_STEP, MODE_DIRECT, MODE_FUSED, MODE_PARTS};
+use super::{decode_bn, decode_smem_elems, paged_decode, paged_decode_fused, paged_decode_waves, paged_merge, reshape_and_cache, MAX_GROUP, MERGE_STEP, MODE_DIRECT, MODE_FUSED, MODE_PARTS};
 use crate::flash::{value_chunks, Hd128, Hd256, Hd64, Hd80, Hd96, HeadDim, BN, HEAD_DIMS};
 use crate::{AttentionError, FlashElem};
 use kernel_dsl::host::{ArgValue, Executor, KernelArgSlice, LaunchConfig, ScalarArg};
@@ -160,15 +160,19 @@ static FUSED_MERGE: AtomicUsize = AtomicUsize::new(0);
 
 /// Whether [`decode_plan`] may merge several splits inside the decode launch
 /// ([`DecodePlan::fused`], [`MODE_FUSED`](super::MODE_FUSED)) where the launch has
-/// counters: on unless `ATTN_DECODE_FUSED_MERGE=0` (read once) or [`set_fused_merge`]
-/// says otherwise. Off, small grids take the plan before it (key waves, one split written
+/// counters: off unless `ATTN_DECODE_FUSED_MERGE=1` (read once) or [`set_fused_merge`]
+/// says otherwise. Off by default because the H200 measurement (session v,
+/// `benches/results/h200-2026-11-27v/decode/`) has the same split 0.2 to 1.1 us faster
+/// through the merge launch inside a captured graph than merged in place (the fence, the
+/// counter and the merging work-group's reads form a longer chain than the launch
+/// boundary). Off, small grids take the plan before it (key waves, one split written
 /// directly or the merge launch).
 pub fn fused_merge() -> bool {
     match FUSED_MERGE.load(Ordering::Relaxed) {
         1 => false,
         2 => true,
         _ => {
-            let on = std::env::var("ATTN_DECODE_FUSED_MERGE").map(|s| s.trim() != "0").unwrap_or(true);
+            let on = std::env::var("ATTN_DECODE_FUSED_MERGE").map(|s| s.trim() == "1").unwrap_or(false);
             FUSED_MERGE.store(1 + on as usize, Ordering::Relaxed);
             on
         }
@@ -180,6 +184,10 @@ pub fn fused_merge() -> bool {
 pub fn set_fused_merge(setting: Option<bool>) {
     FUSED_MERGE.store(setting.map_or(0, |on| 1 + on as usize), Ordering::Relaxed);
 }
+
+/// Head dimensions of [`paged_decode_fused`](fn@super::paged_decode_fused) (the engine's
+/// models); other head dimensions take the plans without the in-launch merge.
+pub const FUSED_HEAD_DIMS: [usize; 2] = [64, 128];
 
 /// Shortest split of a fused plan, in keys: with no merge launch to pay for, short splits
 /// spread a short context over more work-groups (each split still costs its workspace rows
@@ -218,7 +226,7 @@ fn key_waves_most(low: Lowering, row_waves: usize) -> usize {
 /// fewer waves). With [`wave_split`] off: [`split_len_for`]'s split, one wave per 16 rows,
 /// always the merge (the launch before this plan).
 ///
-/// With [`fused_merge`] on (and counters, which every launcher but the counter-less
+/// With [`fused_merge`] on (off by default; and counters, which every launcher but the counter-less
 /// [`paged_attention_unchecked`] has), small grids may also take several splits merged in
 /// the same launch: modelled as the same rounds plus [`COMBINE_TILES`] and
 /// [`fused_merge_tiles`] instead of [`MERGE_TILES`], with splits down to
@@ -273,6 +281,7 @@ pub fn decode_plan_with(
     let bn = decode_bn(low);
     let most_waves = key_waves_most(low, row_waves).min(if cap == 1 { usize::MAX } else { cap });
     let round = |len: usize| len.max(1).div_ceil(BN) * BN;
+    let fused = fused && FUSED_HEAD_DIMS.contains(&d);
     let shortest = if fused { FUSED_MIN_SPLIT } else { MIN_SPLIT };
     let mut lens: Vec<usize> = match split_len {
         Some(_) => vec![len0],
@@ -714,8 +723,8 @@ fn launch<T: FlashElem>(
             if p.direct && p.splits != 1 {
                 return bad(format!("{p:?}: a direct write needs one split"));
             }
-            if p.fused && (p.direct || matches!(counters, Counters::Absent)) {
-                return bad(format!("{p:?}: an in-launch merge writes through the workspace and needs counters"));
+            if p.fused && (p.direct || matches!(counters, Counters::Absent) || !FUSED_HEAD_DIMS.contains(&d)) {
+                return bad(format!("{p:?}: an in-launch merge writes through the workspace, needs counters and head dimension 64 or 128"));
             }
             p
         }
@@ -771,8 +780,10 @@ fn launch<T: FlashElem>(
         let (q, kc, vc, tables, lens, po, pml, out, lse, counters) = bufs;
         if a.key_waves == 1 && a.mode == MODE_PARTS {
             paged_decode::launch::<T, H>(dev, cfg, q, kc, vc, tables, lens, po, pml, a.heads, a.kv_heads, a.block_size, a.max_blocks, a.split_len, a.table_at, a.scale)?;
+        } else if a.mode == MODE_FUSED {
+            paged_decode_fused::launch::<T, H>(dev, cfg, q, kc, vc, tables, lens, po, pml, out, lse, counters, a.heads, a.kv_heads, a.block_size, a.max_blocks, a.split_len, a.table_at, a.key_waves, a.scale)?;
         } else {
-            paged_decode_waves::launch::<T, H>(dev, cfg, q, kc, vc, tables, lens, po, pml, out, lse, counters, a.heads, a.kv_heads, a.block_size, a.max_blocks, a.split_len, a.table_at, a.key_waves, a.mode, a.scale)?;
+            paged_decode_waves::launch::<T, H>(dev, cfg, q, kc, vc, tables, lens, po, pml, out, lse, a.heads, a.kv_heads, a.block_size, a.max_blocks, a.split_len, a.table_at, a.key_waves, a.mode, a.scale)?;
         }
         Ok(())
     }

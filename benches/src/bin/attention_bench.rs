@@ -345,7 +345,10 @@ fn decode_graphs(dev: &Device, batch: usize, ctx: usize, d: usize, sweep: bool, 
     let new_plan = decode_plan(dev, shape, ctx, None);
     set_fused_merge(None);
     let us_old = run(None).expect("the plan before the fused one");
-    let us_new = run(Some(None)).expect("the default plan");
+    // The fused plan is opt-in (`ATTN_DECODE_FUSED_MERGE=1`): on for the new calls.
+    set_fused_merge(Some(true));
+    let us_new = run(Some(None)).expect("the fused plan");
+    set_fused_merge(None);
     // The new plan's split and key waves through the merge launch instead (fused against
     // unfused at one split).
     let unfused = DecodePlan { fused: false, direct: new_plan.splits == 1, ..new_plan };
