@@ -296,7 +296,8 @@ pub fn decode_plan_with(
             // Several splits merged in this launch, or through the merge launch (splits
             // of at least MIN_SPLIT keys).
             for in_launch in [false, true] {
-                if splits == 1 && in_launch || (in_launch && !fused) || (!in_launch && splits > 1 && len < MIN_SPLIT && split_len.is_none()) {
+                let skip = if in_launch { splits == 1 || !fused } else { splits > 1 && len < MIN_SPLIT && split_len.is_none() };
+                if skip {
                     continue;
                 }
                 // One wave per 16 rows through the merge launch: the one-wave kernel.
@@ -696,6 +697,7 @@ enum Plan {
     Given(DecodePlan),
 }
 
+#[allow(clippy::too_many_arguments)]
 fn launch<T: FlashElem>(
     dev: &Device,
     shape: PagedShape,
