@@ -362,17 +362,19 @@ pub const fn decode_regs(d: usize) -> usize {
 }
 
 /// [`decode_regs`] for [`paged_decode_waves`](fn@super::paged_decode_waves): `ptxas
-/// -arch=sm_90a` of CUDA 13.0 gives the bf16 instances hd64 175, hd80 128, hd96 175,
-/// hd128 239, hd256 255 (the key-wave bookkeeping, the output and lse pointers, the combine
-/// and the in-launch merge), rounded up to 8. At 8 key waves of hd128 that is one
-/// work-group per SM; the plan uses the key waves only where the grid leaves SMs idle.
+/// -arch=sm_90a` of CUDA 13.0 gives hd64 166, hd80 175, hd96 178, hd128 232, hd256 178
+/// (the key-wave bookkeeping, the output and lse pointers and the combine), rounded up to
+/// 8. At 8 key waves of hd128 that is one work-group per SM; the plan uses the key waves
+/// only where the grid leaves SMs idle. The plan uses these for
+/// [`paged_decode_fused`](fn@super::paged_decode_fused) as well (the merge measured inside
+/// this kernel: hd64 175, hd128 239, the same one work-group per SM at 8 key waves).
 pub const fn decode_waves_regs(d: usize) -> usize {
     match d {
-        0..=64 => 176,
+        0..=64 => 168,
         65..=80 => 176,
-        81..=96 => 176,
-        97..=128 => 240,
-        _ => 256,
+        81..=96 => 184,
+        97..=128 => 232,
+        _ => 184,
     }
 }
 
