@@ -154,10 +154,10 @@ pub fn paged_decode<T: MmaFloat, H: HeadDim>(
     scale: f32,
     smem: SharedDyn<T>,
 ) {
-    decode::<T, H, false>(
+    decode::<T, H, false, false>(
         (q, k_cache, v_cache, block_tables, context_lens),
-        (part_o, part_ml, &mut [], &mut []),
-        (heads, kv_heads, block_size, max_blocks, split_len, table_at, 1, 0),
+        (part_o, part_ml, &mut [], &mut [], &[]),
+        (heads, kv_heads, block_size, max_blocks, split_len, table_at, 1, MODE_PARTS),
         scale,
         smem,
     )
@@ -168,13 +168,16 @@ pub fn paged_decode<T: MmaFloat, H: HeadDim>(
 /// about 40 more per work-item on sm_90a, which would cut the resident work-groups of large
 /// grids). Grid as [`paged_decode`](fn@paged_decode); `ceil(group / 16) * key_waves` waves;
 /// dynamic shared memory of [`decode_smem_elems`] elements (with the group's rows as
-/// `combine_rows` when `key_waves > 1` or `direct != 0`).
+/// `combine_rows` when `key_waves > 1` or `mode` is not [`MODE_PARTS`]).
+///
+/// `mode`: [`MODE_PARTS`] (workspace, for the merge launch) or [`MODE_DIRECT`];
+/// [`MODE_FUSED`] is [`paged_decode_fused`](fn@paged_decode_fused)'s.
 ///
 /// Key waves: with `key_waves = w > 1` the work-group walks its split in steps of `w`
 /// tiles (one gather of `w * decode_bn` keys per step, by all work-items), wave `i` of
 /// each row wave adding tile `i` of the step to its own online-softmax state; at the end
 /// the waves combine their (max, sum, unnormalised output) in shared memory. With
-/// `direct != 0` (one split: the work-group sees its sequence's whole context) it writes
+/// [`MODE_DIRECT`] (one split: the work-group sees its sequence's whole context) it writes
 /// the normalised `out[(b * heads + h) * D ..]` and `lse[b * heads + h]` itself (zeros and
 /// `-inf` for an empty context) and the workspace is not touched: no merge pass.
 #[amdgpu_kernel(T = [f16, bf16], H = [Hd64, Hd80, Hd96, Hd128, Hd256], max_threads = 256)]
@@ -196,27 +199,66 @@ pub fn paged_decode_waves<T: MmaFloat, H: HeadDim>(
     split_len: u32,
     table_at: u32,
     key_waves: u32,
-    direct: u32,
+    mode: u32,
     scale: f32,
     smem: SharedDyn<T>,
 ) {
-    decode::<T, H, true>(
+    decode::<T, H, true, false>(
         (q, k_cache, v_cache, block_tables, context_lens),
-        (part_o, part_ml, out, lse),
-        (heads, kv_heads, block_size, max_blocks, split_len, table_at, key_waves, direct),
+        (part_o, part_ml, out, lse, &[]),
+        (heads, kv_heads, block_size, max_blocks, split_len, table_at, key_waves, mode),
         scale,
         smem,
     )
 }
 
-/// The body of both decode kernels; `WAVES = false` fixes one key wave and the workspace
-/// output (the code of the one-wave kernel).
+/// [`paged_decode_waves`](fn@paged_decode_waves) in [`MODE_FUSED`]: the splits merge in
+/// this launch through `counters` (`batch * kv_heads`, zero before the launch and left at
+/// zero; see [`fused_merge`]). Its own instance, for hd64 and hd128 (the engine's models),
+/// so that the merge's registers stay out of the other kernels (on gfx90a they cost
+/// `paged_decode_waves` two SGPR spills at hd80 and hd96). Grid, waves and shared memory
+/// as [`paged_decode_waves`](fn@paged_decode_waves) with `combine_rows` = the group's rows.
+#[amdgpu_kernel(T = [f16, bf16], H = [Hd64, Hd128], max_threads = 256)]
+#[allow(clippy::too_many_arguments)]
+pub fn paged_decode_fused<T: MmaFloat, H: HeadDim>(
+    q: &[T],
+    k_cache: &[T],
+    v_cache: &[T],
+    block_tables: &[u32],
+    context_lens: &[u32],
+    part_o: &mut [f32],
+    part_ml: &mut [f32],
+    out: &mut [T],
+    lse: &mut [f32],
+    counters: &[AtomicU32],
+    heads: u32,
+    kv_heads: u32,
+    block_size: u32,
+    max_blocks: u32,
+    split_len: u32,
+    table_at: u32,
+    key_waves: u32,
+    scale: f32,
+    smem: SharedDyn<T>,
+) {
+    decode::<T, H, true, true>(
+        (q, k_cache, v_cache, block_tables, context_lens),
+        (part_o, part_ml, out, lse, counters),
+        (heads, kv_heads, block_size, max_blocks, split_len, table_at, key_waves, MODE_FUSED),
+        scale,
+        smem,
+    )
+}
+
+/// The body of the decode kernels; `WAVES = false` fixes one key wave and the workspace
+/// output (the code of the one-wave kernel); `FUSED` the in-launch merge (`mode` is
+/// [`MODE_FUSED`]; without it that mode is refused).
 #[inline(always)]
 #[allow(clippy::type_complexity)]
-fn decode<T: MmaFloat, H: HeadDim, const WAVES: bool>(
+fn decode<T: MmaFloat, H: HeadDim, const WAVES: bool, const FUSED: bool>(
     (q, k_cache, v_cache, block_tables, context_lens): (&[T], &[T], &[T], &[u32], &[u32]),
-    (part_o, part_ml, out, lse): (&mut [f32], &mut [f32], &mut [T], &mut [f32]),
-    (heads, kv_heads, block_size, max_blocks, split_len, table_at, key_waves, direct): (u32, u32, u32, u32, u32, u32, u32, u32),
+    (part_o, part_ml, out, lse, counters): (&mut [f32], &mut [f32], &mut [T], &mut [f32], &[AtomicU32]),
+    (heads, kv_heads, block_size, max_blocks, split_len, table_at, key_waves, mode): (u32, u32, u32, u32, u32, u32, u32, u32),
     scale: f32,
     smem: SharedDyn<T>,
 ) {
@@ -234,9 +276,15 @@ fn decode<T: MmaFloat, H: HeadDim, const WAVES: bool>(
     let row_waves = waves / kw;
     let rows = row_waves * 16;
     let sb = kw * bn;
-    let direct = WAVES && direct != 0;
+    let direct = WAVES && !FUSED && mode == MODE_DIRECT;
+    // The splits merge in this launch: the last to finish (per sequence and KV head)
+    // combines them all.
+    let fused = WAVES && FUSED;
+    if WAVES && (mode > MODE_FUSED || (mode == MODE_FUSED) != FUSED) {
+        panic!("paged_decode: unknown output mode");
+    }
     // Whether the key waves combine in shared memory (several, or the output written here).
-    let combine = kw > 1 || direct;
+    let combine = kw > 1 || direct || fused;
     let chunks = value_chunks(d, low);
     let (hk, vc) = (block_idx_y() as usize / chunks, block_idx_y() as usize % chunks);
     let nof = dv / 16;
@@ -261,7 +309,9 @@ fn decode<T: MmaFloat, H: HeadDim, const WAVES: bool>(
         || table + mb > block_tables.len()
         || rows_end * d > q.len()
         || (!direct && (part_end > part_o.len() || part_end / d * 2 > part_ml.len()))
-        || (direct && (splits != 1 || rows_end * d > out.len() || rows_end > lse.len()))
+        || ((direct || fused) && (rows_end * d > out.len() || rows_end > lse.len()))
+        || (direct && splits != 1)
+        || (fused && b * kv_n + hk >= counters.len())
         || k_cache.len() != v_cache.len()
     {
         panic!("paged_decode: a buffer is shorter than the shape needs");
@@ -339,6 +389,12 @@ fn decode<T: MmaFloat, H: HeadDim, const WAVES: bool>(
         }
         copy::commit();
         copy::wait_groups(0);
+        if fused {
+            // An empty split still counts as arrived (the last one merges, with the splits
+            // that hold keys: none for an empty context).
+            // SAFETY: the combine buffer is not in use (no tile was read); checked above.
+            unsafe { fused_merge::<T>(part_o, part_ml, out, lse, counters, kv_lds as *mut u32, (b, hk, h0, group, heads_n, kv_n, chunks), (d, splits, split_len as usize, ctx), (tid, nthreads)) };
+        }
         return;
     }
     let k_hi = if k_lo + (split_len as usize) < ctx { k_lo + split_len as usize } else { ctx };
@@ -501,6 +557,11 @@ fn decode<T: MmaFloat, H: HeadDim, const WAVES: bool>(
             }
             e += nthreads;
         }
+        if fused {
+            // SAFETY: every work-item is past its reads of the combine buffer (its loop
+            // above) before `fused_merge`'s first barrier; checked above.
+            unsafe { fused_merge::<T>(part_o, part_ml, out, lse, counters, kv_lds as *mut u32, (b, hk, h0, group, heads_n, kv_n, chunks), (d, splits, split_len as usize, ctx), (tid, nthreads)) };
+        }
         return;
     }
     // This split's unnormalised rows and (first value chunk) their max and sum.
@@ -527,6 +588,138 @@ fn decode<T: MmaFloat, H: HeadDim, const WAVES: bool>(
                 unsafe { *pmp.add(part(row0 + r) / d * 2 + 1) = x };
             }
         });
+    }
+}
+
+/// Output mode of [`paged_decode_waves`](fn@paged_decode_waves): each split writes its
+/// unnormalised rows and (max, sum) to the workspace for [`paged_merge`](fn@paged_merge).
+pub const MODE_PARTS: u32 = 0;
+/// Output mode: one split, the work-group writes `out` and `lse` itself.
+pub const MODE_DIRECT: u32 = 1;
+/// Output mode: each split writes the workspace, then bumps its (sequence, KV head)
+/// counter; the last of the grid's work-groups of that pair (splits times value chunks) to
+/// arrive merges them into `out` and `lse` and resets the counter to 0 (no merge launch;
+/// see [`fused_merge`]).
+pub const MODE_FUSED: u32 = 2;
+
+/// The end of a [`MODE_FUSED`] work-group, after its split's workspace rows (if any) are
+/// written by every work-item: each work-item fences (release, device scope), the
+/// work-group meets at a barrier, work-item 0 bumps counter `b * kv_heads + hk` and tells
+/// the others through `flag` whether it was the last of the `splits * chunks` arrivals
+/// (every split and value chunk: the (max, sum) pairs come from chunk 0's work-groups).
+/// The last work-group fences (acquire), merges the splits that hold keys (`ceil(ctx /
+/// split_len)`: none for an empty context, which gives zero rows and a log-sum-exp of
+/// `-inf`) for the group's `group` query heads from `h0`, all `d` columns, like
+/// [`paged_merge`](fn@paged_merge), and resets
+/// the counter to 0 (so the next launch, or graph replay, starts from zero: launches
+/// on one stream are ordered).
+///
+/// # Safety
+/// `flag` is one u32 of shared memory that no work-item uses until the first barrier
+/// here; every work-item of the work-group calls this (work-group-uniform); the workspace
+/// rows of the group, its `out` and `lse` rows and the counter lie in their buffers.
+#[inline(always)]
+#[allow(clippy::too_many_arguments, clippy::type_complexity)]
+unsafe fn fused_merge<T: Float>(
+    part_o: &mut [f32],
+    part_ml: &mut [f32],
+    out: &mut [T],
+    lse: &mut [f32],
+    counters: &[AtomicU32],
+    flag: *mut u32,
+    (b, hk, h0, group, heads_n, kv_n, chunks): (usize, usize, usize, usize, usize, usize, usize),
+    (d, splits, split_len, ctx): (usize, usize, usize, usize),
+    (tid, nthreads): (usize, usize),
+) {
+    use kernel_dsl::atomic::fence_device;
+    // This work-item's workspace stores are visible at device scope before the bump.
+    fence_device(Ordering::Release);
+    barrier();
+    let counter = &counters[b * kv_n + hk];
+    if tid == 0 {
+        let before = counter.fetch_add(1, Ordering::Relaxed);
+        // SAFETY: the caller's contract.
+        unsafe { *flag = (before + 1 == (splits * chunks) as u32) as u32 };
+    }
+    barrier();
+    // SAFETY: written before the barrier.
+    let last = unsafe { *flag } != 0;
+    if !last {
+        return;
+    }
+    // Every split's stores (released before its bump) are visible to the loads below.
+    fence_device(Ordering::Acquire);
+    let n = ctx.div_ceil(split_len).min(splits);
+    let (po, pm) = (part_o.as_ptr(), part_ml.as_ptr());
+    let (op, lp) = (out.as_mut_ptr(), lse.as_mut_ptr());
+    // Two elements (row, column) per work-item and round, `e` and `e + nthreads`, whose
+    // loads issue together (hd128 with 4 query heads per KV head: 512 elements over 256
+    // work-items in one round trip instead of two).
+    let total = group * d;
+    let mut e0 = tid;
+    while e0 < total {
+        // The second element past the end repeats the first (read, not written).
+        let es = [e0, if e0 + nthreads < total { e0 + nthreads } else { e0 }];
+        let rows = [b * heads_n + h0 + es[0] / d, b * heads_n + h0 + es[1] / d];
+        let cols = [es[0] % d, es[1] % d];
+        // Running max (log2 units), sum and output over the splits seen, [`MERGE_STEP`]
+        // splits at a time so that a step's loads issue together (as `paged_merge`).
+        let mut top = [f32::NEG_INFINITY; 2];
+        let mut sum = [0.0f32; 2];
+        let mut acc = [0.0f32; 2];
+        let mut s0 = 0;
+        while s0 < n {
+            let mut m = [[f32::NEG_INFINITY; MERGE_STEP]; 2];
+            let mut l = [[0.0f32; MERGE_STEP]; 2];
+            let mut o = [[0.0f32; MERGE_STEP]; 2];
+            each!(u in [0, 1] {
+                each!(i in [0, 1, 2, 3, 4, 5, 6, 7] {
+                    // Past the last split: the last one's values are read (in bounds) and left out.
+                    let s = rows[u] * splits + if s0 + i < n { s0 + i } else { n - 1 };
+                    // SAFETY: the caller's contract (s < rows[u] * splits + n, inside the workspace).
+                    let (ms, ls, os) = unsafe { (*pm.add(s * 2), *pm.add(s * 2 + 1), *po.add(s * d + cols[u])) };
+                    if s0 + i < n {
+                        (m[u][i], l[u][i], o[u][i]) = (ms, ls, os);
+                    }
+                });
+            });
+            each!(u in [0, 1] {
+                let mut mx = top[u];
+                each!(i in [0, 1, 2, 3, 4, 5, 6, 7] {
+                    mx = mx.max(m[u][i]);
+                });
+                // A split that saw no key has max -inf: weight 0 (never NaN).
+                let mu = if mx == f32::NEG_INFINITY { 0.0 } else { mx };
+                let alpha = (top[u] - mu).exp2();
+                sum[u] *= alpha;
+                acc[u] *= alpha;
+                each!(i in [0, 1, 2, 3, 4, 5, 6, 7] {
+                    if m[u][i] != f32::NEG_INFINITY {
+                        let w = (m[u][i] - mu).exp2();
+                        sum[u] += l[u][i] * w;
+                        acc[u] += o[u][i] * w;
+                    }
+                });
+                top[u] = mx;
+            });
+            s0 += MERGE_STEP;
+        }
+        each!(u in [0, 1] {
+            if u == 0 || es[1] != es[0] {
+                let inv = if sum[u] > 0.0 { 1.0 / sum[u] } else { 0.0 };
+                // SAFETY: the caller's contract.
+                unsafe {
+                    *op.add(rows[u] * d + cols[u]) = T::from_f32(acc[u] * inv);
+                    if cols[u] == 0 {
+                        *lp.add(rows[u]) = if sum[u] > 0.0 { (top[u] + sum[u].log2()) * core::f32::consts::LN_2 } else { f32::NEG_INFINITY };
+                    }
+                }
+            }
+        });
+        e0 += 2 * nthreads;
+    }
+    if tid == 0 {
+        counter.store(0, Ordering::Relaxed);
     }
 }
 

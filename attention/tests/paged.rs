@@ -7,7 +7,7 @@
 //! Tolerances as in `tests/flash.rs` (inputs rounded first; `P` rounded to the input type
 //! before `P V`; f32 accumulation and merge).
 use attention::paged::host::{
-    decode_plan, decode_plan_with, decode_regs, decode_waves_regs, nvidia_resident, paged_attention, paged_attention_planned, paged_attention_unchecked, reshape_and_cache_rows, set_wave_split, split_len_for,
+    decode_plan, decode_plan_with, decode_regs, decode_waves_regs, nvidia_resident, paged_attention, paged_attention_planned, paged_attention_planned_counters, paged_attention_unchecked, paged_attention_with_counters, decode_counters, set_fused_merge, reshape_and_cache_rows, set_wave_split, split_len_for,
     DecodePlan, PagedShape, MIN_SPLIT, SPLIT_OVERHEAD_TILES, TARGET_GROUPS,
 };
 use attention::paged::{decode_bn, decode_smem_elems};
@@ -74,6 +74,12 @@ fn check<T: Elem>(dev: &Device, lens: &[usize], heads: usize, kv_heads: usize, d
 /// launch plan (`Ok`: `paged_attention_planned`).
 #[allow(clippy::too_many_arguments)]
 fn check_plan<T: Elem>(dev: &Device, lens: &[usize], heads: usize, kv_heads: usize, d: usize, block_size: usize, how: Result<DecodePlan, Option<usize>>, seed: u64) {
+    check_runs::<T>(dev, lens, (heads, kv_heads, d, block_size), how, None, seed)
+}
+
+/// [`check_plan`], run `runs` times in a row on the same `counters` (a fused plan's,
+/// `Some((counters, runs))`: every run must match the reference and leave them at zero).
+fn check_runs<T: Elem>(dev: &Device, lens: &[usize], (heads, kv_heads, d, block_size): (usize, usize, usize, usize), how: Result<DecodePlan, Option<usize>>, counters: Option<(&kernel_runtime::DeviceVec<u32>, usize)>, seed: u64) {
     let mut rng = Rng(seed);
     let batch = lens.len();
     let max_blocks = lens.iter().map(|l| l.div_ceil(block_size)).max().unwrap().max(1) + 1;
@@ -124,16 +130,21 @@ fn check_plan<T: Elem>(dev: &Device, lens: &[usize], heads: usize, kv_heads: usi
         }
     }
     let (dq, dk, dv) = (dev.upload(&q).unwrap(), dev.upload(&kc).unwrap(), dev.upload(&vc).unwrap());
-    let mut out = dev.upload(&vec![T::from_f64(f64::NAN); q.len()]).unwrap();
-    let mut lse = dev.upload(&vec![f32::NAN; batch * heads]).unwrap();
     let shape = PagedShape { batch, heads, kv_heads, head_dim: d, num_blocks, block_size };
     let lens32: Vec<u32> = lens.iter().map(|&l| l as u32).collect();
-    match how {
-        Err(split_len) => paged_attention(dev, shape, &dq, &dk, &dv, &tables, &lens32, &mut out, &mut lse, scale as f32, split_len).unwrap(),
-        Ok(plan) => paged_attention_planned(dev, shape, &dq, &dk, &dv, &tables, &lens32, &mut out, &mut lse, scale as f32, plan).unwrap(),
+    for run in 0..counters.map_or(1, |c| c.1) {
+    let mut out = dev.upload(&vec![T::from_f64(f64::NAN); q.len()]).unwrap();
+    let mut lse = dev.upload(&vec![f32::NAN; batch * heads]).unwrap();
+    match (how, counters) {
+        (Err(split_len), _) => paged_attention(dev, shape, &dq, &dk, &dv, &tables, &lens32, &mut out, &mut lse, scale as f32, split_len).unwrap(),
+        (Ok(plan), None) => paged_attention_planned(dev, shape, &dq, &dk, &dv, &tables, &lens32, &mut out, &mut lse, scale as f32, plan).unwrap(),
+        (Ok(plan), Some((c, _))) => {
+            paged_attention_planned_counters(dev, shape, &dq, &dk, &dv, &tables, &lens32, &mut out, &mut lse, scale as f32, plan, c).unwrap();
+            assert!(dev.download(c).unwrap().iter().all(|&x| x == 0), "run {run}: counters left at {:?}", dev.download(c).unwrap());
+        }
     }
     let (got, got_lse) = (dev.download(&out).unwrap(), dev.download(&lse).unwrap());
-    let what = format!("{} lens {lens:?} heads {heads}/{kv_heads} d {d} block {block_size} {how:?} on {}", T::NAME, name(dev));
+    let what = format!("{} lens {lens:?} heads {heads}/{kv_heads} d {d} block {block_size} {how:?} run {run} on {}", T::NAME, name(dev));
     for (i, (g, w)) in got.iter().zip(&want).enumerate() {
         let tol = 2.0 * T::U + T::U * w.abs() + 1e-5;
         assert!((f(*g) - w).abs() <= tol, "{what}: out[{i}] = {}, want {w}", f(*g));
@@ -145,6 +156,7 @@ fn check_plan<T: Elem>(dev: &Device, lens: &[usize], heads: usize, kv_heads: usi
         } else {
             assert!((g - w).abs() <= 1e-4 * (1.0 + w.abs()), "{what}: lse[{i}] = {g}, want {w}");
         }
+    }
     }
 }
 
@@ -309,7 +321,7 @@ fn split_heuristic_fills_rounds_of_resident_groups() {
 /// `longest` tokens, written directly when there is one split and `direct`.
 fn plan(longest: usize, split_len: usize, key_waves: usize, direct: bool) -> DecodePlan {
     let splits = longest.div_ceil(split_len).max(1);
-    DecodePlan { split_len, splits, key_waves, direct: direct && splits == 1 }
+    DecodePlan { split_len, splits, key_waves, direct: direct && splits == 1, fused: false }
 }
 
 /// Key waves (each its own online-softmax state over every `w`-th tile, combined in shared
@@ -347,6 +359,103 @@ fn paged_key_waves_and_direct_writes() {
     }
 }
 
+/// A fused plan: `split_len`-key splits over contexts of at most `longest`, `key_waves` key
+/// waves, merged inside the launch.
+fn fused(longest: usize, split_len: usize, key_waves: usize) -> DecodePlan {
+    DecodePlan { split_len, splits: longest.div_ceil(split_len).max(1), key_waves, direct: false, fused: true }
+}
+
+/// Split-KV with the merge inside the launch (the last split of each sequence and KV head
+/// to arrive merges, through atomic counters), in every lowering and both wave sizes:
+/// batch 1 to 4, contexts that are no multiple of the block or split size, splits with no
+/// keys (a shorter sequence beside a longer one, an empty context), partly filled last
+/// blocks in shuffled tables, block sizes 16/32/64, GQA 1/4/8, hd 64 and 128, one and
+/// several key waves; each case runs twice on the same counters, which must be back at
+/// zero after each run (what a graph replay needs), with the reference matched both times.
+#[test]
+fn paged_fused_merge() {
+    for (e, dev) in executors().iter().enumerate() {
+        let seed = 400 + 20 * e as u64;
+        let counters = dev.alloc::<u32>(4 * 4).unwrap();
+        let c = Some((&counters, 2));
+        // Batch 1, GQA 4, hd64, block 16: 5 splits of 64 over 300 keys (the last holds 44).
+        check_runs::<f16>(dev, &[300], (8, 2, 64, 16), Ok(fused(300, 64, 2)), c, seed);
+        // Batch 2, one context shorter than one split: its other splits hold no keys.
+        check_runs::<bf16>(dev, &[203, 50], (4, 1, 128, 32), Ok(fused(203, 64, 1)), c, seed + 1);
+        // Batch 3 with an empty context, GQA 1 (4 KV heads), block 64, key waves.
+        check_runs::<f16>(dev, &[0, 130, 77], (4, 4, 64, 64), Ok(fused(130, 32, 2)), c, seed + 2);
+        // Batch 4, GQA 8, hd128, block 16, more splits than one merge step (8) takes.
+        check_runs::<bf16>(dev, &[290, 1, 161, 96], (8, 1, 128, 16), Ok(fused(290, 32, 1)), c, seed + 3);
+        // A split length that is no multiple of the block size, one split (fused anyway).
+        check_runs::<f16>(dev, &[45, 20], (8, 2, 64, 32), Ok(fused(45, 96, 2)), c, seed + 4);
+    }
+}
+
+/// Fused plans the launcher refuses (with a direct write, too few counters) name their
+/// argument and write nothing.
+#[test]
+fn paged_fused_bad_inputs_are_named() {
+    let dev = Device::cpu(WaveSize::W32);
+    let shape = PagedShape { batch: 1, heads: 4, kv_heads: 2, head_dim: 64, num_blocks: 4, block_size: 16 };
+    let q = dev.upload(&vec![f16::ONE; 4 * 64]).unwrap();
+    let cache = dev.upload(&vec![f16::ONE; 4 * 16 * 2 * 64]).unwrap();
+    let mut out = dev.upload(&vec![f16::from_f32(7.0); 4 * 64]).unwrap();
+    let mut lse = dev.upload(&[7.0f32; 4]).unwrap();
+    let enough = dev.alloc::<u32>(decode_counters(shape)).unwrap();
+    let bad = DecodePlan { split_len: 64, splits: 1, key_waves: 1, direct: true, fused: true };
+    let r = paged_attention_planned_counters(&dev, shape, &q, &cache, &cache, &[0, 1, 2, 3], &[40], &mut out, &mut lse, 0.1, bad, &enough);
+    assert!(matches!(r, Err(AttentionError::Argument { arg: "plan", .. })), "{r:?}");
+    let short = dev.alloc::<u32>(decode_counters(shape) - 1).unwrap();
+    let r = paged_attention_planned_counters(&dev, shape, &q, &cache, &cache, &[0, 1, 2, 3], &[40], &mut out, &mut lse, 0.1, fused(40, 32, 1), &short);
+    assert!(matches!(r, Err(AttentionError::Argument { arg: "counters", .. })), "{r:?}");
+    assert!(dev.download(&out).unwrap().iter().all(|&x| x == f16::from_f32(7.0)), "out written on error");
+}
+
+/// The launcher with the caller's counters on device tables (what the engine calls inside
+/// a captured decode step): the default plan of a small grid on the CPU executor is fused,
+/// matches the plain launcher, and leaves the counters at zero, twice.
+#[test]
+fn paged_with_counters_matches() {
+    let dev = Device::cpu(WaveSize::W32);
+    let (batch, heads, kv, d, bs) = (2usize, 8usize, 2usize, 64usize, 16usize);
+    let lens = [700u32, 333];
+    let max_blocks = 44;
+    let num_blocks = 2 * max_blocks;
+    let mut rng = Rng(77);
+    let mut order: Vec<u32> = (0..num_blocks as u32).collect();
+    rng.shuffle(&mut order);
+    let shape = PagedShape { batch, heads, kv_heads: kv, head_dim: d, num_blocks, block_size: bs };
+    // The fused plan is opt-in (no other test touches this switch).
+    set_fused_merge(Some(true));
+    let plan = decode_plan(&dev, shape, 700, None);
+    assert!(plan.fused && plan.splits > 1, "{plan:?}");
+    let q = dev.upload(&values::<f16>(&mut rng, batch * heads * d, -2.0, 2.0)).unwrap();
+    let kc = dev.upload(&values::<f16>(&mut rng, num_blocks * bs * kv * d, -2.0, 2.0)).unwrap();
+    let vc = dev.upload(&values::<f16>(&mut rng, num_blocks * bs * kv * d, -1.0, 1.0)).unwrap();
+    let (tables, dlens) = (dev.upload(&order).unwrap(), dev.upload(&lens).unwrap());
+    let mut want = dev.alloc::<f16>(batch * heads * d).unwrap();
+    let mut want_lse = dev.alloc::<f32>(batch * heads).unwrap();
+    paged_attention_planned(&dev, shape, &q, &kc, &vc, &order, &lens, &mut want, &mut want_lse, 0.125, DecodePlan { split_len: 704, splits: 1, key_waves: 1, direct: true, fused: false }).unwrap();
+    let counters = dev.alloc::<u32>(decode_counters(shape)).unwrap();
+    for run in 0..2 {
+        let mut out = dev.alloc::<f16>(batch * heads * d).unwrap();
+        let mut lse = dev.alloc::<f32>(batch * heads).unwrap();
+        // SAFETY: every context fits its row of 44 blocks, all inside the cache.
+        unsafe { paged_attention_with_counters(&dev, shape, &q, &kc, &vc, &tables, &dlens, 700, &mut out, &mut lse, 0.125, &counters) }.unwrap();
+        assert!(dev.download(&counters).unwrap().iter().all(|&x| x == 0), "run {run}");
+        let (got, w) = (dev.download(&out).unwrap(), dev.download(&want).unwrap());
+        for (i, (g, w)) in got.iter().zip(&w).enumerate() {
+            // Both f32-accumulated; they differ in summation order and P's rounding per split.
+            assert!((g.to_f32() - w.to_f32()).abs() <= 2.0 / 2048.0 + w.to_f32().abs() / 1024.0, "run {run}: out[{i}] = {g}, want {w}");
+        }
+        let (gl, wl) = (dev.download(&lse).unwrap(), dev.download(&want_lse).unwrap());
+        for (g, w) in gl.iter().zip(&wl) {
+            assert!((g - w).abs() <= 1e-4 * (1.0 + w.abs()), "run {run}: lse {g}, want {w}");
+        }
+    }
+    set_fused_merge(None);
+}
+
 /// Key waves and direct writes at the other head dimensions (value chunks on VALU, WMMA and
 /// hd256 on `mma.sync`).
 #[test]
@@ -371,11 +480,11 @@ fn paged_bad_plans_are_named() {
     let mut out = dev.upload(&vec![f16::from_f32(7.0); 4 * 64]).unwrap();
     let mut lse = dev.upload(&[7.0f32; 4]).unwrap();
     for bad in [
-        DecodePlan { split_len: 32, splits: 2, key_waves: 1, direct: true },
-        DecodePlan { split_len: 32, splits: 1, key_waves: 1, direct: false },
-        DecodePlan { split_len: 64, splits: 1, key_waves: 0, direct: true },
-        DecodePlan { split_len: 64, splits: 1, key_waves: 16, direct: true },
-        DecodePlan { split_len: 0, splits: 1, key_waves: 1, direct: true },
+        DecodePlan { split_len: 32, splits: 2, key_waves: 1, direct: true, fused: false },
+        DecodePlan { split_len: 32, splits: 1, key_waves: 1, direct: false, fused: false },
+        DecodePlan { split_len: 64, splits: 1, key_waves: 0, direct: true, fused: false },
+        DecodePlan { split_len: 64, splits: 1, key_waves: 16, direct: true, fused: false },
+        DecodePlan { split_len: 0, splits: 1, key_waves: 1, direct: true, fused: false },
     ] {
         let r = paged_attention_planned(&dev, shape, &q, &cache, &cache, &[0, 1, 2, 3], &[40], &mut out, &mut lse, 0.1, bad);
         assert!(matches!(r, Err(AttentionError::Argument { arg: "plan", .. })), "{bad:?}: {r:?}");
@@ -395,12 +504,12 @@ fn plans_for_small_and_large_grids() {
     let shape = |batch: usize, d: usize| PagedShape { batch, heads: 32, kv_heads: 8, head_dim: d, num_blocks: 1, block_size: 16 };
     for (batch, d, ctx) in [(1usize, 64usize, 512usize), (1, 64, 530), (8, 64, 512), (1, 64, 2048), (8, 64, 2048), (1, 128, 512), (8, 128, 512), (1, 128, 2048), (8, 128, 2048), (16, 128, 4096), (64, 128, 16384), (16, 64, 4096)] {
         let resident = move |bytes: usize, waves: usize, kw: bool| Some(nvidia_resident(sms, smem, if kw { decode_waves_regs(d) } else { decode_regs(d) }, bytes, waves));
-        let on = decode_plan_with(shape(batch, d), ctx, None, low, smem, 1, &resident);
-        let off = decode_plan_with(shape(batch, d), ctx, None, low, smem, 0, &resident);
+        let on = decode_plan_with(shape(batch, d), ctx, None, low, smem, 1, false, &resident);
+        let off = decode_plan_with(shape(batch, d), ctx, None, low, smem, 0, false, &resident);
         eprintln!("b{batch} hd{d} ctx{ctx}: off {off:?} grid {}x8x{batch} of {} lanes; on {on:?} grid {}x8x{batch} of {} lanes", off.splits, 32, on.splits, 32 * on.key_waves);
         // Off: today's split (split_len_for with the one-wave work-group's occupancy).
         let today = split_len_for(batch, 8, ctx, None, Some(nvidia_resident(sms, smem, decode_regs(d), decode_smem_elems(d, 16, low, 1, 0) * 2, 1)));
-        assert_eq!(off, DecodePlan { split_len: today, splits: ctx.div_ceil(today), key_waves: 1, direct: false }, "b{batch} hd{d} ctx{ctx}");
+        assert_eq!(off, DecodePlan { split_len: today, splits: ctx.div_ceil(today), key_waves: 1, direct: false, fused: false }, "b{batch} hd{d} ctx{ctx}");
         assert!(on.splits == ctx.div_ceil(on.split_len) && (!on.direct || on.splits == 1), "b{batch} hd{d} ctx{ctx}: {on:?}");
         let combine = if on.key_waves > 1 || on.direct { 4 } else { 0 };
         assert!(decode_smem_elems(d, 16, low, on.key_waves, combine) * 2 <= smem, "b{batch} hd{d} ctx{ctx}: {on:?}");
@@ -412,21 +521,55 @@ fn plans_for_small_and_large_grids() {
             assert!(on.key_waves > 1, "b{batch} hd{d} ctx{ctx}: {on:?}");
         }
         // A capped setting caps the key waves.
-        let capped = decode_plan_with(shape(batch, d), ctx, None, low, smem, 2, &resident);
+        let capped = decode_plan_with(shape(batch, d), ctx, None, low, smem, 2, false, &resident);
         assert!(capped.key_waves <= 2, "{capped:?}");
     }
     // The engine's batch-1 and batch-8 steps at context 512 need no merge.
     for (batch, d) in [(1, 64), (8, 64), (1, 128), (8, 128)] {
         let resident = move |bytes: usize, waves: usize, kw: bool| Some(nvidia_resident(sms, smem, if kw { decode_waves_regs(d) } else { decode_regs(d) }, bytes, waves));
-        let on = decode_plan_with(shape(batch, d), 512, None, low, smem, 1, &resident);
+        let on = decode_plan_with(shape(batch, d), 512, None, low, smem, 1, false, &resident);
         assert!(on.direct && on.key_waves > 1, "b{batch} hd{d}: {on:?}");
         // Each key wave walks at most 4 tiles (today: 8 tiles per work-group, then the merge).
         assert!(512usize.div_ceil(on.key_waves * decode_bn(low)) <= 4, "b{batch} hd{d}: {on:?}");
     }
     // A shape whose key waves would not fit the shared memory takes fewer.
     let resident = |bytes: usize, waves: usize, kw: bool| Some(nvidia_resident(sms, 48 * 1024, if kw { decode_waves_regs(128) } else { decode_regs(128) }, bytes, waves));
-    let small = decode_plan_with(shape(1, 128), 512, None, low, 48 * 1024, 1, &resident);
+    let small = decode_plan_with(shape(1, 128), 512, None, low, 48 * 1024, 1, false, &resident);
     assert!(decode_smem_elems(128, 16, low, small.key_waves, 4) * 2 <= 48 * 1024 && small.key_waves >= 1, "{small:?}");
+}
+
+/// The fused plan on an H200-like device: the engine's batch-1 grids (contexts 512 to
+/// 4096, hd64 and hd128) merge inside the launch, at 512 over more waves than the plan
+/// without it (one split written directly); large grids (batch 16 at
+/// 4096, 64 at 16384) keep the plan without it; every small-grid plan's shared memory fits.
+#[test]
+fn fused_plans_for_small_grids() {
+    let (sms, smem) = (132usize, 227 * 1024usize);
+    let low = Lowering::MmaSync;
+    let shape = |batch: usize, d: usize| PagedShape { batch, heads: 32, kv_heads: 8, head_dim: d, num_blocks: 1, block_size: 16 };
+    for d in [64usize, 128] {
+        let resident = move |bytes: usize, waves: usize, kw: bool| Some(nvidia_resident(sms, smem, if kw { decode_waves_regs(d) } else { decode_regs(d) }, bytes, waves));
+        for batch in [1usize, 2, 4] {
+            for ctx in [512usize, 1024, 2048, 4096] {
+                let old = decode_plan_with(shape(batch, d), ctx, None, low, smem, 1, false, &resident);
+                let new = decode_plan_with(shape(batch, d), ctx, None, low, smem, 1, true, &resident);
+                eprintln!("b{batch} hd{d} ctx{ctx}: old {old:?} new {new:?}");
+                assert!(new.splits == ctx.div_ceil(new.split_len) && !(new.fused && new.direct), "{new:?}");
+                assert!(decode_smem_elems(d, 16, low, new.key_waves, 4) * 2 <= smem, "{new:?}");
+                if batch == 1 {
+                    // Merged in place; at 512 (where the plan without it writes one split
+                    // directly) over more waves.
+                    let (n, o) = (new.splits * new.key_waves, old.splits * old.key_waves);
+                    assert!(new.fused && (ctx > 512 || n > o), "b{batch} hd{d} ctx{ctx}: old {old:?} new {new:?}");
+                }
+            }
+        }
+        for (batch, ctx) in [(16usize, 4096usize), (64, 16384)] {
+            let old = decode_plan_with(shape(batch, d), ctx, None, low, smem, 1, false, &resident);
+            let new = decode_plan_with(shape(batch, d), ctx, None, low, smem, 1, true, &resident);
+            assert_eq!(new, old, "b{batch} hd{d} ctx{ctx}");
+        }
+    }
 }
 
 /// The run-time switch: off, the launcher's plan is today's (one wave per 16 rows, the

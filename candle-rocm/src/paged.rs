@@ -31,7 +31,7 @@ use crate::device::RocmDevice;
 use crate::error::invalid;
 use crate::tensor_access::{buf_mut, dims_n, distinct_storage, dtype_is, host_ints, host_u32, input, output, rocm_device, row_strided, same_device, whole_buffer, with_mut};
 use attention::cache::host::{rope_and_cache_rows, rope_and_cache_rows_unchecked, RopeCacheIo, RopeCacheShape, Rows};
-use attention::paged::host::{paged_attention as paged_decode, paged_attention_unchecked, reshape_and_cache_rows, PagedShape};
+use attention::paged::host::{paged_attention as paged_decode, paged_attention_with_counters, reshape_and_cache_rows, PagedShape};
 use attention::{AttentionError, FlashElem};
 use candle_core::{DType, Result, Tensor};
 use half::{bf16, f16};
@@ -460,10 +460,19 @@ impl CacheIndex {
 pub struct DecodeIndex {
     block_tables: Tensor,
     context_lens: Tensor,
+    /// The in-launch merge's counters ([`COUNTERS_PER_SEQUENCE`] per row, zero between
+    /// launches): allocated with the index, so their address is fixed for a captured graph
+    /// and one buffer serves every layer of a step (the launches are ordered on the stream).
+    counters: Tensor,
     max_context_len: usize,
     num_blocks: usize,
     block_size: usize,
 }
+
+/// Counters a [`DecodeIndex`] holds per sequence for the decode launch's in-launch merge
+/// (`attention::paged::host::decode_counters`: one per KV head). A model of more KV heads
+/// takes the plan without the in-launch merge.
+pub const COUNTERS_PER_SEQUENCE: usize = 64;
 
 impl DecodeIndex {
     /// Checks (each context fits its row of `max_blocks` entries, whose used blocks are
@@ -491,6 +500,7 @@ impl DecodeIndex {
         Ok(DecodeIndex {
             block_tables: Tensor::from_slice(block_tables, (batch, max_blocks), dev)?,
             context_lens: Tensor::new(context_lens, dev)?,
+            counters: Tensor::zeros(batch * COUNTERS_PER_SEQUENCE, DType::U32, dev)?,
             max_context_len,
             num_blocks,
             block_size,
@@ -514,6 +524,7 @@ impl DecodeIndex {
         Ok(DecodeIndex {
             block_tables: Tensor::zeros((batch, max_blocks), DType::U32, dev)?,
             context_lens: Tensor::zeros(batch, DType::U32, dev)?,
+            counters: Tensor::zeros(batch * COUNTERS_PER_SEQUENCE, DType::U32, dev)?,
             max_context_len,
             num_blocks,
             block_size,
@@ -749,12 +760,16 @@ fn decode_indexed_on<T: FlashElem + BufElem>(dev: &RocmDevice, shape: PagedShape
     let kc = input::<T>(OP, "key_cache", dev, &ks, kl)?;
     let vc = input::<T>(OP, "value_cache", dev, &vs, vl)?;
     let (tables, lens) = (input::<u32>(OP, "block_tables", dev, &ts, tl)?, input::<u32>(OP, "context_lens", dev, &ls, ll)?);
+    let (cs, cl) = index.counters.storage_and_layout();
+    let counters = input::<u32>(OP, "counters", dev, &cs, cl)?;
     let kd = dev.kernels();
     let mut out = kd.alloc_uninit::<T>(batch * heads * head_dim).map_err(crate::error::at(OP))?;
     let mut lse = kd.alloc_uninit::<f32>(batch * heads).map_err(crate::error::at(OP))?;
     // SAFETY: `DecodeIndex::new` checked every context against its row and every used block
     // against `num_blocks`; `cache_matches` that these caches have `num_blocks` blocks of
-    // the same size; `max_context_len` is the longest context.
-    unsafe { paged_attention_unchecked(kd, shape, &q, &kc, &vc, &tables, &lens, index.max_context_len, &mut out, &mut lse, scale, None) }.map_err(|e| err(OP, e))?;
+    // the same size; `max_context_len` is the longest context. The counters are the index's
+    // own, zero between launches (allocated zeroed, left at zero by every launch), used by
+    // this stream's launches one after another.
+    unsafe { paged_attention_with_counters(kd, shape, &q, &kc, &vc, &tables, &lens, index.max_context_len, &mut out, &mut lse, scale, &counters) }.map_err(|e| err(OP, e))?;
     Ok(output(dev, out, (batch, heads, head_dim)))
 }

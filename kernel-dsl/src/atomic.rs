@@ -85,3 +85,30 @@ impl AtomicF32 {
         }
     }
 }
+
+/// A memory fence of device (agent) scope: orders this work-item's global-memory accesses
+/// before it against those after it as seen by every work-item of the launch (the
+/// "last work-group to finish" patterns: each writer fences with `Release` before a
+/// counter bump, the one that sees the final count fences with `Acquire` before reading).
+/// NVIDIA: `fence.acq_rel.gpu` (`fence.sc.gpu` for `SeqCst`), no system-wide wait. AMD
+/// and the CPU executor: `core`'s fence, which is system scope on AMD (rustc has no
+/// `syncscope` and no inline assembly there): stronger than device scope, so correct,
+/// with the cache write-back and invalidation of system scope. `Relaxed` does nothing.
+#[inline(always)]
+pub fn fence_device(order: Ordering) {
+    if matches!(order, Ordering::Relaxed) {
+        return;
+    }
+    #[cfg(target_arch = "nvptx64")]
+    // SAFETY: no operands; the missing `nomem` option keeps the compiler from moving
+    // memory accesses across it.
+    unsafe {
+        if matches!(order, Ordering::SeqCst) {
+            core::arch::asm!("fence.sc.gpu;", options(nostack))
+        } else {
+            core::arch::asm!("fence.acq_rel.gpu;", options(nostack))
+        }
+    }
+    #[cfg(not(target_arch = "nvptx64"))]
+    core::sync::atomic::fence(order);
+}

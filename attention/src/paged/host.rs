@@ -2,10 +2,11 @@
 //! of [`reshape_and_cache`](fn@super::reshape_and_cache). Block tables, context lengths and
 //! slot mappings are host slices: they are validated (every slot inside the cache) and
 //! uploaded, so an error writes nothing and the kernels never index out of range.
-use super::{decode_bn, decode_smem_elems, paged_decode, paged_decode_waves, paged_merge, reshape_and_cache, MAX_GROUP};
+use super::{decode_bn, decode_smem_elems, paged_decode, paged_decode_fused, paged_decode_waves, paged_merge, reshape_and_cache, MAX_GROUP, MERGE_STEP, MODE_DIRECT, MODE_FUSED, MODE_PARTS};
 use crate::flash::{value_chunks, Hd128, Hd256, Hd64, Hd80, Hd96, HeadDim, BN, HEAD_DIMS};
 use crate::{AttentionError, FlashElem};
-use kernel_dsl::host::{Executor, LaunchConfig, ScalarArg};
+use kernel_dsl::host::{ArgValue, Executor, KernelArgSlice, LaunchConfig, ScalarArg};
+use kernel_dsl::prelude::AtomicU32;
 use kernel_dsl::mma::Lowering;
 use kernel_dsl::{Dim3, Element};
 use kernel_runtime::{Device, DeviceVec};
@@ -122,6 +123,9 @@ pub struct DecodePlan {
     /// The decode work-groups write the output and log-sum-exp themselves (one split; no
     /// merge launch).
     pub direct: bool,
+    /// Several splits merged inside the decode launch (the last split of each sequence and
+    /// KV head to finish merges, through the caller's counters; no merge launch).
+    pub fused: bool,
 }
 
 /// The run-time switch: 0 unread, else 1 + the most key waves (1 + 0: off).
@@ -151,6 +155,59 @@ pub fn set_wave_split(setting: Option<usize>) {
     WAVE_SPLIT.store(setting.map_or(0, |n| n + 1), Ordering::Relaxed);
 }
 
+/// The run-time switch of the in-launch merge: 0 unread, 1 off, 2 on.
+static FUSED_MERGE: AtomicUsize = AtomicUsize::new(0);
+
+/// Whether [`decode_plan`] may merge several splits inside the decode launch
+/// ([`DecodePlan::fused`], [`MODE_FUSED`](super::MODE_FUSED)) where the launch has
+/// counters: off unless `ATTN_DECODE_FUSED_MERGE=1` (read once) or [`set_fused_merge`]
+/// says otherwise. Off by default because the H200 measurement (session v,
+/// `benches/results/h200-2026-11-27v/decode/`) has the same split 0.2 to 1.1 us faster
+/// through the merge launch inside a captured graph than merged in place (the fence, the
+/// counter and the merging work-group's reads form a longer chain than the launch
+/// boundary). Off, small grids take the plan before it (key waves, one split written
+/// directly or the merge launch).
+pub fn fused_merge() -> bool {
+    match FUSED_MERGE.load(Ordering::Relaxed) {
+        1 => false,
+        2 => true,
+        _ => {
+            let on = std::env::var("ATTN_DECODE_FUSED_MERGE").map(|s| s.trim() == "1").unwrap_or(false);
+            FUSED_MERGE.store(1 + on as usize, Ordering::Relaxed);
+            on
+        }
+    }
+}
+
+/// Sets [`fused_merge`] for the whole process (A/B runs in one process); `None` reads
+/// `ATTN_DECODE_FUSED_MERGE` again at the next launch.
+pub fn set_fused_merge(setting: Option<bool>) {
+    FUSED_MERGE.store(setting.map_or(0, |on| 1 + on as usize), Ordering::Relaxed);
+}
+
+/// Head dimensions of [`paged_decode_fused`](fn@super::paged_decode_fused) (the engine's
+/// models); other head dimensions take the plans without the in-launch merge.
+pub const FUSED_HEAD_DIMS: [usize; 2] = [64, 128];
+
+/// Shortest split of a fused plan, in keys: with no merge launch to pay for, short splits
+/// spread a short context over more work-groups (each split still costs its workspace rows
+/// and a share of the merging work-group's reads).
+pub const FUSED_MIN_SPLIT: usize = 64;
+
+/// Modelled cost in key tiles of the in-launch merge of `splits` splits: the counter's
+/// round trip and the merging work-group's reads of the workspace (from L2), [`MERGE_STEP`]
+/// splits per round trip.
+pub const fn fused_merge_tiles(splits: usize) -> usize {
+    1 + splits.div_ceil(MERGE_STEP) / 2
+}
+
+/// Counters a fused decode launch over `shape` uses: one per (sequence, KV head). The
+/// buffer passed to [`paged_attention_with_counters`] must hold at least this many, all
+/// zero before the first launch (the launches leave them at zero).
+pub fn decode_counters(shape: PagedShape) -> usize {
+    shape.batch * shape.kv_heads
+}
+
 /// The key waves a work-group of `row_waves` row waves can take: at most 256 work-items.
 fn key_waves_most(low: Lowering, row_waves: usize) -> usize {
     (256 / (row_waves * low.wave_lanes() as usize)).clamp(1, MAX_KEY_WAVES)
@@ -168,17 +225,29 @@ fn key_waves_most(low: Lowering, row_waves: usize) -> usize {
 /// ` + `[`COMBINE_TILES`]` if w > 1) + `[`MERGE_TILES`]` if s > 1` (ties: fewer splits, then
 /// fewer waves). With [`wave_split`] off: [`split_len_for`]'s split, one wave per 16 rows,
 /// always the merge (the launch before this plan).
+///
+/// With [`fused_merge`] on (off by default; and counters, which every launcher but the counter-less
+/// [`paged_attention_unchecked`] has), small grids may also take several splits merged in
+/// the same launch: modelled as the same rounds plus [`COMBINE_TILES`] and
+/// [`fused_merge_tiles`] instead of [`MERGE_TILES`], with splits down to
+/// [`FUSED_MIN_SPLIT`] keys.
 pub fn decode_plan(dev: &Device, shape: PagedShape, longest: usize, split_len: Option<usize>) -> DecodePlan {
+    plan_on(dev, shape, longest, split_len, fused_merge())
+}
+
+fn plan_on(dev: &Device, shape: PagedShape, longest: usize, split_len: Option<usize>, fused: bool) -> DecodePlan {
     let low = crate::lowering_of(dev);
     let resident = |smem: usize, waves: usize, key_waves: bool| resident_estimate(dev, low, shape.head_dim, smem, waves, key_waves);
-    decode_plan_with(shape, longest, split_len, low, dev.max_shared_bytes(), wave_split(), &resident)
+    decode_plan_with(shape, longest, split_len, low, dev.max_shared_bytes(), wave_split(), fused, &resident)
 }
 
 /// [`decode_plan`] for a device described by its lowering, its shared memory per
 /// work-group, `resident(shared bytes, waves, key-wave kernel)` (work-groups of that size
 /// of [`paged_decode`](fn@super::paged_decode), or of
 /// [`paged_decode_waves`](fn@super::paged_decode_waves) when the flag is set, it holds at
-/// once, `None` if unknown; see [`nvidia_resident`]) and the [`wave_split`] setting `cap`.
+/// once, `None` if unknown; see [`nvidia_resident`]), the [`wave_split`] setting `cap` and
+/// whether the launch may merge in place (`fused`: [`fused_merge`] and counters).
+#[allow(clippy::too_many_arguments)]
 pub fn decode_plan_with(
     shape: PagedShape,
     longest: usize,
@@ -186,6 +255,7 @@ pub fn decode_plan_with(
     low: Lowering,
     max_shared: usize,
     cap: usize,
+    fused: bool,
     resident_of: &dyn Fn(usize, usize, bool) -> Option<usize>,
 ) -> DecodePlan {
     let PagedShape { batch, heads, kv_heads, head_dim: d, .. } = shape;
@@ -198,7 +268,7 @@ pub fn decode_plan_with(
     let resident = resident_of(smem_of(1, false), row_waves, false);
     let len0 = split_len_for(batch, kv_heads, longest, split_len, resident);
     let splits_of = |len: usize| longest.div_ceil(len.max(1)).max(1);
-    let today = DecodePlan { split_len: len0, splits: splits_of(len0), key_waves: 1, direct: false };
+    let today = DecodePlan { split_len: len0, splits: splits_of(len0), key_waves: 1, direct: false, fused: false };
     if cap == 0 {
         return today;
     }
@@ -211,22 +281,38 @@ pub fn decode_plan_with(
     let bn = decode_bn(low);
     let most_waves = key_waves_most(low, row_waves).min(if cap == 1 { usize::MAX } else { cap });
     let round = |len: usize| len.max(1).div_ceil(BN) * BN;
-    let lens: Vec<usize> = match split_len {
+    let fused = fused && FUSED_HEAD_DIMS.contains(&d);
+    let shortest = if fused { FUSED_MIN_SPLIT } else { MIN_SPLIT };
+    let mut lens: Vec<usize> = match split_len {
         Some(_) => vec![len0],
-        None => (1..=longest.div_ceil(MIN_SPLIT).max(1)).map(|s| round(longest.div_ceil(s))).collect(),
+        None => (1..=longest.div_ceil(shortest).max(1)).map(|s| round(longest.div_ceil(s))).collect(),
     };
+    lens.dedup();
     let mut best = (usize::MAX, usize::MAX, usize::MAX, today);
     let mut kw = 1;
     while kw <= most_waves && fits(kw) {
         for &len in &lens {
             let splits = splits_of(len);
-            // One wave per 16 rows through the merge: the one-wave kernel.
-            let one = kw == 1 && splits > 1;
-            let rk = resident_of(smem_of(kw, !one), row_waves * kw, !one).unwrap_or(TARGET_GROUPS / kw).max(1);
-            let per_group = len.div_ceil(kw * bn) + SPLIT_OVERHEAD_TILES + if kw > 1 { COMBINE_TILES } else { 0 };
-            let cost = (pairs * splits).div_ceil(rk) * per_group + if splits > 1 { MERGE_TILES } else { 0 };
-            if (cost, splits, kw) < (best.0, best.1, best.2) {
-                best = (cost, splits, kw, DecodePlan { split_len: len, splits, key_waves: kw, direct: splits == 1 });
+            // Several splits merged in this launch, or through the merge launch (splits
+            // of at least MIN_SPLIT keys).
+            for in_launch in [false, true] {
+                let skip = if in_launch { splits == 1 || !fused } else { splits > 1 && len < MIN_SPLIT && split_len.is_none() };
+                if skip {
+                    continue;
+                }
+                // One wave per 16 rows through the merge launch: the one-wave kernel.
+                let one = kw == 1 && splits > 1 && !in_launch;
+                let rk = resident_of(smem_of(kw, !one), row_waves * kw, !one).unwrap_or(TARGET_GROUPS / kw).max(1);
+                let per_group = len.div_ceil(kw * bn) + SPLIT_OVERHEAD_TILES + if !one && (kw > 1 || in_launch) { COMBINE_TILES } else { 0 };
+                let merge = match (splits > 1, in_launch) {
+                    (false, _) => 0,
+                    (true, true) => fused_merge_tiles(splits),
+                    (true, false) => MERGE_TILES,
+                };
+                let cost = (pairs * splits).div_ceil(rk) * per_group + merge;
+                if (cost, splits, kw) < (best.0, best.1, best.2) {
+                    best = (cost, splits, kw, DecodePlan { split_len: len, splits, key_waves: kw, direct: splits == 1, fused: in_launch });
+                }
             }
         }
         kw *= 2;
@@ -279,7 +365,9 @@ pub const fn decode_regs(d: usize) -> usize {
 /// -arch=sm_90a` of CUDA 13.0 gives hd64 166, hd80 175, hd96 178, hd128 232, hd256 178
 /// (the key-wave bookkeeping, the output and lse pointers and the combine), rounded up to
 /// 8. At 8 key waves of hd128 that is one work-group per SM; the plan uses the key waves
-/// only where the grid leaves SMs idle.
+/// only where the grid leaves SMs idle. The plan uses these for
+/// [`paged_decode_fused`](fn@super::paged_decode_fused) as well (the merge measured inside
+/// this kernel: hd64 175, hd128 239, the same one work-group per SM at 8 key waves).
 pub const fn decode_waves_regs(d: usize) -> usize {
     match d {
         0..=64 => 168,
@@ -310,7 +398,7 @@ pub fn paged_attention<T: FlashElem>(
     scale: f32,
     split_len: Option<usize>,
 ) -> Result<(), AttentionError> {
-    checked(dev, shape, q, k_cache, v_cache, block_tables, context_lens, out, lse, scale, Plan::Auto(split_len))
+    checked(dev, shape, q, k_cache, v_cache, block_tables, context_lens, out, lse, scale, Plan::Auto(split_len), Counters::Fresh)
 }
 
 /// [`paged_attention`]'s checks, upload and launch.
@@ -327,6 +415,7 @@ fn checked<T: FlashElem>(
     lse: &mut DeviceVec<f32>,
     scale: f32,
     plan: Plan,
+    counters: Counters<'_>,
 ) -> Result<(), AttentionError> {
     let PagedShape { batch, num_blocks, block_size, .. } = shape;
     sizes(shape, q, k_cache, v_cache, out, lse, context_lens.len(), scale)?;
@@ -352,13 +441,14 @@ fn checked<T: FlashElem>(
     // stream instead of two); the kernels find the tables at offset `batch`.
     let meta: Vec<u32> = context_lens.iter().chain(block_tables).copied().collect();
     let meta = dev.upload(&meta)?;
-    launch(dev, shape, (q, k_cache, v_cache), Indices { tables: &meta, table_at: batch, max_blocks, lens: &meta, longest }, (out, lse), scale, plan)
+    launch(dev, shape, (q, k_cache, v_cache), Indices { tables: &meta, table_at: batch, max_blocks, lens: &meta, longest }, (out, lse), scale, plan, counters)
 }
 
 /// [`paged_attention`] with the launch's [`DecodePlan`] given (tests and benchmarks of one
 /// configuration): `plan.splits` must be `ceil(longest context / plan.split_len)` (at least
 /// 1), `plan.key_waves` at least 1 with at most 256 work-items per work-group and its
-/// shared memory on the device, `plan.direct` only with one split. Errors name `plan` (or
+/// shared memory on the device, `plan.direct` only with one split, `plan.fused` not with
+/// `plan.direct` (its counters are allocated here, zeroed). Errors name `plan` (or
 /// the argument) and write nothing.
 #[allow(clippy::too_many_arguments)]
 pub fn paged_attention_planned<T: FlashElem>(
@@ -374,7 +464,32 @@ pub fn paged_attention_planned<T: FlashElem>(
     scale: f32,
     plan: DecodePlan,
 ) -> Result<(), AttentionError> {
-    checked(dev, shape, q, k_cache, v_cache, block_tables, context_lens, out, lse, scale, Plan::Given(plan))
+    checked(dev, shape, q, k_cache, v_cache, block_tables, context_lens, out, lse, scale, Plan::Given(plan), Counters::Fresh)
+}
+
+/// [`paged_attention_planned`] with the caller's `counters` for a fused plan (at least
+/// [`decode_counters`], all zero; left at zero): the launches a captured graph replays,
+/// with the host-side checks. A shorter buffer is an error naming `counters`.
+#[allow(clippy::too_many_arguments)]
+pub fn paged_attention_planned_counters<T: FlashElem>(
+    dev: &Device,
+    shape: PagedShape,
+    q: &DeviceVec<T>,
+    k_cache: &DeviceVec<T>,
+    v_cache: &DeviceVec<T>,
+    block_tables: &[u32],
+    context_lens: &[u32],
+    out: &mut DeviceVec<T>,
+    lse: &mut DeviceVec<f32>,
+    scale: f32,
+    plan: DecodePlan,
+    counters: &DeviceVec<u32>,
+) -> Result<(), AttentionError> {
+    let need = decode_counters(shape);
+    if counters.len() < need {
+        return Err(arg("counters", format!("{} counters; the shape needs {need}", counters.len())));
+    }
+    checked(dev, shape, q, k_cache, v_cache, block_tables, context_lens, out, lse, scale, Plan::Given(plan), Counters::Given(counters))
 }
 
 /// [`paged_attention`] with `block_tables` (`[batch, max_blocks]`) and `context_lens`
@@ -415,7 +530,111 @@ pub unsafe fn paged_attention_unchecked<T: FlashElem>(
     if max_context_len > max_blocks * shape.block_size {
         return Err(arg("max_context_len", format!("{max_context_len} tokens; a block table row holds {}", max_blocks * shape.block_size)));
     }
-    launch(dev, shape, (q, k_cache, v_cache), Indices { tables: block_tables, table_at: 0, max_blocks, lens: context_lens, longest: max_context_len }, (out, lse), scale, Plan::Auto(split_len))
+    launch(dev, shape, (q, k_cache, v_cache), Indices { tables: block_tables, table_at: 0, max_blocks, lens: context_lens, longest: max_context_len }, (out, lse), scale, Plan::Auto(split_len), Counters::Absent)
+}
+
+/// [`paged_attention_unchecked`] with the caller's `counters` (u32, at least
+/// [`decode_counters`] of them, zero before the first launch): small grids may then split
+/// a sequence's keys over more work-groups and merge them in the same launch
+/// ([`DecodePlan::fused`]), which leaves the counters at zero again. The buffer keeps its
+/// address, so a captured graph can replay the launch; one buffer serves every layer of a
+/// step (launches on one stream are ordered), but not two launches that may run at once.
+/// A buffer shorter than the shape needs only turns the fused plan off.
+///
+/// # Safety
+/// As [`paged_attention_unchecked`]; besides, no other work may touch `counters` while the
+/// launch runs, and they must be zero when it starts (as they are after any completed
+/// launch of this function, or after [`Device::alloc`]).
+#[allow(clippy::too_many_arguments)]
+pub unsafe fn paged_attention_with_counters<T: FlashElem>(
+    dev: &Device,
+    shape: PagedShape,
+    q: &DeviceVec<T>,
+    k_cache: &DeviceVec<T>,
+    v_cache: &DeviceVec<T>,
+    block_tables: &DeviceVec<u32>,
+    context_lens: &DeviceVec<u32>,
+    max_context_len: usize,
+    out: &mut DeviceVec<T>,
+    lse: &mut DeviceVec<f32>,
+    scale: f32,
+    counters: &DeviceVec<u32>,
+) -> Result<(), AttentionError> {
+    let batch = shape.batch;
+    sizes(shape, q, k_cache, v_cache, out, lse, context_lens.len(), scale)?;
+    if batch == 0 {
+        return Ok(());
+    }
+    if block_tables.is_empty() || !block_tables.len().is_multiple_of(batch) {
+        return Err(arg("block_tables", format!("{} entries are not batch = {batch} rows", block_tables.len())));
+    }
+    let max_blocks = block_tables.len() / batch;
+    if max_context_len > max_blocks * shape.block_size {
+        return Err(arg("max_context_len", format!("{max_context_len} tokens; a block table row holds {}", max_blocks * shape.block_size)));
+    }
+    let counters = if counters.len() >= decode_counters(shape) { Counters::Given(counters) } else { Counters::Absent };
+    launch(dev, shape, (q, k_cache, v_cache), Indices { tables: block_tables, table_at: 0, max_blocks, lens: context_lens, longest: max_context_len }, (out, lse), scale, Plan::Auto(None), counters)
+}
+
+/// [`paged_attention_with_counters`] with the launch's [`DecodePlan`] given (benchmarks of
+/// one configuration inside a captured graph): the plan's checks as
+/// [`paged_attention_planned`]'s; a fused plan needs `counters` (at least
+/// [`decode_counters`], zero).
+///
+/// # Safety
+/// As [`paged_attention_with_counters`].
+#[allow(clippy::too_many_arguments)]
+pub unsafe fn paged_attention_unchecked_planned<T: FlashElem>(
+    dev: &Device,
+    shape: PagedShape,
+    q: &DeviceVec<T>,
+    k_cache: &DeviceVec<T>,
+    v_cache: &DeviceVec<T>,
+    block_tables: &DeviceVec<u32>,
+    context_lens: &DeviceVec<u32>,
+    max_context_len: usize,
+    out: &mut DeviceVec<T>,
+    lse: &mut DeviceVec<f32>,
+    scale: f32,
+    plan: DecodePlan,
+    counters: Option<&DeviceVec<u32>>,
+) -> Result<(), AttentionError> {
+    let batch = shape.batch;
+    sizes(shape, q, k_cache, v_cache, out, lse, context_lens.len(), scale)?;
+    if batch == 0 {
+        return Ok(());
+    }
+    if block_tables.is_empty() || !block_tables.len().is_multiple_of(batch) {
+        return Err(arg("block_tables", format!("{} entries are not batch = {batch} rows", block_tables.len())));
+    }
+    let max_blocks = block_tables.len() / batch;
+    if max_context_len > max_blocks * shape.block_size {
+        return Err(arg("max_context_len", format!("{max_context_len} tokens; a block table row holds {}", max_blocks * shape.block_size)));
+    }
+    let counters = match counters {
+        Some(c) if c.len() >= decode_counters(shape) => Counters::Given(c),
+        Some(c) => return Err(arg("counters", format!("{} counters; the shape needs {}", c.len(), decode_counters(shape)))),
+        None => Counters::Absent,
+    };
+    launch(dev, shape, (q, k_cache, v_cache), Indices { tables: block_tables, table_at: 0, max_blocks, lens: context_lens, longest: max_context_len }, (out, lse), scale, Plan::Given(plan), counters)
+}
+
+/// Where a decode launch finds the counters of a fused plan.
+enum Counters<'a> {
+    /// None: no fused plan.
+    Absent,
+    /// Allocated (zeroed) by the launch when its plan is fused.
+    Fresh,
+    /// The caller's, long enough and zero.
+    Given(&'a DeviceVec<u32>),
+}
+
+/// A `u32` buffer's kernel argument, offered as a buffer of [`AtomicU32`].
+struct AsAtomicU32(ArgValue);
+impl KernelArgSlice<AtomicU32> for AsAtomicU32 {
+    fn kernel_arg(&self) -> ArgValue {
+        self.0
+    }
 }
 
 /// The checks of sizes both launchers share.
@@ -480,6 +699,7 @@ enum Plan {
     Given(DecodePlan),
 }
 
+#[allow(clippy::too_many_arguments)]
 fn launch<T: FlashElem>(
     dev: &Device,
     shape: PagedShape,
@@ -488,13 +708,14 @@ fn launch<T: FlashElem>(
     (out, lse): (&mut DeviceVec<T>, &mut DeviceVec<f32>),
     scale: f32,
     plan: Plan,
+    counters: Counters<'_>,
 ) -> Result<(), AttentionError> {
     let PagedShape { batch, heads, kv_heads, head_dim: d, block_size, .. } = shape;
     let group = heads / kv_heads;
     let low = crate::lowering_of(dev);
     let row_waves = group.div_ceil(16);
     let plan = match plan {
-        Plan::Auto(split_len) => decode_plan(dev, shape, longest, split_len),
+        Plan::Auto(split_len) => plan_on(dev, shape, longest, split_len, fused_merge() && !matches!(counters, Counters::Absent)),
         Plan::Given(p) => {
             let bad = |reason: String| Err(arg("plan", reason));
             if p.split_len == 0 || p.splits != longest.div_ceil(p.split_len).max(1) {
@@ -506,11 +727,14 @@ fn launch<T: FlashElem>(
             if p.direct && p.splits != 1 {
                 return bad(format!("{p:?}: a direct write needs one split"));
             }
+            if p.fused && (p.direct || matches!(counters, Counters::Absent) || !FUSED_HEAD_DIMS.contains(&d)) {
+                return bad(format!("{p:?}: an in-launch merge writes through the workspace, needs counters and head dimension 64 or 128"));
+            }
             p
         }
     };
-    let DecodePlan { split_len, splits, key_waves, direct } = plan;
-    let combine = key_waves > 1 || direct;
+    let DecodePlan { split_len, splits, key_waves, direct, fused } = plan;
+    let combine = key_waves > 1 || direct || fused;
     let smem = decode_smem_elems(d, row_waves * 16, low, key_waves, if combine { group } else { 0 });
     if smem * core::mem::size_of::<T>() > dev.max_shared_bytes() {
         return Err(arg("plan", format!("{plan:?} needs {} bytes of shared memory; the device has {}", smem * core::mem::size_of::<T>(), dev.max_shared_bytes())));
@@ -522,6 +746,16 @@ fn launch<T: FlashElem>(
     let part = if direct { 1 } else { batch * heads * splits };
     let mut part_o = dev.alloc_uninit::<f32>(part * if direct { 1 } else { d })?;
     let mut part_ml = dev.alloc_uninit::<f32>(part * if direct { 1 } else { 2 })?;
+    // The counters of a fused launch (a one-element placeholder otherwise).
+    let fresh;
+    let counters = match counters {
+        Counters::Given(c) if fused => c,
+        _ => {
+            fresh = if fused { dev.alloc::<u32>(decode_counters(shape))? } else { dev.alloc_uninit::<u32>(1)? };
+            &fresh
+        }
+    };
+    let counters = AsAtomicU32(counters.kernel_arg());
     let cfg = LaunchConfig::new(Dim3::new(splits as u32, (kv_heads * value_chunks(d, low)) as u32, batch as u32), Dim3::x((row_waves * key_waves) as u32 * low.wave_lanes()))
         .with_dynamic_shared(smem);
     let args = DecodeArgs {
@@ -532,7 +766,13 @@ fn launch<T: FlashElem>(
         split_len: split_len as u32,
         table_at: table_at as u32,
         key_waves: key_waves as u32,
-        direct: direct as u32,
+        mode: if fused {
+            MODE_FUSED
+        } else if direct {
+            MODE_DIRECT
+        } else {
+            MODE_PARTS
+        },
         scale,
     };
     fn go<T: FlashElem, H: HeadDim>(
@@ -541,15 +781,17 @@ fn launch<T: FlashElem>(
         a: &DecodeArgs,
         bufs: DecodeBufs<'_, T>,
     ) -> Result<(), AttentionError> {
-        let (q, kc, vc, tables, lens, po, pml, out, lse) = bufs;
-        if a.key_waves == 1 && a.direct == 0 {
+        let (q, kc, vc, tables, lens, po, pml, out, lse, counters) = bufs;
+        if a.key_waves == 1 && a.mode == MODE_PARTS {
             paged_decode::launch::<T, H>(dev, cfg, q, kc, vc, tables, lens, po, pml, a.heads, a.kv_heads, a.block_size, a.max_blocks, a.split_len, a.table_at, a.scale)?;
+        } else if a.mode == MODE_FUSED {
+            paged_decode_fused::launch::<T, H>(dev, cfg, q, kc, vc, tables, lens, po, pml, out, lse, counters, a.heads, a.kv_heads, a.block_size, a.max_blocks, a.split_len, a.table_at, a.key_waves, a.scale)?;
         } else {
-            paged_decode_waves::launch::<T, H>(dev, cfg, q, kc, vc, tables, lens, po, pml, out, lse, a.heads, a.kv_heads, a.block_size, a.max_blocks, a.split_len, a.table_at, a.key_waves, a.direct, a.scale)?;
+            paged_decode_waves::launch::<T, H>(dev, cfg, q, kc, vc, tables, lens, po, pml, out, lse, a.heads, a.kv_heads, a.block_size, a.max_blocks, a.split_len, a.table_at, a.key_waves, a.mode, a.scale)?;
         }
         Ok(())
     }
-    let bufs = (q, k_cache, v_cache, tables, lens, &mut part_o, &mut part_ml, &mut *out, &mut *lse);
+    let bufs = (q, k_cache, v_cache, tables, lens, &mut part_o, &mut part_ml, &mut *out, &mut *lse, &counters);
     match d {
         64 => go::<T, Hd64>(dev, cfg, &args, bufs),
         80 => go::<T, Hd80>(dev, cfg, &args, bufs),
@@ -557,7 +799,7 @@ fn launch<T: FlashElem>(
         128 => go::<T, Hd128>(dev, cfg, &args, bufs),
         _ => go::<T, Hd256>(dev, cfg, &args, bufs),
     }?;
-    if direct {
+    if direct || fused {
         return Ok(());
     }
     // One work-item per output column.
@@ -574,7 +816,7 @@ struct DecodeArgs {
     split_len: u32,
     table_at: u32,
     key_waves: u32,
-    direct: u32,
+    mode: u32,
     scale: f32,
 }
 
@@ -630,4 +872,5 @@ type DecodeBufs<'a, T> = (
     &'a mut DeviceVec<f32>,
     &'a mut DeviceVec<T>,
     &'a mut DeviceVec<f32>,
+    &'a AsAtomicU32,
 );

@@ -26,12 +26,21 @@
 //!   setting for them. Besides the 8B grid, the engine's shapes: batch 1 and 8, ctx 512 and
 //!   2048, 32/8 heads at hd 64 (Llama-3.2-1B) and hd 128 (8B).
 //!
+//! `attention --graphs [--sweep] [--out DIR]`: the engine's small decode grids (hd 64 and
+//! 128, 32/8 heads, batch 1, 2, 4 at ctx 512..4096, batch 16 at 4096) as the engine runs
+//! them, launches captured in a graph, the plan before the in-launch merge against the
+//! fused one (and with `--sweep` fixed fused plans), with a copy's bandwidth: writes
+//! `DIR/decode_graphs.json`.
+//!
 //! `attention [--out DIR] [--quick] [--only prefill|decode]`: writes `DIR/rust_attention.json`;
 //! `--prefill B,H,S,D,CAUSAL` or `--decode B,CTX[,D]` time one shape only (for `ncu`;
 //! `D` defaults to 128, 32/8 heads);
 //! `python/torch_attention.py` times PyTorch SDPA on the same shapes and
 //! `python/report_attention.py` merges both into `report_attention.csv`.
-use attention::paged::host::{decode_plan, paged_attention, paged_attention_unchecked, set_wave_split, split_len_for, wave_split, PagedShape};
+use attention::paged::host::{
+    decode_counters, decode_plan, paged_attention, paged_attention_unchecked, paged_attention_unchecked_planned, paged_attention_with_counters, set_fused_merge, set_wave_split, split_len_for, wave_split, DecodePlan,
+    PagedShape,
+};
 use attention::{flash_attn, FlashElem, FlashOptions, FlashShape};
 use benches::{copy_us_with, gbps, gpu_ms, median, uniform, Args};
 use half::bf16;
@@ -238,6 +247,147 @@ fn decode(dev: &Device, batch: usize, heads: usize, kv_heads: usize, ctx: usize,
     }
 }
 
+/// The engine's small decode grids as the engine runs them: `calls` launches (one per
+/// "layer", each on its own copy of the cache region so that K/V come from DRAM) captured
+/// in one graph and replayed; microseconds per launch. `old`: `paged_attention_unchecked`
+/// (the engine's call before the fused plan: key waves, one split written directly or the
+/// merge launch); `new`: `paged_attention_with_counters` (one counter buffer for every
+/// call, as the engine's step). With `sweep`, fused plans of split lengths 64..1024 and
+/// 1..8 key waves too (the data `decode_plan`'s constants are set from). Checks the last
+/// call's output against f64 and that the counters are back at zero after the replays.
+/// Returns JSON rows.
+fn decode_graphs(dev: &Device, batch: usize, ctx: usize, d: usize, sweep: bool, copy: f64) -> Vec<String> {
+    type T = bf16;
+    let (heads, kv_heads, bs) = (32usize, 8usize, 16usize);
+    let row = kv_heads * d;
+    let blocks_per_seq = ctx.div_ceil(bs);
+    let used = batch * blocks_per_seq;
+    let kv_bytes = 2 * used * bs * row * 2;
+    // About 96 MiB of K/V per replay (more than the L2), 4 to 64 copies of one region.
+    let calls = (96usize << 20).div_ceil(kv_bytes).clamp(4, 64);
+    let num_blocks = used * calls;
+    let kc: Vec<T> = uniform::<T>(used * bs * row, 4, 1.0).repeat(calls);
+    let vc: Vec<T> = uniform::<T>(used * bs * row, 5, 1.0).repeat(calls);
+    let q: Vec<T> = uniform(batch * heads * d, 6, 1.0);
+    let (dk, dvv, dq) = (dev.upload(&kc).unwrap(), dev.upload(&vc).unwrap(), dev.upload(&q).unwrap());
+    let stride = (0..).map(|s| 7 + 2 * s).find(|s: &usize| gcd(*s, used) == 1).unwrap();
+    let tables: Vec<Vec<u32>> = (0..calls).map(|c| (0..used).map(|i| (c * used + (i * stride) % used) as u32).collect()).collect();
+    let dtables: Vec<DeviceVec<u32>> = tables.iter().map(|t| dev.upload(t).unwrap()).collect();
+    let lens = vec![ctx as u32; batch];
+    let dlens = dev.upload(&lens).unwrap();
+    let shape = PagedShape { batch, heads, kv_heads, head_dim: d, num_blocks, block_size: bs };
+    let scale = 1.0 / (d as f32).sqrt();
+    let counters: DeviceVec<u32> = dev.alloc(decode_counters(shape)).unwrap();
+    let mut out: DeviceVec<T> = dev.alloc(batch * heads * d).unwrap();
+    let mut lse: DeviceVec<f32> = dev.alloc(batch * heads).unwrap();
+    let bytes = kv_bytes + 2 * batch * heads * d * 2;
+    // `how`: None old, Some(None) new (its own plan), Some(Some(plan)) a given plan.
+    let mut run = |how: Option<Option<DecodePlan>>| -> Option<f64> {
+        let mut step = |dev: &Device| -> Result<(), kernels::runtime::LaunchError> {
+            for t in &dtables {
+                // SAFETY: every table names blocks inside the caches for all `ctx` tokens of
+                // each sequence, every length is `ctx`; the counters serve these launches only.
+                let r = unsafe {
+                    match how {
+                        None => paged_attention_unchecked(dev, shape, &dq, &dk, &dvv, t, &dlens, ctx, &mut out, &mut lse, scale, None),
+                        Some(None) => paged_attention_with_counters(dev, shape, &dq, &dk, &dvv, t, &dlens, ctx, &mut out, &mut lse, scale, &counters),
+                        Some(Some(p)) => paged_attention_unchecked_planned(dev, shape, &dq, &dk, &dvv, t, &dlens, ctx, &mut out, &mut lse, scale, p, Some(&counters)),
+                    }
+                };
+                r.map_err(|e| kernels::runtime::LaunchError::Capture { op: "decode", reason: e.to_string() })?;
+            }
+            Ok(())
+        };
+        // Eagerly once (kernels loaded), then captured; a plan the launcher refuses (shared
+        // memory) is skipped.
+        if let Err(e) = step(dev) {
+            eprintln!("  {how:?}: {e}");
+            return None;
+        }
+        let (graph, ()) = dev.capture(|dev| step(dev)).unwrap();
+        // Median of 3 repetitions of about 5 ms of replays.
+        graph.replay().unwrap();
+        let one = gpu_ms(dev, || graph.replay().unwrap()).max(1e-3);
+        let iters = ((5.0 / one) as usize).clamp(3, 100);
+        let mut reps: Vec<f64> = (0..3)
+            .map(|_| {
+                gpu_ms(dev, || {
+                    for _ in 0..iters {
+                        graph.replay().unwrap();
+                    }
+                }) / iters as f64
+                    * 1e3
+            })
+            .collect();
+        let us = median(&mut reps) / calls as f64;
+        assert!(dev.download(&counters).unwrap().iter().all(|&c| c == 0), "decode b{batch} ctx{ctx} d{d} {how:?}: counters not reset");
+        // The last call's output (table `calls - 1`): the last sequence, two heads.
+        let got = dev.download(&out).unwrap();
+        let table = &tables[calls - 1];
+        let b = batch - 1;
+        for h in [0, heads - 1] {
+            let hk = h / (heads / kv_heads);
+            let slot = |t: usize| table[b * blocks_per_seq + t / bs] as usize * bs + t % bs;
+            let qi: Vec<f64> = (0..d).map(|c| q[(b * heads + h) * d + c].to_f32() as f64).collect();
+            let kv = |x: &[T], t: usize, c: usize| x[slot(t) * row + hk * d + c].to_f32() as f64;
+            let want = reference_row(&qi, |t, c| kv(&kc, t, c), |t, c| kv(&vc, t, c), ctx, scale as f64);
+            for (c, w) in want.iter().enumerate() {
+                let g = got[(b * heads + h) * d + c].to_f32() as f64;
+                assert!((g - w).abs() <= TOL, "decode b{batch} ctx{ctx} d{d} {how:?}: out[{b},{h},{c}] = {g}, want {w}");
+            }
+        }
+        Some(us)
+    };
+    let fmt = |p: &DecodePlan| format!("{}x{}{}", p.splits, p.key_waves, if p.direct { " direct" } else if p.fused { " fused" } else { "" });
+    set_fused_merge(Some(false));
+    let old_plan = decode_plan(dev, shape, ctx, None);
+    set_fused_merge(Some(true));
+    let new_plan = decode_plan(dev, shape, ctx, None);
+    set_fused_merge(None);
+    let us_old = run(None).expect("the plan before the fused one");
+    // The fused plan is opt-in (`ATTN_DECODE_FUSED_MERGE=1`): on for the new calls.
+    set_fused_merge(Some(true));
+    let us_new = run(Some(None)).expect("the fused plan");
+    set_fused_merge(None);
+    // The new plan's split and key waves through the merge launch instead (fused against
+    // unfused at one split).
+    let unfused = DecodePlan { fused: false, direct: new_plan.splits == 1, ..new_plan };
+    let us_unfused = run(Some(Some(unfused))).expect("the new plan unfused");
+    let row_of = |what: &str, plan: &DecodePlan, us: f64| {
+        format!(
+            "{{\"kind\":\"decode_graph\",\"what\":\"{what}\",\"batch\":{batch},\"heads\":{heads},\"kv_heads\":{kv_heads},\"seq\":{ctx},\"head_dim\":{d},\"block_size\":{bs},\"calls\":{calls},\"bytes\":{bytes},\"us\":{us:.3},\"gbps\":{:.2},\"plan\":\"{}\",\"split_len\":{},\"copy_gbps\":{copy:.2}}}",
+            gbps(bytes, us),
+            fmt(plan),
+            plan.split_len
+        )
+    };
+    eprintln!(
+        "graph decode b {batch:>2} ctx {ctx:>5} d {d:>3}: old {us_old:>7.2} us {:>7.1} GB/s ({}) | new {us_new:>7.2} us {:>7.1} GB/s ({}) | {:.2}x, {:.1}% of copy",
+        gbps(bytes, us_old),
+        fmt(&old_plan),
+        gbps(bytes, us_new),
+        fmt(&new_plan),
+        us_old / us_new,
+        100.0 * gbps(bytes, us_new) / copy
+    );
+    eprintln!("  new plan unfused ({}): {us_unfused:.2} us", fmt(&unfused));
+    let mut rows = vec![row_of("old", &old_plan, us_old), row_of("new", &new_plan, us_new), row_of("new_unfused", &unfused, us_unfused)];
+    if sweep {
+        for kw in [1usize, 2, 4, 8] {
+            for len in [64usize, 128, 256, 512, 1024] {
+                if len > ctx || (batch >= 16 && len < 256) {
+                    continue;
+                }
+                let p = DecodePlan { split_len: len, splits: ctx.div_ceil(len), key_waves: kw, direct: false, fused: true };
+                let Some(us) = run(Some(Some(p))) else { continue };
+                eprintln!("  sweep {:<14} {us:>7.2} us {:>7.1} GB/s", fmt(&p), gbps(bytes, us));
+                rows.push(row_of("sweep", &p, us));
+            }
+        }
+    }
+    rows
+}
+
 fn gcd(a: usize, b: usize) -> usize {
     if b == 0 {
         a
@@ -261,6 +411,25 @@ fn main() {
     let nums = |v: &str| v.split(',').map(|x| x.parse::<usize>().expect("a number")).collect::<Vec<_>>();
     if let Some(v) = args.value("--prefill").map(nums) {
         prefill::<bf16>(&dev, v[0], v[1], v[2], v[3], v.get(4).is_some_and(|&c| c != 0));
+        return;
+    }
+    // The engine's small grids in captured graphs, old plan against new (and, with
+    // `--sweep`, fused plans around the new one): `--graphs` writes `DIR/decode_graphs.json`.
+    if args.has("--graphs") {
+        let copy = copy_gbps(&dev);
+        eprintln!("copy 1 GiB: {copy:.1} GB/s");
+        let mut rows = Vec::new();
+        let sweep = args.has("--sweep");
+        for d in [64, 128] {
+            for b in [1, 2, 4] {
+                for ctx in [512, 1024, 2048, 4096] {
+                    rows.extend(decode_graphs(&dev, b, ctx, d, sweep, copy));
+                }
+            }
+            rows.extend(decode_graphs(&dev, 16, 4096, d, sweep, copy));
+        }
+        let path = benches::write_json_array(&args.out_dir(), "decode_graphs.json", &rows);
+        println!("wrote {path}");
         return;
     }
     if let Some(v) = args.value("--decode").map(nums) {
