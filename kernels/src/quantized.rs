@@ -179,6 +179,12 @@ pub trait QuantFormat: 'static {
     fn weight(b: &[u8], j: usize) -> f32;
     /// Unit `u` (weights `32u .. 32u + 32`) of the block `b`.
     fn unit(b: &[u8], u: usize) -> Unit;
+    /// Consecutive units one work-item of [`matvec_stream`](fn@matvec_stream) takes side
+    /// by side (1, 2 or 4, dividing the units of a block): units that share bytes (`Q4K`:
+    /// a pair shares its 32 code bytes and the header; `Q6K`: the four units of a half
+    /// share its high bits and pairwise its low nibbles) are then read from shared memory
+    /// once for all of them.
+    const RUN: usize = 1;
     /// `matvec_stream` reads units with [`QuantFormat::unit_at`] from the whole stage
     /// (`Q8_0`, H100: 1.5-5% faster at batch 1) rather than with [`QuantFormat::unit`]
     /// from the block (the other formats: the stage-relative addressing alone cost them
@@ -538,9 +544,14 @@ impl QuantFormat for Q4K {
                 q[4 * i + k] = (v[k] >> (4 * hi)) & 0x0f0f_0f0f;
             }
         }
-        let (sc, m) = scale_min_k4(b, u);
-        unit1(q, rdf16(b, 0) * sc as f32, -(rdf16(b, 2) * m as f32))
+        // The header (d, dmin, 12 bytes of scales) as one 16-byte load, the scales picked
+        // with selects: no byte loads, and no branch on the unit (lanes of a wave take
+        // different units).
+        let h = rd128(b, 0);
+        let (sc, m) = scale_min_k4_words(h, u);
+        unit1(q, f16_of(h[0], false) * sc as f32, -(f16_of(h[0], true) * m as f32))
     }
+    const RUN: usize = 4;
 }
 
 impl QuantFormat for Q5K {
@@ -600,6 +611,7 @@ impl QuantFormat for Q6K {
         let s1 = rd8(b, 192 + 8 * h + 2 * grp + 1) as u8 as i8;
         Unit { q, c: [d * s0 as f32, d * s1 as f32], m: 0.0, n: [0.0, 0.0] }
     }
+    const RUN: usize = 4;
 }
 
 impl QuantFormat for Q8K {
@@ -1676,17 +1688,15 @@ pub const STREAM_STAGE_BYTES: usize = 16 * 1024;
 /// CUDA takes instead as many as the driver says the loaded code keeps resident:
 /// `LaunchConfig::resident_grid`), so that all of them are resident at once, from the
 /// registers ptxas gives each instance of the sm_80 PTX on sm_90 (64K per SM): 6 at up to
-/// 80 per work-item (`Q4_0`, `Q4_1`, `Q8_0`), 5 at up to 96 (`Q5_0`, `Q5_1`, `Q4K`), 4 for
-/// `Q6K` (124); fewer where 228 KiB of shared memory per SM holds fewer (none of the
-/// Llama-3-8B shapes with [`STREAM_STAGES`] stages). `Q4K` at 5 rather than 4: matvecs
-/// chained on the same activations (`ops::matvec`) 6-9% faster at the FFN shapes on the
-/// H100 (`bench-quantized --sweep-chain`), calls that each quantize within 1%.
+/// 80 per work-item (`Q4_0`, `Q4_1`, `Q8_0`, and `Q4K`/`Q6K` since they read runs of
+/// units, [`QuantFormat::RUN`]: 96 and 127 before), 5 at up to 96 (`Q5_0`, `Q5_1`); fewer
+/// where 228 KiB of shared memory per SM holds fewer (none of the Llama-3-8B shapes with
+/// [`STREAM_STAGES`] stages). More work-groups per SM keep more weight bytes in flight.
 /// A grid that is not all resident is still correct, only slower (a second partial round
 /// of work-groups).
 pub const fn stream_groups_per_cu(dtype: GgmlDType, lds_bytes: usize) -> usize {
     let by_regs = match dtype {
-        GgmlDType::Q6K => 4,
-        GgmlDType::Q4K | GgmlDType::Q5_0 | GgmlDType::Q5_1 => 5,
+        GgmlDType::Q5_0 | GgmlDType::Q5_1 => 5,
         _ => 6,
     };
     let by_lds = 228 * 1024 / (lds_bytes + 1024);
@@ -1898,10 +1908,14 @@ pub fn matvec_stream<Q: QuantFormat>(
     kernel_dsl::grid::release_next();
     // This work-item's units of every row, and their activations (loaded once).
     let (sub, j) = ((tid >> team_shift) as usize, tid & (team - 1));
+    // Unit `i` (< STREAM_UNITS) of this work-item: runs of `Q::RUN` consecutive units,
+    // run `i / RUN` the `(j + (i / RUN) team)`-th of the row.
+    let run = Q::RUN as u32;
+    let unit_of = |i: usize| run * (j + (i as u32 / run) * team) + i as u32 % run;
     let mut act = [[0u32; 8]; STREAM_UNITS];
     let mut ds = [[0f32; 2]; STREAM_UNITS];
     each!(i in [0, 1, 2, 3] {
-        let k = j + i as u32 * team;
+        let k = unit_of(i);
         if i < STREAM_UNITS && k < units {
             // SAFETY: k < cols / 32, inside the lengths checked above.
             let (q, d, m) = unsafe { q8_1_block(xq, xds, 0, 0, k as usize) };
@@ -1945,17 +1959,25 @@ pub fn matvec_stream<Q: QuantFormat>(
                 let p = lds.as_ptr() as *const u8;
                 (core::slice::from_raw_parts(p.add((stage * stage_bytes) as usize), stage_bytes as usize), core::slice::from_raw_parts(p.add(off), row_bytes))
             };
+            // A run's units lie in one block (RUN divides the units of a block) and are all
+            // inside the row or all past it (so are whole blocks): one branch per run, and
+            // the bytes its units share are loaded once.
             each!(i in [0, 1, 2, 3] {
-                let k = j + i as u32 * team;
-                if i < STREAM_UNITS && k < units {
-                    let blk = k as usize / upb;
-                    let unit = if Q::STAGE_READS {
-                        // SAFETY: `whole` starts on 16 bytes and holds whole words.
-                        unsafe { Q::unit_at(whole, lead as usize + blk * Q::BYTES, k as usize % upb) }
-                    } else {
-                        Q::unit(&staged[blk * Q::BYTES..(blk + 1) * Q::BYTES], k as usize % upb)
-                    };
-                    acc += unit_dot::<Q>(&unit, &act[i], ds[i][0], ds[i][1]);
+                let k0 = unit_of(i);
+                if i < STREAM_UNITS && i % Q::RUN == 0 && k0 < units {
+                    let blk = k0 as usize / upb;
+                    each!(r in [0, 1, 2, 3] {
+                        if r < Q::RUN && i + r < STREAM_UNITS {
+                            let u = k0 as usize % upb + r;
+                            let unit = if Q::STAGE_READS {
+                                // SAFETY: `whole` starts on 16 bytes and holds whole words.
+                                unsafe { Q::unit_at(whole, lead as usize + blk * Q::BYTES, u) }
+                            } else {
+                                Q::unit(&staged[blk * Q::BYTES..(blk + 1) * Q::BYTES], u)
+                            };
+                            acc += unit_dot::<Q>(&unit, &act[i + r], ds[i + r][0], ds[i + r][1]);
+                        }
+                    });
                 }
             });
         }

@@ -194,13 +194,13 @@ fn sweep(dev: &kernels::runtime::Device, copy_gbps: f64) {
     }
 }
 
-/// Batch 1 through the streaming kernel on the Llama-3-8B shapes with 2, 3 and 4 shared
+/// Batch 1 through the streaming kernel on the Llama-3-8B decode shapes (as `--decode`) with 2, 3 and 4 shared
 /// stages, each with the launcher's grid and 3, 4, 5, 6 and 8 work-groups per SM (weights
 /// cycled as in the main benchmark).
 fn sweep_stages(dev: &kernels::runtime::Device, copy_gbps: f64, formats: &[GgmlDType]) {
     let cus = kernel_dsl::host::Executor::compute_units(dev).unwrap_or(1) as usize;
     for &dtype in formats {
-        for (rows, cols) in [(4096, 14336), (14336, 4096), (4096, 4096), (128256, 4096)] {
+        for (rows, cols) in [(6144, 4096), (4096, 4096), (28672, 4096), (4096, 14336), (128256, 4096)] {
             let ws = ColdSet::new(dev, dev.upload(&weights(dtype, rows, cols)).unwrap());
             let x = activations(cols);
             let x = dev.upload(&x).unwrap();
