@@ -585,13 +585,14 @@ fn matvec_stream_kernel_every_format() {
     }
 }
 
-/// The streaming batch-1 kernel where a work-item takes runs of consecutive units
-/// (`QuantFormat::RUN`: 4 for `Q4K` and `Q6K`, read from shared memory once per run), on
-/// the Llama-3-8B decode shapes scaled down: rows of 4096 (q|k|v, o, gate|up: 128 units, 4
-/// rows per step) and 14336 columns (down: 448 units, 112 runs over 128 work-items, the
-/// last 16 idle), rows of 1024 and 2048 columns (most work-items idle), row counts that are
-/// no multiple of the rows per step, grids whose work-groups take 1 to 4 steps, on waves of
-/// 32 and 64 in both work-item orders, against the f64 reference.
+/// The streaming batch-1 kernel on the Llama-3-8B decode shapes scaled down, for `Q6K`
+/// (runs of 4 consecutive units per work-item, `QuantFormat::RUN`) beside `Q4K`, `Q4_0` and
+/// `Q8_0` (one unit): rows of 4096 columns (q|k|v, o, gate|up: 128 units, 4 rows per step;
+/// `Q6K`'s activations staged through the last stage) and 14336 (down: 448 units, `Q6K`'s
+/// 112 runs over 128 work-items, the last 16 idle, its activations loaded directly: they do
+/// not fit a stage), rows of 1024 and 2048 columns (most work-items idle), row counts that
+/// are no multiple of the rows per step, grids whose work-groups take 1 to 4 steps, three
+/// stages, on waves of 32 and 64 in both work-item orders, against the f64 reference.
 #[test]
 fn matvec_stream_unit_runs_on_decode_shapes() {
     for dev in executors_both_orders() {
