@@ -179,6 +179,17 @@ pub trait QuantFormat: 'static {
     fn weight(b: &[u8], j: usize) -> f32;
     /// Unit `u` (weights `32u .. 32u + 32`) of the block `b`.
     fn unit(b: &[u8], u: usize) -> Unit;
+    /// Consecutive units one work-item of [`matvec_stream`](fn@matvec_stream) takes side
+    /// by side (1, 2 or 4, dividing the units of a block): units that share bytes (`Q6K`:
+    /// the four units of a half share its high bits and pairwise its low nibbles) are then
+    /// read from shared memory once for all of them. A work-item's activations are then
+    /// `RUN` consecutive q8_1 blocks, staged through shared memory where the row's codes
+    /// fit a stage (loaded directly, the first loads of a wave touch a cache line per lane:
+    /// about 2 us more per call on the H200). `Q4K` keeps 1: at 4 (80 registers against
+    /// 96, 6 work-groups per SM) it was 0.5-11% slower at the 4096-column decode shapes and
+    /// 36% at 4096x14336 (whose codes do not fit a stage), faster only on a 128256-row
+    /// matrix (H200, `bench-quantized --decode`).
+    const RUN: usize = 1;
     /// `matvec_stream` reads units with [`QuantFormat::unit_at`] from the whole stage
     /// (`Q8_0`, H100: 1.5-5% faster at batch 1) rather than with [`QuantFormat::unit`]
     /// from the block (the other formats: the stage-relative addressing alone cost them
@@ -538,8 +549,12 @@ impl QuantFormat for Q4K {
                 q[4 * i + k] = (v[k] >> (4 * hi)) & 0x0f0f_0f0f;
             }
         }
-        let (sc, m) = scale_min_k4(b, u);
-        unit1(q, rdf16(b, 0) * sc as f32, -(rdf16(b, 2) * m as f32))
+        // The header (d, dmin, 12 bytes of scales) as one 16-byte load, the scales picked
+        // with selects: no byte loads, and no branch on the unit (lanes of a wave take
+        // different units).
+        let h = rd128(b, 0);
+        let (sc, m) = scale_min_k4_words(h, u);
+        unit1(q, f16_of(h[0], false) * sc as f32, -(f16_of(h[0], true) * m as f32))
     }
 }
 
@@ -600,6 +615,7 @@ impl QuantFormat for Q6K {
         let s1 = rd8(b, 192 + 8 * h + 2 * grp + 1) as u8 as i8;
         Unit { q, c: [d * s0 as f32, d * s1 as f32], m: 0.0, n: [0.0, 0.0] }
     }
+    const RUN: usize = 4;
 }
 
 impl QuantFormat for Q8K {
@@ -1676,13 +1692,16 @@ pub const STREAM_STAGE_BYTES: usize = 16 * 1024;
 /// CUDA takes instead as many as the driver says the loaded code keeps resident:
 /// `LaunchConfig::resident_grid`), so that all of them are resident at once, from the
 /// registers ptxas gives each instance of the sm_80 PTX on sm_90 (64K per SM): 6 at up to
-/// 80 per work-item (`Q4_0`, `Q4_1`, `Q8_0`), 5 at up to 96 (`Q5_0`, `Q5_1`, `Q4K`), 4 for
-/// `Q6K` (124); fewer where 228 KiB of shared memory per SM holds fewer (none of the
-/// Llama-3-8B shapes with [`STREAM_STAGES`] stages). `Q4K` at 5 rather than 4: matvecs
-/// chained on the same activations (`ops::matvec`) 6-9% faster at the FFN shapes on the
-/// H100 (`bench-quantized --sweep-chain`), calls that each quantize within 1%.
-/// A grid that is not all resident is still correct, only slower (a second partial round
-/// of work-groups).
+/// 80 per work-item (`Q4_0`, `Q4_1`, `Q8_0`), 5 at up to 96 (`Q5_0`, `Q5_1`, `Q4K`); `Q6K`
+/// (80 registers since it reads runs of 4 units, [`QuantFormat::RUN`]; 127 before) at 4:
+/// on the H200 (`bench-quantized --sweep-stages`) within 1-3% of its best grid at every
+/// Llama-3-8B decode shape, 6 as fast only on the largest (the activations every
+/// work-group loads first cost the small shapes more at more work-groups). `Q4K` at 5
+/// rather than 4: on the H100, matvecs chained on the same activations (`ops::matvec`)
+/// 6-9% faster at the FFN shapes (`bench-quantized --sweep-chain`). Fewer where 228 KiB of
+/// shared memory per SM holds fewer (none of the Llama-3-8B shapes with [`STREAM_STAGES`]
+/// stages). A grid that is not all resident is still correct, only slower (a second
+/// partial round of work-groups).
 pub const fn stream_groups_per_cu(dtype: GgmlDType, lds_bytes: usize) -> usize {
     let by_regs = match dtype {
         GgmlDType::Q6K => 4,
@@ -1822,8 +1841,9 @@ fn stream_issue(w: &[u8], rows: usize, row_bytes: usize, per_step: usize, steps:
 /// into one of `stages` shared stages (2..=4) `stages - 1` steps ahead, so weight bytes
 /// stay in flight while a step is computed; one barrier per step. Each row is shared by
 /// `team = STREAM_BLOCK / per_step` work-items, and work-item `j` of a row always takes the
-/// units `j, j + team, ...` (at most [`STREAM_UNITS`]), so it loads their q8_1 activations
-/// into registers once for all its rows. A row's products are summed per wave (shuffles); a row
+/// runs of [`QuantFormat::RUN`] consecutive units `j, j + team, ...` (at most
+/// [`STREAM_UNITS`] units), so it loads their q8_1 activations into registers once for all
+/// its rows (runs of several units through the last stage, where the row's codes fit). A row's products are summed per wave (shuffles); a row
 /// of one wave is written by it, the waves' sums of a wider row go through `partials` and
 /// are added in a fixed order after the next barrier. `lds` holds
 /// `stages * stream_stage_words(row_bytes, per_step)` words; `w` starts on 16 bytes.
@@ -1898,14 +1918,55 @@ pub fn matvec_stream<Q: QuantFormat>(
     kernel_dsl::grid::release_next();
     // This work-item's units of every row, and their activations (loaded once).
     let (sub, j) = ((tid >> team_shift) as usize, tid & (team - 1));
+    // Unit `i` (< STREAM_UNITS) of this work-item: runs of `Q::RUN` consecutive units,
+    // run `i / RUN` the `(j + (i / RUN) team)`-th of the row.
+    let run = Q::RUN as u32;
+    let unit_of = |i: usize| run * (j + (i as u32 / run) * team) + i as u32 % run;
     let mut act = [[0u32; 8]; STREAM_UNITS];
     let mut ds = [[0f32; 2]; STREAM_UNITS];
+    // Runs (RUN > 1) loaded from `xq` directly would touch a cache line per lane (a run's
+    // codes are RUN * 32 consecutive bytes): where they fit, the work-group first copies
+    // the row's codes, coalesced, to the stage no copy is in flight to yet (the last; its
+    // first copy is issued after the loop's first barrier), in 16-byte chunks swizzled
+    // (chunk `c` of each 128 bytes at `c ^ segment % 8`) so that the lanes' reads of their
+    // runs meet no bank conflicts.
+    let via_lds = Q::RUN > 1 && units % 4 == 0 && 32 * units <= stage_bytes;
+    let acts_at = ((stages32 - 1) * stage_bytes) as usize;
+    let swizzle = |c: u32| (c ^ ((c >> 3) & 7)) as usize;
+    if via_lds {
+        let mut c = tid;
+        while c < 2 * units {
+            // SAFETY: chunk c < 2 units = cols / 16: words 4c .. 4c + 4 of `xq` (checked
+            // above; `xq` starts on 16 bytes: launcher). The swizzle stays inside the
+            // chunk's 128 bytes (2 units is a multiple of 8 chunks), inside the last stage
+            // (32 units <= its bytes), which starts on 16 bytes.
+            unsafe {
+                let v = ld4(xq.as_ptr().add(4 * c as usize) as *const crate::indexing::Words4);
+                st4((lds.as_ptr() as *mut u8).add(acts_at + 16 * swizzle(c)) as *mut crate::indexing::Words4, v);
+            }
+            c += threads;
+        }
+        barrier();
+    }
     each!(i in [0, 1, 2, 3] {
-        let k = j + i as u32 * team;
+        let k = unit_of(i);
         if i < STREAM_UNITS && k < units {
-            // SAFETY: k < cols / 32, inside the lengths checked above.
-            let (q, d, m) = unsafe { q8_1_block(xq, xds, 0, 0, k as usize) };
-            (act[i], ds[i]) = (q, [d, m]);
+            if via_lds {
+                // SAFETY: chunks 2k, 2k + 1 written above (k < units); floats 2k, 2k + 1
+                // of `xds` (checked above).
+                unsafe {
+                    let p = (lds.as_ptr() as *const u8).add(acts_at);
+                    let lo = ld4(p.add(16 * swizzle(2 * k)) as *const crate::indexing::Words4);
+                    let hi = ld4(p.add(16 * swizzle(2 * k + 1)) as *const crate::indexing::Words4);
+                    act[i] = [lo[0], lo[1], lo[2], lo[3], hi[0], hi[1], hi[2], hi[3]];
+                    let f = xds.as_ptr().add(2 * k as usize);
+                    ds[i] = [*f, *f.add(1)];
+                }
+            } else {
+                // SAFETY: k < cols / 32, inside the lengths checked above.
+                let (q, d, m) = unsafe { q8_1_block(xq, xds, 0, 0, k as usize) };
+                (act[i], ds[i]) = (q, [d, m]);
+            }
         }
     });
     let wave_in_row = (j / lanes) as usize;
@@ -1945,17 +2006,28 @@ pub fn matvec_stream<Q: QuantFormat>(
                 let p = lds.as_ptr() as *const u8;
                 (core::slice::from_raw_parts(p.add((stage * stage_bytes) as usize), stage_bytes as usize), core::slice::from_raw_parts(p.add(off), row_bytes))
             };
+            // A run's units lie in one block (RUN divides the units of a block) and are all
+            // inside the row or all past it (so are whole blocks): one branch per run, and
+            // the bytes its units share are loaded once.
             each!(i in [0, 1, 2, 3] {
-                let k = j + i as u32 * team;
-                if i < STREAM_UNITS && k < units {
-                    let blk = k as usize / upb;
-                    let unit = if Q::STAGE_READS {
-                        // SAFETY: `whole` starts on 16 bytes and holds whole words.
-                        unsafe { Q::unit_at(whole, lead as usize + blk * Q::BYTES, k as usize % upb) }
-                    } else {
-                        Q::unit(&staged[blk * Q::BYTES..(blk + 1) * Q::BYTES], k as usize % upb)
-                    };
-                    acc += unit_dot::<Q>(&unit, &act[i], ds[i][0], ds[i][1]);
+                let k0 = unit_of(i);
+                if i < STREAM_UNITS && i % Q::RUN == 0 && k0 < units {
+                    let blk = k0 as usize / upb;
+                    each!(r in [0, 1, 2, 3] {
+                        if r < Q::RUN && i + r < STREAM_UNITS {
+                            // i + r < STREAM_UNITS: the modulo only keeps the constant index
+                            // of the instances this branch removes in bounds.
+                            let ir = (i + r) % STREAM_UNITS;
+                            let u = k0 as usize % upb + r;
+                            let unit = if Q::STAGE_READS {
+                                // SAFETY: `whole` starts on 16 bytes and holds whole words.
+                                unsafe { Q::unit_at(whole, lead as usize + blk * Q::BYTES, u) }
+                            } else {
+                                Q::unit(&staged[blk * Q::BYTES..(blk + 1) * Q::BYTES], u)
+                            };
+                            acc += unit_dot::<Q>(&unit, &act[ir], ds[ir][0], ds[ir][1]);
+                        }
+                    });
                 }
             });
         }

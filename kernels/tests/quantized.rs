@@ -585,6 +585,26 @@ fn matvec_stream_kernel_every_format() {
     }
 }
 
+/// The streaming batch-1 kernel on the Llama-3-8B decode shapes scaled down, for `Q6K`
+/// (runs of 4 consecutive units per work-item, `QuantFormat::RUN`) beside `Q4K`, `Q4_0` and
+/// `Q8_0` (one unit): rows of 4096 columns (q|k|v, o, gate|up: 128 units, 4 rows per step;
+/// `Q6K`'s activations staged through the last stage) and 14336 (down: 448 units, `Q6K`'s
+/// 112 runs over 128 work-items, the last 16 idle, its activations loaded directly: they do
+/// not fit a stage), rows of 1024 and 2048 columns (most work-items idle), row counts that
+/// are no multiple of the rows per step, grids whose work-groups take 1 to 4 steps, three
+/// stages, on waves of 32 and 64 in both work-item orders, against the f64 reference.
+#[test]
+fn matvec_stream_unit_runs_on_decode_shapes() {
+    for dev in executors_both_orders() {
+        for dtype in [GgmlDType::Q4K, GgmlDType::Q6K, GgmlDType::Q4_0, GgmlDType::Q8_0] {
+            for (rows, cols, groups) in [(6, 4096, Some(2)), (15, 4096, Some(3)), (3, 14336, Some(2)), (5, 14336, Some(4)), (9, 1024, Some(2)), (7, 2048, None)] {
+                check_matvec_on(&dev, dtype, rows, cols, 1, 7000 + 10 * rows as u64 + cols as u64 + dtype as u64, false, Path::Stream(groups));
+            }
+            check_matvec_on(&dev, dtype, 10, 4096, 1, 7500 + dtype as u64, false, Path::Staged(3, 3));
+        }
+    }
+}
+
 /// The streaming kernel for batches of 2..=8 (`matvec_stream_batch`, what NVIDIA GPUs run
 /// for them) on every executor, work-items in both orders: every format it has; tiles of
 /// 2, 4 and 8 activation rows, full and partial (batches 2, 3, 4, 5, 8); 8, 4, 2 and 1 rows

@@ -3,6 +3,9 @@
 //! shapes), timed with GPU events against a device-to-device copy in the same run.
 //!
 //! `quantized [--out DIR] [--quick] [--profile]`: writes `DIR/rust_quantized.json`.
+//! `quantized --decode [FORMAT...]`: the Llama-3-8B decode step's products as the engine runs
+//! them (q|k|v 6144x4096, o 4096x4096, gate|up 28672x4096, down 4096x14336, the head
+//! 128256x4096) at batch 1, and 2, 4, 8 on gate|up and down; `Q4K` and `Q6K` unless named.
 //! `quantized --host`: host time per call (enqueue only, no waiting) of the quantization,
 //! the matvec and both, against the GPU time of the same calls (printed only).
 //! `quantized --sweep`: batches 1, 2, 4 and 8 through `matvec_rows` against the streaming
@@ -74,8 +77,24 @@ fn main() {
         dequant(&dev, copy_gbps, if named.is_empty() { &GgmlDType::ALL } else { &named }, &args.out_dir());
         return;
     }
-    let shapes: &[(usize, usize)] = if quick || profile { &[(4096, 14336)] } else { &[(4096, 4096), (14336, 4096), (4096, 14336), (128256, 4096)] };
-    let formats: &[GgmlDType] = if profile {
+    let decode = args.after("--decode");
+    let decode_formats: Vec<GgmlDType> = decode.unwrap_or_default().iter().filter_map(|a| GgmlDType::ALL.into_iter().find(|d| d.name() == a)).collect();
+    let shapes: &[(usize, usize)] = if decode.is_some() {
+        &[(6144, 4096), (4096, 4096), (28672, 4096), (4096, 14336), (128256, 4096)]
+    } else if quick || profile {
+        &[(4096, 14336)]
+    } else {
+        &[(4096, 4096), (14336, 4096), (4096, 14336), (128256, 4096)]
+    };
+    // Batches over 1 on the FFN shapes only.
+    let ffn = |rows: usize, cols: usize| matches!((rows, cols), (4096, 14336) | (14336, 4096) | (28672, 4096));
+    let formats: &[GgmlDType] = if decode.is_some() {
+        if decode_formats.is_empty() {
+            &[GgmlDType::Q4K, GgmlDType::Q6K]
+        } else {
+            &decode_formats
+        }
+    } else if profile {
         &[GgmlDType::Q4_0, GgmlDType::Q8_0, GgmlDType::Q4K, GgmlDType::Q6K]
     } else {
         &[GgmlDType::Q4_0, GgmlDType::Q8_0, GgmlDType::Q4K, GgmlDType::Q6K, GgmlDType::Q4_1, GgmlDType::Q5_0, GgmlDType::Q5_1, GgmlDType::Q5K, GgmlDType::Q2K, GgmlDType::Q3K]
@@ -86,8 +105,8 @@ fn main() {
             let ws = ColdSet::new(&dev, dev.upload(&weights(dtype, rows, cols)).unwrap());
             let (w, wbytes) = (ws.first(), ws.bytes());
             for batch in [1usize, 2, 4, 8] {
-                // Batches 2..8 on the two FFN shapes.
-                if batch > 1 && (rows, cols) != (4096, 14336) && (rows, cols) != (14336, 4096) {
+                // Batches 2..8 on the FFN shapes.
+                if batch > 1 && !ffn(rows, cols) {
                     continue;
                 }
                 let x = activations(batch * cols);
@@ -175,13 +194,13 @@ fn sweep(dev: &kernels::runtime::Device, copy_gbps: f64) {
     }
 }
 
-/// Batch 1 through the streaming kernel on the Llama-3-8B shapes with 2, 3 and 4 shared
+/// Batch 1 through the streaming kernel on the Llama-3-8B decode shapes (as `--decode`) with 2, 3 and 4 shared
 /// stages, each with the launcher's grid and 3, 4, 5, 6 and 8 work-groups per SM (weights
 /// cycled as in the main benchmark).
 fn sweep_stages(dev: &kernels::runtime::Device, copy_gbps: f64, formats: &[GgmlDType]) {
     let cus = kernel_dsl::host::Executor::compute_units(dev).unwrap_or(1) as usize;
     for &dtype in formats {
-        for (rows, cols) in [(4096, 14336), (14336, 4096), (4096, 4096), (128256, 4096)] {
+        for (rows, cols) in [(6144, 4096), (4096, 4096), (28672, 4096), (4096, 14336), (128256, 4096)] {
             let ws = ColdSet::new(dev, dev.upload(&weights(dtype, rows, cols)).unwrap());
             let x = activations(cols);
             let x = dev.upload(&x).unwrap();
