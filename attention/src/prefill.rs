@@ -24,7 +24,8 @@
 //! [`prefill_bn`] keys stream through shared memory in 16-byte copies (`cp.async` with two
 //! K buffers on NVIDIA sm_80+). The only difference is where a tile's rows come from: key
 //! `j` of the sequence is row `j % block_size` of block `block_tables[j / block_size]`,
-//! looked up per copied row ([`copy_rows`]); rows of a K/V tile past the work-group's last
+//! looked up per copied row ([`copy_rows`]; block sizes are powers of two, a shift and a
+//! mask); rows of a K/V tile past the work-group's last
 //! visible key are zeros. Key tiles wholly outside the causal (and window) range of the
 //! work-group's rows are not visited. Built for head dimensions 64 and 128 (the models the
 //! engine serves); other head dimensions stay on the gather path.
@@ -111,7 +112,7 @@ pub fn paged_prefill<T: MmaFloat, H: HeadDim>(
     // Every element this work-group touches lies in its buffer (one uniform check).
     let q_end = (q_row0 + q_hi) * q_stride;
     let lse_end = h * total_q as usize + q_row0 + q_hi;
-    if q_end_row < q_row0 || len_q > ctx || ctx > mb * bs || q_end > q.len() || q_end > out.len() || lse_end > lse.len() || k_cache.len() != v_cache.len() {
+    if q_end_row < q_row0 || len_q > ctx || ctx > mb * bs || !bs.is_power_of_two() || q_end > q.len() || q_end > out.len() || lse_end > lse.len() || k_cache.len() != v_cache.len() {
         panic!("paged_prefill: a buffer is shorter than the shape needs");
     }
     let num_blocks = k_cache.len() / row_elems / bs;
@@ -151,15 +152,13 @@ pub fn paged_prefill<T: MmaFloat, H: HeadDim>(
     if wave::any(outside) {
         panic!("paged_prefill: a block table entry is outside the cache");
     }
-    // The cache row of key `key` (below kv_hi): a shift and a mask for block sizes that are
-    // powers of two.
-    let pow2 = bs.is_power_of_two();
+    // The cache row of key `key` (below kv_hi): the block size is a power of two (checked
+    // above), so a shift and a mask (no division: its registers spilled on gfx11).
     let shift = bs.trailing_zeros();
     let row_of = |key: usize| -> usize {
-        let (blk, r) = if pow2 { (key >> shift, key & (bs - 1)) } else { (key / bs, key % bs) };
         // SAFETY: the entries of keys below kv_hi lie in the row and inside the caches
         // (checked above).
-        unsafe { *tp.add(table + blk) as usize * bs + r }
+        unsafe { ((*tp.add(table + (key >> shift)) as usize) << shift) | (key & (bs - 1)) }
     };
 
     let wave = tid / lanes;

@@ -220,6 +220,7 @@ fn paged_prefill_rejects_bad_arguments() {
     assert_eq!(arg_of(PrefillIndex::new(&[0, 2, 3], &[5, 5], &tables, 4, 4)), "block_tables");
     assert_eq!(arg_of(PrefillIndex::new(&[0, 2, 3], &[5, 3], &tables[..5], 4, 4)), "block_tables");
     assert_eq!(arg_of(PrefillIndex::new(&[0, 2, 3], &[5, 3], &tables, 4, 0)), "block_size");
+    assert_eq!(arg_of(PrefillIndex::new(&[0, 2, 3], &[5, 3], &tables, 4, 12)), "block_size");
     let index = PrefillIndex::new(&[0, 2, 3], &[5, 3], &tables, 4, 4).unwrap();
     assert_eq!((index.batch(), index.total_q(), index.longest_q()), (2, 3, 2));
 

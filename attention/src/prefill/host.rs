@@ -41,12 +41,12 @@ pub struct PrefillIndex {
 }
 
 impl PrefillIndex {
-    /// Checks that `cu_q` (`batch + 1` offsets) starts at 0 and never decreases, that every
+    /// Checks that the block size is a power of two, that `cu_q` (`batch + 1` offsets) starts at 0 and never decreases, that every
     /// chunk is at most its context and every context fits its block-table row, whose used
     /// entries name blocks inside the cache; an error names the argument.
     pub fn new(cu_q: &[u32], context_lens: &[u32], block_tables: &[u32], num_blocks: usize, block_size: usize) -> Result<Self, AttentionError> {
-        if block_size == 0 {
-            return Err(arg("block_size", "is 0"));
+        if !block_size.is_power_of_two() {
+            return Err(arg("block_size", format!("{block_size} is not a power of two (the kernel finds rows with a shift and a mask)")));
         }
         let batch = context_lens.len();
         if batch == 0 || cu_q.len() != batch + 1 {

@@ -200,7 +200,8 @@ pub struct PagedDecode {
 /// with its last key). Three forms: fresh chunks that fill the step attend over the step's
 /// own keys ([`VarlenChunks::own_keys`]); otherwise the paged prefill kernel reads each
 /// context through the block tables (`paged`, no gather); where it has no instance (head
-/// dimensions other than 64 and 128) the contexts are gathered out of the cache in one
+/// dimensions other than 64 and 128, block sizes that are not powers of two) the contexts
+/// are gathered out of the cache in one
 /// `index_select` (`ctx_slots`) for the varlen kernel.
 pub struct VarlenChunks {
     /// Packed rows of the chunks' tokens, chunk after chunk, `[Q]` u32; `None`: every

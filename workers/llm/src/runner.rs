@@ -298,7 +298,7 @@ impl LlamaRunner {
             }
             let mut v = VarlenChunks { rows: gather_rows(&rows_q, tokens.len(), &dev)?, ctx_slots: None, paged: None, cu_q, cu_k, max_q, max_k };
             if !v.own_keys() {
-                if self.model.paged_prefill() {
+                if self.model.paged_prefill() && bs.is_power_of_two() {
                     // One row of `max_blocks` entries per chunk: the blocks its context uses.
                     let max_blocks = max_k.div_ceil(bs).max(1);
                     let mut tables = vec![0u32; multi.len() * max_blocks];
