@@ -225,7 +225,11 @@ pub fn paged_prefill<T: MmaFloat, H: HeadDim>(
         let k0 = kv_lo + t * bn;
         if kbufs == 1 {
             issue_k(t);
+            // The table reads and copies of one tile at a time (hoisted, bf16 hd64 spilled
+            // on gfx11's 192 VGPRs).
+            mma::schedule_fence();
             issue_v(t);
+            mma::schedule_fence();
             copy::commit();
         }
         copy::wait_groups(0);

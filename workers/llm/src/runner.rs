@@ -248,7 +248,7 @@ impl LlamaRunner {
         let mut chunks = Vec::with_capacity(batch.len());
         // Multi-token chunks: packed offset, length, start position, context slots, block
         // table.
-        let mut multi: Vec<(usize, usize, usize, Vec<u32>, &[u32])> = vec![];
+        let mut multi: Vec<MultiChunk<'_>> = vec![];
         // One-token chunks (decodes): packed row, context slots, block table.
         let mut decodes: Vec<(usize, Vec<u32>, &[u32])> = vec![];
         for c in batch {
@@ -637,6 +637,10 @@ fn draw_rows(logits: &Tensor, draws: &Draws, vocab: usize) -> Result<Vec<RowOutp
     }
     Ok(out)
 }
+
+/// A multi-token chunk of a step: packed offset, length, start position, context slots,
+/// block table.
+type MultiChunk<'a> = (usize, usize, usize, Vec<u32>, &'a [u32]);
 
 /// The packed rows `rows` of a step of `total` tokens as a device tensor, or `None` when
 /// they are every row in order (nothing to gather).
