@@ -1,4 +1,4 @@
 //! Compiles this crate's kernel modules for every configured GPU target.
 fn main() {
-    build_support::KernelBuild::new().module("flash").module("paged").module("cache").build();
+    build_support::KernelBuild::new().module("flash").module("paged").module("cache").module("prefill").build();
 }

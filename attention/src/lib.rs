@@ -11,6 +11,10 @@
 //!   `reshape_and_cache`. Entry points: [`paged::host::paged_attention`],
 //!   [`paged::host::reshape_and_cache_rows`].
 //!
+//! - [`prefill`]: flash prefill of prompt chunks reading their keys and values (cached
+//!   prefix included) from the paged cache through the block tables, varlen batches of
+//!   several sequences' chunks in one launch. Entry point: [`prefill::host::paged_prefill`].
+//!
 //! - [`cache`]: `rope_and_cache`, the cache write with the rotary embedding applied to the
 //!   keys (and, in the same launch, the queries) on the way. Entry point:
 //!   [`cache::host::rope_and_cache_rows`].
@@ -42,6 +46,7 @@
 pub mod cache;
 pub mod flash;
 pub mod paged;
+pub mod prefill;
 
 kernel_dsl::embed_kernels!();
 

@@ -32,7 +32,8 @@
 //! Attention: [`flash_attn`] has the `candle-flash-attn` functions (`flash_attn`,
 //! `flash_attn_varlen`, windows, ALiBi, softcap) on this device and on `Device::Cpu`, so a
 //! model switches by changing its import; [`paged`] has `paged_attention`,
-//! `reshape_and_cache` and `rope_and_cache` over a paged KV cache.
+//! `reshape_and_cache` and `rope_and_cache` over a paged KV cache; [`paged_prefill`]
+//! attends prompt chunks over their cached prefixes in place (no gather).
 //!
 //! Dtypes and ops without a kernel (f6/f4 storage, unary math on integers and f8e4m3)
 //! return a Candle error naming the op and dtype; nothing falls back to the CPU silently.
@@ -47,6 +48,7 @@ pub mod gemm;
 pub mod llm_ops;
 pub mod ops;
 pub mod paged;
+pub mod paged_prefill;
 pub mod profile;
 pub mod quantized;
 pub mod sd_ops;

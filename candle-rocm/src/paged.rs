@@ -248,6 +248,31 @@ fn with_io<T: BufElem + Float>(
     Ok(RopeCacheOut { q: q_out.map(|o| output(dev, o, (tokens, heads, head_dim))), kv: kv.map(|(a, b)| (output(dev, a, rows), output(dev, b, rows))) })
 }
 
+/// [`with_io`], then `launch` once with the operands and both caches borrowed as mutable
+/// kernel buffers (the nest every `rope_and_cache` form shares).
+#[allow(clippy::type_complexity)]
+fn with_io_caches<T: BufElem + Float>(
+    op: &'static str,
+    dev: &RocmDevice,
+    shape: RopeCacheShape,
+    (key, value, q, kv_out): (&Tensor, &Tensor, Option<&Tensor>, bool),
+    (key_cache, value_cache): (&Tensor, &Tensor),
+    launch: impl FnOnce(RopeCacheIo<'_, T>, &mut kernels::runtime::DeviceVec<T>, &mut kernels::runtime::DeviceVec<T>) -> Result<()>,
+) -> Result<RopeCacheOut> {
+    with_io::<T>(op, dev, shape, key, value, q, kv_out, |io| {
+        // `with_mut` takes `FnMut`: the operands and the launch are used once.
+        let mut once = Some((io, launch));
+        with_mut(key_cache, |kc| {
+            with_mut(value_cache, |vc| {
+                let kc = buf_mut::<T>(op, "key_cache", kc)?;
+                let vc = buf_mut::<T>(op, "value_cache", vc)?;
+                let (io, launch) = once.take().ok_or_else(|| invalid(op, "the caches were written twice"))?;
+                launch(io, kc, vc)
+            })
+        })
+    })
+}
+
 #[allow(clippy::too_many_arguments)]
 fn rope_on<T: BufElem + Float>(
     dev: &RocmDevice,
@@ -264,16 +289,8 @@ fn rope_on<T: BufElem + Float>(
     const OP: &str = "rope_and_cache";
     let ((cs, cl), (ss, sl)) = (rope.cos.storage_and_layout(), rope.sin.storage_and_layout());
     let (cos, sin) = (input::<T>(OP, "cos", dev, &cs, cl)?, input::<T>(OP, "sin", dev, &ss, sl)?);
-    let out = with_io::<T>(OP, dev, shape, key, value, q, false, |io| {
-        let mut io = Some(io);
-        with_mut(key_cache, |kc| {
-            with_mut(value_cache, |vc| {
-                let kc = buf_mut::<T>(OP, "key_cache", kc)?;
-                let vc = buf_mut::<T>(OP, "value_cache", vc)?;
-                let io = io.take().ok_or_else(|| invalid(OP, "the caches were written twice"))?;
-                rope_and_cache_rows(dev.kernels(), shape, io, kc, vc, slots, positions, &cos, &sin).map_err(|e| err(OP, e))
-            })
-        })
+    let out = with_io_caches::<T>(OP, dev, shape, (key, value, q, false), (key_cache, value_cache), |io, kc, vc| {
+        rope_and_cache_rows(dev.kernels(), shape, io, kc, vc, slots, positions, &cos, &sin).map_err(|e| err(OP, e))
     })?;
     Ok(out.q)
 }
@@ -696,19 +713,11 @@ fn rope_indexed_on<T: BufElem + Float>(
     let ((ms, ml), (ps, pl)) = (index.slot_mapping.storage_and_layout(), index.positions.storage_and_layout());
     let (cos, sin) = (input::<T>(OP, "cos", dev, &cs, cl)?, input::<T>(OP, "sin", dev, &ss, sl)?);
     let (map, pos) = (input::<i64>(OP, "slot_mapping", dev, &ms, ml)?, input::<u32>(OP, "positions", dev, &ps, pl)?);
-    with_io::<T>(OP, dev, shape, key, value, q, kv_out, |io| {
-        let mut io = Some(io);
-        with_mut(key_cache, |kc| {
-            with_mut(value_cache, |vc| {
-                let kc = buf_mut::<T>(OP, "key_cache", kc)?;
-                let vc = buf_mut::<T>(OP, "value_cache", vc)?;
-                let io = io.take().ok_or_else(|| invalid(OP, "the caches were written twice"))?;
-                // SAFETY: `CacheIndex::new` checked every slot (inside the cache of
-                // `num_blocks * block_size` rows, distinct) and `cache_matches` that this
-                // cache has that many; the tables hold `table_rows` rows, past every position.
-                unsafe { rope_and_cache_rows_unchecked(dev.kernels(), shape, io, kc, vc, &map, &pos, &cos, &sin) }.map_err(|e| err(OP, e))
-            })
-        })
+    with_io_caches::<T>(OP, dev, shape, (key, value, q, kv_out), (key_cache, value_cache), |io, kc, vc| {
+        // SAFETY: `CacheIndex::new` checked every slot (inside the cache of
+        // `num_blocks * block_size` rows, distinct) and `cache_matches` that this
+        // cache has that many; the tables hold `table_rows` rows, past every position.
+        unsafe { rope_and_cache_rows_unchecked(dev.kernels(), shape, io, kc, vc, &map, &pos, &cos, &sin) }.map_err(|e| err(OP, e))
     })
 }
 

@@ -105,8 +105,9 @@ fn kernels_crate_code_objects_match_launchers() {
 #[test]
 fn attention_crate_code_objects_match_launchers() {
     // flash_fwd, paged_decode and paged_decode_waves (2 types x 5 head dims each),
-    // paged_merge (2), reshape_and_cache (3), rope_and_cache (3).
-    check_crate(&attention::__KERNEL_BINARIES, 38);
+    // paged_merge (2), reshape_and_cache (3), rope_and_cache (3), paged_prefill (2 types
+    // x 2 head dims).
+    check_crate(&attention::__KERNEL_BINARIES, 46);
 }
 
 #[test]

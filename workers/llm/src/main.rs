@@ -135,10 +135,11 @@ enum Cmd {
         #[arg(long, default_value_t = 1)]
         tensor_parallel: usize,
         /// Prompt tokens a step that also decodes runs at most (chunked prefill: an arriving
-        /// prompt spreads over several steps instead of stalling the running sequences;
-        /// default: up to --max-batched-tokens).
-        #[arg(long)]
-        prefill_chunk_while_decoding: Option<usize>,
+        /// prompt spreads over several steps instead of stalling the running sequences for
+        /// one long step; steps without decodes keep --max-batched-tokens). 0: no cap. The
+        /// default's reasons: `llm_worker::serve::DEFAULT_PREFILL_CHUNK_WHILE_DECODING`.
+        #[arg(long, default_value_t = llm_worker::serve::DEFAULT_PREFILL_CHUNK_WHILE_DECODING)]
+        prefill_chunk_while_decoding: usize,
     },
     /// Write a model with seeded random weights (a Hugging Face folder, or a llama GGUF file).
     WriteRandom {
@@ -309,9 +310,7 @@ fn run(cli: Cli) -> Result<()> {
                 bail!("--shutdown-grace must be a number of seconds >= 0");
             }
             let config = llm_server::ServerConfig { api_key, max_queue, shutdown_grace: std::time::Duration::from_secs_f64(shutdown_grace), ..Default::default() };
-            if prefill_chunk_while_decoding == Some(0) {
-                bail!("--prefill-chunk-while-decoding must be >= 1");
-            }
+            let prefill_chunk_while_decoding = (prefill_chunk_while_decoding > 0).then_some(prefill_chunk_while_decoding);
             let args = ServeArgs { model, tokenizer, device, name: served_model_name, max_model_len, max_num_seqs, max_batched_tokens, block_size, num_blocks, tensor_parallel, prefill_chunk_while_decoding };
             llm_server::run(config, std::net::SocketAddr::new(ip, port), move || load_served(&args))?;
         }

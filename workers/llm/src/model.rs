@@ -199,16 +199,24 @@ pub struct PagedDecode {
     pub index: candle_rocm::paged::DecodeIndex,
 }
 
-/// The multi-token chunks of a packed batch for the varlen flash kernel: every chunk's
-/// queries against every cached key of its sequence (the prefix of a continued chunk or a
-/// prefix-cache hit included), gathered from the cache in one `index_select`, in one
-/// causal call (causal aligns each chunk's last query with its last key).
+/// The multi-token chunks of a packed batch for the flash kernels: every chunk's queries
+/// against every cached key of its sequence (the prefix of a continued chunk or a
+/// prefix-cache hit included), in one causal call (causal aligns each chunk's last query
+/// with its last key). Three forms: fresh chunks that fill the step attend over the step's
+/// own keys ([`VarlenChunks::own_keys`]); otherwise the paged prefill kernel reads each
+/// context through the block tables (`paged`, no gather); where it has no instance (head
+/// dimensions other than 64 and 128, block sizes that are not powers of two) the contexts
+/// are gathered out of the cache in one
+/// `index_select` (`ctx_slots`) for the varlen kernel.
 pub struct VarlenChunks {
     /// Packed rows of the chunks' tokens, chunk after chunk, `[Q]` u32; `None`: every
     /// packed row, in order (no gather).
     pub rows: Option<Tensor>,
-    /// Cache slots of each chunk's keys `0..start_pos + len`, chunk after chunk, `[K]` u32.
-    pub ctx_slots: Tensor,
+    /// Cache slots of each chunk's keys `0..start_pos + len`, chunk after chunk, `[K]` u32
+    /// (the gather path; `None` where `paged` or the own keys serve).
+    pub ctx_slots: Option<Tensor>,
+    /// The chunks' offsets, contexts and block tables for the paged prefill kernel.
+    pub paged: Option<candle_rocm::paged_prefill::PrefillIndex>,
     /// Cumulative query offsets, `chunks + 1` (host values: the attention call reads
     /// nothing back from the device).
     pub cu_q: Vec<u32>,
@@ -355,13 +363,18 @@ pub fn paged_attention(q: &Tensor, cache: &LayerCache, batch: &AttnBatch, scale:
         };
         let nq = qc.dim(0)?;
         let qc = qc.to_dtype(cache.k.dtype())?;
-        let (k, v) = match own.filter(|_| c.own_keys()) {
-            Some((k, v)) => (k.clone(), v.clone()),
-            None => (kf.index_select(&c.ctx_slots, 0)?, vf.index_select(&c.ctx_slots, 0)?),
-        };
         // Causal; a query at p sees keys p - w < k <= p under a window: w - 1 to the left.
         let left = batch.window.map(|w| w.saturating_sub(1));
-        let o = candle_rocm::flash_attn::flash_attn_varlen_host_offsets(&qc, &k, &v, &c.cu_q, &c.cu_k, c.max_q, c.max_k, scale as f32, left, Some(0))?;
+        let own = own.filter(|_| c.own_keys());
+        let o = match (own, &c.paged, &c.ctx_slots) {
+            (Some((k, v)), ..) => candle_rocm::flash_attn::flash_attn_varlen_host_offsets(&qc, k, v, &c.cu_q, &c.cu_k, c.max_q, c.max_k, scale as f32, left, Some(0))?,
+            (None, Some(index), _) => candle_rocm::paged_prefill::paged_prefill_indexed(&qc, &cache.k, &cache.v, index, scale as f32, left)?,
+            (None, None, Some(slots)) => {
+                let (k, v) = (kf.index_select(slots, 0)?, vf.index_select(slots, 0)?);
+                candle_rocm::flash_attn::flash_attn_varlen_host_offsets(&qc, &k, &v, &c.cu_q, &c.cu_k, c.max_q, c.max_k, scale as f32, left, Some(0))?
+            }
+            (None, None, None) => return Err(candle_core::Error::Msg("varlen chunks without their own keys, a prefill index or context slots".into())),
+        };
         outs.push(o.reshape((nq, nh * hd))?.to_dtype(q.dtype())?);
     }
     for c in &batch.chunks {
@@ -460,6 +473,9 @@ pub struct Model {
     /// This rank's share and communicator when the model is split across devices
     /// (tensor parallelism, [`crate::shard`]); `None`: the whole model.
     tp: Option<crate::tp::TpRank>,
+    /// Whether prefill chunks with a cached prefix take the paged prefill kernel (see
+    /// [`Model::set_paged_prefill`]).
+    paged_prefill: bool,
 }
 
 /// The product of a GGUF tensor for activations of `dtype`: block formats stay GGML blocks
@@ -627,7 +643,7 @@ impl Model {
             lin("lm_head", c.vocab_size, h, false)?
         };
         let (cos, sin) = rope_tables(c, dtype, dev)?;
-        Ok(Model { norm: get("model.norm.weight", &[h])?, cfg, dtype, device: dev.clone(), path: dir.into(), embed, layers, lm_head, cos, sin, fused: true, gated: true, fused_quantize: true, tp: None })
+        Ok(Model { norm: get("model.norm.weight", &[h])?, cfg, dtype, device: dev.clone(), path: dir.into(), embed, layers, lm_head, cos, sin, fused: true, gated: true, fused_quantize: true, tp: None, paged_prefill: paged_prefill_default() })
     }
 
     /// Loads a GGUF file (llama, qwen2, qwen3): weights stay in their GGML blocks (QMatMul),
@@ -694,13 +710,13 @@ impl Model {
         let head = if ct.tensor_infos.contains_key("output.weight") { read(&mut f, "output.weight")? } else { embed_q };
         let lm_head = Linear { w: Weight::Quant(gguf_qmatmul(head, dtype)?), b: None };
         let (cos, sin) = rope_tables(&cfg, dtype, dev)?;
-        Ok(Model { cfg, dtype, device: dev.clone(), path: path.into(), embed, layers, norm: final_norm, lm_head, cos, sin, fused: true, gated: true, fused_quantize: true, tp: None })
+        Ok(Model { cfg, dtype, device: dev.clone(), path: path.into(), embed, layers, norm: final_norm, lm_head, cos, sin, fused: true, gated: true, fused_quantize: true, tp: None, paged_prefill: paged_prefill_default() })
     }
 
     /// A model of loaded parts (the tensor-parallel loaders of [`crate::shard`]).
     #[allow(clippy::too_many_arguments)]
     pub(crate) fn from_parts(cfg: ModelConfig, dtype: DType, device: Device, path: PathBuf, embed: Tensor, layers: Vec<Layer>, norm: Tensor, lm_head: Linear, (cos, sin): (Tensor, Tensor), tp: Option<crate::tp::TpRank>) -> Model {
-        Model { cfg, dtype, device, path, embed, layers, norm, lm_head, cos, sin, fused: true, gated: true, fused_quantize: true, tp }
+        Model { cfg, dtype, device, path, embed, layers, norm, lm_head, cos, sin, fused: true, gated: true, fused_quantize: true, tp, paged_prefill: paged_prefill_default() }
     }
 
     /// `(rank, world)` of a tensor-parallel shard; `(0, 1)` for a whole model.
@@ -889,6 +905,21 @@ impl Model {
         self.fused && on_our_device(&self.device) && matches!(self.dtype, DType::F16 | DType::BF16) && attention::flash::HEAD_DIMS.contains(&self.cfg.head_dim)
     }
 
+    /// `false`: prefill chunks with a cached prefix gather their contexts out of the cache
+    /// for the varlen flash kernel (the path before the paged prefill kernel, kept as the
+    /// reference); `true` (the default unless `LLM_PAGED_PREFILL=0` is in the environment,
+    /// an A/B without code changes): the paged prefill kernel reads them through the block
+    /// tables where it has the head size.
+    pub fn set_paged_prefill(&mut self, on: bool) {
+        self.paged_prefill = on;
+    }
+
+    /// Whether this step's chunks with a cached prefix take the paged prefill kernel:
+    /// [`Model::kernel_attention`], a head size it is built for, and not turned off.
+    pub fn paged_prefill(&self) -> bool {
+        self.paged_prefill && self.kernel_attention() && attention::prefill::PREFILL_HEAD_DIMS.contains(&self.cfg.head_dim)
+    }
+
     /// Largest position the rope tables cover, plus one.
     pub fn max_positions(&self) -> usize {
         self.cos.dim(0).unwrap_or(0)
@@ -898,6 +929,12 @@ impl Model {
     pub fn window(&self) -> Option<usize> {
         self.cfg.sliding_window
     }
+}
+
+/// `true` unless `LLM_PAGED_PREFILL=0` is in the environment (read once).
+fn paged_prefill_default() -> bool {
+    static OFF: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    !*OFF.get_or_init(|| std::env::var("LLM_PAGED_PREFILL").is_ok_and(|v| v == "0"))
 }
 
 /// Builds the `[len, ctx]` additive mask of a chunk starting at `start`: causal, plus the

@@ -246,8 +246,9 @@ impl LlamaRunner {
         let (mut tokens, mut positions, mut slots, mut rows) = (vec![], vec![], vec![], vec![]);
         let kernels = self.model.kernel_attention();
         let mut chunks = Vec::with_capacity(batch.len());
-        // Multi-token chunks: packed offset, length, start position, context slots.
-        let mut multi: Vec<(usize, usize, usize, Vec<u32>)> = vec![];
+        // Multi-token chunks: packed offset, length, start position, context slots, block
+        // table.
+        let mut multi: Vec<MultiChunk<'_>> = vec![];
         // One-token chunks (decodes): packed row, context slots, block table.
         let mut decodes: Vec<(usize, Vec<u32>, &[u32])> = vec![];
         for c in batch {
@@ -262,7 +263,7 @@ impl LlamaRunner {
             if len == 1 {
                 decodes.push((offset, ctx, &c.block_table));
             } else {
-                multi.push((offset, len, start, ctx));
+                multi.push((offset, len, start, ctx, &c.block_table));
             }
             if c.sample {
                 rows.push((offset + len - 1) as u32);
@@ -282,27 +283,39 @@ impl LlamaRunner {
         let mut varlen = None;
         if kernels && !multi.is_empty() {
             // Every chunk's keys are its sequence's cached prefix plus its own (written by
-            // rope_append_kv before attention): one gather, one varlen call; no gather when
-            // every chunk is fresh and they fill the step (`VarlenChunks::own_keys`).
+            // rope_append_kv before attention), all in one call: over the step's own keys
+            // when every chunk is fresh and they fill the step (`VarlenChunks::own_keys`),
+            // else read through the block tables by the paged prefill kernel, else (head
+            // sizes it lacks) gathered out of the cache.
             let (mut rows_q, mut ctx_slots, mut cu_q, mut cu_k) = (vec![], vec![], vec![0u32], vec![0u32]);
             let (mut max_q, mut max_k) = (0, 0);
-            for (offset, len, _, ctx) in &multi {
+            for (offset, len, _, ctx, _) in &multi {
                 rows_q.extend((*offset..offset + len).map(|r| r as u32));
                 ctx_slots.extend_from_slice(ctx);
                 cu_q.push(rows_q.len() as u32);
                 cu_k.push(ctx_slots.len() as u32);
                 (max_q, max_k) = (max_q.max(*len), max_k.max(ctx.len()));
             }
-            varlen = Some(VarlenChunks {
-                rows: gather_rows(&rows_q, tokens.len(), &dev)?,
-                ctx_slots: Tensor::new(ctx_slots.as_slice(), &dev)?,
-                cu_q,
-                cu_k,
-                max_q,
-                max_k,
-            });
+            let mut v = VarlenChunks { rows: gather_rows(&rows_q, tokens.len(), &dev)?, ctx_slots: None, paged: None, cu_q, cu_k, max_q, max_k };
+            if !v.own_keys() {
+                if self.model.paged_prefill() && bs.is_power_of_two() {
+                    // One row of `max_blocks` entries per chunk: the blocks its context uses.
+                    let max_blocks = max_k.div_ceil(bs).max(1);
+                    let mut tables = vec![0u32; multi.len() * max_blocks];
+                    for (i, (.., ctx, table)) in multi.iter().enumerate() {
+                        let n = ctx.len().div_ceil(bs);
+                        tables[i * max_blocks..][..n].copy_from_slice(&table[..n]);
+                    }
+                    let lens: Vec<u32> = multi.iter().map(|c| c.3.len() as u32).collect();
+                    // The cache's blocks: the engine's and the scratch block.
+                    v.paged = Some(candle_rocm::paged_prefill::PrefillIndex::new(&dev, &v.cu_q, &lens, &tables, self.num_blocks + 1, bs)?);
+                } else {
+                    v.ctx_slots = Some(Tensor::new(ctx_slots.as_slice(), &dev)?);
+                }
+            }
+            varlen = Some(v);
         } else {
-            for (offset, len, start, ctx) in multi {
+            for (offset, len, start, ctx, _) in multi {
                 let end = ctx.len();
                 chunks.push(AttnChunk { offset, len, ctx_slots: Tensor::new(ctx.as_slice(), &dev)?, mask: Tensor::from_vec(chunk_mask(start, len, window), (len, end), &dev)? });
             }
@@ -624,6 +637,10 @@ fn draw_rows(logits: &Tensor, draws: &Draws, vocab: usize) -> Result<Vec<RowOutp
     }
     Ok(out)
 }
+
+/// A multi-token chunk of a step: packed offset, length, start position, context slots,
+/// block table.
+type MultiChunk<'a> = (usize, usize, usize, Vec<u32>, &'a [u32]);
 
 /// The packed rows `rows` of a step of `total` tokens as a device tensor, or `None` when
 /// they are every row in order (nothing to gather).

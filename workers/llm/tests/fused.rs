@@ -118,7 +118,8 @@ fn fused_decode_makes_fewer_backend_ops() {
 /// to `rope_and_cache` in place (no `copy_strided` of them: before, a prefill of more than
 /// 8 rows made three a layer), a step of fresh prefills attends over its own keys (no
 /// `index_select` gathers out of the cache: the embedding's and the sampled rows' remain),
-/// while continued chunks still gather their prefixes (keys and values, each layer).
+/// and continued chunks read their cached prefixes through the block tables (the paged
+/// prefill kernel, one launch a layer: no gather of keys and values either).
 #[test]
 fn fused_qkv_path_reads_the_stacked_product_in_place() {
     let dir = model_dir(Family::Llama, None);
@@ -146,10 +147,11 @@ fn fused_qkv_path_reads_the_stacked_product_in_place() {
     let p = profile(&mut r, &[chunk(0, vec![7], 7, &ta), chunk(1, vec![8], 6, &tb)]);
     assert_eq!(p.calls_of("copy_strided"), 0, "decode copies");
     assert_eq!(p.calls_of("rope_and_cache"), layers);
-    // Continued chunks: their cached prefixes are gathered.
+    // Continued chunks: their cached prefixes are read in place by the paged prefill kernel.
     let p = profile(&mut r, &[chunk(0, prompt(4, 3), 8, &ta), chunk(1, prompt(2, 4), 7, &tb)]);
     assert_eq!(p.calls_of("copy_strided"), 0, "continued chunks copy");
-    assert!(p.calls_of("index_select") >= 2 * layers, "continued chunks gather {}", p.calls_of("index_select"));
+    assert_eq!(p.calls_of("paged_prefill"), layers);
+    assert!(p.calls_of("index_select") <= 2, "continued chunks gather {} (embedding and sampled rows only)", p.calls_of("index_select"));
 }
 
 /// The gated matvec (decode's gate/up product and `SiLU(gate) * up` in one kernel) against
