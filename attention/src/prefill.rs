@@ -29,15 +29,31 @@
 //! visible key are zeros. Key tiles wholly outside the causal (and window) range of the
 //! work-group's rows are not visited. Built for head dimensions 64 and 128 (the models the
 //! engine serves); other head dimensions stay on the gather path.
-use crate::flash::{add_tile_rows, block_rows, copy_rows, prefill_bn, row_tiles, smem_elems, stages, value_chunk, value_chunks, HeadDim, PrefillScore, RowState, PAD, WAVES};
+use crate::flash::{add_tile_rows, block_rows, copy_rows, prefill_bn, row_tiles, smem_elems, stages, value_chunk, HeadDim, PrefillScore, RowState, PAD, WAVES};
 // The head-dimension types name the device instances (the host launcher finds them by name).
 #[allow(unused_imports)]
 use crate::flash::{Hd128, Hd64};
-use kernel_dsl::mma::{self, copy, MmaFloat, SharedAddr};
+use kernel_dsl::mma::{self, copy, Lowering, MmaFloat, SharedAddr};
 use kernel_dsl::prelude::*;
 
 /// Head dimensions [`paged_prefill`](fn@paged_prefill) is built for.
 pub const PREFILL_HEAD_DIMS: [usize; 2] = [64, 128];
+
+/// Value columns one work-group accumulates: [`value_chunk`]'s, except hd64 on RDNA3's WMMA
+/// (gfx11), which takes 16: with 32 its bf16 instance needed more than the 192 registers a
+/// work-item has there (the block-table row lookups on top of `flash_fwd`'s tile) and
+/// spilled. The price is twice the work-groups per head on that target.
+pub const fn prefill_value_chunk(d: usize, low: Lowering) -> usize {
+    match (low, d) {
+        (Lowering::Wmma, 64) => 16,
+        _ => value_chunk(d, low),
+    }
+}
+
+/// Value chunks per head: the grid's y extent is `heads *` this.
+pub const fn prefill_value_chunks(d: usize, low: Lowering) -> usize {
+    d / prefill_value_chunk(d, low)
+}
 
 /// Compiling for AMD GPUs: the work-group size is read at run time there (as in
 /// [`crate::flash`]).
@@ -55,7 +71,7 @@ macro_rules! each {
 /// Flash attention of one (query block, sequence, head, value chunk) of a batch of prompt
 /// chunks over the sequences' paged caches: see the module docs. Grid: x = query blocks
 /// of [`block_rows`]`(D, lowering)` rows (of the longest chunk), y = `heads *
-/// value_chunks(D, lowering)`, z = sequences; [`WAVES`] waves per work-group; dynamic
+/// [`prefill_value_chunks`]`(D, lowering)`, z = sequences; [`WAVES`] waves per work-group; dynamic
 /// shared memory of [`smem_elems`]`(D, block_rows(D, lowering), lowering)` elements.
 /// `meta`: see the module docs (the tables start at `2 * batch + 1`). `window_left`
 /// negative: unbounded. Launch through [`host::paged_prefill`], which checks every size
@@ -81,13 +97,13 @@ pub fn paged_prefill<T: MmaFloat, H: HeadDim>(
 ) {
     let low = mma::lowering();
     let d = H::D;
-    let dv = value_chunk(d, low);
+    let dv = prefill_value_chunk(d, low);
     let (ldq, ldk, ldv) = (d + PAD, d + PAD, dv + PAD);
     let (rows, mt) = (block_rows(d, low), row_tiles(d, low));
     if smem.len() < smem_elems(d, rows, low) {
         panic!("paged_prefill: shared memory too small");
     }
-    let chunks = value_chunks(d, low);
+    let chunks = prefill_value_chunks(d, low);
     let (h, vc) = (block_idx_y() as usize / chunks, block_idx_y() as usize % chunks);
     let nof = dv / 16;
     let b = block_idx_z() as usize;

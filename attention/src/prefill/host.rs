@@ -1,8 +1,8 @@
 //! The checked launchers of [`paged_prefill`](fn@super::paged_prefill): the step's chunk
 //! offsets, context lengths and block tables are checked once on the host
 //! ([`PrefillIndex`]), so an error writes nothing and the kernel never indexes out of range.
-use super::{paged_prefill as kernel, PREFILL_HEAD_DIMS};
-use crate::flash::{block_rows, smem_elems, value_chunks, Hd128, Hd64, WAVES};
+use super::{paged_prefill as kernel, prefill_value_chunks, PREFILL_HEAD_DIMS};
+use crate::flash::{block_rows, smem_elems, Hd128, Hd64, WAVES};
 use crate::{AttentionError, FlashElem};
 use kernel_dsl::host::{KernelArgSlice, LaunchConfig};
 use kernel_dsl::Dim3;
@@ -217,7 +217,7 @@ fn launch<T: FlashElem>(
     let low = crate::lowering_of(dev);
     let d = shape.head_dim;
     let gx = index.longest_q.div_ceil(block_rows(d, low));
-    let gy = shape.heads * value_chunks(d, low);
+    let gy = shape.heads * prefill_value_chunks(d, low);
     if gy > 65535 {
         return Err(arg("q", format!("{} heads exceed the grid limit", shape.heads)));
     }
