@@ -427,7 +427,7 @@ PY
         #   SERVE_RATES      requests/s, comma-separated (default 2,4,8,inf)
         #   SERVE_REQUESTS   requests per rate (default 48)
         #   SERVE_CHUNKS     --prefill-chunk-while-decoding values to measure beside the
-        #                    default of 128 (default "0 256": no cap, and 256; "" for none;
+        #                    default (no cap) (default "128 256"; "" for none;
         #                    LLM_PAGED_PREFILL=0 in the environment restores the gather path
         #                    of chunks with a cached prefix), each on a fresh server
         #                    at SERVE_CHUNK_RATES (default 2,4: around half of saturation)
@@ -496,7 +496,7 @@ PY
                 --prompt-len 512 --gen 256 --concurrency "$reqs"
             grep '^{' "$out/serve-offline-$m.log" > "$sv/offline_$tag.jsonl" || true
             local c
-            for c in ${SERVE_CHUNKS-0 256}; do
+            for c in ${SERVE_CHUNKS-128 256}; do
                 serve_up "$sv/server_${tag}_chunk$c.log" "$path" --prefill-chunk-while-decoding "$c"
                 serve_rates "${tag}_chunk$c" "${SERVE_CHUNK_RATES:-2,4}"
                 serve_down "serve-shutdown-${tag}_chunk$c"

@@ -78,7 +78,7 @@ pub fn with_implicit_conv_on_cpu<R>(f: impl FnOnce() -> R) -> R {
 /// what a vendor GEMM on the im2col buffer gives. `CANDLE_ROCM_CONV` (read once; the whole
 /// process) overrides: `implicit` takes the kernel on every GPU, `im2col` never (1x1
 /// convolutions included, see `conv2d_pointwise`); `nhwc` takes the channels-last kernel
-/// on every GPU wherever it can ([`conv2d_channels_last`]; this one elsewhere as `Auto`).
+/// on every GPU wherever it can ([`conv2d_channels_last`](kernels::conv_implicit::conv2d_channels_last); this one elsewhere as `Auto`).
 pub fn implicit_conv_allowed(dev: &Device) -> bool {
     match conv_choice() {
         ConvChoice::Im2col => false,
@@ -185,7 +185,7 @@ thread_local! {
 }
 
 /// Runs `f` with the conv2d calls it issues taking the channels-last implicit GEMM
-/// ([`conv2d_channels_last`]) wherever that kernel takes the convolution, on the CPU
+/// ([`conv2d_channels_last`](kernels::conv_implicit::conv2d_channels_last)) wherever that kernel takes the convolution, on the CPU
 /// executor as on a GPU (tests of the GPU path without a GPU).
 pub fn with_channels_last_conv_on_cpu<R>(f: impl FnOnce() -> R) -> R {
     crate::blas::with_thread_flag(&CHANNELS_LAST_ON_CPU, f)

@@ -145,18 +145,15 @@ pub struct ServeArgs {
 }
 
 /// `llm-worker serve`'s default cap on the prompt tokens of a step that also decodes
-/// (`--prefill-chunk-while-decoding`), chosen so that a mixed step costs at most about
-/// twice a decode step: session u's H200 serve run (1B bf16, 512-token prompts, 24 req/s)
-/// measured decode steps of 1.58 ms (7.6 rows) and mixed steps of 4.49 ms (566 tokens),
-/// about 5.2 us per prompt token on top of the decode step, so twice a decode step
-/// leaves room for about 300 prompt tokens. 128 keeps a mixed step near 1.4x a decode
-/// step (1.58 + 0.67 ms) with margin for what the per-token slope leaves out (a chunk's
-/// attention over its cached prefix grows with the prefix; the first chunked run at 256,
-/// still on the gather path, measured 5.58 ms mixed steps) and for larger models, whose
-/// decode steps grow with the weights as fast as the per-token cost. The price is time to
-/// first token: a 512-token prompt takes four mixed steps instead of one (about 7 ms more
-/// at those step times). Steps without decodes keep the whole `max_batched_tokens`.
-pub const DEFAULT_PREFILL_CHUNK_WHILE_DECODING: usize = 128;
+/// (`--prefill-chunk-while-decoding`; 0: none, a step takes up to `max_batched_tokens`).
+/// No cap by default: on the H200 (session v, 1B bf16, 512-token prompts, paged prefill) a
+/// cap of 128 gave inter-token latency p99/p50 at 24 req/s of 2.65 and 1.97 in two runs
+/// (uncapped 2.94 and 2.77; a mixed step of 138 tokens takes 3.35 ms against 1.58 ms for a
+/// decode step: mixed steps run eagerly, outside the decode graphs), but under saturation
+/// (48 requests at once) it admits prompts 128 tokens a step and the server gave 0.56 of
+/// the offline engine's throughput (0.94 uncapped). Pass a cap where latency matters more
+/// than throughput; `benches/results/h200-2026-11-27v/serve/` has the numbers.
+pub const DEFAULT_PREFILL_CHUNK_WHILE_DECODING: usize = 0;
 
 /// Loads the model (split across `tensor_parallel` devices), its text tools and an engine
 /// over a [`TpRunner`] (prefix caching on), timed by [`TimedRunner`].
