@@ -214,7 +214,7 @@ pub fn paged_decode_waves<T: MmaFloat, H: HeadDim>(
 
 /// [`paged_decode_waves`](fn@paged_decode_waves) in [`MODE_FUSED`]: the splits merge in
 /// this launch through `counters` (`batch * kv_heads`, zero before the launch and left at
-/// zero; see [`fused_merge`]). Its own instance, for hd64 and hd128 (the engine's models),
+/// zero; see `fused_merge`). Its own instance, for hd64 and hd128 (the engine's models),
 /// so that the merge's registers stay out of the other kernels (on gfx90a they cost
 /// `paged_decode_waves` two SGPR spills at hd80 and hd96). Grid, waves and shared memory
 /// as [`paged_decode_waves`](fn@paged_decode_waves) with `combine_rows` = the group's rows.
@@ -599,7 +599,7 @@ pub const MODE_DIRECT: u32 = 1;
 /// Output mode: each split writes the workspace, then bumps its (sequence, KV head)
 /// counter; the last of the grid's work-groups of that pair (splits times value chunks) to
 /// arrive merges them into `out` and `lse` and resets the counter to 0 (no merge launch;
-/// see [`fused_merge`]).
+/// see `fused_merge`).
 pub const MODE_FUSED: u32 = 2;
 
 /// The end of a [`MODE_FUSED`] work-group, after its split's workspace rows (if any) are

@@ -530,7 +530,7 @@ impl<T: GemmElem> ATile<T> for PatchA<T> {
 
 /// `y (batch, oh, ow, c_out) = conv2d(x, w) + bias` for channels-last (NHWC) activations:
 /// [`gemm_tiled`](fn@crate::gemm::gemm_tiled)'s pipeline, products and epilogue with the A
-/// tile gathered from the input ([`PatchA`]). The GEMM is `Y (batch*oh*ow x c_out) =
+/// tile gathered from the input (`PatchA`). The GEMM is `Y (batch*oh*ow x c_out) =
 /// X_patches (batch*oh*ow x K) * W (K x c_out)`, `K = k_h*k_w*c_in` in (tap, channel)
 /// order, so `w` is the filter as `(k_h, k_w, c_in, c_out)` contiguous
 /// ([`host::nhwc_weight`]); `x` is `(batch, h, w, c_in)` contiguous from element

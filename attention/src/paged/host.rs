@@ -159,7 +159,7 @@ pub fn set_wave_split(setting: Option<usize>) {
 static FUSED_MERGE: AtomicUsize = AtomicUsize::new(0);
 
 /// Whether [`decode_plan`] may merge several splits inside the decode launch
-/// ([`DecodePlan::fused`], [`MODE_FUSED`](super::MODE_FUSED)) where the launch has
+/// ([`DecodePlan::fused`], [`MODE_FUSED`]) where the launch has
 /// counters: off unless `ATTN_DECODE_FUSED_MERGE=1` (read once) or [`set_fused_merge`]
 /// says otherwise. Off by default because the H200 measurement (session v,
 /// `benches/results/h200-2026-11-27v/decode/`) has the same split 0.2 to 1.1 us faster

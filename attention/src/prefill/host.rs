@@ -24,8 +24,8 @@ fn arg(arg: &'static str, reason: impl Into<String>) -> AttentionError {
     AttentionError::Argument { arg, reason: reason.into() }
 }
 
-/// A step's prefill chunks, checked: sequence `b`'s chunk is query rows `cu_q[b]..cu_q[b
-/// + 1]`, its context (prefix and chunk, already in the cache) `context_lens[b]` tokens
+/// A step's prefill chunks, checked: sequence `b`'s chunk is query rows
+/// `cu_q[b]..cu_q[b + 1]`, its context (prefix and chunk, already in the cache) `context_lens[b]` tokens
 /// found through row `b` of `block_tables [batch, max_blocks]`, in a cache of `num_blocks`
 /// blocks of `block_size` tokens. [`PrefillIndex::meta`] is what the kernel reads; upload
 /// it once and pass it to every layer's [`paged_prefill_unchecked`].
