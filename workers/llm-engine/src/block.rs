@@ -34,7 +34,10 @@ struct CacheKey {
 #[derive(Debug, Clone, Default)]
 struct Meta {
     refs: u32,
-    /// Position in the free queue while `refs == 0`.
+    /// Pending copy-on-write reads of this block (see [`BlockManager::cow`]): while any is
+    /// pending, the block stays off the free queue even without references.
+    pins: u32,
+    /// Position in the free queue while `refs == 0` and `pins == 0`.
     free_tick: u64,
     cached: Option<CacheKey>,
 }
@@ -53,6 +56,8 @@ pub struct BlockManager {
     cached_free: usize,
     /// Blocks handed out fresh (not as cache hits) since the last [`BlockManager::take_fresh`].
     fresh: Vec<u32>,
+    /// Sources of copy-on-write copies not yet handed to the runner.
+    pinned: Vec<u32>,
 }
 
 impl BlockManager {
@@ -69,6 +74,7 @@ impl BlockManager {
             next_tick: num_blocks as u64,
             by_hash: HashMap::new(),
             fresh: Vec::new(),
+            pinned: Vec::new(),
             cached_free: 0,
         }
     }
@@ -149,7 +155,13 @@ impl BlockManager {
         let m = &mut self.meta[block as usize];
         assert!(m.refs > 0, "double free of block {block}");
         m.refs -= 1;
-        if m.refs == 0 {
+        self.queue_if_unused(block);
+    }
+
+    /// Puts `block` on the free queue if nothing references or pins it.
+    fn queue_if_unused(&mut self, block: u32) {
+        let m = &mut self.meta[block as usize];
+        if m.refs == 0 && m.pins == 0 {
             self.cached_free += m.cached.is_some() as usize;
             m.free_tick = self.next_tick;
             self.free.insert(self.next_tick, block);
@@ -167,15 +179,31 @@ impl BlockManager {
 
     /// Copy-on-write: before writing into `table[idx]`, if that block is shared, replaces it
     /// with a fresh block and returns `(src, dst)` for the runner to copy.
+    ///
+    /// `src` stays pinned (never reallocated, even if its other holders free it in the
+    /// meantime) until [`BlockManager::copies_issued`]: otherwise a preemption later in the
+    /// same schedule could hand `src` to another sequence, or make it the destination of
+    /// another copy, before the runner has read it.
     pub fn cow(&mut self, table: &mut [u32], idx: usize) -> Result<Option<(u32, u32)>, BlockManagerError> {
         let src = table[idx];
         if self.meta[src as usize].refs <= 1 {
             return Ok(None);
         }
         let dst = self.allocate()?;
+        self.meta[src as usize].pins += 1;
+        self.pinned.push(src);
         self.free(src);
         table[idx] = dst;
         Ok(Some((src, dst)))
+    }
+
+    /// The runner has been handed the pending copies (its later work is ordered after them):
+    /// their sources may be reused.
+    pub fn copies_issued(&mut self) {
+        for b in std::mem::take(&mut self.pinned) {
+            self.meta[b as usize].pins -= 1;
+            self.queue_if_unused(b);
+        }
     }
 
     /// The hash of a full block of `tokens` after a block hashed `parent` (`None` = first).
@@ -200,7 +228,7 @@ impl BlockManager {
         if key.parent != parent || *key.tokens != *tokens {
             return None;
         }
-        if m.refs == 0 {
+        if m.refs == 0 && m.pins == 0 {
             self.free.remove(&m.free_tick);
             self.cached_free -= 1;
         }
@@ -234,8 +262,8 @@ impl BlockManager {
     pub fn check_invariants(&self) -> Result<(), String> {
         for (b, m) in self.meta.iter().enumerate() {
             let queued = m.refs == 0 && self.free.get(&m.free_tick) == Some(&(b as u32));
-            if (m.refs == 0) != queued {
-                return Err(format!("block {b}: refs {} but queued {queued}", m.refs));
+            if (m.refs == 0 && m.pins == 0) != queued {
+                return Err(format!("block {b}: refs {} pins {} but queued {queued}", m.refs, m.pins));
             }
             if let Some(k) = &m.cached {
                 if self.by_hash.get(&k.hash) != Some(&(b as u32)) {
@@ -247,7 +275,7 @@ impl BlockManager {
         if cached_free != self.cached_free {
             return Err(format!("cached_free is {} but {cached_free} free blocks are cached", self.cached_free));
         }
-        if self.free.len() != self.meta.iter().filter(|m| m.refs == 0).count() {
+        if self.free.len() != self.meta.iter().filter(|m| m.refs == 0 && m.pins == 0).count() {
             return Err("free queue holds a block twice or a used block".into());
         }
         for (h, &b) in &self.by_hash {

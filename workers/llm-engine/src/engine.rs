@@ -533,6 +533,7 @@ impl<R: ModelRunner> Engine<R> {
             self.runner.blocks_allocated(&fresh);
         }
         let result = if copies.is_empty() { Ok(()) } else { self.runner.copy_blocks(&copies) };
+        self.blocks.copies_issued();
         let result = result.and_then(|()| {
             if specs.iter().any(Option::is_some) {
                 self.runner.step_sampled(&batch, &specs)

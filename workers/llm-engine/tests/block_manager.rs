@@ -85,6 +85,10 @@ proptest! {
                 Op::Free(i) if !tables.is_empty() => {
                     let (mut t, _) = tables.remove(i % tables.len());
                     bm.free_table(&mut t);
+                    // Every other free, the runner has been handed the pending copies.
+                    if i % 2 == 0 {
+                        bm.copies_issued();
+                    }
                 }
                 Op::Cache(i, seed) if !tables.is_empty() => {
                     let (t, len) = &tables[i % tables.len()];
@@ -126,6 +130,8 @@ proptest! {
         for (mut t, _) in tables.drain(..) {
             bm.free_table(&mut t);
         }
+        // Sources of copies never issued stay pinned until they are.
+        bm.copies_issued();
         prop_assert_eq!(bm.num_used(), 0);
         prop_assert_eq!(bm.num_free(), nb);
         bm.check_invariants().map_err(TestCaseError::fail)?;
@@ -154,4 +160,30 @@ fn freed_cached_blocks_are_reused_by_hash_until_evicted_lru() {
     assert!(bm.lookup(Some(h0), &block_tokens(1, 1)).is_none(), "a1 was evicted");
     assert_eq!(bm.lookup(None, &block_tokens(1, 0)).map(|x| x.0), Some(a0));
     assert_eq!(bm.take_fresh().len(), 5, "2 + 3 fresh allocations, cache hits not counted");
+}
+
+#[test]
+fn a_copy_on_write_source_is_not_reused_before_the_copy_is_issued() {
+    // Two sequences share block `x`; the first writes into it (copy-on-write), then the second
+    // is freed (a preemption later in the same schedule) while the copy is still pending.
+    let mut bm = BlockManager::new(3, 4, false);
+    let mut a = Vec::new();
+    bm.grow(&mut a, 3).unwrap();
+    let mut b = a.clone();
+    bm.share(&b);
+    let x = a[0];
+    let (src, dst) = bm.cow(&mut a, 0).unwrap().expect("a shared block is copied");
+    assert_eq!((src, a[0]), (x, dst));
+    bm.free_table(&mut b);
+    assert_eq!(bm.ref_count(x), 0);
+    assert_eq!(bm.num_free(), 1, "the pending copy's source is not free");
+    bm.check_invariants().unwrap();
+    let mut c = Vec::new();
+    bm.grow(&mut c, 4).unwrap();
+    assert_ne!(c[0], x, "the source of a pending copy was handed out");
+    assert!(bm.allocate().is_err());
+    bm.copies_issued();
+    assert_eq!(bm.num_free(), 1);
+    bm.check_invariants().unwrap();
+    assert_eq!(bm.allocate(), Ok(x));
 }
