@@ -5,7 +5,8 @@ against the engine offline on the same shapes.
 usage: report_serve.py DIR
 
 Inputs in DIR (each optional; <tag> is 1b_bf16, 8b_bf16, 8b_q4k, or one of those followed by
-_chunk<N> for a server run with --prefill-chunk-while-decoding N):
+_chunk<N> for a server run with --prefill-chunk-while-decoding N, _chunk<N>w<W> with
+--prefill-cap-backlog W as well):
 - load_<tag>.jsonl: serve-load, one line per rate (output tok/s, TTFT and inter-token latency
   percentiles as the client sees them);
 - metrics_<tag>_start.txt, metrics_<tag>_rate_<r>.txt: /metrics before the first rate and
@@ -17,7 +18,7 @@ _chunk<N> for a server run with --prefill-chunk-while-decoding N):
   figures, printed beside ours with their sources (different workloads are said so there).
 
 Columns of report_serve.csv:
-- model, config (default, or chunk<N>), rate_req_s, requests, ok, output_tok_s, req_s,
+- model, config (default, chunk<N> or chunk<N>w<W>), rate_req_s, requests, ok, output_tok_s, req_s,
   ttft_ms_p50/p99, itl_ms_p50/p99, itl_p99_over_p50;
 - step_ms_mean: mean engine step over this rate (from the metrics deltas), mean_sampled:
   tokens sampled per step (the mean decode batch), decode_runner_ms: mean runner time of a
@@ -62,7 +63,7 @@ def main():
     rows = []
     for path in sorted(glob.glob(os.path.join(d, "load_*.jsonl"))):
         tag = os.path.basename(path)[len("load_"):-len(".jsonl")]
-        mt = re.match(r"(.*?)(?:_chunk(\d+))?$", tag)
+        mt = re.match(r"(.*?)(?:_(chunk\d+(?:w\d+)?))?$", tag)
         model, chunk = mt.group(1), mt.group(2)
         lines = [json.loads(l) for l in open(path) if l.strip()]
         # In the order the rates ran (each metrics snapshot follows its rate).
@@ -78,7 +79,7 @@ def main():
             r = str(j["rate_req_s"])
             r = r if r == "inf" else format_rate(r)
             cur = metrics(os.path.join(d, f"metrics_{tag}_rate_{r}.txt"))
-            row = dict(model=model.replace("_", "-"), config=f"chunk{chunk}" if chunk else "default", rate_req_s=r,
+            row = dict(model=model.replace("_", "-"), config=chunk or "default", rate_req_s=r,
                        requests=j["requests"], ok=j["ok"], output_tok_s=j["output_tok_s"], req_s=j["req_s"],
                        ttft_ms_p50=j["ttft_ms_p50"], ttft_ms_p99=j["ttft_ms_p99"],
                        itl_ms_p50=j["itl_ms_p50"], itl_ms_p99=j["itl_ms_p99"],

@@ -427,7 +427,8 @@ PY
         #   SERVE_RATES      requests/s, comma-separated (default 2,4,8,inf)
         #   SERVE_REQUESTS   requests per rate (default 48)
         #   SERVE_CHUNKS     --prefill-chunk-while-decoding values to measure beside the
-        #                    default (no cap) (default "128 256"; "" for none;
+        #                    default (no cap) (default "128 256"; "" for none; C/W adds
+        #                    --prefill-cap-backlog W, e.g. "128/4" with rates 2,4,inf;
         #                    LLM_PAGED_PREFILL=0 in the environment restores the gather path
         #                    of chunks with a cached prefix), each on a fresh server
         #                    at SERVE_CHUNK_RATES (default 2,4: around half of saturation)
@@ -497,9 +498,12 @@ PY
             grep '^{' "$out/serve-offline-$m.log" > "$sv/offline_$tag.jsonl" || true
             local c
             for c in ${SERVE_CHUNKS-128 256}; do
-                serve_up "$sv/server_${tag}_chunk$c.log" "$path" --prefill-chunk-while-decoding "$c"
-                serve_rates "${tag}_chunk$c" "${SERVE_CHUNK_RATES:-2,4}"
-                serve_down "serve-shutdown-${tag}_chunk$c"
+                # C, or C/W: cap C lifted while more than W requests wait (--prefill-cap-backlog).
+                local ctag="chunk${c/\//w}" extra=(--prefill-chunk-while-decoding "${c%%/*}")
+                if [[ "$c" == */* ]]; then extra+=(--prefill-cap-backlog "${c#*/}"); fi
+                serve_up "$sv/server_${tag}_$ctag.log" "$path" "${extra[@]}"
+                serve_rates "${tag}_$ctag" "${SERVE_CHUNK_RATES:-2,4}"
+                serve_down "serve-shutdown-${tag}_$ctag"
             done
             if [ "$m" = 8b-bf16 ]; then rm -rf "$path"; fi
             if [ "$m" = 8b-q4k ]; then rm -f "$path"; fi

@@ -125,6 +125,9 @@ pub struct Engine<R: ModelRunner> {
     /// Prompt tokens one step runs at most while some sequence decodes in it (see
     /// [`Engine::with_prefill_chunk_while_decoding`]); `usize::MAX`: no cap.
     prefill_cap: usize,
+    /// The cap holds only while at most this many requests wait for admission (see
+    /// [`Engine::with_prefill_cap_backlog`]); `usize::MAX`: always.
+    prefill_cap_backlog: usize,
 }
 
 impl<R: ModelRunner> Engine<R> {
@@ -164,6 +167,7 @@ impl<R: ModelRunner> Engine<R> {
             next_id: 0,
             stats: EngineStats::default(),
             prefill_cap: usize::MAX,
+            prefill_cap_backlog: usize::MAX,
         })
     }
 
@@ -185,6 +189,15 @@ impl<R: ModelRunner> Engine<R> {
         }
         self.prefill_cap = tokens;
         Ok(self)
+    }
+
+    /// Lifts the prefill cap ([`Engine::with_prefill_chunk_while_decoding`]) while more than
+    /// `waiting` requests wait for admission: below saturation arriving prompts are spread
+    /// over steps (inter-token latency), while a backlog builds the steps take the whole
+    /// budget (throughput). Default: the cap always holds.
+    pub fn with_prefill_cap_backlog(mut self, waiting: usize) -> Self {
+        self.prefill_cap_backlog = waiting;
+        self
     }
 
     /// Replaces the host sampler; every row is then sampled by it (device sampling off).
@@ -431,8 +444,9 @@ impl<R: ModelRunner> Engine<R> {
 
         // 1. Decodes (one token each), then 2. prefill chunks, each pass oldest first.
         for decode_pass in [true, false] {
-            if !decode_pass && !plan.is_empty() {
-                // Decodes are in this step: the prompts' share is capped (admissions too).
+            if !decode_pass && !plan.is_empty() && self.waiting.len() <= self.prefill_cap_backlog {
+                // Decodes are in this step and no backlog: the prompts' share is capped
+                // (admissions too).
                 budget = budget.min(self.prefill_cap);
             }
             let mut i = 0;

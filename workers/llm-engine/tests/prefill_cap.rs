@@ -82,6 +82,41 @@ fn prefill_is_chunked_to_the_cap_while_decoding() {
 }
 
 #[test]
+fn a_backlog_lifts_the_cap_until_it_drains() {
+    // A decodes; B, C, D (100-token prompts) arrive together after A's first step. With the
+    // cap at 8 while at most one request waits: uncapped steps while two or three wait.
+    let cfg = EngineConfig { max_num_seqs: 4, max_batched_tokens: 64, max_model_len: 128, prefix_caching: false };
+    let rec = Rec { sim: PagedSim::new(BS, 32, VOCAB), steps: vec![] };
+    let mut e = Engine::new(rec, cfg).with_prefill_chunk_while_decoding(8).unwrap().with_prefill_cap_backlog(1);
+    let a = tokens(1, 5, VOCAB);
+    let (_, mut ra) = e.add_request(a.clone(), SamplingParams::greedy(60)).unwrap();
+    assert!(e.step().unwrap());
+    let prompts: Vec<Vec<u32>> = (2..5).map(|s| tokens(s, 100, VOCAB)).collect();
+    let mut rxs: Vec<_> = prompts.iter().map(|p| e.add_request(p.clone(), SamplingParams::greedy(3)).unwrap().1).collect();
+    let mut n = 0;
+    while e.step().unwrap() {
+        n += 1;
+        assert!(n < 1000, "no progress");
+    }
+    let steps = e.runner().steps.clone();
+    // Three, then two waiting: B's prompt takes the rest of the budget twice (63 + 37 and
+    // C's first 26).
+    assert_eq!(&steps[1..3], &[(1, 63), (1, 63)], "{steps:?}");
+    // From then on at most one waits: every step with A's decode carries at most 8 prompt
+    // tokens.
+    assert!(steps[3..].iter().all(|&(d, p)| d == 0 || p <= 8), "{steps:?}");
+    assert!(steps[3..].iter().any(|&(d, p)| d == 1 && p == 8), "{steps:?}");
+    let mut oa = Outcome::default();
+    drain(&mut ra, &mut oa);
+    assert_eq!(oa.tokens, reference_greedy(&a, 60, VOCAB));
+    for (p, rx) in prompts.iter().zip(&mut rxs) {
+        let mut o = Outcome::default();
+        drain(rx, &mut o);
+        assert_eq!(o.tokens, reference_greedy(p, 3, VOCAB));
+    }
+}
+
+#[test]
 fn a_zero_cap_is_refused() {
     let cfg = EngineConfig { max_num_seqs: 1, max_batched_tokens: 16, max_model_len: 32, prefix_caching: false };
     let e = Engine::new(PagedSim::new(BS, 4, VOCAB), cfg);

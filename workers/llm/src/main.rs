@@ -140,6 +140,10 @@ enum Cmd {
         /// default's reasons: `llm_worker::serve::DEFAULT_PREFILL_CHUNK_WHILE_DECODING`.
         #[arg(long, default_value_t = llm_worker::serve::DEFAULT_PREFILL_CHUNK_WHILE_DECODING)]
         prefill_chunk_while_decoding: usize,
+        /// Lift that cap while more than this many requests wait for admission (a backlog:
+        /// throughput first). Default: the cap always holds.
+        #[arg(long)]
+        prefill_cap_backlog: Option<usize>,
     },
     /// Write a model with seeded random weights (a Hugging Face folder, or a llama GGUF file).
     WriteRandom {
@@ -302,7 +306,7 @@ fn run(cli: Cli) -> Result<()> {
                 decoded as f64 / (total - prefill_s).max(1e-9)
             );
         }
-        Cmd::Serve { model, tokenizer, device, host, port, api_key, max_queue, max_model_len, served_model_name, max_num_seqs, max_batched_tokens, block_size, num_blocks, shutdown_grace, tensor_parallel, prefill_chunk_while_decoding } => {
+        Cmd::Serve { model, tokenizer, device, host, port, api_key, max_queue, max_model_len, served_model_name, max_num_seqs, max_batched_tokens, block_size, num_blocks, shutdown_grace, tensor_parallel, prefill_chunk_while_decoding, prefill_cap_backlog } => {
             let filter = tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
             tracing_subscriber::fmt().with_env_filter(filter).init();
             let ip: std::net::IpAddr = host.parse().with_context(|| format!("--host {host:?}"))?;
@@ -311,7 +315,7 @@ fn run(cli: Cli) -> Result<()> {
             }
             let config = llm_server::ServerConfig { api_key, max_queue, shutdown_grace: std::time::Duration::from_secs_f64(shutdown_grace), ..Default::default() };
             let prefill_chunk_while_decoding = (prefill_chunk_while_decoding > 0).then_some(prefill_chunk_while_decoding);
-            let args = ServeArgs { model, tokenizer, device, name: served_model_name, max_model_len, max_num_seqs, max_batched_tokens, block_size, num_blocks, tensor_parallel, prefill_chunk_while_decoding };
+            let args = ServeArgs { model, tokenizer, device, name: served_model_name, max_model_len, max_num_seqs, max_batched_tokens, block_size, num_blocks, tensor_parallel, prefill_chunk_while_decoding, prefill_cap_backlog };
             llm_server::run(config, std::net::SocketAddr::new(ip, port), move || load_served(&args))?;
         }
         Cmd::Bench { model, prompt_len, gen, concurrency, device, block_size, max_batched_tokens, seed, tensor_parallel, graph_max_batch, profile } => {

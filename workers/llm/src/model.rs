@@ -643,7 +643,7 @@ impl Model {
             lin("lm_head", c.vocab_size, h, false)?
         };
         let (cos, sin) = rope_tables(c, dtype, dev)?;
-        Ok(Model { norm: get("model.norm.weight", &[h])?, cfg, dtype, device: dev.clone(), path: dir.into(), embed, layers, lm_head, cos, sin, fused: true, gated: true, fused_quantize: true, tp: None, paged_prefill: paged_prefill_default() })
+        Ok(Model { norm: get("model.norm.weight", &[h])?, cfg, dtype, device: dev.clone(), path: dir.into(), embed, layers, lm_head, cos, sin, fused: true, gated: true, fused_quantize: fused_quantize_default(), tp: None, paged_prefill: paged_prefill_default() })
     }
 
     /// Loads a GGUF file (llama, qwen2, qwen3): weights stay in their GGML blocks (QMatMul),
@@ -710,13 +710,13 @@ impl Model {
         let head = if ct.tensor_infos.contains_key("output.weight") { read(&mut f, "output.weight")? } else { embed_q };
         let lm_head = Linear { w: Weight::Quant(gguf_qmatmul(head, dtype)?), b: None };
         let (cos, sin) = rope_tables(&cfg, dtype, dev)?;
-        Ok(Model { cfg, dtype, device: dev.clone(), path: path.into(), embed, layers, norm: final_norm, lm_head, cos, sin, fused: true, gated: true, fused_quantize: true, tp: None, paged_prefill: paged_prefill_default() })
+        Ok(Model { cfg, dtype, device: dev.clone(), path: path.into(), embed, layers, norm: final_norm, lm_head, cos, sin, fused: true, gated: true, fused_quantize: fused_quantize_default(), tp: None, paged_prefill: paged_prefill_default() })
     }
 
     /// A model of loaded parts (the tensor-parallel loaders of [`crate::shard`]).
     #[allow(clippy::too_many_arguments)]
     pub(crate) fn from_parts(cfg: ModelConfig, dtype: DType, device: Device, path: PathBuf, embed: Tensor, layers: Vec<Layer>, norm: Tensor, lm_head: Linear, (cos, sin): (Tensor, Tensor), tp: Option<crate::tp::TpRank>) -> Model {
-        Model { cfg, dtype, device, path, embed, layers, norm, lm_head, cos, sin, fused: true, gated: true, fused_quantize: true, tp, paged_prefill: paged_prefill_default() }
+        Model { cfg, dtype, device, path, embed, layers, norm, lm_head, cos, sin, fused: true, gated: true, fused_quantize: fused_quantize_default(), tp, paged_prefill: paged_prefill_default() }
     }
 
     /// `(rank, world)` of a tensor-parallel shard; `(0, 1)` for a whole model.
@@ -890,7 +890,7 @@ impl Model {
     }
 
     /// `false`: the GGUF products quantize their inputs themselves (a launch each); `true`
-    /// (the default): on our device, with fused on and at most
+    /// (the default unless `LLM_FUSED_QUANTIZE=0` is in the environment): on our device, with fused on and at most
     /// `candle_rocm::quantized::CODES_MAX_ROWS` rows, the residual norms and the MLP's
     /// activation write the q8_1 codes of the quantized products' inputs in the same
     /// launch (`candle_rocm::llm_ops::add_rms_norm_q8`, `silu_mul_q8`): the same codes, no
@@ -934,7 +934,18 @@ impl Model {
 /// `true` unless `LLM_PAGED_PREFILL=0` is in the environment (read once).
 fn paged_prefill_default() -> bool {
     static OFF: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    !*OFF.get_or_init(|| std::env::var("LLM_PAGED_PREFILL").is_ok_and(|v| v == "0"))
+    !*OFF.get_or_init(|| env_off("LLM_PAGED_PREFILL"))
+}
+
+/// `true` unless `LLM_FUSED_QUANTIZE=0` is in the environment (read once).
+fn fused_quantize_default() -> bool {
+    static OFF: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    !*OFF.get_or_init(|| env_off("LLM_FUSED_QUANTIZE"))
+}
+
+/// Whether the A/B switch `var` is set to `0`.
+fn env_off(var: &str) -> bool {
+    std::env::var(var).is_ok_and(|v| v == "0")
 }
 
 /// Builds the `[len, ctx]` additive mask of a chunk starting at `start`: causal, plus the

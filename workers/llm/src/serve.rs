@@ -142,6 +142,9 @@ pub struct ServeArgs {
     /// latency; `None`: up to `max_batched_tokens`). `llm-worker serve` passes
     /// [`DEFAULT_PREFILL_CHUNK_WHILE_DECODING`] unless told otherwise.
     pub prefill_chunk_while_decoding: Option<usize>,
+    /// The cap holds only while at most this many requests wait for admission
+    /// (`Engine::with_prefill_cap_backlog`; `None`: always).
+    pub prefill_cap_backlog: Option<usize>,
 }
 
 /// `llm-worker serve`'s default cap on the prompt tokens of a step that also decodes
@@ -179,6 +182,9 @@ pub fn load_served(a: &ServeArgs) -> Result<(ServedText, Engine<TimedRunner<TpRu
     let mut engine = Engine::try_new(runner, config)?;
     if let Some(n) = a.prefill_chunk_while_decoding {
         engine = engine.with_prefill_chunk_while_decoding(n)?;
+    }
+    if let Some(w) = a.prefill_cap_backlog {
+        engine = engine.with_prefill_cap_backlog(w);
     }
     warm_up(&mut engine)?;
     tracing::info!(model = %a.model.display(), device = %dev_name, tensor_parallel = a.tensor_parallel, blocks, block_size = a.block_size, max_model_len = max_len, load_s = t0.elapsed().as_secs_f64(), "loaded");
