@@ -156,6 +156,15 @@ impl LlamaRunner {
         }))
     }
 
+    /// Runs one step for what it leaves behind (the keys and values in the cache; on a
+    /// tensor-parallel rank its part of the collectives): the logits stay on the device,
+    /// nothing comes back. Tensor-parallel ranks other than 0 step this way (rank 0 returns
+    /// the step's outputs); a download of every sampled row's logits there would cost a
+    /// `[rows, vocab]` f32 copy per step on the critical path of every rank.
+    pub fn run_discarding(&mut self, batch: &[SeqChunk]) -> Result<()> {
+        self.run_with(batch, |_| Ok(()))
+    }
+
     /// Runs one step and draws the tokens of the rows with a spec on the device (see
     /// [`ModelRunner::step_sampled`]): `candle_rocm::llm_ops::sample` on the step's logits, so
     /// only token ids (and the logits rows of the rows without a spec) come back. Bad chunks

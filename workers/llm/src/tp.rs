@@ -236,7 +236,7 @@ impl TpRunner {
                     };
                     while let Ok(job) = job_rx.recv() {
                         let out = match job {
-                            Job::Step(batch) => runner.run(&batch).map(|_| Reply::Stepped),
+                            Job::Step(batch) => runner.run_discarding(&batch).map(|()| Reply::Stepped),
                             Job::Copy(pairs) => runner.copy_blocks(&pairs).map(|()| Reply::Done),
                             Job::Allocated(blocks) => {
                                 runner.blocks_allocated(&blocks);
