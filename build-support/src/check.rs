@@ -29,9 +29,13 @@ pub struct Stats {
     pub wave_size: u32,
     /// Kernarg segment bytes.
     pub kernarg_size: u32,
-    /// Waves per SIMD for 256 work-items per group (0 if unknown).
+    /// Waves per SIMD for work-groups of [`OCCUPANCY_WORK_GROUP`] work-items, or of the
+    /// kernel's launch bound where that is smaller (0 if unknown).
     pub occupancy: u32,
 }
+
+/// Work-group size of the occupancy figure in [`Stats`].
+pub const OCCUPANCY_WORK_GROUP: u32 = 256;
 
 /// Checks every launcher layout against one code object; returns the kernels' figures.
 pub fn check_code_object(abis: &[KernelAbi], meta: &CodeObjectMetadata, arch: &str) -> Result<Vec<Stats>, BuildError> {
@@ -70,7 +74,15 @@ pub fn check_code_object(abis: &[KernelAbi], meta: &CodeObjectMetadata, arch: &s
                 abi.symbol, k.kernarg_segment_size, abi.kernarg_size
             ));
         }
-        let occupancy = crate::metadata::occupancy(arch, k, 256, 0).map(|o| o.waves_per_simd).unwrap_or(0);
+        // The launch bound given to LLVM (`compile::launch_bounds_csv`), which sets the
+        // kernel's register budget; the launcher rejects larger work-groups.
+        if k.max_flat_workgroup_size != abi.max_threads {
+            problems.push(format!(
+                "{arch}: `{}` was compiled for work-groups of up to {} work-items, but its launch bound is {}",
+                abi.symbol, k.max_flat_workgroup_size, abi.max_threads
+            ));
+        }
+        let occupancy = crate::metadata::occupancy(arch, k, OCCUPANCY_WORK_GROUP.min(abi.max_threads), 0).map(|o| o.waves_per_simd).unwrap_or(0);
         stats.push(Stats {
             symbol: abi.symbol.clone(),
             arch: arch.to_string(),
