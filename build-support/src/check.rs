@@ -136,3 +136,39 @@ pub fn check_ptx(abis: &[KernelAbi], module: &PtxModule, text: &str) -> Result<(
         Err(BuildError::AbiMismatch(problems.join("\n")))
     }
 }
+
+#[cfg(test)]
+mod launch_bound_tests {
+    use super::check_code_object;
+    use crate::metadata::parse_code_object;
+    use kernel_dsl_codegen::{AbiSlot, KernelAbi, SlotKind};
+
+    /// `scale_add` of the fixture, compiled without a bound (`.max_flat_workgroup_size`
+    /// 1024), as a launcher bounded at `max_threads` would describe it.
+    fn scale_add(max_threads: u32) -> KernelAbi {
+        let meta = parse_code_object(include_bytes!("../tests/fixtures/fixture.gfx1100.co")).unwrap();
+        let k = meta.kernel("scale_add").unwrap();
+        let slots = k
+            .explicit_args()
+            .enumerate()
+            .map(|(i, a)| AbiSlot {
+                name: format!("a{i}"),
+                offset: a.offset,
+                size: a.size,
+                kind: if a.value_kind == crate::metadata::ArgValueKind::GlobalBuffer { SlotKind::GlobalBuffer } else { SlotKind::ByValue },
+            })
+            .collect();
+        KernelAbi { kernel: "scale_add".into(), symbol: "scale_add".into(), slots, kernarg_size: k.kernarg_segment_size, max_threads }
+    }
+
+    #[test]
+    fn code_object_must_state_the_launch_bound() {
+        let meta = parse_code_object(include_bytes!("../tests/fixtures/fixture.gfx1100.co")).unwrap();
+        assert_eq!(meta.kernel("scale_add").unwrap().max_flat_workgroup_size, 1024);
+        let stats = check_code_object(&[scale_add(1024)], &meta, "gfx1100").expect("bound 1024 matches");
+        assert_eq!(stats.len(), 1);
+        assert!(stats[0].occupancy >= 1);
+        let err = check_code_object(&[scale_add(256)], &meta, "gfx1100").unwrap_err().to_string();
+        assert!(err.contains("`scale_add` was compiled for work-groups of up to 1024 work-items, but its launch bound is 256"), "{err}");
+    }
+}
