@@ -41,8 +41,11 @@ pub const PREFILL_HEAD_DIMS: [usize; 2] = [64, 128];
 
 /// Value columns one work-group accumulates: [`value_chunk`]'s, except hd64 on RDNA3's WMMA
 /// (gfx11), which takes 16: with 32 its bf16 instance needed more than the 192 registers a
-/// work-item has there (the block-table row lookups on top of `flash_fwd`'s tile) and
-/// spilled. The price is twice the work-groups per head on that target.
+/// work-item had there while code objects were compiled for 1024 work-items (the
+/// block-table row lookups on top of `flash_fwd`'s tile) and spilled. The price is twice
+/// the work-groups per head on that target. Compiled for its bound of 256, 32 columns take
+/// 210 VGPRs on gfx1100 without spills (16 take 194; 6 waves per SIMD either way): this
+/// exception can go once an RDNA3 card confirms it is faster.
 pub const fn prefill_value_chunk(d: usize, low: Lowering) -> usize {
     match (low, d) {
         (Lowering::Wmma, 64) => 16,

@@ -29,9 +29,13 @@ pub struct Stats {
     pub wave_size: u32,
     /// Kernarg segment bytes.
     pub kernarg_size: u32,
-    /// Waves per SIMD for 256 work-items per group (0 if unknown).
+    /// Waves per SIMD for work-groups of [`OCCUPANCY_WORK_GROUP`] work-items, or of the
+    /// kernel's launch bound where that is smaller (0 if unknown).
     pub occupancy: u32,
 }
+
+/// Work-group size of the occupancy figure in [`Stats`].
+pub const OCCUPANCY_WORK_GROUP: u32 = 256;
 
 /// Checks every launcher layout against one code object; returns the kernels' figures.
 pub fn check_code_object(abis: &[KernelAbi], meta: &CodeObjectMetadata, arch: &str) -> Result<Vec<Stats>, BuildError> {
@@ -70,7 +74,15 @@ pub fn check_code_object(abis: &[KernelAbi], meta: &CodeObjectMetadata, arch: &s
                 abi.symbol, k.kernarg_segment_size, abi.kernarg_size
             ));
         }
-        let occupancy = crate::metadata::occupancy(arch, k, 256, 0).map(|o| o.waves_per_simd).unwrap_or(0);
+        // The launch bound given to LLVM (`compile::launch_bounds_csv`), which sets the
+        // kernel's register budget; the launcher rejects larger work-groups.
+        if k.max_flat_workgroup_size != abi.max_threads {
+            problems.push(format!(
+                "{arch}: `{}` was compiled for work-groups of up to {} work-items, but its launch bound is {}",
+                abi.symbol, k.max_flat_workgroup_size, abi.max_threads
+            ));
+        }
+        let occupancy = crate::metadata::occupancy(arch, k, OCCUPANCY_WORK_GROUP.min(abi.max_threads), 0).map(|o| o.waves_per_simd).unwrap_or(0);
         stats.push(Stats {
             symbol: abi.symbol.clone(),
             arch: arch.to_string(),
@@ -122,5 +134,41 @@ pub fn check_ptx(abis: &[KernelAbi], module: &PtxModule, text: &str) -> Result<(
         Ok(())
     } else {
         Err(BuildError::AbiMismatch(problems.join("\n")))
+    }
+}
+
+#[cfg(test)]
+mod launch_bound_tests {
+    use super::check_code_object;
+    use crate::metadata::parse_code_object;
+    use kernel_dsl_codegen::{AbiSlot, KernelAbi, SlotKind};
+
+    /// `scale_add` of the fixture, compiled without a bound (`.max_flat_workgroup_size`
+    /// 1024), as a launcher bounded at `max_threads` would describe it.
+    fn scale_add(max_threads: u32) -> KernelAbi {
+        let meta = parse_code_object(include_bytes!("../tests/fixtures/fixture.gfx1100.co")).unwrap();
+        let k = meta.kernel("scale_add").unwrap();
+        let slots = k
+            .explicit_args()
+            .enumerate()
+            .map(|(i, a)| AbiSlot {
+                name: format!("a{i}"),
+                offset: a.offset,
+                size: a.size,
+                kind: if a.value_kind == crate::metadata::ArgValueKind::GlobalBuffer { SlotKind::GlobalBuffer } else { SlotKind::ByValue },
+            })
+            .collect();
+        KernelAbi { kernel: "scale_add".into(), symbol: "scale_add".into(), slots, kernarg_size: k.kernarg_segment_size, max_threads }
+    }
+
+    #[test]
+    fn code_object_must_state_the_launch_bound() {
+        let meta = parse_code_object(include_bytes!("../tests/fixtures/fixture.gfx1100.co")).unwrap();
+        assert_eq!(meta.kernel("scale_add").unwrap().max_flat_workgroup_size, 1024);
+        let stats = check_code_object(&[scale_add(1024)], &meta, "gfx1100").expect("bound 1024 matches");
+        assert_eq!(stats.len(), 1);
+        assert!(stats[0].occupancy >= 1);
+        let err = check_code_object(&[scale_add(256)], &meta, "gfx1100").unwrap_err().to_string();
+        assert!(err.contains("`scale_add` was compiled for work-groups of up to 1024 work-items, but its launch bound is 256"), "{err}");
     }
 }

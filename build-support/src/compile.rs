@@ -142,6 +142,20 @@ pub fn hash_dir(dir: &Path) -> Result<u64, BuildError> {
     Ok(fnv1a(&acc))
 }
 
+/// File, beside a target's objects, that gives each AMDGPU kernel its launch bound.
+pub const LAUNCH_BOUNDS_FILE: &str = "launch-bounds.csv";
+
+/// Each kernel's launch bound (`#[amdgpu_kernel(max_threads = N)]`, else 1024) as LLVM's
+/// `forceattrs` pass reads it (`-forceattrs-csv-path`): one `symbol,attribute=value` line
+/// per kernel setting `amdgpu-flat-work-group-size` to `1,N`. rustc has no attribute for
+/// it; without it LLVM compiles every kernel for 1024 work-items, whose register budget
+/// (e.g. 128 VGPRs per work-item on gfx11 wave32 instead of 256 at 256 work-items) is
+/// stricter than a kernel bounded lower needs. The code object's
+/// `.max_flat_workgroup_size` then states the bound, which the build checks.
+pub fn launch_bounds_csv(abis: &[KernelAbi]) -> String {
+    abis.iter().map(|k| format!("{},amdgpu-flat-work-group-size=1,{}\n", k.symbol, k.max_threads)).collect()
+}
+
 /// Inputs of one target compile.
 pub struct CompileJob<'a> {
     /// The compiler.
@@ -193,16 +207,22 @@ impl CompileJob<'_> {
         let t = &self.target;
         // One folder per target: rustc puts intermediate objects beside its output, and
         // the targets compile in parallel.
-        let dir = self.out_dir.join("gpu").join(t.cpu());
+        // Absolute: the kernels' compile runs in this folder (see below).
+        let dir = std::path::absolute(self.out_dir.join("gpu").join(t.cpu())).at(self.out_dir)?;
         fs::create_dir_all(&dir).at(&dir)?;
         let artifact = dir.join(t.artifact());
+        let bounds = match t {
+            Target::Amdgpu(_) => launch_bounds_csv(&self.device.abis),
+            Target::Nvptx(_) => String::new(),
+        };
         let key = format!(
-            "{}|{}|{:x}|{:x}|{:?}",
+            "{}|{}|{:x}|{:x}|{:?}|{:x}",
             self.rustc.version,
             self.sysroot.display(),
             self.kernel_dsl_hash,
             self.device.hash,
-            t
+            t,
+            fnv1a(bounds.as_bytes())
         );
         let stamp = dir.join("inputs.stamp");
         if artifact.is_file() && fs::read_to_string(&stamp).ok().as_deref() == Some(key.as_str()) {
@@ -216,6 +236,8 @@ impl CompileJob<'_> {
             return Ok(Artifact { target: t.clone(), path: artifact, compiled: false });
         }
         let cfg = self.arch_cfg()?;
+        let sysroot = std::path::absolute(self.sysroot).at(self.sysroot)?;
+        let device_root = std::path::absolute(&self.device.root).at(&self.device.root)?;
         let common = |c: &mut std::process::Command| {
             c.args(["--edition", "2021", "--target", t.triple()])
                 .arg(format!("-Ctarget-cpu={}", t.cpu()))
@@ -225,7 +247,7 @@ impl CompileJob<'_> {
                 // separate symbols with their own descriptors, not become aliases.
                 .args(["-Cdebuginfo=0", "-Ccodegen-units=1", "-Cembed-bitcode=yes", "-Zmerge-functions=disabled"])
                 .arg("--sysroot")
-                .arg(self.sysroot)
+                .arg(&sysroot)
                 .args(&cfg);
         };
         let dsl_rlib = dir.join("libkernel_dsl.rlib");
@@ -246,12 +268,18 @@ impl CompileJob<'_> {
         c.arg("-L").arg(&dir);
         match t {
             Target::Amdgpu(_) => {
+                // Each kernel's `amdgpu-flat-work-group-size`, added by LLVM's
+                // `forceattrs` pass before optimization. rustc splits `-Cllvm-args` at
+                // whitespace, so the file is named relative to the compile's folder.
+                let csv = dir.join(LAUNCH_BOUNDS_FILE);
+                write_if_changed(&csv, bounds.as_bytes())?;
+                c.current_dir(&dir).arg(format!("-Cllvm-args=-forceattrs-csv-path={LAUNCH_BOUNDS_FILE}"));
                 c.args(["--crate-type", "cdylib", "-Clto=fat"]);
-                c.arg(&self.device.root).arg("-o").arg(&artifact);
+                c.arg(&device_root).arg("-o").arg(&artifact);
             }
             Target::Nvptx(_) => {
                 c.args(["--crate-type", "staticlib", "-Clto=fat", "--emit=asm"]);
-                c.arg(&self.device.root).arg("-o").arg(&artifact);
+                c.arg(&device_root).arg("-o").arg(&artifact);
             }
         }
         crate::sysroot::run(c, &format!("kernels for {}", t.cpu()))?;
@@ -261,5 +289,38 @@ impl CompileJob<'_> {
         fs::rename(&tmp, &cached).at(&cached)?;
         fs::write(&stamp, key).at(&stamp)?;
         Ok(Artifact { target: t.clone(), path: artifact, compiled: true })
+    }
+}
+
+#[cfg(test)]
+mod launch_bounds_tests {
+    use super::launch_bounds_csv;
+    use kernel_dsl_codegen::expand_device_file;
+
+    #[test]
+    fn one_line_per_instance_with_its_bound() {
+        let src = "#[amdgpu_kernel(max_threads = 128)]\n\
+                   pub fn bounded(out: &mut [u32]) {}\n\
+                   #[amdgpu_kernel(T = [f32, bf16], max_threads = 64)]\n\
+                   pub fn fill<T: Float>(out: &mut [T], v: f32) {}\n\
+                   #[amdgpu_kernel]\n\
+                   pub fn unbounded(out: &mut [u32]) {}\n";
+        let abis = expand_device_file(syn::parse_file(src).unwrap()).unwrap().abis;
+        let csv = launch_bounds_csv(&abis);
+        let lines: Vec<&str> = csv.lines().collect();
+        assert_eq!(lines.len(), abis.len(), "{csv}");
+        assert_eq!(abis.len(), 4, "{abis:?}");
+        for k in &abis {
+            let want = format!("{},amdgpu-flat-work-group-size=1,{}", k.symbol, k.max_threads);
+            assert!(lines.contains(&want.as_str()), "{want} not in\n{csv}");
+        }
+        // LLVM splits each line at its first `,` (function) and the rest at its first `=`
+        // (attribute and value).
+        let bounded = lines.iter().find(|l| l.starts_with("bounded,")).unwrap();
+        let (func, attr) = bounded.split_once(',').unwrap();
+        assert_eq!((func, attr.split_once('=')), ("bounded", Some(("amdgpu-flat-work-group-size", "1,128"))));
+        assert!(csv.contains(",amdgpu-flat-work-group-size=1,64\n"), "{csv}");
+        assert!(csv.contains("unbounded,amdgpu-flat-work-group-size=1,1024\n"), "{csv}");
+        assert!(csv.ends_with('\n'));
     }
 }

@@ -50,8 +50,10 @@ pub const DEFAULT_PTX_ARCH: &str = "sm_80";
 /// (`#[amdgpu_kernel(max_threads = N)]`). Each PTX entry gets `.maxntid` of its bound, so
 /// that `ptxas` keeps it within the registers a block of that size has (64 per thread at
 /// 1024, 255 at 256) instead of failing such launches with
-/// `CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES`; the launcher rejects larger blocks
-/// (`LaunchError::BlockTooLarge`). AMDGPU code objects are compiled for up to 1024
-/// work-items whatever the bound (rustc has no way to set `amdgpu-flat-work-group-size`),
-/// which only makes their register budget stricter than needed.
+/// `CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES`. Each AMDGPU kernel is compiled with
+/// `amdgpu-flat-work-group-size` `1,bound` ([`compile::launch_bounds_csv`]), so LLVM gives
+/// it the registers a work-group of that size allows (on gfx11 wave32: 128 VGPRs at 1024,
+/// 256 at 256 or fewer) and its code object states the bound
+/// (`.max_flat_workgroup_size`, checked by the build). The launcher rejects larger
+/// work-groups (`LaunchError::BlockTooLarge`).
 pub const MAX_WORK_GROUP: u32 = 1024;

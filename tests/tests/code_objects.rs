@@ -1,6 +1,6 @@
 //! The embedded code objects and PTX, read back with an independent parser and compared
 //! with the launchers that the proc macro generated: every kernel instance for every
-//! architecture, argument layout, wave size, no scratch and no spills.
+//! architecture, argument layout, wave size, launch bound, no scratch and no spills.
 use build_support::metadata::{parse_code_object, ArgValueKind};
 use build_support::ptx::parse_ptx;
 use kernel_dsl::host::{EmbeddedKernels, KernelInstance, SlotKind};
@@ -53,6 +53,9 @@ fn check_crate(b: &'static EmbeddedKernels, min_instances: usize) {
                 assert_eq!(a.value_kind, want, "{} on {}: slot {}", inst.symbol, co.arch, s.name);
             }
             assert_eq!(k.wavefront_size, wave, "{} on {}", inst.symbol, co.arch);
+            // Compiled for its own launch bound (`max_threads`, else 1024), which sets its
+            // register budget; the launcher rejects larger work-groups.
+            assert_eq!(k.max_flat_workgroup_size, inst.max_threads, "{} on {}: .max_flat_workgroup_size", inst.symbol, co.arch);
             assert_eq!(k.private_segment_fixed_size, 0, "{} on {} uses scratch", inst.symbol, co.arch);
             assert_eq!(k.vgpr_spill_count + k.sgpr_spill_count, 0, "{} on {} spills", inst.symbol, co.arch);
             assert!(!k.uses_dynamic_stack, "{} on {} uses a dynamic stack", inst.symbol, co.arch);

@@ -34,8 +34,9 @@ pub struct KernelInstance {
     /// Size of the argument segment in bytes.
     pub kernarg_size: u32,
     /// Largest work-group it may be launched with (`#[amdgpu_kernel(max_threads = N)]`,
-    /// else 1024): the PTX entry's `.maxntid`, which lets `ptxas` give each work-item the
-    /// registers of a block of that size.
+    /// else 1024): the PTX entry's `.maxntid` and the AMDGPU code object's
+    /// `amdgpu-flat-work-group-size`, which let `ptxas` and LLVM give each work-item the
+    /// registers of a work-group of that size.
     pub max_threads: u32,
 }
 

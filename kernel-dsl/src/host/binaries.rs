@@ -34,7 +34,8 @@ pub struct KernelStats {
     pub wave_size: u32,
     /// Kernel-argument segment bytes.
     pub kernarg_size: u32,
-    /// Estimated waves per SIMD for a 256-work-item group without dynamic LDS.
+    /// Estimated waves per SIMD for a 256-work-item group (or one of the kernel's launch
+    /// bound where that is smaller) without dynamic LDS.
     pub occupancy: u32,
 }
 
