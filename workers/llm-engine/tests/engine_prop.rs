@@ -1,5 +1,6 @@
-//! Random workloads (proptest): any pool size, budget, slot count, prefix caching, arrival
-//! times, shared prefixes, forks and cancellations give every request exactly its reference tokens.
+//! Random workloads (proptest): any block size, pool size, budget, prefill cap, slot count,
+//! prefix caching, arrival times, shared prefixes, forks and cancellations give every request
+//! exactly its reference tokens.
 
 mod common;
 
@@ -50,12 +51,21 @@ proptest! {
         budget in 1usize..80,
         max_num_seqs in 1usize..9,
         prefix_caching in any::<bool>(),
+        block_size_log2 in 0u32..5,
+        prefill_cap in prop::option::of(1usize..40),
     ) {
+        // Block sizes 1..=16 over the same KV capacity (8..24 blocks of 16 tokens): small
+        // blocks make many more copy-on-write and prefix-cache boundaries.
+        let block_size = 1usize << block_size_log2;
+        let num_blocks = num_blocks * 16 / block_size;
         let cfg = EngineConfig { max_num_seqs, max_batched_tokens: budget, max_model_len: MAX_LEN, prefix_caching };
-        let mut sim = PagedSim::new(16, num_blocks, VOCAB);
+        let mut sim = PagedSim::new(block_size, num_blocks, VOCAB);
         sim.max_num_seqs = max_num_seqs;
         sim.max_batched_tokens = budget;
         let mut e = Engine::new(sim, cfg);
+        if let Some(cap) = prefill_cap {
+            e = e.with_prefill_chunk_while_decoding(cap).unwrap();
+        }
         let shared = tokens(1234, 50, VOCAB);
         let prompts: Vec<Vec<u32>> = reqs
             .iter()
