@@ -1,4 +1,5 @@
-//! Random workloads (proptest): any block size, pool size, budget, prefill cap, slot count,
+//! Random workloads (proptest): any block size, pool size, budget, prefill cap (lifted under a
+//! backlog or not), slot count,
 //! prefix caching, arrival times, shared prefixes, forks and cancellations give every request
 //! exactly its reference tokens.
 
@@ -52,7 +53,7 @@ proptest! {
         max_num_seqs in 1usize..9,
         prefix_caching in any::<bool>(),
         block_size_log2 in 0u32..5,
-        prefill_cap in prop::option::of(1usize..40),
+        prefill_cap in prop::option::of((1usize..40, prop::option::of(0usize..4))),
     ) {
         // Block sizes 1..=16 over the same KV capacity (8..24 blocks of 16 tokens): small
         // blocks make many more copy-on-write and prefix-cache boundaries.
@@ -63,8 +64,11 @@ proptest! {
         sim.max_num_seqs = max_num_seqs;
         sim.max_batched_tokens = budget;
         let mut e = Engine::new(sim, cfg);
-        if let Some(cap) = prefill_cap {
+        if let Some((cap, backlog)) = prefill_cap {
             e = e.with_prefill_chunk_while_decoding(cap).unwrap();
+            if let Some(w) = backlog {
+                e = e.with_prefill_cap_backlog(w);
+            }
         }
         let shared = tokens(1234, 50, VOCAB);
         let prompts: Vec<Vec<u32>> = reqs
