@@ -14,7 +14,6 @@ use attention::flash::HEAD_DIMS;
 use attention::{flash_attn, flash_attn_varlen, AttentionError, FlashElem, FlashOptions, FlashShape, VarlenShape};
 use half::{bf16, f16};
 use kernel_dsl::host::{CpuExecutor, WaveSize};
-use kernel_dsl::Float;
 use kernel_runtime::Device;
 
 /// The CPU executor in every matrix-unit mode, plus the GPUs of this build.

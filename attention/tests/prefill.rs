@@ -14,7 +14,6 @@ use attention::prefill::host::{paged_prefill, paged_prefill_unchecked, PrefillIn
 use attention::{AttentionError, FlashElem};
 use half::{bf16, f16};
 use kernel_dsl::host::{CpuExecutor, WaveSize};
-use kernel_dsl::Float;
 use kernel_runtime::Device;
 
 mod common;
