@@ -1085,6 +1085,30 @@ pub fn flash_fwd<T: MmaFloat, H: HeadDim>(
 
     // Normalise, write the rows of this sequence and (first value chunk) the LSE.
     let o_base = q_row0 * q_stride + h * d + vc * dv;
+    let lse_base = if varlen { h * total_q as usize + q_row0 } else { (b * heads_n + h) * seq_q as usize };
+    // SAFETY: rows below q_hi lie in out, and their LSE entries below lse_end (checked above).
+    unsafe { write_rows(&mut st, mt, nof, row0, len_q, (op, o_base, q_stride), (lse_p, lse_base, vc == 0)) };
+}
+
+/// The epilogue of the prefill kernels ([`flash_fwd`](fn@flash_fwd) and the paged
+/// prefill): normalises the output of a wave's `mt` row tiles (`st[m]` holds the
+/// sequence's rows `row0 + 16 m ..`, `nof` fragments of 16 value columns), writes the rows
+/// below `len_q`, row `i` at `out + o_base + i * stride`, and, when `write_lse`, row `i`'s
+/// natural log-sum-exp at `lse + lse_base + i`.
+///
+/// # Safety
+/// Every row below `len_q` of the wave's rows has `nof * 16` writable elements at its
+/// output offset and, when `write_lse`, one writable f32 at its LSE offset.
+#[inline(always)]
+pub unsafe fn write_rows<T: MmaFloat>(
+    st: &mut [RowState; 2],
+    mt: usize,
+    nof: usize,
+    row0: usize,
+    len_q: usize,
+    (out, o_base, stride): (*mut T, usize, usize),
+    (lse, lse_base, write_lse): (*mut f32, usize, bool),
+) {
     each!(m in [0, 1] {
         if m < mt {
             let lse_f = st[m].finish(nof);
@@ -1094,19 +1118,18 @@ pub fn flash_fwd<T: MmaFloat, H: HeadDim>(
                     st[m].o[of].for_each(|r, c, x| {
                         let i = r0 + r;
                         if i < len_q {
-                            // SAFETY: rows below q_hi lie in out (checked above).
-                            unsafe { *op.add(o_base + i * q_stride + of * 16 + c) = T::from_f32(x) };
+                            // SAFETY: the caller's contract.
+                            unsafe { *out.add(o_base + i * stride + of * 16 + c) = T::from_f32(x) };
                         }
                     });
                 }
             });
-            if vc == 0 {
+            if write_lse {
                 lse_f.for_each(|r, c, x| {
                     let i = r0 + r;
                     if c == 0 && i < len_q {
-                        let at = if varlen { h * total_q as usize + q_row0 + i } else { (b * heads_n + h) * seq_q as usize + i };
-                        // SAFETY: below lse_end (checked above).
-                        unsafe { *lse_p.add(at) = x };
+                        // SAFETY: the caller's contract.
+                        unsafe { *lse.add(lse_base + i) = x };
                     }
                 });
             }

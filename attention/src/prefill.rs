@@ -29,7 +29,7 @@
 //! visible key are zeros. Key tiles wholly outside the causal (and window) range of the
 //! work-group's rows are not visited. Built for head dimensions 64 and 128 (the models the
 //! engine serves); other head dimensions stay on the gather path.
-use crate::flash::{add_tile_rows, block_rows, copy_rows, prefill_bn, row_tiles, smem_elems, stages, value_chunk, HeadDim, PrefillScore, RowState, PAD, WAVES};
+use crate::flash::{add_tile_rows, block_rows, copy_rows, prefill_bn, row_tiles, smem_elems, stages, value_chunk, write_rows, HeadDim, PrefillScore, RowState, PAD, WAVES};
 // The head-dimension types name the device instances (the host launcher finds them by name).
 #[allow(unused_imports)]
 use crate::flash::{Hd128, Hd64};
@@ -61,15 +61,6 @@ pub const fn prefill_value_chunks(d: usize, low: Lowering) -> usize {
 /// Compiling for AMD GPUs: the work-group size is read at run time there (as in
 /// [`crate::flash`]).
 const AMD: bool = cfg!(target_arch = "amdgpu");
-
-/// Runs `$body` with `$i` bound to each listed constant.
-macro_rules! each {
-    ($i:ident in [$($n:literal),*] $body:block) => {$({
-        #[allow(non_upper_case_globals)]
-        const $i: usize = $n;
-        $body
-    })*};
-}
 
 /// Flash attention of one (query block, sequence, head, value chunk) of a batch of prompt
 /// chunks over the sequences' paged caches: see the module docs. Grid: x = query blocks
@@ -294,32 +285,8 @@ pub fn paged_prefill<T: MmaFloat, H: HeadDim>(
 
     // Normalise, write the chunk's rows and (first value chunk) the LSE.
     let o_base = q_row0 * q_stride + h * d + vc * dv;
-    each!(m in [0, 1] {
-        if m < mt {
-            let lse_f = st[m].finish(nof);
-            let r0 = row0 + m * 16;
-            each!(of in [0, 1, 2, 3, 4, 5, 6, 7] {
-                if of < nof {
-                    st[m].o[of].for_each(|r, c, x| {
-                        let i = r0 + r;
-                        if i < len_q {
-                            // SAFETY: rows below q_hi lie in out (checked above).
-                            unsafe { *op.add(o_base + i * q_stride + of * 16 + c) = T::from_f32(x) };
-                        }
-                    });
-                }
-            });
-            if vc == 0 {
-                lse_f.for_each(|r, c, x| {
-                    let i = r0 + r;
-                    if c == 0 && i < len_q {
-                        // SAFETY: below lse_end (checked above).
-                        unsafe { *lse_p.add(h * total_q as usize + q_row0 + i) = x };
-                    }
-                });
-            }
-        }
-    });
+    // SAFETY: rows below q_hi lie in out, and their LSE entries below lse_end (checked above).
+    unsafe { write_rows(&mut st, mt, nof, row0, len_q, (op, o_base, q_stride), (lse_p, h * total_q as usize + q_row0, vc == 0)) };
 }
 
 #[cfg(not(any(target_arch = "amdgpu", target_arch = "nvptx64")))]

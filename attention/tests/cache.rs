@@ -16,42 +16,7 @@ use kernel_dsl::Float;
 use kernel_runtime::Device;
 
 mod common;
-use common::{executors, name};
-
-struct Rng(u64);
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
-        self.0 >> 11
-    }
-    fn uniform(&mut self, lo: f64, hi: f64) -> f64 {
-        lo + (hi - lo) * (self.next() as f64 / (1u64 << 53) as f64)
-    }
-}
-
-trait Elem: Float + std::fmt::Debug + PartialEq + 'static {
-    /// Relative rounding error of one rounding (half an ulp at 1).
-    const U: f64;
-    fn from_f64(v: f64) -> Self;
-}
-impl Elem for f16 {
-    const U: f64 = 1.0 / 2048.0;
-    fn from_f64(v: f64) -> Self {
-        f16::from_f64(v)
-    }
-}
-impl Elem for bf16 {
-    const U: f64 = 1.0 / 256.0;
-    fn from_f64(v: f64) -> Self {
-        bf16::from_f64(v)
-    }
-}
-impl Elem for f32 {
-    const U: f64 = 1.0 / (1u64 << 24) as f64;
-    fn from_f64(v: f64) -> Self {
-        v as f32
-    }
-}
+use common::{executors, name, Elem, Rng};
 
 fn f(x: impl Float) -> f64 {
     x.to_f32() as f64

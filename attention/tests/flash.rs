@@ -14,43 +14,13 @@ use attention::flash::HEAD_DIMS;
 use attention::{flash_attn, flash_attn_varlen, AttentionError, FlashElem, FlashOptions, FlashShape, VarlenShape};
 use half::{bf16, f16};
 use kernel_dsl::host::{CpuExecutor, WaveSize};
-use kernel_dsl::Float;
 use kernel_runtime::Device;
 
 /// The CPU executor in every matrix-unit mode, plus the GPUs of this build.
 mod common;
-use common::{executors, name};
+use common::{executors, inputs, name, Elem};
 
-/// Deterministic values in `[lo, hi)`.
-fn inputs(n: usize, lo: f64, hi: f64, seed: u64) -> Vec<f64> {
-    let mut s = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
-    (0..n)
-        .map(|_| {
-            s = s.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
-            lo + (hi - lo) * ((s >> 11) as f64 / (1u64 << 53) as f64)
-        })
-        .collect()
-}
-
-trait Elem: FlashElem + Float + std::fmt::Debug {
-    /// Unit roundoff.
-    const U: f64;
-    fn from_f64(v: f64) -> Self;
-}
-impl Elem for f16 {
-    const U: f64 = 1.0 / 2048.0;
-    fn from_f64(v: f64) -> Self {
-        f16::from_f64(v)
-    }
-}
-impl Elem for bf16 {
-    const U: f64 = 1.0 / 256.0;
-    fn from_f64(v: f64) -> Self {
-        bf16::from_f64(v)
-    }
-}
-
-fn round<T: Elem>(v: &[f64]) -> (Vec<T>, Vec<f64>) {
+fn round<T: Elem + FlashElem>(v: &[f64]) -> (Vec<T>, Vec<f64>) {
     let t: Vec<T> = v.iter().map(|&x| T::from_f64(x)).collect();
     let back = t.iter().map(|x| x.to_f32() as f64).collect();
     (t, back)
@@ -168,7 +138,7 @@ fn reference(c: &Case, q: &[f64], k: &[f64], v: &[f64]) -> (Vec<f64>, Vec<f64>) 
 }
 
 /// Runs `c` on `dev` with inputs of type `T` and compares with [`reference`].
-fn check<T: Elem>(dev: &Device, c: &Case, seed: u64) {
+fn check<T: Elem + FlashElem>(dev: &Device, c: &Case, seed: u64) {
     let (cq, ck) = c.offsets();
     let (total_q, total_k) = (*cq.last().unwrap(), *ck.last().unwrap());
     let (q, q64) = round::<T>(&inputs(total_q * c.heads * c.d, -2.0, 2.0, seed));

@@ -20,43 +20,9 @@ use kernel_dsl::Float;
 use kernel_runtime::Device;
 
 mod common;
-use common::{executors, name};
+use common::{executors, name, Elem, Rng};
 
-/// Deterministic values in `[lo, hi)` and a permutation source.
-struct Rng(u64);
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
-        self.0 >> 11
-    }
-    fn uniform(&mut self, lo: f64, hi: f64) -> f64 {
-        lo + (hi - lo) * (self.next() as f64 / (1u64 << 53) as f64)
-    }
-    fn shuffle<X>(&mut self, v: &mut [X]) {
-        for i in (1..v.len()).rev() {
-            v.swap(i, (self.next() % (i as u64 + 1)) as usize);
-        }
-    }
-}
-
-trait Elem: FlashElem + Float + std::fmt::Debug + PartialEq {
-    const U: f64;
-    fn from_f64(v: f64) -> Self;
-}
-impl Elem for f16 {
-    const U: f64 = 1.0 / 2048.0;
-    fn from_f64(v: f64) -> Self {
-        f16::from_f64(v)
-    }
-}
-impl Elem for bf16 {
-    const U: f64 = 1.0 / 256.0;
-    fn from_f64(v: f64) -> Self {
-        bf16::from_f64(v)
-    }
-}
-
-fn values<T: Elem>(rng: &mut Rng, n: usize, lo: f64, hi: f64) -> Vec<T> {
+fn values<T: Elem + FlashElem>(rng: &mut Rng, n: usize, lo: f64, hi: f64) -> Vec<T> {
     (0..n).map(|_| T::from_f64(rng.uniform(lo, hi))).collect()
 }
 
@@ -66,20 +32,20 @@ fn f(x: impl Float) -> f64 {
 
 /// A decode step over sequences of `lens` tokens in a cache of shuffled blocks.
 #[allow(clippy::too_many_arguments)] // one decode step's whole geometry
-fn check<T: Elem>(dev: &Device, lens: &[usize], heads: usize, kv_heads: usize, d: usize, block_size: usize, split_len: Option<usize>, seed: u64) {
+fn check<T: Elem + FlashElem>(dev: &Device, lens: &[usize], heads: usize, kv_heads: usize, d: usize, block_size: usize, split_len: Option<usize>, seed: u64) {
     check_plan::<T>(dev, lens, heads, kv_heads, d, block_size, Err(split_len), seed)
 }
 
 /// [`check`] with the split length (`Err`: chosen by the launcher unless given) or a whole
 /// launch plan (`Ok`: `paged_attention_planned`).
 #[allow(clippy::too_many_arguments)]
-fn check_plan<T: Elem>(dev: &Device, lens: &[usize], heads: usize, kv_heads: usize, d: usize, block_size: usize, how: Result<DecodePlan, Option<usize>>, seed: u64) {
+fn check_plan<T: Elem + FlashElem>(dev: &Device, lens: &[usize], heads: usize, kv_heads: usize, d: usize, block_size: usize, how: Result<DecodePlan, Option<usize>>, seed: u64) {
     check_runs::<T>(dev, lens, (heads, kv_heads, d, block_size), how, None, seed)
 }
 
 /// [`check_plan`], run `runs` times in a row on the same `counters` (a fused plan's,
 /// `Some((counters, runs))`: every run must match the reference and leave them at zero).
-fn check_runs<T: Elem>(dev: &Device, lens: &[usize], (heads, kv_heads, d, block_size): (usize, usize, usize, usize), how: Result<DecodePlan, Option<usize>>, counters: Option<(&kernel_runtime::DeviceVec<u32>, usize)>, seed: u64) {
+fn check_runs<T: Elem + FlashElem>(dev: &Device, lens: &[usize], (heads, kv_heads, d, block_size): (usize, usize, usize, usize), how: Result<DecodePlan, Option<usize>>, counters: Option<(&kernel_runtime::DeviceVec<u32>, usize)>, seed: u64) {
     let mut rng = Rng(seed);
     let batch = lens.len();
     let max_blocks = lens.iter().map(|l| l.div_ceil(block_size)).max().unwrap().max(1) + 1;

@@ -14,40 +14,10 @@ use attention::prefill::host::{paged_prefill, paged_prefill_unchecked, PrefillIn
 use attention::{AttentionError, FlashElem};
 use half::{bf16, f16};
 use kernel_dsl::host::{CpuExecutor, WaveSize};
-use kernel_dsl::Float;
 use kernel_runtime::Device;
 
 mod common;
-use common::{executors, name};
-
-/// Deterministic values in `[lo, hi)`.
-fn inputs(n: usize, lo: f64, hi: f64, seed: u64) -> Vec<f64> {
-    let mut s = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
-    (0..n)
-        .map(|_| {
-            s = s.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
-            lo + (hi - lo) * ((s >> 11) as f64 / (1u64 << 53) as f64)
-        })
-        .collect()
-}
-
-trait Elem: FlashElem + Float + std::fmt::Debug {
-    /// Unit roundoff.
-    const U: f64;
-    fn from_f64(v: f64) -> Self;
-}
-impl Elem for f16 {
-    const U: f64 = 1.0 / 2048.0;
-    fn from_f64(v: f64) -> Self {
-        f16::from_f64(v)
-    }
-}
-impl Elem for bf16 {
-    const U: f64 = 1.0 / 256.0;
-    fn from_f64(v: f64) -> Self {
-        bf16::from_f64(v)
-    }
-}
+use common::{executors, inputs, name, Elem};
 
 /// One launch: per sequence (cached prefix, chunk length), heads, head dimension, block
 /// size and an optional left window.
@@ -74,7 +44,7 @@ fn shuffled(n: usize, seed: u64) -> Vec<usize> {
 /// Unused block-table entries: no block of any cache here.
 const NO_BLOCK: u32 = 0x7fff_ffff;
 
-fn check<T: Elem>(dev: &Device, c: &Case, seed: u64) {
+fn check<T: Elem + FlashElem>(dev: &Device, c: &Case, seed: u64) {
     let (h_n, kv_n, d, bs) = (c.heads, c.kv_heads, c.d, c.bs);
     let batch = c.seqs.len();
     let ctx: Vec<usize> = c.seqs.iter().map(|&(p, n)| p + n).collect();

@@ -580,14 +580,48 @@ pub mod host {
 
     const KN: &str = "conv2d_nhwc";
 
+    /// Checks that an argument of `kernel` (`what` in the error) holds exactly the
+    /// elements of a contiguous tensor of shape `dims`; returns that count. One message
+    /// form for every entry and layout: `"<what> has <have> elements; shape (<dims>)
+    /// needs <n>"`.
+    fn check_len(kernel: &'static str, what: &str, have: usize, dims: &[usize]) -> Result<usize, LaunchError> {
+        let n = product(kernel, dims)?;
+        if have != n {
+            return Err(invalid(kernel, format!("{what} has {have} elements; shape ({}) needs {n}", shape_text(dims))));
+        }
+        Ok(n)
+    }
+
+    /// Checks that the input view of shape `dims` (in the entry's layout), element `i` at
+    /// `offset + sum(i_j * strides[j])`, lies in a buffer of `have` elements; returns one
+    /// past the last element it reads (`offset` for an empty view, which reads nothing).
+    fn check_input(kernel: &'static str, dims: [usize; 4], strides: [usize; 4], offset: usize, have: usize) -> Result<usize, LaunchError> {
+        let n = product(kernel, &dims)?;
+        let end = if n == 0 {
+            offset
+        } else {
+            dims.iter()
+                .zip(strides)
+                .try_fold(offset, |a, (&d, st)| (d - 1).checked_mul(st).and_then(|o| a.checked_add(o)))
+                .and_then(|last| last.checked_add(1))
+                .ok_or_else(|| invalid(kernel, "input offsets overflow usize".into()))?
+        };
+        if end > have {
+            return Err(invalid(kernel, format!("input view ({}) from element {offset} needs {end} elements; the buffer has {have}", shape_text(&dims))));
+        }
+        Ok(end)
+    }
+
+    /// `dims` as `a, b, c` for the messages above.
+    fn shape_text(dims: &[usize]) -> String {
+        dims.iter().map(|d| d.to_string()).collect::<Vec<_>>().join(", ")
+    }
+
     /// The filter `(c_out, c_in, k_h, k_w)` (PyTorch's and Candle's layout) rearranged as
     /// `(k_h, k_w, c_in, c_out)`, the layout [`conv2d_channels_last`] takes: done once per weight,
     /// at load.
     pub fn nhwc_weight<T: Copy>(w: &[T], [c_out, c_in, k_h, k_w]: [usize; 4]) -> Result<Vec<T>, LaunchError> {
-        let n = product(KN, &[c_out, c_in, k_h, k_w])?;
-        if w.len() != n {
-            return Err(invalid(KN, format!("weight has {} elements; ({c_out}, {c_in}, {k_h}, {k_w}) needs {n}", w.len())));
-        }
+        let n = check_len(KN, "weight", w.len(), &[c_out, c_in, k_h, k_w])?;
         let mut out = Vec::with_capacity(n);
         for ky in 0..k_h {
             for kx in 0..k_w {
@@ -663,24 +697,16 @@ pub mod host {
         }
         let Conv2dShape { batch, c_in, h, w, c_out, k_h, k_w, .. } = s;
         let (oh, ow) = s.out_hw(g)?;
-        let n_w = product(KN, &[k_h, k_w, c_in, c_out])?;
-        if arg_len(weight) != n_w {
-            return Err(invalid(KN, format!("weight has {} elements; ({k_h}, {k_w}, {c_in}, {c_out}) needs {n_w}", arg_len(weight))));
-        }
-        let n_y = product(KN, &[batch, oh, ow, c_out])?;
-        if arg_len(y) != n_y {
-            return Err(invalid(KN, format!("output has {} elements; ({batch}, {oh}, {ow}, {c_out}) needs {n_y}", arg_len(y))));
-        }
+        let n_w = check_len(KN, "weight", arg_len(weight), &[k_h, k_w, c_in, c_out])?;
+        let n_y = check_len(KN, "output", arg_len(y), &[batch, oh, ow, c_out])?;
         if let Some(b) = bias {
-            if arg_len(b) != c_out {
-                return Err(invalid(KN, format!("bias has {} elements; there are {c_out} output channels", arg_len(b))));
-            }
+            check_len(KN, "bias", arg_len(b), &[c_out])?;
         }
-        let n_x = product(KN, &[batch, h, w, c_in])?;
-        let x_end = offset.checked_add(n_x).ok_or_else(|| invalid(KN, "input offset overflows usize".into()))?;
-        if x_end > arg_len(x) {
-            return Err(invalid(KN, format!("input ({batch}, {h}, {w}, {c_in}) from element {offset} needs {x_end} elements; the buffer has {}", arg_len(x))));
-        }
+        // Contiguous (batch, h, w, c_in): the strides are below the element count, which
+        // `check_input`'s product bounds first (only an empty view could overflow them, and
+        // it never reads them).
+        let strides = [h.wrapping_mul(w).wrapping_mul(c_in), w.wrapping_mul(c_in), c_in, 1];
+        let x_end = check_input(KN, [batch, h, w, c_in], strides, offset, arg_len(x))?;
         let addr = match x.kernel_arg() {
             ArgValue::Slice { addr, .. } => addr as usize,
             _ => 0,
@@ -816,37 +842,18 @@ pub mod host {
         }
         let (oh, ow) = s.out_hw(g)?;
         let (cin_g, m) = (c_in / groups, c_out / groups);
-        let n_w = product(K, &[c_out, cin_g, k_h, k_w])?;
-        if arg_len(weight) != n_w {
-            return Err(invalid(K, format!("weight has {} elements; ({c_out}, {cin_g}, {k_h}, {k_w}) needs {n_w}", arg_len(weight))));
-        }
-        let n_y = product(K, &[batch, c_out, oh, ow])?;
-        if arg_len(y) != n_y {
-            return Err(invalid(K, format!("output has {} elements; ({batch}, {c_out}, {oh}, {ow}) needs {n_y}", arg_len(y))));
-        }
+        let n_w = check_len(K, "weight", arg_len(weight), &[c_out, cin_g, k_h, k_w])?;
+        let n_y = check_len(K, "output", arg_len(y), &[batch, c_out, oh, ow])?;
         if let Some(b) = bias {
-            if arg_len(b) != c_out {
-                return Err(invalid(K, format!("bias has {} elements; there are {c_out} output channels", arg_len(b))));
-            }
+            check_len(K, "bias", arg_len(b), &[c_out])?;
         }
-        let n_x = product(K, &[batch, c_in, h, w])?;
-        let last = if n_x == 0 {
-            0
-        } else {
-            [(batch, strides[0]), (c_in, strides[1]), (h, strides[2]), (w, strides[3])]
-                .iter()
-                .try_fold(offset, |a, &(d, st)| (d - 1).checked_mul(st).and_then(|o| a.checked_add(o)))
-                .ok_or_else(|| invalid(K, "input offsets overflow usize".into()))?
-        };
-        if n_x == 0 && n_y > 0 {
+        if product(K, &[batch, c_in, h, w])? == 0 && n_y > 0 {
             return Err(invalid(K, format!("empty input ({batch}, {c_in}, {h}, {w}) for a non-empty output")));
         }
-        if n_x > 0 && last >= arg_len(x) {
-            return Err(invalid(K, format!("input view reaches element {last} of a buffer of {}", arg_len(x))));
-        }
+        let x_end = check_input(K, [batch, c_in, h, w], strides, offset, arg_len(x))?;
         // 32-bit indexing inside (every index below 2^31, so sums of two stay below 2^32).
         let pad_span = g.padding.saturating_mul(2).saturating_add(h.max(w));
-        fits_i32(K, &[n_y, n_w, last, arg_len(x), pad_span, oh.saturating_mul(g.stride).saturating_add(k_h.max(k_w).saturating_mul(g.dilation))])?;
+        fits_i32(K, &[n_y, n_w, x_end, arg_len(x), pad_span, oh.saturating_mul(g.stride).saturating_add(k_h.max(k_w).saturating_mul(g.dilation))])?;
         if n_y == 0 {
             return Ok((oh, ow));
         }
