@@ -302,3 +302,31 @@ async fn binary_serves_and_exits_cleanly_on_sigterm() {
     };
     assert!(status.success(), "{status}");
 }
+
+/// A model that does not load: `ready` reports it, the API and `/health` answer 503, and the
+/// binary exits with status 1 and the typed error (no panic).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn load_failure_is_reported() {
+    let empty = tempfile::tempdir().unwrap();
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let path = empty.path().to_path_buf();
+    let mut server = Server::start(config(), listener, move || Pipeline::load(&path, Shape::Tiny.config(), &Device::Cpu, DType::F32)).unwrap();
+    let e = tokio::time::timeout(Duration::from_secs(30), server.ready()).await.unwrap().unwrap_err();
+    assert!(e.to_string().contains("missing UNet weights"), "{e}");
+    let base = format!("http://{}", server.local_addr());
+    let c = client();
+    let r = c.get(format!("{base}/health")).send().await.unwrap();
+    assert_eq!((r.status(), r.text().await.unwrap().as_str()), (StatusCode::SERVICE_UNAVAILABLE, "worker stopped\n"));
+    error_of(c.post(format!("{base}/v1/images/generations")).json(&json!({"prompt": "x"})).send().await.unwrap(), StatusCode::SERVICE_UNAVAILABLE).await;
+    server.shutdown();
+    tokio::time::timeout(Duration::from_secs(30), server.wait()).await.unwrap().unwrap();
+
+    let o = std::process::Command::new(env!("CARGO_BIN_EXE_sd-worker"))
+        .args(["serve", "--shape", "tiny", "--device", "cpu", "--port", "0", "--model"])
+        .arg(empty.path())
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(1), "{err}");
+    assert!(err.contains("sd-worker: loading the model: missing UNet weights") && !err.contains("panicked"), "{err}");
+}
