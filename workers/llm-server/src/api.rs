@@ -11,13 +11,14 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
 use futures_util::stream::{self, Stream, StreamExt};
+use openai_http::ApiError;
 use llm_engine::{EngineError, Event, FinishReason, Receiver, SamplingParams};
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 use std::convert::Infallible;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
-use std::time::{Instant, SystemTime, UNIX_EPOCH};
+use std::time::Instant;
 
 type St = State<Arc<Shared>>;
 
@@ -32,7 +33,7 @@ pub(crate) fn router(shared: Arc<Shared>) -> Router {
         .merge(v1)
         .route("/health", get(health))
         .route("/metrics", get(metrics))
-        .fallback(|| async { ApiError::new(StatusCode::NOT_FOUND, "not_found_error", "no such route", None, None) })
+        .fallback(|| async { ApiError::no_route() })
         .layer(DefaultBodyLimit::max(limit))
         .layer(middleware::from_fn_with_state(shared.clone(), count_status))
         .with_state(shared)
@@ -43,40 +44,6 @@ pub(crate) fn router(shared: Arc<Shared>) -> Router {
 pub struct ChatMessage {
     pub role: String,
     pub content: String,
-}
-
-/// An OpenAI error response.
-#[derive(Debug)]
-pub(crate) struct ApiError {
-    status: StatusCode,
-    kind: &'static str,
-    message: String,
-    param: Option<&'static str>,
-    code: Option<&'static str>,
-    retry_after: Option<u64>,
-}
-
-impl ApiError {
-    fn new(status: StatusCode, kind: &'static str, message: impl Into<String>, param: Option<&'static str>, code: Option<&'static str>) -> Self {
-        Self { status, kind, message: message.into(), param, code, retry_after: None }
-    }
-    fn bad(message: impl Into<String>, param: Option<&'static str>) -> Self {
-        Self::new(StatusCode::BAD_REQUEST, "invalid_request_error", message, param, None)
-    }
-    fn unavailable(message: &str) -> Self {
-        Self::new(StatusCode::SERVICE_UNAVAILABLE, "service_unavailable", message, None, None)
-    }
-}
-
-impl IntoResponse for ApiError {
-    fn into_response(self) -> Response {
-        let body = json!({"error": {"message": self.message, "type": self.kind, "param": self.param, "code": self.code}});
-        let mut r = (self.status, Json(body)).into_response();
-        if let Some(s) = self.retry_after {
-            r.headers_mut().insert(header::RETRY_AFTER, s.into());
-        }
-        r
-    }
 }
 
 /// Counts every response by endpoint and status for `/metrics`.
@@ -93,13 +60,8 @@ async fn count_status(State(s): St, req: Request, next: Next) -> Response {
 
 /// API key and draining checks of the `/v1` routes.
 async fn gate(State(s): St, req: Request, next: Next) -> Response {
-    if let Some(key) = &s.config.api_key {
-        let given = req.headers().get(header::AUTHORIZATION).and_then(|v| v.to_str().ok()).and_then(|v| v.strip_prefix("Bearer "));
-        let ok = given.is_some_and(|g| g.len() == key.len() && g.bytes().zip(key.bytes()).fold(0u8, |a, (x, y)| a | (x ^ y)) == 0);
-        if !ok {
-            let msg = if given.is_none() { "missing API key (Authorization: Bearer KEY)" } else { "incorrect API key" };
-            return ApiError::new(StatusCode::UNAUTHORIZED, "authentication_error", msg, None, Some("invalid_api_key")).into_response();
-        }
+    if let Err(e) = openai_http::authorize(s.config.api_key.as_deref(), req.headers()) {
+        return e.into_response();
     }
     if s.draining.load(Ordering::SeqCst) {
         return ApiError::unavailable("the server is shutting down").into_response();
@@ -227,15 +189,6 @@ struct ChatRequest {
     common: Common,
 }
 
-fn parse<T: for<'de> Deserialize<'de>>(body: Result<Bytes, BytesRejection>) -> Result<T, ApiError> {
-    let body = body.map_err(|e| {
-        let status = e.status();
-        let kind = if status == StatusCode::PAYLOAD_TOO_LARGE { "request_too_large" } else { "invalid_request_error" };
-        ApiError::new(status, kind, e.body_text(), None, None)
-    })?;
-    serde_json::from_slice(&body).map_err(|e| ApiError::bad(format!("invalid request body: {e}"), None))
-}
-
 /// Which endpoint a generation serves.
 #[derive(Clone, Copy, PartialEq)]
 enum Kind {
@@ -255,15 +208,7 @@ struct Job {
 }
 
 fn sampling(c: &Common, model: &dyn crate::ServedModel, prompt_len: usize, default_max: Option<u64>) -> Result<SamplingParams, ApiError> {
-    if c.model != model.name() {
-        return Err(ApiError::new(
-            StatusCode::NOT_FOUND,
-            "invalid_request_error",
-            format!("the model `{}` does not exist (this server serves `{}`)", c.model, model.name()),
-            Some("model"),
-            Some("model_not_found"),
-        ));
-    }
+    openai_http::check_model(&c.model, model.name())?;
     if c.n.unwrap_or(1) != 1 {
         return Err(ApiError::bad("only n = 1 is supported", Some("n")));
     }
@@ -395,14 +340,14 @@ fn chat_job(r: ChatRequest, model: &dyn crate::ServedModel) -> Result<Job, ApiEr
 }
 
 async fn completions(State(s): St, body: Result<Bytes, BytesRejection>) -> Result<Response, ApiError> {
-    let r: CompletionRequest = parse(body)?;
+    let r: CompletionRequest = openai_http::parse_json(body)?;
     let model = s.model.get().expect("gate checked").clone();
     let job = completion_job(r, &*model)?;
     generate(s, model, job).await
 }
 
 async fn chat_completions(State(s): St, body: Result<Bytes, BytesRejection>) -> Result<Response, ApiError> {
-    let r: ChatRequest = parse(body)?;
+    let r: ChatRequest = openai_http::parse_json(body)?;
     let model = s.model.get().expect("gate checked").clone();
     let job = chat_job(r, &*model)?;
     generate(s, model, job).await
@@ -538,12 +483,10 @@ async fn generate(s: Arc<Shared>, model: Arc<dyn crate::ServedModel>, job: Job) 
     let limit = s.max_in_flight.load(Ordering::SeqCst);
     if s.in_flight.fetch_add(1, Ordering::SeqCst) >= limit {
         s.in_flight.fetch_sub(1, Ordering::SeqCst);
-        let mut e = ApiError::new(StatusCode::TOO_MANY_REQUESTS, "rate_limit_error", "the request queue is full; retry later", None, Some("queue_full"));
-        e.retry_after = Some(s.config.retry_after_s);
-        return Err(e);
+        return Err(ApiError::queue_full(s.config.retry_after_s));
     }
     let n = s.next_id.fetch_add(1, Ordering::Relaxed);
-    let created = SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0);
+    let created = openai_http::unix_now();
     let prefix = if job.kind == Kind::Chat { "chatcmpl" } else { "cmpl" };
     let id = format!("{prefix}-{created:x}{n:06x}");
     let mut tracker = Tracker {

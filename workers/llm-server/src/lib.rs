@@ -304,38 +304,7 @@ where
     })
 }
 
-/// Installs the SIGINT (Ctrl-C) and, on Unix, SIGTERM handlers now (inside a tokio runtime)
-/// and returns a future that resolves on the first of them.
-pub fn shutdown_signal() -> std::io::Result<impl std::future::Future<Output = ()>> {
-    #[cfg(unix)]
-    {
-        use tokio::signal::unix::{signal, SignalKind};
-        let mut term = signal(SignalKind::terminate())?;
-        let mut int = signal(SignalKind::interrupt())?;
-        Ok(async move {
-            tokio::select! {
-                _ = term.recv() => {}
-                _ = int.recv() => {}
-            }
-        })
-    }
-    #[cfg(not(unix))]
-    Ok(async {
-        let _ = tokio::signal::ctrl_c().await;
-    })
-}
-
-/// `listener` with Nagle's algorithm off on every accepted connection: a streamed token is
-/// one small write, and with Nagle on it can wait for the client's delayed ACK of the
-/// previous one (tens of milliseconds) before it leaves.
-pub fn no_delay(listener: tokio::net::TcpListener) -> impl axum::serve::Listener<Io = tokio::net::TcpStream, Addr = SocketAddr> {
-    use axum::serve::ListenerExt;
-    listener.tap_io(|tcp| {
-        if let Err(e) = tcp.set_nodelay(true) {
-            tracing::warn!("could not turn Nagle's algorithm off on a connection: {e}");
-        }
-    })
-}
+pub use openai_http::{no_delay, shutdown_signal};
 
 fn engine_thread<M, R, F>(load: F, shared: Arc<Shared>, cmds: mpsc::Receiver<Cmd>, load_tx: watch::Sender<LoadState>)
 where

@@ -10,6 +10,7 @@
 
 pub mod random;
 pub mod scheduler;
+pub mod serve;
 pub mod tokenizer;
 
 use candle_core::{DType, Device, IndexOp, Tensor};
@@ -49,6 +50,9 @@ pub enum SdError {
     Io { path: PathBuf, source: std::io::Error },
     #[error("writing {path}: {source}")]
     Image { path: PathBuf, source: Box<image::ImageError> },
+    /// [`Progress::cancelled`] asked to stop (a client gone, a server shutting down).
+    #[error("generation cancelled")]
+    Cancelled,
 }
 
 impl From<candle_core::Error> for SdError {
@@ -430,6 +434,11 @@ pub struct Pipeline {
 pub trait Progress {
     /// Called after each denoising step (`step` of `steps`, counting from 1).
     fn step(&mut self, _step: usize, _steps: usize) {}
+    /// Polled before each denoising step and before decoding: `true` stops the generation
+    /// with [`SdError::Cancelled`].
+    fn cancelled(&self) -> bool {
+        false
+    }
 }
 
 impl Progress for () {}
@@ -496,6 +505,9 @@ impl Pipeline {
         let mut latents = noise.to_dtype(self.dtype)?.to_device(&self.device)?;
         let timesteps = sched.timesteps().to_vec();
         for (i, &t) in timesteps.iter().enumerate() {
+            if progress.cancelled() {
+                return Err(SdError::Cancelled);
+            }
             let t0 = Instant::now();
             let input = if req.guided() { Tensor::cat(&[&latents, &latents], 0)? } else { latents.clone() };
             let input = sched.scale_model_input(input, t)?;
@@ -510,6 +522,9 @@ impl Pipeline {
             sync(&latents)?;
             timings.steps.push(t0.elapsed());
             progress.step(i + 1, timesteps.len());
+        }
+        if progress.cancelled() {
+            return Err(SdError::Cancelled);
         }
         let t0 = Instant::now();
         let image = self.decode(&latents)?;
@@ -534,16 +549,27 @@ pub fn sync(t: &Tensor) -> Result<()> {
     Ok(())
 }
 
-/// Writes an image `[3, h, w]` in [0, 1] as an 8-bit RGB PNG.
-pub fn save_png(image: &Tensor, path: &Path) -> Result<()> {
+/// An image `[3, h, w]` in [0, 1] as 8-bit RGB (each value times 255, rounded).
+pub fn to_rgb8(image: &Tensor) -> Result<image::RgbImage> {
     let (c, h, w) = image.dims3()?;
     if c != 3 {
         return Err(SdError::Invalid(format!("image has {c} channels, not 3")));
     }
     let px = (image.permute((1, 2, 0))? * 255.)?.round()?.clamp(0f32, 255f32)?.to_dtype(DType::U8)?;
     let px = px.flatten_all()?.to_vec1::<u8>()?;
-    let buf = image::RgbImage::from_raw(w as u32, h as u32, px).ok_or_else(|| SdError::Invalid("image buffer size".into()))?;
-    buf.save_with_format(path, image::ImageFormat::Png).map_err(|source| SdError::Image { path: path.into(), source: Box::new(source) })
+    image::RgbImage::from_raw(w as u32, h as u32, px).ok_or_else(|| SdError::Invalid("image buffer size".into()))
+}
+
+/// Writes an image `[3, h, w]` in [0, 1] as an 8-bit RGB PNG.
+pub fn save_png(image: &Tensor, path: &Path) -> Result<()> {
+    to_rgb8(image)?.save_with_format(path, image::ImageFormat::Png).map_err(|source| SdError::Image { path: path.into(), source: Box::new(source) })
+}
+
+/// The bytes of the PNG [`save_png`] would write (what `sd-worker serve` sends).
+pub fn png_bytes(image: &Tensor) -> Result<Vec<u8>> {
+    let mut out = std::io::Cursor::new(Vec::new());
+    to_rgb8(image)?.write_to(&mut out, image::ImageFormat::Png).map_err(|source| SdError::Image { path: "<memory>".into(), source: Box::new(source) })?;
+    Ok(out.into_inner())
 }
 
 /// Parses `--device`: `cpu` (Candle's own CPU backend) or any [`candle_rocm::RocmDevice::from_spec`]

@@ -3,6 +3,7 @@
 //! - `sd-worker generate --model DIR --shape sd15 --prompt "..." --out img.png`
 //! - `sd-worker write-random --shape tiny|sd15|sd21|sdxl|sdxl-turbo OUT_DIR`
 //! - `sd-worker bench --shape sd15 --steps N --device cuda:0` (random weights; JSON lines)
+//! - `sd-worker serve --model DIR --shape sd15 --device rocm:0` (OpenAI images API over HTTP)
 
 use candle_core::{DType, Tensor};
 use clap::{Parser, Subcommand, ValueEnum};
@@ -84,6 +85,47 @@ enum Cmd {
         seed: u64,
         out_dir: PathBuf,
     },
+    /// Serves OpenAI's images API over HTTP until SIGTERM/SIGINT.
+    ///
+    /// `POST /v1/images/generations` takes `{"prompt", "n", "size": "WxH", "response_format":
+    /// "b64_json", "model"}` plus the extensions `seed`, `steps`, `guidance_scale`,
+    /// `negative_prompt`, and answers `{"created", "data": [{"b64_json": PNG}]}`; image k of a
+    /// request uses seed + k. Also `GET /v1/models`, `GET /health` (503 until loaded and while
+    /// shutting down) and `GET /metrics` (Prometheus text). Errors are OpenAI error objects;
+    /// a full queue answers 429 with Retry-After. Logs go to stderr (RUST_LOG filters them).
+    #[command(after_help = "Example:\n  sd-worker serve --model ./sd15 --shape sd15 --device rocm:0 --api-key secret\n  curl -s localhost:8080/v1/images/generations -H 'Authorization: Bearer secret' \\\n    -H 'Content-Type: application/json' -d '{\"prompt\": \"a red fox\", \"size\": \"512x512\", \"seed\": 7}'")]
+    Serve {
+        /// Model directory in the diffusers layout.
+        #[arg(long)]
+        model: PathBuf,
+        #[arg(long, value_enum, default_value = "sd15")]
+        shape: Shape,
+        /// rocm[:N], cuda[:N], cpu (Candle's CPU backend), cpu-executor[:32|:64].
+        #[arg(long, default_value = "cpu-executor")]
+        device: String,
+        #[arg(long, value_enum, default_value = "f32")]
+        dtype: Dt,
+        /// Address to listen on (loopback by default; 0.0.0.0 exposes the server).
+        #[arg(long, default_value = "127.0.0.1")]
+        host: String,
+        #[arg(long, default_value_t = 8080)]
+        port: u16,
+        /// Require `Authorization: Bearer KEY`.
+        #[arg(long)]
+        api_key: Option<String>,
+        /// Requests waiting besides the one generating, at most (429 beyond).
+        #[arg(long, default_value_t = 16)]
+        max_queue: usize,
+        /// Largest `n` (images per request).
+        #[arg(long, default_value_t = 4)]
+        max_images: usize,
+        /// The model id clients send (default: the model directory's name).
+        #[arg(long)]
+        served_model_name: Option<String>,
+        /// Seconds running and queued requests may go on after SIGTERM before they are cancelled.
+        #[arg(long, default_value_t = 30.0)]
+        shutdown_grace: f64,
+    },
     /// Times UNet steps and VAE decodes on random weights; prints JSON lines.
     Bench {
         #[arg(long, value_enum, default_value = "sd15")]
@@ -157,6 +199,30 @@ fn generate_cmd(cmd: Cmd) -> Result<(), SdError> {
     Ok(())
 }
 
+fn serve_cmd(cmd: Cmd) -> Result<(), Box<dyn std::error::Error>> {
+    let Cmd::Serve { model, shape, device, dtype, host, port, api_key, max_queue, max_images, served_model_name, shutdown_grace } = cmd else {
+        unreachable!("called for serve only")
+    };
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).init();
+    let ip: std::net::IpAddr = host.parse().map_err(|e| format!("--host {host:?}: {e}"))?;
+    if !(shutdown_grace >= 0.0 && shutdown_grace.is_finite()) {
+        return Err("--shutdown-grace must be a number of seconds >= 0".into());
+    }
+    if max_images == 0 {
+        return Err("--max-images must be at least 1".into());
+    }
+    let dev = sd_worker::device(&device)?; // a bad --device fails before binding
+    drop(dev);
+    let name = served_model_name.unwrap_or_else(|| model.canonicalize().unwrap_or_else(|_| model.clone()).file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_else(|| "sd".into()));
+    let config = sd_worker::serve::ServeConfig { model_name: name, api_key, max_queue, max_images, shutdown_grace: std::time::Duration::from_secs_f64(shutdown_grace), ..Default::default() };
+    sd_worker::serve::run(config, std::net::SocketAddr::new(ip, port), move || {
+        let dev = sd_worker::device(&device)?;
+        Pipeline::load(&model, shape.config(), &dev, dtype.into())
+    })
+    .map_err(Into::into)
+}
+
 fn median(mut v: Vec<f64>) -> f64 {
     v.sort_by(f64::total_cmp);
     if v.is_empty() {
@@ -227,10 +293,11 @@ fn profile(what: &str, dev: &candle_core::Device, f: impl FnOnce() -> Result<(),
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    let r = match cli.cmd {
-        c @ Cmd::Generate { .. } => generate_cmd(c),
-        Cmd::WriteRandom { shape, dtype, seed, out_dir } => random::write_model(shape, &out_dir, seed, dtype.into()).map(|()| eprintln!("wrote {:?} random weights to {}", shape, out_dir.display())),
-        Cmd::Bench { shape, steps, device, dtype, batch, width, height } => bench_cmd(shape, steps, &device, dtype.into(), batch, width, height),
+    let r: Result<(), Box<dyn std::error::Error>> = match cli.cmd {
+        c @ Cmd::Generate { .. } => generate_cmd(c).map_err(Into::into),
+        c @ Cmd::Serve { .. } => serve_cmd(c),
+        Cmd::WriteRandom { shape, dtype, seed, out_dir } => random::write_model(shape, &out_dir, seed, dtype.into()).map(|()| eprintln!("wrote {:?} random weights to {}", shape, out_dir.display())).map_err(Into::into),
+        Cmd::Bench { shape, steps, device, dtype, batch, width, height } => bench_cmd(shape, steps, &device, dtype.into(), batch, width, height).map_err(Into::into),
     };
     match r {
         Ok(()) => ExitCode::SUCCESS,
