@@ -31,6 +31,7 @@ pub use api::ChatMessage;
 
 use llm_engine::{Engine, EngineError, Event, ModelRunner, Receiver, SamplingParams, SeqId};
 use metrics::Metrics;
+use openai_http::{serve_until_stopped, Lifecycle, LoadOutcome, LoadState};
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{mpsc, Arc, Mutex, OnceLock};
@@ -119,13 +120,6 @@ pub(crate) enum Cmd {
     CancelAll,
 }
 
-#[derive(Clone, Debug, PartialEq)]
-enum LoadState {
-    Loading,
-    Ready,
-    Failed(String),
-}
-
 /// State shared by the handlers, the engine thread and the supervisor.
 pub(crate) struct Shared {
     pub(crate) config: ServerConfig,
@@ -151,9 +145,7 @@ impl Shared {
 pub struct Server {
     addr: SocketAddr,
     shared: Arc<Shared>,
-    load: watch::Receiver<LoadState>,
-    stop: Option<oneshot::Sender<()>>,
-    done: tokio::task::JoinHandle<Result<(), ServerError>>,
+    life: Lifecycle<ServerError>,
 }
 
 impl Server {
@@ -188,47 +180,22 @@ impl Server {
         let app = api::router(shared.clone());
         let sup_shared = shared.clone();
         let done = tokio::spawn(async move {
-            let (begun_tx, begun_rx) = oneshot::channel::<()>();
             let draining = sup_shared.clone();
-            let graceful = async move {
-                let _ = stop_rx.await;
-                draining.draining.store(true, Ordering::SeqCst);
-                tracing::info!("shutting down: no new requests");
-                let _ = begun_tx.send(());
-            };
-            let mut serve = tokio::spawn(async move { axum::serve(no_delay(listener), app).with_graceful_shutdown(graceful).await });
-            let mut served = None;
-            tokio::select! {
-                r = &mut serve => served = Some(r),
-                _ = begun_rx => {}
-            }
-            let grace = sup_shared.config.shutdown_grace;
-            if served.is_none() {
-                served = tokio::time::timeout(grace, &mut serve).await.ok();
-            }
-            if served.is_none() {
+            let drain = move || draining.draining.store(true, Ordering::SeqCst);
+            let cancel = || {
                 tracing::warn!(in_flight = sup_shared.in_flight.load(Ordering::SeqCst), "shutdown grace over: cancelling in-flight requests");
                 sup_shared.send(Cmd::CancelAll);
-                served = tokio::time::timeout(Duration::from_secs(5), &mut serve).await.ok();
-            }
-            if served.is_none() {
-                tracing::warn!("connections still open after cancelling: closing them");
-                serve.abort();
-            }
+            };
+            let io = serve_until_stopped(listener, app, stop_rx, drain, sup_shared.config.shutdown_grace, cancel).await;
             // No more commands: the engine thread ends once its work is done.
             sup_shared.send(Cmd::CancelAll);
             sup_shared.cmds.lock().unwrap().take();
-            let joined = tokio::task::spawn_blocking(move || engine.join()).await;
-            let io = match served {
-                Some(Ok(r)) => r,
-                _ => Ok(()),
-            };
-            match joined {
+            match tokio::task::spawn_blocking(move || engine.join()).await {
                 Ok(Ok(())) => Ok(io?),
                 _ => Err(ServerError::EnginePanicked),
             }
         });
-        Ok(Server { addr, shared, load: load_rx, stop: Some(stop_tx), done })
+        Ok(Server { addr, shared, life: Lifecycle::new(load_rx, stop_tx, done) })
     }
 
     /// The address the server listens on.
@@ -238,30 +205,22 @@ impl Server {
 
     /// Waits until the model is loaded (Ok) or its loader failed (Err).
     pub async fn ready(&self) -> Result<(), ServerError> {
-        let mut rx = self.load.clone();
-        let state = rx.wait_for(|s| *s != LoadState::Loading).await.map(|s| s.clone());
-        match state {
-            Ok(LoadState::Ready) => Ok(()),
-            Ok(LoadState::Failed(e)) => Err(ServerError::Load(e)),
-            _ => Err(ServerError::EnginePanicked),
+        match self.life.ready().await {
+            LoadOutcome::Ready => Ok(()),
+            LoadOutcome::Failed(e) => Err(ServerError::Load(e)),
+            LoadOutcome::Gone => Err(ServerError::EnginePanicked),
         }
     }
 
     /// Begins a graceful shutdown (idempotent); [`Server::wait`] returns when it is over.
     pub fn shutdown(&mut self) {
-        if let Some(tx) = self.stop.take() {
-            self.shared.draining.store(true, Ordering::SeqCst);
-            let _ = tx.send(());
-        }
+        self.shared.draining.store(true, Ordering::SeqCst);
+        self.life.shutdown();
     }
 
     /// Waits until the server has stopped (after [`Server::shutdown`]).
     pub async fn wait(self) -> Result<(), ServerError> {
-        let _keep = self.stop; // dropping the sender would also begin the shutdown
-        match self.done.await {
-            Ok(r) => r,
-            Err(_) => Err(ServerError::EnginePanicked),
-        }
+        self.life.wait().await.unwrap_or(Err(ServerError::EnginePanicked))
     }
 }
 

@@ -9,6 +9,8 @@
 //!   parsed as JSON (400 with serde's message when malformed or missing a field).
 //! - [`shutdown_signal`] (SIGTERM/SIGINT) and [`no_delay`] (accepted connections without
 //!   Nagle's algorithm).
+//! - [`lifecycle`]: loading on the model's own thread (503 until it ends) and the graceful
+//!   shutdown (stop admitting, a grace period for in-flight requests, cancel, close).
 //! - [`prom`]: the few Prometheus text-format pieces the servers write (counters by status,
 //!   gauges, histograms).
 
@@ -21,7 +23,10 @@ use serde::de::DeserializeOwned;
 use serde_json::json;
 use std::net::SocketAddr;
 
+pub mod lifecycle;
 pub mod prom;
+
+pub use lifecycle::{serve_until_stopped, Lifecycle, LoadOutcome, LoadState};
 
 /// An OpenAI error response: the status, and the body's `type`, `message`, `param`, `code`.
 #[derive(Debug, Clone, PartialEq)]

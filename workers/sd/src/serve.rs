@@ -28,7 +28,7 @@ use axum::routing::{get, post};
 use axum::{Json, Router};
 use base64::Engine as _;
 use openai_http::prom::{self, Histogram, StatusCounts};
-use openai_http::ApiError;
+use openai_http::{serve_until_stopped, ApiError, Lifecycle, LoadOutcome, LoadState};
 use serde::Deserialize;
 use serde_json::json;
 use std::net::SocketAddr;
@@ -100,13 +100,6 @@ struct Job {
     reply: oneshot::Sender<Result<Vec<Vec<u8>>, SdError>>,
 }
 
-#[derive(Clone, Debug, PartialEq)]
-enum LoadState {
-    Loading,
-    Ready,
-    Failed(String),
-}
-
 /// Upper bounds (seconds) of the per-image generation histogram: a tiny model on a CPU to
 /// SDXL at 30 steps on a slow device.
 const GEN_BUCKETS: [f64; 14] = [0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.0, 4.0, 8.0, 15.0, 30.0, 60.0, 120.0, 300.0];
@@ -139,9 +132,7 @@ struct Shared {
 pub struct Server {
     addr: SocketAddr,
     shared: Arc<Shared>,
-    load: watch::Receiver<LoadState>,
-    stop: Option<oneshot::Sender<()>>,
-    done: tokio::task::JoinHandle<Result<(), ServeError>>,
+    life: Lifecycle<ServeError>,
 }
 
 impl Server {
@@ -172,46 +163,22 @@ impl Server {
         let app = router(shared.clone());
         let sup = shared.clone();
         let done = tokio::spawn(async move {
-            let (begun_tx, begun_rx) = oneshot::channel::<()>();
             let draining = sup.clone();
-            let graceful = async move {
-                let _ = stop_rx.await;
-                draining.draining.store(true, Ordering::SeqCst);
-                tracing::info!("shutting down: no new requests");
-                let _ = begun_tx.send(());
-            };
-            let mut serve = tokio::spawn(async move { axum::serve(openai_http::no_delay(listener), app).with_graceful_shutdown(graceful).await });
-            let mut served = None;
-            tokio::select! {
-                r = &mut serve => served = Some(r),
-                _ = begun_rx => {}
-            }
-            if served.is_none() {
-                served = tokio::time::timeout(sup.config.shutdown_grace, &mut serve).await.ok();
-            }
-            if served.is_none() {
+            let drain = move || draining.draining.store(true, Ordering::SeqCst);
+            let cancel = || {
                 tracing::warn!(in_flight = sup.in_flight.load(Ordering::SeqCst), "shutdown grace over: cancelling in-flight requests");
                 sup.cancel.store(true, Ordering::SeqCst);
-                served = tokio::time::timeout(Duration::from_secs(5), &mut serve).await.ok();
-            }
-            if served.is_none() {
-                tracing::warn!("connections still open after cancelling: closing them");
-                serve.abort();
-            }
+            };
+            let io = serve_until_stopped(listener, app, stop_rx, drain, sup.config.shutdown_grace, cancel).await;
             // No more jobs: the worker thread ends once the channel is empty.
             sup.cancel.store(true, Ordering::SeqCst);
             sup.jobs.lock().unwrap().take();
-            let joined = tokio::task::spawn_blocking(move || worker.join()).await;
-            let io = match served {
-                Some(Ok(r)) => r,
-                _ => Ok(()),
-            };
-            match joined {
+            match tokio::task::spawn_blocking(move || worker.join()).await {
                 Ok(Ok(())) => Ok(io?),
                 _ => Err(ServeError::WorkerPanicked),
             }
         });
-        Ok(Server { addr, shared, load: load_rx, stop: Some(stop_tx), done })
+        Ok(Server { addr, shared, life: Lifecycle::new(load_rx, stop_tx, done) })
     }
 
     /// The address the server listens on.
@@ -221,30 +188,22 @@ impl Server {
 
     /// Waits until the pipeline is loaded (Ok) or its loader failed (Err).
     pub async fn ready(&self) -> Result<(), ServeError> {
-        let mut rx = self.load.clone();
-        let state = rx.wait_for(|s| *s != LoadState::Loading).await.map(|s| s.clone());
-        match state {
-            Ok(LoadState::Ready) => Ok(()),
-            Ok(LoadState::Failed(e)) => Err(ServeError::Load(e)),
-            _ => Err(ServeError::WorkerPanicked),
+        match self.life.ready().await {
+            LoadOutcome::Ready => Ok(()),
+            LoadOutcome::Failed(e) => Err(ServeError::Load(e)),
+            LoadOutcome::Gone => Err(ServeError::WorkerPanicked),
         }
     }
 
     /// Begins a graceful shutdown (idempotent); [`Server::wait`] returns when it is over.
     pub fn shutdown(&mut self) {
-        if let Some(tx) = self.stop.take() {
-            self.shared.draining.store(true, Ordering::SeqCst);
-            let _ = tx.send(());
-        }
+        self.shared.draining.store(true, Ordering::SeqCst);
+        self.life.shutdown();
     }
 
     /// Waits until the server has stopped (after [`Server::shutdown`]).
     pub async fn wait(self) -> Result<(), ServeError> {
-        let _keep = self.stop; // dropping the sender would also begin the shutdown
-        match self.done.await {
-            Ok(r) => r,
-            Err(_) => Err(ServeError::WorkerPanicked),
-        }
+        self.life.wait().await.unwrap_or(Err(ServeError::WorkerPanicked))
     }
 }
 
