@@ -63,28 +63,14 @@ async fn gate(State(s): St, req: Request, next: Next) -> Response {
     if let Err(e) = openai_http::authorize(s.config.api_key.as_deref(), req.headers()) {
         return e.into_response();
     }
-    if s.draining.load(Ordering::SeqCst) {
-        return ApiError::unavailable("the server is shutting down").into_response();
+    match s.availability().api_error() {
+        Some(e) => e.into_response(),
+        None => next.run(req).await,
     }
-    if s.engine_down.load(Ordering::SeqCst) {
-        return ApiError::unavailable("the engine has stopped").into_response();
-    }
-    if s.model.get().is_none() {
-        return ApiError::unavailable("the model is loading").into_response();
-    }
-    next.run(req).await
 }
 
 async fn health(State(s): St) -> Response {
-    if s.draining.load(Ordering::SeqCst) {
-        (StatusCode::SERVICE_UNAVAILABLE, "shutting down\n").into_response()
-    } else if s.engine_down.load(Ordering::SeqCst) {
-        (StatusCode::SERVICE_UNAVAILABLE, "engine stopped\n").into_response()
-    } else if s.model.get().is_none() {
-        (StatusCode::SERVICE_UNAVAILABLE, "loading\n").into_response()
-    } else {
-        (StatusCode::OK, "ok\n").into_response()
-    }
+    s.availability().health()
 }
 
 async fn metrics(State(s): St) -> Response {

@@ -31,7 +31,7 @@ pub use api::ChatMessage;
 
 use llm_engine::{Engine, EngineError, Event, ModelRunner, Receiver, SamplingParams, SeqId};
 use metrics::Metrics;
-use openai_http::{serve_until_stopped, Lifecycle, LoadOutcome, LoadState};
+use openai_http::{serve_until_stopped, Availability, Lifecycle, LoadOutcome, LoadState};
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{mpsc, Arc, Mutex, OnceLock};
@@ -136,6 +136,11 @@ pub(crate) struct Shared {
 }
 
 impl Shared {
+    /// Whether the API takes requests now (the `/v1` gate and `/health`).
+    pub(crate) fn availability(&self) -> Availability {
+        Availability::of(self.draining.load(Ordering::SeqCst), self.engine_down.load(Ordering::SeqCst), self.model.get().is_some(), "engine")
+    }
+
     pub(crate) fn send(&self, cmd: Cmd) -> bool {
         self.cmds.lock().unwrap().as_ref().is_some_and(|tx| tx.send(cmd).is_ok())
     }

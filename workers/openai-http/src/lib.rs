@@ -75,6 +75,55 @@ impl ApiError {
     }
 }
 
+/// Whether a server takes API requests now: its `/v1` gate and its `/health` answer from
+/// the same state, in the same order (shutting down, then a stopped thread, then loading).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Availability {
+    Ready,
+    ShuttingDown,
+    /// The thread that runs the requests (named, e.g. "engine", "worker") has ended.
+    Stopped(&'static str),
+    Loading,
+}
+
+impl Availability {
+    /// From the server's flags: `draining` (shutdown begun), `stopped` (its `thread` ended)
+    /// and `loaded`.
+    pub fn of(draining: bool, stopped: bool, loaded: bool, thread: &'static str) -> Self {
+        if draining {
+            Self::ShuttingDown
+        } else if stopped {
+            Self::Stopped(thread)
+        } else if !loaded {
+            Self::Loading
+        } else {
+            Self::Ready
+        }
+    }
+
+    /// The 503 a `/v1` request gets, or `None` when ready.
+    pub fn api_error(self) -> Option<ApiError> {
+        match self {
+            Self::Ready => None,
+            Self::ShuttingDown => Some(ApiError::unavailable("the server is shutting down")),
+            Self::Stopped(t) => Some(ApiError::unavailable(&format!("the {t} has stopped"))),
+            Self::Loading => Some(ApiError::unavailable("the model is loading")),
+        }
+    }
+
+    /// `GET /health`: 200 `ok` when ready, else 503 with the reason.
+    pub fn health(self) -> Response {
+        let unavailable = StatusCode::SERVICE_UNAVAILABLE;
+        match self {
+            Self::Ready => (StatusCode::OK, "ok\n".to_string()),
+            Self::ShuttingDown => (unavailable, "shutting down\n".to_string()),
+            Self::Stopped(t) => (unavailable, format!("{t} stopped\n")),
+            Self::Loading => (unavailable, "loading\n".to_string()),
+        }
+        .into_response()
+    }
+}
+
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
         let body = json!({"error": {"message": self.message, "type": self.kind, "param": self.param, "code": self.code}});
@@ -226,5 +275,19 @@ mod tests {
             assert_eq!(e.status, StatusCode::BAD_REQUEST);
             assert!(e.message.starts_with("invalid request body"), "{}", e.message);
         }
+    }
+
+    #[test]
+    fn availability_reports_shutdown_then_a_stopped_thread_then_loading() {
+        use Availability::*;
+        assert_eq!(Availability::of(true, true, false, "engine"), ShuttingDown);
+        assert_eq!(Availability::of(false, true, false, "engine"), Stopped("engine"));
+        assert_eq!(Availability::of(false, false, false, "engine"), Loading);
+        assert_eq!(Availability::of(false, false, true, "engine"), Ready);
+        assert!(Ready.api_error().is_none());
+        let e = Stopped("worker").api_error().unwrap();
+        assert_eq!((e.status, e.message.as_str()), (StatusCode::SERVICE_UNAVAILABLE, "the worker has stopped"));
+        assert_eq!(Ready.health().status(), StatusCode::OK);
+        assert_eq!(Loading.health().status(), StatusCode::SERVICE_UNAVAILABLE);
     }
 }

@@ -21,14 +21,14 @@ use crate::{Pipeline, Progress, Request, SdConfig, SdError};
 use axum::body::Bytes;
 use axum::extract::rejection::BytesRejection;
 use axum::extract::{DefaultBodyLimit, Request as HttpRequest, State};
-use axum::http::{header, StatusCode};
+use axum::http::header;
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
 use base64::Engine as _;
 use openai_http::prom::{self, Histogram, StatusCounts};
-use openai_http::{serve_until_stopped, ApiError, Lifecycle, LoadOutcome, LoadState};
+use openai_http::{serve_until_stopped, ApiError, Availability, Lifecycle, LoadOutcome, LoadState};
 use serde::Deserialize;
 use serde_json::json;
 use std::net::SocketAddr;
@@ -126,6 +126,13 @@ struct Shared {
     cancel: AtomicBool,
     worker_down: AtomicBool,
     metrics: Metrics,
+}
+
+impl Shared {
+    /// Whether the API takes requests now (the `/v1` gate and `/health`).
+    fn availability(&self) -> Availability {
+        Availability::of(self.draining.load(Ordering::SeqCst), self.worker_down.load(Ordering::SeqCst), self.limits.get().is_some(), "worker")
+    }
 }
 
 /// A running server: its address, readiness, shutdown and completion.
@@ -347,32 +354,14 @@ async fn gate(State(s): St, req: HttpRequest, next: Next) -> Response {
     if let Err(e) = openai_http::authorize(s.config.api_key.as_deref(), req.headers()) {
         return e.into_response();
     }
-    let busy = if s.draining.load(Ordering::SeqCst) {
-        Some("the server is shutting down")
-    } else if s.worker_down.load(Ordering::SeqCst) {
-        Some("the worker has stopped")
-    } else if s.limits.get().is_none() {
-        Some("the model is loading")
-    } else {
-        None
-    };
-    match busy {
-        Some(m) => ApiError::unavailable(m).into_response(),
+    match s.availability().api_error() {
+        Some(e) => e.into_response(),
         None => next.run(req).await,
     }
 }
 
 async fn health(State(s): St) -> Response {
-    let (status, text) = if s.draining.load(Ordering::SeqCst) {
-        (StatusCode::SERVICE_UNAVAILABLE, "shutting down\n")
-    } else if s.worker_down.load(Ordering::SeqCst) {
-        (StatusCode::SERVICE_UNAVAILABLE, "worker stopped\n")
-    } else if s.limits.get().is_none() {
-        (StatusCode::SERVICE_UNAVAILABLE, "loading\n")
-    } else {
-        (StatusCode::OK, "ok\n")
-    };
-    (status, text).into_response()
+    s.availability().health()
 }
 
 async fn metrics(State(s): St) -> Response {
