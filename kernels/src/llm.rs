@@ -26,7 +26,7 @@ use crate::each;
 use crate::random::philox4x32_10;
 use crate::reduce::{block_reduce, MAX_WAVES};
 use crate::each_lane;
-use crate::row::{load_full, row_chunks, store_full, unpack_chunk, vectorizable, whole_chunks, words_chunk, RowTile, CHUNK};
+use crate::row::{load_full, store_full, unpack_chunk, used_chunks, vectorizable, whole_chunks, words_chunk, RowTile, CHUNK};
 use kernel_dsl::mma::{self, FragA, FragB, FragC, Lowering, MmaFloat};
 use kernel_dsl::prelude::*;
 
@@ -1046,22 +1046,24 @@ pub fn add_rms_norm<T: Float>(x: &[T], residual: &[T], weight: &[T], res_out: &m
     }
 }
 
-/// Most work-items of an [`add_rms_norm_tile`](fn@add_rms_norm_tile) work-group: with at
-/// most 256 a work-item has the registers for three [`RowTile`]s (`x`, `residual` and the
-/// weights, all loaded before the reduction) without spilling.
-pub const ADD_NORM_TILE_THREADS: usize = 256;
+/// Most work-items of an [`add_rms_norm_tile`](fn@add_rms_norm_tile) or
+/// [`add_rms_norm_q8`](fn@add_rms_norm_q8) work-group: 512, so that decode's rows of 4096
+/// columns take one chunk per work-item (a decode row is one work-group, whose latency is
+/// a work-item's serial work), with the registers for three [`RowTile`]s (`x`, `residual`
+/// and the weights, all loaded before the reduction) in the budget of 512 work-items.
+pub const ADD_NORM_TILE_THREADS: usize = 512;
 
 /// [`add_rms_norm`](fn@add_rms_norm) for rows that fit a work-group's register tiles
-/// ([`RowTile`], [`row_chunks`] chunks of 8 elements per work-item, at most
-/// [`ADD_NORM_TILE_THREADS`] work-items: bf16 rows up to 8192 columns on NVIDIA, 4096 on
+/// ([`RowTile`], [`used_chunks`] chunks of 8 elements per work-item, at most
+/// [`ADD_NORM_TILE_THREADS`] work-items: bf16 rows up to 16384 columns on NVIDIA, 8192 on
 /// AMD; launch with [`crate::row::row_threads_for`] work-items, one row per work-group).
-/// Decode's rows (1..64 of 2048 or 4096) take 64 to 256 work-items, each with 16-byte
+/// Decode's rows (1..64 of 2048 or 4096) take 256 or 512 work-items, each with 16-byte
 /// loads of `x`, `residual` and `weight` all issued at once, one wave-sum and one barrier
 /// for the reduction, and 16-byte stores; many small work-groups stay in flight where the
 /// rows are many. The results are [`add_rms_norm`](fn@add_rms_norm)'s (the same
 /// roundings; the sum of squares in another order). Rows that are not whole aligned
 /// chunks (odd widths, misaligned views) take a loop over the elements instead.
-#[amdgpu_kernel(T = [f32, f16, bf16], max_threads = 256)]
+#[amdgpu_kernel(T = [f32, f16, bf16], max_threads = 512)]
 pub fn add_rms_norm_tile<T: Float>(x: &[T], residual: &[T], weight: &[T], res_out: &mut [T], out: &mut [T], cols: u32, eps: f32, mut partials: Shared<f32, MAX_WAVES>) {
     let cols = cols as usize;
     let (part, parts) = (flat_thread_idx() as usize, flat_block_dim() as usize);
@@ -1070,7 +1072,7 @@ pub fn add_rms_norm_tile<T: Float>(x: &[T], residual: &[T], weight: &[T], res_ou
     };
     let (xr, rr) = (&x[start..end], &residual[start..end]);
     let (ho, oo) = (&mut res_out[start..end], &mut out[start..end]);
-    let chunks = row_chunks(core::mem::size_of::<T>(), cols);
+    let chunks = used_chunks(core::mem::size_of::<T>(), cols, parts);
     let whole = whole_chunks(xr) && whole_chunks(rr) && whole_chunks(ho) && whole_chunks(oo) && whole_chunks(weight);
     if whole && RowTile::fits_with(cols, chunks) {
         // Every load before the reduction: past the row `x` and `residual` read as 0 (no
@@ -1194,9 +1196,9 @@ unsafe fn store_q8_1_chunk(xq: &mut [u32], xds: &mut [f32], e: usize, (words, d,
 /// `x` (`h = x`; `res_out` may then be empty and is not written). Only whole aligned rows
 /// ([`whole_chunks`] of every row and of `weight`) of a multiple of 32 columns that fit
 /// the tiles, on work-groups of a multiple of 4 work-items, are written (the launcher
-/// checks; anything else writes nothing). Rows of 2048 or 4096 bf16 columns run on 256
-/// work-items (one or two chunks each): the row's latency is its work-items' serial work.
-#[amdgpu_kernel(T = [f32, f16, bf16], max_threads = 256)]
+/// checks; anything else writes nothing). Rows of 2048 or 4096 bf16 columns run on 256 or
+/// 512 work-items (one chunk each): the row's latency is its work-items' serial work.
+#[amdgpu_kernel(T = [f32, f16, bf16], max_threads = 512)]
 #[allow(clippy::too_many_arguments)]
 pub fn add_rms_norm_q8<T: Float>(
     x: &[T],
@@ -1221,7 +1223,7 @@ pub fn add_rms_norm_q8<T: Float>(
     let Some((start, end)) = norm_row([x.len(), opt(residual.len()), opt(res_out.len()), out.len()], weight.len(), cols) else {
         return;
     };
-    let chunks = row_chunks(core::mem::size_of::<T>(), cols);
+    let chunks = used_chunks(core::mem::size_of::<T>(), cols, parts);
     let codes = end <= xq.len() * 4 && end <= xds.len() * 16;
     if cols % 32 != 0 || parts % 4 != 0 || !codes || !RowTile::fits_with(cols, chunks) {
         return;

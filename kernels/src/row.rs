@@ -75,6 +75,22 @@ pub const fn row_chunks(elem_bytes: usize, cols: usize) -> usize {
     }
 }
 
+/// The chunks per work-item a row of `cols` elements needs on `parts` work-items:
+/// [`row_chunks`], or fewer where the work-group is wider than the fewest that hold the
+/// row (the decode norms raise their work-items towards one chunk each), so that no
+/// work-item computes chunk slots that lie wholly past the row.
+pub const fn used_chunks(elem_bytes: usize, cols: usize, parts: usize) -> usize {
+    let most = row_chunks(elem_bytes, cols);
+    let need = if parts == 0 { most } else { cols.div_ceil(CHUNK * parts) };
+    if need == 0 {
+        1
+    } else if need < most {
+        need
+    } else {
+        most
+    }
+}
+
 /// [`row_chunks`] of the kernels `dev` runs.
 #[cfg(not(any(target_arch = "amdgpu", target_arch = "nvptx64")))]
 pub fn row_chunks_on(dev: &crate::runtime::Device, elem_bytes: usize, cols: usize) -> usize {

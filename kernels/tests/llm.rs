@@ -494,7 +494,8 @@ fn run_add_rms_norm_q8<T: TestFloat>(dev: &Device, rows: usize, cols: usize, add
 fn add_rms_norm_q8_codes_are_quantize_q8_1s() {
     for dev in executors() {
         // Decode's rows (1..8 of 2048 / 4096), one block, rows of whole blocks that fill
-        // part of a tile (2080, 96), and rows past the tiles (f32 8192: declined).
+        // part of a tile (2080, 96), and wide rows (8192: two chunks per work-item, taken
+        // where they fit the tiles).
         for (i, &(rows, cols)) in [(1, 32), (3, 96), (1, 2048), (2, 4096), (8, 2048), (5, 4096), (3, 2080), (2, 8192), (1, 160)].iter().enumerate() {
             for add in [true, false] {
                 let seed = i as u64 * 2 + add as u64;

@@ -419,16 +419,25 @@ fn add_norm_chunks(exec: &(impl Executor + ?Sized), elem_bytes: usize, cols: usi
 /// Work-items of an [`add_rms_norm_tile`](fn@super::add_rms_norm_tile) or
 /// [`add_rms_norm_q8`](fn@super::add_rms_norm_q8) work-group for rows of `cols` elements
 /// on tiles of `chunks` chunks: the fewest that hold the row, raised towards one chunk per
-/// work-item (at most [`ADD_NORM_TILE_THREADS`](super::ADD_NORM_TILE_THREADS)). Decode runs
-/// one work-group per row, so a row's time is one work-item's serial work (loads,
-/// conversions, the sum of squares, stores: 32 elements on 64 work-items at 2048 bf16
-/// columns, 4 us under ncu on an H200); 256 work-items take one or two chunks each
-/// (4096 columns), their loads still 16 bytes. Independent of the row count, so a row's
-/// result does not depend on the batch it is in.
+/// work-item (at most [`add_norm_max_threads`]). Decode runs one work-group per row, so a
+/// row's time is one work-item's serial work (loads, conversions, the sum of squares, the
+/// q8_1 codes, stores). Independent of the row count, so a row's result does not depend
+/// on the batch it is in.
 fn add_norm_tile_threads(cols: usize, elem_bytes: usize, chunks: usize) -> usize {
     let tile = crate::row::row_threads_for(cols, elem_bytes, chunks) as usize;
-    let wide = (cols.div_ceil(crate::row::CHUNK).div_ceil(64) * 64).min(super::ADD_NORM_TILE_THREADS);
+    let wide = (cols.div_ceil(crate::row::CHUNK).div_ceil(64) * 64).min(add_norm_max_threads());
     tile.max(wide)
+}
+
+/// The most work-items [`add_norm_tile_threads`] raises a row to: [`ADD_NORM_TILE_THREADS`](super::ADD_NORM_TILE_THREADS),
+/// or a smaller power of two (64 or more) from `KERNELS_ADD_NORM_THREADS` (read once; an
+/// A/B of the work-group width without a rebuild).
+fn add_norm_max_threads() -> usize {
+    static MAX: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+    *MAX.get_or_init(|| {
+        let most = super::ADD_NORM_TILE_THREADS;
+        std::env::var("KERNELS_ADD_NORM_THREADS").ok().and_then(|v| v.trim().parse::<usize>().ok()).filter(|&n| n >= 64 && n.is_power_of_two() && n <= most).unwrap_or(most)
+    })
 }
 
 /// Residual add + RMSNorm of `rows` rows of `cols` elements
