@@ -14,7 +14,9 @@
 #                                  # all): tests llm quantized matvec gemm conv attention e2e
 #                                  # qe2e engine serve sd; `nccl`: the 2-GPU collectives and
 #                                  # tensor-parallel tests, `tp`: the TP=1 / TP=2 bench of
-#                                  # the 8B-shaped bf16 model (both 2 GPUs, not in the default)
+#                                  # the 8B-shaped bf16 model, `tpbig`: the 48B-shaped bf16
+#                                  # model (97 GB) at TP=2, bench and serve (all 2 GPUs, not
+#                                  # in the default)
 #
 # `bundle` + `run` is how the project's H100 checks are made: the GPU machine has CUDA and
 # PyTorch but no Rust toolchain, so x86-64 binaries built here travel there.
@@ -412,6 +414,34 @@ for c in sorted({c for _, c in by}):
 PY
         cat "$out/tp/summary.txt" | tee -a "$out/summary.txt"
         if [ -z "${ENGINE_DIR:-}" ]; then rm -rf "$dir"; fi
+    fi
+    if has tpbig; then
+        # The model larger than one 80 GB GPU (issue 33): the 48B-shaped bf16 folder (Llama
+        # 70B's layers, 54 of them: 97 GB of random weights, written here; the 2-GPU machines'
+        # disk holds it), TP=2 decode at batch 1 and 16, then `serve --tensor-parallel 2`
+        # answering one chat completion; the folder is removed after.
+        mkdir -p "$out/tpbig"
+        local big="${ENGINE_DIR:-/tmp}/llama48b_bf16" bport=18090
+        if [ ! -f "$big/config.json" ]; then
+            step tpbig-write 480 "$BIN/llm-worker" write-random --family llama --shape 48b --dtype bf16 --out "$big"
+        fi
+        step tpbig-bench 300 "$BIN/llm-worker" bench --model "$big" --device cuda:0 --tensor-parallel 2 \
+            --prompt-len 512 --gen 64 --concurrency "${TPBIG_CONCURRENCY:-1,16}"
+        grep '^{' "$out/tpbig-bench.log" > "$out/tpbig/tp2_48b_bf16.jsonl" || true
+        "$BIN/llm-worker" serve --model "$big" --device cuda:0 --tensor-parallel 2 --port $bport --served-model-name big > "$out/tpbig/server.log" 2>&1 &
+        local bpid=$! ready=0
+        for _ in $(seq 1 300); do curl -sf "http://127.0.0.1:$bport/health" >/dev/null 2>&1 && { ready=1; break; }; sleep 1; done
+        if [ $ready = 1 ]; then
+            curl -s -m 120 "http://127.0.0.1:$bport/v1/chat/completions" -H 'content-type: application/json' \
+                -d '{"model":"big","messages":[{"role":"user","content":"Hello"}],"max_tokens":16,"seed":1}' > "$out/tpbig/chat.json" 2>&1
+            echo "tpbig-serve ready, chat: $(head -c 300 "$out/tpbig/chat.json")" | tee -a "$out/summary.txt"
+        else
+            echo "tpbig-serve never became ready" | tee -a "$out/summary.txt"
+        fi
+        kill -TERM $bpid 2>/dev/null || true
+        local brc=0; wait $bpid || brc=$?
+        echo "tpbig-serve-shutdown rc=$brc" | tee -a "$out/summary.txt"
+        if [ -z "${ENGINE_DIR:-}" ]; then rm -rf "$big"; fi
     fi
     if has serve; then
         # `llm-worker serve` (issue 31) per model, driven over loopback by the load generator

@@ -153,7 +153,7 @@ enum Cmd {
         /// llama, mistral, qwen2, qwen3.
         #[arg(long, default_value = "llama")]
         family: String,
-        /// tiny, 1b, 8b.
+        /// tiny, 1b, 8b, 48b (Llama 70B's layers, 54 of them; not for llama GGUF files).
         #[arg(long, default_value = "tiny")]
         shape: String,
         /// f32, f16, bf16.
@@ -385,7 +385,7 @@ fn run(cli: Cli) -> Result<()> {
             if let Some(ty) = gguf.as_deref().filter(|_| family != "llama") {
                 let fam = Family::from_name(&family).with_context(|| format!("unknown family {family:?} (llama, qwen2, qwen3 for GGUF)"))?;
                 let t = gguf_llama::parse_type(ty).with_context(|| format!("unknown GGML type {ty:?}"))?;
-                let sh = Shape::by_name(&shape).with_context(|| format!("unknown shape {shape:?} (tiny, 1b, 8b)"))?;
+                let sh = Shape::by_name(&shape).with_context(|| format!("unknown shape {shape:?} (tiny, 1b, 8b, 48b)"))?;
                 let mut r = RandomModel::new(fam, sh);
                 r.seed = seed;
                 r.write_gguf(&out, t)?;
@@ -396,7 +396,7 @@ fn run(cli: Cli) -> Result<()> {
                 gguf_llama::write_tokenizer(&out.with_file_name("tokenizer.json"), s.vocab)?;
             } else {
                 let fam = Family::from_name(&family).with_context(|| format!("unknown family {family:?} (llama, mistral, qwen2, qwen3)"))?;
-                let sh = Shape::by_name(&shape).with_context(|| format!("unknown shape {shape:?} (tiny, 1b, 8b)"))?;
+                let sh = Shape::by_name(&shape).with_context(|| format!("unknown shape {shape:?} (tiny, 1b, 8b, 48b)"))?;
                 let mut r = RandomModel::new(fam, sh);
                 r.dtype = match dtype.as_str() {
                     "f32" => candle_core::DType::F32,

@@ -931,16 +931,14 @@ impl Model {
     }
 }
 
-/// `true` unless `LLM_PAGED_PREFILL=0` is in the environment (read once).
+/// `true` unless `LLM_PAGED_PREFILL=0` is in the environment (read when a model is built).
 fn paged_prefill_default() -> bool {
-    static OFF: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    !*OFF.get_or_init(|| env_off("LLM_PAGED_PREFILL"))
+    !env_off("LLM_PAGED_PREFILL")
 }
 
-/// `true` unless `LLM_FUSED_QUANTIZE=0` is in the environment (read once).
+/// `true` unless `LLM_FUSED_QUANTIZE=0` is in the environment (read when a model is built).
 fn fused_quantize_default() -> bool {
-    static OFF: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    !*OFF.get_or_init(|| env_off("LLM_FUSED_QUANTIZE"))
+    !env_off("LLM_FUSED_QUANTIZE")
 }
 
 /// Whether the A/B switch `var` is set to `0`.

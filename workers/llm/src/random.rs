@@ -33,15 +33,27 @@ impl Shape {
     pub const B1: Shape = Shape { vocab: 128256, hidden: 2048, intermediate: 8192, layers: 16, heads: 32, kv_heads: 8, head_dim: 64, max_positions: 131072 };
     /// Llama 3.1 8B's sizes.
     pub const B8: Shape = Shape { vocab: 128256, hidden: 4096, intermediate: 14336, layers: 32, heads: 32, kv_heads: 8, head_dim: 128, max_positions: 131072 };
+    /// Llama 3.1 70B's layer sizes with 54 of its 80 layers: about 48B parameters, 97 GB in
+    /// bf16, more than one 80 GB GPU holds (the tensor-parallel benchmark's model).
+    pub const B48: Shape = Shape { vocab: 128256, hidden: 8192, intermediate: 28672, layers: 54, heads: 64, kv_heads: 8, head_dim: 128, max_positions: 131072 };
 
-    /// `tiny`, `1b` or `8b`.
+    /// `tiny`, `1b`, `8b` or `48b`.
     pub fn by_name(name: &str) -> Option<Shape> {
         match name {
             "tiny" => Some(Self::TINY),
             "1b" => Some(Self::B1),
             "8b" => Some(Self::B8),
+            "48b" => Some(Self::B48),
             _ => None,
         }
+    }
+
+    /// Parameters of a model of this shape: embedding, layers (q, k, v, o, gate, up, down
+    /// and two norms), final norm, and an untied head.
+    pub fn parameters(&self) -> u64 {
+        let (h, q, kv) = (self.hidden as u64, (self.heads * self.head_dim) as u64, (self.kv_heads * self.head_dim) as u64);
+        let layer = h * q + 2 * h * kv + q * h + 3 * h * self.intermediate as u64 + 2 * h;
+        2 * self.vocab as u64 * h + self.layers as u64 * layer + h
     }
 }
 
@@ -366,5 +378,25 @@ impl safetensors::View for Lazy {
     }
     fn data_len(&self) -> usize {
         self.shape.iter().product::<usize>() * self.dtype.bitsize() / 8
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Shape;
+
+    /// The shapes' parameter counts against Meta's published ones: Llama 3.1 8B has
+    /// 8,030,261,248; 70B (Llama 3.1/3.3) 70,553,706,496, of which `48b` keeps 54 of 80 layers.
+    #[test]
+    fn shapes_have_the_published_parameter_counts() {
+        assert_eq!(Shape::B8.parameters(), 8_030_261_248);
+        let b70 = Shape { layers: 80, ..Shape::B48 };
+        assert_eq!(b70.parameters(), 70_553_706_496);
+        let per_layer = (b70.parameters() - Shape { layers: 0, ..Shape::B48 }.parameters()) / 80;
+        assert_eq!(Shape::B48.parameters(), b70.parameters() - 26 * per_layer);
+        // More than one 80 GB GPU holds in bf16.
+        assert!(Shape::B48.parameters() * 2 > 80 * (1 << 30));
+        assert_eq!(Shape::by_name("48b"), Some(Shape::B48));
+        assert_eq!(Shape::by_name("70b"), None);
     }
 }
