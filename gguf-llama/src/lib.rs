@@ -111,17 +111,83 @@ pub fn parse_type(name: &str) -> Option<GgmlDType> {
 }
 
 /// `n` values uniform in `[lo, hi)` from `seed` (xorshift64*; the same on every machine).
+/// Long sequences are generated in chunks on all cores: each chunk starts from the state
+/// the single sequence reaches there (the xorshift step is linear over GF(2), so a jump of
+/// [`SEEDED_CHUNK`] steps is one 64x64 bit-matrix product), so the values do not depend on
+/// the thread count.
 pub fn seeded_values(n: usize, seed: u64, lo: f32, hi: f32) -> Vec<f32> {
-    let mut s = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
-    (0..n)
-        .map(|_| {
-            s ^= s >> 12;
-            s ^= s << 25;
-            s ^= s >> 27;
-            let u = (s.wrapping_mul(0x2545_F491_4F6C_DD1D) >> 40) as f32 / (1u64 << 24) as f32;
-            lo + (hi - lo) * u
-        })
-        .collect()
+    let s0 = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+    let mut out = vec![0f32; n];
+    let threads = std::thread::available_parallelism().map_or(1, |t| t.get());
+    if n <= SEEDED_CHUNK || threads == 1 {
+        seeded_fill(&mut out, s0, lo, hi);
+        return out;
+    }
+    let jump = BitMatrix::xorshift().pow2(SEEDED_CHUNK.trailing_zeros());
+    let mut state = s0;
+    let mut chunks: Vec<(u64, &mut [f32])> = Vec::with_capacity(n.div_ceil(SEEDED_CHUNK));
+    for c in out.chunks_mut(SEEDED_CHUNK) {
+        chunks.push((state, c));
+        state = jump.apply(state);
+    }
+    let per = chunks.len().div_ceil(threads);
+    std::thread::scope(|scope| {
+        let mut rest = chunks.as_mut_slice();
+        while !rest.is_empty() {
+            let (mine, more) = rest.split_at_mut(per.min(rest.len()));
+            rest = more;
+            scope.spawn(move || {
+                for (s, c) in mine.iter_mut() {
+                    seeded_fill(c, *s, lo, hi);
+                }
+            });
+        }
+    });
+    out
+}
+
+/// Values per chunk of [`seeded_values`]' parallel generation (a power of two).
+pub const SEEDED_CHUNK: usize = 1 << 20;
+
+/// The xorshift64* values of [`seeded_values`] from state `s` into `out`.
+fn seeded_fill(out: &mut [f32], mut s: u64, lo: f32, hi: f32) {
+    for x in out {
+        s = xorshift_step(s);
+        let u = (s.wrapping_mul(0x2545_F491_4F6C_DD1D) >> 40) as f32 / (1u64 << 24) as f32;
+        *x = lo + (hi - lo) * u;
+    }
+}
+
+/// One step of xorshift64 (shifts 12, 25, 27).
+fn xorshift_step(mut s: u64) -> u64 {
+    s ^= s >> 12;
+    s ^= s << 25;
+    s ^= s >> 27;
+    s
+}
+
+/// A linear map of 64-bit states over GF(2): column `j` is the image of bit `j`.
+struct BitMatrix([u64; 64]);
+
+impl BitMatrix {
+    /// [`xorshift_step`] as a matrix.
+    fn xorshift() -> BitMatrix {
+        BitMatrix(std::array::from_fn(|j| xorshift_step(1u64 << j)))
+    }
+
+    /// The image of `v`: the sum (XOR) of the columns of its set bits.
+    fn apply(&self, v: u64) -> u64 {
+        (0..64).filter(|j| v >> j & 1 == 1).fold(0, |acc, j| acc ^ self.0[j])
+    }
+
+    /// This map applied `2^k` times.
+    fn pow2(&self, k: u32) -> BitMatrix {
+        let mut m = BitMatrix(self.0);
+        for _ in 0..k {
+            m = BitMatrix(std::array::from_fn(|j| m.apply(m.0[j])));
+        }
+        m
+    }
 }
 
 /// FNV-1a of a tensor name: its weights' seed, mixed with the file's seed.
@@ -321,4 +387,30 @@ pub fn load(path: &Path, device: &Device) -> Result<Loaded> {
     let dtype = ct.tensor_infos.get("blk.0.attn_q.weight").map(|i| i.ggml_dtype);
     let model = ModelWeights::from_gguf(ct, &mut f, device).map_err(|x| err(path, format!("cannot load the llama model: {x}")))?;
     Ok(Loaded { model, eos, vocab, dtype })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{seeded_values, SEEDED_CHUNK};
+
+    /// The chunked, multi-threaded generation gives the single sequence: the xorshift64*
+    /// recurrence written out here, value by value, over three and a half chunks.
+    #[test]
+    fn seeded_values_in_chunks_are_the_single_sequence() {
+        let n = 3 * SEEDED_CHUNK + SEEDED_CHUNK / 2 + 7;
+        for seed in [0u64, 1, 0xdead_beef] {
+            let got = seeded_values(n, seed, -0.5, 2.0);
+            let mut s = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+            for (i, g) in got.iter().enumerate() {
+                s ^= s >> 12;
+                s ^= s << 25;
+                s ^= s >> 27;
+                let u = (s.wrapping_mul(0x2545_F491_4F6C_DD1D) >> 40) as f32 / (1u64 << 24) as f32;
+                let want = -0.5 + 2.5 * u;
+                assert_eq!(g.to_bits(), want.to_bits(), "seed {seed}, value {i}");
+            }
+        }
+        // Short sequences take the single-threaded path: a prefix of the long one.
+        assert_eq!(seeded_values(100, 1, -0.5, 2.0), seeded_values(n, 1, -0.5, 2.0)[..100]);
+    }
 }
