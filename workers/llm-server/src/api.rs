@@ -3,9 +3,8 @@
 use crate::{Cmd, Shared};
 use axum::body::Bytes;
 use axum::extract::rejection::BytesRejection;
-use axum::extract::{DefaultBodyLimit, Request, State};
+use axum::extract::State;
 use axum::http::{header, StatusCode};
-use axum::middleware::{self, Next};
 use axum::response::sse::{Event as SseEvent, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
@@ -27,16 +26,8 @@ pub(crate) fn router(shared: Arc<Shared>) -> Router {
     let v1 = Router::new()
         .route("/v1/completions", post(completions))
         .route("/v1/chat/completions", post(chat_completions))
-        .route("/v1/models", get(models))
-        .layer(middleware::from_fn_with_state(shared.clone(), gate));
-    Router::new()
-        .merge(v1)
-        .route("/health", get(health))
-        .route("/metrics", get(metrics))
-        .fallback(|| async { ApiError::no_route() })
-        .layer(DefaultBodyLimit::max(limit))
-        .layer(middleware::from_fn_with_state(shared.clone(), count_status))
-        .with_state(shared)
+        .route("/v1/models", get(models));
+    openai_http::api_router(shared, v1, get(metrics), limit)
 }
 
 /// One chat message (`content` given as a string or as a list of text parts).
@@ -44,33 +35,6 @@ pub(crate) fn router(shared: Arc<Shared>) -> Router {
 pub struct ChatMessage {
     pub role: String,
     pub content: String,
-}
-
-/// Counts every response by endpoint and status for `/metrics`.
-async fn count_status(State(s): St, req: Request, next: Next) -> Response {
-    let path = req.uri().path();
-    let endpoint = match path {
-        "/v1/completions" | "/v1/chat/completions" | "/v1/models" | "/health" | "/metrics" => path.to_string(),
-        _ => "other".to_string(),
-    };
-    let r = next.run(req).await;
-    s.metrics.count_request(&endpoint, r.status().as_u16());
-    r
-}
-
-/// API key and draining checks of the `/v1` routes.
-async fn gate(State(s): St, req: Request, next: Next) -> Response {
-    if let Err(e) = openai_http::authorize(s.config.api_key.as_deref(), req.headers()) {
-        return e.into_response();
-    }
-    match s.availability().api_error() {
-        Some(e) => e.into_response(),
-        None => next.run(req).await,
-    }
-}
-
-async fn health(State(s): St) -> Response {
-    s.availability().health()
 }
 
 async fn metrics(State(s): St) -> Response {

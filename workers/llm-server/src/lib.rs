@@ -31,7 +31,7 @@ pub use api::ChatMessage;
 
 use llm_engine::{Engine, EngineError, Event, ModelRunner, Receiver, SamplingParams, SeqId};
 use metrics::Metrics;
-use openai_http::{serve_until_stopped, Availability, Lifecycle, LoadOutcome, LoadState};
+use openai_http::{Availability, Lifecycle, LoadState};
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{mpsc, Arc, Mutex, OnceLock};
@@ -135,11 +135,23 @@ pub(crate) struct Shared {
     pub(crate) next_id: AtomicUsize,
 }
 
-impl Shared {
-    /// Whether the API takes requests now (the `/v1` gate and `/health`).
-    pub(crate) fn availability(&self) -> Availability {
+impl openai_http::ApiState for Shared {
+    const ENDPOINTS: &'static [&'static str] = &["/v1/completions", "/v1/chat/completions", "/v1/models", "/health", "/metrics"];
+
+    fn api_key(&self) -> Option<&str> {
+        self.config.api_key.as_deref()
+    }
+
+    fn availability(&self) -> Availability {
         Availability::of(self.draining.load(Ordering::SeqCst), self.engine_down.load(Ordering::SeqCst), self.model.get().is_some(), "engine")
     }
+
+    fn status_counts(&self) -> &openai_http::prom::StatusCounts {
+        &self.metrics.requests
+    }
+}
+
+impl Shared {
 
     pub(crate) fn send(&self, cmd: Cmd) -> bool {
         self.cmds.lock().unwrap().as_ref().is_some_and(|tx| tx.send(cmd).is_ok())
@@ -181,26 +193,27 @@ impl Server {
             .name("llm-engine".into())
             .spawn(move || engine_thread(load, engine_shared, cmd_rx, load_tx))?;
 
-        let (stop_tx, stop_rx) = oneshot::channel::<()>();
         let app = api::router(shared.clone());
-        let sup_shared = shared.clone();
-        let done = tokio::spawn(async move {
-            let draining = sup_shared.clone();
-            let drain = move || draining.draining.store(true, Ordering::SeqCst);
-            let cancel = || {
-                tracing::warn!(in_flight = sup_shared.in_flight.load(Ordering::SeqCst), "shutdown grace over: cancelling in-flight requests");
-                sup_shared.send(Cmd::CancelAll);
-            };
-            let io = serve_until_stopped(listener, app, stop_rx, drain, sup_shared.config.shutdown_grace, cancel).await;
+        let (draining, over, finish) = (shared.clone(), shared.clone(), shared.clone());
+        let life = Lifecycle::start(
+            listener,
+            app,
+            load_rx,
+            engine,
+            shared.config.shutdown_grace,
+            move || draining.draining.store(true, Ordering::SeqCst),
+            move || {
+                tracing::warn!(in_flight = over.in_flight.load(Ordering::SeqCst), "shutdown grace over: cancelling in-flight requests");
+                over.send(Cmd::CancelAll);
+            },
             // No more commands: the engine thread ends once its work is done.
-            sup_shared.send(Cmd::CancelAll);
-            sup_shared.cmds.lock().unwrap().take();
-            match tokio::task::spawn_blocking(move || engine.join()).await {
-                Ok(Ok(())) => Ok(io?),
-                _ => Err(ServerError::EnginePanicked),
-            }
-        });
-        Ok(Server { addr, shared, life: Lifecycle::new(load_rx, stop_tx, done) })
+            move || {
+                finish.send(Cmd::CancelAll);
+                finish.cmds.lock().unwrap().take();
+            },
+            (ServerError::Load, || ServerError::EnginePanicked),
+        );
+        Ok(Server { addr, shared, life })
     }
 
     /// The address the server listens on.
@@ -210,11 +223,7 @@ impl Server {
 
     /// Waits until the model is loaded (Ok) or its loader failed (Err).
     pub async fn ready(&self) -> Result<(), ServerError> {
-        match self.life.ready().await {
-            LoadOutcome::Ready => Ok(()),
-            LoadOutcome::Failed(e) => Err(ServerError::Load(e)),
-            LoadOutcome::Gone => Err(ServerError::EnginePanicked),
-        }
+        self.life.ready().await
     }
 
     /// Begins a graceful shutdown (idempotent); [`Server::wait`] returns when it is over.
@@ -225,7 +234,7 @@ impl Server {
 
     /// Waits until the server has stopped (after [`Server::shutdown`]).
     pub async fn wait(self) -> Result<(), ServerError> {
-        self.life.wait().await.unwrap_or(Err(ServerError::EnginePanicked))
+        self.life.wait().await
     }
 }
 

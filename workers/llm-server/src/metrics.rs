@@ -8,7 +8,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 #[derive(Default)]
 pub(crate) struct Metrics {
     /// Responses by (endpoint, status).
-    requests: StatusCounts,
+    pub(crate) requests: StatusCounts,
     pub(crate) prompt_tokens: AtomicU64,
     pub(crate) generation_tokens: AtomicU64,
     pub(crate) ttft: Histogram,
@@ -30,10 +30,6 @@ pub(crate) struct Metrics {
 }
 
 impl Metrics {
-    pub(crate) fn count_request(&self, endpoint: &str, status: u16) {
-        self.requests.count(endpoint, status);
-    }
-
     /// The engine thread's occupancy after a step.
     pub(crate) fn publish(&self, s: &EngineStats) {
         self.running.store(s.running as u64, Ordering::Relaxed);

@@ -102,13 +102,8 @@ enum Cmd {
         /// cpu (Candle's CPU), cpu-executor, cuda:N, rocm:N.
         #[arg(long, default_value = "cpu")]
         device: String,
-        #[arg(long, default_value = "127.0.0.1")]
-        host: String,
-        #[arg(long, default_value_t = 8080)]
-        port: u16,
-        /// Require `Authorization: Bearer KEY`.
-        #[arg(long)]
-        api_key: Option<String>,
+        #[command(flatten)]
+        listen: openai_http::Listen,
         /// Requests waiting for a batch slot at most (429 beyond).
         #[arg(long, default_value_t = 256)]
         max_queue: usize,
@@ -306,17 +301,17 @@ fn run(cli: Cli) -> Result<()> {
                 decoded as f64 / (total - prefill_s).max(1e-9)
             );
         }
-        Cmd::Serve { model, tokenizer, device, host, port, api_key, max_queue, max_model_len, served_model_name, max_num_seqs, max_batched_tokens, block_size, num_blocks, shutdown_grace, tensor_parallel, prefill_chunk_while_decoding, prefill_cap_backlog } => {
+        Cmd::Serve { model, tokenizer, device, listen, max_queue, max_model_len, served_model_name, max_num_seqs, max_batched_tokens, block_size, num_blocks, shutdown_grace, tensor_parallel, prefill_chunk_while_decoding, prefill_cap_backlog } => {
             let filter = tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
             tracing_subscriber::fmt().with_env_filter(filter).init();
-            let ip: std::net::IpAddr = host.parse().with_context(|| format!("--host {host:?}"))?;
+            let addr = listen.addr().map_err(anyhow::Error::msg)?;
             if !(shutdown_grace >= 0.0 && shutdown_grace.is_finite()) {
                 bail!("--shutdown-grace must be a number of seconds >= 0");
             }
-            let config = llm_server::ServerConfig { api_key, max_queue, shutdown_grace: std::time::Duration::from_secs_f64(shutdown_grace), ..Default::default() };
+            let config = llm_server::ServerConfig { api_key: listen.api_key, max_queue, shutdown_grace: std::time::Duration::from_secs_f64(shutdown_grace), ..Default::default() };
             let prefill_chunk_while_decoding = (prefill_chunk_while_decoding > 0).then_some(prefill_chunk_while_decoding);
             let args = ServeArgs { model, tokenizer, device, name: served_model_name, max_model_len, max_num_seqs, max_batched_tokens, block_size, num_blocks, tensor_parallel, prefill_chunk_while_decoding, prefill_cap_backlog };
-            llm_server::run(config, std::net::SocketAddr::new(ip, port), move || load_served(&args))?;
+            llm_server::run(config, addr, move || load_served(&args))?;
         }
         Cmd::Bench { model, prompt_len, gen, concurrency, device, block_size, max_batched_tokens, seed, tensor_parallel, graph_max_batch, profile } => {
             if prompt_len == 0 || gen == 0 || concurrency.contains(&0) {

@@ -8,11 +8,14 @@
 //! - [`parse_json`]: a request body read under axum's `DefaultBodyLimit` (413 beyond) and
 //!   parsed as JSON (400 with serde's message when malformed or missing a field).
 //! - [`shutdown_signal`] (SIGTERM/SIGINT) and [`no_delay`] (accepted connections without
-//!   Nagle's algorithm).
+//!   Nagle's algorithm); [`Listen`], the `--host`, `--port`, `--api-key` flags of both
+//!   `serve` commands.
 //! - [`lifecycle`]: loading on the model's own thread (503 until it ends) and the graceful
 //!   shutdown (stop admitting, a grace period for in-flight requests, cancel, close).
 //! - [`prom`]: the few Prometheus text-format pieces the servers write (counters by status,
 //!   gauges, histograms).
+//! - [`routes`]: the router around a server's own endpoints ([`api_router`]: the `/v1`
+//!   gate, `/health`, `/metrics`, the 404, the body limit, the status counts).
 
 use axum::body::Bytes;
 use axum::extract::rejection::BytesRejection;
@@ -25,8 +28,31 @@ use std::net::SocketAddr;
 
 pub mod lifecycle;
 pub mod prom;
+pub mod routes;
 
-pub use lifecycle::{serve_until_stopped, Lifecycle, LoadOutcome, LoadState};
+pub use lifecycle::{serve_until_stopped, Lifecycle, LoadState};
+pub use routes::{api_router, ApiState};
+
+/// The listening flags of a `serve` command (`#[command(flatten)]`).
+#[derive(clap::Args, Clone, Debug)]
+pub struct Listen {
+    /// Address to listen on (loopback by default; 0.0.0.0 exposes the server).
+    #[arg(long, default_value = "127.0.0.1")]
+    pub host: String,
+    #[arg(long, default_value_t = 8080)]
+    pub port: u16,
+    /// Require `Authorization: Bearer KEY`.
+    #[arg(long)]
+    pub api_key: Option<String>,
+}
+
+impl Listen {
+    /// The socket address of `--host` and `--port`; the error names the bad `--host`.
+    pub fn addr(&self) -> Result<SocketAddr, String> {
+        let ip: std::net::IpAddr = self.host.parse().map_err(|e| format!("--host {:?}: {e}", self.host))?;
+        Ok(SocketAddr::new(ip, self.port))
+    }
+}
 
 /// An OpenAI error response: the status, and the body's `type`, `message`, `param`, `code`.
 #[derive(Debug, Clone, PartialEq)]

@@ -14,37 +14,60 @@ pub enum LoadState {
     Failed(String),
 }
 
-/// How the load ended, as [`Lifecycle::ready`] sees it.
-#[derive(Clone, Debug, PartialEq)]
-pub enum LoadOutcome {
-    Ready,
-    Failed(String),
-    /// The thread ended without saying (it panicked).
-    Gone,
-}
+/// A server's errors for a model thread whose load failed (with the loader's message) and
+/// for one that ended without saying (a panic).
+pub type ThreadErrors<E> = (fn(String) -> E, fn() -> E);
 
-/// The parts of a running server its handle keeps: the load state, the stop trigger and
-/// the supervisor task that returns when the server has stopped.
+/// A running server's life: the load state of its model thread, the stop trigger, and the
+/// supervisor task that returns when the server has stopped.
 pub struct Lifecycle<E> {
     load: watch::Receiver<LoadState>,
     stop: Option<oneshot::Sender<()>>,
     done: tokio::task::JoinHandle<Result<(), E>>,
+    /// The server's error for a failed load (with the loader's message).
+    failed: fn(String) -> E,
+    /// The server's error for a model thread (or supervisor) that ended without saying.
+    gone: fn() -> E,
 }
 
-impl<E> Lifecycle<E> {
-    /// A handle over `load` (the model thread's load state), `stop` (which begins the
-    /// shutdown, see [`serve_until_stopped`]) and `done` (the supervisor).
-    pub fn new(load: watch::Receiver<LoadState>, stop: oneshot::Sender<()>, done: tokio::task::JoinHandle<Result<(), E>>) -> Self {
-        Lifecycle { load, stop: Some(stop), done }
+impl<E: From<std::io::Error> + Send + 'static> Lifecycle<E> {
+    /// Serves `app` on `listener` (inside a tokio runtime) while `thread` loads the model
+    /// (its state in `load`) and then runs the requests. [`Lifecycle::shutdown`] stops it
+    /// as [`serve_until_stopped`] does (`drain`, `grace`, then `grace_over`), after which
+    /// `finish` runs (cancel what is left, close the thread's queue so that it ends) and
+    /// the thread is joined. `failed` and `gone` make the server's errors for a failed load
+    /// and for a thread that ended without saying (a panic).
+    #[allow(clippy::too_many_arguments)]
+    pub fn start(
+        listener: tokio::net::TcpListener,
+        app: axum::Router,
+        load: watch::Receiver<LoadState>,
+        thread: std::thread::JoinHandle<()>,
+        grace: Duration,
+        drain: impl FnOnce() + Send + 'static,
+        grace_over: impl FnOnce() + Send + 'static,
+        finish: impl FnOnce() + Send + 'static,
+        (failed, gone): ThreadErrors<E>,
+    ) -> Self {
+        let (stop, stop_rx) = oneshot::channel::<()>();
+        let done = tokio::spawn(async move {
+            let io = serve_until_stopped(listener, app, stop_rx, drain, grace, grace_over).await;
+            finish();
+            match tokio::task::spawn_blocking(move || thread.join()).await {
+                Ok(Ok(())) => Ok(io?),
+                _ => Err(gone()),
+            }
+        });
+        Lifecycle { load, stop: Some(stop), done, failed, gone }
     }
 
-    /// Waits until the load has ended.
-    pub async fn ready(&self) -> LoadOutcome {
+    /// Waits until the load has ended: `Ok` when the model is loaded.
+    pub async fn ready(&self) -> Result<(), E> {
         let mut rx = self.load.clone();
         match rx.wait_for(|s| *s != LoadState::Loading).await.map(|s| s.clone()) {
-            Ok(LoadState::Ready) => LoadOutcome::Ready,
-            Ok(LoadState::Failed(e)) => LoadOutcome::Failed(e),
-            _ => LoadOutcome::Gone,
+            Ok(LoadState::Ready) => Ok(()),
+            Ok(LoadState::Failed(e)) => Err((self.failed)(e)),
+            _ => Err((self.gone)()),
         }
     }
 
@@ -59,10 +82,10 @@ impl<E> Lifecycle<E> {
         }
     }
 
-    /// Waits until the supervisor has returned; `None` if it panicked.
-    pub async fn wait(self) -> Option<Result<(), E>> {
+    /// Waits until the supervisor has returned (the server has stopped).
+    pub async fn wait(self) -> Result<(), E> {
         let _keep = self.stop; // dropping the sender would also begin the shutdown
-        self.done.await.ok()
+        self.done.await.unwrap_or_else(|_| Err((self.gone)()))
     }
 }
 

@@ -105,14 +105,8 @@ enum Cmd {
         device: String,
         #[arg(long, value_enum, default_value = "f32")]
         dtype: Dt,
-        /// Address to listen on (loopback by default; 0.0.0.0 exposes the server).
-        #[arg(long, default_value = "127.0.0.1")]
-        host: String,
-        #[arg(long, default_value_t = 8080)]
-        port: u16,
-        /// Require `Authorization: Bearer KEY`.
-        #[arg(long)]
-        api_key: Option<String>,
+        #[command(flatten)]
+        listen: openai_http::Listen,
         /// Requests waiting besides the one generating, at most (429 beyond).
         #[arg(long, default_value_t = 16)]
         max_queue: usize,
@@ -200,12 +194,12 @@ fn generate_cmd(cmd: Cmd) -> Result<(), SdError> {
 }
 
 fn serve_cmd(cmd: Cmd) -> Result<(), Box<dyn std::error::Error>> {
-    let Cmd::Serve { model, shape, device, dtype, host, port, api_key, max_queue, max_images, served_model_name, shutdown_grace } = cmd else {
+    let Cmd::Serve { model, shape, device, dtype, listen, max_queue, max_images, served_model_name, shutdown_grace } = cmd else {
         unreachable!("called for serve only")
     };
     let filter = tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
     tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).init();
-    let ip: std::net::IpAddr = host.parse().map_err(|e| format!("--host {host:?}: {e}"))?;
+    let addr = listen.addr()?;
     if !(shutdown_grace >= 0.0 && shutdown_grace.is_finite()) {
         return Err("--shutdown-grace must be a number of seconds >= 0".into());
     }
@@ -215,8 +209,8 @@ fn serve_cmd(cmd: Cmd) -> Result<(), Box<dyn std::error::Error>> {
     let dev = sd_worker::device(&device)?; // a bad --device fails before binding
     drop(dev);
     let name = served_model_name.unwrap_or_else(|| model.canonicalize().unwrap_or_else(|_| model.clone()).file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_else(|| "sd".into()));
-    let config = sd_worker::serve::ServeConfig { model_name: name, api_key, max_queue, max_images, shutdown_grace: std::time::Duration::from_secs_f64(shutdown_grace), ..Default::default() };
-    sd_worker::serve::run(config, std::net::SocketAddr::new(ip, port), move || {
+    let config = sd_worker::serve::ServeConfig { model_name: name, api_key: listen.api_key, max_queue, max_images, shutdown_grace: std::time::Duration::from_secs_f64(shutdown_grace), ..Default::default() };
+    sd_worker::serve::run(config, addr, move || {
         let dev = sd_worker::device(&device)?;
         Pipeline::load(&model, shape.config(), &dev, dtype.into())
     })

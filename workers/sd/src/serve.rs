@@ -20,15 +20,14 @@
 use crate::{Pipeline, Progress, Request, SdConfig, SdError};
 use axum::body::Bytes;
 use axum::extract::rejection::BytesRejection;
-use axum::extract::{DefaultBodyLimit, Request as HttpRequest, State};
+use axum::extract::State;
 use axum::http::header;
-use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
 use base64::Engine as _;
 use openai_http::prom::{self, Histogram, StatusCounts};
-use openai_http::{serve_until_stopped, ApiError, Availability, Lifecycle, LoadOutcome, LoadState};
+use openai_http::{ApiError, Availability, Lifecycle, LoadState};
 use serde::Deserialize;
 use serde_json::json;
 use std::net::SocketAddr;
@@ -128,10 +127,19 @@ struct Shared {
     metrics: Metrics,
 }
 
-impl Shared {
-    /// Whether the API takes requests now (the `/v1` gate and `/health`).
+impl openai_http::ApiState for Shared {
+    const ENDPOINTS: &'static [&'static str] = &["/v1/images/generations", "/v1/models", "/health", "/metrics"];
+
+    fn api_key(&self) -> Option<&str> {
+        self.config.api_key.as_deref()
+    }
+
     fn availability(&self) -> Availability {
         Availability::of(self.draining.load(Ordering::SeqCst), self.worker_down.load(Ordering::SeqCst), self.limits.get().is_some(), "worker")
+    }
+
+    fn status_counts(&self) -> &StatusCounts {
+        &self.metrics.requests
     }
 }
 
@@ -166,26 +174,27 @@ impl Server {
         let worker_shared = shared.clone();
         let worker = std::thread::Builder::new().name("sd-worker".into()).spawn(move || worker_thread(load, worker_shared, job_rx, load_tx))?;
 
-        let (stop_tx, stop_rx) = oneshot::channel::<()>();
         let app = router(shared.clone());
-        let sup = shared.clone();
-        let done = tokio::spawn(async move {
-            let draining = sup.clone();
-            let drain = move || draining.draining.store(true, Ordering::SeqCst);
-            let cancel = || {
-                tracing::warn!(in_flight = sup.in_flight.load(Ordering::SeqCst), "shutdown grace over: cancelling in-flight requests");
-                sup.cancel.store(true, Ordering::SeqCst);
-            };
-            let io = serve_until_stopped(listener, app, stop_rx, drain, sup.config.shutdown_grace, cancel).await;
+        let (draining, over, finish) = (shared.clone(), shared.clone(), shared.clone());
+        let life = Lifecycle::start(
+            listener,
+            app,
+            load_rx,
+            worker,
+            shared.config.shutdown_grace,
+            move || draining.draining.store(true, Ordering::SeqCst),
+            move || {
+                tracing::warn!(in_flight = over.in_flight.load(Ordering::SeqCst), "shutdown grace over: cancelling in-flight requests");
+                over.cancel.store(true, Ordering::SeqCst);
+            },
             // No more jobs: the worker thread ends once the channel is empty.
-            sup.cancel.store(true, Ordering::SeqCst);
-            sup.jobs.lock().unwrap().take();
-            match tokio::task::spawn_blocking(move || worker.join()).await {
-                Ok(Ok(())) => Ok(io?),
-                _ => Err(ServeError::WorkerPanicked),
-            }
-        });
-        Ok(Server { addr, shared, life: Lifecycle::new(load_rx, stop_tx, done) })
+            move || {
+                finish.cancel.store(true, Ordering::SeqCst);
+                finish.jobs.lock().unwrap().take();
+            },
+            (ServeError::Load, || ServeError::WorkerPanicked),
+        );
+        Ok(Server { addr, shared, life })
     }
 
     /// The address the server listens on.
@@ -195,11 +204,7 @@ impl Server {
 
     /// Waits until the pipeline is loaded (Ok) or its loader failed (Err).
     pub async fn ready(&self) -> Result<(), ServeError> {
-        match self.life.ready().await {
-            LoadOutcome::Ready => Ok(()),
-            LoadOutcome::Failed(e) => Err(ServeError::Load(e)),
-            LoadOutcome::Gone => Err(ServeError::WorkerPanicked),
-        }
+        self.life.ready().await
     }
 
     /// Begins a graceful shutdown (idempotent); [`Server::wait`] returns when it is over.
@@ -210,7 +215,7 @@ impl Server {
 
     /// Waits until the server has stopped (after [`Server::shutdown`]).
     pub async fn wait(self) -> Result<(), ServeError> {
-        self.life.wait().await.unwrap_or(Err(ServeError::WorkerPanicked))
+        self.life.wait().await
     }
 }
 
@@ -321,48 +326,11 @@ where
 
 fn router(shared: Arc<Shared>) -> Router {
     let limit = shared.config.max_body_bytes;
-    let v1 = Router::new()
-        .route("/v1/images/generations", post(generations))
-        .route("/v1/models", get(models))
-        .layer(middleware::from_fn_with_state(shared.clone(), gate));
-    Router::new()
-        .merge(v1)
-        .route("/health", get(health))
-        .route("/metrics", get(metrics))
-        .fallback(|| async { ApiError::no_route() })
-        .layer(DefaultBodyLimit::max(limit))
-        .layer(middleware::from_fn_with_state(shared.clone(), count_status))
-        .with_state(shared)
+    let v1 = Router::new().route("/v1/images/generations", post(generations)).route("/v1/models", get(models));
+    openai_http::api_router(shared, v1, get(metrics), limit)
 }
 
 type St = State<Arc<Shared>>;
-
-/// Counts every response by endpoint and status for `/metrics`.
-async fn count_status(State(s): St, req: HttpRequest, next: Next) -> Response {
-    let path = req.uri().path();
-    let endpoint = match path {
-        "/v1/images/generations" | "/v1/models" | "/health" | "/metrics" => path.to_string(),
-        _ => "other".to_string(),
-    };
-    let r = next.run(req).await;
-    s.metrics.requests.count(&endpoint, r.status().as_u16());
-    r
-}
-
-/// The API key, draining and readiness checks of the `/v1` routes.
-async fn gate(State(s): St, req: HttpRequest, next: Next) -> Response {
-    if let Err(e) = openai_http::authorize(s.config.api_key.as_deref(), req.headers()) {
-        return e.into_response();
-    }
-    match s.availability().api_error() {
-        Some(e) => e.into_response(),
-        None => next.run(req).await,
-    }
-}
-
-async fn health(State(s): St) -> Response {
-    s.availability().health()
-}
 
 async fn metrics(State(s): St) -> Response {
     let m = &s.metrics;
