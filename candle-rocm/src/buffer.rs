@@ -266,6 +266,38 @@ impl StridedInput {
     }
 }
 
+/// The views `a` and `b` of one shape, rewritten over the fewest dimensions that address
+/// the same elements for both: size-1 dimensions dropped, and neighbours merged where both
+/// views step through them as one (outer stride = inner stride x inner size). A broadcast
+/// bias over `[batch, channels, height, width]` becomes `[batch, channels, height*width]`;
+/// a contiguous operand stays contiguous. Elementwise kernels then divide over fewer
+/// dimensions and walk longer innermost runs.
+pub fn coalesce_pair(a: &Layout, b: &Layout) -> (Layout, Layout) {
+    debug_assert_eq!(a.dims(), b.dims());
+    // (size, stride in a, stride in b), innermost first.
+    let mut merged: Vec<(usize, usize, usize)> = Vec::with_capacity(a.dims().len());
+    for ((&d, &sa), &sb) in a.dims().iter().zip(a.stride()).zip(b.stride()).rev() {
+        if d == 1 {
+            continue;
+        }
+        match merged.last_mut() {
+            Some((md, msa, msb)) if sa == *msa * *md && sb == *msb * *md => *md *= d,
+            _ => merged.push((d, sa, sb)),
+        }
+    }
+    if merged.is_empty() {
+        // One element (or a shape of size-1 dimensions): keep the views as they are.
+        return (a.clone(), b.clone());
+    }
+    merged.reverse();
+    let dims: Vec<usize> = merged.iter().map(|m| m.0).collect();
+    let view = |stride: Vec<usize>, start| Layout::new(dims.clone().into(), stride, start);
+    (
+        view(merged.iter().map(|m| m.1).collect(), a.start_offset()),
+        view(merged.iter().map(|m| m.2).collect(), b.start_offset()),
+    )
+}
+
 /// Element types a [`Buf`] holds: wrapping and unwrapping typed buffers.
 pub trait BufElem: Copy + Send + Sync + 'static {
     fn wrap(v: DeviceVec<Self>) -> Buf;
@@ -302,3 +334,66 @@ macro_rules! buf_elem {
     )*};
 }
 buf_elem!(u8 => U8, u32 => U32, i16 => I16, i32 => I32, i64 => I64, bf16 => BF16, f16 => F16, f32 => F32, f64 => F64, F8E4M3 => F8E4M3);
+
+#[cfg(test)]
+mod tests {
+    use super::coalesce_pair;
+    use candle_core::Layout;
+
+    /// Offset of each logical element of the view, in order.
+    fn offsets(l: &Layout) -> Vec<usize> {
+        let n = l.shape().elem_count();
+        (0..n)
+            .map(|i| {
+                let (mut rem, mut off) = (i, l.start_offset());
+                for (&d, &s) in l.dims().iter().zip(l.stride()).rev() {
+                    off += (rem % d) * s;
+                    rem /= d;
+                }
+                off
+            })
+            .collect()
+    }
+
+    fn view(dims: &[usize], stride: &[usize], start: usize) -> Layout {
+        Layout::new(dims.to_vec().into(), stride.to_vec(), start)
+    }
+
+    #[test]
+    fn a_channel_bias_over_an_image_batch_needs_three_dimensions() {
+        let x = Layout::contiguous_with_offset((2, 1280, 32, 32), 0);
+        let bias = view(&[2, 1280, 32, 32], &[0, 1, 0, 0], 5);
+        let (cx, cb) = coalesce_pair(&x, &bias);
+        assert_eq!(cx.dims(), [2, 1280, 1024]);
+        assert!(cx.is_contiguous(), "the contiguous operand stays contiguous: {cx:?}");
+        assert_eq!((cb.stride(), cb.start_offset()), (&[0, 1, 0][..], 5));
+        let (ct, _) = coalesce_pair(&x.transpose(1, 2).unwrap(), &view(&[2, 32, 1280, 32], &[0, 0, 1, 0], 0));
+        assert_eq!(ct.dims(), [2, 32, 1280, 32], "a transpose merges nothing");
+    }
+
+    /// Every element keeps its offset in both views, over shapes with size-1 dimensions,
+    /// broadcasts, transposes and narrowed views.
+    #[test]
+    fn coalesced_views_address_the_same_elements() {
+        let cases: [(&[usize], &[usize], &[usize]); 7] = [
+            (&[3, 1, 4, 5], &[20, 20, 5, 1], &[0, 0, 1, 4]),
+            (&[1, 1], &[1, 1], &[0, 0]),
+            (&[2, 3, 4], &[1, 2, 6], &[12, 4, 1]),
+            (&[4, 6], &[10, 1], &[6, 1]),
+            (&[5, 1, 1, 7], &[7, 3, 9, 1], &[0, 0, 0, 0]),
+            (&[2, 2, 2, 2], &[8, 4, 2, 1], &[0, 4, 2, 1]),
+            (&[3, 0, 2], &[0, 2, 1], &[2, 2, 1]),
+        ];
+        for (dims, sa, sb) in cases {
+            let (a, b) = (view(dims, sa, 3), view(dims, sb, 1));
+            let (ca, cb) = coalesce_pair(&a, &b);
+            assert_eq!(ca.dims(), cb.dims());
+            assert!(ca.dims().len() <= dims.len().max(1));
+            assert_eq!(offsets(&ca), offsets(&a), "{dims:?} {sa:?}");
+            assert_eq!(offsets(&cb), offsets(&b), "{dims:?} {sb:?}");
+            if a.is_contiguous() {
+                assert!(ca.is_contiguous(), "{dims:?}");
+            }
+        }
+    }
+}

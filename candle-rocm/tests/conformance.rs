@@ -134,6 +134,39 @@ fn binary_ops_with_broadcast_and_strides() {
     }
 }
 
+/// The shapes a diffusion UNet and a transformer broadcast over (a bias over tokens, a
+/// per-channel value over pixels, the two halves of a GEGLU projection, a time embedding
+/// over pixels), which coalesce to two or three dimensions with rows that are whole runs of
+/// 8 or not, and a four-dimension broadcast that coalesces to nothing shorter.
+#[test]
+fn binary_ops_on_image_and_token_shapes() {
+    for dev in devices() {
+        for dtype in FLOATS {
+            let t = tol(dtype);
+            let x = rand(&[2, 3, 70], dtype, 21, false);
+            let bias = rand(&[70], dtype, 22, false);
+            let img = rand(&[2, 4, 9, 8], dtype, 23, false);
+            let chan = rand(&[4, 1, 1], dtype, 24, false);
+            let emb = rand(&[2, 4], dtype, 25, false);
+            let proj = rand(&[2, 3, 160], dtype, 26, false);
+            let wide = rand(&[2, 3, 4, 70], dtype, 27, false);
+            let row = rand(&[1, 3, 1, 70], dtype, 28, false);
+            let w = |l: &str| format!("{dtype:?} {l}");
+            check(&w("bias over tokens"), &dev, t, |d| x.to_device(d)?.broadcast_add(&bias.to_device(d)?));
+            check(&w("per-channel over pixels"), &dev, t, |d| img.to_device(d)?.broadcast_mul(&chan.to_device(d)?));
+            check(&w("embedding over pixels"), &dev, t, |d| {
+                img.to_device(d)?.broadcast_sub(&emb.to_device(d)?.unsqueeze(2)?.unsqueeze(3)?)
+            });
+            check(&w("GEGLU halves"), &dev, t, |d| {
+                let p = proj.to_device(d)?;
+                let (h, g) = (p.narrow(2, 0, 80)?, p.narrow(2, 80, 80)?);
+                h.mul(&g)
+            });
+            check(&w("four-dimension broadcast"), &dev, t, |d| wide.to_device(d)?.broadcast_div(&row.to_device(d)?.affine(1.0, 2.0)?));
+        }
+    }
+}
+
 #[test]
 fn casts_between_dtypes() {
     let kinds = [DType::F32, DType::F16, DType::BF16, DType::U8, DType::U32, DType::I64];

@@ -6,26 +6,95 @@
 //! row-major, the output's shape; a stride of 0 broadcasts). Outputs are contiguous.
 use kernel_dsl::prelude::*;
 
-/// Offset of logical element `i` in a strided view `layout = [dims..., strides...]`;
-/// `i` itself when the layout is empty (contiguous).
+/// Offset of logical element `i` in a strided view `layout = [dims..., strides...]`; `i`
+/// itself when the layout is empty (contiguous). Divides in 32 bits while the index and
+/// dimension fit (a 64-bit division is several times the instructions on every GPU), and
+/// has no panicking path: a zero dimension counts as 1 (a view with one has no elements).
 #[device]
 #[inline(always)]
 pub fn strided_offset(i: usize, layout: &[usize]) -> usize {
+    strided_offset_inner(i, layout).0
+}
+
+/// [`strided_offset`] and the index of element `i` along the innermost dimension.
+#[device]
+#[inline(always)]
+fn strided_offset_inner(i: usize, layout: &[usize]) -> (usize, usize) {
     let nd = layout.len() / 2;
     if nd == 0 {
-        return i;
+        return (i, 0);
     }
-    let (dims, strides) = layout.split_at(nd);
     let mut rem = i;
     let mut off = 0;
+    let mut inner = 0;
     let mut d = nd;
     while d > 0 {
         d -= 1;
-        let dim = dims[d];
-        off += (rem % dim) * strides[d];
-        rem /= dim;
+        // SAFETY: d < nd and nd + d < 2 * nd <= layout.len().
+        let (dim, stride) = unsafe { (*layout.get_unchecked(d), *layout.get_unchecked(nd + d)) };
+        let (q, r) = divmod(rem, dim);
+        if d == nd - 1 {
+            inner = r;
+        }
+        off += r * stride;
+        rem = q;
     }
-    off
+    (off, inner)
+}
+
+/// `(a / b, a % b)` for `b > 0` (`b = 0` counts as 1, without a panicking path), in 32-bit
+/// arithmetic when both fit.
+#[device]
+#[inline(always)]
+pub fn divmod(a: usize, b: usize) -> (usize, usize) {
+    use core::num::{NonZeroU32, NonZeroUsize};
+    if (a | b) >> 32 == 0 {
+        let d = NonZeroU32::new(b as u32).unwrap_or(NonZeroU32::MIN);
+        ((a as u32 / d) as usize, (a as u32 % d) as usize)
+    } else {
+        let d = NonZeroUsize::new(b).unwrap_or(NonZeroUsize::MIN);
+        (a / d, a % d)
+    }
+}
+
+/// Walks a strided view through consecutive logical elements: the divisions of
+/// [`strided_offset`] happen once at the start and again only where the innermost index
+/// wraps; in between each step adds the innermost stride.
+#[derive(Clone, Copy)]
+pub struct StridedCursor {
+    /// Offset of the current element.
+    pub off: usize,
+    /// Its index along the innermost dimension.
+    inner: usize,
+    /// Innermost dimension and stride (`usize::MAX` and 1 for a contiguous view).
+    dim: usize,
+    stride: usize,
+}
+
+impl StridedCursor {
+    /// The cursor on logical element `i` of `layout` (empty: contiguous).
+    #[inline(always)]
+    pub fn at(i: usize, layout: &[usize]) -> StridedCursor {
+        let nd = layout.len() / 2;
+        if nd == 0 {
+            return StridedCursor { off: i, inner: 0, dim: usize::MAX, stride: 1 };
+        }
+        let (off, inner) = strided_offset_inner(i, layout);
+        // SAFETY: nd >= 1, so nd - 1 and 2 * nd - 1 are in the layout.
+        let (dim, stride) = unsafe { (*layout.get_unchecked(nd - 1), *layout.get_unchecked(2 * nd - 1)) };
+        StridedCursor { off, inner, dim, stride }
+    }
+
+    /// Moves on to logical element `next`, the one after the current.
+    #[inline(always)]
+    pub fn advance(&mut self, next: usize, layout: &[usize]) {
+        self.inner += 1;
+        if self.inner < self.dim {
+            self.off += self.stride;
+        } else {
+            *self = StridedCursor::at(next, layout);
+        }
+    }
 }
 
 /// Elements one work-item moves per vector access in the contiguous fast path.
@@ -173,6 +242,119 @@ pub fn map2<A: Copy>(a: &[A], b: &[A], out: &mut [A], f: impl Fn(A, A) -> A) {
     }
 }
 
+/// Elements `base .. base + VEC` of the view `layout` of `src` (all in bounds). A run
+/// that stays inside the innermost dimension is one load: a broadcast value (stride 0) or
+/// one 16-byte vector (stride 1, aligned; a contiguous view is this case); any other run
+/// walks a [`StridedCursor`].
+#[device]
+#[inline(always)]
+pub fn gather_run<A: Copy>(src: &[A], layout: &[usize], base: usize) -> [A; VEC] {
+    let mut c = StridedCursor::at(base, layout);
+    if c.inner + VEC <= c.dim {
+        if c.stride == 0 {
+            return [src[c.off]; VEC];
+        }
+        let s = &src[c.off..];
+        if c.stride == 1 && s.len() >= VEC && chunkable(s.as_ptr(), s.as_ptr()) {
+            // SAFETY: VEC elements in bounds, starting 16-byte aligned; VEC elements of
+            // >= 2 bytes are a whole number of 16-byte blocks.
+            return unsafe { core::ptr::read(s.as_ptr() as *const Chunk<A>) }.0;
+        }
+    }
+    // Constant indices throughout (here and in the kernels' runs): the run stays in
+    // registers instead of a stack array indexed at run time.
+    let mut r = [src[c.off]; VEC];
+    unroll8!(k, VEC, {
+        if k > 0 {
+            c.advance(base + k, layout);
+            r[k] = src[c.off];
+        }
+    });
+    r
+}
+
+/// `out[i] = f(input[layout(i)])` for a strided view: each work-item takes runs of [`VEC`]
+/// consecutive outputs (one vector store), walking the view with a [`StridedCursor`], so the
+/// index divisions are paid once per run rather than once per element.
+#[device]
+#[inline(always)]
+pub fn map_strided1<A: Copy, B: Copy>(input: &[A], layout: &[usize], out: &mut [B], f: impl Fn(A) -> B) {
+    let n = out.len();
+    let step = global_size_x() * VEC;
+    let mut base = global_idx_x() * VEC;
+    let whole = chunkable(out.as_ptr(), out.as_ptr());
+    while base < n {
+        if whole && base + VEC <= n {
+            let x = gather_run(input, layout, base);
+            let mut r = [f(x[0]); VEC];
+            unroll8!(k, VEC, {
+                r[k] = f(x[k]);
+            });
+            let dst = &mut out[base..base + VEC];
+            // SAFETY: as in `map_strided2`.
+            unsafe { core::ptr::write(dst.as_mut_ptr() as *mut Chunk<B>, Chunk(r)) };
+        } else {
+            let end = if base + VEC < n { base + VEC } else { n };
+            let mut c = StridedCursor::at(base, layout);
+            let mut i = base;
+            loop {
+                out[i] = f(input[c.off]);
+                i += 1;
+                if i == end {
+                    break;
+                }
+                c.advance(i, layout);
+            }
+        }
+        base += step;
+    }
+}
+
+/// `out[i] = f(a[a_layout(i)], b[b_layout(i)])` (see [`map_strided1`]); an empty layout is a
+/// contiguous operand, read with vector loads.
+#[device]
+#[inline(always)]
+pub fn map_strided2<A: Copy, B: Copy, C: Copy>(
+    a: &[A],
+    a_layout: &[usize],
+    b: &[B],
+    b_layout: &[usize],
+    out: &mut [C],
+    f: impl Fn(A, B) -> C,
+) {
+    let n = out.len();
+    let step = global_size_x() * VEC;
+    let mut base = global_idx_x() * VEC;
+    let whole = chunkable(out.as_ptr(), out.as_ptr());
+    while base < n {
+        if whole && base + VEC <= n {
+            let (x, y) = (gather_run(a, a_layout, base), gather_run(b, b_layout, base));
+            let mut r = [f(x[0], y[0]); VEC];
+            unroll8!(k, VEC, {
+                r[k] = f(x[k], y[k]);
+            });
+            let dst = &mut out[base..base + VEC];
+            // SAFETY: VEC elements in bounds; `out` starts 16-byte aligned and `base` is a
+            // multiple of VEC elements of >= 2 bytes, so the chunk is aligned.
+            unsafe { core::ptr::write(dst.as_mut_ptr() as *mut Chunk<C>, Chunk(r)) };
+        } else {
+            let end = if base + VEC < n { base + VEC } else { n };
+            let (mut ca, mut cb) = (StridedCursor::at(base, a_layout), StridedCursor::at(base, b_layout));
+            let mut i = base;
+            loop {
+                out[i] = f(a[ca.off], b[cb.off]);
+                i += 1;
+                if i == end {
+                    break;
+                }
+                ca.advance(i, a_layout);
+                cb.advance(i, b_layout);
+            }
+        }
+        base += step;
+    }
+}
+
 /// A scalar function applied elementwise (computed in `f32`).
 pub trait UnaryOp: 'static {
     /// The function.
@@ -245,13 +427,7 @@ pub fn unary<T: Float, Op: UnaryOp>(input: &[T], layout: &[usize], out: &mut [T]
     if layout.is_empty() {
         map1(input, out, |x: T| T::from_f32(Op::apply(x.to_f32())));
     } else {
-        let n = out.len();
-        let step = global_size_x();
-        let mut i = global_idx_x();
-        while i < n {
-            out[i] = T::from_f32(Op::apply(input[strided_offset(i, layout)].to_f32()));
-            i += step;
-        }
+        map_strided1(input, layout, out, |x: T| T::from_f32(Op::apply(x.to_f32())));
     }
 }
 
@@ -286,13 +462,7 @@ pub fn unary_param<T: Float, Op: UnaryParamOp>(input: &[T], layout: &[usize], ou
         map1(input, out, |x: T| T::from_f32(Op::apply(x.to_f32(), param)));
         return;
     }
-    let n = out.len();
-    let step = global_size_x();
-    let mut i = global_idx_x();
-    while i < n {
-        out[i] = T::from_f32(Op::apply(input[strided_offset(i, layout)].to_f32(), param));
-        i += step;
-    }
+    map_strided1(input, layout, out, |x: T| T::from_f32(Op::apply(x.to_f32(), param)));
 }
 
 /// `out[i] = input[layout(i)] * mul + add`, computed in `f32`.
@@ -301,13 +471,7 @@ pub fn affine<T: Float>(input: &[T], layout: &[usize], out: &mut [T], mul: f32, 
     if layout.is_empty() {
         map1(input, out, |x: T| T::from_f32(x.to_f32().mul_add(mul, add)));
     } else {
-        let n = out.len();
-        let step = global_size_x();
-        let mut i = global_idx_x();
-        while i < n {
-            out[i] = T::from_f32(input[strided_offset(i, layout)].to_f32().mul_add(mul, add));
-            i += step;
-        }
+        map_strided1(input, layout, out, |x: T| T::from_f32(x.to_f32().mul_add(mul, add)));
     }
 }
 
@@ -350,15 +514,7 @@ pub fn binary<T: Float, Op: BinaryOp>(lhs: &[T], lhs_layout: &[usize], rhs: &[T]
     if lhs_layout.is_empty() && rhs_layout.is_empty() {
         map2(lhs, rhs, out, |a: T, b: T| T::from_f32(Op::apply(a.to_f32(), b.to_f32())));
     } else {
-        let n = out.len();
-        let step = global_size_x();
-        let mut i = global_idx_x();
-        while i < n {
-            let a = lhs[strided_offset(i, lhs_layout)].to_f32();
-            let b = rhs[strided_offset(i, rhs_layout)].to_f32();
-            out[i] = T::from_f32(Op::apply(a, b));
-            i += step;
-        }
+        map_strided2(lhs, lhs_layout, rhs, rhs_layout, out, |a: T, b: T| T::from_f32(Op::apply(a.to_f32(), b.to_f32())));
     }
 }
 
@@ -369,13 +525,7 @@ pub fn cast<S: Element, D: Element + CastFrom<S>>(input: &[S], layout: &[usize],
         map1(input, out, |x: S| D::cast_from(x));
         return;
     }
-    let n = out.len();
-    let step = global_size_x();
-    let mut i = global_idx_x();
-    while i < n {
-        out[i] = D::cast_from(input[strided_offset(i, layout)]);
-        i += step;
-    }
+    map_strided1(input, layout, out, |x: S| D::cast_from(x));
 }
 
 /// `out[i] = value`.
@@ -393,13 +543,7 @@ pub fn fill<T: Element>(out: &mut [T], value: T) {
 /// `out[i] = input[layout(i)]`: makes a strided view contiguous.
 #[amdgpu_kernel(T = [f32, f16, bf16, u8, u32, i64])]
 pub fn copy_strided<T: Element>(input: &[T], layout: &[usize], out: &mut [T]) {
-    let n = out.len();
-    let step = global_size_x();
-    let mut i = global_idx_x();
-    while i < n {
-        out[i] = input[strided_offset(i, layout)];
-        i += step;
-    }
+    map_strided1(input, layout, out, |x: T| x);
 }
 
 /// Work-group size the elementwise launch helpers use.

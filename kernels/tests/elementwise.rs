@@ -435,3 +435,104 @@ fn unaligned_views_match_aligned_ones() {
         }
     }
 }
+
+/// Offset of logical element `i` of a row-major view with `dims` and `strides` (the test's
+/// own reference: digit by digit from the innermost dimension, in u128).
+fn reference_offset(i: usize, dims: &[usize], strides: &[usize]) -> usize {
+    let (mut rem, mut off) = (i as u128, 0u128);
+    for (&d, &s) in dims.iter().zip(strides).rev() {
+        off += (rem % d as u128) * s as u128;
+        rem /= d as u128;
+    }
+    off as usize
+}
+
+/// The run-walking strided path (a cursor per operand, divisions only where the innermost
+/// index wraps) against the reference offsets: innermost sizes below, at and above the run
+/// of 8, broadcasts, transposes, both operands strided, unaligned operands and outputs,
+/// lengths that are no multiple of 8, and few work-groups (every work-item loops).
+#[test]
+fn strided_runs_cross_dimension_boundaries() {
+    /// Dims, lhs strides (`None`: contiguous), rhs strides.
+    type Case = (Vec<usize>, Option<Vec<usize>>, Vec<usize>);
+    let cases: Vec<Case> = vec![
+        (vec![5, 3], None, vec![1, 0]),
+        (vec![4, 1], None, vec![0, 0]),
+        (vec![2, 7, 9], None, vec![0, 1, 0]),
+        (vec![3, 8], Some(vec![1, 3]), vec![8, 1]),
+        (vec![2, 3, 1, 5], Some(vec![15, 1, 99, 3]), vec![0, 5, 0, 1]),
+        (vec![6, 17], Some(vec![1, 6]), vec![17, 1]),
+        (vec![1, 130], None, vec![0, 2]),
+        (vec![33, 1], Some(vec![2, 7]), vec![1, 1]),
+        (vec![3, 40], Some(vec![48, 1]), vec![0, 1]),
+        (vec![4, 12], Some(vec![16, 1]), vec![0, 1]),
+        (vec![5, 16], None, vec![1, 0]),
+    ];
+    for (dims, ls, rs) in &cases {
+        let n: usize = dims.iter().product();
+        let span = |s: &[usize]| dims.iter().zip(s).map(|(d, s)| (d - 1) * s).sum::<usize>() + 1;
+        let (na, nb) = (ls.as_ref().map_or(n, |s| span(s)), span(rs));
+        let a: Vec<f32> = inputs(na + 3, -9.0, 9.0, 31 + n as u64, false).into_iter().map(|v| v as f32).collect();
+        let b: Vec<f32> = inputs(nb, -9.0, 9.0, 37 + n as u64, false).into_iter().map(|v| v as f32).collect();
+        let want: Vec<f64> = (0..n)
+            .map(|i| {
+                let x = match ls {
+                    Some(s) => a[reference_offset(i, dims, s)],
+                    None => a[i],
+                };
+                x as f64 - b[reference_offset(i, dims, rs)] as f64
+            })
+            .collect();
+        let rl = ew::strided_layout(dims, rs, nb).unwrap();
+        for wave in [WaveSize::W32, WaveSize::W64] {
+            let exec = kernel_dsl::host::CpuExecutor::new(wave);
+            for (shift, groups) in [(0usize, 0u32), (1, 1), (0, 1), (2, 2)] {
+                let src = &a[shift..shift + na];
+                let ll = ls.as_ref().map(|s| ew::strided_layout(dims, s, na).unwrap()).unwrap_or_default();
+                let mut y = vec![0.0f32; n + shift];
+                let out = &mut y[shift..];
+                let cfg = if groups == 0 { ew::launch_config(n) } else { LaunchConfig::new(Dim3::x(groups), Dim3::x(4)) };
+                let what = format!("{dims:?} lhs {ls:?} rhs {rs:?} shift {shift} groups {groups} wave {wave:?}");
+                ew::binary::launch::<f32, Sub>(&exec, cfg, src, &ll, &b, &rl, out).unwrap();
+                let want_here: Vec<f64> = (0..n)
+                    .map(|i| {
+                        let x = match ls {
+                            Some(s) => src[reference_offset(i, dims, s)],
+                            None => src[i],
+                        };
+                        x as f64 - b[reference_offset(i, dims, rs)] as f64
+                    })
+                    .collect();
+                assert_close(out, &want_here, &format!("sub {what}"));
+                if shift == 0 {
+                    assert_close(out, &want, &format!("sub {what}"));
+                }
+                // The one-operand walk: a copy of the rhs view and an affine map of it.
+                let mut c = vec![0.0f32; n + shift];
+                ew::copy_strided::launch::<f32>(&exec, cfg, &b, &rl, &mut c[shift..]).unwrap();
+                let mut z = vec![0.0f32; n];
+                ew::affine::launch::<f32>(&exec, cfg, &b, &rl, &mut z, 2.0, 1.0).unwrap();
+                for i in 0..n {
+                    let v = b[reference_offset(i, dims, rs)];
+                    assert_eq!(c[shift + i], v, "copy {what} element {i}");
+                    assert_eq!(z[i], v.mul_add(2.0, 1.0), "affine {what} element {i}");
+                }
+            }
+        }
+    }
+}
+
+/// `strided_offset` and `divmod` past 32 bits take the 64-bit path and agree with the
+/// reference; a zero dimension counts as one instead of trapping.
+#[test]
+fn strided_offset_past_32_bits() {
+    let dims = [3usize, 1 << 20, 5000];
+    let strides = [1usize << 40, 7, (1 << 33) + 1];
+    let layout: Vec<usize> = dims.iter().chain(&strides).copied().collect();
+    for i in [0usize, 4999, 5000, (1 << 32) - 1, 1 << 32, (1 << 32) + 12345, 3 * (1 << 20) * 5000 - 1] {
+        assert_eq!(ew::strided_offset(i, &layout), reference_offset(i, &dims, &strides), "element {i}");
+    }
+    assert_eq!(ew::divmod((1 << 40) + 5, 1 << 20), (1 << 20, 5));
+    assert_eq!(ew::divmod(17, 5), (3, 2));
+    assert_eq!(ew::divmod(17, 0), (17, 0));
+}

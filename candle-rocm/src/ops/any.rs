@@ -3,7 +3,7 @@
 //! arithmetic and reductions, indexing of any dtype, random numbers. The f32/f16/bf16
 //! paths of [`super::elementwise`] and friends stay on the typed (faster) kernels.
 use super::alloc;
-use crate::buffer::{Buf, BufElem, Region};
+use crate::buffer::{coalesce_pair, Buf, BufElem, Region};
 use crate::error::{at, invalid, unsupported};
 use candle_core::{DType, Layout, Result};
 use kernels::convert::ops::Strided;
@@ -61,7 +61,8 @@ pub fn cmp(dev: &Device, op: candle_core::op::CmpOp, a: &Buf, al: &Layout, b: &B
         C::Ge => K::Ge,
     };
     let n = al.shape().elem_count();
-    let (x, y) = (input(a, al)?, input(b, bl)?);
+    let (al, bl) = coalesce_pair(al, bl);
+    let (x, y) = (input(a, &al)?, input(b, &bl)?);
     let mut out = alloc::<u8>(dev, n, OP)?;
     any_dispatch!(a.dtype(), OP, T => {
         kernels::cmp::ops::cmp::<T>(dev, k, (&x.data, x.view), (&y.data, y.view), &mut out).map_err(at(OP))
@@ -96,7 +97,8 @@ pub fn binary(dev: &Device, a: &Buf, al: &Layout, b: &Buf, bl: &Layout, name: &'
         _ => return Err(invalid(name, "no kernel for this binary op")),
     };
     let n = al.shape().elem_count();
-    let (x, y) = (input(a, al)?, input(b, bl)?);
+    let (al, bl) = coalesce_pair(al, bl);
+    let (x, y) = (input(a, &al)?, input(b, &bl)?);
     any_dispatch!(a.dtype(), name, T => {
         let mut out = alloc::<T>(dev, n, name)?;
         kernels::arith::ops::binary::<T>(dev, op, (&x.data, x.view), (&y.data, y.view), &mut out).map_err(at(name))?;

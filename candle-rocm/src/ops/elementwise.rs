@@ -1,7 +1,7 @@
 //! Elementwise ops: unary maps, binary ops (broadcast through zero strides), affine, powf,
 //! elu, casts, fills and copies.
 use super::float_dispatch;
-use crate::buffer::{Buf, BufElem, StridedInput};
+use crate::buffer::{coalesce_pair, Buf, BufElem, StridedInput};
 use crate::error::{at, invalid, unsupported};
 use candle_core::{DType, Layout, Result};
 use kernels::elementwise as ew;
@@ -48,13 +48,16 @@ pub fn unary(dev: &Device, buf: &Buf, l: &Layout, name: &'static str) -> Result<
     }
 }
 
-/// Candle's binary op `name` (`BinaryOpT::NAME`): both views have the output's shape.
+/// Candle's binary op `name` (`BinaryOpT::NAME`): both views have the output's shape,
+/// coalesced first ([`coalesce_pair`]) so the kernel walks as few dimensions as the two
+/// views allow.
 pub fn binary(dev: &Device, lhs: &Buf, ll: &Layout, rhs: &Buf, rl: &Layout, name: &'static str) -> Result<Buf> {
     if ll.dims() != rl.dims() {
         return Err(invalid(name, format!("shapes {:?} and {:?} differ", ll.dims(), rl.dims())));
     }
     let n = ll.shape().elem_count();
-    let (a, b) = (StridedInput::new(dev, lhs, ll)?, StridedInput::new(dev, rhs, rl)?);
+    let (cl, cr) = coalesce_pair(ll, rl);
+    let (a, b) = (StridedInput::new(dev, lhs, &cl)?, StridedInput::new(dev, rhs, &cr)?);
     macro_rules! run {
         ($T:ty, $wrap:ident) => {{
             let mut y = out::<$T>(dev, n, name)?;
