@@ -273,41 +273,57 @@ pub fn gather_run<A: Copy>(src: &[A], layout: &[usize], base: usize) -> [A; VEC]
     r
 }
 
-/// `out[i] = f(input[layout(i)])` for a strided view: each work-item takes runs of [`VEC`]
-/// consecutive outputs (one vector store), walking the view with a [`StridedCursor`], so the
-/// index divisions are paid once per run rather than once per element.
+/// The run loop of the strided maps: each work-item takes runs of [`VEC`] consecutive
+/// outputs, grid-strided; a whole run (`out` 16-byte aligned) is computed by `run` and
+/// stored as one vector, a run at the end or of an unaligned `out` by `tail(base, outputs)`.
 #[device]
 #[inline(always)]
-pub fn map_strided1<A: Copy, B: Copy>(input: &[A], layout: &[usize], out: &mut [B], f: impl Fn(A) -> B) {
+fn for_each_run<C: Copy>(out: &mut [C], run: impl Fn(usize) -> [C; VEC], tail: impl Fn(usize, &mut [C])) {
     let n = out.len();
     let step = global_size_x() * VEC;
     let mut base = global_idx_x() * VEC;
     let whole = chunkable(out.as_ptr(), out.as_ptr());
     while base < n {
         if whole && base + VEC <= n {
+            let r = run(base);
+            let dst = &mut out[base..base + VEC];
+            // SAFETY: VEC elements in bounds; `out` starts 16-byte aligned and `base` is a
+            // multiple of VEC elements of >= 2 bytes, so the chunk is aligned.
+            unsafe { core::ptr::write(dst.as_mut_ptr() as *mut Chunk<C>, Chunk(r)) };
+        } else {
+            let end = if base + VEC < n { base + VEC } else { n };
+            tail(base, &mut out[base..end]);
+        }
+        base += step;
+    }
+}
+
+/// `out[i] = f(input[layout(i)])` for a strided view: each work-item takes runs of [`VEC`]
+/// consecutive outputs (one vector store), reading the view with [`gather_run`], so the
+/// index divisions are paid once per run rather than once per element.
+#[device]
+#[inline(always)]
+pub fn map_strided1<A: Copy, B: Copy>(input: &[A], layout: &[usize], out: &mut [B], f: impl Fn(A) -> B) {
+    for_each_run(
+        out,
+        |base| {
             let x = gather_run(input, layout, base);
             let mut r = [f(x[0]); VEC];
             unroll8!(k, VEC, {
                 r[k] = f(x[k]);
             });
-            let dst = &mut out[base..base + VEC];
-            // SAFETY: as in `map_strided2`.
-            unsafe { core::ptr::write(dst.as_mut_ptr() as *mut Chunk<B>, Chunk(r)) };
-        } else {
-            let end = if base + VEC < n { base + VEC } else { n };
+            r
+        },
+        |base, o: &mut [B]| {
             let mut c = StridedCursor::at(base, layout);
-            let mut i = base;
-            loop {
-                out[i] = f(input[c.off]);
-                i += 1;
-                if i == end {
-                    break;
+            for (k, y) in o.iter_mut().enumerate() {
+                if k > 0 {
+                    c.advance(base + k, layout);
                 }
-                c.advance(i, layout);
+                *y = f(input[c.off]);
             }
-        }
-        base += step;
-    }
+        },
+    );
 }
 
 /// `out[i] = f(a[a_layout(i)], b[b_layout(i)])` (see [`map_strided1`]); an empty layout is a
@@ -322,37 +338,27 @@ pub fn map_strided2<A: Copy, B: Copy, C: Copy>(
     out: &mut [C],
     f: impl Fn(A, B) -> C,
 ) {
-    let n = out.len();
-    let step = global_size_x() * VEC;
-    let mut base = global_idx_x() * VEC;
-    let whole = chunkable(out.as_ptr(), out.as_ptr());
-    while base < n {
-        if whole && base + VEC <= n {
+    for_each_run(
+        out,
+        |base| {
             let (x, y) = (gather_run(a, a_layout, base), gather_run(b, b_layout, base));
             let mut r = [f(x[0], y[0]); VEC];
             unroll8!(k, VEC, {
                 r[k] = f(x[k], y[k]);
             });
-            let dst = &mut out[base..base + VEC];
-            // SAFETY: VEC elements in bounds; `out` starts 16-byte aligned and `base` is a
-            // multiple of VEC elements of >= 2 bytes, so the chunk is aligned.
-            unsafe { core::ptr::write(dst.as_mut_ptr() as *mut Chunk<C>, Chunk(r)) };
-        } else {
-            let end = if base + VEC < n { base + VEC } else { n };
+            r
+        },
+        |base, o: &mut [C]| {
             let (mut ca, mut cb) = (StridedCursor::at(base, a_layout), StridedCursor::at(base, b_layout));
-            let mut i = base;
-            loop {
-                out[i] = f(a[ca.off], b[cb.off]);
-                i += 1;
-                if i == end {
-                    break;
+            for (k, y) in o.iter_mut().enumerate() {
+                if k > 0 {
+                    ca.advance(base + k, a_layout);
+                    cb.advance(base + k, b_layout);
                 }
-                ca.advance(i, a_layout);
-                cb.advance(i, b_layout);
+                *y = f(a[ca.off], b[cb.off]);
             }
-        }
-        base += step;
-    }
+        },
+    );
 }
 
 /// A scalar function applied elementwise (computed in `f32`).
