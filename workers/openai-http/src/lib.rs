@@ -30,7 +30,7 @@ pub mod lifecycle;
 pub mod prom;
 pub mod routes;
 
-pub use lifecycle::{serve_until_stopped, Lifecycle, LoadState};
+pub use lifecycle::{run_until_signal, serve_until_stopped, Lifecycle, LoadState, Supervised};
 pub use routes::{api_router, ApiState};
 
 /// The listening flags of a `serve` command (`#[command(flatten)]`).

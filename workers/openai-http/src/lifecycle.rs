@@ -130,3 +130,61 @@ pub async fn serve_until_stopped(
         _ => Ok(()),
     }
 }
+
+/// A server [`run_until_signal`] drives: started on a listener, ready once its model has
+/// loaded, then shut down gracefully and awaited.
+pub trait Supervised: Sized {
+    /// The server's error.
+    type Error;
+    /// The address it serves on.
+    fn local_addr(&self) -> std::net::SocketAddr;
+    /// Waits until the model is loaded (Ok) or its loader failed (Err).
+    fn ready(&self) -> impl std::future::Future<Output = Result<(), Self::Error>>;
+    /// Begins the graceful shutdown (idempotent).
+    fn shutdown(&mut self);
+    /// Waits until the server has stopped.
+    fn wait(self) -> impl std::future::Future<Output = Result<(), Self::Error>>;
+}
+
+/// What a server binary's `serve` command calls: builds a multi-threaded tokio runtime,
+/// installs the SIGTERM/SIGINT handlers, binds `addr` (`bind_error` names a failure),
+/// starts the server with `start`, serves once the model has loaded until a signal, then
+/// shuts down gracefully. `Ok(())` (exit 0) after a signal; a failed load is the server's
+/// error (after the same shutdown).
+pub fn run_until_signal<S: Supervised>(
+    addr: std::net::SocketAddr,
+    bind_error: impl FnOnce(std::io::Error) -> S::Error,
+    start: impl FnOnce(tokio::net::TcpListener) -> Result<S, S::Error>,
+) -> Result<(), S::Error>
+where
+    S::Error: From<std::io::Error>,
+{
+    let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
+    rt.block_on(async move {
+        // Handlers first, so that a signal arriving at any later point is seen.
+        let signal = crate::shutdown_signal()?;
+        tokio::pin!(signal);
+        let listener = tokio::net::TcpListener::bind(addr).await.map_err(bind_error)?;
+        let mut server = start(listener)?;
+        tracing::info!(addr = %server.local_addr(), "listening; loading the model");
+        let loaded = tokio::select! {
+            r = server.ready() => Some(r),
+            _ = &mut signal => None,
+        };
+        match loaded {
+            Some(Ok(())) => {
+                tracing::info!(addr = %server.local_addr(), "model loaded: ready");
+                signal.await;
+                tracing::info!("signal received");
+            }
+            Some(Err(e)) => {
+                server.shutdown();
+                let _ = server.wait().await;
+                return Err(e);
+            }
+            None => {}
+        }
+        server.shutdown();
+        server.wait().await
+    })
+}

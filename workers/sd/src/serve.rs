@@ -226,34 +226,23 @@ pub fn run<F>(config: ServeConfig, addr: SocketAddr, load: F) -> Result<(), Serv
 where
     F: FnOnce() -> Result<Pipeline, SdError> + Send + 'static,
 {
-    let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
-    rt.block_on(async move {
-        // Handlers first, so that a signal arriving at any later point is seen.
-        let signal = openai_http::shutdown_signal()?;
-        tokio::pin!(signal);
-        let listener = tokio::net::TcpListener::bind(addr).await.map_err(|source| ServeError::Bind { addr, source })?;
-        let mut server = Server::start(config, listener, load)?;
-        tracing::info!(addr = %server.local_addr(), "listening; loading the model");
-        let loaded = tokio::select! {
-            r = server.ready() => Some(r),
-            _ = &mut signal => None,
-        };
-        match loaded {
-            Some(Ok(())) => {
-                tracing::info!(addr = %server.local_addr(), "model loaded: ready");
-                signal.await;
-                tracing::info!("signal received");
-            }
-            Some(Err(e)) => {
-                server.shutdown();
-                let _ = server.wait().await;
-                return Err(e);
-            }
-            None => {}
-        }
-        server.shutdown();
-        server.wait().await
-    })
+    openai_http::run_until_signal(addr, |source| ServeError::Bind { addr, source }, |listener| Server::start(config, listener, load))
+}
+
+impl openai_http::Supervised for Server {
+    type Error = ServeError;
+    fn local_addr(&self) -> SocketAddr {
+        Server::local_addr(self)
+    }
+    async fn ready(&self) -> Result<(), ServeError> {
+        Server::ready(self).await
+    }
+    fn shutdown(&mut self) {
+        Server::shutdown(self)
+    }
+    async fn wait(self) -> Result<(), ServeError> {
+        Server::wait(self).await
+    }
 }
 
 /// Stops a generation whose client has gone or when the shutdown grace is over.
