@@ -242,15 +242,30 @@ pub fn map2<A: Copy>(a: &[A], b: &[A], out: &mut [A], f: impl Fn(A, A) -> A) {
     }
 }
 
-/// Elements `base .. base + VEC` of the view `layout` of `src` (all in bounds). A run
-/// that stays inside the innermost dimension is one load: a broadcast value (stride 0) or
-/// one 16-byte vector (stride 1, aligned; a contiguous view is this case); any other run
-/// walks a [`StridedCursor`].
+/// Innermost dimension of a view (`usize::MAX` for a contiguous one, an empty layout).
+#[device]
+#[inline(always)]
+pub fn innermost(layout: &[usize]) -> usize {
+    let nd = layout.len() / 2;
+    if nd == 0 {
+        usize::MAX
+    } else {
+        layout[nd - 1]
+    }
+}
+
+/// Elements `base .. base + VEC` of the view `layout` of `src` (all in bounds), for views
+/// whose innermost dimension is at least `VEC` ([`innermost`]), so a run wraps it at most
+/// once. A run inside the innermost dimension is one load for a broadcast value (stride 0)
+/// or an aligned 16-byte vector (stride 1; contiguous views are this case), else `VEC`
+/// loads stepping by the stride; a run across its end divides once more for the part after.
+/// Indices are constants (the run stays in registers, no stack array).
 #[device]
 #[inline(always)]
 pub fn gather_run<A: Copy>(src: &[A], layout: &[usize], base: usize) -> [A; VEC] {
-    let mut c = StridedCursor::at(base, layout);
-    if c.inner + VEC <= c.dim {
+    let c = StridedCursor::at(base, layout);
+    let before = c.dim - c.inner;
+    if before >= VEC {
         if c.stride == 0 {
             return [src[c.off]; VEC];
         }
@@ -260,29 +275,31 @@ pub fn gather_run<A: Copy>(src: &[A], layout: &[usize], base: usize) -> [A; VEC]
             // >= 2 bytes are a whole number of 16-byte blocks.
             return unsafe { core::ptr::read(s.as_ptr() as *const Chunk<A>) }.0;
         }
+        let mut r = [src[c.off]; VEC];
+        unroll8!(k, VEC, {
+            r[k] = src[c.off + k * c.stride];
+        });
+        return r;
     }
-    // Constant indices throughout (here and in the kernels' runs): the run stays in
-    // registers instead of a stack array indexed at run time.
+    let after = StridedCursor::at(base + before, layout);
     let mut r = [src[c.off]; VEC];
     unroll8!(k, VEC, {
-        if k > 0 {
-            c.advance(base + k, layout);
-            r[k] = src[c.off];
-        }
+        r[k] = if k < before { src[c.off + k * c.stride] } else { src[after.off + (k - before) * after.stride] };
     });
     r
 }
 
 /// The run loop of the strided maps: each work-item takes runs of [`VEC`] consecutive
-/// outputs, grid-strided; a whole run (`out` 16-byte aligned) is computed by `run` and
-/// stored as one vector, a run at the end or of an unaligned `out` by `tail(base, outputs)`.
+/// outputs, grid-strided; a whole run (`runs`, and `out` 16-byte aligned) is computed by
+/// `run` and stored as one vector; a run at the end, of an unaligned `out`, or of views
+/// with innermost dimensions shorter than a run (`!runs`) by `tail(base, outputs)`.
 #[device]
 #[inline(always)]
-fn for_each_run<C: Copy>(out: &mut [C], run: impl Fn(usize) -> [C; VEC], tail: impl Fn(usize, &mut [C])) {
+fn for_each_run<C: Copy>(out: &mut [C], runs: bool, run: impl Fn(usize) -> [C; VEC], tail: impl Fn(usize, &mut [C])) {
     let n = out.len();
     let step = global_size_x() * VEC;
     let mut base = global_idx_x() * VEC;
-    let whole = chunkable(out.as_ptr(), out.as_ptr());
+    let whole = runs && chunkable(out.as_ptr(), out.as_ptr());
     while base < n {
         if whole && base + VEC <= n {
             let r = run(base);
@@ -306,6 +323,7 @@ fn for_each_run<C: Copy>(out: &mut [C], run: impl Fn(usize) -> [C; VEC], tail: i
 pub fn map_strided1<A: Copy, B: Copy>(input: &[A], layout: &[usize], out: &mut [B], f: impl Fn(A) -> B) {
     for_each_run(
         out,
+        innermost(layout) >= VEC,
         |base| {
             let x = gather_run(input, layout, base);
             let mut r = [f(x[0]); VEC];
@@ -340,6 +358,7 @@ pub fn map_strided2<A: Copy, B: Copy, C: Copy>(
 ) {
     for_each_run(
         out,
+        innermost(a_layout) >= VEC && innermost(b_layout) >= VEC,
         |base| {
             let (x, y) = (gather_run(a, a_layout, base), gather_run(b, b_layout, base));
             let mut r = [f(x[0], y[0]); VEC];
