@@ -13,33 +13,22 @@ use kernel_dsl::prelude::*;
 #[device]
 #[inline(always)]
 pub fn strided_offset(i: usize, layout: &[usize]) -> usize {
-    strided_offset_inner(i, layout).0
-}
-
-/// [`strided_offset`] and the index of element `i` along the innermost dimension.
-#[device]
-#[inline(always)]
-fn strided_offset_inner(i: usize, layout: &[usize]) -> (usize, usize) {
     let nd = layout.len() / 2;
     if nd == 0 {
-        return (i, 0);
+        return i;
     }
     let mut rem = i;
     let mut off = 0;
-    let mut inner = 0;
     let mut d = nd;
     while d > 0 {
         d -= 1;
         // SAFETY: d < nd and nd + d < 2 * nd <= layout.len().
         let (dim, stride) = unsafe { (*layout.get_unchecked(d), *layout.get_unchecked(nd + d)) };
         let (q, r) = divmod(rem, dim);
-        if d == nd - 1 {
-            inner = r;
-        }
         off += r * stride;
         rem = q;
     }
-    (off, inner)
+    off
 }
 
 /// `(a / b, a % b)` for `b > 0` (`b = 0` counts as 1, without a panicking path), in 32-bit
@@ -57,43 +46,46 @@ pub fn divmod(a: usize, b: usize) -> (usize, usize) {
     }
 }
 
-/// Walks a strided view through consecutive logical elements: the divisions of
-/// [`strided_offset`] happen once at the start and again only where the innermost index
-/// wraps; in between each step adds the innermost stride.
+/// Where logical element `i` of a strided view sits: its offset and its place along the
+/// innermost dimension, for views of fewer than 2^32 elements (every division in 32 bits:
+/// the index and each dimension are below the element count). Runs of consecutive
+/// elements step from here by the innermost stride until that dimension ends.
 #[derive(Clone, Copy)]
-pub struct StridedCursor {
-    /// Offset of the current element.
+pub struct RunStart {
+    /// Offset of element `i`.
     pub off: usize,
-    /// Its index along the innermost dimension.
-    inner: usize,
-    /// Innermost dimension and stride (`usize::MAX` and 1 for a contiguous view).
-    dim: usize,
-    stride: usize,
+    /// Elements from `i` to the end of the innermost dimension (`usize::MAX`: contiguous).
+    pub left: usize,
+    /// The innermost stride.
+    pub stride: usize,
 }
 
-impl StridedCursor {
-    /// The cursor on logical element `i` of `layout` (empty: contiguous).
+impl RunStart {
+    /// The start of a run at element `i < 2^32` of `layout` (empty: contiguous).
     #[inline(always)]
-    pub fn at(i: usize, layout: &[usize]) -> StridedCursor {
+    pub fn at(i: usize, layout: &[usize]) -> RunStart {
         let nd = layout.len() / 2;
         if nd == 0 {
-            return StridedCursor { off: i, inner: 0, dim: usize::MAX, stride: 1 };
+            return RunStart { off: i, left: usize::MAX, stride: 1 };
         }
-        let (off, inner) = strided_offset_inner(i, layout);
-        // SAFETY: nd >= 1, so nd - 1 and 2 * nd - 1 are in the layout.
-        let (dim, stride) = unsafe { (*layout.get_unchecked(nd - 1), *layout.get_unchecked(2 * nd - 1)) };
-        StridedCursor { off, inner, dim, stride }
-    }
-
-    /// Moves on to logical element `next`, the one after the current.
-    #[inline(always)]
-    pub fn advance(&mut self, next: usize, layout: &[usize]) {
-        self.inner += 1;
-        if self.inner < self.dim {
-            self.off += self.stride;
-        } else {
-            *self = StridedCursor::at(next, layout);
+        let mut rem = i as u32;
+        let mut off = 0;
+        let mut left = 0;
+        let mut d = nd;
+        while d > 0 {
+            d -= 1;
+            // SAFETY: d < nd and nd + d < 2 * nd <= layout.len().
+            let (dim, stride) = unsafe { (*layout.get_unchecked(d), *layout.get_unchecked(nd + d)) };
+            let dim = core::num::NonZeroU32::new(dim as u32).unwrap_or(core::num::NonZeroU32::MIN);
+            let (q, r) = (rem / dim, rem % dim);
+            if d == nd - 1 {
+                left = (dim.get() - r) as usize;
+            }
+            off += r as usize * stride;
+            rem = q;
         }
+        // SAFETY: nd >= 1, so 2 * nd - 1 is in the layout.
+        RunStart { off, left, stride: unsafe { *layout.get_unchecked(2 * nd - 1) } }
     }
 }
 
@@ -255,17 +247,17 @@ pub fn innermost(layout: &[usize]) -> usize {
 }
 
 /// Elements `base .. base + VEC` of the view `layout` of `src` (all in bounds), for views
-/// whose innermost dimension is at least `VEC` ([`innermost`]), so a run wraps it at most
-/// once. A run inside the innermost dimension is one load for a broadcast value (stride 0)
-/// or an aligned 16-byte vector (stride 1; contiguous views are this case), else `VEC`
-/// loads stepping by the stride; a run across its end divides once more for the part after.
-/// Indices are constants (the run stays in registers, no stack array).
+/// of fewer than 2^32 elements whose innermost dimension is at least `VEC` ([`innermost`]),
+/// so a run wraps it at most once. A run inside the innermost dimension is one load for a
+/// broadcast value (stride 0) or an aligned 16-byte vector (stride 1; contiguous views are
+/// this case), else `VEC` loads stepping by the stride; a run across its end finds the
+/// start of the part after with one more [`RunStart`]. Indices are constants (the run stays
+/// in registers, no stack array).
 #[device]
 #[inline(always)]
 pub fn gather_run<A: Copy>(src: &[A], layout: &[usize], base: usize) -> [A; VEC] {
-    let c = StridedCursor::at(base, layout);
-    let before = c.dim - c.inner;
-    if before >= VEC {
+    let c = RunStart::at(base, layout);
+    if c.left >= VEC {
         if c.stride == 0 {
             return [src[c.off]; VEC];
         }
@@ -281,10 +273,10 @@ pub fn gather_run<A: Copy>(src: &[A], layout: &[usize], base: usize) -> [A; VEC]
         });
         return r;
     }
-    let after = StridedCursor::at(base + before, layout);
+    let after = RunStart::at(base + c.left, layout);
     let mut r = [src[c.off]; VEC];
     unroll8!(k, VEC, {
-        r[k] = if k < before { src[c.off + k * c.stride] } else { src[after.off + (k - before) * after.stride] };
+        r[k] = if k < c.left { src[c.off + k * c.stride] } else { src[after.off + (k - c.left) * after.stride] };
     });
     r
 }
@@ -292,7 +284,7 @@ pub fn gather_run<A: Copy>(src: &[A], layout: &[usize], base: usize) -> [A; VEC]
 /// The run loop of the strided maps: each work-item takes runs of [`VEC`] consecutive
 /// outputs, grid-strided; a whole run (`runs`, and `out` 16-byte aligned) is computed by
 /// `run` and stored as one vector; a run at the end, of an unaligned `out`, or of views
-/// with innermost dimensions shorter than a run (`!runs`) by `tail(base, outputs)`.
+/// that [`gather_run`] does not take (`!runs`) by `tail(base, outputs)`, element by element.
 #[device]
 #[inline(always)]
 fn for_each_run<C: Copy>(out: &mut [C], runs: bool, run: impl Fn(usize) -> [C; VEC], tail: impl Fn(usize, &mut [C])) {
@@ -323,7 +315,7 @@ fn for_each_run<C: Copy>(out: &mut [C], runs: bool, run: impl Fn(usize) -> [C; V
 pub fn map_strided1<A: Copy, B: Copy>(input: &[A], layout: &[usize], out: &mut [B], f: impl Fn(A) -> B) {
     for_each_run(
         out,
-        innermost(layout) >= VEC,
+        out.len() >> 32 == 0 && innermost(layout) >= VEC,
         |base| {
             let x = gather_run(input, layout, base);
             let mut r = [f(x[0]); VEC];
@@ -333,12 +325,8 @@ pub fn map_strided1<A: Copy, B: Copy>(input: &[A], layout: &[usize], out: &mut [
             r
         },
         |base, o: &mut [B]| {
-            let mut c = StridedCursor::at(base, layout);
             for (k, y) in o.iter_mut().enumerate() {
-                if k > 0 {
-                    c.advance(base + k, layout);
-                }
-                *y = f(input[c.off]);
+                *y = f(input[strided_offset(base + k, layout)]);
             }
         },
     );
@@ -358,7 +346,7 @@ pub fn map_strided2<A: Copy, B: Copy, C: Copy>(
 ) {
     for_each_run(
         out,
-        innermost(a_layout) >= VEC && innermost(b_layout) >= VEC,
+        out.len() >> 32 == 0 && innermost(a_layout) >= VEC && innermost(b_layout) >= VEC,
         |base| {
             let (x, y) = (gather_run(a, a_layout, base), gather_run(b, b_layout, base));
             let mut r = [f(x[0], y[0]); VEC];
@@ -368,13 +356,8 @@ pub fn map_strided2<A: Copy, B: Copy, C: Copy>(
             r
         },
         |base, o: &mut [C]| {
-            let (mut ca, mut cb) = (StridedCursor::at(base, a_layout), StridedCursor::at(base, b_layout));
             for (k, y) in o.iter_mut().enumerate() {
-                if k > 0 {
-                    ca.advance(base + k, a_layout);
-                    cb.advance(base + k, b_layout);
-                }
-                *y = f(a[ca.off], b[cb.off]);
+                *y = f(a[strided_offset(base + k, a_layout)], b[strided_offset(base + k, b_layout)]);
             }
         },
     );
