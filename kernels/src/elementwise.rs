@@ -281,29 +281,30 @@ pub fn gather_run<A: Copy>(src: &[A], layout: &[usize], base: usize) -> [A; VEC]
     r
 }
 
-/// The run loop of the strided maps: each work-item takes runs of [`VEC`] consecutive
-/// outputs, grid-strided; a whole run (`runs`, and `out` 16-byte aligned) is computed by
-/// `run` and stored as one vector; a run at the end, of an unaligned `out`, or of views
-/// that [`gather_run`] does not take (`!runs`) by `tail(base, outputs)`, element by element.
+/// The run loop of the strided maps: with `runs` (and `out` 16-byte aligned), each
+/// work-item takes whole runs of [`VEC`] consecutive outputs, grid-strided, computed by
+/// `run` and stored as one vector; the outputs past the last whole run, or all of them
+/// without `runs`, go one at a time through `one(i)` in a grid-stride loop (whose run-time
+/// step keeps the compiler from unrolling `one`'s divisions into many copies).
 #[device]
 #[inline(always)]
-fn for_each_run<C: Copy>(out: &mut [C], runs: bool, run: impl Fn(usize) -> [C; VEC], tail: impl Fn(usize, &mut [C])) {
+fn for_each_run<C: Copy>(out: &mut [C], runs: bool, run: impl Fn(usize) -> [C; VEC], one: impl Fn(usize) -> C) {
     let n = out.len();
-    let step = global_size_x() * VEC;
-    let mut base = global_idx_x() * VEC;
-    let whole = runs && chunkable(out.as_ptr(), out.as_ptr());
-    while base < n {
-        if whole && base + VEC <= n {
-            let r = run(base);
-            let dst = &mut out[base..base + VEC];
-            // SAFETY: VEC elements in bounds; `out` starts 16-byte aligned and `base` is a
-            // multiple of VEC elements of >= 2 bytes, so the chunk is aligned.
-            unsafe { core::ptr::write(dst.as_mut_ptr() as *mut Chunk<C>, Chunk(r)) };
-        } else {
-            let end = if base + VEC < n { base + VEC } else { n };
-            tail(base, &mut out[base..end]);
-        }
-        base += step;
+    let (gid, size) = (global_idx_x(), global_size_x());
+    let full = if runs && chunkable(out.as_ptr(), out.as_ptr()) { n / VEC * VEC } else { 0 };
+    let mut base = gid * VEC;
+    while base < full {
+        let r = run(base);
+        let dst = &mut out[base..base + VEC];
+        // SAFETY: VEC elements in bounds; `out` starts 16-byte aligned and `base` is a
+        // multiple of VEC elements of >= 2 bytes, so the chunk is aligned.
+        unsafe { core::ptr::write(dst.as_mut_ptr() as *mut Chunk<C>, Chunk(r)) };
+        base += size * VEC;
+    }
+    let mut i = full + gid;
+    while i < n {
+        out[i] = one(i);
+        i += size;
     }
 }
 
@@ -324,11 +325,7 @@ pub fn map_strided1<A: Copy, B: Copy>(input: &[A], layout: &[usize], out: &mut [
             });
             r
         },
-        |base, o: &mut [B]| {
-            for (k, y) in o.iter_mut().enumerate() {
-                *y = f(input[strided_offset(base + k, layout)]);
-            }
-        },
+        |i| f(input[strided_offset(i, layout)]),
     );
 }
 
@@ -355,11 +352,7 @@ pub fn map_strided2<A: Copy, B: Copy, C: Copy>(
             });
             r
         },
-        |base, o: &mut [C]| {
-            for (k, y) in o.iter_mut().enumerate() {
-                *y = f(a[strided_offset(base + k, a_layout)], b[strided_offset(base + k, b_layout)]);
-            }
-        },
+        |i| f(a[strided_offset(i, a_layout)], b[strided_offset(i, b_layout)]),
     );
 }
 
