@@ -257,27 +257,38 @@ pub fn innermost(layout: &[usize]) -> usize {
 #[inline(always)]
 pub fn gather_run<A: Copy>(src: &[A], layout: &[usize], base: usize) -> [A; VEC] {
     let c = RunStart::at(base, layout);
+    let len = src.len();
     if c.left >= VEC {
         if c.stride == 0 {
             return [src[c.off]; VEC];
         }
-        let s = &src[c.off..];
-        if c.stride == 1 && s.len() >= VEC && chunkable(s.as_ptr(), s.as_ptr()) {
-            // SAFETY: VEC elements in bounds, starting 16-byte aligned; VEC elements of
-            // >= 2 bytes are a whole number of 16-byte blocks.
-            return unsafe { core::ptr::read(s.as_ptr() as *const Chunk<A>) }.0;
+        if c.stride == 1 && c.off + VEC <= len {
+            let s = &src[c.off..c.off + VEC];
+            if chunkable(s.as_ptr(), s.as_ptr()) {
+                // SAFETY: VEC elements in bounds, starting 16-byte aligned; VEC elements of
+                // >= 2 bytes are a whole number of 16-byte blocks.
+                return unsafe { core::ptr::read(s.as_ptr() as *const Chunk<A>) }.0;
+            }
         }
-        let mut r = [src[c.off]; VEC];
-        unroll8!(k, VEC, {
-            r[k] = src[c.off + k * c.stride];
-        });
-        return r;
     }
-    let after = RunStart::at(base + c.left, layout);
-    let mut r = [src[c.off]; VEC];
+    let after = if c.left < VEC { RunStart::at(base + c.left, layout) } else { c };
+    // Offsets chosen without branches and checked once: a bounds check per element would
+    // be a divergent branch each, and on the AMD archs every one saves an execution mask
+    // in scalar registers (they spill).
+    let first = src[c.off];
+    let mut r = [first; VEC];
+    let mut inside = true;
     unroll8!(k, VEC, {
-        r[k] = if k < c.left { src[c.off + k * c.stride] } else { src[after.off + (k - c.left) * after.stride] };
+        let idx = if k < c.left {
+            c.off.wrapping_add(k.wrapping_mul(c.stride))
+        } else {
+            after.off.wrapping_add(k.wrapping_sub(c.left).wrapping_mul(after.stride))
+        };
+        inside &= idx < len;
+        // SAFETY: `idx` is replaced by `c.off` (read above, so in bounds) when outside.
+        r[k] = unsafe { *src.get_unchecked(if idx < len { idx } else { c.off }) };
     });
+    assert!(inside, "strided view reads past its buffer");
     r
 }
 
