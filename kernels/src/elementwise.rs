@@ -6,10 +6,8 @@
 //! row-major, the output's shape; a stride of 0 broadcasts). Outputs are contiguous.
 use kernel_dsl::prelude::*;
 
-/// Offset of logical element `i` in a strided view `layout = [dims..., strides...]`; `i`
-/// itself when the layout is empty (contiguous). Divides in 32 bits while the index and
-/// dimension fit (a 64-bit division is several times the instructions on every GPU), and
-/// has no panicking path: a zero dimension counts as 1 (a view with one has no elements).
+/// Offset of logical element `i` in a strided view `layout = [dims..., strides...]`;
+/// `i` itself when the layout is empty (contiguous).
 #[device]
 #[inline(always)]
 pub fn strided_offset(i: usize, layout: &[usize]) -> usize {
@@ -17,76 +15,17 @@ pub fn strided_offset(i: usize, layout: &[usize]) -> usize {
     if nd == 0 {
         return i;
     }
+    let (dims, strides) = layout.split_at(nd);
     let mut rem = i;
     let mut off = 0;
     let mut d = nd;
     while d > 0 {
         d -= 1;
-        // SAFETY: d < nd and nd + d < 2 * nd <= layout.len().
-        let (dim, stride) = unsafe { (*layout.get_unchecked(d), *layout.get_unchecked(nd + d)) };
-        let (q, r) = divmod(rem, dim);
-        off += r * stride;
-        rem = q;
+        let dim = dims[d];
+        off += (rem % dim) * strides[d];
+        rem /= dim;
     }
     off
-}
-
-/// `(a / b, a % b)` for `b > 0` (`b = 0` counts as 1, without a panicking path), in 32-bit
-/// arithmetic when both fit.
-#[device]
-#[inline(always)]
-pub fn divmod(a: usize, b: usize) -> (usize, usize) {
-    use core::num::{NonZeroU32, NonZeroUsize};
-    if (a | b) >> 32 == 0 {
-        let d = NonZeroU32::new(b as u32).unwrap_or(NonZeroU32::MIN);
-        ((a as u32 / d) as usize, (a as u32 % d) as usize)
-    } else {
-        let d = NonZeroUsize::new(b).unwrap_or(NonZeroUsize::MIN);
-        (a / d, a % d)
-    }
-}
-
-/// Where logical element `i` of a strided view sits: its offset and its place along the
-/// innermost dimension, for views of fewer than 2^32 elements (every division in 32 bits:
-/// the index and each dimension are below the element count). Runs of consecutive
-/// elements step from here by the innermost stride until that dimension ends.
-#[derive(Clone, Copy)]
-pub struct RunStart {
-    /// Offset of element `i`.
-    pub off: usize,
-    /// Elements from `i` to the end of the innermost dimension (`usize::MAX`: contiguous).
-    pub left: usize,
-    /// The innermost stride.
-    pub stride: usize,
-}
-
-impl RunStart {
-    /// The start of a run at element `i < 2^32` of `layout` (empty: contiguous).
-    #[inline(always)]
-    pub fn at(i: usize, layout: &[usize]) -> RunStart {
-        let nd = layout.len() / 2;
-        if nd == 0 {
-            return RunStart { off: i, left: usize::MAX, stride: 1 };
-        }
-        let mut rem = i as u32;
-        let mut off = 0;
-        let mut left = 0;
-        let mut d = nd;
-        while d > 0 {
-            d -= 1;
-            // SAFETY: d < nd and nd + d < 2 * nd <= layout.len().
-            let (dim, stride) = unsafe { (*layout.get_unchecked(d), *layout.get_unchecked(nd + d)) };
-            let dim = core::num::NonZeroU32::new(dim as u32).unwrap_or(core::num::NonZeroU32::MIN);
-            let (q, r) = (rem / dim, rem % dim);
-            if d == nd - 1 {
-                left = (dim.get() - r) as usize;
-            }
-            off += r as usize * stride;
-            rem = q;
-        }
-        // SAFETY: nd >= 1, so 2 * nd - 1 is in the layout.
-        RunStart { off, left, stride: unsafe { *layout.get_unchecked(2 * nd - 1) } }
-    }
 }
 
 /// Elements one work-item moves per vector access in the contiguous fast path.
@@ -234,139 +173,6 @@ pub fn map2<A: Copy>(a: &[A], b: &[A], out: &mut [A], f: impl Fn(A, A) -> A) {
     }
 }
 
-/// Innermost dimension of a view (`usize::MAX` for a contiguous one, an empty layout).
-#[device]
-#[inline(always)]
-pub fn innermost(layout: &[usize]) -> usize {
-    let nd = layout.len() / 2;
-    if nd == 0 {
-        usize::MAX
-    } else {
-        layout[nd - 1]
-    }
-}
-
-/// Elements `base .. base + VEC` of the view `layout` of `src` (all in bounds), for views
-/// of fewer than 2^32 elements whose innermost dimension is at least `VEC` ([`innermost`]),
-/// so a run wraps it at most once. A run inside the innermost dimension is one load for a
-/// broadcast value (stride 0) or an aligned 16-byte vector (stride 1; contiguous views are
-/// this case), else `VEC` loads stepping by the stride; a run across its end finds the
-/// start of the part after with one more [`RunStart`]. Indices are constants (the run stays
-/// in registers, no stack array).
-#[device]
-#[inline(always)]
-pub fn gather_run<A: Copy>(src: &[A], layout: &[usize], base: usize) -> [A; VEC] {
-    let c = RunStart::at(base, layout);
-    let len = src.len();
-    if c.left >= VEC {
-        if c.stride == 0 {
-            return [src[c.off]; VEC];
-        }
-        if c.stride == 1 && c.off + VEC <= len {
-            let s = &src[c.off..c.off + VEC];
-            if chunkable(s.as_ptr(), s.as_ptr()) {
-                // SAFETY: VEC elements in bounds, starting 16-byte aligned; VEC elements of
-                // >= 2 bytes are a whole number of 16-byte blocks.
-                return unsafe { core::ptr::read(s.as_ptr() as *const Chunk<A>) }.0;
-            }
-        }
-    }
-    let after = if c.left < VEC { RunStart::at(base + c.left, layout) } else { c };
-    // Offsets chosen without branches and checked once: a bounds check per element would
-    // be a divergent branch each, and on the AMD archs every one saves an execution mask
-    // in scalar registers (they spill).
-    let first = src[c.off];
-    let mut r = [first; VEC];
-    let mut inside = true;
-    unroll8!(k, VEC, {
-        let idx = if k < c.left {
-            c.off.wrapping_add(k.wrapping_mul(c.stride))
-        } else {
-            after.off.wrapping_add(k.wrapping_sub(c.left).wrapping_mul(after.stride))
-        };
-        inside &= idx < len;
-        // SAFETY: `idx` is replaced by `c.off` (read above, so in bounds) when outside.
-        r[k] = unsafe { *src.get_unchecked(if idx < len { idx } else { c.off }) };
-    });
-    assert!(inside, "strided view reads past its buffer");
-    r
-}
-
-/// The run loop of the strided maps: with `runs` (and `out` 16-byte aligned), each
-/// work-item takes whole runs of [`VEC`] consecutive outputs, grid-strided, computed by
-/// `run` and stored as one vector; the outputs past the last whole run, or all of them
-/// without `runs`, go one at a time through `one(i)` in a grid-stride loop (whose run-time
-/// step keeps the compiler from unrolling `one`'s divisions into many copies).
-#[device]
-#[inline(always)]
-fn for_each_run<C: Copy>(out: &mut [C], runs: bool, run: impl Fn(usize) -> [C; VEC], one: impl Fn(usize) -> C) {
-    let n = out.len();
-    let (gid, size) = (global_idx_x(), global_size_x());
-    let full = if runs && chunkable(out.as_ptr(), out.as_ptr()) { n / VEC * VEC } else { 0 };
-    let mut base = gid * VEC;
-    while base < full {
-        let r = run(base);
-        let dst = &mut out[base..base + VEC];
-        // SAFETY: VEC elements in bounds; `out` starts 16-byte aligned and `base` is a
-        // multiple of VEC elements of >= 2 bytes, so the chunk is aligned.
-        unsafe { core::ptr::write(dst.as_mut_ptr() as *mut Chunk<C>, Chunk(r)) };
-        base += size * VEC;
-    }
-    let mut i = full + gid;
-    while i < n {
-        out[i] = one(i);
-        i += size;
-    }
-}
-
-/// `out[i] = f(input[layout(i)])` for a strided view: each work-item takes runs of [`VEC`]
-/// consecutive outputs (one vector store), reading the view with [`gather_run`], so the
-/// index divisions are paid once per run rather than once per element.
-#[device]
-#[inline(always)]
-pub fn map_strided1<A: Copy, B: Copy>(input: &[A], layout: &[usize], out: &mut [B], f: impl Fn(A) -> B) {
-    for_each_run(
-        out,
-        out.len() >> 32 == 0 && innermost(layout) >= VEC,
-        |base| {
-            let x = gather_run(input, layout, base);
-            let mut r = [f(x[0]); VEC];
-            unroll8!(k, VEC, {
-                r[k] = f(x[k]);
-            });
-            r
-        },
-        |i| f(input[strided_offset(i, layout)]),
-    );
-}
-
-/// `out[i] = f(a[a_layout(i)], b[b_layout(i)])` (see [`map_strided1`]); an empty layout is a
-/// contiguous operand, read with vector loads.
-#[device]
-#[inline(always)]
-pub fn map_strided2<A: Copy, B: Copy, C: Copy>(
-    a: &[A],
-    a_layout: &[usize],
-    b: &[B],
-    b_layout: &[usize],
-    out: &mut [C],
-    f: impl Fn(A, B) -> C,
-) {
-    for_each_run(
-        out,
-        out.len() >> 32 == 0 && innermost(a_layout) >= VEC && innermost(b_layout) >= VEC,
-        |base| {
-            let (x, y) = (gather_run(a, a_layout, base), gather_run(b, b_layout, base));
-            let mut r = [f(x[0], y[0]); VEC];
-            unroll8!(k, VEC, {
-                r[k] = f(x[k], y[k]);
-            });
-            r
-        },
-        |i| f(a[strided_offset(i, a_layout)], b[strided_offset(i, b_layout)]),
-    );
-}
-
 /// A scalar function applied elementwise (computed in `f32`).
 pub trait UnaryOp: 'static {
     /// The function.
@@ -439,7 +245,13 @@ pub fn unary<T: Float, Op: UnaryOp>(input: &[T], layout: &[usize], out: &mut [T]
     if layout.is_empty() {
         map1(input, out, |x: T| T::from_f32(Op::apply(x.to_f32())));
     } else {
-        map_strided1(input, layout, out, |x: T| T::from_f32(Op::apply(x.to_f32())));
+        let n = out.len();
+        let step = global_size_x();
+        let mut i = global_idx_x();
+        while i < n {
+            out[i] = T::from_f32(Op::apply(input[strided_offset(i, layout)].to_f32()));
+            i += step;
+        }
     }
 }
 
@@ -474,7 +286,13 @@ pub fn unary_param<T: Float, Op: UnaryParamOp>(input: &[T], layout: &[usize], ou
         map1(input, out, |x: T| T::from_f32(Op::apply(x.to_f32(), param)));
         return;
     }
-    map_strided1(input, layout, out, |x: T| T::from_f32(Op::apply(x.to_f32(), param)));
+    let n = out.len();
+    let step = global_size_x();
+    let mut i = global_idx_x();
+    while i < n {
+        out[i] = T::from_f32(Op::apply(input[strided_offset(i, layout)].to_f32(), param));
+        i += step;
+    }
 }
 
 /// `out[i] = input[layout(i)] * mul + add`, computed in `f32`.
@@ -483,7 +301,13 @@ pub fn affine<T: Float>(input: &[T], layout: &[usize], out: &mut [T], mul: f32, 
     if layout.is_empty() {
         map1(input, out, |x: T| T::from_f32(x.to_f32().mul_add(mul, add)));
     } else {
-        map_strided1(input, layout, out, |x: T| T::from_f32(x.to_f32().mul_add(mul, add)));
+        let n = out.len();
+        let step = global_size_x();
+        let mut i = global_idx_x();
+        while i < n {
+            out[i] = T::from_f32(input[strided_offset(i, layout)].to_f32().mul_add(mul, add));
+            i += step;
+        }
     }
 }
 
@@ -526,7 +350,15 @@ pub fn binary<T: Float, Op: BinaryOp>(lhs: &[T], lhs_layout: &[usize], rhs: &[T]
     if lhs_layout.is_empty() && rhs_layout.is_empty() {
         map2(lhs, rhs, out, |a: T, b: T| T::from_f32(Op::apply(a.to_f32(), b.to_f32())));
     } else {
-        map_strided2(lhs, lhs_layout, rhs, rhs_layout, out, |a: T, b: T| T::from_f32(Op::apply(a.to_f32(), b.to_f32())));
+        let n = out.len();
+        let step = global_size_x();
+        let mut i = global_idx_x();
+        while i < n {
+            let a = lhs[strided_offset(i, lhs_layout)].to_f32();
+            let b = rhs[strided_offset(i, rhs_layout)].to_f32();
+            out[i] = T::from_f32(Op::apply(a, b));
+            i += step;
+        }
     }
 }
 
@@ -537,7 +369,13 @@ pub fn cast<S: Element, D: Element + CastFrom<S>>(input: &[S], layout: &[usize],
         map1(input, out, |x: S| D::cast_from(x));
         return;
     }
-    map_strided1(input, layout, out, |x: S| D::cast_from(x));
+    let n = out.len();
+    let step = global_size_x();
+    let mut i = global_idx_x();
+    while i < n {
+        out[i] = D::cast_from(input[strided_offset(i, layout)]);
+        i += step;
+    }
 }
 
 /// `out[i] = value`.
@@ -555,7 +393,13 @@ pub fn fill<T: Element>(out: &mut [T], value: T) {
 /// `out[i] = input[layout(i)]`: makes a strided view contiguous.
 #[amdgpu_kernel(T = [f32, f16, bf16, u8, u32, i64])]
 pub fn copy_strided<T: Element>(input: &[T], layout: &[usize], out: &mut [T]) {
-    map_strided1(input, layout, out, |x: T| x);
+    let n = out.len();
+    let step = global_size_x();
+    let mut i = global_idx_x();
+    while i < n {
+        out[i] = input[strided_offset(i, layout)];
+        i += step;
+    }
 }
 
 /// Work-group size the elementwise launch helpers use.

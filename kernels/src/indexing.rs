@@ -34,8 +34,7 @@
 //! ops::index_select(&dev, &table, None, &ids, &mut out, 1, 3, 2).unwrap();
 //! assert_eq!(dev.download(&out).unwrap(), [4.0, 5.0, 0.0, 1.0, 0.0, 0.0]);
 //! ```
-pub use crate::elementwise::divmod;
-use crate::elementwise::strided_offset;
+use core::num::{NonZeroU32, NonZeroUsize};
 use kernel_dsl::mma::copy::{self, SharedAddr};
 use kernel_dsl::prelude::*;
 
@@ -145,6 +144,45 @@ impl CondType for u32 {
     }
 }
 
+/// Offset of logical element `i` in a strided view `layout = [dims..., strides...]` (`i`
+/// itself for an empty layout), as [`crate::elementwise::strided_offset`] but with 32-bit
+/// divisions while the index and dimension fit and no panicking paths (a zero dimension
+/// counts as 1: a view with one has no elements to ask for).
+#[device]
+#[inline(always)]
+pub fn view_offset(i: usize, layout: &[usize]) -> usize {
+    let nd = layout.len() / 2;
+    let mut rem = i;
+    let mut off = 0;
+    let mut d = nd;
+    if nd == 0 {
+        return i;
+    }
+    while d > 0 {
+        d -= 1;
+        // SAFETY: d < nd and nd + d < 2 * nd <= layout.len().
+        let (dim, stride) = unsafe { (*layout.get_unchecked(d), *layout.get_unchecked(nd + d)) };
+        let (q, r) = divmod(rem, dim);
+        off += r * stride;
+        rem = q;
+    }
+    off
+}
+
+/// `(a / b, a % b)` for `b > 0` (`b = 0` counts as 1, without a panicking path), in 32-bit
+/// arithmetic when both fit.
+#[device]
+#[inline(always)]
+pub fn divmod(a: usize, b: usize) -> (usize, usize) {
+    if (a | b) >> 32 == 0 {
+        let d = NonZeroU32::new(b as u32).unwrap_or(NonZeroU32::MIN);
+        ((a as u32 / d) as usize, (a as u32 % d) as usize)
+    } else {
+        let d = NonZeroUsize::new(b).unwrap_or(NonZeroUsize::MIN);
+        (a / d, a % d)
+    }
+}
+
 /// This work-item's y index and the y step of a grid-stride loop.
 #[device]
 #[inline(always)]
@@ -238,7 +276,7 @@ pub fn index_select<T: Pod, I: IndexType>(
             let (l, k) = divmod(row, n);
             // SAFETY: n > 0 here (total > 0), so k = row % n < n == ids.len().
             out[e] = match unsafe { ids.get_unchecked(k) }.to_index(src_dim) {
-                Some(id) => src[strided_offset((l * src_dim + id) * right + r, layout)],
+                Some(id) => src[view_offset((l * src_dim + id) * right + r, layout)],
                 None => T::ZERO,
             };
             e += xs * ys;
@@ -1257,10 +1295,10 @@ pub fn where_cond<T: Pod, C: CondType>(
         }
     } else {
         while i < n {
-            out[i] = if cond[strided_offset(i, cond_layout)].is_true() {
-                on_true[strided_offset(i, true_layout)]
+            out[i] = if cond[view_offset(i, cond_layout)].is_true() {
+                on_true[view_offset(i, true_layout)]
             } else {
-                on_false[strided_offset(i, false_layout)]
+                on_false[view_offset(i, false_layout)]
             };
             i += step;
         }

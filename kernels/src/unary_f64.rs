@@ -10,7 +10,7 @@
 //! 2e-15 absolute; `powf` by repeated squaring for integral `|p| <= 64`, otherwise as
 //! `exp(p ln x)` (relative error about `|p ln x| * 2^-52`).
 use crate::dtype::flat_global_idx;
-use crate::elementwise::strided_offset;
+use crate::indexing::view_offset;
 use crate::random::{ln_f64, sincos_octant, sqrt_f64};
 use kernel_dsl::prelude::*;
 
@@ -454,7 +454,7 @@ pub fn unary_f64_basic(input: &[f64], layout: &[usize], out: &mut [f64], op: u32
     // every series constant into scalar registers for the whole loop.
     let i = flat_global_idx();
     if i < out.len() {
-        out[i] = apply_basic(input[strided_offset(i, layout)], op);
+        out[i] = apply_basic(input[view_offset(i, layout)], op);
     }
 }
 
@@ -465,7 +465,7 @@ pub fn unary_f64_exp(input: &[f64], layout: &[usize], out: &mut [f64], op: u32, 
     // every series constant into scalar registers for the whole loop.
     let i = flat_global_idx();
     if i < out.len() {
-        out[i] = apply_exp(input[strided_offset(i, layout)], op, param);
+        out[i] = apply_exp(input[view_offset(i, layout)], op, param);
     }
 }
 
@@ -476,7 +476,7 @@ pub fn unary_f64_trig(input: &[f64], layout: &[usize], out: &mut [f64], op: u32)
     // every series constant into scalar registers for the whole loop.
     let i = flat_global_idx();
     if i < out.len() {
-        out[i] = apply_trig(input[strided_offset(i, layout)], op);
+        out[i] = apply_trig(input[view_offset(i, layout)], op);
     }
 }
 
