@@ -271,7 +271,7 @@ impl StridedInput {
 /// views step through them as one (outer stride = inner stride x inner size). A broadcast
 /// bias over `[batch, channels, height, width]` becomes `[batch, channels, height*width]`;
 /// a contiguous operand stays contiguous. Elementwise kernels then divide over fewer
-/// dimensions and walk longer innermost runs.
+/// dimensions per element.
 pub fn coalesce_pair(a: &Layout, b: &Layout) -> (Layout, Layout) {
     debug_assert_eq!(a.dims(), b.dims());
     // (size, stride in a, stride in b), innermost first.
