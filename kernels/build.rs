@@ -23,6 +23,7 @@ fn main() {
         .module("conv_implicit")
         .module("quantized")
         .module("llm")
+        .module("permute")
         // The H100's warpgroup matrix units (`wgmma`) exist only in `sm_90a` PTX.
         .ptx_variant("sm_90a", &["gemm_wgmma"])
         // On the H100 the decode matvec and its activations' quantization overlap the

@@ -162,7 +162,62 @@ fn binary_ops_on_image_and_token_shapes() {
                 let (h, g) = (p.narrow(2, 0, 80)?, p.narrow(2, 80, 80)?);
                 h.mul(&g)
             });
+            // Candle's CPU backend evaluates gelu and silu of half types in half arithmetic;
+            // the reference takes them in f32 (as our kernels do) and rounds once.
+            let f32_then = |x: &Tensor, f: fn(&Tensor) -> Result<Tensor>| f(&x.to_dtype(DType::F32)?)?.to_dtype(dtype);
+            check_ref(
+                &w("GEGLU with gelu on a half"),
+                &dev,
+                t,
+                |d| {
+                    let p = proj.to_device(d)?;
+                    p.narrow(2, 0, 80)?.mul(&f32_then(&p.narrow(2, 80, 80)?, |x| x.gelu())?)
+                },
+                |d| {
+                    let p = proj.to_device(d)?;
+                    p.narrow(2, 0, 80)?.mul(&p.narrow(2, 80, 80)?.gelu()?)
+                },
+            );
+            let tview = |d: &Device| img.to_device(d)?.reshape((2, 4, 8, 9))?.narrow(3, 0, 8)?.transpose(2, 3);
+            check_ref(
+                &w("silu of a transpose, plus a transposed operand"),
+                &dev,
+                t,
+                |d| {
+                    let v = tview(d)?;
+                    f32_then(&v, |x| x.silu())?.add(&v)
+                },
+                |d| {
+                    let v = tview(d)?;
+                    v.silu()?.add(&v)
+                },
+            );
             check(&w("four-dimension broadcast"), &dev, t, |d| wide.to_device(d)?.broadcast_div(&row.to_device(d)?.affine(1.0, 2.0)?));
+        }
+    }
+}
+
+/// Permuted and narrowed views made contiguous (the tiled transpose and the run copy):
+/// NCHW -> NHWC and back, a filter as `(k_h, k_w, c_in, c_out)`, a transposed matrix,
+/// a narrowed row block; every element size, exact.
+#[test]
+fn permuted_copies_of_image_and_filter_shapes() {
+    let kinds = [DType::F32, DType::F16, DType::BF16, DType::U8, DType::U32, DType::I64, DType::F64];
+    let img = Tensor::from_vec(values(2 * 12 * 9 * 7, 31, 0.0, 200.0, false), (2, 12, 9, 7), &Device::Cpu).unwrap();
+    let filt = Tensor::from_vec(values(40 * 12 * 9, 32, 0.0, 200.0, false), (40, 12, 3, 3), &Device::Cpu).unwrap();
+    let mat = Tensor::from_vec(values(37 * 80, 33, 0.0, 200.0, false), (37, 80), &Device::Cpu).unwrap();
+    for dev in devices() {
+        for dt in kinds {
+            let (img, filt, mat) = (img.to_dtype(dt).unwrap(), filt.to_dtype(dt).unwrap(), mat.to_dtype(dt).unwrap());
+            let w = |l: &str| format!("{dt:?} {l}");
+            check(&w("NCHW -> NHWC"), &dev, EXACT, |d| img.to_device(d)?.permute((0, 2, 3, 1))?.contiguous());
+            check(&w("NHWC -> NCHW"), &dev, EXACT, |d| {
+                img.to_device(d)?.permute((0, 2, 3, 1))?.contiguous()?.permute((0, 3, 1, 2))?.contiguous()
+            });
+            check(&w("filter as (k, k, c_in, c_out)"), &dev, EXACT, |d| filt.to_device(d)?.permute((2, 3, 1, 0))?.contiguous());
+            check(&w("transposed matrix"), &dev, EXACT, |d| mat.to_device(d)?.t()?.contiguous());
+            check(&w("narrowed columns"), &dev, EXACT, |d| mat.to_device(d)?.narrow(1, 8, 64)?.contiguous());
+            check(&w("narrowed then transposed"), &dev, EXACT, |d| mat.to_device(d)?.narrow(1, 3, 70)?.t()?.contiguous());
         }
     }
 }

@@ -210,8 +210,11 @@ unary_ops! {
     Recip => |x| 1.0 / x;
     /// `max(x, 0)` (NaN stays NaN)
     Relu => |x| if x < 0.0 { 0.0 } else { x };
-    /// GELU, tanh approximation: `0.5x(1 + tanh(sqrt(2/pi)(x + 0.044715x^3)))`
-    Gelu => |x| 0.5 * x * (1.0 + FloatMath::tanh(SQRT_2_OVER_PI * (x + 0.044_715 * x * x * x)));
+    /// GELU, tanh approximation: `0.5x(1 + tanh(u))`, `u = sqrt(2/pi)(x + 0.044715x^3)`,
+    /// evaluated as the identical `x / (1 + e^(-2u))`: one exponential and one reciprocal,
+    /// no branch (the tanh form is compute-bound on GEGLU-sized tensors), and no
+    /// cancellation in `1 + tanh u` for negative `x`.
+    Gelu => |x| FloatMath::fast_div(x, 1.0 + FloatMath::exp(-2.0 * SQRT_2_OVER_PI * (x + 0.044_715 * x * x * x)));
     /// GELU, exact: `0.5x(1 + erf(x/sqrt 2))`
     GeluErf => |x| 0.5 * x * (1.0 + FloatMath::erf(x * core::f32::consts::FRAC_1_SQRT_2));
     /// SiLU / swish: `x * sigmoid(x)`
@@ -362,6 +365,225 @@ pub fn binary<T: Float, Op: BinaryOp>(lhs: &[T], lhs_layout: &[usize], rhs: &[T]
     }
 }
 
+/// One operand's run of [`VEC`] consecutive outputs in a `*_runs` kernel, starting at
+/// element `off`: the broadcast value (`inner` = 0), one aligned vector (`vector`), or `VEC`
+/// loads `inner` apart.
+#[device]
+#[inline(always)]
+fn load_run<T: Copy>(src: &[T], off: u32, inner: u32, vector: bool) -> Chunk<T> {
+    let p = src.as_ptr();
+    let off = off as usize;
+    // SAFETY: the kernel checked once (`RunGrid::view`) that the view's last offset is
+    // inside `src`, and every offset of a run is at most that; `vector` only where
+    // `p + off` is 16-byte aligned (`RunGrid::vector`).
+    unsafe {
+        if inner == 0 {
+            Chunk([*p.add(off); VEC])
+        } else if vector {
+            core::ptr::read(p.add(off) as *const Chunk<T>)
+        } else {
+            let mut c = Chunk([*p.add(off); VEC]);
+            unroll8!(k, VEC, {
+                c.0[k] = *p.add(off + k * inner as usize);
+            });
+            c
+        }
+    }
+}
+
+/// The walk of the `*_runs` kernels over an output of `n` elements viewed as `[d0, d1,
+/// d2]` (`d2` a multiple of [`VEC`]): runs of `VEC` consecutive outputs, which never cross a
+/// row, handed out grid-stride with two 32-bit divisions per run.
+#[derive(Clone, Copy)]
+struct RunGrid {
+    d0: usize,
+    d1: u32,
+    d2: u32,
+    runs: u32,
+}
+
+impl RunGrid {
+    /// Checks the shape once (traps when `d2` is no multiple of `VEC`, `d1 d2` does not
+    /// divide `n`, or `n >= 2^32`).
+    #[inline(always)]
+    fn new(n: usize, d1: u32, d2: u32) -> RunGrid {
+        let plane = d1 as usize * d2 as usize;
+        assert!(d2 as usize % VEC == 0 && plane > 0 && n % plane == 0 && n <= u32::MAX as usize);
+        RunGrid { d0: n / plane, d1, d2, runs: (n / VEC) as u32 }
+    }
+
+    /// Checks that the view with strides `s` stays inside `len` elements and below 2^32
+    /// (traps otherwise): the one bounds check of the kernel.
+    #[inline(always)]
+    fn view(self, s: [u32; 3], len: usize) {
+        let last = ((self.d0 - 1) * s[0] as usize)
+            .saturating_add((self.d1 as usize - 1) * s[1] as usize)
+            .saturating_add((self.d2 as usize - 1) * s[2] as usize);
+        assert!(last < len && last <= u32::MAX as usize);
+    }
+
+    /// Whether the view with strides `s` of the slice at `p` reads each run as one aligned
+    /// vector: inner stride 1, a 16-byte aligned start, rows that are multiples of `VEC`,
+    /// elements of 2 bytes or more (so a run is a whole number of 16-byte blocks).
+    #[inline(always)]
+    fn vector<T>(s: [u32; 3], p: *const T) -> bool {
+        s[2] == 1 && Self::out_vector(p) && (s[0] | s[1]) as usize % VEC == 0
+    }
+
+    /// Whether a contiguous output at `p` takes each run as one aligned vector store.
+    #[inline(always)]
+    fn out_vector<T>(p: *const T) -> bool {
+        core::mem::size_of::<T>() >= 2 && p as usize % 16 == 0
+    }
+
+    /// Calls `f(run, offset of each view)` for this work-item's runs; `run * VEC` is the
+    /// first output of the run.
+    #[inline(always)]
+    fn for_each<const K: usize>(self, s: [[u32; 3]; K], mut f: impl FnMut(u32, [u32; K])) {
+        let row_runs = self.d2 / VEC as u32;
+        let step = global_size_x() as u32;
+        let mut q = global_idx_x() as u32;
+        while q < self.runs {
+            let (t, c) = (q / row_runs, q % row_runs);
+            let (i0, i1, i2) = (t / self.d1, t % self.d1, c * VEC as u32);
+            // At most the view's checked last offset: no wrap-around.
+            let off = s.map(|s| i0.wrapping_mul(s[0]).wrapping_add(i1.wrapping_mul(s[1])).wrapping_add(i2.wrapping_mul(s[2])));
+            f(q, off);
+            q += step;
+        }
+    }
+}
+
+/// Writes run `q` of a `*_runs` kernel's contiguous output: one vector store per 16 bytes
+/// where `VECTOR` (the output passed [`RunGrid::out_vector`]), else element by element.
+/// Only for `q < out.len() / VEC` (what [`RunGrid::for_each`] hands out). The kernels pick
+/// `VECTOR` once, outside their run loop: a choice per run lets the compiler merge the two
+/// stores into element stores.
+#[device]
+#[inline(always)]
+fn store_run<T: Copy, const VECTOR: bool>(out: &mut [T], q: u32, r: Chunk<T>) {
+    let o = q as usize * VEC;
+    // SAFETY: o + VEC <= out.len() (q < runs = out.len() / VEC); the vector stores only
+    // where `out` starts on 16 bytes and elements are >= 2 bytes (o * size: a multiple of 16).
+    unsafe {
+        let dst = out.as_mut_ptr().add(o);
+        if VECTOR {
+            let (from, to) = (&r as *const Chunk<T> as *const Bytes16, dst as *mut Bytes16);
+            unroll8!(w, core::mem::size_of::<Chunk<T>>() / 16, {
+                core::ptr::write(to.add(w), *from.add(w));
+            });
+        } else {
+            unroll8!(k, VEC, {
+                *dst.add(k) = r.0[k];
+            });
+        }
+    }
+}
+
+/// Runs `$walk` (a run loop storing with `store_run::<_, $v>`) with `$v` = whether the
+/// output at `$out` takes vector stores, decided once per launch.
+macro_rules! with_store {
+    ($out:expr, $v:ident => $walk:expr) => {
+        if RunGrid::out_vector($out.as_ptr()) {
+            const $v: bool = true;
+            $walk
+        } else {
+            const $v: bool = false;
+            $walk
+        }
+    };
+}
+
+/// `out = Op(input)` over a view of three dimensions `[d0, d1, d2]` with element strides
+/// `[s0, s1, s2]` (`d0 = out.len() / (d1 d2)`, `d2` a multiple of [`VEC`]): the run walk of
+/// [`binary_runs`](fn@binary_runs) for one operand (a GEGLU half, a narrowed or transposed
+/// activation). Traps when the shape is not such a view or it reaches past `input`.
+#[allow(clippy::too_many_arguments)]
+#[amdgpu_kernel(
+    T = [f32, f16, bf16],
+    Op = [Neg, Exp, Log, Sqrt, Abs, Sqr, Recip, Relu, Gelu, GeluErf, Silu, Tanh, Sigmoid, Erf, Sin, Cos, Floor, Ceil, Round, Sign]
+)]
+pub fn unary_runs<T: Float, Op: UnaryOp>(input: &[T], out: &mut [T], d1: u32, d2: u32, s0: u32, s1: u32, s2: u32) {
+    if out.is_empty() {
+        return;
+    }
+    let g = RunGrid::new(out.len(), d1, d2);
+    let s = [s0, s1, s2];
+    g.view(s, input.len());
+    let v = RunGrid::vector(s, input.as_ptr());
+    with_store!(out, OV => g.for_each([s], |q, [o]| {
+        let a = load_run(input, o, s2, v);
+        let mut r = a;
+        unroll8!(k, VEC, {
+            r.0[k] = T::from_f32(Op::apply(a.0[k].to_f32()));
+        });
+        store_run::<T, OV>(out, q, r);
+    }));
+}
+
+/// `out = input` over a view of three dimensions `[d0, d1, d2]` with element strides
+/// `[s0, s1, s2]` (`d2` a multiple of [`VEC`]): [`unary_runs`](fn@unary_runs)'s walk moving
+/// bits (a narrowed, sliced or concatenated view made contiguous). Views whose innermost
+/// dimension is strided are better served by `permute::transpose_copy`. Traps as
+/// `unary_runs` does.
+#[allow(clippy::too_many_arguments)]
+#[amdgpu_kernel(T = [u8, f16, u32, i64])]
+pub fn copy_runs<T: Element>(input: &[T], out: &mut [T], d1: u32, d2: u32, s0: u32, s1: u32, s2: u32) {
+    if out.is_empty() {
+        return;
+    }
+    let g = RunGrid::new(out.len(), d1, d2);
+    let s = [s0, s1, s2];
+    g.view(s, input.len());
+    let v = RunGrid::vector(s, input.as_ptr());
+    with_store!(out, OV => g.for_each([s], |q, [o]| store_run::<T, OV>(out, q, load_run(input, o, s2, v))));
+}
+
+/// `out = Op(lhs, rhs)` over a view of three dimensions `[d0, d1, d2]` (`d0 = out.len() /
+/// (d1 d2)`; `d2` a multiple of [`VEC`]), each operand with its own element strides
+/// `[s0, s1, s2]` (0 broadcasts). Every work-item takes runs of `VEC` consecutive outputs,
+/// which never cross a row: each operand's run is one broadcast load, one aligned vector
+/// (inner stride 1) or `VEC` strided loads, and the output one vector store. Two 32-bit
+/// divisions per run and none per element; each view is bounds-checked once, not per load.
+/// Broadcast biases and residuals of image and token shapes are this case once the views
+/// are coalesced; the host picks it with [`RunView`].
+///
+/// Traps when `d2` is no multiple of `VEC`, `d1 d2` does not divide `out.len()`, the output
+/// has 2^32 elements or more, or a view reaches past its operand or past element 2^32.
+#[allow(clippy::too_many_arguments)]
+#[amdgpu_kernel(T = [f32, f16, bf16], Op = [Add, Sub, Mul, Div, Minimum, Maximum])]
+pub fn binary_runs<T: Float, Op: BinaryOp>(
+    lhs: &[T],
+    rhs: &[T],
+    out: &mut [T],
+    d1: u32,
+    d2: u32,
+    ls0: u32,
+    ls1: u32,
+    ls2: u32,
+    rs0: u32,
+    rs1: u32,
+    rs2: u32,
+) {
+    if out.is_empty() {
+        return;
+    }
+    let g = RunGrid::new(out.len(), d1, d2);
+    let (ls, rs) = ([ls0, ls1, ls2], [rs0, rs1, rs2]);
+    g.view(ls, lhs.len());
+    g.view(rs, rhs.len());
+    let (lv, rv) = (RunGrid::vector(ls, lhs.as_ptr()), RunGrid::vector(rs, rhs.as_ptr()));
+    with_store!(out, OV => g.for_each([ls, rs], |q, [lo, ro]| {
+        let a = load_run(lhs, lo, ls2, lv);
+        let b = load_run(rhs, ro, rs2, rv);
+        let mut r = a;
+        unroll8!(k, VEC, {
+            r.0[k] = T::from_f32(Op::apply(a.0[k].to_f32(), b.0[k].to_f32()));
+        });
+        store_run::<T, OV>(out, q, r);
+    }));
+}
+
 /// `out[i] = input[layout(i)] as D` (Rust `as` semantics; half types through `f32`).
 #[amdgpu_kernel(S = [f32, f16, bf16, u8, u32, i64], D = [f32, f16, bf16, u8, u32, i64])]
 pub fn cast<S: Element, D: Element + CastFrom<S>>(input: &[S], layout: &[usize], out: &mut [D]) {
@@ -433,4 +655,49 @@ pub fn strided_layout(dims: &[usize], strides: &[usize], buffer_len: usize) -> R
         }
     }
     Ok(dims.iter().chain(strides).copied().collect())
+}
+
+/// The shape arguments of [`unary_runs`](fn@unary_runs) (`K` = 1) and
+/// [`binary_runs`](fn@binary_runs) (`K` = 2) for an op over `dims` with the element strides of
+/// each operand (each of `dims`'s length; coalesce them first), when those kernels apply:
+/// at most three dimensions, the innermost a multiple of [`VEC`], fewer than 2^32 outputs
+/// and offsets. `None` otherwise (the general strided kernels take those).
+#[cfg(not(any(target_arch = "amdgpu", target_arch = "nvptx64")))]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RunView<const K: usize> {
+    /// Middle dimension.
+    pub d1: u32,
+    /// Innermost dimension (a multiple of `VEC`).
+    pub d2: u32,
+    /// Each operand's strides `[s0, s1, s2]`.
+    pub strides: [[u32; 3]; K],
+}
+
+#[cfg(not(any(target_arch = "amdgpu", target_arch = "nvptx64")))]
+impl<const K: usize> RunView<K> {
+    /// See [`RunView`].
+    pub fn new(dims: &[usize], strides: [&[usize]; K]) -> Option<RunView<K>> {
+        if dims.is_empty() || dims.len() > 3 || strides.iter().any(|s| s.len() != dims.len()) {
+            return None;
+        }
+        let n: usize = dims.iter().product();
+        let small = |v: usize| u32::try_from(v).ok();
+        if n == 0 || small(n).is_none() || dims[dims.len() - 1] % VEC != 0 {
+            return None;
+        }
+        let pad = 3 - dims.len();
+        let mut d = [1usize; 3];
+        d[pad..].copy_from_slice(dims);
+        let mut out = [[0u32; 3]; K];
+        for (o, s) in out.iter_mut().zip(strides) {
+            for k in 0..dims.len() {
+                o[pad + k] = small(s[k])?;
+            }
+            let last: u128 = d.iter().zip(o.iter()).map(|(&d, &s)| (d - 1) as u128 * s as u128).sum();
+            if last > u32::MAX as u128 {
+                return None;
+            }
+        }
+        Some(RunView { d1: d[1] as u32, d2: d[2] as u32, strides: out })
+    }
 }

@@ -54,6 +54,7 @@ pub mod indexing_any;
 // Kernels take every buffer, size and stride as an argument (the kernel ABI).
 #[allow(clippy::too_many_arguments)]
 pub mod norm;
+pub mod permute;
 // Candle's bilinear weight clamp, written as its CPU code writes it.
 #[allow(clippy::manual_clamp)]
 pub mod pool;

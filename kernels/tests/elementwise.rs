@@ -508,3 +508,216 @@ fn strided_runs_cross_dimension_boundaries() {
         }
     }
 }
+
+/// `binary_runs` against the reference offsets, on every executor: broadcast biases over
+/// image and token shapes, group statistics, a scalar, operands with inner strides other
+/// than 0 and 1 (element loads), rows not 16-byte aligned (element loads), both operands
+/// broadcast innermost; f32 `Sub` and half-type `Mul`. Then, on the CPU executor, operands
+/// and outputs that start off 16 bytes, and few work-groups (every work-item loops).
+#[test]
+fn binary_runs_match_reference_offsets() {
+    /// Dims, lhs strides, rhs strides.
+    type Case = (Vec<usize>, Vec<usize>, Vec<usize>);
+    let cases: Vec<Case> = vec![
+        (vec![2, 40, 64], vec![2560, 64, 1], vec![0, 1, 0]),
+        (vec![16, 24], vec![24, 1], vec![0, 1]),
+        (vec![6, 48], vec![48, 1], vec![1, 0]),
+        (vec![3, 5, 16], vec![5, 1, 15], vec![80, 16, 1]),
+        (vec![8], vec![1], vec![0]),
+        (vec![4, 8], vec![8, 1], vec![9, 1]),
+        (vec![2, 3, 8], vec![3, 1, 0], vec![0, 1, 0]),
+        (vec![5, 2, 32], vec![1, 5, 10], vec![64, 32, 1]),
+    ];
+    fn run<T: TestFloat, Op: BinaryOp>(exec: &Device, case: &Case, f: fn(f64, f64) -> f64, seed: u64) {
+        let (dims, ls, rs) = case;
+        let n: usize = dims.iter().product();
+        let span = |s: &[usize]| dims.iter().zip(s).map(|(d, s)| (d - 1) * s).sum::<usize>() + 1;
+        let a: Vec<T> = inputs(span(ls), -9.0, 9.0, seed, false).into_iter().map(T::from_f64).collect();
+        let b: Vec<T> = inputs(span(rs), 0.5, 9.0, seed + 1, false).into_iter().map(T::from_f64).collect();
+        let v = RunView::new(dims, [ls, rs]).expect("a view binary_runs takes");
+        let (da, db) = (exec.upload(&a).unwrap(), exec.upload(&b).unwrap());
+        let mut dy = exec.alloc::<T>(n).unwrap();
+        let [[l0, l1, l2], [r0, r1, r2]] = v.strides;
+        ew::binary_runs::launch::<T, Op>(exec, ew::launch_config(n), &da, &db, &mut dy, v.d1, v.d2, l0, l1, l2, r0, r1, r2).unwrap();
+        let want: Vec<f64> = (0..n)
+            .map(|i| f(a[reference_offset(i, dims, ls)].to_f64(), b[reference_offset(i, dims, rs)].to_f64()))
+            .collect();
+        assert_close(&exec.download(&dy).unwrap(), &want, &format!("binary_runs {dims:?} lhs {ls:?} rhs {rs:?}"));
+    }
+    for exec in executors() {
+        for (k, case) in cases.iter().enumerate() {
+            run::<f32, Sub>(&exec, case, |a, b| a - b, 40 + k as u64);
+            run::<f16, Mul>(&exec, case, |a, b| a * b, 50 + k as u64);
+            run::<bf16, Div>(&exec, case, |a, b| a / b, 60 + k as u64);
+        }
+    }
+    for wave in [WaveSize::W32, WaveSize::W64] {
+        let exec = kernel_dsl::host::CpuExecutor::new(wave);
+        for (dims, ls, rs) in &cases {
+            let n: usize = dims.iter().product();
+            let span = |s: &[usize]| dims.iter().zip(s).map(|(d, s)| (d - 1) * s).sum::<usize>() + 1;
+            let a: Vec<f32> = inputs(span(ls) + 3, -9.0, 9.0, 71, false).into_iter().map(|v| v as f32).collect();
+            let b: Vec<f32> = inputs(span(rs) + 3, -9.0, 9.0, 72, false).into_iter().map(|v| v as f32).collect();
+            let v = RunView::new(dims, [ls, rs]).unwrap();
+            let [[l0, l1, l2], [r0, r1, r2]] = v.strides;
+            for (shift, groups) in [(1usize, 0u32), (3, 1), (2, 2), (0, 1)] {
+                let (src, rsrc) = (&a[shift..], &b[3 - shift..]);
+                let mut y = vec![0.0f32; n + shift];
+                let out = &mut y[shift..];
+                let cfg = if groups == 0 { ew::launch_config(n) } else { LaunchConfig::new(Dim3::x(groups), Dim3::x(4)) };
+                ew::binary_runs::launch::<f32, Add>(&exec, cfg, src, rsrc, out, v.d1, v.d2, l0, l1, l2, r0, r1, r2).unwrap();
+                for i in 0..n {
+                    let want = src[reference_offset(i, dims, ls)] + rsrc[reference_offset(i, dims, rs)];
+                    assert_eq!(out[i], want, "add {dims:?} lhs {ls:?} rhs {rs:?} shift {shift} groups {groups} element {i}");
+                }
+            }
+        }
+    }
+}
+
+/// `RunView` takes only what `binary_runs` can: at most three dimensions, the innermost a
+/// multiple of 8, offsets below 2^32; and it pads fewer dimensions with leading ones.
+#[test]
+fn run_views_are_chosen_only_where_binary_runs_applies() {
+    let none: Option<RunView<2>> = None;
+    assert_eq!(RunView::new(&[5, 3], [&[3, 1], &[0, 1]]), none, "innermost 3");
+    assert_eq!(RunView::new(&[2, 2, 2, 8], [&[32, 16, 8, 1], &[0; 4]]), none, "four dimensions");
+    assert_eq!(RunView::new(&[], [&[], &[]]), none, "a scalar");
+    assert_eq!(RunView::new(&[0, 8], [&[8, 1], &[0, 1]]), none, "no elements");
+    assert_eq!(RunView::new(&[2, 8], [&[1 << 32, 1], &[0, 1]]), none, "a stride of 2^32");
+    assert_eq!(RunView::new(&[3, 8], [&[(1 << 31) + 5, 1], &[0, 1]]), none, "offsets past 2^32");
+    assert_eq!(RunView::new(&[3, 8], [&[8, 1], &[0, 1, 2]]), none, "strides of another rank");
+    let v = RunView::new(&[16, 24], [&[24, 1], &[0, 1]]).unwrap();
+    assert_eq!(v, RunView { d1: 16, d2: 24, strides: [[0, 24, 1], [0, 0, 1]] });
+    let u = RunView::new(&[4, 2, 16], [&[64, 16, 1]]).unwrap();
+    assert_eq!(u, RunView { d1: 2, d2: 16, strides: [[64, 16, 1]] });
+}
+
+/// `unary_runs` against the reference offsets on every executor: a GEGLU half (rows twice
+/// as long as the view's), a transpose (element loads), a narrowed 3-D view; then on the
+/// CPU executor off 16 bytes and with few work-groups.
+#[test]
+fn unary_runs_match_reference_offsets() {
+    let cases: Vec<(Vec<usize>, Vec<usize>)> = vec![
+        (vec![6, 40], vec![80, 1]),
+        (vec![16, 8], vec![1, 16]),
+        (vec![3, 5, 24], vec![160, 32, 1]),
+        (vec![8], vec![3]),
+    ];
+    fn run<T: TestFloat, Op: UnaryOp>(exec: &Device, dims: &[usize], st: &[usize], name: &str, seed: u64) {
+        let n: usize = dims.iter().product();
+        let span = dims.iter().zip(st).map(|(d, s)| (d - 1) * s).sum::<usize>() + 1;
+        let (lo, hi) = domain(name);
+        let a: Vec<T> = inputs(span, lo, hi, seed, false).into_iter().map(T::from_f64).collect();
+        let v = RunView::new(dims, [st]).expect("a view unary_runs takes");
+        let da = exec.upload(&a).unwrap();
+        let mut dy = exec.alloc::<T>(n).unwrap();
+        let [[s0, s1, s2]] = v.strides;
+        ew::unary_runs::launch::<T, Op>(exec, ew::launch_config(n), &da, &mut dy, v.d1, v.d2, s0, s1, s2).unwrap();
+        let want: Vec<f64> = (0..n).map(|i| reference_unary(name, a[reference_offset(i, dims, st)].to_f64())).collect();
+        assert_close(&exec.download(&dy).unwrap(), &want, &format!("unary_runs {name} {dims:?} strides {st:?}"));
+    }
+    for exec in executors() {
+        for (k, (dims, st)) in cases.iter().enumerate() {
+            run::<f32, Gelu>(&exec, dims, st, "gelu", 80 + k as u64);
+            run::<f16, Silu>(&exec, dims, st, "silu", 90 + k as u64);
+            run::<bf16, Neg>(&exec, dims, st, "neg", 100 + k as u64);
+        }
+    }
+    for wave in [WaveSize::W32, WaveSize::W64] {
+        let exec = kernel_dsl::host::CpuExecutor::new(wave);
+        for (dims, st) in &cases {
+            let n: usize = dims.iter().product();
+            let span = dims.iter().zip(st).map(|(d, s)| (d - 1) * s).sum::<usize>() + 1;
+            let a: Vec<f32> = inputs(span + 3, -5.0, 5.0, 110, false).into_iter().map(|v| v as f32).collect();
+            let v = RunView::new(dims, [st]).unwrap();
+            let [[s0, s1, s2]] = v.strides;
+            for (shift, groups) in [(1usize, 0u32), (3, 1), (2, 2)] {
+                let src = &a[shift..];
+                let mut y = vec![0.0f32; n + shift];
+                let out = &mut y[shift..];
+                let cfg = if groups == 0 { ew::launch_config(n) } else { LaunchConfig::new(Dim3::x(groups), Dim3::x(4)) };
+                ew::unary_runs::launch::<f32, Sqr>(&exec, cfg, src, out, v.d1, v.d2, s0, s1, s2).unwrap();
+                for i in 0..n {
+                    let x = src[reference_offset(i, dims, st)];
+                    assert_eq!(out[i], x * x, "sqr {dims:?} strides {st:?} shift {shift} groups {groups} element {i}");
+                }
+            }
+        }
+    }
+}
+
+/// A view that reaches past its operand, or an innermost size that is no multiple of 8,
+/// stops the launch before anything is written (the kernel's one check, not per load).
+#[test]
+fn binary_runs_rejects_views_past_the_operand() {
+    let exec = kernel_dsl::host::CpuExecutor::new(WaveSize::W64);
+    let (a, b) = (vec![1.0f32; 64], vec![2.0f32; 8]);
+    let mut y = vec![0.0f32; 64];
+    // rhs rows 8 apart over 8 rows: 64 elements needed, 8 given.
+    let r = ew::binary_runs::launch::<f32, Add>(&exec, ew::launch_config(64), &a, &b, &mut y, 8, 8, 0, 8, 1, 0, 8, 1);
+    assert!(r.is_err(), "a view past the rhs must fail");
+    let r = ew::binary_runs::launch::<f32, Add>(&exec, ew::launch_config(64), &a, &b, &mut y, 16, 4, 0, 4, 1, 0, 0, 1);
+    assert!(r.is_err(), "an innermost size of 4 must fail");
+    assert!(y.iter().all(|v| *v == 0.0), "nothing written");
+}
+
+/// `copy_runs` moves the bits of a view exactly, for every element size: 1-byte elements
+/// (element stores, never the vector path), 2- and 8-byte ones with aligned vectors, a
+/// broadcast row, a strided innermost dimension; off 16 bytes on the CPU executor.
+#[test]
+fn copy_runs_move_every_element_size_exactly() {
+    let cases: Vec<(Vec<usize>, Vec<usize>)> =
+        vec![(vec![6, 40], vec![48, 1]), (vec![3, 4, 16], vec![0, 16, 1]), (vec![5, 8], vec![1, 5]), (vec![2, 2, 8], vec![40, 8, 1])];
+    fn run<T: Element + kernel_dsl::host::ScalarArg + PartialEq + std::fmt::Debug>(exec: &Device, make: fn(usize) -> T) {
+        for (dims, st) in [(vec![6usize, 40usize], vec![48usize, 1usize]), (vec![3, 4, 16], vec![0, 16, 1]), (vec![5, 8], vec![1, 5])] {
+            let n: usize = dims.iter().product();
+            let span = dims.iter().zip(&st).map(|(d, s)| (d - 1) * s).sum::<usize>() + 1;
+            let src: Vec<T> = (0..span).map(make).collect();
+            let v = RunView::new(&dims, [&st]).unwrap();
+            let [[s0, s1, s2]] = v.strides;
+            let ds = exec.upload(&src).unwrap();
+            let mut dy = exec.alloc::<T>(n).unwrap();
+            ew::copy_runs::launch::<T>(exec, ew::launch_config(n), &ds, &mut dy, v.d1, v.d2, s0, s1, s2).unwrap();
+            let got = exec.download(&dy).unwrap();
+            for (i, g) in got.iter().enumerate() {
+                assert_eq!(*g, src[reference_offset(i, &dims, &st)], "{dims:?} {st:?} on {}: element {i}", exec.name());
+            }
+        }
+    }
+    for exec in executors() {
+        run::<u8>(&exec, |i| (i * 13 % 253) as u8);
+        run::<f16>(&exec, |i| f16::from_bits((i * 29 % 0x7000) as u16));
+        run::<u32>(&exec, |i| i as u32 ^ 0xdead_beef);
+        run::<i64>(&exec, |i| i as i64 * -77);
+    }
+    for wave in [WaveSize::W32, WaveSize::W64] {
+        let exec = kernel_dsl::host::CpuExecutor::new(wave);
+        for (dims, st) in &cases {
+            let n: usize = dims.iter().product();
+            let span = dims.iter().zip(st).map(|(d, s)| (d - 1) * s).sum::<usize>() + 1;
+            let src: Vec<u16> = (0..span + 3).map(|i| i as u16 * 3).collect();
+            let v = RunView::new(dims, [st]).unwrap();
+            let [[s0, s1, s2]] = v.strides;
+            for shift in [1usize, 3] {
+                let mut y = vec![0u16; n + shift];
+                ew::copy_runs::launch::<f16>(
+                    &exec,
+                    LaunchConfig::new(Dim3::x(1), Dim3::x(4)),
+                    // SAFETY: u16 and f16 have one size and alignment; any bits are an f16.
+                    unsafe { std::slice::from_raw_parts(src[shift..].as_ptr() as *const f16, span) },
+                    unsafe { std::slice::from_raw_parts_mut(y[shift..].as_mut_ptr() as *mut f16, n) },
+                    v.d1,
+                    v.d2,
+                    s0,
+                    s1,
+                    s2,
+                )
+                .unwrap();
+                for i in 0..n {
+                    assert_eq!(y[shift + i], src[shift + reference_offset(i, dims, st)], "{dims:?} {st:?} shift {shift} element {i}");
+                }
+            }
+        }
+    }
+}

@@ -9,7 +9,8 @@
 //! `kernels::conv_implicit::conv2d_channels_last` (op `conv_nhwc`: NHWC input, the filter
 //! rearranged once as `(k, k, c_in, c_out)`, the GEMM pipeline gathering input patches),
 //! and as candle-rocm runs it for an NCHW tensor (op `conv_nhwc_route`: input to NHWC,
-//! filter rearranged, the kernel, result back to NCHW).
+//! filter rearranged, the kernel, result back to NCHW; the copies on
+//! `permute::transpose_copy`).
 //! A spot check of a few outputs of each shape
 //! against f64.
 //!
@@ -23,9 +24,9 @@ use benches::{sd_conv_layers, time, uniform, Args, ConvLayer};
 use half::{bf16, f16};
 use kernel_dsl::host::ScalarArg;
 use kernels::conv::ops::{im2col2d, ConvGeometry};
-use kernels::convert::ops::copy_strided;
 use kernels::conv_implicit::{conv2d, conv2d_channels_last, nhwc_refusal, nhwc_weight, Conv2dShape};
 use kernels::gemm::{self, Epilogue, GemmElem, GemmShape, Strides};
+use kernels::permute::{transpose_copy, TransposeView};
 use kernels::runtime::{Device, DeviceVec};
 
 struct Row {
@@ -108,11 +109,18 @@ fn run<T: GemmElem + ScalarArg + kernels::dtype::host::DType>(dev: &Device, l: C
         let mut wr: DeviceVec<T> = dev.alloc(wn.len()).unwrap();
         let mut xr: DeviceVec<T> = dev.alloc(xn.len()).unwrap();
         let mut yr: DeviceVec<T> = dev.alloc(b * c_out * hw).unwrap();
+        // The three copies as candle-rocm makes them: `permute::transpose_copy` (tiles
+        // through shared memory) on the coalesced views.
+        let tr = |src: &DeviceVec<T>, dims: &[usize], strides: &[usize], out: &mut DeviceVec<T>| {
+            let t = TransposeView::new(dims, strides).expect("a transpose");
+            let ([d0, d1, d2], [s0, s1, s2]) = (t.dims, t.strides);
+            transpose_copy::launch::<T>(dev, t.launch_config(), src, out, d0, d1, d2, s0, s1, s2, t.y).unwrap();
+        };
         let mut route = || {
-            copy_strided::<T>(dev, &dx, Some((&[b, h, w, c_in], &[c_in * h * w, w, 1, h * w])), &mut xr).unwrap();
-            copy_strided::<T>(dev, &dw, Some((&[k, k, c_in, c_out], &[k, 1, k * k, c_in * k * k])), &mut wr).unwrap();
+            tr(&dx, &[b, h * w, c_in], &[c_in * h * w, 1, h * w], &mut xr);
+            tr(&dw, &[k * k, c_in, c_out], &[1, k * k, c_in * k * k], &mut wr);
             conv2d_channels_last::<T>(dev, &xr, 0, &wr, None, s, g, &mut dyn_out).unwrap();
-            copy_strided::<T>(dev, &dyn_out, Some((&[b, c_out, oh, ow], &[hw * c_out, 1, ow * c_out, c_out])), &mut yr).unwrap();
+            tr(&dyn_out, &[b, c_out, hw], &[hw * c_out, 1, c_out], &mut yr);
         };
         let us = time(dev, flops, &mut route);
         record("conv_nhwc_route", us, &dev.download(&yr).unwrap());

@@ -36,7 +36,7 @@ fn contiguous_buf(dev: &Device, buf: &Buf, l: &Layout) -> Result<Option<Buf>> {
     if l.is_contiguous() && l.start_offset() == 0 && buf.len() == l.shape().elem_count() {
         return Ok(None);
     }
-    let mut copy = Buf::zeros(dev, buf.dtype(), l.shape().elem_count())?;
+    let mut copy = Buf::uninit(dev, buf.dtype(), l.shape().elem_count())?;
     super::elementwise::copy_strided(dev, buf, l, &mut copy, 0)?;
     Ok(Some(copy))
 }
@@ -230,13 +230,13 @@ fn conv2d_channels_last(dev: &Device, x: &Buf, l: &Layout, kernel: &Buf, kl: &La
     let (xc, x_off) = if xl.is_contiguous() && xl.start_offset() % 8 == 0 {
         (None, xl.start_offset())
     } else {
-        let mut copy = Buf::zeros(dev, x.dtype(), xl.shape().elem_count())?;
+        let mut copy = Buf::uninit(dev, x.dtype(), xl.shape().elem_count())?;
         super::elementwise::copy_strided(dev, x, &xl, &mut copy, 0)?;
         (Some(copy), 0)
     };
     let xb = xc.as_ref().unwrap_or(x);
     let wl = kl.permute(&[2, 3, 1, 0])?;
-    let mut wp = Buf::zeros(dev, kernel.dtype(), wl.shape().elem_count())?;
+    let mut wp = Buf::uninit(dev, kernel.dtype(), wl.shape().elem_count())?;
     super::elementwise::copy_strided(dev, kernel, &wl, &mut wp, 0)?;
     let n_y = b * oh * ow * p.c_out;
     let y: Buf = float_dispatch!(x.dtype(), OP, T => {
@@ -246,7 +246,7 @@ fn conv2d_channels_last(dev: &Device, x: &Buf, l: &Layout, kernel: &Buf, kl: &La
     })?;
     // NHWC -> NCHW.
     let yl = Layout::new((b, p.c_out, oh, ow).into(), vec![oh * ow * p.c_out, 1, ow * p.c_out, p.c_out], 0);
-    let mut nchw = Buf::zeros(dev, y.dtype(), n_y)?;
+    let mut nchw = Buf::uninit(dev, y.dtype(), n_y)?;
     super::elementwise::copy_strided(dev, &y, &yl, &mut nchw, 0)?;
     Ok(Some(nchw))
 }
@@ -275,7 +275,8 @@ pub fn conv2d(dev: &Device, x: &Buf, l: &Layout, kernel: &Buf, kl: &Layout, p: &
     let g = ConvGeometry { padding: p.padding, stride: p.stride, dilation: p.dilation };
     let (h_out, w_out) = (p.out_h(), p.out_w());
     let k = p.c_in * p.k_h * p.k_w;
-    let mut col = Buf::zeros(dev, x.dtype(), p.b_size * h_out * w_out * k)?;
+    // im2col writes every element (zeros in the padding): no fill first.
+    let mut col = Buf::uninit(dev, x.dtype(), p.b_size * h_out * w_out * k)?;
     let mut cr = col.region_mut(0, col.len())?;
     let src = whole(x)?;
     any_dispatch!(x.dtype(), OP, T => {
@@ -290,7 +291,7 @@ pub fn conv1d(dev: &Device, x: &Buf, l: &Layout, kernel: &Buf, kl: &Layout, p: &
     let g = ConvGeometry { padding: p.padding, stride: p.stride, dilation: p.dilation };
     let l_out = p.l_out();
     let k = p.c_in * p.k_size;
-    let mut col = Buf::zeros(dev, x.dtype(), p.b_size * l_out * k)?;
+    let mut col = Buf::uninit(dev, x.dtype(), p.b_size * l_out * k)?;
     let mut cr = col.region_mut(0, col.len())?;
     let src = whole(x)?;
     any_dispatch!(x.dtype(), OP, T => {

@@ -6,6 +6,7 @@ use crate::error::{at, invalid, unsupported};
 use candle_core::{DType, Layout, Result};
 use kernels::elementwise as ew;
 use kernels::indexing::ops as ix;
+use kernels::permute as perm;
 use kernels::runtime::{Device, DeviceVec};
 
 /// Allocates the contiguous output of `n` elements, uninitialized: every caller's kernel
@@ -15,16 +16,37 @@ fn out<T: Copy>(dev: &Device, n: usize, op: &'static str) -> Result<DeviceVec<T>
 }
 
 /// Candle's unary op `name` (`UnaryOpT::NAME`) on the view `l`.
+///
+/// A strided view of at most three dimensions whose innermost size is a multiple of 8 (a
+/// GEGLU half, a narrowed activation) takes `unary_runs`; other views the general kernel.
 pub fn unary(dev: &Device, buf: &Buf, l: &Layout, name: &'static str) -> Result<Buf> {
     let n = l.shape().elem_count();
-    let input = StridedInput::new(dev, buf, l)?;
+    let runs = if l.is_contiguous() {
+        None
+    } else {
+        let (c, _) = coalesce_pair(l, l);
+        ew::RunView::new(c.dims(), [c.stride()]).map(|v| (v, c))
+    };
     macro_rules! run {
         ($T:ty, $wrap:ident, $($name:literal => $Op:ident),*) => {{
             let mut y = out::<$T>(dev, n, name)?;
             if n > 0 {
-                match name {
-                    $($name => ew::unary::launch::<$T, ew::$Op>(dev, ew::launch_config(n), &input.data, &input.layout, &mut y),)*
-                    _ => return Err(invalid(name, "no kernel for this unary op")),
+                match runs {
+                    Some((v, c)) => {
+                        let x = buf.from_offset(&c)?;
+                        let [[s0, s1, s2]] = v.strides;
+                        match name {
+                            $($name => ew::unary_runs::launch::<$T, ew::$Op>(dev, ew::launch_config(n), &x, &mut y, v.d1, v.d2, s0, s1, s2),)*
+                            _ => return Err(invalid(name, "no kernel for this unary op")),
+                        }
+                    }
+                    None => {
+                        let input = StridedInput::new(dev, buf, l)?;
+                        match name {
+                            $($name => ew::unary::launch::<$T, ew::$Op>(dev, ew::launch_config(n), &input.data, &input.layout, &mut y),)*
+                            _ => return Err(invalid(name, "no kernel for this unary op")),
+                        }
+                    }
                 }
                 .map_err(at(name))?;
             }
@@ -50,29 +72,46 @@ pub fn unary(dev: &Device, buf: &Buf, l: &Layout, name: &'static str) -> Result<
 
 /// Candle's binary op `name` (`BinaryOpT::NAME`): both views have the output's shape,
 /// coalesced first ([`coalesce_pair`]) so the kernel walks as few dimensions as the two
-/// views allow.
+/// views allow. Two contiguous operands take the vector map; views of at most three
+/// dimensions whose innermost size is a multiple of 8 (broadcast biases, residuals and
+/// group statistics over image and token shapes) take `binary_runs`; any other view the
+/// general strided kernel.
 pub fn binary(dev: &Device, lhs: &Buf, ll: &Layout, rhs: &Buf, rl: &Layout, name: &'static str) -> Result<Buf> {
     if ll.dims() != rl.dims() {
         return Err(invalid(name, format!("shapes {:?} and {:?} differ", ll.dims(), rl.dims())));
     }
     let n = ll.shape().elem_count();
     let (cl, cr) = coalesce_pair(ll, rl);
-    let (a, b) = (StridedInput::new(dev, lhs, &cl)?, StridedInput::new(dev, rhs, &cr)?);
+    let runs = if cl.is_contiguous() && cr.is_contiguous() { None } else { ew::RunView::new(cl.dims(), [cl.stride(), cr.stride()]) };
+    macro_rules! launch {
+        ($T:ty, $y:expr, $($name:literal => $Op:ident),*) => {{
+            let y: &mut DeviceVec<$T> = $y;
+            match runs {
+                Some(v) => {
+                    let (a, b) = (lhs.from_offset(&cl)?, rhs.from_offset(&cr)?);
+                    let [[l0, l1, l2], [r0, r1, r2]] = v.strides;
+                    match name {
+                        $($name => ew::binary_runs::launch::<$T, ew::$Op>(dev, ew::launch_config(n), &a, &b, y, v.d1, v.d2, l0, l1, l2, r0, r1, r2),)*
+                        _ => return Err(invalid(name, "no kernel for this binary op")),
+                    }
+                }
+                None => {
+                    let (a, b) = (StridedInput::new(dev, lhs, &cl)?, StridedInput::new(dev, rhs, &cr)?);
+                    match name {
+                        $($name => ew::binary::launch::<$T, ew::$Op>(dev, ew::launch_config(n), &a.data, &a.layout, &b.data, &b.layout, y),)*
+                        _ => return Err(invalid(name, "no kernel for this binary op")),
+                    }
+                }
+            }
+            .map_err(at(name))?
+        }};
+    }
     macro_rules! run {
         ($T:ty, $wrap:ident) => {{
             let mut y = out::<$T>(dev, n, name)?;
             if n > 0 {
-                let cfg = ew::launch_config(n);
-                match name {
-                    "add" => ew::binary::launch::<$T, ew::Add>(dev, cfg, &a.data, &a.layout, &b.data, &b.layout, &mut y),
-                    "sub" => ew::binary::launch::<$T, ew::Sub>(dev, cfg, &a.data, &a.layout, &b.data, &b.layout, &mut y),
-                    "mul" => ew::binary::launch::<$T, ew::Mul>(dev, cfg, &a.data, &a.layout, &b.data, &b.layout, &mut y),
-                    "div" => ew::binary::launch::<$T, ew::Div>(dev, cfg, &a.data, &a.layout, &b.data, &b.layout, &mut y),
-                    "minimum" => ew::binary::launch::<$T, ew::Minimum>(dev, cfg, &a.data, &a.layout, &b.data, &b.layout, &mut y),
-                    "maximum" => ew::binary::launch::<$T, ew::Maximum>(dev, cfg, &a.data, &a.layout, &b.data, &b.layout, &mut y),
-                    _ => return Err(invalid(name, "no kernel for this binary op")),
-                }
-                .map_err(at(name))?;
+                launch!($T, &mut y, "add" => Add, "sub" => Sub, "mul" => Mul, "div" => Div,
+                    "minimum" => Minimum, "maximum" => Maximum);
             }
             Ok(Buf::$wrap(y))
         }};
@@ -162,11 +201,31 @@ pub fn copy_strided(dev: &Device, src: &Buf, l: &Layout, dst: &mut Buf, dst_offs
         return Err(invalid(OP, format!("dtypes {:?} and {:?} differ", src.dtype(), dst.dtype())));
     }
     let n = l.shape().elem_count();
-    let x = StridedInput::new(dev, src, l)?;
     let mut y = dst.region_mut(dst_offset, n)?;
     if n == 0 {
         return Ok(());
     }
+    if !l.is_contiguous() {
+        let (c, _) = coalesce_pair(l, l);
+        // A permutation whose output-innermost dimension is strided (NCHW <-> NHWC, a
+        // transposed matrix or filter): tiles through shared memory.
+        if let Some(t) = perm::TransposeView::new(c.dims(), c.stride()) {
+            let x = src.from_offset(&c)?;
+            let ([d0, d1, d2], [s0, s1, s2]) = (t.dims, t.strides);
+            return by_size!(src.dtype(), OP, B => {
+                perm::transpose_copy::launch::<B>(dev, t.launch_config(), &x, &mut y, d0, d1, d2, s0, s1, s2, t.y).map_err(at(OP))
+            });
+        }
+        // Rows of a multiple of 8 elements (narrowed, sliced, broadcast): runs.
+        if let Some(v) = ew::RunView::new(c.dims(), [c.stride()]) {
+            let x = src.from_offset(&c)?;
+            let [[s0, s1, s2]] = v.strides;
+            return by_size!(src.dtype(), OP, B => {
+                ew::copy_runs::launch::<B>(dev, ew::launch_config(n), &x, &mut y, v.d1, v.d2, s0, s1, s2).map_err(at(OP))
+            });
+        }
+    }
+    let x = StridedInput::new(dev, src, l)?;
     by_size!(src.dtype(), OP, B => {
         ew::copy_strided::launch::<B>(dev, ew::launch_config(n), &x.data, &x.layout, &mut y).map_err(at(OP))
     })

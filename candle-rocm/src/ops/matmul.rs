@@ -172,7 +172,7 @@ pub fn matmul(dev: &Device, lhs: &Buf, ll: &Layout, rhs: &Buf, rl: &Layout, (bat
         if let Some(o) = operand(buf, l, batch, rows, cols)? {
             return Ok(o);
         }
-        let mut copy = Buf::zeros(dev, buf.dtype(), l.shape().elem_count())?;
+        let mut copy = Buf::uninit(dev, buf.dtype(), l.shape().elem_count())?;
         super::elementwise::copy_strided(dev, buf, l, &mut copy, 0)?;
         let o = operand(&copy, &Layout::contiguous(l.shape()), batch, rows, cols)?
             .ok_or_else(|| invalid(OP, "contiguous operand did not fold"))?;
