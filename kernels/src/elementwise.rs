@@ -527,7 +527,7 @@ pub fn unary_runs<T: Float, Op: UnaryOp>(input: &[T], out: &mut [T], d1: u32, d2
 /// dimension is strided are better served by `permute::transpose_copy`. Traps as
 /// `unary_runs` does.
 #[allow(clippy::too_many_arguments)]
-#[amdgpu_kernel(T = [u8, f16, u32, i64])]
+#[amdgpu_kernel(T = [u8, f16, bf16, u32, i64])]
 pub fn copy_runs<T: Element>(input: &[T], out: &mut [T], d1: u32, d2: u32, s0: u32, s1: u32, s2: u32) {
     if out.is_empty() {
         return;

@@ -23,7 +23,8 @@ fn offset(i: usize, dims: &[usize], strides: &[usize]) -> usize {
 
 /// Dims and source strides of the views tested: NCHW -> NHWC and back with sizes off the
 /// tile, a filter `(c_out, c_in, 9)` rearranged as `(9, c_in, c_out)`, a plain transpose,
-/// a transpose of a narrowed matrix (row stride past its width).
+/// a transpose of a narrowed matrix (row stride past its width), views of whole tiles
+/// beside edge tiles.
 fn cases() -> Vec<(Vec<usize>, Vec<usize>)> {
     vec![
         (vec![2, 37, 19], vec![37 * 19, 1, 37]),
@@ -32,6 +33,9 @@ fn cases() -> Vec<(Vec<usize>, Vec<usize>)> {
         (vec![50, 70], vec![1, 50]),
         (vec![33, 65], vec![1, 80]),
         (vec![3, 1, 40], vec![1, 99, 3]),
+        // Whole tiles beside edge tiles, along both tiled dimensions, for y = 1 and y = 0.
+        (vec![2, 130, 70], vec![130 * 70, 1, 130]),
+        (vec![100, 3, 72], vec![1, 100, 300]),
     ]
 }
 
@@ -83,7 +87,7 @@ fn transpose_views_are_chosen_only_where_the_kernel_applies() {
     let f = TransposeView::new(&[9, 5, 40], &[1, 9, 45]).unwrap();
     assert_eq!(f.y, 0);
     let c = f.launch_config();
-    assert_eq!((c.grid.x, c.grid.y, c.grid.z, c.block.x, c.block.y), (2, 1, 5, perm::TILE as u32, perm::ROWS as u32));
+    assert_eq!((c.grid.x, c.grid.y, c.grid.z, c.block.x, c.block.y), (40u32.div_ceil(perm::TILE as u32), 1, 5, perm::TILE as u32, perm::ROWS as u32));
 }
 
 /// A view past the source, or a work-group of another shape, fails the launch and writes

@@ -24,8 +24,10 @@ use benches::{sd_conv_layers, time, uniform, Args, ConvLayer};
 use half::{bf16, f16};
 use kernel_dsl::host::ScalarArg;
 use kernels::conv::ops::{im2col2d, ConvGeometry};
+use kernels::convert::ops::copy_strided;
 use kernels::conv_implicit::{conv2d, conv2d_channels_last, nhwc_refusal, nhwc_weight, Conv2dShape};
 use kernels::gemm::{self, Epilogue, GemmElem, GemmShape, Strides};
+use kernels::elementwise::{copy_runs, launch_config, RunView};
 use kernels::permute::{transpose_copy, TransposeView};
 use kernels::runtime::{Device, DeviceVec};
 
@@ -116,9 +118,22 @@ fn run<T: GemmElem + ScalarArg + kernels::dtype::host::DType>(dev: &Device, l: C
             let ([d0, d1, d2], [s0, s1, s2]) = (t.dims, t.strides);
             transpose_copy::launch::<T>(dev, t.launch_config(), src, out, d0, d1, d2, s0, s1, s2, t.y).unwrap();
         };
+        // The filter in two passes, as candle-rocm does: (c_out, c_in k k) transposed,
+        // then its rows of c_out reordered from (c_in, k k) to (k k, c_in) (a run copy).
+        let mut wt: DeviceVec<T> = dev.alloc(wn.len()).unwrap();
+        let (row_dims, row_strides) = ([k * k, c_in, c_out], [c_out, k * k * c_out, 1]);
+        let rows = RunView::new(&row_dims, [&row_strides]);
         let mut route = || {
             tr(&dx, &[b, h * w, c_in], &[c_in * h * w, 1, h * w], &mut xr);
-            tr(&dw, &[k * k, c_in, c_out], &[1, k * k, c_in * k * k], &mut wr);
+            tr(&dw, &[c_in * k * k, c_out], &[1, c_in * k * k], &mut wt);
+            match rows {
+                Some(v) => {
+                    let [[r0, r1, r2]] = v.strides;
+                    copy_runs::launch::<T>(dev, launch_config(wn.len()), &wt, &mut wr, v.d1, v.d2, r0, r1, r2).unwrap();
+                }
+                // c_out no multiple of 8 (conv_out): the element-by-element copy, as in candle-rocm.
+                None => copy_strided::<T>(dev, &wt, Some((&row_dims, &row_strides)), &mut wr).unwrap(),
+            }
             conv2d_channels_last::<T>(dev, &xr, 0, &wr, None, s, g, &mut dyn_out).unwrap();
             tr(&dyn_out, &[b, c_out, hw], &[hw * c_out, 1, c_out], &mut yr);
         };

@@ -78,7 +78,8 @@ pub fn with_implicit_conv_on_cpu<R>(f: impl FnOnce() -> R) -> R {
 /// what a vendor GEMM on the im2col buffer gives. `CANDLE_ROCM_CONV` (read once; the whole
 /// process) overrides: `implicit` takes the kernel on every GPU, `im2col` never (1x1
 /// convolutions included, see `conv2d_pointwise`); `nhwc` takes the channels-last kernel
-/// on every GPU wherever it can ([`conv2d_channels_last`](kernels::conv_implicit::conv2d_channels_last); this one elsewhere as `Auto`).
+/// on every GPU wherever it can, where `Auto` takes it only where its layout copies pay
+/// ([`conv2d_channels_last`](kernels::conv_implicit::conv2d_channels_last); this one as `Auto` elsewhere).
 pub fn implicit_conv_allowed(dev: &Device) -> bool {
     match conv_choice() {
         ConvChoice::Im2col => false,
@@ -192,19 +193,31 @@ pub fn with_channels_last_conv_on_cpu<R>(f: impl FnOnce() -> R) -> R {
 }
 
 /// `true` where conv2d (f16/bf16, a shape [`conv_implicit::nhwc_refusal`] accepts) takes
-/// the channels-last kernel: inside [`with_channels_last_conv_on_cpu`], and on every GPU
-/// with `CANDLE_ROCM_CONV=nhwc`. Not by default: Candle hands NCHW tensors and a
-/// `(c_out, c_in, k, k)` filter to every call, and on an H200 (f16, SD 1.5 layers,
-/// `benches/results/h200-2026-11-27v/conv`) the kernel alone took 2.7 ms over the layer
-/// table against 5.5 ms for im2col + cuBLAS, but with the two layout copies and the
-/// filter rearrangement of each call 7.6 ms (faster on 2 of the 26 layers it takes).
-fn channels_last_allowed(dev: &Device) -> bool {
+/// the channels-last kernel: inside [`with_channels_last_conv_on_cpu`], on every GPU with
+/// `CANDLE_ROCM_CONV=nhwc`, and by default on a GPU where the layout copies it needs are
+/// cheap beside the convolution: Candle hands NCHW tensors and a `(c_out, c_in, k, k)`
+/// filter to every call, so the route copies the input and the output (NCHW <-> NHWC) and
+/// rearranges the filter each time. [`copies_pay`] decides; the other layers take
+/// im2col + the vendor GEMM (or, without one, the NCHW implicit kernel).
+fn channels_last_allowed(dev: &Device, s: &Conv2dShape, out_hw: (usize, usize)) -> bool {
     let on_cpu = CHANNELS_LAST_ON_CPU.with(|k| k.get());
     match conv_choice() {
         ConvChoice::Im2col => false,
         ConvChoice::Nhwc => dev.is_gpu() || on_cpu,
-        ConvChoice::Implicit | ConvChoice::Auto => on_cpu,
+        ConvChoice::Implicit => on_cpu,
+        ConvChoice::Auto => on_cpu || (dev.is_gpu() && copies_pay(s, out_hw)),
     }
+}
+
+/// Whether the channels-last route beats im2col + the vendor GEMM for a convolution:
+/// when the activations it copies (input and output) are at least twice the filter it
+/// rearranges. Large images with few channels (SD's VAE, SDXL's 128x128 level) qualify;
+/// the 8x8-32x32 levels of a UNet, whose filters outweigh their activations, do not
+/// (`benches/results/h200-2026-11-27z`: the per-layer table and the SD steps).
+fn copies_pay(s: &Conv2dShape, (oh, ow): (usize, usize)) -> bool {
+    let act = s.batch * (s.h * s.w * s.c_in + oh * ow * s.c_out);
+    let filter = s.c_out * s.c_in * s.k_h * s.k_w;
+    act >= 2 * filter
 }
 
 /// conv2d on the channels-last implicit GEMM (`kernels::conv_implicit::conv2d_channels_last`:
@@ -214,17 +227,17 @@ fn channels_last_allowed(dev: &Device) -> bool {
 /// contiguous NCHW Candle expects. `None` where the kernel does not take the convolution.
 fn conv2d_channels_last(dev: &Device, x: &Buf, l: &Layout, kernel: &Buf, kl: &Layout, p: &ParamsConv2D) -> Result<Option<Buf>> {
     const OP: &str = "conv2d";
-    if !channels_last_allowed(dev) || !matches!(x.dtype(), DType::F16 | DType::BF16) {
+    if !matches!(x.dtype(), DType::F16 | DType::BF16) {
         return Ok(None);
     }
     let (dims, _) = dims4(l, OP)?;
     let [b, c_in, h, w] = dims;
     let shape = Conv2dShape { batch: b, c_in, h, w, c_out: p.c_out, k_h: p.k_h, k_w: p.k_w, groups: 1 };
-    if conv_implicit::nhwc_refusal::<half::f16>(dev, &shape).is_some() {
-        return Ok(None);
-    }
     let g = ConvGeometry { padding: p.padding, stride: p.stride, dilation: p.dilation };
     let (oh, ow) = shape.out_hw(g).map_err(at(OP))?;
+    if !channels_last_allowed(dev, &shape, (oh, ow)) || conv_implicit::nhwc_refusal::<half::f16>(dev, &shape).is_some() {
+        return Ok(None);
+    }
     // The input as NHWC: in place when that view is contiguous from a 16-byte boundary.
     let xl = l.permute(&[0, 2, 3, 1])?;
     let (xc, x_off) = if xl.is_contiguous() && xl.start_offset() % 8 == 0 {
@@ -235,9 +248,22 @@ fn conv2d_channels_last(dev: &Device, x: &Buf, l: &Layout, kernel: &Buf, kl: &La
         (Some(copy), 0)
     };
     let xb = xc.as_ref().unwrap_or(x);
-    let wl = kl.permute(&[2, 3, 1, 0])?;
-    let mut wp = Buf::uninit(dev, kernel.dtype(), wl.shape().elem_count())?;
-    super::elementwise::copy_strided(dev, kernel, &wl, &mut wp, 0)?;
+    // The filter as (k_h, k_w, c_in, c_out) in two passes that both move whole rows and
+    // tiles: (c_out, c_in k_h k_w) transposed, then its (c_in, k_h k_w) rows of c_out
+    // reordered. (One tiled pass would tile along k_h k_w, mostly idle for 3x3.)
+    let kc = contiguous_buf(dev, kernel, kl)?;
+    let kb = kc.as_ref().unwrap_or(kernel);
+    let (kk, n_w) = (p.k_h * p.k_w, p.c_out * c_in * p.k_h * p.k_w);
+    let mut wt = Buf::uninit(dev, kernel.dtype(), n_w)?;
+    super::elementwise::copy_strided(dev, kb, &Layout::new((c_in * kk, p.c_out).into(), vec![1, c_in * kk], 0), &mut wt, 0)?;
+    let wp = if kk == 1 {
+        wt
+    } else {
+        let mut wp = Buf::uninit(dev, kernel.dtype(), n_w)?;
+        let rows = Layout::new((kk, c_in, p.c_out).into(), vec![p.c_out, kk * p.c_out, 1], 0);
+        super::elementwise::copy_strided(dev, &wt, &rows, &mut wp, 0)?;
+        wp
+    };
     let n_y = b * oh * ow * p.c_out;
     let y: Buf = float_dispatch!(x.dtype(), OP, T => {
         let mut out = alloc::<T>(dev, n_y, OP)?;
