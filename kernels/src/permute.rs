@@ -24,7 +24,7 @@ pub const TILE_ELEMS: usize = TILE * (TILE + 4);
 /// positions along `y` (tile `by`) by `TILE` along dimension 2 (tile `bx`), for the batch
 /// indices `bz, bz + grid_z, ...`: it reads the tile with consecutive work-items on
 /// consecutive `y`, and writes it with consecutive work-items on consecutive outputs.
-/// The launch shape comes from [`launch_config`]. Traps when `out.len() != d0 d1 d2`,
+/// The launch shape comes from [`TransposeView::launch_config`]. Traps when `out.len() != d0 d1 d2`,
 /// `y > 1`, the work-group is not `TILE` x `ROWS`, or the view reaches past `src`.
 #[allow(clippy::too_many_arguments)]
 #[amdgpu_kernel(T = [u8, f16, bf16, u32, i64], max_threads = 512)]
