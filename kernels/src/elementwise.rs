@@ -494,6 +494,20 @@ macro_rules! with_store {
     };
 }
 
+/// The one-operand run kernels' body: `out = f(input)` run by run over the `[d0, d1, d2]`
+/// view of `input` with strides `s` (one check of the shape and the view, then the walk).
+#[device]
+#[inline(always)]
+fn map_runs<T: Copy>(input: &[T], out: &mut [T], d1: u32, d2: u32, s: [u32; 3], f: impl Fn(Chunk<T>) -> Chunk<T>) {
+    if out.is_empty() {
+        return;
+    }
+    let g = RunGrid::new(out.len(), d1, d2);
+    g.view(s, input.len());
+    let v = RunGrid::vector(s, input.as_ptr());
+    with_store!(out, OV => g.for_each([s], |q, [o]| store_run::<T, OV>(out, q, f(load_run(input, o, s[2], v)))));
+}
+
 /// `out = Op(input)` over a view of three dimensions `[d0, d1, d2]` with element strides
 /// `[s0, s1, s2]` (`d0 = out.len() / (d1 d2)`, `d2` a multiple of [`VEC`]): the run walk of
 /// [`binary_runs`](fn@binary_runs) for one operand (a GEGLU half, a narrowed or transposed
@@ -504,21 +518,13 @@ macro_rules! with_store {
     Op = [Neg, Exp, Log, Sqrt, Abs, Sqr, Recip, Relu, Gelu, GeluErf, Silu, Tanh, Sigmoid, Erf, Sin, Cos, Floor, Ceil, Round, Sign]
 )]
 pub fn unary_runs<T: Float, Op: UnaryOp>(input: &[T], out: &mut [T], d1: u32, d2: u32, s0: u32, s1: u32, s2: u32) {
-    if out.is_empty() {
-        return;
-    }
-    let g = RunGrid::new(out.len(), d1, d2);
-    let s = [s0, s1, s2];
-    g.view(s, input.len());
-    let v = RunGrid::vector(s, input.as_ptr());
-    with_store!(out, OV => g.for_each([s], |q, [o]| {
-        let a = load_run(input, o, s2, v);
+    map_runs(input, out, d1, d2, [s0, s1, s2], |a: Chunk<T>| {
         let mut r = a;
         unroll8!(k, VEC, {
             r.0[k] = T::from_f32(Op::apply(a.0[k].to_f32()));
         });
-        store_run::<T, OV>(out, q, r);
-    }));
+        r
+    });
 }
 
 /// `out = input` over a view of three dimensions `[d0, d1, d2]` with element strides
@@ -529,14 +535,7 @@ pub fn unary_runs<T: Float, Op: UnaryOp>(input: &[T], out: &mut [T], d1: u32, d2
 #[allow(clippy::too_many_arguments)]
 #[amdgpu_kernel(T = [u8, f16, bf16, u32, i64])]
 pub fn copy_runs<T: Element>(input: &[T], out: &mut [T], d1: u32, d2: u32, s0: u32, s1: u32, s2: u32) {
-    if out.is_empty() {
-        return;
-    }
-    let g = RunGrid::new(out.len(), d1, d2);
-    let s = [s0, s1, s2];
-    g.view(s, input.len());
-    let v = RunGrid::vector(s, input.as_ptr());
-    with_store!(out, OV => g.for_each([s], |q, [o]| store_run::<T, OV>(out, q, load_run(input, o, s2, v))));
+    map_runs(input, out, d1, d2, [s0, s1, s2], |a: Chunk<T>| a);
 }
 
 /// `out = Op(lhs, rhs)` over a view of three dimensions `[d0, d1, d2]` (`d0 = out.len() /
