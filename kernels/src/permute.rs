@@ -21,11 +21,12 @@ pub const TILE_ELEMS: usize = TILE * (TILE + 4);
 /// dimension 2 is strided in the source. The other of dimensions 0 and 1 is a batch.
 ///
 /// Work-group `(bx, by, bz)` of `TILE` x `ROWS` work-items moves the tile of `TILE` source
-/// positions along `y` (tile `by`) by `TILE` along dimension 2 (tile `bx`), for the batch
-/// indices `bz, bz + grid_z, ...`: it reads the tile with consecutive work-items on
+/// positions along `y` (tiles `by, by + grid_y, ...`) by `TILE` along dimension 2 (tile
+/// `bx`), for the batch indices `bz, bz + grid_z, ...`: it reads the tile with consecutive work-items on
 /// consecutive `y`, and writes it with consecutive work-items on consecutive outputs.
 /// The launch shape comes from [`TransposeView::launch_config`]. Traps when `out.len() != d0 d1 d2`,
-/// `y > 1`, the work-group is not `TILE` x `ROWS`, or the view reaches past `src`.
+/// `y > 1`, the work-group is not `TILE` x `ROWS` x 1, or the view reaches past `src` or
+/// 2^32 elements.
 #[allow(clippy::too_many_arguments)]
 #[amdgpu_kernel(T = [u8, f16, bf16, u32, i64], max_threads = 512)]
 pub fn transpose_copy<T: Element>(
@@ -42,7 +43,7 @@ pub fn transpose_copy<T: Element>(
 ) {
     let (d0, d1, d2) = (d0 as usize, d1 as usize, d2 as usize);
     let n = d0.saturating_mul(d1).saturating_mul(d2);
-    assert!(out.len() == n && y <= 1 && block_dim_x() as usize == TILE && block_dim_y() as usize == ROWS);
+    assert!(out.len() == n && y <= 1 && block_dim_x() as usize == TILE && block_dim_y() as usize == ROWS && block_dim_z() == 1);
     if n == 0 {
         return;
     }

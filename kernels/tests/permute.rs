@@ -104,5 +104,8 @@ fn transpose_copy_rejects_views_past_the_source_and_other_work_groups() {
     let bad = LaunchConfig::new(Dim3::x(1), Dim3::x(64));
     let r = perm::transpose_copy::launch::<u32>(&exec, bad, &src, &mut y, 1, 10, 12, 0, 1, 10, 1);
     assert!(r.is_err(), "a 64 x 1 work-group");
+    let deep = LaunchConfig::new(Dim3::x(1), Dim3 { x: perm::TILE as u32, y: perm::ROWS as u32, z: 2 });
+    let r = perm::transpose_copy::launch::<u32>(&exec, deep, &src, &mut y, 1, 10, 12, 0, 1, 10, 1);
+    assert!(r.is_err(), "a work-group two deep");
     assert!(y.iter().all(|v| *v == 0), "nothing written");
 }
