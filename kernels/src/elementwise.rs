@@ -676,27 +676,35 @@ pub struct RunView<const K: usize> {
 impl<const K: usize> RunView<K> {
     /// See [`RunView`].
     pub fn new(dims: &[usize], strides: [&[usize]; K]) -> Option<RunView<K>> {
-        if dims.is_empty() || dims.len() > 3 || strides.iter().any(|s| s.len() != dims.len()) {
+        if dims.is_empty() || dims.contains(&0) || dims[dims.len() - 1] % VEC != 0 {
             return None;
         }
-        let n: usize = dims.iter().product();
-        let small = |v: usize| u32::try_from(v).ok();
-        if n == 0 || small(n).is_none() || dims[dims.len() - 1] % VEC != 0 {
-            return None;
-        }
-        let pad = 3 - dims.len();
-        let mut d = [1usize; 3];
-        d[pad..].copy_from_slice(dims);
-        let mut out = [[0u32; 3]; K];
+        let (mut shape, mut out) = (None, [[0u32; 3]; K]);
         for (o, s) in out.iter_mut().zip(strides) {
-            for k in 0..dims.len() {
-                o[pad + k] = small(s[k])?;
-            }
-            let last: u128 = d.iter().zip(o.iter()).map(|(&d, &s)| (d - 1) as u128 * s as u128).sum();
-            if last > u32::MAX as u128 {
-                return None;
-            }
+            let (d, st) = view3(dims, s)?;
+            (shape, *o) = (Some(d), st);
         }
-        Some(RunView { d1: d[1] as u32, d2: d[2] as u32, strides: out })
+        let [_, d1, d2] = shape?;
+        Some(RunView { d1, d2, strides: out })
     }
+}
+
+/// A view of at most three dimensions as exactly three, in 32 bits: leading dimensions of
+/// size 1 (stride 0) added, then `(dims, strides)`. `None` when there are more than three
+/// dimensions, the two lengths differ, or a size, a stride, the element count or the last
+/// offset reaches 2^32. The shape check [`RunView`] and `permute::TransposeView` share.
+#[cfg(not(any(target_arch = "amdgpu", target_arch = "nvptx64")))]
+pub fn view3(dims: &[usize], strides: &[usize]) -> Option<([u32; 3], [u32; 3])> {
+    if dims.len() > 3 || strides.len() != dims.len() {
+        return None;
+    }
+    let pad = 3 - dims.len();
+    let (mut d, mut s) = ([1u32; 3], [0u32; 3]);
+    for k in 0..dims.len() {
+        d[pad + k] = u32::try_from(dims[k]).ok()?;
+        s[pad + k] = u32::try_from(strides[k]).ok()?;
+    }
+    let n: u128 = d.iter().map(|&v| v as u128).product();
+    let last: u128 = d.iter().zip(&s).map(|(&d, &s)| (d as u128).saturating_sub(1) * s as u128).sum();
+    (n <= u32::MAX as u128 && last <= u32::MAX as u128).then_some((d, s))
 }

@@ -148,18 +148,11 @@ pub struct TransposeView {
 impl TransposeView {
     /// See [`TransposeView`].
     pub fn new(dims: &[usize], strides: &[usize]) -> Option<TransposeView> {
-        if dims.len() < 2 || dims.len() > 3 || strides.len() != dims.len() || dims.contains(&0) {
+        if dims.len() < 2 || dims.contains(&0) {
             return None;
         }
-        let pad = 3 - dims.len();
-        let (mut d, mut s) = ([1u32; 3], [0u32; 3]);
-        for k in 0..dims.len() {
-            d[pad + k] = u32::try_from(dims[k]).ok()?;
-            s[pad + k] = u32::try_from(strides[k]).ok()?;
-        }
-        let n: u64 = d.iter().map(|&v| v as u64).product();
-        let last: u64 = d.iter().zip(&s).map(|(&d, &s)| (d as u64 - 1) * s as u64).sum();
-        if n > u32::MAX as u64 || last > u32::MAX as u64 || s[2] <= 1 || d[2] == 1 {
+        let (d, s) = crate::elementwise::view3(dims, strides)?;
+        if s[2] <= 1 || d[2] == 1 {
             return None;
         }
         let y = if s[1] == 1 && d[1] > 1 {
