@@ -1,7 +1,8 @@
 """Merges rust_conv.json and torch_conv.json (same GPU run) into report_conv.md: TFLOP/s of
 the implicit-GEMM conv (`conv_implicit`), the im2col + GEMM path it replaces
 (`conv_im2col`), 1x1 layers as one GEMM (`conv_1x1_gemm`) and cuDNN through PyTorch (NCHW
-and channels-last), the channels-last implicit GEMM (`conv_nhwc`), with implicit / im2col,
+and channels-last), the channels-last implicit GEMM (`conv_nhwc`; on Hopper the wgmma
+kernel, with the GEMM pipeline's kernel as `conv_nhwc_tiled`), with implicit / im2col,
 implicit / best cuDNN, conv_nhwc against cuDNN channels-last and the best cuDNN, and
 candle-rocm's route through it for NCHW tensors (`conv_nhwc_route`: transposes included)
 against im2col + cuBLAS (`torch_im2col_cublas`).
@@ -29,7 +30,7 @@ def main():
         oh = (r["h"] + 2 * r["padding"] - r["k"]) // r["stride"] + 1
         ow = (r["w"] + 2 * r["padding"] - r["k"]) // r["stride"] + 1
         flops[key] = 2 * r["batch"] * r["c_out"] * oh * ow * r["c_in"] * r["k"] ** 2
-    ops = ["conv_implicit", "conv_im2col", "conv_1x1_gemm", "conv_nhwc", "conv_nhwc_route", "torch_nchw", "torch_channels_last", "torch_im2col_cublas"]
+    ops = ["conv_implicit", "conv_im2col", "conv_1x1_gemm", "conv_nhwc", "conv_nhwc_tiled", "conv_nhwc_s3", "conv_nhwc_s4", "conv_nhwc_s6", "conv_nhwc_nosplit", "conv_nhwc_route", "torch_nchw", "torch_channels_last", "torch_im2col_cublas"]
     lines = ["| dtype | layer | " + " | ".join(f"{o} TFLOP/s" for o in ops)
              + " | implicit / im2col | implicit / best cuDNN | nhwc / cuDNN channels-last | nhwc / best cuDNN | nhwc_route / im2col+cuBLAS |",
              "|---|---|" + "---|" * (len(ops) + 5)]

@@ -22,7 +22,7 @@
 //! elements).
 use crate::dtype::divmod32;
 use crate::each;
-use crate::gemm::{block_threads, block_tile, chunked, copy_elems, f32_k16_valu, mma_k16, mma_k32, swizzled, tile_lds, tile_offset, tiled_body, wave_frags, waves, ATile, Chunks, GemmElem, MAX_F, PAD};
+use crate::gemm::{block_threads, block_tile, chunked, copy_elems, f32_k16_valu, mma_k16, mma_k32, staged_epilogue, swizzled, tile_lds, tile_offset, tiled_body, wave_frags, waves, ATile, Chunks, GemmElem, EPAD, MAX_F, PAD};
 use kernel_dsl::hint::opaque_u32;
 use kernel_dsl::mma::{self, FragA, FragB, FragC, Lowering, SharedAddr};
 use kernel_dsl::prelude::*;
@@ -350,7 +350,7 @@ pub fn conv2d_split_sum<T: GemmElem>(part: &[f32], bias: &[T], y: &mut [T], geom
 
 
 /// Entries of the `geom` argument of [`conv2d_nhwc`](fn@conv2d_nhwc).
-pub const NHWC_GEOM: usize = 14;
+pub const NHWC_GEOM: usize = 15;
 
 /// Most 16-byte chunks of an A tile one work-item gathers per K step (`mma.sync` f16/bf16:
 /// 256 rows x 64 channels over 256 work-items).
@@ -368,6 +368,19 @@ const NHWC_CHUNKS: usize = 8;
 /// position `(tap, ci)` per step serves all of its chunks; per chunk it keeps the pixel's
 /// window origin as an element offset (wrapping below zero) and a mask of the taps that
 /// fall inside the image (at most 32 taps).
+/// Where one work-item's chunks of a [`PatchA`] tile go: rows `r0 + i * rstep` (`i <
+/// count`), column `c0`, K `bk` per step; chunk `i` at byte `dst0 + i * dst_step` of a stage.
+#[derive(Clone, Copy)]
+struct PatchLayout {
+    r0: usize,
+    c0: usize,
+    rstep: usize,
+    count: usize,
+    bk: usize,
+    dst0: usize,
+    dst_step: usize,
+}
+
 #[derive(Clone, Copy)]
 pub(crate) struct PatchA<T> {
     x: *const T,
@@ -377,6 +390,8 @@ pub(crate) struct PatchA<T> {
     dst_step: usize,
     count: usize,
     c0: usize,
+    /// K per step.
+    bk: u32,
     /// Column `c0`'s window position at the next step: channel, tap bit, filter x,
     /// element offset from the window origin.
     ci: u32,
@@ -392,8 +407,8 @@ pub(crate) struct PatchA<T> {
 }
 
 impl<T: GemmElem> PatchA<T> {
-    /// The source of the tile of rows from `m0`, K from `k_begin`. `g` is the kernel's
-    /// checked geometry.
+    /// The source of the tile of rows from `m0`, K from `k_begin`, in the GEMM pipeline's
+    /// tile ([`block_tile`], [`tile_offset`]). `g` is the kernel's checked geometry.
     #[inline(always)]
     fn new(x: &[T], g: &[u32], m0: usize, k_begin: usize) -> Self {
         let low = mma::lowering();
@@ -409,6 +424,15 @@ impl<T: GemmElem> PatchA<T> {
         if count > NHWC_CHUNKS || count * threads != bm * per_row || (swz && rstep % 8 != 0) {
             panic!("conv2d_nhwc: the A tile does not split into the gather's chunks");
         }
+        let layout = PatchLayout { r0, c0, rstep, count, bk, dst0: tile_offset::<T>(swz, r0, c0, lda), dst_step: rstep * lda * size };
+        Self::with_layout(x, g, m0, k_begin, layout)
+    }
+
+    /// The source of a tile of rows from `m0`, K from `k_begin`, in the shared layout
+    /// `layout` (this work-item's chunks).
+    #[inline(always)]
+    fn with_layout(x: &[T], g: &[u32], m0: usize, k_begin: usize, layout: PatchLayout) -> Self {
+        let PatchLayout { r0, c0, rstep, count, bk, dst0, dst_step } = layout;
         let (batch, h, wd, cin, oh, ow, kh, kw, st, pad, dil, xoff) = (g[0], g[1], g[2], g[3], g[4], g[5], g[7], g[8], g[9], g[10], g[11], g[12]);
         let _ = kh;
         let m = (batch * oh * ow) as usize;
@@ -445,10 +469,11 @@ impl<T: GemmElem> PatchA<T> {
             x: x.as_ptr(),
             off,
             mask,
-            dst0: tile_offset::<T>(swz, r0, c0, lda),
-            dst_step: rstep * lda * size,
+            dst0,
+            dst_step,
             count,
             c0,
+            bk: bk as u32,
             ci,
             // Zero past tap 31 (none there: the kernel checked at most 32 taps).
             bit: if tap < 32 { 1 << tap } else { 0 },
@@ -490,7 +515,7 @@ impl<T: GemmElem> PatchA<T> {
                 }
             }
         });
-        let bk = block_tile::<T>(mma::lowering()).2 as u32;
+        let bk = self.bk;
         self.ci += bk;
         let mut moved = false;
         while self.ci >= self.cin {
@@ -536,7 +561,8 @@ impl<T: GemmElem> ATile<T> for PatchA<T> {
 /// ([`host::nhwc_weight`]); `x` is `(batch, h, w, c_in)` contiguous from element
 /// `x_off`, 16-byte aligned, `c_in` a multiple of 8; `bias` (empty: none) per output
 /// channel. `geom` = `[batch, h, w, c_in, oh, ow, c_out, k_h, k_w, stride, pad, dilation,
-/// x_off, splits]`. Grid: x the tiles of `c_out` (BN), y the tiles of `batch*oh*ow` (BM),
+/// x_off, splits, stages]` (`stages`: [`conv2d_nhwc_wgmma`](fn@conv2d_nhwc_wgmma)'s ring;
+/// not read here). Grid: x the tiles of `c_out` (BN), y the tiles of `batch*oh*ow` (BM),
 /// z `splits` (split K as `gemm_tiled`: f32 partial tiles into `ws`, summed by
 /// [`gemm_split_sum`](fn@crate::gemm::gemm_split_sum)). Launch with [`host::conv2d_channels_last`].
 #[amdgpu_kernel(T = [f16, bf16], max_threads = 256)]
@@ -563,10 +589,210 @@ pub fn conv2d_nhwc<T: GemmElem>(x: &[T], w: &[T], bias: &[T], y: &mut [T], ws: &
     tiled_body::<T, _>(a_of, w, bias, y, ws, (m, cout, k), (cout, 1, cout), (0, 0), (1.0, 0), splits, smem);
 }
 
+/// Warpgroups per work-group of [`conv2d_nhwc_wgmma`](fn@conv2d_nhwc_wgmma), each 64 rows
+/// (output pixels) x [`CW_BN`] output channels.
+pub const CW_GROUPS: usize = 2;
+/// Work-items per work-group of [`conv2d_nhwc_wgmma`](fn@conv2d_nhwc_wgmma).
+pub const CW_THREADS: usize = CW_GROUPS * 128;
+/// Output pixels per work-group of [`conv2d_nhwc_wgmma`](fn@conv2d_nhwc_wgmma).
+pub const CW_BM: usize = 64 * CW_GROUPS;
+/// Output channels per work-group of [`conv2d_nhwc_wgmma`](fn@conv2d_nhwc_wgmma): 128 (one
+/// `m64n128k16` per slice) wastes less of SD's 320- and 640-channel layers on partial
+/// tiles than 256 would.
+pub const CW_BN: usize = 128;
+/// K per stage (one 128-byte swizzled row of 16-bit items).
+pub const CW_BK: usize = 64;
+/// Stages of the ring the launcher picks by default; the kernel takes 3, 4 or 6
+/// ([`CW_STAGE_CHOICES`]): copies run `stages - 1` K steps ahead. Three stages (97 KiB)
+/// let two work-groups share a multiprocessor, which beat the deeper rings of one
+/// work-group on the SD layers (`benches/results/h200-2026-11-28`).
+pub const CW_STAGES: usize = 3;
+/// Ring sizes [`conv2d_nhwc_wgmma`](fn@conv2d_nhwc_wgmma) is built for.
+pub const CW_STAGE_CHOICES: [usize; 3] = [3, 4, 6];
+const CW_A_BYTES: usize = CW_BM * CW_BK * 2;
+const CW_STAGE_BYTES: usize = CW_A_BYTES + CW_BK * CW_BN * 2;
+/// 16-byte chunks of a stage's B tile per work-item (`CW_BK` rows of `CW_BN / 8`).
+const CW_B_CHUNKS: usize = CW_BK * CW_BN / 8 / CW_THREADS;
+
+/// Shared-memory elements (16-bit) [`conv2d_nhwc_wgmma`](fn@conv2d_nhwc_wgmma) needs with a
+/// ring of `stages`: the larger of the ring and the epilogue's f32 tile, plus 1024 bytes
+/// to align the swizzle.
+pub const fn conv_wgmma_smem_elems(stages: usize) -> usize {
+    let ring = stages * CW_STAGE_BYTES;
+    let tile = CW_BM * (CW_BN + EPAD) * 4;
+    (if ring > tile { ring } else { tile } + 1024) / 2
+}
+
+/// [`conv2d_nhwc`](fn@conv2d_nhwc) on the warpgroup matrix units of NVIDIA sm_90a
+/// (`kernel_dsl::mma::wgmma`; only the crate's `sm_90a` PTX variant has it, the CPU
+/// executor emulates it in its `mma.sync` mode, elsewhere the kernel returns at once and
+/// [`host::conv2d_channels_last`] never picks it). Same arguments and `geom`; `c_out` a
+/// multiple of 8 as well. A work-group of [`CW_GROUPS`] warpgroups computes [`CW_BM`]
+/// output pixels x [`CW_BN`] output channels: K steps of 64 flow through a ring of
+/// 128-byte swizzled stages filled by `cp.async`, the A rows gathered from
+/// the input as `conv2d_nhwc` gathers them (zero in the padding, past the last pixel and
+/// past K), the B rows (filter taps x channels, MN-major) zero past K and past `c_out`;
+/// one `m64n128k16` per 16-deep slice. `geom[14]` is the ring's stage count (3, 4 or 6;
+/// the copies run that many steps ahead, less one). Grid: x the tiles of `c_out`, y the
+/// tiles of pixels, z `splits` (split K: f32 partial tiles into `ws`, summed by
+/// [`gemm_split_sum`](fn@crate::gemm::gemm_split_sum)).
+#[amdgpu_kernel(T = [f16, bf16], max_threads = 256)]
+#[inline(always)]
+pub fn conv2d_nhwc_wgmma<T: GemmElem>(x: &[T], w: &[T], bias: &[T], y: &mut [T], ws: &mut [f32], geom: &[u32], smem: SharedDyn<T>) {
+    if !mma::wgmma::available() {
+        return;
+    }
+    match geom[NHWC_GEOM - 1] {
+        3 => wgmma_conv_body::<T, 3>(x, w, bias, y, ws, geom, smem),
+        4 => wgmma_conv_body::<T, 4>(x, w, bias, y, ws, geom, smem),
+        6 => wgmma_conv_body::<T, 6>(x, w, bias, y, ws, geom, smem),
+        _ => panic!("conv2d_nhwc_wgmma: the ring has 3, 4 or 6 stages"),
+    }
+}
+
+/// The body of [`conv2d_nhwc_wgmma`](fn@conv2d_nhwc_wgmma) with a ring of `S` stages.
+#[inline(always)]
+fn wgmma_conv_body<T: GemmElem, const S: usize>(x: &[T], w: &[T], bias: &[T], y: &mut [T], ws: &mut [f32], geom: &[u32], smem: SharedDyn<T>) {
+    use mma::wgmma::{self, descriptor, sw128_offset};
+    let g = &geom[..NHWC_GEOM];
+    let (batch, h, wd, cin, oh, ow, cout, kh, kw) = (g[0], g[1], g[2], g[3], g[4], g[5], g[6], g[7], g[8]);
+    let (xoff, splits) = (g[12], g[13].max(1) as usize);
+    let taps = kh * kw;
+    let x_end = xoff as usize + (batch * h * wd * cin) as usize;
+    let (m, k, n) = ((batch * oh * ow) as usize, (taps * cin) as usize, cout as usize);
+    if taps == 0
+        || taps > 32
+        || cin % 8 != 0
+        || n % 8 != 0
+        || m == 0
+        || x_end > x.len()
+        || (x.as_ptr() as usize + xoff as usize * core::mem::size_of::<T>()) % 16 != 0
+        || w.len() < k * n
+        || y.len() < m * n
+        || !(bias.is_empty() || bias.len() >= n)
+        || (splits > 1 && ws.len() < splits * m * n)
+        || block_dim_x() as usize != CW_THREADS
+        || smem.len() < conv_wgmma_smem_elems(S)
+    {
+        panic!("conv2d_nhwc_wgmma: the geometry, buffers or shared memory do not fit");
+    }
+    let tid = flat_thread_idx() as usize;
+    let wg = tid / wgmma::WARPGROUP;
+    let (n0, m0, zs) = (block_idx_x() as usize * CW_BN, block_idx_y() as usize * CW_BM, block_idx_z() as usize);
+    // This split's K steps.
+    let steps_all = k.div_ceil(CW_BK);
+    let per_split = steps_all.div_ceil(splits);
+    let first = (zs * per_split).min(steps_all);
+    let last = (first + per_split).min(steps_all);
+    let ring = SharedAddr::new(smem.as_ptr()).align_up(1024);
+    // A: rows tid / 8 + i * 32 (a multiple of 8 apart: one swizzle), chunk tid % 8.
+    let rows_apart = CW_THREADS / 8;
+    let layout = PatchLayout { r0: tid / 8, c0: (tid % 8) * 8, rstep: rows_apart, count: CW_BM / rows_apart, bk: CW_BK, dst0: sw128_offset(tid / 8, tid % 8), dst_step: rows_apart * 128 };
+    let mut patch = PatchA::with_layout(x, g, m0, first * CW_BK, layout);
+    // B (K x c_out, MN-major): k rows tid / 16 + j * 16, columns n0 + 8 (tid % 16) ..: the
+    // 64-column group (tid % 16) / 8 of the stage (8192 bytes apart), chunk tid % 8.
+    let b_rows_apart = CW_THREADS / 16;
+    let b_col = n0 + (tid % 16) * 8;
+    let b_dst = CW_A_BYTES + (tid % 16) / 8 * 8192;
+    let b_row0 = tid / 16;
+    let mut load = |step: usize, stage: usize| {
+        if step < last {
+            let buf = ring.add(stage * CW_STAGE_BYTES);
+            let k0 = step * CW_BK;
+            patch.gather(layout.c0 + k0 < k, buf);
+            each!(j in [0, 1, 2, 3, 4, 5, 6, 7] {
+                if j < CW_B_CHUNKS {
+                    let row = b_row0 + j * b_rows_apart;
+                    let dst = buf.add(b_dst + sw128_offset(row, tid % 8));
+                    // SAFETY: a chunk of a row below K and columns below c_out (a multiple
+                    // of 8) lies in `w` (checked above), 16-byte aligned (c_out % 8 == 0,
+                    // the launcher's aligned buffer); any other is zero-filled from no bytes.
+                    unsafe {
+                        if k0 + row < k && b_col < n {
+                            mma::copy::copy_16_whole_at(dst, w.as_ptr().add((k0 + row) * n + b_col) as *const u8);
+                        } else {
+                            mma::copy::copy_16_at(dst, w.as_ptr() as *const u8, 0);
+                        }
+                    }
+                }
+            });
+        }
+        mma::copy::commit();
+    };
+    // SAFETY: all-zero bits are 0.0.
+    let mut acc: [f32; wgmma::ACC_N128] = unsafe { core::mem::zeroed() };
+    // Copies run S - 1 steps ahead: the stage refilled at step `step` is that of step - 1,
+    // free once every warpgroup has waited for its products (the second barrier).
+    let mut pre = 0;
+    while pre + 1 < S {
+        load(first + pre, pre);
+        pre += 1;
+    }
+    let mut stage = 0;
+    for step in first..last {
+        // Step `step`'s copies are done once at most S - 2 younger groups are pending;
+        // the fence hands them to the tensor units, the barrier to the other warpgroups.
+        mma::copy::wait_groups(S as u32 - 2);
+        wgmma::fence_proxy_async();
+        barrier();
+        let buf = ring.add(stage * CW_STAGE_BYTES);
+        let da = descriptor(buf.add(wg * 64 * 128), 16, 1024);
+        let db = descriptor(buf.add(CW_A_BYTES), 8192, 1024);
+        wgmma::fence();
+        each!(s in [0, 1, 2, 3] {
+            // SAFETY: sm_90a or its emulation (checked above); the stage is complete
+            // (waited, fenced, barrier) and not rewritten until every warpgroup has waited
+            // for these products (its refill comes after the second barrier of the next
+            // step). Slice s: 32 bytes on along A's rows, 16 B rows (2 atoms) down.
+            unsafe { wgmma::mma_m64n128k16::<T::Frag, true>(&mut acc, da + (s * 2) as u64, db + (s * 128) as u64) };
+        });
+        wgmma::commit();
+        // This warpgroup's products of step - 1 are done; after the barrier, everyone's.
+        wgmma::wait::<1>();
+        barrier();
+        load(step + S - 1, (stage + S - 1) % S);
+        stage = (stage + 1) % S;
+    }
+    wgmma::wait::<0>();
+    mma::copy::wait_groups(0);
+    barrier();
+    // Epilogue through shared memory: the accumulators as an f32 tile, then whole rows.
+    let t = tid % wgmma::WARPGROUP;
+    let ldt = CW_BN + EPAD;
+    let tile = ring.as_ptr::<f32>();
+    each!(p in [0, 1, 2, 3, 4, 5, 6, 7] {
+        each!(q in [0, 1, 2, 3] {
+            let i = (p * 4 + q) * 2;
+            let (r, cc) = wgmma::acc_coord(t, i);
+            // SAFETY: (wg * 64 + r, cc..cc + 2) lies in the CW_BM x (CW_BN + EPAD) f32 tile
+            // (conv_wgmma_smem_elems); 8-byte aligned (cc even).
+            unsafe { *(tile.add((wg * 64 + r) * ldt + cc) as *mut [f32; 2]) = [acc[i], acc[i + 1]] };
+        });
+    });
+    barrier();
+    let (rows, cols) = (m.saturating_sub(m0).min(CW_BM), n.saturating_sub(n0).min(CW_BN));
+    if splits == 1 {
+        // SAFETY: the tile holds this work-group's results; its valid rows and columns
+        // are elements of `y` (checked above), `bias` empty or covering c_out.
+        unsafe { staged_epilogue::<T>(CW_THREADS, tile, ldt, (rows, cols), (CW_BM, CW_BN), y.as_mut_ptr().add(m0 * n + n0), n, bias, n0, 1.0, 0) };
+    } else {
+        // This split's raw sums into its dense m x c_out slice of `ws`.
+        let mut idx = tid;
+        while idx < CW_BM * CW_BN {
+            let (r, c) = (idx / CW_BN, idx % CW_BN);
+            if r < rows && c < cols {
+                // SAFETY: (r, c) lies in the tile; the slice was checked above.
+                unsafe { *ws.as_mut_ptr().add(zs * m * n + (m0 + r) * n + n0 + c) = *tile.add(r * ldt + c) };
+            }
+            idx += CW_THREADS;
+        }
+    }
+}
+
 /// Checked launches.
 #[cfg(not(any(target_arch = "amdgpu", target_arch = "nvptx64")))]
 pub mod host {
-    use super::{conv2d_implicit, conv2d_nhwc, conv2d_split_sum, conv_smem_elems, CONV_GEOM, NHWC_GEOM};
+    use super::{conv2d_implicit, conv2d_nhwc, conv2d_nhwc_wgmma, conv2d_split_sum, conv_smem_elems, conv_wgmma_smem_elems, CONV_GEOM, CW_BK, CW_BM, CW_BN, CW_STAGES, CW_STAGE_CHOICES, CW_THREADS, NHWC_GEOM};
     use crate::conv::ops::{conv_out_len, ConvGeometry};
     use crate::dtype::host::{arg_len, fits_i32, invalid, product};
     use crate::gemm::{block_tile, gemm_split_sum, lowering_of, smem_elems, splits_for, work_group_size, GemmElem, GemmShape};
@@ -579,6 +805,8 @@ pub mod host {
     const K: &str = "conv2d_implicit";
 
     const KN: &str = "conv2d_nhwc";
+
+    const KW: &str = "conv2d_nhwc_wgmma";
 
     /// Checks that an argument of `kernel` (`what` in the error) holds exactly the
     /// elements of a contiguous tensor of shape `dims`; returns that count. One message
@@ -692,9 +920,78 @@ pub mod host {
         y: &mut (impl KernelArgSliceMut<T> + ?Sized),
         splits: Option<usize>,
     ) -> Result<(usize, usize), LaunchError> {
+        conv2d_channels_last_with(dev, x, offset, weight, bias, s, g, y, splits, NhwcKernel::Auto)
+    }
+
+    /// Which kernel runs a channels-last convolution.
+    #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+    pub enum NhwcKernel {
+        /// [`NhwcKernel::Wgmma`] where it can take the convolution ([`wgmma_refusal`]), else
+        /// [`NhwcKernel::Tiled`].
+        #[default]
+        Auto,
+        /// [`conv2d_nhwc`](fn@super::conv2d_nhwc): the GEMM pipeline of every matrix unit.
+        Tiled,
+        /// [`conv2d_nhwc_wgmma`](fn@super::conv2d_nhwc_wgmma): NVIDIA sm_90a's warpgroup
+        /// matrix units (an error where it cannot run), with a ring of [`CW_STAGES`].
+        Wgmma,
+        /// [`NhwcKernel::Wgmma`] with a ring of this many stages (one of
+        /// [`CW_STAGE_CHOICES`]; benchmarks).
+        WgmmaStages(usize),
+    }
+
+    /// Why [`conv2d_nhwc_wgmma`](fn@super::conv2d_nhwc_wgmma) cannot take this convolution
+    /// on `dev` (beyond [`nhwc_refusal`]), or `None` when it can.
+    pub fn wgmma_refusal<T: GemmElem>(dev: &Device, s: &Conv2dShape) -> Option<String> {
+        if !crate::gemm::wgmma_runs(dev, "conv2d_nhwc_wgmma_f16") {
+            return Some("wgmma needs an NVIDIA sm_90 device and the sm_90a PTX variant (or the CPU executor's mma.sync mode)".into());
+        }
+        if T::SPLIT {
+            return Some("wgmma takes 16-bit inputs only".into());
+        }
+        if s.c_out % 8 != 0 {
+            return Some(format!("the wgmma kernel needs output channels in multiples of 8 ({})", s.c_out));
+        }
+        None
+    }
+
+    /// [`conv2d_channels_last_split`] on the kernel `kernel` chooses.
+    #[allow(clippy::too_many_arguments)]
+    pub fn conv2d_channels_last_with<T: GemmElem + ScalarArg>(
+        dev: &Device,
+        x: &(impl KernelArgSlice<T> + ?Sized),
+        offset: usize,
+        weight: &(impl KernelArgSlice<T> + ?Sized),
+        bias: Option<&(dyn KernelArgSlice<T> + '_)>,
+        s: Conv2dShape,
+        g: ConvGeometry,
+        y: &mut (impl KernelArgSliceMut<T> + ?Sized),
+        splits: Option<usize>,
+        kernel: NhwcKernel,
+    ) -> Result<(usize, usize), LaunchError> {
         if let Some(why) = nhwc_refusal::<T>(dev, &s) {
             return Err(invalid(KN, why));
         }
+        let addr_of = |v: ArgValue| match v {
+            ArgValue::Slice { addr, .. } => addr as usize,
+            _ => 0,
+        };
+        let stages = match kernel {
+            NhwcKernel::WgmmaStages(n) if !CW_STAGE_CHOICES.contains(&n) => {
+                return Err(invalid(KW, format!("the ring has {CW_STAGE_CHOICES:?} stages, not {n}")));
+            }
+            NhwcKernel::WgmmaStages(n) => n,
+            _ => CW_STAGES,
+        };
+        let wgmma = match (kernel, wgmma_refusal::<T>(dev, &s)) {
+            (NhwcKernel::Tiled, _) => false,
+            (NhwcKernel::Auto, why) => why.is_none() && addr_of(weight.kernel_arg()) % 16 == 0,
+            (NhwcKernel::Wgmma | NhwcKernel::WgmmaStages(_), Some(why)) => return Err(invalid(KW, why)),
+            (NhwcKernel::Wgmma | NhwcKernel::WgmmaStages(_), None) if addr_of(weight.kernel_arg()) % 16 != 0 => {
+                return Err(invalid(KW, "the weight is not 16-byte aligned".into()))
+            }
+            (NhwcKernel::Wgmma | NhwcKernel::WgmmaStages(_), None) => true,
+        };
         let Conv2dShape { batch, c_in, h, w, c_out, k_h, k_w, .. } = s;
         let (oh, ow) = s.out_hw(g)?;
         let n_w = check_len(KN, "weight", arg_len(weight), &[k_h, k_w, c_in, c_out])?;
@@ -720,12 +1017,13 @@ pub mod host {
             return Ok((oh, ow));
         }
         let low = lowering_of(dev);
-        let (bm, bn, bk) = block_tile::<T>(low);
+        let (bm, bn, bk) = if wgmma { (CW_BM, CW_BN, CW_BK) } else { block_tile::<T>(low) };
         let (m, k) = (batch * oh * ow, k_h * k_w * c_in);
         let (gx, gy) = (c_out.div_ceil(bn), m.div_ceil(bm));
         let steps = k.div_ceil(bk);
         let splits = match splits {
             Some(sp) => sp.clamp(1, steps),
+            None if wgmma => wgmma_splits(dev, gx * gy, steps),
             None => splits_for::<T>(low, GemmShape { batch: 1, m, n: c_out, k }),
         };
         // The partials are indexed with 32 bits too.
@@ -735,20 +1033,47 @@ pub mod host {
         }
         let u = |v: usize| v as u32;
         let geom: [u32; NHWC_GEOM] = [
-            u(batch), u(h), u(w), u(c_in), u(oh), u(ow), u(c_out), u(k_h), u(k_w), u(g.stride), u(g.padding), u(g.dilation), u(offset), u(splits),
+            u(batch), u(h), u(w), u(c_in), u(oh), u(ow), u(c_out), u(k_h), u(k_w), u(g.stride), u(g.padding), u(g.dilation), u(offset), u(splits), u(stages),
         ];
         let geom = dev.upload(&geom)?;
         let none: [T; 0] = [];
         let bias: &dyn KernelArgSlice<T> = bias.unwrap_or(&none);
-        let cfg = LaunchConfig::new(Dim3::new(gx as u32, gy as u32, splits as u32), Dim3::x(work_group_size(low) as u32))
-            .with_dynamic_shared(smem_elems::<T>(low));
         let mut ws = dev.alloc_uninit::<f32>(if splits > 1 { splits * n_y } else { 0 })?;
-        conv2d_nhwc::launch::<T>(dev, cfg, x, weight, bias, y, &mut ws, &geom)?;
+        if wgmma {
+            let cfg = LaunchConfig::new(Dim3::new(gx as u32, gy as u32, splits as u32), Dim3::x(CW_THREADS as u32)).with_dynamic_shared(conv_wgmma_smem_elems(stages));
+            conv2d_nhwc_wgmma::launch::<T>(dev, cfg, x, weight, bias, y, &mut ws, &geom)?;
+        } else {
+            let cfg = LaunchConfig::new(Dim3::new(gx as u32, gy as u32, splits as u32), Dim3::x(work_group_size(low) as u32))
+                .with_dynamic_shared(smem_elems::<T>(low));
+            conv2d_nhwc::launch::<T>(dev, cfg, x, weight, bias, y, &mut ws, &geom)?;
+        }
         if splits > 1 {
             let cfg = LaunchConfig::new(Dim3::new(u(n_y.div_ceil(256)), 1, 1), Dim3::x(256));
             gemm_split_sum::launch::<T>(dev, cfg, &ws, bias, y, u(m), u(c_out), u(c_out), 0, u(splits), 1.0, 0)?;
         }
         Ok((oh, ow))
+    }
+
+    /// K splits of a wgmma launch of `tiles` work-groups over `steps` K steps: none once the
+    /// tiles give every multiprocessor one. Below that, work-groups beyond one per
+    /// multiprocessor share one (two fit with three stages) at about half speed each, so a
+    /// launch of `tiles * s` work-groups takes about `ceil(tiles * s / SMs) / s` of the
+    /// unsplit tile's time; the smallest such cost wins where it beats the fewer splits' by
+    /// 15% (the partial sums cost a pass), with at least 16 K steps per split and at most
+    /// 16 splits.
+    fn wgmma_splits(dev: &Device, tiles: usize, steps: usize) -> usize {
+        let sms = kernel_dsl::host::Executor::compute_units(dev).unwrap_or(1).max(1) as usize;
+        if tiles >= sms {
+            return 1;
+        }
+        let cost = |s: usize| (tiles * s).div_ceil(sms) as f64 / s as f64;
+        let mut best = 1;
+        for s in 2..=(steps / 16).min(16) {
+            if cost(s) < 0.85 * cost(best) {
+                best = s;
+            }
+        }
+        best
     }
 
     /// Sizes of one 2-D convolution (Candle's `ParamsConv2D` plus groups).

@@ -649,7 +649,7 @@ fn bits16<T: Float>(x: T) -> u32 {
 #[cfg_attr(any(target_arch = "amdgpu", target_arch = "nvptx64"), inline(always))]
 #[cfg_attr(not(any(target_arch = "amdgpu", target_arch = "nvptx64")), inline(never))]
 #[allow(clippy::too_many_arguments)]
-unsafe fn staged_epilogue<T: GemmElem>(
+pub(crate) unsafe fn staged_epilogue<T: GemmElem>(
     threads: usize,
     tile: *const f32,
     ldt: usize,

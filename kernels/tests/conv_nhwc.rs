@@ -4,14 +4,15 @@
 //! mma.sync at wave 32; the VALU fallback, which has no matrix unit, refuses): padding, channel counts that are no multiple of the
 //! tile's K step (steps that straddle filter taps), pixel and output-channel counts that
 //! are no multiple of the tile, batch > 1, bias, stride, dilation, split K, an input at an
-//! offset in its buffer; and typed errors for shapes it cannot take.
+//! offset in its buffer; the same for the wgmma kernel (`conv2d_nhwc_wgmma`, emulated by the
+//! mma.sync executor); and typed errors for shapes they cannot take.
 //!
 //! Tolerance: inputs are exact in the element type and products accumulate in f32 over K
 //! terms, then round once to f16/bf16: `(K * eps_f32 + eps_T) * sum |terms|`.
 use half::{bf16, f16};
 use kernel_dsl::host::{LaunchError, ScalarArg};
 use kernels::conv::ops::ConvGeometry;
-use kernels::conv_implicit::{conv2d_channels_last, conv2d_channels_last_split, nhwc_weight, Conv2dShape};
+use kernels::conv_implicit::{conv2d_channels_last, conv2d_channels_last_with, nhwc_weight, wgmma_refusal, Conv2dShape, NhwcKernel};
 use kernels::dtype::host::DType;
 use kernels::gemm::GemmElem;
 use kernels::runtime::Device;
@@ -48,7 +49,7 @@ fn data<T: F>(n: usize, seed: u64) -> Vec<T> {
 /// One convolution: `x` NHWC at element `offset` of its buffer, weights made in PyTorch's
 /// layout and rearranged by `nhwc_weight`, compared element by element with the f64 sum.
 #[allow(clippy::too_many_arguments)] // one convolution's whole geometry
-fn case<T: F>(dev: &Device, b: usize, c: usize, (h, w): (usize, usize), c_out: usize, k: (usize, usize), g: ConvGeometry, bias: bool, offset: usize, splits: Option<usize>) {
+fn case<T: F>(dev: &Device, kernel: NhwcKernel, b: usize, c: usize, (h, w): (usize, usize), c_out: usize, k: (usize, usize), g: ConvGeometry, bias: bool, offset: usize, splits: Option<usize>) {
     use kernels::gemm::lowering_of;
     use kernel_dsl::mma::Lowering;
     let buf: Vec<T> = data(offset + b * h * w * c + 3, (b * 1000 + h * 10 + w + c) as u64);
@@ -61,7 +62,7 @@ fn case<T: F>(dev: &Device, b: usize, c: usize, (h, w): (usize, usize), c_out: u
     let (src, dw, db) = (dev.upload(&buf).unwrap(), dev.upload(&packed).unwrap(), dev.upload(&bias_v).unwrap());
     let mut out = dev.alloc::<T>(b * oh * ow * c_out).unwrap();
     let bias_arg: Option<&dyn kernel_dsl::host::KernelArgSlice<T>> = if bias { Some(&db) } else { None };
-    let r = conv2d_channels_last_split::<T>(dev, &src, offset, &dw, bias_arg, shape, g, &mut out, splits);
+    let r = conv2d_channels_last_with::<T>(dev, &src, offset, &dw, bias_arg, shape, g, &mut out, splits, kernel);
     if lowering_of(dev) == Lowering::Valu {
         // No matrix unit: refused with a typed error, nothing written.
         assert!(matches!(&r, Err(LaunchError::InvalidArgument { reason, .. }) if reason.contains("matrix unit")), "VALU lowering: {r:?}");
@@ -72,7 +73,7 @@ fn case<T: F>(dev: &Device, b: usize, c: usize, (h, w): (usize, usize), c_out: u
     assert_eq!(hw, (oh, ow));
     let got = dev.download(&out).unwrap();
     let what = format!(
-        "conv2d_nhwc {} on {} / {:?}: b{b} c{c} {h}x{w} -> {c_out} k{k:?} {g:?} bias {bias} offset {offset} splits {splits:?}",
+        "conv2d_nhwc ({kernel:?}) {} on {} / {:?}: b{b} c{c} {h}x{w} -> {c_out} k{k:?} {g:?} bias {bias} offset {offset} splits {splits:?}",
         <T as DType>::NAME,
         kernel_dsl::host::Executor::name(dev),
         kernels::gemm::lowering_of(dev)
@@ -109,25 +110,53 @@ fn case<T: F>(dev: &Device, b: usize, c: usize, (h, w): (usize, usize), c_out: u
 fn cases<T: F>() {
     let geo = |padding, stride, dilation| ConvGeometry { padding, stride, dilation };
     for dev in matrix_executors() {
+        let tiled = |b, c, hw, c_out, k, g, bias, offset, splits| case::<T>(&dev, NhwcKernel::Tiled, b, c, hw, c_out, k, g, bias, offset, splits);
         // 3x3, padding 1, batch 2, bias; 8 channels: every K step spans several taps, and
         // K = 72 ends inside a step.
-        case::<T>(&dev, 2, 8, (5, 7), 6, (3, 3), geo(1, 1, 1), true, 0, None);
+        tiled(2, 8, (5, 7), 6, (3, 3), geo(1, 1, 1), true, 0, None);
         // 24 channels (no multiple of any K step), 99 pixels, no bias, input at an offset.
-        case::<T>(&dev, 1, 24, (9, 11), 20, (3, 3), geo(1, 1, 1), false, 16, None);
+        tiled(1, 24, (9, 11), 20, (3, 3), geo(1, 1, 1), false, 16, None);
         // More pixels than one M tile of every lowering (2 x 144 > 256) and more output
         // channels than one N tile (130 > 128).
-        case::<T>(&dev, 2, 16, (12, 12), 130, (3, 3), geo(1, 1, 1), true, 8, None);
+        tiled(2, 16, (12, 12), 130, (3, 3), geo(1, 1, 1), true, 8, None);
         // 64 channels: whole K steps of one tap (the SD layers' case).
-        case::<T>(&dev, 1, 64, (6, 5), 9, (3, 3), geo(1, 1, 1), true, 0, None);
+        tiled(1, 64, (6, 5), 9, (3, 3), geo(1, 1, 1), true, 0, None);
         // Stride 2, dilation 2 with padding 2, 1x1, a non-square filter.
-        case::<T>(&dev, 1, 16, (9, 8), 7, (3, 3), geo(1, 2, 1), true, 0, None);
-        case::<T>(&dev, 1, 8, (8, 7), 5, (3, 3), geo(2, 1, 2), true, 0, None);
-        case::<T>(&dev, 2, 40, (3, 5), 12, (1, 1), geo(0, 1, 1), true, 0, None);
-        case::<T>(&dev, 1, 8, (5, 6), 3, (2, 3), geo(0, 1, 1), false, 0, None);
+        tiled(1, 16, (9, 8), 7, (3, 3), geo(1, 2, 1), true, 0, None);
+        tiled(1, 8, (8, 7), 5, (3, 3), geo(2, 1, 2), true, 0, None);
+        tiled(2, 40, (3, 5), 12, (1, 1), geo(0, 1, 1), true, 0, None);
+        tiled(1, 8, (5, 6), 3, (2, 3), geo(0, 1, 1), false, 0, None);
         // Split K: K = 32 * 9 = 288 in 3 splits (partial sums, then the bias), and more
         // splits than steps.
-        case::<T>(&dev, 1, 32, (6, 6), 5, (3, 3), geo(1, 1, 1), true, 0, Some(3));
-        case::<T>(&dev, 2, 8, (4, 4), 3, (3, 3), geo(1, 1, 1), true, 0, Some(50));
+        tiled(1, 32, (6, 6), 5, (3, 3), geo(1, 1, 1), true, 0, Some(3));
+        tiled(2, 8, (4, 4), 3, (3, 3), geo(1, 1, 1), true, 0, Some(50));
+        if let Some(why) = wgmma_refusal::<T>(&dev, &Conv2dShape { batch: 1, c_in: 8, h: 1, w: 1, c_out: 8, k_h: 1, k_w: 1, groups: 1 }) {
+            if dev.is_gpu() {
+                eprintln!("conv2d_nhwc_wgmma: skipped on {}: {why}", kernel_dsl::host::Executor::name(&dev));
+            }
+            continue;
+        }
+        // The wgmma kernel (the mma.sync executor emulates it): 288 pixels in three
+        // 128-row tiles (the last partial), 136 output channels in two 128-column tiles
+        // (the second 8 wide), K = 144 ending inside its third step, input at an offset.
+        let wg = |b, c, hw, c_out, k, g, bias, offset, splits| case::<T>(&dev, NhwcKernel::Wgmma, b, c, hw, c_out, k, g, bias, offset, splits);
+        wg(2, 16, (12, 12), 136, (3, 3), geo(1, 1, 1), true, 8, None);
+        // 64 channels: nine whole K steps, around the four-stage ring twice.
+        wg(1, 64, (6, 5), 16, (3, 3), geo(1, 1, 1), true, 0, None);
+        // Steps that straddle taps, stride, dilation, 1x1, no bias.
+        wg(2, 8, (5, 7), 8, (3, 3), geo(1, 1, 1), false, 0, None);
+        wg(1, 16, (9, 8), 8, (3, 3), geo(1, 2, 1), true, 0, None);
+        wg(1, 8, (8, 7), 8, (3, 3), geo(2, 1, 2), true, 0, None);
+        wg(2, 40, (3, 5), 16, (1, 1), geo(0, 1, 1), true, 0, None);
+        // Split K (3 splits of two steps; more splits than steps: empty splits add zeros).
+        wg(1, 64, (6, 6), 8, (3, 3), geo(1, 1, 1), true, 0, Some(3));
+        wg(2, 8, (4, 4), 8, (3, 3), geo(1, 1, 1), true, 0, Some(50));
+        // The other rings (3 and 6 stages): nine steps around each, a partial tile, split K.
+        for stages in [3, 6] {
+            let ring = |b, c, hw, c_out, k, g, bias, offset, splits| case::<T>(&dev, NhwcKernel::WgmmaStages(stages), b, c, hw, c_out, k, g, bias, offset, splits);
+            ring(1, 64, (6, 5), 136, (3, 3), geo(1, 1, 1), true, 0, None);
+            ring(1, 64, (6, 6), 8, (3, 3), geo(1, 1, 1), false, 0, Some(2));
+        }
     }
 }
 
@@ -194,6 +223,20 @@ fn conv2d_nhwc_rejects_bad_shapes_and_writes_nothing() {
     let (xf, wf) = (dev.upload(&[1f32; 5 * 5 * 8]).unwrap(), dev.upload(&[1f32; 9 * 8 * 2]).unwrap());
     let mut yf = dev.alloc::<f32>(50).unwrap();
     assert!(err(conv2d_channels_last::<f32>(&dev, &xf, 0, &wf, None, s, g, &mut yf)).contains("f16 and bf16"));
+    // The wgmma kernel: not on this executor (MFMA), nor for output channels that are no
+    // multiple of 8 where it runs (the mma.sync executor).
+    let wg = |dev: &Device, y: &mut kernels::runtime::DeviceVec<f16>| conv2d_channels_last_with::<f16>(dev, &x, 0, &w, None, s, g, y, None, NhwcKernel::Wgmma);
+    assert!(err(wg(&dev, &mut y)).contains("sm_90"));
+    let mma = Device::cpu_with(kernel_dsl::host::CpuExecutor::new(kernel_dsl::host::WaveSize::W32).with_matrix_unit(kernel_dsl::host::MatrixUnit::MmaSync));
+    let (x, w) = (mma.upload(&[f16::ONE; 5 * 5 * 8 + 8]).unwrap(), mma.upload(&[f16::ONE; 9 * 8 * 2]).unwrap());
+    let mut y_mma = mma.upload(&sentinel).unwrap();
+    let r = conv2d_channels_last_with::<f16>(&mma, &x, 0, &w, None, s, g, &mut y_mma, None, NhwcKernel::Wgmma);
+    assert!(err(r).contains("multiples of 8"));
+    let s8 = Conv2dShape { c_out: 8, ..s };
+    let w8 = mma.upload(&[f16::ONE; 9 * 8 * 8]).unwrap();
+    let r = conv2d_channels_last_with::<f16>(&mma, &x, 0, &w8, None, s8, g, &mut y_mma, None, NhwcKernel::WgmmaStages(5));
+    assert!(err(r).contains("stages"));
     assert_eq!(dev.download(&y).unwrap(), sentinel);
     assert_eq!(dev.download(&y_short).unwrap(), sentinel[..49]);
+    assert_eq!(mma.download(&y_mma).unwrap(), sentinel);
 }

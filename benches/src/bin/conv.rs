@@ -7,7 +7,10 @@
 //! loads, this bench on our GEMM kernels). 1x1 layers also as the plain GEMM candle-rocm
 //! takes for them (op `conv_1x1_gemm`). Layers it takes also run channels-last on
 //! `kernels::conv_implicit::conv2d_channels_last` (op `conv_nhwc`: NHWC input, the filter
-//! rearranged once as `(k, k, c_in, c_out)`, the GEMM pipeline gathering input patches),
+//! rearranged once as `(k, k, c_in, c_out)`, the GEMM pipeline gathering input patches, or
+//! on Hopper the wgmma kernel; there the GEMM pipeline's kernel also runs as op
+//! `conv_nhwc_tiled`, the wgmma kernel with a ring of 6 stages as `conv_nhwc_s6` and
+//! without split K as `conv_nhwc_nosplit`),
 //! and as candle-rocm runs it for an NCHW tensor (op `conv_nhwc_route`: input to NHWC,
 //! filter rearranged, the kernel, result back to NCHW; the copies on
 //! `permute::transpose_copy`).
@@ -25,7 +28,7 @@ use half::{bf16, f16};
 use kernel_dsl::host::ScalarArg;
 use kernels::conv::ops::{im2col2d, ConvGeometry};
 use kernels::convert::ops::copy_strided;
-use kernels::conv_implicit::{conv2d, conv2d_channels_last, nhwc_refusal, nhwc_weight, Conv2dShape};
+use kernels::conv_implicit::{conv2d, conv2d_channels_last, conv2d_channels_last_with, nhwc_refusal, nhwc_weight, wgmma_refusal, Conv2dShape, NhwcKernel};
 use kernels::gemm::{self, Epilogue, GemmElem, GemmShape, Strides};
 use kernels::elementwise::{copy_runs, launch_config, RunView};
 use kernels::permute::{transpose_copy, TransposeView};
@@ -104,6 +107,34 @@ fn run<T: GemmElem + ScalarArg + kernels::dtype::host::DType>(dev: &Device, l: C
             yn[(bi * hw + r % hw) * c_out + r / hw]
         }).collect();
         record("conv_nhwc", us, &y);
+        // Where `conv_nhwc` ran the wgmma kernel, the GEMM pipeline's kernel too (op
+        // `conv_nhwc_tiled`).
+        if wgmma_refusal::<T>(dev, &s).is_none() {
+            let mut tiled = || {
+                conv2d_channels_last_with::<T>(dev, &dxn, 0, &dwn, None, s, g, &mut dyn_out, None, NhwcKernel::Tiled).unwrap();
+            };
+            let us = time(dev, flops, &mut tiled);
+            let yn = dev.download(&dyn_out).unwrap();
+            let y: Vec<T> = (0..yn.len()).map(|i| {
+                let (bi, r) = (i / (c_out * hw), i % (c_out * hw));
+                yn[(bi * hw + r % hw) * c_out + r / hw]
+            }).collect();
+            record("conv_nhwc_tiled", us, &y);
+            // The wgmma kernel with a ring of 6 stages (op `conv_nhwc_s6`), and with the
+            // default ring unsplit (op `conv_nhwc_nosplit`).
+            for (kernel, splits, op) in [(NhwcKernel::WgmmaStages(6), None, "conv_nhwc_s6"), (NhwcKernel::Wgmma, Some(1), "conv_nhwc_nosplit")] {
+                let mut ring = || {
+                    conv2d_channels_last_with::<T>(dev, &dxn, 0, &dwn, None, s, g, &mut dyn_out, splits, kernel).unwrap();
+                };
+                let us = time(dev, flops, &mut ring);
+                let yn = dev.download(&dyn_out).unwrap();
+                let y: Vec<T> = (0..yn.len()).map(|i| {
+                    let (bi, r) = (i / (c_out * hw), i % (c_out * hw));
+                    yn[(bi * hw + r % hw) * c_out + r / hw]
+                }).collect();
+                record(op, us, &y);
+            }
+        }
 
         // The route candle-rocm takes for an NCHW tensor (op `conv_nhwc_route`): the input
         // copied to NHWC, the filter rearranged (every call: Candle hands it over as

@@ -8,7 +8,7 @@ use crate::error::{at, invalid, unsupported};
 use candle_core::conv::{ParamsConv1D, ParamsConv2D, ParamsConvTranspose1D, ParamsConvTranspose2D};
 use candle_core::{DType, Layout, Result};
 use kernels::conv::ops::{self as kc, ConvGeometry};
-use kernels::conv_implicit::{self, Conv2dShape};
+use kernels::conv_implicit::{self, Conv2dShape, NhwcKernel};
 use kernels::pool::ops::{self as kp, Nchw};
 use kernels::runtime::Device;
 
@@ -78,13 +78,14 @@ pub fn with_implicit_conv_on_cpu<R>(f: impl FnOnce() -> R) -> R {
 /// what a vendor GEMM on the im2col buffer gives. `CANDLE_ROCM_CONV` (read once; the whole
 /// process) overrides: `implicit` takes the kernel on every GPU, `im2col` never (1x1
 /// convolutions included, see `conv2d_pointwise`); `nhwc` takes the channels-last kernel
-/// on every GPU wherever it can, where `Auto` takes it only where its layout copies pay
+/// on every GPU wherever it can, where `Auto` takes it only where its layout copies pay;
+/// `tiled` is `Auto` with the channels-last convolutions kept off Hopper's wgmma kernel
 /// ([`conv2d_channels_last`](kernels::conv_implicit::conv2d_channels_last); this one as `Auto` elsewhere).
 pub fn implicit_conv_allowed(dev: &Device) -> bool {
     match conv_choice() {
         ConvChoice::Im2col => false,
         ConvChoice::Implicit => dev.is_gpu() || IMPLICIT_ON_CPU.with(|k| k.get()),
-        ConvChoice::Auto | ConvChoice::Nhwc => IMPLICIT_ON_CPU.with(|k| k.get()) || (dev.is_gpu() && !(crate::blas::blas_allowed() && crate::blas::available(dev))),
+        ConvChoice::Auto | ConvChoice::Tiled | ConvChoice::Nhwc => IMPLICIT_ON_CPU.with(|k| k.get()) || (dev.is_gpu() && !(crate::blas::blas_allowed() && crate::blas::available(dev))),
     }
 }
 
@@ -94,6 +95,9 @@ enum ConvChoice {
     Auto,
     Implicit,
     Nhwc,
+    /// As `Auto`, with the channels-last convolutions on the GEMM pipeline's kernel
+    /// where Hopper's wgmma kernel would run (an A/B switch for benchmarks).
+    Tiled,
     Im2col,
 }
 
@@ -103,6 +107,7 @@ fn conv_choice() -> ConvChoice {
         Ok("im2col") => ConvChoice::Im2col,
         Ok("implicit") => ConvChoice::Implicit,
         Ok("nhwc") => ConvChoice::Nhwc,
+        Ok("tiled") => ConvChoice::Tiled,
         _ => ConvChoice::Auto,
     })
 }
@@ -205,7 +210,7 @@ fn channels_last_allowed(dev: &Device, s: &Conv2dShape, out_hw: (usize, usize)) 
         ConvChoice::Im2col => false,
         ConvChoice::Nhwc => dev.is_gpu() || on_cpu,
         ConvChoice::Implicit => on_cpu,
-        ConvChoice::Auto => on_cpu || (dev.is_gpu() && copies_pay(s, out_hw)),
+        ConvChoice::Auto | ConvChoice::Tiled => on_cpu || (dev.is_gpu() && copies_pay(s, out_hw)),
     }
 }
 
@@ -267,7 +272,8 @@ fn conv2d_channels_last(dev: &Device, x: &Buf, l: &Layout, kernel: &Buf, kl: &La
     let n_y = b * oh * ow * p.c_out;
     let y: Buf = float_dispatch!(x.dtype(), OP, T => {
         let mut out = alloc::<T>(dev, n_y, OP)?;
-        conv_implicit::conv2d_channels_last::<T>(dev, &whole(xb)?, x_off, &whole(&wp)?, None, shape, g, &mut out).map_err(at(OP))?;
+        let kernel = if conv_choice() == ConvChoice::Tiled { NhwcKernel::Tiled } else { NhwcKernel::Auto };
+        conv_implicit::conv2d_channels_last_with::<T>(dev, &whole(xb)?, x_off, &whole(&wp)?, None, shape, g, &mut out, None, kernel).map_err(at(OP))?;
         Ok(T::wrap(out))
     })?;
     // NHWC -> NCHW.

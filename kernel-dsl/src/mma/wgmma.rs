@@ -1,7 +1,7 @@
 //! Warpgroup matrix multiply-accumulate on NVIDIA sm_90a (`wgmma.mma_async`): four waves
-//! (a *warpgroup* of 128 work-items) multiply a 64 x 16 A tile by a 16 x 256 B tile, both
-//! read by the tensor units straight from shared memory, into 64 x 256 f32 accumulators
-//! held 128 per work-item. The products run asynchronously: [`fence`] before the first
+//! (a *warpgroup* of 128 work-items) multiply a 64 x 16 A tile by a 16 x 256 (or 16 x 128)
+//! B tile, both read by the tensor units straight from shared memory, into 64 x 256 (64 x
+//! 128) f32 accumulators held 128 (64) per work-item. The products run asynchronously: [`fence`] before the first
 //! product of a batch, [`commit`] after the batch, [`wait`] until at most `N` batches are
 //! still running before the accumulators or the shared tiles they read are touched.
 //!
@@ -318,6 +318,85 @@ macro_rules! wgmma_m64n256k16 {
         )
     }};
 }
+/// One `wgmma.mma_async.m64n128k16` with f32 accumulators `d` (this work-item's 64); as
+/// `wgmma_m64n256k16`.
+#[cfg(all(target_arch = "nvptx64", target_feature = "sm_90a"))]
+macro_rules! wgmma_m64n128k16 {
+    ($ty:literal, $trans_b:literal, $d:expr, $da:expr, $db:expr) => {{
+        let d: &mut [f32; 64] = $d;
+        core::arch::asm!(
+            concat!("{{ .reg .pred p; setp.ne.b32 p, {66}, 0; wgmma.mma_async.sync.aligned.m64n128k16.f32.", $ty, ".", $ty, " {{{0}, {1}, {2}, {3}, {4}, {5}, {6}, {7}, {8}, {9}, {10}, {11}, {12}, {13}, {14}, {15}, {16}, {17}, {18}, {19}, {20}, {21}, {22}, {23}, {24}, {25}, {26}, {27}, {28}, {29}, {30}, {31}, {32}, {33}, {34}, {35}, {36}, {37}, {38}, {39}, {40}, {41}, {42}, {43}, {44}, {45}, {46}, {47}, {48}, {49}, {50}, {51}, {52}, {53}, {54}, {55}, {56}, {57}, {58}, {59}, {60}, {61}, {62}, {63}}}, {64}, {65}, p, 1, 1, 0, ", $trans_b, "; }}"),
+            inout(reg32) d[0],
+            inout(reg32) d[1],
+            inout(reg32) d[2],
+            inout(reg32) d[3],
+            inout(reg32) d[4],
+            inout(reg32) d[5],
+            inout(reg32) d[6],
+            inout(reg32) d[7],
+            inout(reg32) d[8],
+            inout(reg32) d[9],
+            inout(reg32) d[10],
+            inout(reg32) d[11],
+            inout(reg32) d[12],
+            inout(reg32) d[13],
+            inout(reg32) d[14],
+            inout(reg32) d[15],
+            inout(reg32) d[16],
+            inout(reg32) d[17],
+            inout(reg32) d[18],
+            inout(reg32) d[19],
+            inout(reg32) d[20],
+            inout(reg32) d[21],
+            inout(reg32) d[22],
+            inout(reg32) d[23],
+            inout(reg32) d[24],
+            inout(reg32) d[25],
+            inout(reg32) d[26],
+            inout(reg32) d[27],
+            inout(reg32) d[28],
+            inout(reg32) d[29],
+            inout(reg32) d[30],
+            inout(reg32) d[31],
+            inout(reg32) d[32],
+            inout(reg32) d[33],
+            inout(reg32) d[34],
+            inout(reg32) d[35],
+            inout(reg32) d[36],
+            inout(reg32) d[37],
+            inout(reg32) d[38],
+            inout(reg32) d[39],
+            inout(reg32) d[40],
+            inout(reg32) d[41],
+            inout(reg32) d[42],
+            inout(reg32) d[43],
+            inout(reg32) d[44],
+            inout(reg32) d[45],
+            inout(reg32) d[46],
+            inout(reg32) d[47],
+            inout(reg32) d[48],
+            inout(reg32) d[49],
+            inout(reg32) d[50],
+            inout(reg32) d[51],
+            inout(reg32) d[52],
+            inout(reg32) d[53],
+            inout(reg32) d[54],
+            inout(reg32) d[55],
+            inout(reg32) d[56],
+            inout(reg32) d[57],
+            inout(reg32) d[58],
+            inout(reg32) d[59],
+            inout(reg32) d[60],
+            inout(reg32) d[61],
+            inout(reg32) d[62],
+            inout(reg32) d[63],
+            in(reg64) $da,
+            in(reg64) $db,
+            in(reg32) 1u32,
+            options(nostack),
+        )
+    }};
+}
 /// `d += A B` for the warpgroup: A 64 x 16 K-major at descriptor `da`, B 16 x 256 at `db`,
 /// K-major (stored N x K) or, with `B_MN_MAJOR`, MN-major (stored K x N). Asynchronous:
 /// see the module documentation.
@@ -336,6 +415,38 @@ pub unsafe fn mma_m64n256k16<T: MmaFloat, const B_MN_MAJOR: bool>(d: &mut [f32; 
             (InputKind::Bf16, true) => wgmma_m64n256k16!("bf16", "1", d, da, db),
             (_, false) => wgmma_m64n256k16!("f16", "0", d, da, db),
             (_, true) => wgmma_m64n256k16!("f16", "1", d, da, db),
+        }
+    }
+    #[cfg(not(any(target_arch = "amdgpu", target_arch = "nvptx64")))]
+    {
+        assert!(available(), "wgmma runs on NVIDIA sm_90a or the CPU executor's mma.sync mode only");
+        emulate::<T>(d, da, db, B_MN_MAJOR);
+    }
+    #[cfg(any(target_arch = "amdgpu", all(target_arch = "nvptx64", not(target_feature = "sm_90a"))))]
+    {
+        let _ = (d, da, db, T::KIND == InputKind::I8);
+        panic!("wgmma runs on NVIDIA sm_90a only");
+    }
+}
+
+/// Accumulators per work-item of one `m64n128` product.
+pub const ACC_N128: usize = 64;
+
+/// [`mma_m64n256k16`] for a 16 x 128 B tile (64 accumulators per work-item, the first 128
+/// columns of [`acc_coord`]'s layout).
+///
+/// # Safety
+/// As [`mma_m64n256k16`].
+#[inline(always)]
+pub unsafe fn mma_m64n128k16<T: MmaFloat, const B_MN_MAJOR: bool>(d: &mut [f32; ACC_N128], da: u64, db: u64) {
+    #[cfg(all(target_arch = "nvptx64", target_feature = "sm_90a"))]
+    // SAFETY: the caller's contract.
+    unsafe {
+        match (T::KIND, B_MN_MAJOR) {
+            (InputKind::Bf16, false) => wgmma_m64n128k16!("bf16", "0", d, da, db),
+            (InputKind::Bf16, true) => wgmma_m64n128k16!("bf16", "1", d, da, db),
+            (_, false) => wgmma_m64n128k16!("f16", "0", d, da, db),
+            (_, true) => wgmma_m64n128k16!("f16", "1", d, da, db),
         }
     }
     #[cfg(not(any(target_arch = "amdgpu", target_arch = "nvptx64")))]

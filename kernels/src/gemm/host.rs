@@ -239,18 +239,24 @@ pub fn matmul_with<T: GemmElem + ScalarArg>(
     matmul_strided_with(engine, dev, shape, a, a_op.strides(), b, b_op.strides(), c, ldc, c_batch_stride, epilogue)
 }
 
+/// Whether the wgmma kernel `symbol` runs on `dev`: an NVIDIA device the crate's sm_90a
+/// PTX variant (which alone has the instructions) runs on, or the CPU executor in its
+/// `mma.sync` mode (which emulates them, `kernel_dsl::mma::wgmma`).
+pub fn wgmma_runs(dev: &Device, symbol: &str) -> bool {
+    let _ = symbol;
+    match dev {
+        Device::Cpu(e) => e.executor().matrix_unit() == MatrixUnit::MmaSync,
+        #[cfg(feature = "cuda")]
+        Device::Cuda(d) => crate::__KERNEL_BINARIES.variant_for(symbol).is_some_and(|v| v.runs_on(d.capability())),
+        #[allow(unreachable_patterns)]
+        _ => false,
+    }
+}
+
 /// Why `gemm_wgmma` cannot take this product on `dev`, or `None` when it can.
 #[allow(clippy::too_many_arguments)]
 fn wgmma_refusal<T: GemmElem>(dev: &Device, shape: GemmShape, a: ArgValue, a_s: Strides, b: ArgValue, b_s: Strides, c: ArgValue, ldc: usize, c_bs: usize) -> Option<String> {
-    let device_ok = match dev {
-        // The emulation (`kernel_dsl::mma::wgmma`).
-        Device::Cpu(e) => e.executor().matrix_unit() == MatrixUnit::MmaSync,
-        #[cfg(feature = "cuda")]
-        Device::Cuda(d) => crate::__KERNEL_BINARIES.variant_for("gemm_wgmma_bf16").is_some_and(|v| v.runs_on(d.capability())),
-        #[allow(unreachable_patterns)]
-        _ => false,
-    };
-    if !device_ok {
+    if !wgmma_runs(dev, "gemm_wgmma_bf16") {
         return Some("wgmma needs an NVIDIA sm_90 device and the sm_90a PTX variant (or the CPU executor's mma.sync mode)".into());
     }
     if T::SPLIT {
