@@ -1,9 +1,10 @@
 """Builds report_sd.csv (issue 32) from the sd part of `nvidia.sh report`: `sd-worker bench`
-lines (ours_*.jsonl) and torch_sd.py's (torch_sd.jsonl), in one directory.
+lines (ours_*.jsonl), torch_sd.py's (torch_sd.jsonl) and `candle-peer sd`'s (candle_*.jsonl),
+in one directory.
 
 usage: report_sd.py DIR
 
-One row per shape, op (unet_step, vae_decode) and backend (ours, torch): median and best
+One row per shape, op (unet_step, vae_decode) and backend (ours, torch, candle-cuda): median and best
 time of the timed runs, and ratio_vs_ours = the backend's median time over ours (above 1 we
 are faster; 1.00 on our rows). A row whose image size or batch differs from ours says so in
 `note` and gets no ratio.
@@ -38,6 +39,10 @@ def main():
     if os.path.exists(tp):
         for r in load(tp):
             got[(r["shape"], r["op"], r.get("backend", "torch"))] = r
+    # Candle's own CUDA backend (`candle-peer sd`, benches/candle-peer/src/sd_e2e.rs).
+    for path in sorted(glob.glob(os.path.join(d, "candle_*.jsonl"))):
+        for r in load(path):
+            got[(r["shape"], r["op"], r.get("backend", "candle-cuda"))] = r
     if not got:
         sys.exit(f"no SD results in {d}")
     rows = []

@@ -543,8 +543,9 @@ PY
     if has sd; then
         # Stable Diffusion (workers/sd, issue 32): UNet step (batch 2, classifier-free guidance)
         # and VAE decode at the SD 1.5 (512x512) and SDXL (1024x1024) shapes, random weights,
-        # f16; the peer is diffusers on PyTorch (torch_sd.py: the same networks built from the
-        # published configurations, SDPA attention); report_sd.py builds DIR/sd/report_sd.csv.
+        # f16; the peers are diffusers on PyTorch (torch_sd.py: the same networks built from the
+        # published configurations, SDPA attention) and Candle's CUDA backend (`candle-peer
+        # sd`: candle-transformers' UNet and VAE); report_sd.py builds DIR/sd/report_sd.csv.
         mkdir -p "$out/sd"
         local s shapes="${SD_SHAPES:-sd15 sdxl}"
         for s in $shapes; do
@@ -562,6 +563,14 @@ PY
             step torch-sd 300 env PYTHONPATH="$site" python3 "$py/torch_sd.py" --out "$out/sd" --shapes "${shapes// /,}" --steps 5
         else
             echo "torch-sd skipped: no diffusers (wheels or installed)" | tee -a "$out/summary.txt"
+        fi
+        if [ -x "$BIN/candle-peer" ]; then
+            for s in $shapes; do
+                step "candle-sd-$s" 180 "$BIN/candle-peer" sd --shape "$s" --steps 5
+                grep '^{' "$out/candle-sd-$s.log" > "$out/sd/candle_$s.jsonl" || true
+            done
+        else
+            echo "candle-sd skipped: no candle-peer in $BIN (benches/candle-peer/build.sh)" | tee -a "$out/summary.txt"
         fi
         step report-sd 30 python3 "$py/report_sd.py" "$out/sd"
     fi
