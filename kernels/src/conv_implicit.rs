@@ -903,24 +903,7 @@ pub mod host {
         g: ConvGeometry,
         y: &mut (impl KernelArgSliceMut<T> + ?Sized),
     ) -> Result<(usize, usize), LaunchError> {
-        conv2d_channels_last_split(dev, x, offset, weight, bias, s, g, y, None)
-    }
-
-    /// [`conv2d_channels_last`] with the number of K splits given (`None`: [`splits_for`]'s choice;
-    /// clamped to 1 ..= the K steps).
-    #[allow(clippy::too_many_arguments)]
-    pub fn conv2d_channels_last_split<T: GemmElem + ScalarArg>(
-        dev: &Device,
-        x: &(impl KernelArgSlice<T> + ?Sized),
-        offset: usize,
-        weight: &(impl KernelArgSlice<T> + ?Sized),
-        bias: Option<&(dyn KernelArgSlice<T> + '_)>,
-        s: Conv2dShape,
-        g: ConvGeometry,
-        y: &mut (impl KernelArgSliceMut<T> + ?Sized),
-        splits: Option<usize>,
-    ) -> Result<(usize, usize), LaunchError> {
-        conv2d_channels_last_with(dev, x, offset, weight, bias, s, g, y, splits, NhwcKernel::Auto)
+        conv2d_channels_last_with(dev, x, offset, weight, bias, s, g, y, None, NhwcKernel::Auto)
     }
 
     /// Which kernel runs a channels-last convolution.
@@ -955,7 +938,8 @@ pub mod host {
         None
     }
 
-    /// [`conv2d_channels_last_split`] on the kernel `kernel` chooses.
+    /// [`conv2d_channels_last`] on the kernel `kernel` names, with the number of K splits
+    /// given (`None`: the launcher's choice; clamped to 1 ..= the K steps).
     #[allow(clippy::too_many_arguments)]
     pub fn conv2d_channels_last_with<T: GemmElem + ScalarArg>(
         dev: &Device,

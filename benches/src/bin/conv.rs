@@ -101,38 +101,25 @@ fn run<T: GemmElem + ScalarArg + kernels::dtype::host::DType>(dev: &Device, l: C
             conv2d_channels_last::<T>(dev, &dxn, 0, &dwn, None, s, g, &mut dyn_out).unwrap();
         };
         let us = time(dev, flops, &mut nhwc);
-        let yn = dev.download(&dyn_out).unwrap();
-        let y: Vec<T> = (0..yn.len()).map(|i| {
-            let (bi, r) = (i / (c_out * hw), i % (c_out * hw));
-            yn[(bi * hw + r % hw) * c_out + r / hw]
-        }).collect();
-        record("conv_nhwc", us, &y);
-        // Where `conv_nhwc` ran the wgmma kernel, the GEMM pipeline's kernel too (op
-        // `conv_nhwc_tiled`).
-        if wgmma_refusal::<T>(dev, &s).is_none() {
-            let mut tiled = || {
-                conv2d_channels_last_with::<T>(dev, &dxn, 0, &dwn, None, s, g, &mut dyn_out, None, NhwcKernel::Tiled).unwrap();
-            };
-            let us = time(dev, flops, &mut tiled);
-            let yn = dev.download(&dyn_out).unwrap();
-            let y: Vec<T> = (0..yn.len()).map(|i| {
+        // An NHWC result as NCHW, for the spot check.
+        let nchw = |yn: &[T]| -> Vec<T> {
+            (0..yn.len()).map(|i| {
                 let (bi, r) = (i / (c_out * hw), i % (c_out * hw));
                 yn[(bi * hw + r % hw) * c_out + r / hw]
-            }).collect();
-            record("conv_nhwc_tiled", us, &y);
-            // The wgmma kernel with a ring of 6 stages (op `conv_nhwc_s6`), and with the
-            // default ring unsplit (op `conv_nhwc_nosplit`).
-            for (kernel, splits, op) in [(NhwcKernel::WgmmaStages(6), None, "conv_nhwc_s6"), (NhwcKernel::Wgmma, Some(1), "conv_nhwc_nosplit")] {
-                let mut ring = || {
+            }).collect()
+        };
+        record("conv_nhwc", us, &nchw(&dev.download(&dyn_out).unwrap()));
+        // Where `conv_nhwc` ran the wgmma kernel: the GEMM pipeline's kernel (op
+        // `conv_nhwc_tiled`), the wgmma kernel with a ring of 6 stages (`conv_nhwc_s6`) and
+        // with the default ring unsplit (`conv_nhwc_nosplit`).
+        if wgmma_refusal::<T>(dev, &s).is_none() {
+            let variants = [(NhwcKernel::Tiled, None, "conv_nhwc_tiled"), (NhwcKernel::WgmmaStages(6), None, "conv_nhwc_s6"), (NhwcKernel::Wgmma, Some(1), "conv_nhwc_nosplit")];
+            for (kernel, splits, op) in variants {
+                let mut run = || {
                     conv2d_channels_last_with::<T>(dev, &dxn, 0, &dwn, None, s, g, &mut dyn_out, splits, kernel).unwrap();
                 };
-                let us = time(dev, flops, &mut ring);
-                let yn = dev.download(&dyn_out).unwrap();
-                let y: Vec<T> = (0..yn.len()).map(|i| {
-                    let (bi, r) = (i / (c_out * hw), i % (c_out * hw));
-                    yn[(bi * hw + r % hw) * c_out + r / hw]
-                }).collect();
-                record(op, us, &y);
+                let us = time(dev, flops, &mut run);
+                record(op, us, &nchw(&dev.download(&dyn_out).unwrap()));
             }
         }
 
