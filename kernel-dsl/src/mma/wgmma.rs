@@ -197,92 +197,68 @@ macro_rules! wgmma_f32 {
     }};
 }
 
-/// [`wgmma_f32`] for `m64n256k16` (128 accumulators).
-#[cfg(all(target_arch = "nvptx64", target_feature = "sm_90a"))]
-macro_rules! wgmma_m64n256k16 {
-    ($ty:literal, $trans_b:literal, $d:expr, $da:expr, $db:expr) => {
-        wgmma_f32!("m64n256k16", $ty, $trans_b, $d, $da, $db, [
-            0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 21, 22, 23, 24, 25, 26, 27, 28, 29, 30, 31,
-            32, 33, 34, 35, 36, 37, 38, 39, 40, 41, 42, 43, 44, 45, 46, 47, 48, 49, 50, 51, 52, 53, 54, 55, 56, 57, 58, 59, 60, 61, 62, 63,
-            64, 65, 66, 67, 68, 69, 70, 71, 72, 73, 74, 75, 76, 77, 78, 79, 80, 81, 82, 83, 84, 85, 86, 87, 88, 89, 90, 91, 92, 93, 94, 95,
-            96, 97, 98, 99, 100, 101, 102, 103, 104, 105, 106, 107, 108, 109, 110, 111, 112, 113, 114, 115, 116, 117, 118, 119, 120, 121, 122, 123, 124, 125, 126, 127
-        ])
+/// A public `d += A B` product of one shape: the PTX instruction on sm_90a (f16 or bf16, B
+/// K-major or MN-major), the emulation on the host, a panic elsewhere.
+macro_rules! wgmma_product {
+    ($(#[$doc:meta])* $name:ident, $acc:ident, $shape:literal, [$($i:literal),*]) => {
+        $(#[$doc])*
+        #[inline(always)]
+        pub unsafe fn $name<T: MmaFloat, const B_MN_MAJOR: bool>(d: &mut [f32; $acc], da: u64, db: u64) {
+            #[cfg(all(target_arch = "nvptx64", target_feature = "sm_90a"))]
+            // SAFETY: the caller's contract.
+            unsafe {
+                match (T::KIND, B_MN_MAJOR) {
+                    (InputKind::Bf16, false) => wgmma_f32!($shape, "bf16", "0", d, da, db, [$($i),*]),
+                    (InputKind::Bf16, true) => wgmma_f32!($shape, "bf16", "1", d, da, db, [$($i),*]),
+                    (_, false) => wgmma_f32!($shape, "f16", "0", d, da, db, [$($i),*]),
+                    (_, true) => wgmma_f32!($shape, "f16", "1", d, da, db, [$($i),*]),
+                }
+            }
+            #[cfg(not(any(target_arch = "amdgpu", target_arch = "nvptx64")))]
+            {
+                assert!(available(), "wgmma runs on NVIDIA sm_90a or the CPU executor's mma.sync mode only");
+                emulate::<T>(d, da, db, B_MN_MAJOR);
+            }
+            #[cfg(any(target_arch = "amdgpu", all(target_arch = "nvptx64", not(target_feature = "sm_90a"))))]
+            {
+                let _ = (d, da, db, T::KIND == InputKind::I8);
+                panic!("wgmma runs on NVIDIA sm_90a only");
+            }
+        }
     };
 }
 
-/// [`wgmma_f32`] for `m64n128k16` (64 accumulators).
-#[cfg(all(target_arch = "nvptx64", target_feature = "sm_90a"))]
-macro_rules! wgmma_m64n128k16 {
-    ($ty:literal, $trans_b:literal, $d:expr, $da:expr, $db:expr) => {
-        wgmma_f32!("m64n128k16", $ty, $trans_b, $d, $da, $db, [
-            0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 21, 22, 23, 24, 25, 26, 27, 28, 29, 30, 31,
-            32, 33, 34, 35, 36, 37, 38, 39, 40, 41, 42, 43, 44, 45, 46, 47, 48, 49, 50, 51, 52, 53, 54, 55, 56, 57, 58, 59, 60, 61, 62, 63
-        ])
-    };
-}
-/// `d += A B` for the warpgroup: A 64 x 16 K-major at descriptor `da`, B 16 x 256 at `db`,
-/// K-major (stored N x K) or, with `B_MN_MAJOR`, MN-major (stored K x N). Asynchronous:
-/// see the module documentation.
-///
-/// # Safety
-/// sm_90a only ([`AVAILABLE`]); all 128 work-items of the warpgroup call it together with
-/// the same descriptors, which name valid, initialised, swizzled shared tiles that nothing
-/// writes until a [`wait`] says the product is done.
-#[inline(always)]
-pub unsafe fn mma_m64n256k16<T: MmaFloat, const B_MN_MAJOR: bool>(d: &mut [f32; ACC_N256], da: u64, db: u64) {
-    #[cfg(all(target_arch = "nvptx64", target_feature = "sm_90a"))]
-    // SAFETY: the caller's contract.
-    unsafe {
-        match (T::KIND, B_MN_MAJOR) {
-            (InputKind::Bf16, false) => wgmma_m64n256k16!("bf16", "0", d, da, db),
-            (InputKind::Bf16, true) => wgmma_m64n256k16!("bf16", "1", d, da, db),
-            (_, false) => wgmma_m64n256k16!("f16", "0", d, da, db),
-            (_, true) => wgmma_m64n256k16!("f16", "1", d, da, db),
-        }
-    }
-    #[cfg(not(any(target_arch = "amdgpu", target_arch = "nvptx64")))]
-    {
-        assert!(available(), "wgmma runs on NVIDIA sm_90a or the CPU executor's mma.sync mode only");
-        emulate::<T>(d, da, db, B_MN_MAJOR);
-    }
-    #[cfg(any(target_arch = "amdgpu", all(target_arch = "nvptx64", not(target_feature = "sm_90a"))))]
-    {
-        let _ = (d, da, db, T::KIND == InputKind::I8);
-        panic!("wgmma runs on NVIDIA sm_90a only");
-    }
-}
+wgmma_product!(
+    /// `d += A B` for the warpgroup: A 64 x 16 K-major at descriptor `da`, B 16 x 256 at `db`,
+    /// K-major (stored N x K) or, with `B_MN_MAJOR`, MN-major (stored K x N). Asynchronous:
+    /// see the module documentation.
+    ///
+    /// # Safety
+    /// sm_90a only ([`AVAILABLE`]); all 128 work-items of the warpgroup call it together with
+    /// the same descriptors, which name valid, initialised, swizzled shared tiles that nothing
+    /// writes until a [`wait`] says the product is done.
+    mma_m64n256k16, ACC_N256, "m64n256k16", [
+        0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 21, 22, 23, 24, 25, 26, 27, 28, 29, 30, 31,
+        32, 33, 34, 35, 36, 37, 38, 39, 40, 41, 42, 43, 44, 45, 46, 47, 48, 49, 50, 51, 52, 53, 54, 55, 56, 57, 58, 59, 60, 61, 62, 63,
+        64, 65, 66, 67, 68, 69, 70, 71, 72, 73, 74, 75, 76, 77, 78, 79, 80, 81, 82, 83, 84, 85, 86, 87, 88, 89, 90, 91, 92, 93, 94, 95,
+        96, 97, 98, 99, 100, 101, 102, 103, 104, 105, 106, 107, 108, 109, 110, 111, 112, 113, 114, 115, 116, 117, 118, 119, 120, 121, 122, 123, 124, 125, 126, 127
+    ]
+);
 
 /// Accumulators per work-item of one `m64n128` product.
 pub const ACC_N128: usize = 64;
 
-/// [`mma_m64n256k16`] for a 16 x 128 B tile (64 accumulators per work-item, the first 128
-/// columns of [`acc_coord`]'s layout).
-///
-/// # Safety
-/// As [`mma_m64n256k16`].
-#[inline(always)]
-pub unsafe fn mma_m64n128k16<T: MmaFloat, const B_MN_MAJOR: bool>(d: &mut [f32; ACC_N128], da: u64, db: u64) {
-    #[cfg(all(target_arch = "nvptx64", target_feature = "sm_90a"))]
-    // SAFETY: the caller's contract.
-    unsafe {
-        match (T::KIND, B_MN_MAJOR) {
-            (InputKind::Bf16, false) => wgmma_m64n128k16!("bf16", "0", d, da, db),
-            (InputKind::Bf16, true) => wgmma_m64n128k16!("bf16", "1", d, da, db),
-            (_, false) => wgmma_m64n128k16!("f16", "0", d, da, db),
-            (_, true) => wgmma_m64n128k16!("f16", "1", d, da, db),
-        }
-    }
-    #[cfg(not(any(target_arch = "amdgpu", target_arch = "nvptx64")))]
-    {
-        assert!(available(), "wgmma runs on NVIDIA sm_90a or the CPU executor's mma.sync mode only");
-        emulate::<T>(d, da, db, B_MN_MAJOR);
-    }
-    #[cfg(any(target_arch = "amdgpu", all(target_arch = "nvptx64", not(target_feature = "sm_90a"))))]
-    {
-        let _ = (d, da, db, T::KIND == InputKind::I8);
-        panic!("wgmma runs on NVIDIA sm_90a only");
-    }
-}
+wgmma_product!(
+    /// [`mma_m64n256k16`] for a 16 x 128 B tile (64 accumulators per work-item, the first 128
+    /// columns of [`acc_coord`]'s layout).
+    ///
+    /// # Safety
+    /// As [`mma_m64n256k16`].
+    mma_m64n128k16, ACC_N128, "m64n128k16", [
+        0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 21, 22, 23, 24, 25, 26, 27, 28, 29, 30, 31,
+        32, 33, 34, 35, 36, 37, 38, 39, 40, 41, 42, 43, 44, 45, 46, 47, 48, 49, 50, 51, 52, 53, 54, 55, 56, 57, 58, 59, 60, 61, 62, 63
+    ]
+);
 
 #[cfg(all(test, not(any(target_arch = "amdgpu", target_arch = "nvptx64"))))]
 mod tests {
