@@ -356,18 +356,6 @@ pub const NHWC_GEOM: usize = 15;
 /// 256 rows x 64 channels over 256 work-items).
 const NHWC_CHUNKS: usize = 8;
 
-/// The A tile of the NHWC convolution's GEMM ([`conv2d_nhwc`](fn@conv2d_nhwc)): row `p`
-/// (output pixel `(b, oy, ox)`) and column `kg = tap * c_in + ci` (`tap = ky * k_w + kx`)
-/// hold `x[b, oy*stride + ky*dil - pad, ox*stride + kx*dil - pad, ci]`, zero in the
-/// padding. Channels are innermost in both, so the 8 columns of a 16-byte chunk (`c_in` a
-/// multiple of 8) are 16 contiguous bytes of one pixel: the tile moves as the GEMM's
-/// chunks do (`cp.async` on NVIDIA), consecutive work-items on consecutive chunks of a
-/// pixel, with padding and rows past the end predicated to zero.
-///
-/// Each work-item keeps one column `c0` of the tile for the whole K loop, so one window
-/// position `(tap, ci)` per step serves all of its chunks; per chunk it keeps the pixel's
-/// window origin as an element offset (wrapping below zero) and a mask of the taps that
-/// fall inside the image (at most 32 taps).
 /// Where one work-item's chunks of a [`PatchA`] tile go: rows `r0 + i * rstep` (`i <
 /// count`), column `c0`, K `bk` per step; chunk `i` at byte `dst0 + i * dst_step` of a stage.
 #[derive(Clone, Copy)]
@@ -381,6 +369,18 @@ struct PatchLayout {
     dst_step: usize,
 }
 
+/// The A tile of the NHWC convolution's GEMM ([`conv2d_nhwc`](fn@conv2d_nhwc)): row `p`
+/// (output pixel `(b, oy, ox)`) and column `kg = tap * c_in + ci` (`tap = ky * k_w + kx`)
+/// hold `x[b, oy*stride + ky*dil - pad, ox*stride + kx*dil - pad, ci]`, zero in the
+/// padding. Channels are innermost in both, so the 8 columns of a 16-byte chunk (`c_in` a
+/// multiple of 8) are 16 contiguous bytes of one pixel: the tile moves as the GEMM's
+/// chunks do (`cp.async` on NVIDIA), consecutive work-items on consecutive chunks of a
+/// pixel, with padding and rows past the end predicated to zero.
+///
+/// Each work-item keeps one column `c0` of the tile for the whole K loop, so one window
+/// position `(tap, ci)` per step serves all of its chunks; per chunk it keeps the pixel's
+/// window origin as an element offset (wrapping below zero) and a mask of the taps that
+/// fall inside the image (at most 32 taps).
 #[derive(Clone, Copy)]
 pub(crate) struct PatchA<T> {
     x: *const T,
@@ -961,20 +961,21 @@ pub mod host {
             _ => 0,
         };
         let stages = match kernel {
-            NhwcKernel::WgmmaStages(n) if !CW_STAGE_CHOICES.contains(&n) => {
-                return Err(invalid(KW, format!("the ring has {CW_STAGE_CHOICES:?} stages, not {n}")));
-            }
             NhwcKernel::WgmmaStages(n) => n,
             _ => CW_STAGES,
         };
-        let wgmma = match (kernel, wgmma_refusal::<T>(dev, &s)) {
-            (NhwcKernel::Tiled, _) => false,
-            (NhwcKernel::Auto, why) => why.is_none() && addr_of(weight.kernel_arg()) % 16 == 0,
-            (NhwcKernel::Wgmma | NhwcKernel::WgmmaStages(_), Some(why)) => return Err(invalid(KW, why)),
-            (NhwcKernel::Wgmma | NhwcKernel::WgmmaStages(_), None) if addr_of(weight.kernel_arg()) % 16 != 0 => {
-                return Err(invalid(KW, "the weight is not 16-byte aligned".into()))
-            }
-            (NhwcKernel::Wgmma | NhwcKernel::WgmmaStages(_), None) => true,
+        if !CW_STAGE_CHOICES.contains(&stages) {
+            return Err(invalid(KW, format!("the ring has {CW_STAGE_CHOICES:?} stages, not {stages}")));
+        }
+        // Why the wgmma kernel cannot run here (its refusal, or the weight's alignment).
+        let why_not = || wgmma_refusal::<T>(dev, &s).or_else(|| (addr_of(weight.kernel_arg()) % 16 != 0).then(|| "the weight is not 16-byte aligned".to_string()));
+        let wgmma = match kernel {
+            NhwcKernel::Tiled => false,
+            NhwcKernel::Auto => why_not().is_none(),
+            NhwcKernel::Wgmma | NhwcKernel::WgmmaStages(_) => match why_not() {
+                Some(why) => return Err(invalid(KW, why)),
+                None => true,
+            },
         };
         let Conv2dShape { batch, c_in, h, w, c_out, k_h, k_w, .. } = s;
         let (oh, ow) = s.out_hw(g)?;
@@ -988,11 +989,7 @@ pub mod host {
         // it never reads them).
         let strides = [h.wrapping_mul(w).wrapping_mul(c_in), w.wrapping_mul(c_in), c_in, 1];
         let x_end = check_input(KN, [batch, h, w, c_in], strides, offset, arg_len(x))?;
-        let addr = match x.kernel_arg() {
-            ArgValue::Slice { addr, .. } => addr as usize,
-            _ => 0,
-        };
-        if (addr + offset * core::mem::size_of::<T>()) % 16 != 0 {
+        if (addr_of(x.kernel_arg()) + offset * core::mem::size_of::<T>()) % 16 != 0 {
             return Err(invalid(KN, format!("the input at element {offset} is not 16-byte aligned")));
         }
         let pad_span = g.padding.saturating_mul(2).saturating_add(h.max(w));
