@@ -25,7 +25,7 @@ fn main() {
         .module("llm")
         .module("permute")
         // The H100's warpgroup matrix units (`wgmma`) exist only in `sm_90a` PTX.
-        .ptx_variant("sm_90a", &["gemm_wgmma", "conv2d_nhwc_wgmma"])
+        .ptx_variant("sm_90a", &["gemm_wgmma", "conv2d_nhwc_wgmma", "conv2d_nhwc_wgmma_n160"])
         // On the H100 the decode matvec and its activations' quantization overlap the
         // kernel before each (`kernel_dsl::grid`: `griddepcontrol` needs sm_90).
         .ptx_variant_preferred(

@@ -30,7 +30,7 @@ def main():
         oh = (r["h"] + 2 * r["padding"] - r["k"]) // r["stride"] + 1
         ow = (r["w"] + 2 * r["padding"] - r["k"]) // r["stride"] + 1
         flops[key] = 2 * r["batch"] * r["c_out"] * oh * ow * r["c_in"] * r["k"] ** 2
-    ops = ["conv_implicit", "conv_im2col", "conv_1x1_gemm", "conv_nhwc", "conv_nhwc_tiled", "conv_nhwc_s3", "conv_nhwc_s4", "conv_nhwc_s6", "conv_nhwc_nosplit", "conv_nhwc_route", "torch_nchw", "torch_channels_last", "torch_im2col_cublas"]
+    ops = ["conv_implicit", "conv_im2col", "conv_1x1_gemm", "conv_nhwc", "conv_nhwc_tiled", "conv_nhwc_n128", "conv_nhwc_n160", "conv_nhwc_n128_nosplit", "conv_nhwc_n160_nosplit", "conv_nhwc_s3", "conv_nhwc_s4", "conv_nhwc_s6", "conv_nhwc_nosplit", "conv_nhwc_route", "torch_nchw", "torch_channels_last", "torch_im2col_cublas"]
     lines = ["| dtype | layer | " + " | ".join(f"{o} TFLOP/s" for o in ops)
              + " | implicit / im2col | implicit / best cuDNN | nhwc / cuDNN channels-last | nhwc / best cuDNN | nhwc_route / im2col+cuBLAS |",
              "|---|---|" + "---|" * (len(ops) + 5)]

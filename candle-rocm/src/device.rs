@@ -67,6 +67,13 @@ impl RocmDevice {
         Self::wrap(Device::cpu(wave), 0, "CPU executor")
     }
 
+    /// The CPU executor emulating the matrix unit `unit` (e.g. `MatrixUnit::MmaSync`, whose
+    /// mode also runs the sm_90a warpgroup kernels): tests of the paths a GPU with that
+    /// unit takes.
+    pub fn new_cpu_executor_with(wave: WaveSize, unit: kernel_dsl::host::MatrixUnit) -> Self {
+        Self::wrap(Device::cpu_with(kernel_dsl::host::CpuExecutor::new(wave).with_matrix_unit(unit)), 0, "CPU executor")
+    }
+
     /// The device a command-line flag names: `rocm[:N]` (AMD GPU), `cuda[:N]` (NVIDIA GPU
     /// running the PTX), `cpu-executor[:32|:64]` (the CPU executor, waves of 64 unless
     /// `:32`); ordinals default to 0. An unknown name or a bad ordinal is an error that

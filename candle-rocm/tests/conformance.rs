@@ -974,10 +974,14 @@ fn conv2d_on_the_implicit_gemm_kernel() {
 /// 64) against Candle's CPU conv2d on f32 copies rounded once: NCHW inputs (copied to
 /// NHWC), channels-last views taken in place (one at an offset: a narrowed batch),
 /// padding, stride 2, dilation 2, a transposed input, channels that are no multiple of
-/// the K step.
+/// the K step. Also on the executor emulating NVIDIA's units, where the route takes the
+/// wgmma kernel for output channels in multiples of 8: 160-channel tiles with the filter
+/// rearranged K-major (`FilterLayout::Ohwi`) for 320 channels, 128-channel tiles for 16.
 #[test]
 fn conv2d_on_the_channels_last_kernel() {
-    for dev in devices() {
+    let mut devs = devices();
+    devs.push(candle_rocm::RocmDevice::new_cpu_executor_with(candle_rocm::WaveSize::W32, kernel_dsl::host::MatrixUnit::MmaSync));
+    for dev in devs {
         for dtype in [DType::F16, DType::BF16] {
             // At most 24 * 9 = 216 products per output.
             let t = product_tol(dtype, 216);
@@ -987,6 +991,8 @@ fn conv2d_on_the_channels_last_kernel() {
             let k24 = rand(&[20, 24, 3, 3], dtype, 193, false);
             // Channels-last in memory: (b, h, w, c) seen as (b, c, h, w).
             let xcl = rand(&[3, 9, 7, 8], dtype, 194, false);
+            let k16 = rand(&[16, 8, 3, 3], dtype, 195, false);
+            let k320 = rand(&[320, 8, 3, 3], dtype, 196, false);
             let w = |op: &str| format!("channels-last {op} {dtype:?}");
             let cases: Vec<(&str, Vec<&Tensor>, Box<TensorFn>)> = vec![
                 ("conv2d 3x3 padding 1", vec![&x, &k], Box::new(|v| v[0].conv2d(&v[1], 1, 1, 1, 1))),
@@ -996,6 +1002,8 @@ fn conv2d_on_the_channels_last_kernel() {
                 ("conv2d of a transposed input", vec![&x, &k], Box::new(|v| v[0].transpose(2, 3)?.conv2d(&v[1], 1, 1, 1, 1))),
                 ("conv2d of a channels-last view", vec![&xcl, &k], Box::new(|v| v[0].permute((0, 3, 1, 2))?.conv2d(&v[1], 1, 1, 1, 1))),
                 ("conv2d of a narrowed channels-last view", vec![&xcl, &k], Box::new(|v| v[0].narrow(0, 1, 2)?.permute((0, 3, 1, 2))?.conv2d(&v[1], 1, 1, 1, 1))),
+                ("conv2d to 16 channels", vec![&x, &k16], Box::new(|v| v[0].conv2d(&v[1], 1, 1, 1, 1))),
+                ("conv2d to 320 channels", vec![&x, &k320], Box::new(|v| v[0].conv2d(&v[1], 1, 1, 1, 1))),
             ];
             for (name, xs, f) in &cases {
                 candle_rocm::ops::conv::with_channels_last_conv_on_cpu(|| {

@@ -350,7 +350,7 @@ pub fn conv2d_split_sum<T: GemmElem>(part: &[f32], bias: &[T], y: &mut [T], geom
 
 
 /// Entries of the `geom` argument of [`conv2d_nhwc`](fn@conv2d_nhwc).
-pub const NHWC_GEOM: usize = 15;
+pub const NHWC_GEOM: usize = 16;
 
 /// Most 16-byte chunks of an A tile one work-item gathers per K step (`mma.sync` f16/bf16:
 /// 256 rows x 64 channels over 256 work-items).
@@ -558,11 +558,11 @@ impl<T: GemmElem> ATile<T> for PatchA<T> {
 /// tile gathered from the input (`PatchA`). The GEMM is `Y (batch*oh*ow x c_out) =
 /// X_patches (batch*oh*ow x K) * W (K x c_out)`, `K = k_h*k_w*c_in` in (tap, channel)
 /// order, so `w` is the filter as `(k_h, k_w, c_in, c_out)` contiguous
-/// ([`host::nhwc_weight`]); `x` is `(batch, h, w, c_in)` contiguous from element
+/// ([`host::FilterLayout::Hwio`]); `x` is `(batch, h, w, c_in)` contiguous from element
 /// `x_off`, 16-byte aligned, `c_in` a multiple of 8; `bias` (empty: none) per output
 /// channel. `geom` = `[batch, h, w, c_in, oh, ow, c_out, k_h, k_w, stride, pad, dilation,
-/// x_off, splits, stages]` (`stages`: [`conv2d_nhwc_wgmma`](fn@conv2d_nhwc_wgmma)'s ring;
-/// not read here). Grid: x the tiles of `c_out` (BN), y the tiles of `batch*oh*ow` (BM),
+/// x_off, splits, stages, tile_n]` (`stages`, `tile_n`: [`conv2d_nhwc_wgmma`](fn@conv2d_nhwc_wgmma)'s
+/// ring and tile width; not read here). Grid: x the tiles of `c_out` (BN), y the tiles of `batch*oh*ow` (BM),
 /// z `splits` (split K as `gemm_tiled`: f32 partial tiles into `ws`, summed by
 /// [`gemm_split_sum`](fn@crate::gemm::gemm_split_sum)). Launch with [`host::conv2d_channels_last`].
 #[amdgpu_kernel(T = [f16, bf16], max_threads = 256)]
@@ -590,69 +590,91 @@ pub fn conv2d_nhwc<T: GemmElem>(x: &[T], w: &[T], bias: &[T], y: &mut [T], ws: &
 }
 
 /// Warpgroups per work-group of [`conv2d_nhwc_wgmma`](fn@conv2d_nhwc_wgmma), each 64 rows
-/// (output pixels) x [`CW_BN`] output channels.
+/// (output pixels) x the tile's output channels.
 pub const CW_GROUPS: usize = 2;
 /// Work-items per work-group of [`conv2d_nhwc_wgmma`](fn@conv2d_nhwc_wgmma).
 pub const CW_THREADS: usize = CW_GROUPS * 128;
 /// Output pixels per work-group of [`conv2d_nhwc_wgmma`](fn@conv2d_nhwc_wgmma).
 pub const CW_BM: usize = 64 * CW_GROUPS;
-/// Output channels per work-group of [`conv2d_nhwc_wgmma`](fn@conv2d_nhwc_wgmma): 128 (one
-/// `m64n128k16` per slice) wastes less of SD's 320- and 640-channel layers on partial
-/// tiles than 256 would.
-pub const CW_BN: usize = 128;
+/// Output channels per work-group [`conv2d_nhwc_wgmma`](fn@conv2d_nhwc_wgmma) is built for:
+/// 128 (`m64n128k16`) or 160 (`m64n160k16`: SD's 320-channel layers in whole tiles, where
+/// 128 leaves a partial one, and fewer rounds of tiles on some 640- and 1280-channel ones).
+pub const CW_BN_CHOICES: [usize; 2] = [128, 160];
 /// K per stage (one 128-byte swizzled row of 16-bit items).
 pub const CW_BK: usize = 64;
 /// Stages of the ring the launcher picks by default; the kernel takes 3, 4 or 6
-/// ([`CW_STAGE_CHOICES`]): copies run `stages - 1` K steps ahead. Three stages (97 KiB)
-/// let two work-groups share a multiprocessor, which beat the deeper rings of one
+/// ([`CW_STAGE_CHOICES`]): copies run `stages - 1` K steps ahead. Three stages let two
+/// 128-wide work-groups share a multiprocessor, which beat the deeper rings of one
 /// work-group on the SD layers (`benches/results/h200-2026-11-28`).
 pub const CW_STAGES: usize = 3;
 /// Ring sizes [`conv2d_nhwc_wgmma`](fn@conv2d_nhwc_wgmma) is built for.
 pub const CW_STAGE_CHOICES: [usize; 3] = [3, 4, 6];
 const CW_A_BYTES: usize = CW_BM * CW_BK * 2;
-const CW_STAGE_BYTES: usize = CW_A_BYTES + CW_BK * CW_BN * 2;
-/// 16-byte chunks of a stage's B tile per work-item (`CW_BK` rows of `CW_BN / 8`).
-const CW_B_CHUNKS: usize = CW_BK * CW_BN / 8 / CW_THREADS;
+
+/// Bytes of one stage (A tile, then the `bn`-row B tile) of a ring of `bn`-wide tiles.
+const fn cw_stage_bytes(bn: usize) -> usize {
+    CW_A_BYTES + bn * CW_BK * 2
+}
 
 /// Shared-memory elements (16-bit) [`conv2d_nhwc_wgmma`](fn@conv2d_nhwc_wgmma) needs with a
-/// ring of `stages`: the larger of the ring and the epilogue's f32 tile, plus 1024 bytes
-/// to align the swizzle.
-pub const fn conv_wgmma_smem_elems(stages: usize) -> usize {
-    let ring = stages * CW_STAGE_BYTES;
-    let tile = CW_BM * (CW_BN + EPAD) * 4;
+/// ring of `stages` and tiles `bn` channels wide: the larger of the ring and the
+/// epilogue's f32 tile, plus 1024 bytes to align the swizzle.
+pub const fn conv_wgmma_smem_elems(stages: usize, bn: usize) -> usize {
+    let ring = stages * cw_stage_bytes(bn);
+    let tile = CW_BM * (bn + EPAD) * 4;
     (if ring > tile { ring } else { tile } + 1024) / 2
 }
 
 /// [`conv2d_nhwc`](fn@conv2d_nhwc) on the warpgroup matrix units of NVIDIA sm_90a
 /// (`kernel_dsl::mma::wgmma`; only the crate's `sm_90a` PTX variant has it, the CPU
 /// executor emulates it in its `mma.sync` mode, elsewhere the kernel returns at once and
-/// [`host::conv2d_channels_last`] never picks it). Same arguments and `geom`; `c_out` a
-/// multiple of 8 as well. A work-group of [`CW_GROUPS`] warpgroups computes [`CW_BM`]
-/// output pixels x [`CW_BN`] output channels: K steps of 64 flow through a ring of
-/// 128-byte swizzled stages filled by `cp.async`, the A rows gathered from
-/// the input as `conv2d_nhwc` gathers them (zero in the padding, past the last pixel and
-/// past K), the B rows (filter taps x channels, MN-major) zero past K and past `c_out`;
-/// one `m64n128k16` per 16-deep slice. `geom[14]` is the ring's stage count (3, 4 or 6;
-/// the copies run that many steps ahead, less one). Grid: x the tiles of `c_out`, y the
-/// tiles of pixels, z `splits` (split K: f32 partial tiles into `ws`, summed by
-/// [`gemm_split_sum`](fn@crate::gemm::gemm_split_sum)).
+/// [`host::conv2d_channels_last`] never picks it). Same arguments and `geom` (`c_out` a
+/// multiple of 8 as well). A work-group of [`CW_GROUPS`] warpgroups computes [`CW_BM`]
+/// output pixels x `geom[15]` = 128 output channels (160 in
+/// [`conv2d_nhwc_wgmma_n160`](fn@conv2d_nhwc_wgmma_n160), which takes the filter K-major:
+/// [`host::FilterLayout::Ohwi`]): K steps of 64 flow through a ring of 128-byte swizzled
+/// stages filled by `cp.async`, the A rows gathered from the input as `conv2d_nhwc`
+/// gathers them (zero in the padding, past the last pixel and past K), the B tile zero
+/// past K and past `c_out`; one `m64n128k16` (`m64n160k16`) per 16-deep slice. `geom[14]` is the ring's stage
+/// count (3, 4 or 6; the copies run that many steps ahead, less one). Grid: x the tiles
+/// of `c_out`, y the tiles of pixels, z `splits` (split K: f32 partial tiles into `ws`,
+/// summed by [`gemm_split_sum`](fn@crate::gemm::gemm_split_sum)).
 #[amdgpu_kernel(T = [f16, bf16], max_threads = 256)]
 #[inline(always)]
 pub fn conv2d_nhwc_wgmma<T: GemmElem>(x: &[T], w: &[T], bias: &[T], y: &mut [T], ws: &mut [f32], geom: &[u32], smem: SharedDyn<T>) {
     if !mma::wgmma::available() {
         return;
     }
-    match geom[NHWC_GEOM - 1] {
-        3 => wgmma_conv_body::<T, 3>(x, w, bias, y, ws, geom, smem),
-        4 => wgmma_conv_body::<T, 4>(x, w, bias, y, ws, geom, smem),
-        6 => wgmma_conv_body::<T, 6>(x, w, bias, y, ws, geom, smem),
-        _ => panic!("conv2d_nhwc_wgmma: the ring has 3, 4 or 6 stages"),
+    match (geom[NHWC_GEOM - 2], geom[NHWC_GEOM - 1]) {
+        (3, 128) => wgmma_conv_body::<T, 3, 128>(x, w, bias, y, ws, geom, smem),
+        (4, 128) => wgmma_conv_body::<T, 4, 128>(x, w, bias, y, ws, geom, smem),
+        (6, 128) => wgmma_conv_body::<T, 6, 128>(x, w, bias, y, ws, geom, smem),
+        _ => panic!("conv2d_nhwc_wgmma: the ring has 3, 4 or 6 stages of 128-channel tiles"),
     }
 }
 
-/// The body of [`conv2d_nhwc_wgmma`](fn@conv2d_nhwc_wgmma) with a ring of `S` stages.
+/// [`conv2d_nhwc_wgmma`](fn@conv2d_nhwc_wgmma) for tiles 160 channels wide (`geom[15]` =
+/// 160), reading the filter as `(c_out, k_h, k_w, c_in)` (K-major: a 160-wide tile is no
+/// whole number of the 64-column swizzle atoms an MN-major B needs). Its own entry, so
+/// that its 80 accumulators do not raise the 128-wide kernel's register count.
+#[amdgpu_kernel(T = [f16, bf16], max_threads = 256)]
 #[inline(always)]
-fn wgmma_conv_body<T: GemmElem, const S: usize>(x: &[T], w: &[T], bias: &[T], y: &mut [T], ws: &mut [f32], geom: &[u32], smem: SharedDyn<T>) {
+pub fn conv2d_nhwc_wgmma_n160<T: GemmElem>(x: &[T], w: &[T], bias: &[T], y: &mut [T], ws: &mut [f32], geom: &[u32], smem: SharedDyn<T>) {
+    if !mma::wgmma::available() {
+        return;
+    }
+    match (geom[NHWC_GEOM - 2], geom[NHWC_GEOM - 1]) {
+        (3, 160) => wgmma_conv_body::<T, 3, 160>(x, w, bias, y, ws, geom, smem),
+        (4, 160) => wgmma_conv_body::<T, 4, 160>(x, w, bias, y, ws, geom, smem),
+        (6, 160) => wgmma_conv_body::<T, 6, 160>(x, w, bias, y, ws, geom, smem),
+        _ => panic!("conv2d_nhwc_wgmma_n160: the ring has 3, 4 or 6 stages of 160-channel tiles"),
+    }
+}
+
+/// The body of [`conv2d_nhwc_wgmma`](fn@conv2d_nhwc_wgmma) with a ring of `S` stages and
+/// tiles `BN` output channels wide.
+#[inline(always)]
+fn wgmma_conv_body<T: GemmElem, const S: usize, const BN: usize>(x: &[T], w: &[T], bias: &[T], y: &mut [T], ws: &mut [f32], geom: &[u32], smem: SharedDyn<T>) {
     use mma::wgmma::{self, descriptor, sw128_offset};
     let g = &geom[..NHWC_GEOM];
     let (batch, h, wd, cin, oh, ow, cout, kh, kw) = (g[0], g[1], g[2], g[3], g[4], g[5], g[6], g[7], g[8]);
@@ -660,6 +682,7 @@ fn wgmma_conv_body<T: GemmElem, const S: usize>(x: &[T], w: &[T], bias: &[T], y:
     let taps = kh * kw;
     let x_end = xoff as usize + (batch * h * wd * cin) as usize;
     let (m, k, n) = ((batch * oh * ow) as usize, (taps * cin) as usize, cout as usize);
+    let stage_bytes = cw_stage_bytes(BN);
     if taps == 0
         || taps > 32
         || cin % 8 != 0
@@ -667,18 +690,19 @@ fn wgmma_conv_body<T: GemmElem, const S: usize>(x: &[T], w: &[T], bias: &[T], y:
         || m == 0
         || x_end > x.len()
         || (x.as_ptr() as usize + xoff as usize * core::mem::size_of::<T>()) % 16 != 0
+        || (w.as_ptr() as usize) % 16 != 0
         || w.len() < k * n
         || y.len() < m * n
         || !(bias.is_empty() || bias.len() >= n)
         || (splits > 1 && ws.len() < splits * m * n)
         || block_dim_x() as usize != CW_THREADS
-        || smem.len() < conv_wgmma_smem_elems(S)
+        || smem.len() < conv_wgmma_smem_elems(S, BN)
     {
         panic!("conv2d_nhwc_wgmma: the geometry, buffers or shared memory do not fit");
     }
     let tid = flat_thread_idx() as usize;
     let wg = tid / wgmma::WARPGROUP;
-    let (n0, m0, zs) = (block_idx_x() as usize * CW_BN, block_idx_y() as usize * CW_BM, block_idx_z() as usize);
+    let (n0, m0, zs) = (block_idx_x() as usize * BN, block_idx_y() as usize * CW_BM, block_idx_z() as usize);
     // This split's K steps.
     let steps_all = k.div_ceil(CW_BK);
     let per_split = steps_all.div_ceil(splits);
@@ -689,27 +713,34 @@ fn wgmma_conv_body<T: GemmElem, const S: usize>(x: &[T], w: &[T], bias: &[T], y:
     let rows_apart = CW_THREADS / 8;
     let layout = PatchLayout { r0: tid / 8, c0: (tid % 8) * 8, rstep: rows_apart, count: CW_BM / rows_apart, bk: CW_BK, dst0: sw128_offset(tid / 8, tid % 8), dst_step: rows_apart * 128 };
     let mut patch = PatchA::with_layout(x, g, m0, first * CW_BK, layout);
-    // B (K x c_out, MN-major): k rows tid / 16 + j * 16, columns n0 + 8 (tid % 16) ..: the
-    // 64-column group (tid % 16) / 8 of the stage (8192 bytes apart), chunk tid % 8.
-    let b_rows_apart = CW_THREADS / 16;
-    let b_col = n0 + (tid % 16) * 8;
-    let b_dst = CW_A_BYTES + (tid % 16) / 8 * 8192;
-    let b_row0 = tid / 16;
+    // B, 160-wide tiles (c_out x K, K-major, as A): channel rows n0 + tid / 8 + j * 32,
+    // chunk tid % 8 (K columns 8 (tid % 8) ..): eight work-items read one row's 128
+    // contiguous bytes. 128-wide tiles (K x c_out, MN-major): k rows tid / 16 + j * 16,
+    // columns n0 + 8 (tid % 16) ..: the 64-column group (tid % 16) / 8 of the stage (8192
+    // bytes apart), chunk tid % 8.
+    let k_major = BN == 160;
+    let (b_row0, b_rows_apart) = if k_major { (tid / 8, rows_apart) } else { (tid / 16, CW_THREADS / 16) };
+    let b_col = if k_major { (tid % 8) * 8 } else { n0 + (tid % 16) * 8 };
+    let b_dst = if k_major { CW_A_BYTES } else { CW_A_BYTES + (tid % 16) / 8 * 8192 };
+    let b_chunks = BN * CW_BK / 8 / CW_THREADS;
     let mut load = |step: usize, stage: usize| {
         if step < last {
-            let buf = ring.add(stage * CW_STAGE_BYTES);
+            let buf = ring.add(stage * stage_bytes);
             let k0 = step * CW_BK;
             patch.gather(layout.c0 + k0 < k, buf);
-            each!(j in [0, 1, 2, 3, 4, 5, 6, 7] {
-                if j < CW_B_CHUNKS {
+            each!(j in [0, 1, 2, 3, 4] {
+                if j < b_chunks {
                     let row = b_row0 + j * b_rows_apart;
                     let dst = buf.add(b_dst + sw128_offset(row, tid % 8));
-                    // SAFETY: a chunk of a row below K and columns below c_out (a multiple
-                    // of 8) lies in `w` (checked above), 16-byte aligned (c_out % 8 == 0,
-                    // the launcher's aligned buffer); any other is zero-filled from no bytes.
+                    // Channel n0 + row, K columns k0 + b_col ..; or K row k0 + row,
+                    // channels b_col ...
+                    let (ok, at) = if k_major { (k0 + b_col < k && n0 + row < n, (n0 + row) * k + k0 + b_col) } else { (k0 + row < k && b_col < n, (k0 + row) * n + b_col) };
+                    // SAFETY: a chunk inside K and c_out (both multiples of 8) lies in `w`
+                    // (checked above), 16-byte aligned (`w` aligned, rows of a multiple of
+                    // 8 elements); any other is zero-filled from no bytes.
                     unsafe {
-                        if k0 + row < k && b_col < n {
-                            mma::copy::copy_16_whole_at(dst, w.as_ptr().add((k0 + row) * n + b_col) as *const u8);
+                        if ok {
+                            mma::copy::copy_16_whole_at(dst, w.as_ptr().add(at) as *const u8);
                         } else {
                             mma::copy::copy_16_at(dst, w.as_ptr() as *const u8, 0);
                         }
@@ -719,8 +750,10 @@ fn wgmma_conv_body<T: GemmElem, const S: usize>(x: &[T], w: &[T], bias: &[T], y:
         }
         mma::copy::commit();
     };
+    // Accumulators of the widest tile; a 128-wide one uses the first 64 (`acc_coord`'s
+    // first 128 columns).
     // SAFETY: all-zero bits are 0.0.
-    let mut acc: [f32; wgmma::ACC_N128] = unsafe { core::mem::zeroed() };
+    let mut acc: [f32; wgmma::ACC_N160] = unsafe { core::mem::zeroed() };
     // Copies run S - 1 steps ahead: the stage refilled at step `step` is that of step - 1,
     // free once every warpgroup has waited for its products (the second barrier).
     let mut pre = 0;
@@ -735,16 +768,23 @@ fn wgmma_conv_body<T: GemmElem, const S: usize>(x: &[T], w: &[T], bias: &[T], y:
         mma::copy::wait_groups(S as u32 - 2);
         wgmma::fence_proxy_async();
         barrier();
-        let buf = ring.add(stage * CW_STAGE_BYTES);
+        let buf = ring.add(stage * stage_bytes);
         let da = descriptor(buf.add(wg * 64 * 128), 16, 1024);
-        let db = descriptor(buf.add(CW_A_BYTES), 8192, 1024);
+        let db = if k_major { descriptor(buf.add(CW_A_BYTES), 16, 1024) } else { descriptor(buf.add(CW_A_BYTES), 8192, 1024) };
         wgmma::fence();
         each!(s in [0, 1, 2, 3] {
             // SAFETY: sm_90a or its emulation (checked above); the stage is complete
             // (waited, fenced, barrier) and not rewritten until every warpgroup has waited
             // for these products (its refill comes after the second barrier of the next
-            // step). Slice s: 32 bytes on along A's rows, 16 B rows (2 atoms) down.
-            unsafe { wgmma::mma_m64n128k16::<T::Frag, true>(&mut acc, da + (s * 2) as u64, db + (s * 128) as u64) };
+            // step). Slice s: 32 bytes on along A's rows (and a K-major B's); 16 rows (2
+            // atoms) down an MN-major B.
+            unsafe {
+                if k_major {
+                    wgmma::mma_m64n160k16::<T::Frag, false>(&mut acc, da + (s * 2) as u64, db + (s * 2) as u64);
+                } else if let Some(acc) = acc.first_chunk_mut::<{ wgmma::ACC_N128 }>() {
+                    wgmma::mma_m64n128k16::<T::Frag, true>(acc, da + (s * 2) as u64, db + (s * 128) as u64);
+                }
+            }
         });
         wgmma::commit();
         // This warpgroup's products of step - 1 are done; after the barrier, everyone's.
@@ -758,28 +798,30 @@ fn wgmma_conv_body<T: GemmElem, const S: usize>(x: &[T], w: &[T], bias: &[T], y:
     barrier();
     // Epilogue through shared memory: the accumulators as an f32 tile, then whole rows.
     let t = tid % wgmma::WARPGROUP;
-    let ldt = CW_BN + EPAD;
+    let ldt = BN + EPAD;
     let tile = ring.as_ptr::<f32>();
-    each!(p in [0, 1, 2, 3, 4, 5, 6, 7] {
-        each!(q in [0, 1, 2, 3] {
-            let i = (p * 4 + q) * 2;
-            let (r, cc) = wgmma::acc_coord(t, i);
-            // SAFETY: (wg * 64 + r, cc..cc + 2) lies in the CW_BM x (CW_BN + EPAD) f32 tile
-            // (conv_wgmma_smem_elems); 8-byte aligned (cc even).
-            unsafe { *(tile.add((wg * 64 + r) * ldt + cc) as *mut [f32; 2]) = [acc[i], acc[i + 1]] };
-        });
+    each!(p in [0, 1, 2, 3, 4, 5, 6, 7, 8, 9] {
+        if p * 16 < BN {
+            each!(q in [0, 1, 2, 3] {
+                let i = (p * 4 + q) * 2;
+                let (r, cc) = wgmma::acc_coord(t, i);
+                // SAFETY: (wg * 64 + r, cc..cc + 2) lies in the CW_BM x (BN + EPAD) f32
+                // tile (conv_wgmma_smem_elems); 8-byte aligned (cc even).
+                unsafe { *(tile.add((wg * 64 + r) * ldt + cc) as *mut [f32; 2]) = [acc[i], acc[i + 1]] };
+            });
+        }
     });
     barrier();
-    let (rows, cols) = (m.saturating_sub(m0).min(CW_BM), n.saturating_sub(n0).min(CW_BN));
+    let (rows, cols) = (m.saturating_sub(m0).min(CW_BM), n.saturating_sub(n0).min(BN));
     if splits == 1 {
         // SAFETY: the tile holds this work-group's results; its valid rows and columns
         // are elements of `y` (checked above), `bias` empty or covering c_out.
-        unsafe { staged_epilogue::<T>(CW_THREADS, tile, ldt, (rows, cols), (CW_BM, CW_BN), y.as_mut_ptr().add(m0 * n + n0), n, bias, n0, 1.0, 0) };
+        unsafe { staged_epilogue::<T>(CW_THREADS, tile, ldt, (rows, cols), (CW_BM, BN), y.as_mut_ptr().add(m0 * n + n0), n, bias, n0, 1.0, 0) };
     } else {
         // This split's raw sums into its dense m x c_out slice of `ws`.
         let mut idx = tid;
-        while idx < CW_BM * CW_BN {
-            let (r, c) = (idx / CW_BN, idx % CW_BN);
+        while idx < CW_BM * BN {
+            let (r, c) = (idx / BN, idx % BN);
             if r < rows && c < cols {
                 // SAFETY: (r, c) lies in the tile; the slice was checked above.
                 unsafe { *ws.as_mut_ptr().add(zs * m * n + (m0 + r) * n + n0 + c) = *tile.add(r * ldt + c) };
@@ -792,7 +834,7 @@ fn wgmma_conv_body<T: GemmElem, const S: usize>(x: &[T], w: &[T], bias: &[T], y:
 /// Checked launches.
 #[cfg(not(any(target_arch = "amdgpu", target_arch = "nvptx64")))]
 pub mod host {
-    use super::{conv2d_implicit, conv2d_nhwc, conv2d_nhwc_wgmma, conv2d_split_sum, conv_smem_elems, conv_wgmma_smem_elems, CONV_GEOM, CW_BK, CW_BM, CW_BN, CW_STAGES, CW_STAGE_CHOICES, CW_THREADS, NHWC_GEOM};
+    use super::{conv2d_implicit, conv2d_nhwc, conv2d_nhwc_wgmma, conv2d_nhwc_wgmma_n160, conv2d_split_sum, conv_smem_elems, conv_wgmma_smem_elems, CONV_GEOM, CW_BK, CW_BM, CW_BN_CHOICES, CW_STAGES, CW_STAGE_CHOICES, CW_THREADS, NHWC_GEOM};
     use crate::conv::ops::{conv_out_len, ConvGeometry};
     use crate::dtype::host::{arg_len, fits_i32, invalid, product};
     use crate::gemm::{block_tile, gemm_split_sum, lowering_of, smem_elems, splits_for, work_group_size, GemmElem, GemmShape};
@@ -845,20 +887,78 @@ pub mod host {
         dims.iter().map(|d| d.to_string()).collect::<Vec<_>>().join(", ")
     }
 
+    /// The filter layouts the channels-last kernels take (PyTorch and Candle hand
+    /// `(c_out, c_in, k_h, k_w)`); on the wgmma kernel the layout names the tile width.
+    #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+    pub enum FilterLayout {
+        /// `(k_h, k_w, c_in, c_out)`: the GEMM's B as K x `c_out` rows
+        /// ([`NhwcKernel::Tiled`], and the wgmma kernel's 128-channel tiles).
+        Hwio,
+        /// `(c_out, k_h, k_w, c_in)`: one K-long row per output channel, the wgmma
+        /// kernel's 160-channel tiles (`conv2d_nhwc_wgmma_n160`); from PyTorch's layout a
+        /// per-channel transpose of `(c_in, k_h k_w)`, none at all for 1x1 filters.
+        Ohwi,
+    }
+
+    impl FilterLayout {
+        /// Output channels per wgmma work-group with a filter in this layout.
+        const fn wgmma_width(self) -> usize {
+            match self {
+                FilterLayout::Hwio => 128,
+                FilterLayout::Ohwi => 160,
+            }
+        }
+    }
+
     /// The filter `(c_out, c_in, k_h, k_w)` (PyTorch's and Candle's layout) rearranged as
-    /// `(k_h, k_w, c_in, c_out)`, the layout [`conv2d_channels_last`] takes: done once per weight,
-    /// at load.
-    pub fn nhwc_weight<T: Copy>(w: &[T], [c_out, c_in, k_h, k_w]: [usize; 4]) -> Result<Vec<T>, LaunchError> {
+    /// `layout`: done once per weight, at load.
+    pub fn nhwc_weight<T: Copy>(w: &[T], [c_out, c_in, k_h, k_w]: [usize; 4], layout: FilterLayout) -> Result<Vec<T>, LaunchError> {
         let n = check_len(KN, "weight", w.len(), &[c_out, c_in, k_h, k_w])?;
+        let at = |co: usize, ci: usize, ky: usize, kx: usize| w[((co * c_in + ci) * k_h + ky) * k_w + kx];
         let mut out = Vec::with_capacity(n);
-        for ky in 0..k_h {
-            for kx in 0..k_w {
-                for ci in 0..c_in {
-                    out.extend((0..c_out).map(|co| w[((co * c_in + ci) * k_h + ky) * k_w + kx]));
+        match layout {
+            FilterLayout::Hwio => {
+                for ky in 0..k_h {
+                    for kx in 0..k_w {
+                        for ci in 0..c_in {
+                            out.extend((0..c_out).map(|co| at(co, ci, ky, kx)));
+                        }
+                    }
+                }
+            }
+            FilterLayout::Ohwi => {
+                for co in 0..c_out {
+                    for ky in 0..k_h {
+                        for kx in 0..k_w {
+                            out.extend((0..c_in).map(|ci| at(co, ci, ky, kx)));
+                        }
+                    }
                 }
             }
         }
         Ok(out)
+    }
+
+    /// The filter layout [`conv2d_channels_last_with`] should get for this convolution and
+    /// `kernel` on `dev`: [`FilterLayout::Ohwi`] where the wgmma kernel runs it on
+    /// 160-channel tiles (the launcher's plan, or `tile_n` 160), else
+    /// [`FilterLayout::Hwio`].
+    pub fn nhwc_filter_layout<T: GemmElem>(dev: &Device, s: &Conv2dShape, g: ConvGeometry, kernel: NhwcKernel) -> FilterLayout {
+        if kernel == NhwcKernel::Tiled || wgmma_refusal::<T>(dev, s).is_some() {
+            return FilterLayout::Hwio;
+        }
+        let width = match kernel {
+            NhwcKernel::WgmmaWith { tile_n: Some(bn), .. } => bn,
+            _ => match s.out_hw(g) {
+                Ok((oh, ow)) => wgmma_plan(dev, s.batch * oh * ow, s.c_out, (s.k_h * s.k_w * s.c_in).div_ceil(CW_BK), None, None).0,
+                Err(_) => FilterLayout::Hwio.wgmma_width(),
+            },
+        };
+        if width == FilterLayout::Ohwi.wgmma_width() {
+            FilterLayout::Ohwi
+        } else {
+            FilterLayout::Hwio
+        }
     }
 
     /// Why [`conv2d_channels_last`] cannot take this convolution on `dev` (no matrix unit,
@@ -884,26 +984,28 @@ pub mod host {
     }
 
     /// `y = conv2d(x, weight) + bias` for channels-last activations on the matrix units of
-    /// `dev` ([`conv2d_nhwc`](fn@super::conv2d_nhwc): the GEMM pipeline with the input
-    /// patches gathered straight from `x`). `x` is `(batch, h, w, c_in)` contiguous from
-    /// element `offset` of its buffer (16-byte aligned there), `weight` `(k_h, k_w, c_in,
-    /// c_out)` contiguous ([`nhwc_weight`]), `bias` `c_out` elements, `y` `(batch, oh, ow,
-    /// c_out)` contiguous. A device with a matrix unit, f16/bf16, `groups` 1, `c_in` a
-    /// multiple of 8, at most 32 taps ([`nhwc_refusal`]). Returns `(oh, ow)`. Checks everything first: a bad size is
-    /// `InvalidArgument` and nothing runs. Small grids split K as the GEMM does
-    /// ([`splits_for`]).
+    /// `dev`: the GEMM pipeline with the input patches gathered straight from `x`
+    /// ([`conv2d_nhwc_wgmma`](fn@super::conv2d_nhwc_wgmma) on NVIDIA sm_90,
+    /// [`conv2d_nhwc`](fn@super::conv2d_nhwc) elsewhere). `x` is `(batch, h, w, c_in)`
+    /// contiguous from element `offset` of its buffer (16-byte aligned there), `weight`
+    /// the filter in `layout` ([`nhwc_filter_layout`] with [`NhwcKernel::Auto`] says which;
+    /// [`nhwc_weight`] arranges it), `bias` `c_out` elements, `y` `(batch, oh, ow, c_out)`
+    /// contiguous. A device with a matrix unit, f16/bf16, `groups` 1, `c_in` a multiple of
+    /// 8, at most 32 taps ([`nhwc_refusal`]). Returns `(oh, ow)`. Checks everything first: a
+    /// bad size is `InvalidArgument` and nothing runs. Small grids split K.
     #[allow(clippy::too_many_arguments)]
     pub fn conv2d_channels_last<T: GemmElem + ScalarArg>(
         dev: &Device,
         x: &(impl KernelArgSlice<T> + ?Sized),
         offset: usize,
         weight: &(impl KernelArgSlice<T> + ?Sized),
+        layout: FilterLayout,
         bias: Option<&(dyn KernelArgSlice<T> + '_)>,
         s: Conv2dShape,
         g: ConvGeometry,
         y: &mut (impl KernelArgSliceMut<T> + ?Sized),
     ) -> Result<(usize, usize), LaunchError> {
-        conv2d_channels_last_with(dev, x, offset, weight, bias, s, g, y, None, NhwcKernel::Auto)
+        conv2d_channels_last_with(dev, x, offset, weight, layout, bias, s, g, y, None, NhwcKernel::Auto)
     }
 
     /// Which kernel runs a channels-last convolution.
@@ -913,14 +1015,22 @@ pub mod host {
         /// [`NhwcKernel::Tiled`].
         #[default]
         Auto,
-        /// [`conv2d_nhwc`](fn@super::conv2d_nhwc): the GEMM pipeline of every matrix unit.
+        /// [`conv2d_nhwc`](fn@super::conv2d_nhwc): the GEMM pipeline of every matrix unit
+        /// ([`FilterLayout::Hwio`]).
         Tiled,
         /// [`conv2d_nhwc_wgmma`](fn@super::conv2d_nhwc_wgmma): NVIDIA sm_90a's warpgroup
-        /// matrix units (an error where it cannot run), with a ring of [`CW_STAGES`].
+        /// matrix units (an error where it cannot run), with a ring of [`CW_STAGES`] and
+        /// tiles as wide as the filter's layout says.
         Wgmma,
-        /// [`NhwcKernel::Wgmma`] with a ring of this many stages (one of
-        /// [`CW_STAGE_CHOICES`]; benchmarks).
-        WgmmaStages(usize),
+        /// [`NhwcKernel::Wgmma`] with a ring of `stages` (one of [`CW_STAGE_CHOICES`]) and,
+        /// when given, tiles `tile_n` channels wide (one of [`CW_BN_CHOICES`]): benchmarks
+        /// and tests.
+        WgmmaWith {
+            /// Stages of the ring.
+            stages: usize,
+            /// Output channels per work-group (`None`: the launcher's choice).
+            tile_n: Option<usize>,
+        },
     }
 
     /// Why [`conv2d_nhwc_wgmma`](fn@super::conv2d_nhwc_wgmma) cannot take this convolution
@@ -939,13 +1049,15 @@ pub mod host {
     }
 
     /// [`conv2d_channels_last`] on the kernel `kernel` names, with the number of K splits
-    /// given (`None`: the launcher's choice; clamped to 1 ..= the K steps).
+    /// given (`None`: the launcher's choice; clamped to 1 ..= the K steps). The filter's
+    /// `layout` must be the kernel's ([`nhwc_filter_layout`]).
     #[allow(clippy::too_many_arguments)]
     pub fn conv2d_channels_last_with<T: GemmElem + ScalarArg>(
         dev: &Device,
         x: &(impl KernelArgSlice<T> + ?Sized),
         offset: usize,
         weight: &(impl KernelArgSlice<T> + ?Sized),
+        layout: FilterLayout,
         bias: Option<&(dyn KernelArgSlice<T> + '_)>,
         s: Conv2dShape,
         g: ConvGeometry,
@@ -960,26 +1072,42 @@ pub mod host {
             ArgValue::Slice { addr, .. } => addr as usize,
             _ => 0,
         };
-        let stages = match kernel {
-            NhwcKernel::WgmmaStages(n) => n,
-            _ => CW_STAGES,
+        let (stages, tile_n) = match kernel {
+            NhwcKernel::WgmmaWith { stages, tile_n } => (stages, tile_n),
+            _ => (CW_STAGES, None),
         };
         if !CW_STAGE_CHOICES.contains(&stages) {
             return Err(invalid(KW, format!("the ring has {CW_STAGE_CHOICES:?} stages, not {stages}")));
         }
-        // Why the wgmma kernel cannot run here (its refusal, or the weight's alignment).
-        let why_not = || wgmma_refusal::<T>(dev, &s).or_else(|| (addr_of(weight.kernel_arg()) % 16 != 0).then(|| "the weight is not 16-byte aligned".to_string()));
+        if let Some(bn) = tile_n.filter(|bn| !CW_BN_CHOICES.contains(bn)) {
+            return Err(invalid(KW, format!("tiles are {CW_BN_CHOICES:?} channels wide, not {bn}")));
+        }
         let wgmma = match kernel {
+            NhwcKernel::Tiled if layout == FilterLayout::Ohwi => {
+                return Err(invalid(KN, "the tiled kernel takes the filter as (k_h, k_w, c_in, c_out) (FilterLayout::Hwio)".into()));
+            }
             NhwcKernel::Tiled => false,
-            NhwcKernel::Auto => why_not().is_none(),
-            NhwcKernel::Wgmma | NhwcKernel::WgmmaStages(_) => match why_not() {
-                Some(why) => return Err(invalid(KW, why)),
-                None => true,
-            },
+            NhwcKernel::Auto if layout == FilterLayout::Hwio => wgmma_refusal::<T>(dev, &s).is_none() && addr_of(weight.kernel_arg()) % 16 == 0,
+            _ => {
+                if let Some(why) = wgmma_refusal::<T>(dev, &s) {
+                    return Err(invalid(KW, why));
+                }
+                if addr_of(weight.kernel_arg()) % 16 != 0 {
+                    return Err(invalid(KW, "the weight is not 16-byte aligned".into()));
+                }
+                if let Some(bn) = tile_n.filter(|&bn| bn != layout.wgmma_width()) {
+                    return Err(invalid(KW, format!("{bn}-channel tiles take the filter as {:?}, not {layout:?}", if bn == 160 { FilterLayout::Ohwi } else { FilterLayout::Hwio })));
+                }
+                true
+            }
         };
         let Conv2dShape { batch, c_in, h, w, c_out, k_h, k_w, .. } = s;
         let (oh, ow) = s.out_hw(g)?;
-        let n_w = check_len(KN, "weight", arg_len(weight), &[k_h, k_w, c_in, c_out])?;
+        let w_dims = match layout {
+            FilterLayout::Hwio => [k_h, k_w, c_in, c_out],
+            FilterLayout::Ohwi => [c_out, k_h, k_w, c_in],
+        };
+        let n_w = check_len(KN, "weight", arg_len(weight), &w_dims)?;
         let n_y = check_len(KN, "output", arg_len(y), &[batch, oh, ow, c_out])?;
         if let Some(b) = bias {
             check_len(KN, "bias", arg_len(b), &[c_out])?;
@@ -998,15 +1126,17 @@ pub mod host {
             return Ok((oh, ow));
         }
         let low = lowering_of(dev);
-        let (bm, bn, bk) = if wgmma { (CW_BM, CW_BN, CW_BK) } else { block_tile::<T>(low) };
         let (m, k) = (batch * oh * ow, k_h * k_w * c_in);
-        let (gx, gy) = (c_out.div_ceil(bn), m.div_ceil(bm));
-        let steps = k.div_ceil(bk);
-        let splits = match splits {
-            Some(sp) => sp.clamp(1, steps),
-            None if wgmma => wgmma_splits(dev, gx * gy, steps),
-            None => splits_for::<T>(low, GemmShape { batch: 1, m, n: c_out, k }),
+        let (bn, gx, gy, steps, splits) = if wgmma {
+            let (bn, splits) = wgmma_plan(dev, m, c_out, k.div_ceil(CW_BK), Some(layout.wgmma_width()), splits);
+            (bn, c_out.div_ceil(bn), m.div_ceil(CW_BM), k.div_ceil(CW_BK), splits)
+        } else {
+            let (bm, bn, bk) = block_tile::<T>(low);
+            let steps = k.div_ceil(bk);
+            let splits = splits.unwrap_or_else(|| splits_for::<T>(low, GemmShape { batch: 1, m, n: c_out, k }));
+            (bn, c_out.div_ceil(bn), m.div_ceil(bm), steps, splits)
         };
+        let splits = splits.clamp(1, steps);
         // The partials are indexed with 32 bits too.
         let splits = if splits.saturating_mul(n_y) < 1 << 31 { splits } else { 1 };
         if gy > 65535 || splits > 65535 {
@@ -1014,15 +1144,19 @@ pub mod host {
         }
         let u = |v: usize| v as u32;
         let geom: [u32; NHWC_GEOM] = [
-            u(batch), u(h), u(w), u(c_in), u(oh), u(ow), u(c_out), u(k_h), u(k_w), u(g.stride), u(g.padding), u(g.dilation), u(offset), u(splits), u(stages),
+            u(batch), u(h), u(w), u(c_in), u(oh), u(ow), u(c_out), u(k_h), u(k_w), u(g.stride), u(g.padding), u(g.dilation), u(offset), u(splits), u(stages), u(bn),
         ];
         let geom = dev.upload(&geom)?;
         let none: [T; 0] = [];
         let bias: &dyn KernelArgSlice<T> = bias.unwrap_or(&none);
         let mut ws = dev.alloc_uninit::<f32>(if splits > 1 { splits * n_y } else { 0 })?;
         if wgmma {
-            let cfg = LaunchConfig::new(Dim3::new(gx as u32, gy as u32, splits as u32), Dim3::x(CW_THREADS as u32)).with_dynamic_shared(conv_wgmma_smem_elems(stages));
-            conv2d_nhwc_wgmma::launch::<T>(dev, cfg, x, weight, bias, y, &mut ws, &geom)?;
+            let cfg = LaunchConfig::new(Dim3::new(gx as u32, gy as u32, splits as u32), Dim3::x(CW_THREADS as u32)).with_dynamic_shared(conv_wgmma_smem_elems(stages, bn));
+            if bn == 160 {
+                conv2d_nhwc_wgmma_n160::launch::<T>(dev, cfg, x, weight, bias, y, &mut ws, &geom)?;
+            } else {
+                conv2d_nhwc_wgmma::launch::<T>(dev, cfg, x, weight, bias, y, &mut ws, &geom)?;
+            }
         } else {
             let cfg = LaunchConfig::new(Dim3::new(gx as u32, gy as u32, splits as u32), Dim3::x(work_group_size(low) as u32))
                 .with_dynamic_shared(smem_elems::<T>(low));
@@ -1035,15 +1169,46 @@ pub mod host {
         Ok((oh, ow))
     }
 
-    /// K splits of a wgmma launch of `tiles` work-groups over `steps` K steps: none once the
-    /// tiles give every multiprocessor one. Below that, work-groups beyond one per
-    /// multiprocessor share one (two fit with three stages) at about half speed each, so a
-    /// launch of `tiles * s` work-groups takes about `ceil(tiles * s / SMs) / s` of the
-    /// unsplit tile's time; the smallest such cost wins where it beats the fewer splits' by
-    /// 15% (the partial sums cost a pass), with at least 16 K steps per split and at most
-    /// 16 splits.
-    fn wgmma_splits(dev: &Device, tiles: usize, steps: usize) -> usize {
+    /// Tile width and K splits of a wgmma launch over `m` pixels, `c_out` channels and
+    /// `steps` K steps (either given, or the launcher's choice): the cheapest width by an
+    /// estimate of the launch's time (the narrower on a tie), its splits by
+    /// [`wgmma_splits`]. A multiprocessor gets through about one tile at a time (the
+    /// 160-wide kernel holds one work-group, the 128-wide two at about half speed each),
+    /// so the launch takes `ceil(tiles * splits / SMs)` rounds of `steps / splits` K
+    /// steps, each step costing its tile's width plus 64 columns' worth (the A tile's
+    /// gather), and a split launch adds its f32 partials' write and sum,
+    /// `splits * m * c_out / 640` in those units. The constants fit the SD layer
+    /// table of `benches/results/h200-2026-11-28b` (every layer's faster width, listed
+    /// there): 160-wide tiles take SD's 320-channel layers at 64x64 in one round (128
+    /// tiles, against 192 in two).
+    fn wgmma_plan(dev: &Device, m: usize, c_out: usize, steps: usize, tile_n: Option<usize>, splits: Option<usize>) -> (usize, usize) {
         let sms = kernel_dsl::host::Executor::compute_units(dev).unwrap_or(1).max(1) as usize;
+        let widths: &[usize] = match &tile_n {
+            Some(bn) => core::slice::from_ref(bn),
+            None => &CW_BN_CHOICES,
+        };
+        let mut best: Option<(f64, usize, usize)> = None;
+        for &bn in widths {
+            let tiles = c_out.div_ceil(bn) * m.div_ceil(CW_BM);
+            let sp = splits.unwrap_or_else(|| wgmma_splits(sms, tiles, steps)).clamp(1, steps.max(1));
+            let rounds = (tiles * sp).div_ceil(sms) * steps.div_ceil(sp);
+            let partials = if sp > 1 { (sp * m * c_out) as f64 / 640.0 } else { 0.0 };
+            let cost = (rounds * (bn + 64)) as f64 + partials;
+            if best.is_none_or(|(c, _, _)| cost < c) {
+                best = Some((cost, bn, sp));
+            }
+        }
+        best.map_or((CW_BN_CHOICES[0], 1), |(_, bn, sp)| (bn, sp))
+    }
+
+    /// K splits of a wgmma launch of `tiles` work-groups over `steps` K steps on `sms`
+    /// multiprocessors: none once the tiles give every multiprocessor one. Below that,
+    /// work-groups beyond one per multiprocessor share one (two fit with three stages) at
+    /// about half speed each, so a launch of `tiles * s` work-groups takes about
+    /// `ceil(tiles * s / SMs) / s` of the unsplit tile's time; the smallest such cost wins
+    /// where it beats the fewer splits' by 15% (the partial sums cost a pass), with at
+    /// least 16 K steps per split and at most 16 splits.
+    fn wgmma_splits(sms: usize, tiles: usize, steps: usize) -> usize {
         if tiles >= sms {
             return 1;
         }

@@ -12,7 +12,7 @@
 use half::{bf16, f16};
 use kernel_dsl::host::{LaunchError, ScalarArg};
 use kernels::conv::ops::ConvGeometry;
-use kernels::conv_implicit::{conv2d_channels_last, conv2d_channels_last_with, nhwc_weight, wgmma_refusal, Conv2dShape, NhwcKernel};
+use kernels::conv_implicit::{conv2d_channels_last, conv2d_channels_last_with, nhwc_filter_layout, nhwc_weight, wgmma_refusal, Conv2dShape, FilterLayout, NhwcKernel};
 use kernels::dtype::host::DType;
 use kernels::gemm::GemmElem;
 use kernels::runtime::Device;
@@ -47,7 +47,8 @@ fn data<T: F>(n: usize, seed: u64) -> Vec<T> {
 }
 
 /// One convolution: `x` NHWC at element `offset` of its buffer, weights made in PyTorch's
-/// layout and rearranged by `nhwc_weight`, compared element by element with the f64 sum.
+/// layout and rearranged by `nhwc_weight` into the layout the kernel takes, compared
+/// element by element with the f64 sum.
 #[allow(clippy::too_many_arguments)] // one convolution's whole geometry
 fn case<T: F>(dev: &Device, kernel: NhwcKernel, b: usize, c: usize, (h, w): (usize, usize), c_out: usize, k: (usize, usize), g: ConvGeometry, bias: bool, offset: usize, splits: Option<usize>) {
     use kernels::gemm::lowering_of;
@@ -58,11 +59,12 @@ fn case<T: F>(dev: &Device, kernel: NhwcKernel, b: usize, c: usize, (h, w): (usi
     let at = |bi: usize, ci: usize, y: usize, x: usize| buf[offset + ((bi * h + y) * w + x) * c + ci];
     let shape = Conv2dShape { batch: b, c_in: c, h, w, c_out, k_h: k.0, k_w: k.1, groups: 1 };
     let (oh, ow) = shape.out_hw(g).unwrap();
-    let packed = nhwc_weight(&weight, [c_out, c, k.0, k.1]).unwrap();
+    let layout = nhwc_filter_layout::<T>(dev, &shape, g, kernel);
+    let packed = nhwc_weight(&weight, [c_out, c, k.0, k.1], layout).unwrap();
     let (src, dw, db) = (dev.upload(&buf).unwrap(), dev.upload(&packed).unwrap(), dev.upload(&bias_v).unwrap());
     let mut out = dev.alloc::<T>(b * oh * ow * c_out).unwrap();
     let bias_arg: Option<&dyn kernel_dsl::host::KernelArgSlice<T>> = if bias { Some(&db) } else { None };
-    let r = conv2d_channels_last_with::<T>(dev, &src, offset, &dw, bias_arg, shape, g, &mut out, splits, kernel);
+    let r = conv2d_channels_last_with::<T>(dev, &src, offset, &dw, layout, bias_arg, shape, g, &mut out, splits, kernel);
     if lowering_of(dev) == Lowering::Valu {
         // No matrix unit: refused with a typed error, nothing written.
         assert!(matches!(&r, Err(LaunchError::InvalidArgument { reason, .. }) if reason.contains("matrix unit")), "VALU lowering: {r:?}");
@@ -141,7 +143,7 @@ fn cases<T: F>() {
         // (the second 8 wide), K = 144 ending inside its third step, input at an offset.
         let wg = |b, c, hw, c_out, k, g, bias, offset, splits| case::<T>(&dev, NhwcKernel::Wgmma, b, c, hw, c_out, k, g, bias, offset, splits);
         wg(2, 16, (12, 12), 136, (3, 3), geo(1, 1, 1), true, 8, None);
-        // 64 channels: nine whole K steps, around the four-stage ring twice.
+        // 64 channels: nine whole K steps, around the three-stage ring three times.
         wg(1, 64, (6, 5), 16, (3, 3), geo(1, 1, 1), true, 0, None);
         // Steps that straddle taps, stride, dilation, 1x1, no bias.
         wg(2, 8, (5, 7), 8, (3, 3), geo(1, 1, 1), false, 0, None);
@@ -151,12 +153,29 @@ fn cases<T: F>() {
         // Split K (3 splits of two steps; more splits than steps: empty splits add zeros).
         wg(1, 64, (6, 6), 8, (3, 3), geo(1, 1, 1), true, 0, Some(3));
         wg(2, 8, (4, 4), 8, (3, 3), geo(1, 1, 1), true, 0, Some(50));
-        // The other rings (3 and 6 stages): nine steps around each, a partial tile, split K.
-        for stages in [3, 6] {
-            let ring = |b, c, hw, c_out, k, g, bias, offset, splits| case::<T>(&dev, NhwcKernel::WgmmaStages(stages), b, c, hw, c_out, k, g, bias, offset, splits);
+        // The other rings (4 and 6 stages): nine steps around each, a partial tile, split K.
+        for stages in [4, 6] {
+            let ring = |b, c, hw, c_out, k, g, bias, offset, splits| case::<T>(&dev, NhwcKernel::WgmmaWith { stages, tile_n: None }, b, c, hw, c_out, k, g, bias, offset, splits);
             ring(1, 64, (6, 5), 136, (3, 3), geo(1, 1, 1), true, 0, None);
             ring(1, 64, (6, 6), 8, (3, 3), geo(1, 1, 1), false, 0, Some(2));
         }
+        // Tiles 160 channels wide (m64n160k16, K-major filter) on every ring: 168 channels
+        // in a whole tile and one 8 wide; 320 in two whole ones, batch 2, split K; stride 2
+        // with 136 channels (one partial tile). Each width forced (128 too: the launcher
+        // may pick either on its own).
+        for stages in [3, 4, 6] {
+            let w160 = |b, c, hw, c_out, k, g, bias, offset, splits| case::<T>(&dev, NhwcKernel::WgmmaWith { stages, tile_n: Some(160) }, b, c, hw, c_out, k, g, bias, offset, splits);
+            w160(1, 64, (6, 5), 168, (3, 3), geo(1, 1, 1), true, 8, None);
+            w160(1, 16, (9, 8), 136, (3, 3), geo(1, 2, 1), false, 0, None);
+            let w128 = |b, c, hw, c_out, k, g, bias, offset, splits| case::<T>(&dev, NhwcKernel::WgmmaWith { stages, tile_n: Some(128) }, b, c, hw, c_out, k, g, bias, offset, splits);
+            w128(1, 64, (6, 5), 136, (3, 3), geo(1, 1, 1), true, 8, None);
+        }
+        let w160 = |b, c, hw, c_out, k, g, bias, offset, splits| case::<T>(&dev, NhwcKernel::WgmmaWith { stages: 3, tile_n: Some(160) }, b, c, hw, c_out, k, g, bias, offset, splits);
+        w160(2, 32, (5, 6), 320, (3, 3), geo(1, 1, 1), true, 0, Some(2));
+        let w128 = |b, c, hw, c_out, k, g, bias, offset, splits| case::<T>(&dev, NhwcKernel::WgmmaWith { stages: 3, tile_n: Some(128) }, b, c, hw, c_out, k, g, bias, offset, splits);
+        w128(2, 32, (5, 6), 320, (3, 3), geo(1, 1, 1), true, 0, None);
+        // The launcher's own choice (`nhwc_filter_layout` asks its plan for the width).
+        case::<T>(&dev, NhwcKernel::Auto, 2, 16, (12, 12), 320, (3, 3), geo(1, 1, 1), true, 0, None);
     }
 }
 
@@ -171,7 +190,7 @@ fn conv2d_nhwc_bf16_matches_direct_sum_in_every_lowering() {
 }
 
 #[test]
-fn nhwc_weight_moves_each_element_to_tap_channel_output_order() {
+fn nhwc_weight_moves_each_element_to_its_layouts_order() {
     // w[co][ci][ky][kx] = 1000 co + 100 ci + 10 ky + kx.
     let (co_n, ci_n, kh, kw) = (3, 2, 2, 3);
     let w: Vec<u32> = (0..co_n * ci_n * kh * kw).map(|i| {
@@ -179,17 +198,21 @@ fn nhwc_weight_moves_each_element_to_tap_channel_output_order() {
         let (ci, r) = (r / (kh * kw), r % (kh * kw));
         (1000 * co + 100 * ci + 10 * (r / kw) + r % kw) as u32
     }).collect();
-    let p = nhwc_weight(&w, [co_n, ci_n, kh, kw]).unwrap();
+    let hwio = nhwc_weight(&w, [co_n, ci_n, kh, kw], FilterLayout::Hwio).unwrap();
+    let ohwi = nhwc_weight(&w, [co_n, ci_n, kh, kw], FilterLayout::Ohwi).unwrap();
     for ky in 0..kh {
         for kx in 0..kw {
             for ci in 0..ci_n {
                 for co in 0..co_n {
-                    assert_eq!(p[((ky * kw + kx) * ci_n + ci) * co_n + co] as usize, 1000 * co + 100 * ci + 10 * ky + kx);
+                    let want = 1000 * co + 100 * ci + 10 * ky + kx;
+                    assert_eq!(hwio[((ky * kw + kx) * ci_n + ci) * co_n + co] as usize, want);
+                    assert_eq!(ohwi[((co * kh + ky) * kw + kx) * ci_n + ci] as usize, want);
                 }
             }
         }
     }
-    assert!(nhwc_weight(&w[1..], [co_n, ci_n, kh, kw]).is_err());
+    assert!(nhwc_weight(&w[1..], [co_n, ci_n, kh, kw], FilterLayout::Hwio).is_err());
+    assert!(nhwc_weight(&w[1..], [co_n, ci_n, kh, kw], FilterLayout::Ohwi).is_err());
 }
 
 #[test]
@@ -207,35 +230,42 @@ fn conv2d_nhwc_rejects_bad_shapes_and_writes_nothing() {
         other => panic!("expected InvalidArgument, got {other:?}"),
     };
     // Channels no multiple of 8, groups, too many taps.
-    assert!(err(conv2d_channels_last::<f16>(&dev, &x, 0, &w, None, Conv2dShape { c_in: 12, ..s }, g, &mut y)).contains("multiples of 8"));
-    assert!(err(conv2d_channels_last::<f16>(&dev, &x, 0, &w, None, Conv2dShape { groups: 2, ..s }, g, &mut y)).contains("groups"));
-    assert!(err(conv2d_channels_last::<f16>(&dev, &x, 0, &w, None, Conv2dShape { k_h: 7, k_w: 7, ..s }, g, &mut y)).contains("taps"));
+    assert!(err(conv2d_channels_last::<f16>(&dev, &x, 0, &w, FilterLayout::Hwio, None, Conv2dShape { c_in: 12, ..s }, g, &mut y)).contains("multiples of 8"));
+    assert!(err(conv2d_channels_last::<f16>(&dev, &x, 0, &w, FilterLayout::Hwio, None, Conv2dShape { groups: 2, ..s }, g, &mut y)).contains("groups"));
+    assert!(err(conv2d_channels_last::<f16>(&dev, &x, 0, &w, FilterLayout::Hwio, None, Conv2dShape { k_h: 7, k_w: 7, ..s }, g, &mut y)).contains("taps"));
     // Wrong weight, output and bias sizes; an input too short for its offset; an offset
     // that is not 16-byte aligned; a filter larger than the padded input.
-    assert!(err(conv2d_channels_last::<f16>(&dev, &x, 0, &w, None, Conv2dShape { c_out: 3, ..s }, g, &mut y)).contains("weight"));
+    assert!(err(conv2d_channels_last::<f16>(&dev, &x, 0, &w, FilterLayout::Hwio, None, Conv2dShape { c_out: 3, ..s }, g, &mut y)).contains("weight"));
     let mut y_short = dev.upload(&sentinel[..49]).unwrap();
-    assert!(err(conv2d_channels_last::<f16>(&dev, &x, 0, &w, None, s, g, &mut y_short)).contains("output"));
-    assert!(err(conv2d_channels_last::<f16>(&dev, &x, 0, &w, Some(&b3), s, g, &mut y)).contains("bias"));
-    assert!(err(conv2d_channels_last::<f16>(&dev, &x, 16, &w, None, s, g, &mut y)).contains("elements"));
-    assert!(err(conv2d_channels_last::<f16>(&dev, &x, 3, &w, None, s, g, &mut y)).contains("aligned"));
-    assert!(matches!(conv2d_channels_last::<f16>(&dev, &x, 0, &w, None, s, ConvGeometry { padding: 0, stride: 1, dilation: 3 }, &mut y), Err(LaunchError::InvalidArgument { .. })));
+    assert!(err(conv2d_channels_last::<f16>(&dev, &x, 0, &w, FilterLayout::Hwio, None, s, g, &mut y_short)).contains("output"));
+    assert!(err(conv2d_channels_last::<f16>(&dev, &x, 0, &w, FilterLayout::Hwio, Some(&b3), s, g, &mut y)).contains("bias"));
+    assert!(err(conv2d_channels_last::<f16>(&dev, &x, 16, &w, FilterLayout::Hwio, None, s, g, &mut y)).contains("elements"));
+    assert!(err(conv2d_channels_last::<f16>(&dev, &x, 3, &w, FilterLayout::Hwio, None, s, g, &mut y)).contains("aligned"));
+    assert!(matches!(conv2d_channels_last::<f16>(&dev, &x, 0, &w, FilterLayout::Hwio, None, s, ConvGeometry { padding: 0, stride: 1, dilation: 3 }, &mut y), Err(LaunchError::InvalidArgument { .. })));
     // f32 is not taken.
     let (xf, wf) = (dev.upload(&[1f32; 5 * 5 * 8]).unwrap(), dev.upload(&[1f32; 9 * 8 * 2]).unwrap());
     let mut yf = dev.alloc::<f32>(50).unwrap();
-    assert!(err(conv2d_channels_last::<f32>(&dev, &xf, 0, &wf, None, s, g, &mut yf)).contains("f16 and bf16"));
+    assert!(err(conv2d_channels_last::<f32>(&dev, &xf, 0, &wf, FilterLayout::Hwio, None, s, g, &mut yf)).contains("f16 and bf16"));
     // The wgmma kernel: not on this executor (MFMA), nor for output channels that are no
     // multiple of 8 where it runs (the mma.sync executor).
-    let wg = |dev: &Device, y: &mut kernels::runtime::DeviceVec<f16>| conv2d_channels_last_with::<f16>(dev, &x, 0, &w, None, s, g, y, None, NhwcKernel::Wgmma);
+    let wg = |dev: &Device, y: &mut kernels::runtime::DeviceVec<f16>| conv2d_channels_last_with::<f16>(dev, &x, 0, &w, FilterLayout::Ohwi, None, s, g, y, None, NhwcKernel::Wgmma);
     assert!(err(wg(&dev, &mut y)).contains("sm_90"));
+    // A filter in the other kernel's layout.
+    assert!(err(conv2d_channels_last::<f16>(&dev, &x, 0, &w, FilterLayout::Ohwi, None, s, g, &mut y)).contains("sm_90"));
+    assert!(err(conv2d_channels_last_with::<f16>(&dev, &x, 0, &w, FilterLayout::Ohwi, None, s, g, &mut y, None, NhwcKernel::Tiled)).contains("FilterLayout::Hwio"));
     let mma = Device::cpu_with(kernel_dsl::host::CpuExecutor::new(kernel_dsl::host::WaveSize::W32).with_matrix_unit(kernel_dsl::host::MatrixUnit::MmaSync));
     let (x, w) = (mma.upload(&[f16::ONE; 5 * 5 * 8 + 8]).unwrap(), mma.upload(&[f16::ONE; 9 * 8 * 2]).unwrap());
     let mut y_mma = mma.upload(&sentinel).unwrap();
-    let r = conv2d_channels_last_with::<f16>(&mma, &x, 0, &w, None, s, g, &mut y_mma, None, NhwcKernel::Wgmma);
+    let r = conv2d_channels_last_with::<f16>(&mma, &x, 0, &w, FilterLayout::Ohwi, None, s, g, &mut y_mma, None, NhwcKernel::Wgmma);
     assert!(err(r).contains("multiples of 8"));
     let s8 = Conv2dShape { c_out: 8, ..s };
     let w8 = mma.upload(&[f16::ONE; 9 * 8 * 8]).unwrap();
-    let r = conv2d_channels_last_with::<f16>(&mma, &x, 0, &w8, None, s8, g, &mut y_mma, None, NhwcKernel::WgmmaStages(5));
+    let r = conv2d_channels_last_with::<f16>(&mma, &x, 0, &w8, FilterLayout::Ohwi, None, s8, g, &mut y_mma, None, NhwcKernel::WgmmaWith { stages: 5, tile_n: None });
     assert!(err(r).contains("stages"));
+    let r = conv2d_channels_last_with::<f16>(&mma, &x, 0, &w8, FilterLayout::Ohwi, None, s8, g, &mut y_mma, None, NhwcKernel::WgmmaWith { stages: 3, tile_n: Some(96) });
+    assert!(err(r).contains("channels wide"));
+    let r = conv2d_channels_last_with::<f16>(&mma, &x, 0, &w8, FilterLayout::Hwio, None, s8, g, &mut y_mma, None, NhwcKernel::WgmmaWith { stages: 3, tile_n: Some(160) });
+    assert!(err(r).contains("take the filter as Ohwi"));
     assert_eq!(dev.download(&y).unwrap(), sentinel);
     assert_eq!(dev.download(&y_short).unwrap(), sentinel[..49]);
     assert_eq!(mma.download(&y_mma).unwrap(), sentinel);

@@ -7,10 +7,10 @@
 //! loads, this bench on our GEMM kernels). 1x1 layers also as the plain GEMM candle-rocm
 //! takes for them (op `conv_1x1_gemm`). Layers it takes also run channels-last on
 //! `kernels::conv_implicit::conv2d_channels_last` (op `conv_nhwc`: NHWC input, the filter
-//! rearranged once as `(k, k, c_in, c_out)`, the GEMM pipeline gathering input patches, or
-//! on Hopper the wgmma kernel; there the GEMM pipeline's kernel also runs as op
-//! `conv_nhwc_tiled`, the wgmma kernel with a ring of 6 stages as `conv_nhwc_s6` and
-//! without split K as `conv_nhwc_nosplit`),
+//! rearranged once, the GEMM pipeline gathering input patches, or on Hopper the wgmma
+//! kernel; there the GEMM pipeline's kernel also runs as op `conv_nhwc_tiled`, the wgmma
+//! kernel with 128- and 160-channel tiles forced as `conv_nhwc_n128` / `conv_nhwc_n160`,
+//! each also without split K as `..._nosplit`),
 //! and as candle-rocm runs it for an NCHW tensor (op `conv_nhwc_route`: input to NHWC,
 //! filter rearranged, the kernel, result back to NCHW; the copies on
 //! `permute::transpose_copy`).
@@ -28,7 +28,7 @@ use half::{bf16, f16};
 use kernel_dsl::host::ScalarArg;
 use kernels::conv::ops::{im2col2d, ConvGeometry};
 use kernels::convert::ops::copy_strided;
-use kernels::conv_implicit::{conv2d, conv2d_channels_last, conv2d_channels_last_with, nhwc_refusal, nhwc_weight, wgmma_refusal, Conv2dShape, NhwcKernel};
+use kernels::conv_implicit::{conv2d, conv2d_channels_last, conv2d_channels_last_with, nhwc_filter_layout, nhwc_refusal, nhwc_weight, wgmma_refusal, Conv2dShape, FilterLayout, NhwcKernel};
 use kernels::gemm::{self, Epilogue, GemmElem, GemmShape, Strides};
 use kernels::elementwise::{copy_runs, launch_config, RunView};
 use kernels::permute::{transpose_copy, TransposeView};
@@ -85,8 +85,9 @@ fn run<T: GemmElem + ScalarArg + kernels::dtype::host::DType>(dev: &Device, l: C
     let us = time(dev, flops, &mut implicit);
     record("conv_implicit", us, &dev.download(&dy).unwrap());
 
-    // Channels-last: the same input as NHWC, the filter as (k, k, c_in, c_out); the
-    // result goes back to NCHW for the spot check.
+    // Channels-last: the same input as NHWC, the filter in the layout the launcher's
+    // kernel takes ((c_out, k, k, c_in) for wgmma, else (k, k, c_in, c_out)); the result
+    // goes back to NCHW for the spot check.
     if nhwc_refusal::<T>(dev, &s).is_none() {
         let mut xn = vec![x[0]; x.len()];
         for (i, v) in x.iter().enumerate() {
@@ -94,11 +95,12 @@ fn run<T: GemmElem + ScalarArg + kernels::dtype::host::DType>(dev: &Device, l: C
             let (bi, ci) = (bc / c_in, bc % c_in);
             xn[(bi * h * w + p) * c_in + ci] = *v;
         }
-        let wn = nhwc_weight(&wt, [c_out, c_in, k, k]).unwrap();
+        let layout = nhwc_filter_layout::<T>(dev, &s, g, NhwcKernel::Auto);
+        let wn = nhwc_weight(&wt, [c_out, c_in, k, k], layout).unwrap();
         let (dxn, dwn) = (dev.upload(&xn).unwrap(), dev.upload(&wn).unwrap());
         let mut dyn_out: DeviceVec<T> = dev.alloc(b * hw * c_out).unwrap();
         let mut nhwc = || {
-            conv2d_channels_last::<T>(dev, &dxn, 0, &dwn, None, s, g, &mut dyn_out).unwrap();
+            conv2d_channels_last::<T>(dev, &dxn, 0, &dwn, layout, None, s, g, &mut dyn_out).unwrap();
         };
         let us = time(dev, flops, &mut nhwc);
         // An NHWC result as NCHW, for the spot check.
@@ -110,13 +112,24 @@ fn run<T: GemmElem + ScalarArg + kernels::dtype::host::DType>(dev: &Device, l: C
         };
         record("conv_nhwc", us, &nchw(&dev.download(&dyn_out).unwrap()));
         // Where `conv_nhwc` ran the wgmma kernel: the GEMM pipeline's kernel (op
-        // `conv_nhwc_tiled`), the wgmma kernel with a ring of 6 stages (`conv_nhwc_s6`) and
-        // with the default ring unsplit (`conv_nhwc_nosplit`).
+        // `conv_nhwc_tiled`, its own filter layout), the wgmma kernel with tiles 128 and
+        // 160 channels wide forced (`conv_nhwc_n128`, `conv_nhwc_n160`), each also
+        // unsplit (`_nosplit`).
         if wgmma_refusal::<T>(dev, &s).is_none() {
-            let variants = [(NhwcKernel::Tiled, None, "conv_nhwc_tiled"), (NhwcKernel::WgmmaStages(6), None, "conv_nhwc_s6"), (NhwcKernel::Wgmma, Some(1), "conv_nhwc_nosplit")];
+            let [hwio, ohwi] = [FilterLayout::Hwio, FilterLayout::Ohwi].map(|l| dev.upload(&nhwc_weight(&wt, [c_out, c_in, k, k], l).unwrap()).unwrap());
+            let with = |stages, tile_n| NhwcKernel::WgmmaWith { stages, tile_n };
+            let variants = [
+                (NhwcKernel::Tiled, None, "conv_nhwc_tiled"),
+                (with(3, Some(128)), None, "conv_nhwc_n128"),
+                (with(3, Some(160)), None, "conv_nhwc_n160"),
+                (with(3, Some(128)), Some(1), "conv_nhwc_n128_nosplit"),
+                (with(3, Some(160)), Some(1), "conv_nhwc_n160_nosplit"),
+            ];
             for (kernel, splits, op) in variants {
+                let kl = nhwc_filter_layout::<T>(dev, &s, g, kernel);
+                let weight = if kl == FilterLayout::Hwio { &hwio } else { &ohwi };
                 let mut run = || {
-                    conv2d_channels_last_with::<T>(dev, &dxn, 0, &dwn, None, s, g, &mut dyn_out, splits, kernel).unwrap();
+                    conv2d_channels_last_with::<T>(dev, &dxn, 0, weight, kl, None, s, g, &mut dyn_out, splits, kernel).unwrap();
                 };
                 let us = time(dev, flops, &mut run);
                 record(op, us, &nchw(&dev.download(&dyn_out).unwrap()));
@@ -136,23 +149,36 @@ fn run<T: GemmElem + ScalarArg + kernels::dtype::host::DType>(dev: &Device, l: C
             let ([d0, d1, d2], [s0, s1, s2]) = (t.dims, t.strides);
             transpose_copy::launch::<T>(dev, t.launch_config(), src, out, d0, d1, d2, s0, s1, s2, t.y).unwrap();
         };
-        // The filter in two passes, as candle-rocm does: (c_out, c_in k k) transposed,
-        // then its rows of c_out reordered from (c_in, k k) to (k k, c_in) (a run copy).
+        // The filter as candle-rocm rearranges it: (c_out, c_in k k) transposed whole,
+        // then for (c_out, k k, c_in) (the 160-wide wgmma kernel's) transposed again per
+        // tap, for (k k, c_in, c_out) its rows of c_out reordered from (c_in, k k) to
+        // (k k, c_in) (a run copy); a 1x1 filter already is (c_out, c_in).
         let mut wt: DeviceVec<T> = dev.alloc(wn.len()).unwrap();
         let (row_dims, row_strides) = ([k * k, c_in, c_out], [c_out, k * k * c_out, 1]);
         let rows = RunView::new(&row_dims, [&row_strides]);
         let mut route = || {
             tr(&dx, &[b, h * w, c_in], &[c_in * h * w, 1, h * w], &mut xr);
-            tr(&dw, &[c_in * k * k, c_out], &[1, c_in * k * k], &mut wt);
-            match rows {
-                Some(v) => {
-                    let [[r0, r1, r2]] = v.strides;
-                    copy_runs::launch::<T>(dev, launch_config(wn.len()), &wt, &mut wr, v.d1, v.d2, r0, r1, r2).unwrap();
+            let weight = match layout {
+                FilterLayout::Ohwi if k == 1 => &dw,
+                FilterLayout::Ohwi => {
+                    tr(&dw, &[c_in * k * k, c_out], &[1, c_in * k * k], &mut wt);
+                    tr(&wt, &[c_out, k * k, c_in], &[1, c_out, k * k * c_out], &mut wr);
+                    &wr
                 }
-                // c_out no multiple of 8 (conv_out): the element-by-element copy, as in candle-rocm.
-                None => copy_strided::<T>(dev, &wt, Some((&row_dims, &row_strides)), &mut wr).unwrap(),
-            }
-            conv2d_channels_last::<T>(dev, &xr, 0, &wr, None, s, g, &mut dyn_out).unwrap();
+                FilterLayout::Hwio => {
+                    tr(&dw, &[c_in * k * k, c_out], &[1, c_in * k * k], &mut wt);
+                    match rows {
+                        Some(v) => {
+                            let [[r0, r1, r2]] = v.strides;
+                            copy_runs::launch::<T>(dev, launch_config(wn.len()), &wt, &mut wr, v.d1, v.d2, r0, r1, r2).unwrap();
+                        }
+                        // c_out no multiple of 8 (conv_out): the element-by-element copy, as in candle-rocm.
+                        None => copy_strided::<T>(dev, &wt, Some((&row_dims, &row_strides)), &mut wr).unwrap(),
+                    }
+                    &wr
+                }
+            };
+            conv2d_channels_last::<T>(dev, &xr, 0, weight, layout, None, s, g, &mut dyn_out).unwrap();
             tr(&dyn_out, &[b, c_out, hw], &[hw * c_out, 1, c_out], &mut yr);
         };
         let us = time(dev, flops, &mut route);

@@ -8,7 +8,7 @@ use crate::error::{at, invalid, unsupported};
 use candle_core::conv::{ParamsConv1D, ParamsConv2D, ParamsConvTranspose1D, ParamsConvTranspose2D};
 use candle_core::{DType, Layout, Result};
 use kernels::conv::ops::{self as kc, ConvGeometry};
-use kernels::conv_implicit::{self, Conv2dShape, NhwcKernel};
+use kernels::conv_implicit::{self, Conv2dShape, FilterLayout, NhwcKernel};
 use kernels::pool::ops::{self as kp, Nchw};
 use kernels::runtime::Device;
 
@@ -228,7 +228,7 @@ fn copies_pay(s: &Conv2dShape, (oh, ow): (usize, usize)) -> bool {
 /// conv2d on the channels-last implicit GEMM (`kernels::conv_implicit::conv2d_channels_last`:
 /// the GEMM pipeline gathering input patches straight from NHWC): the input viewed as
 /// NHWC (in place when it already is channels-last in memory, else one strided copy), the
-/// filter rearranged as `(k_h, k_w, c_in, c_out)`, and the NHWC result copied back to the
+/// filter rearranged into the layout the kernel takes, and the NHWC result copied back to the
 /// contiguous NCHW Candle expects. `None` where the kernel does not take the convolution.
 fn conv2d_channels_last(dev: &Device, x: &Buf, l: &Layout, kernel: &Buf, kl: &Layout, p: &ParamsConv2D) -> Result<Option<Buf>> {
     const OP: &str = "conv2d";
@@ -253,27 +253,44 @@ fn conv2d_channels_last(dev: &Device, x: &Buf, l: &Layout, kernel: &Buf, kl: &La
         (Some(copy), 0)
     };
     let xb = xc.as_ref().unwrap_or(x);
-    // The filter as (k_h, k_w, c_in, c_out) in two passes that both move whole rows and
-    // tiles: (c_out, c_in k_h k_w) transposed, then its (c_in, k_h k_w) rows of c_out
-    // reordered. (One tiled pass would tile along k_h k_w, mostly idle for 3x3.)
+    let kernel_choice = if conv_choice() == ConvChoice::Tiled { NhwcKernel::Tiled } else { NhwcKernel::Auto };
+    let layout = conv_implicit::nhwc_filter_layout::<half::f16>(dev, &shape, g, kernel_choice);
     let kc = contiguous_buf(dev, kernel, kl)?;
     let kb = kc.as_ref().unwrap_or(kernel);
     let (kk, n_w) = (p.k_h * p.k_w, p.c_out * c_in * p.k_h * p.k_w);
-    let mut wt = Buf::uninit(dev, kernel.dtype(), n_w)?;
-    super::elementwise::copy_strided(dev, kb, &Layout::new((c_in * kk, p.c_out).into(), vec![1, c_in * kk], 0), &mut wt, 0)?;
-    let wp = if kk == 1 {
-        wt
-    } else {
-        let mut wp = Buf::uninit(dev, kernel.dtype(), n_w)?;
-        let rows = Layout::new((kk, c_in, p.c_out).into(), vec![p.c_out, kk * p.c_out, 1], 0);
-        super::elementwise::copy_strided(dev, &wt, &rows, &mut wp, 0)?;
-        wp
+    // Both layouts start from (c_out, c_in k_h k_w) transposed whole, which moves whole
+    // tiles (a pass that moved only k_h k_w would tile along those 9 columns, mostly idle).
+    let transposed = || -> Result<Buf> {
+        let mut wt = Buf::uninit(dev, kernel.dtype(), n_w)?;
+        super::elementwise::copy_strided(dev, kb, &Layout::new((c_in * kk, p.c_out).into(), vec![1, c_in * kk], 0), &mut wt, 0)?;
+        Ok(wt)
     };
+    let wp = match layout {
+        // (c_out, k_h, k_w, c_in): 1x1 filters already are; else the transposed
+        // (c_in, k_h k_w, c_out) transposed again per tap (tiles of c_out x c_in).
+        FilterLayout::Ohwi if kk == 1 => None,
+        FilterLayout::Ohwi => {
+            let wt = transposed()?;
+            let mut wp = Buf::uninit(dev, kernel.dtype(), n_w)?;
+            let per_tap = Layout::new((p.c_out, kk, c_in).into(), vec![1, p.c_out, kk * p.c_out], 0);
+            super::elementwise::copy_strided(dev, &wt, &per_tap, &mut wp, 0)?;
+            Some(wp)
+        }
+        // (k_h, k_w, c_in, c_out): the transposed (c_in, k_h k_w) rows of c_out reordered.
+        FilterLayout::Hwio if kk == 1 => Some(transposed()?),
+        FilterLayout::Hwio => {
+            let wt = transposed()?;
+            let mut wp = Buf::uninit(dev, kernel.dtype(), n_w)?;
+            let rows = Layout::new((kk, c_in, p.c_out).into(), vec![p.c_out, kk * p.c_out, 1], 0);
+            super::elementwise::copy_strided(dev, &wt, &rows, &mut wp, 0)?;
+            Some(wp)
+        }
+    };
+    let wp = wp.as_ref().unwrap_or(kb);
     let n_y = b * oh * ow * p.c_out;
     let y: Buf = float_dispatch!(x.dtype(), OP, T => {
         let mut out = alloc::<T>(dev, n_y, OP)?;
-        let kernel = if conv_choice() == ConvChoice::Tiled { NhwcKernel::Tiled } else { NhwcKernel::Auto };
-        conv_implicit::conv2d_channels_last_with::<T>(dev, &whole(xb)?, x_off, &whole(&wp)?, None, shape, g, &mut out, None, kernel).map_err(at(OP))?;
+        conv_implicit::conv2d_channels_last_with::<T>(dev, &whole(xb)?, x_off, &whole(wp)?, layout, None, shape, g, &mut out, None, kernel_choice).map_err(at(OP))?;
         Ok(T::wrap(out))
     })?;
     // NHWC -> NCHW.

@@ -1,7 +1,7 @@
 //! Warpgroup matrix multiply-accumulate on NVIDIA sm_90a (`wgmma.mma_async`): four waves
-//! (a *warpgroup* of 128 work-items) multiply a 64 x 16 A tile by a 16 x 256 (or 16 x 128)
-//! B tile, both read by the tensor units straight from shared memory, into 64 x 256 (64 x
-//! 128) f32 accumulators held 128 (64) per work-item. The products run asynchronously: [`fence`] before the first
+//! (a *warpgroup* of 128 work-items) multiply a 64 x 16 A tile by a 16 x n B tile (n = 256,
+//! 160 or 128), both read by the tensor units straight from shared memory, into 64 x n f32
+//! accumulators held n / 2 per work-item. The products run asynchronously: [`fence`] before the first
 //! product of a batch, [`commit`] after the batch, [`wait`] until at most `N` batches are
 //! still running before the accumulators or the shared tiles they read are touched.
 //!
@@ -257,6 +257,22 @@ wgmma_product!(
     mma_m64n128k16, ACC_N128, "m64n128k16", [
         0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 21, 22, 23, 24, 25, 26, 27, 28, 29, 30, 31,
         32, 33, 34, 35, 36, 37, 38, 39, 40, 41, 42, 43, 44, 45, 46, 47, 48, 49, 50, 51, 52, 53, 54, 55, 56, 57, 58, 59, 60, 61, 62, 63
+    ]
+);
+
+/// Accumulators per work-item of one `m64n160` product.
+pub const ACC_N160: usize = 80;
+
+wgmma_product!(
+    /// [`mma_m64n256k16`] for a 16 x 160 B tile (80 accumulators per work-item, the first 160
+    /// columns of [`acc_coord`]'s layout): tiles of 160 columns divide SD's 320-, 640- and
+    /// 1280-channel layers exactly.
+    ///
+    /// # Safety
+    /// As [`mma_m64n256k16`].
+    mma_m64n160k16, ACC_N160, "m64n160k16", [
+        0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 21, 22, 23, 24, 25, 26, 27, 28, 29, 30, 31, 32, 33, 34, 35, 36, 37, 38, 39, 40, 41, 42, 43, 44, 45, 46, 47, 48, 49, 50, 51, 52, 53, 54, 55, 56, 57, 58, 59, 60, 61, 62, 63,
+        64, 65, 66, 67, 68, 69, 70, 71, 72, 73, 74, 75, 76, 77, 78, 79
     ]
 );
 
