@@ -642,15 +642,7 @@ pub const fn conv_wgmma_smem_elems(stages: usize, bn: usize) -> usize {
 #[amdgpu_kernel(T = [f16, bf16], max_threads = 256)]
 #[inline(always)]
 pub fn conv2d_nhwc_wgmma<T: GemmElem>(x: &[T], w: &[T], bias: &[T], y: &mut [T], ws: &mut [f32], geom: &[u32], smem: SharedDyn<T>) {
-    if !mma::wgmma::available() {
-        return;
-    }
-    match (geom[NHWC_GEOM - 2], geom[NHWC_GEOM - 1]) {
-        (3, 128) => wgmma_conv_body::<T, 3, 128>(x, w, bias, y, ws, geom, smem),
-        (4, 128) => wgmma_conv_body::<T, 4, 128>(x, w, bias, y, ws, geom, smem),
-        (6, 128) => wgmma_conv_body::<T, 6, 128>(x, w, bias, y, ws, geom, smem),
-        _ => panic!("conv2d_nhwc_wgmma: the ring has 3, 4 or 6 stages of 128-channel tiles"),
-    }
+    wgmma_conv_rings::<T, 128>(x, w, bias, y, ws, geom, smem);
 }
 
 /// [`conv2d_nhwc_wgmma`](fn@conv2d_nhwc_wgmma) for tiles 160 channels wide (`geom[15]` =
@@ -660,14 +652,21 @@ pub fn conv2d_nhwc_wgmma<T: GemmElem>(x: &[T], w: &[T], bias: &[T], y: &mut [T],
 #[amdgpu_kernel(T = [f16, bf16], max_threads = 256)]
 #[inline(always)]
 pub fn conv2d_nhwc_wgmma_n160<T: GemmElem>(x: &[T], w: &[T], bias: &[T], y: &mut [T], ws: &mut [f32], geom: &[u32], smem: SharedDyn<T>) {
+    wgmma_conv_rings::<T, 160>(x, w, bias, y, ws, geom, smem);
+}
+
+/// The wgmma convolution of `BN`-wide tiles with the ring `geom[14]` names (nothing where
+/// the target has no `wgmma`).
+#[inline(always)]
+fn wgmma_conv_rings<T: GemmElem, const BN: usize>(x: &[T], w: &[T], bias: &[T], y: &mut [T], ws: &mut [f32], geom: &[u32], smem: SharedDyn<T>) {
     if !mma::wgmma::available() {
         return;
     }
-    match (geom[NHWC_GEOM - 2], geom[NHWC_GEOM - 1]) {
-        (3, 160) => wgmma_conv_body::<T, 3, 160>(x, w, bias, y, ws, geom, smem),
-        (4, 160) => wgmma_conv_body::<T, 4, 160>(x, w, bias, y, ws, geom, smem),
-        (6, 160) => wgmma_conv_body::<T, 6, 160>(x, w, bias, y, ws, geom, smem),
-        _ => panic!("conv2d_nhwc_wgmma_n160: the ring has 3, 4 or 6 stages of 160-channel tiles"),
+    match (geom[NHWC_GEOM - 2], geom[NHWC_GEOM - 1] == BN as u32) {
+        (3, true) => wgmma_conv_body::<T, 3, BN>(x, w, bias, y, ws, geom, smem),
+        (4, true) => wgmma_conv_body::<T, 4, BN>(x, w, bias, y, ws, geom, smem),
+        (6, true) => wgmma_conv_body::<T, 6, BN>(x, w, bias, y, ws, geom, smem),
+        _ => panic!("conv2d_nhwc_wgmma: the ring has 3, 4 or 6 stages of this entry's tile width"),
     }
 }
 
