@@ -969,6 +969,41 @@ fn conv2d_on_the_implicit_gemm_kernel() {
     }
 }
 
+/// f32 conv2d on im2col + GEMM with the column buffer capped (`with_im2col_cap`), as
+/// convolutions whose im2col buffer would pass 32-bit indexing run (SDXL's VAE at
+/// 1024x1024 in f32): the input channels in groups, each group's product added to the
+/// output. Caps of 3 channels' and of one channel's columns (groups 3, 3, 2 and 8 of
+/// one), a narrowed channel view, a stride; against Candle's CPU conv2d. A cap below one
+/// channel's columns is an error that says so.
+#[test]
+fn conv2d_im2col_in_channel_groups() {
+    for dev in devices() {
+        // At most 8 * 9 = 72 products per output, accumulated in f32 over the groups.
+        let t = product_tol(DType::F32, 72);
+        let x = rand(&[2, 8, 9, 7], DType::F32, 180, false);
+        let k = rand(&[5, 8, 3, 3], DType::F32, 181, false);
+        let k6 = rand(&[5, 6, 3, 3], DType::F32, 182, false);
+        // One channel's columns at stride 1, padding 1: 2 * 9 * 7 output pixels x 9 taps.
+        let one = 2 * 9 * 7 * 9;
+        let cases: Vec<(&str, usize, Vec<&Tensor>, Box<TensorFn>)> = vec![
+            ("groups of 3 channels", 3 * one, vec![&x, &k], Box::new(|v| v[0].conv2d(&v[1], 1, 1, 1, 1))),
+            ("groups of 1 channel", one, vec![&x, &k], Box::new(|v| v[0].conv2d(&v[1], 1, 1, 1, 1))),
+            ("groups of a narrowed channel view", 4 * one, vec![&x, &k6], Box::new(|v| v[0].narrow(1, 1, 6)?.conv2d(&v[1], 1, 1, 1, 1))),
+            ("groups at stride 2", one, vec![&x, &k], Box::new(|v| v[0].conv2d(&v[1], 1, 2, 1, 1))),
+        ];
+        for (name, cap, xs, f) in &cases {
+            candle_rocm::ops::conv::with_im2col_cap(*cap, || {
+                check_ref(&format!("im2col conv2d {name}"), &dev, t, |d| f(&xs.iter().map(|x| x.to_device(d)).collect::<Result<Vec<_>>>()?), |d| {
+                    f(&xs.iter().map(|x| x.to_device(d)).collect::<Result<Vec<_>>>()?)
+                })
+            });
+        }
+        let d = dev.as_candle();
+        let err = candle_rocm::ops::conv::with_im2col_cap(one - 1, || x.to_device(&d).unwrap().conv2d(&k.to_device(&d).unwrap(), 1, 1, 1, 1)).unwrap_err();
+        assert!(err.to_string().contains("exceed the"), "{err}");
+    }
+}
+
 /// f16/bf16 conv2d on the channels-last implicit GEMM (`kernels::conv_implicit::
 /// conv2d_channels_last`, the CPU executor emulating its matrix unit at waves of 32 and
 /// 64) against Candle's CPU conv2d on f32 copies rounded once: NCHW inputs (copied to

@@ -41,15 +41,17 @@ fn contiguous_buf(dev: &Device, buf: &Buf, l: &Layout) -> Result<Option<Buf>> {
     Ok(Some(copy))
 }
 
-/// `out (b, c_out, spatial) = kernel (c_out, k) x col^T`, `col` contiguous `(b, spatial, k)`.
+/// `out (b, c_out, spatial) = kernel[:, k0 .. k0 + k] x col^T`, the kernel `(c_out,
+/// row_len)` (columns `k0 ..` of each row: one group of input channels, read in place),
+/// `col` contiguous `(b, spatial, k)`.
 #[allow(clippy::too_many_arguments)]
-fn conv_gemm(dev: &Device, col: &Buf, kernel: &Buf, kl: &Layout, b: usize, spatial: usize, k: usize, c_out: usize, op: &'static str) -> Result<Buf> {
+fn conv_gemm(dev: &Device, col: &Buf, kernel: &Buf, kl: &Layout, (k0, row_len): (usize, usize), b: usize, spatial: usize, k: usize, c_out: usize, op: &'static str) -> Result<Buf> {
     let kc = contiguous_buf(dev, kernel, kl)?;
     let kb = kc.as_ref().unwrap_or(kernel);
-    if kb.len() != c_out * k {
-        return Err(invalid(op, format!("kernel has {} elements, {c_out} x {k} expected", kb.len())));
+    if kb.len() != c_out * row_len || k0 + k > row_len {
+        return Err(invalid(op, format!("kernel has {} elements, {c_out} x {row_len} expected", kb.len())));
     }
-    let a = GemmOperand { data: whole(kb)?, batch: 0, row: k, col: 1 };
+    let a = GemmOperand { data: kb.region(k0, kb.len() - k0)?, batch: 0, row: row_len, col: 1 };
     let bm = GemmOperand { data: whole(col)?, batch: spatial * k, row: 1, col: k };
     float_dispatch!(col.dtype(), op, T => {
         let mut out = alloc::<T>(dev, b * c_out * spatial, op)?;
@@ -166,7 +168,8 @@ fn conv2d_pointwise(dev: &Device, x: &Buf, l: &Layout, kernel: &Buf, kl: &Layout
 fn conv2d_implicit(dev: &Device, x: &Buf, l: &Layout, kernel: &Buf, kl: &Layout, p: &ParamsConv2D) -> Result<Option<Buf>> {
     const OP: &str = "conv2d";
     // An im2col buffer past 32-bit indexing (SDXL's VAE at 1024x1024: 2.4e9 elements)
-    // cannot be built: a GPU takes the implicit kernel there unless im2col is forced.
+    // would go in input-channel groups (`conv2d`): a GPU takes the implicit kernel there
+    // unless im2col is forced.
     let too_big_for_im2col = dev.is_gpu() && !matches!(conv_choice(), ConvChoice::Im2col) && im2col_elems(p) > i32::MAX as usize;
     if !(implicit_conv_allowed(dev) || too_big_for_im2col) || !matches!(x.dtype(), DType::F16 | DType::BF16) {
         return Ok(None);
@@ -323,15 +326,63 @@ pub fn conv2d(dev: &Device, x: &Buf, l: &Layout, kernel: &Buf, kl: &Layout, p: &
     let (dims, strides) = dims4(l, OP)?;
     let g = ConvGeometry { padding: p.padding, stride: p.stride, dilation: p.dilation };
     let (h_out, w_out) = (p.out_h(), p.out_w());
-    let k = p.c_in * p.k_h * p.k_w;
-    // im2col writes every element (zeros in the padding): no fill first.
-    let mut col = Buf::uninit(dev, x.dtype(), p.b_size * h_out * w_out * k)?;
-    let mut cr = col.region_mut(0, col.len())?;
+    let kk = p.k_h * p.k_w;
+    // The column buffer is indexed with 32 bits: past that (SDXL's VAE at 1024x1024 in
+    // f32: up to 4.8e9 elements) the input channels go in groups whose buffers fit, each
+    // group's product (the filter's matching columns, read in place) added to the output
+    // (f16/bf16 outputs then round once per group).
+    let per_channel = p.b_size * h_out * w_out * kk;
+    let cap = IM2COL_CAP.with(|c| c.get());
+    if per_channel > cap {
+        return Err(invalid(OP, format!("one input channel's im2col columns ({per_channel} elements) exceed the {cap}-element limit")));
+    }
+    let group = (cap / per_channel.max(1)).clamp(1, p.c_in.max(1));
+    let kc = contiguous_buf(dev, kernel, kl)?;
+    let kb = kc.as_ref().unwrap_or(kernel);
     let src = whole(x)?;
-    any_dispatch!(x.dtype(), OP, T => {
-        kc::im2col2d::<T>(dev, &src, dims, strides, l.start_offset(), (p.k_h, p.k_w), g, &mut cr).map(|_| ()).map_err(at(OP))
-    })?;
-    conv_gemm(dev, &col, kernel, kl, p.b_size, h_out * w_out, k, p.c_out, OP)
+    let mut y: Option<Buf> = None;
+    let mut c0 = 0;
+    while c0 < p.c_in || y.is_none() {
+        let cg = group.min(p.c_in - c0);
+        // im2col writes every element (zeros in the padding): no fill first.
+        let mut col = Buf::uninit(dev, x.dtype(), per_channel * cg)?;
+        let mut cr = col.region_mut(0, col.len())?;
+        let part_dims = [dims[0], cg, dims[2], dims[3]];
+        let offset = l.start_offset() + c0 * strides[1];
+        any_dispatch!(x.dtype(), OP, T => {
+            kc::im2col2d::<T>(dev, &src, part_dims, strides, offset, (p.k_h, p.k_w), g, &mut cr).map(|_| ()).map_err(at(OP))
+        })?;
+        let part = conv_gemm(dev, &col, kb, &Layout::contiguous(kb.len()), (c0 * kk, p.c_in * kk), p.b_size, h_out * w_out, cg * kk, p.c_out, OP)?;
+        let n = part.len();
+        y = Some(match y {
+            None => part,
+            Some(acc) => super::elementwise::binary(dev, &acc, &Layout::contiguous(n), &part, &Layout::contiguous(n), "add")?,
+        });
+        c0 += cg;
+        if cg == 0 {
+            break;
+        }
+    }
+    Ok(y.expect("one group at least"))
+}
+
+thread_local! {
+    static IM2COL_CAP: std::cell::Cell<usize> = const { std::cell::Cell::new(i32::MAX as usize) };
+}
+
+/// Runs `f` with conv2d's im2col column buffers limited to `cap` elements (the 32-bit
+/// limit otherwise), so that small convolutions take the channel-grouped path that large
+/// ones need (tests without a large GPU).
+pub fn with_im2col_cap<R>(cap: usize, f: impl FnOnce() -> R) -> R {
+    let old = IM2COL_CAP.with(|c| c.replace(cap.max(1)));
+    struct Restore(usize);
+    impl Drop for Restore {
+        fn drop(&mut self) {
+            IM2COL_CAP.with(|c| c.set(self.0));
+        }
+    }
+    let _restore = Restore(old);
+    f()
 }
 
 pub fn conv1d(dev: &Device, x: &Buf, l: &Layout, kernel: &Buf, kl: &Layout, p: &ParamsConv1D) -> Result<Buf> {
@@ -346,7 +397,7 @@ pub fn conv1d(dev: &Device, x: &Buf, l: &Layout, kernel: &Buf, kl: &Layout, p: &
     any_dispatch!(x.dtype(), OP, T => {
         kc::im2col1d::<T>(dev, &src, dims, strides, l.start_offset(), p.k_size, g, &mut cr).map(|_| ()).map_err(at(OP))
     })?;
-    conv_gemm(dev, &col, kernel, kl, p.b_size, l_out, k, p.c_out, OP)
+    conv_gemm(dev, &col, kernel, kl, (0, k), p.b_size, l_out, k, p.c_out, OP)
 }
 
 /// `col (b, spatial_in, c_out * taps) = x^T (spatial_in, c_in) x kernel (c_in, c_out * taps)`.
