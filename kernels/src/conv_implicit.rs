@@ -796,20 +796,11 @@ fn wgmma_conv_body<T: GemmElem, const S: usize, const BN: usize>(x: &[T], w: &[T
     mma::copy::wait_groups(0);
     barrier();
     // Epilogue through shared memory: the accumulators as an f32 tile, then whole rows.
-    let t = tid % wgmma::WARPGROUP;
     let ldt = BN + EPAD;
     let tile = ring.as_ptr::<f32>();
-    each!(p in [0, 1, 2, 3, 4, 5, 6, 7, 8, 9] {
-        if p * 16 < BN {
-            each!(q in [0, 1, 2, 3] {
-                let i = (p * 4 + q) * 2;
-                let (r, cc) = wgmma::acc_coord(t, i);
-                // SAFETY: (wg * 64 + r, cc..cc + 2) lies in the CW_BM x (BN + EPAD) f32
-                // tile (conv_wgmma_smem_elems); 8-byte aligned (cc even).
-                unsafe { *(tile.add((wg * 64 + r) * ldt + cc) as *mut [f32; 2]) = [acc[i], acc[i + 1]] };
-            });
-        }
-    });
+    // SAFETY: this warpgroup's 64 rows of the CW_BM x (BN + EPAD) f32 tile
+    // (conv_wgmma_smem_elems); ldt even, the ring 1024-byte aligned.
+    unsafe { wgmma::stage_accumulators(&acc, BN, tile, ldt, (wg, tid % wgmma::WARPGROUP)) };
     barrier();
     let (rows, cols) = (m.saturating_sub(m0).min(CW_BM), n.saturating_sub(n0).min(BN));
     if splits == 1 {

@@ -1380,18 +1380,11 @@ fn wgmma_tile<T: GemmElem, const B_MN: bool>(
     // its warps stalled on instruction fetch.
     mma::copy::wait_groups(0);
     barrier();
-    let t = tid % wgmma::WARPGROUP;
     let ldt = WG_BN + EPAD;
     let tile = ring.as_ptr::<f32>();
-    each!(p in [0, 1, 2, 3, 4, 5, 6, 7] {
-        each!(q in [0, 1, 2, 3, 4, 5, 6, 7] {
-            let i = (p * 8 + q) * 2;
-            let (r, cc) = wgmma::acc_coord(t, i);
-            // SAFETY: (wg * 64 + r, cc..cc + 2) lies in the WG_BM x (WG_BN + EPAD) f32 tile,
-            // which fits the ring (wgmma_smem_elems); 8-byte aligned (cc even).
-            unsafe { *(tile.add((wg * 64 + r) * ldt + cc) as *mut [f32; 2]) = [acc[i], acc[i + 1]] };
-        });
-    });
+    // SAFETY: this warpgroup's 64 rows of the WG_BM x (WG_BN + EPAD) f32 tile, which fits
+    // the ring (wgmma_smem_elems); ldt even, the ring 1024-byte aligned.
+    unsafe { wgmma::stage_accumulators(&acc, WG_BN, tile, ldt, (wg, tid % wgmma::WARPGROUP)) };
     barrier();
     let (tile_m, tile_n) = tile_of_band(opaque_u32(block_idx_x()), opaque_u32(block_idx_y()), grid_dim_x(), grid_dim_y(), WG_GROUP_M);
     let (m0, n0) = (tile_m as usize * WG_BM, tile_n as usize * WG_BN);

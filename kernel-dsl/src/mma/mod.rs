@@ -39,6 +39,17 @@
 //!
 //! Every function that takes or builds a whole fragment is a wave operation: all lanes
 //! of the wave call it together, in uniform control flow, with full waves.
+
+/// Runs `$body` with `$i` bound to each listed constant (straight-line code, so register
+/// arrays are indexed by constants). For the submodules below.
+macro_rules! each {
+    ($i:ident in [$($n:literal),*] $body:block) => {$({
+        #[allow(non_upper_case_globals)]
+        const $i: usize = $n;
+        $body
+    })*};
+}
+
 pub mod copy;
 pub mod wgmma;
 mod layout;

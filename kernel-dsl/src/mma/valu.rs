@@ -3,15 +3,6 @@
 use super::{FragA, FragB, FragC, InputKind, MmaInput};
 use crate::wave;
 
-/// Runs `$body` with `$i` bound to each listed constant.
-macro_rules! each {
-    ($i:ident in [$($n:literal),*] $body:block) => {$({
-        #[allow(non_upper_case_globals)]
-        const $i: usize = $n;
-        $body
-    })*};
-}
-
 #[cfg(target_arch = "amdgpu")]
 #[allow(improper_ctypes)]
 unsafe extern "unadjusted" {

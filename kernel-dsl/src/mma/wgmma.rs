@@ -128,6 +128,31 @@ pub const fn acc_coord(t: usize, i: usize) -> (usize, usize) {
     (w * 16 + l / 4 + 8 * ((i / 2) % 2), (i / 4) * 8 + (l % 4) * 2 + i % 2)
 }
 
+/// Stores the accumulators of work-item `t` (0..128) of warpgroup `w` of a work-group, of
+/// that warpgroup's 64 x `cols` product (the first `cols / 2` of `acc`, in [`acc_coord`]'s
+/// layout) as f32 pairs into a row-major tile holding the work-group's warpgroups one
+/// under another: row `r` of warpgroup `w`'s product at `tile + (64 w + r) * ldt`.
+/// Kernels stage their accumulators this way for an epilogue that writes whole rows.
+///
+/// # Safety
+/// The warpgroup's 64 rows, columns `0 .. cols`, of the tile (`ldt` words apart) are
+/// writable shared memory, `tile` 8-byte aligned and `ldt` even; `cols` a multiple of 8 and
+/// at most `2 * A`.
+#[inline(always)]
+pub unsafe fn stage_accumulators<const A: usize>(acc: &[f32; A], cols: usize, tile: *mut f32, ldt: usize, (w, t): (usize, usize)) {
+    each!(p in [0, 1, 2, 3, 4, 5, 6, 7] {
+        each!(q in [0, 1, 2, 3, 4, 5, 6, 7] {
+            let i = (p * 8 + q) * 2;
+            if i < A && i / 4 * 8 < cols {
+                let (r, c) = acc_coord(t, i);
+                // SAFETY: (64 w + r, c..c + 2) lies in the tile (the caller's contract:
+                // r < 64, c < cols), 8-byte aligned (c and ldt even).
+                unsafe { *(tile.add((w * 64 + r) * ldt + c) as *mut [f32; 2]) = [acc[i], acc[i + 1]] };
+            }
+        });
+    });
+}
+
 /// Orders this work-item's earlier register and shared-memory accesses before the
 /// warpgroup's next products (`wgmma.fence`). Warpgroup-wide.
 #[inline(always)]
