@@ -154,26 +154,22 @@ fn cases<T: F>() {
         wg(1, 64, (6, 6), 8, (3, 3), geo(1, 1, 1), true, 0, Some(3));
         wg(2, 8, (4, 4), 8, (3, 3), geo(1, 1, 1), true, 0, Some(50));
         // The other rings (4 and 6 stages): nine steps around each, a partial tile, split K.
+        let with = |stages, tile_n| NhwcKernel::WgmmaWith { stages, tile_n };
         for stages in [4, 6] {
-            let ring = |b, c, hw, c_out, k, g, bias, offset, splits| case::<T>(&dev, NhwcKernel::WgmmaWith { stages, tile_n: None }, b, c, hw, c_out, k, g, bias, offset, splits);
-            ring(1, 64, (6, 5), 136, (3, 3), geo(1, 1, 1), true, 0, None);
-            ring(1, 64, (6, 6), 8, (3, 3), geo(1, 1, 1), false, 0, Some(2));
+            case::<T>(&dev, with(stages, None), 1, 64, (6, 5), 136, (3, 3), geo(1, 1, 1), true, 0, None);
+            case::<T>(&dev, with(stages, None), 1, 64, (6, 6), 8, (3, 3), geo(1, 1, 1), false, 0, Some(2));
         }
         // Tiles 160 channels wide (m64n160k16, K-major filter) on every ring: 168 channels
-        // in a whole tile and one 8 wide; 320 in two whole ones, batch 2, split K; stride 2
-        // with 136 channels (one partial tile). Each width forced (128 too: the launcher
-        // may pick either on its own).
+        // in a whole tile and one 8 wide; stride 2 with 136 channels (one partial tile);
+        // 320 in two whole ones, batch 2, split K. Each width forced (128 too: the
+        // launcher may pick either on its own).
         for stages in [3, 4, 6] {
-            let w160 = |b, c, hw, c_out, k, g, bias, offset, splits| case::<T>(&dev, NhwcKernel::WgmmaWith { stages, tile_n: Some(160) }, b, c, hw, c_out, k, g, bias, offset, splits);
-            w160(1, 64, (6, 5), 168, (3, 3), geo(1, 1, 1), true, 8, None);
-            w160(1, 16, (9, 8), 136, (3, 3), geo(1, 2, 1), false, 0, None);
-            let w128 = |b, c, hw, c_out, k, g, bias, offset, splits| case::<T>(&dev, NhwcKernel::WgmmaWith { stages, tile_n: Some(128) }, b, c, hw, c_out, k, g, bias, offset, splits);
-            w128(1, 64, (6, 5), 136, (3, 3), geo(1, 1, 1), true, 8, None);
+            case::<T>(&dev, with(stages, Some(160)), 1, 64, (6, 5), 168, (3, 3), geo(1, 1, 1), true, 8, None);
+            case::<T>(&dev, with(stages, Some(160)), 1, 16, (9, 8), 136, (3, 3), geo(1, 2, 1), false, 0, None);
+            case::<T>(&dev, with(stages, Some(128)), 1, 64, (6, 5), 136, (3, 3), geo(1, 1, 1), true, 8, None);
         }
-        let w160 = |b, c, hw, c_out, k, g, bias, offset, splits| case::<T>(&dev, NhwcKernel::WgmmaWith { stages: 3, tile_n: Some(160) }, b, c, hw, c_out, k, g, bias, offset, splits);
-        w160(2, 32, (5, 6), 320, (3, 3), geo(1, 1, 1), true, 0, Some(2));
-        let w128 = |b, c, hw, c_out, k, g, bias, offset, splits| case::<T>(&dev, NhwcKernel::WgmmaWith { stages: 3, tile_n: Some(128) }, b, c, hw, c_out, k, g, bias, offset, splits);
-        w128(2, 32, (5, 6), 320, (3, 3), geo(1, 1, 1), true, 0, None);
+        case::<T>(&dev, with(3, Some(160)), 2, 32, (5, 6), 320, (3, 3), geo(1, 1, 1), true, 0, Some(2));
+        case::<T>(&dev, with(3, Some(128)), 2, 32, (5, 6), 320, (3, 3), geo(1, 1, 1), true, 0, None);
         // The launcher's own choice (`nhwc_filter_layout` asks its plan for the width).
         case::<T>(&dev, NhwcKernel::Auto, 2, 16, (12, 12), 320, (3, 3), geo(1, 1, 1), true, 0, None);
     }

@@ -77,13 +77,19 @@ pub fn with_kernel_gemm<R>(f: impl FnOnce() -> R) -> R {
 /// Runs `f` with the thread-local `flag` set, restoring its previous value afterwards (also
 /// on panic).
 pub(crate) fn with_thread_flag<R>(flag: &'static std::thread::LocalKey<Cell<bool>>, f: impl FnOnce() -> R) -> R {
-    struct Restore(&'static std::thread::LocalKey<Cell<bool>>, bool);
-    impl Drop for Restore {
+    with_thread_value(flag, true, f)
+}
+
+/// Runs `f` with the thread-local `key` holding `value`, restoring its previous value
+/// afterwards (also on panic).
+pub(crate) fn with_thread_value<T: Copy + 'static, R>(key: &'static std::thread::LocalKey<Cell<T>>, value: T, f: impl FnOnce() -> R) -> R {
+    struct Restore<T: Copy + 'static>(&'static std::thread::LocalKey<Cell<T>>, T);
+    impl<T: Copy + 'static> Drop for Restore<T> {
         fn drop(&mut self) {
             self.0.with(|k| k.set(self.1));
         }
     }
-    let _restore = Restore(flag, flag.with(|k| k.replace(true)));
+    let _restore = Restore(key, key.with(|k| k.replace(value)));
     f()
 }
 

@@ -341,8 +341,8 @@ pub fn conv2d(dev: &Device, x: &Buf, l: &Layout, kernel: &Buf, kl: &Layout, p: &
     let kb = kc.as_ref().unwrap_or(kernel);
     let src = whole(x)?;
     let mut y: Option<Buf> = None;
-    let mut c0 = 0;
-    while c0 < p.c_in || y.is_none() {
+    // One group at least (no input channels: one empty product).
+    for c0 in (0..p.c_in.max(1)).step_by(group) {
         let cg = group.min(p.c_in - c0);
         // im2col writes every element (zeros in the padding): no fill first.
         let mut col = Buf::uninit(dev, x.dtype(), per_channel * cg)?;
@@ -358,10 +358,6 @@ pub fn conv2d(dev: &Device, x: &Buf, l: &Layout, kernel: &Buf, kl: &Layout, p: &
             None => part,
             Some(acc) => super::elementwise::binary(dev, &acc, &Layout::contiguous(n), &part, &Layout::contiguous(n), "add")?,
         });
-        c0 += cg;
-        if cg == 0 {
-            break;
-        }
     }
     Ok(y.expect("one group at least"))
 }
@@ -374,15 +370,7 @@ thread_local! {
 /// limit otherwise), so that small convolutions take the channel-grouped path that large
 /// ones need (tests without a large GPU).
 pub fn with_im2col_cap<R>(cap: usize, f: impl FnOnce() -> R) -> R {
-    let old = IM2COL_CAP.with(|c| c.replace(cap.max(1)));
-    struct Restore(usize);
-    impl Drop for Restore {
-        fn drop(&mut self) {
-            IM2COL_CAP.with(|c| c.set(self.0));
-        }
-    }
-    let _restore = Restore(old);
-    f()
+    crate::blas::with_thread_value(&IM2COL_CAP, cap.max(1), f)
 }
 
 pub fn conv1d(dev: &Device, x: &Buf, l: &Layout, kernel: &Buf, kl: &Layout, p: &ParamsConv1D) -> Result<Buf> {
