@@ -898,6 +898,15 @@ pub mod host {
                 FilterLayout::Ohwi => 160,
             }
         }
+
+        /// The layout wgmma tiles `bn` channels wide read.
+        const fn of_wgmma_width(bn: usize) -> FilterLayout {
+            if bn == FilterLayout::Ohwi.wgmma_width() {
+                FilterLayout::Ohwi
+            } else {
+                FilterLayout::Hwio
+            }
+        }
     }
 
     /// The filter `(c_out, c_in, k_h, k_w)` (PyTorch's and Candle's layout) rearranged as
@@ -944,11 +953,7 @@ pub mod host {
                 Err(_) => FilterLayout::Hwio.wgmma_width(),
             },
         };
-        if width == FilterLayout::Ohwi.wgmma_width() {
-            FilterLayout::Ohwi
-        } else {
-            FilterLayout::Hwio
-        }
+        FilterLayout::of_wgmma_width(width)
     }
 
     /// Why [`conv2d_channels_last`] cannot take this convolution on `dev` (no matrix unit,
@@ -1086,7 +1091,7 @@ pub mod host {
                     return Err(invalid(KW, "the weight is not 16-byte aligned".into()));
                 }
                 if let Some(bn) = tile_n.filter(|&bn| bn != layout.wgmma_width()) {
-                    return Err(invalid(KW, format!("{bn}-channel tiles take the filter as {:?}, not {layout:?}", if bn == 160 { FilterLayout::Ohwi } else { FilterLayout::Hwio })));
+                    return Err(invalid(KW, format!("{bn}-channel tiles take the filter as {:?}, not {layout:?}", FilterLayout::of_wgmma_width(bn))));
                 }
                 true
             }
@@ -1118,8 +1123,9 @@ pub mod host {
         let low = lowering_of(dev);
         let (m, k) = (batch * oh * ow, k_h * k_w * c_in);
         let (bn, gx, gy, steps, splits) = if wgmma {
-            let (bn, splits) = wgmma_plan(dev, m, c_out, k.div_ceil(CW_BK), Some(layout.wgmma_width()), splits);
-            (bn, c_out.div_ceil(bn), m.div_ceil(CW_BM), k.div_ceil(CW_BK), splits)
+            let steps = k.div_ceil(CW_BK);
+            let (bn, splits) = wgmma_plan(dev, m, c_out, steps, Some(layout.wgmma_width()), splits);
+            (bn, c_out.div_ceil(bn), m.div_ceil(CW_BM), steps, splits)
         } else {
             let (bm, bn, bk) = block_tile::<T>(low);
             let steps = k.div_ceil(bk);
