@@ -262,30 +262,24 @@ fn conv2d_channels_last(dev: &Device, x: &Buf, l: &Layout, kernel: &Buf, kl: &La
     let kb = kc.as_ref().unwrap_or(kernel);
     let (kk, n_w) = (p.k_h * p.k_w, p.c_out * c_in * p.k_h * p.k_w);
     // Both layouts start from (c_out, c_in k_h k_w) transposed whole, which moves whole
-    // tiles (a pass that moved only k_h k_w would tile along those 9 columns, mostly idle).
-    let transposed = || -> Result<Buf> {
+    // tiles (a pass that moved only k_h k_w would tile along those 9 columns, mostly idle),
+    // then, for more than one tap, reorder that (c_in, k_h k_w, c_out): to (c_out, k_h k_w,
+    // c_in) transposed again per tap (tiles of c_out x c_in), or to (k_h k_w, c_in, c_out)
+    // moving whole rows of c_out. A 1x1 filter already is (c_out, c_in).
+    let wp = if layout == FilterLayout::Ohwi && kk == 1 {
+        None
+    } else {
         let mut wt = Buf::uninit(dev, kernel.dtype(), n_w)?;
         super::elementwise::copy_strided(dev, kb, &Layout::new((c_in * kk, p.c_out).into(), vec![1, c_in * kk], 0), &mut wt, 0)?;
-        Ok(wt)
-    };
-    let wp = match layout {
-        // (c_out, k_h, k_w, c_in): 1x1 filters already are; else the transposed
-        // (c_in, k_h k_w, c_out) transposed again per tap (tiles of c_out x c_in).
-        FilterLayout::Ohwi if kk == 1 => None,
-        FilterLayout::Ohwi => {
-            let wt = transposed()?;
+        if kk == 1 {
+            Some(wt)
+        } else {
+            let reorder = match layout {
+                FilterLayout::Ohwi => Layout::new((p.c_out, kk, c_in).into(), vec![1, p.c_out, kk * p.c_out], 0),
+                FilterLayout::Hwio => Layout::new((kk, c_in, p.c_out).into(), vec![p.c_out, kk * p.c_out, 1], 0),
+            };
             let mut wp = Buf::uninit(dev, kernel.dtype(), n_w)?;
-            let per_tap = Layout::new((p.c_out, kk, c_in).into(), vec![1, p.c_out, kk * p.c_out], 0);
-            super::elementwise::copy_strided(dev, &wt, &per_tap, &mut wp, 0)?;
-            Some(wp)
-        }
-        // (k_h, k_w, c_in, c_out): the transposed (c_in, k_h k_w) rows of c_out reordered.
-        FilterLayout::Hwio if kk == 1 => Some(transposed()?),
-        FilterLayout::Hwio => {
-            let wt = transposed()?;
-            let mut wp = Buf::uninit(dev, kernel.dtype(), n_w)?;
-            let rows = Layout::new((kk, c_in, p.c_out).into(), vec![p.c_out, kk * p.c_out, 1], 0);
-            super::elementwise::copy_strided(dev, &wt, &rows, &mut wp, 0)?;
+            super::elementwise::copy_strided(dev, &wt, &reorder, &mut wp, 0)?;
             Some(wp)
         }
     };
