@@ -334,6 +334,7 @@ macro_rules! each {
         $body
     })*};
 }
+pub(crate) use each;
 
 /// [`each!`] over the row tiles of a wave: unrolled on the GPU targets, a plain loop on the
 /// host (smaller unoptimised frames on the CPU executor's work-item stacks).
@@ -760,36 +761,65 @@ unsafe fn tile_step<T: MmaFloat, const NK: usize, const MT: usize, const MODE: u
     let ka = SharedAddr::new(kt).add((FragB::<T>::cols_lane_offset(ldk) + key0 * ldk) * size);
     let va = SharedAddr::new(v).add((FragB::<T>::lane_offset(ldv) + key0 * ldv) * size);
     let mut s = [[FragC::<f32>::zero(); NK]; MT];
+    // The Q fragment of row tile `mt` at column `ks`, the K^T fragment of key fragment `nf`
+    // at row `ks`. SAFETY (both): the caller's contract (16 x 16 tiles inside the Q and K
+    // tiles).
+    macro_rules! q_frag {
+        ($mt:expr, $ks:expr) => {{
+            let at = $mt * 16 * ldq + $ks;
+            unsafe { if AMD { FragA::<T>::load_shared(q.add(at), ldq) } else { FragA::<T>::load_shared_at(qa.add(at * size), ldq) } }
+        }};
+    }
+    macro_rules! k_frag {
+        ($nf:expr, $ks:expr) => {
+            unsafe {
+                if AMD {
+                    load_keys_b::<T>(kt.add((key0 + $nf * 16) * ldk + $ks), ldk)
+                } else {
+                    FragB::<T>::load_shared_cols_at(ka.add(($nf * 16 * ldk + $ks) * size), ldk)
+                }
+            }
+        };
+    }
+    // gfx950 (and the CPU executor's MFMA mode) multiplies two 16-deep slices per
+    // instruction ([`mma::mma_pair`]): 32 columns per step while two remain.
+    let pairs = mma::pairs_k::<T>();
     let mut ks = 0;
     while ks < d {
-        // SAFETY: the caller's contract (16 x 16 tiles inside the Q and K tiles).
+        let two = pairs && ks + 32 <= d;
         let mut a = [FragA::<T>::zero(); MT];
+        let mut a1 = [FragA::<T>::zero(); MT];
         each_row_tile!(mt in [0, 1] {
             if mt < MT {
-                let at = mt * 16 * ldq + ks;
-                a[mt] = unsafe { if AMD { FragA::<T>::load_shared(q.add(at), ldq) } else { FragA::<T>::load_shared_at(qa.add(at * size), ldq) } };
+                a[mt] = q_frag!(mt, ks);
+                if two {
+                    a1[mt] = q_frag!(mt, ks + 16);
+                }
             }
         });
         each!(nf in [0, 1, 2, 3] {
             if nf < NK {
-                let bk = unsafe {
-                    if AMD {
-                        load_keys_b::<T>(kt.add((key0 + nf * 16) * ldk + ks), ldk)
-                    } else {
-                        FragB::<T>::load_shared_cols_at(ka.add((nf * 16 * ldk + ks) * size), ldk)
-                    }
-                };
-                each_row_tile!(mt in [0, 1] {
-                    if mt < MT {
-                        s[mt][nf] = mma::mma(&a[mt], &bk, s[mt][nf]);
-                    }
-                });
+                let bk = k_frag!(nf, ks);
+                if two {
+                    let bk1 = k_frag!(nf, ks + 16);
+                    each_row_tile!(mt in [0, 1] {
+                        if mt < MT {
+                            s[mt][nf] = mma::mma_pair(&a[mt], &bk, &a1[mt], &bk1, s[mt][nf]);
+                        }
+                    });
+                } else {
+                    each_row_tile!(mt in [0, 1] {
+                        if mt < MT {
+                            s[mt][nf] = mma::mma(&a[mt], &bk, s[mt][nf]);
+                        }
+                    });
+                }
             }
         });
         // One step's operands at a time (the unrolled loop would otherwise load them all
         // ahead and run out of registers on the 128-VGPR targets).
         mma::schedule_fence();
-        ks += 16;
+        ks += if two { 32 } else { 16 };
     }
     // Masked scores go through the score function item by item (rather than through
     // `FragC::map`: its closure, called for 8 items on the wave-32 targets, was left out of
@@ -819,7 +849,47 @@ unsafe fn tile_step<T: MmaFloat, const NK: usize, const MT: usize, const MODE: u
         }
     });
     before_pv();
-    // O += P V, P rounded to T in registers; each V fragment feeds every row tile.
+    // O += P V, P rounded to T in registers; each V fragment feeds every row tile. Where
+    // slices pair (gfx950), two key fragments per instruction.
+    if pairs && NK.is_multiple_of(2) {
+        each!(nf in [0, 2] {
+            if nf < NK {
+                let mut pa = [FragA::<T>::zero(); MT];
+                let mut pa1 = [FragA::<T>::zero(); MT];
+                each_row_tile!(mt in [0, 1] {
+                    if mt < MT {
+                        pa[mt] = s[mt][nf].to_a::<T>();
+                        pa1[mt] = s[mt][(nf + 1) % NK].to_a::<T>();
+                    }
+                });
+                each!(of in [0, 1, 2, 3, 4, 5, 6, 7] {
+                    if of < nof {
+                        // SAFETY: the caller's contract (16 x 16 tiles inside the V tile).
+                        let (vb, vb1) = unsafe {
+                            if AMD {
+                                (
+                                    FragB::<T>::load_shared(v.add((key0 + nf * 16) * ldv + of * 16), ldv),
+                                    FragB::<T>::load_shared(v.add((key0 + nf * 16 + 16) * ldv + of * 16), ldv),
+                                )
+                            } else {
+                                (
+                                    FragB::<T>::load_shared_at(va.add((nf * 16 * ldv + of * 16) * size), ldv),
+                                    FragB::<T>::load_shared_at(va.add(((nf * 16 + 16) * ldv + of * 16) * size), ldv),
+                                )
+                            }
+                        };
+                        each_row_tile!(mt in [0, 1] {
+                            if mt < MT {
+                                st[mt].o[of] = mma::mma_pair(&pa[mt], &vb, &pa1[mt], &vb1, st[mt].o[of]);
+                            }
+                        });
+                    }
+                });
+                mma::schedule_fence();
+            }
+        });
+        return;
+    }
     each!(nf in [0, 1, 2, 3] {
         if nf < NK {
             let mut pa = [FragA::<T>::zero(); MT];

@@ -5,6 +5,8 @@
 //!   accumulation, head dims 64/80/96/128/256, causal bottom-right aligned, sliding
 //!   window, softcap, ALiBi, grouped-query heads, variable-length batches, log-sum-exp
 //!   out). Entry points: [`flash::host::flash_attn`], [`flash::host::flash_attn_varlen`].
+//!   On Hopper (sm_90a) head dims 64 and 128 run on the warpgroup matrix units
+//!   ([`flash_wgmma`]).
 //!
 //! - [`paged`]: decode over a paged KV cache (block tables, any block size, GQA heads
 //!   sharing each KV read, sequences of different lengths, split-KV with a merge pass) and
@@ -21,8 +23,7 @@
 //!
 //! The Candle entry points are `candle_rocm::flash_attn` (candle-flash-attn's functions:
 //! `flash_attn`, `flash_attn_windowed`, `flash_attn_alibi`, `flash_attn_varlen`, ...) and
-//! `candle_rocm::paged` (`paged_attention`, `reshape_and_cache`, `rope_and_cache`). The
-//! Hopper `wgmma` kernel is still to come (issue 29).
+//! `candle_rocm::paged` (`paged_attention`, `reshape_and_cache`, `rope_and_cache`).
 //!
 //! ```
 //! use attention::{flash_attn, FlashOptions, FlashShape};
@@ -45,6 +46,7 @@
 //! ```
 pub mod cache;
 pub mod flash;
+pub mod flash_wgmma;
 pub mod paged;
 pub mod prefill;
 

@@ -870,19 +870,26 @@ unsafe fn gather<T>(
     }
 }
 
-/// Splits [`paged_merge()`] combines per step: their loads issue together, so a sequence's
-/// splits cost `ceil(splits / MERGE_STEP)` memory round trips rather than one each.
+/// Splits the fused merge of [`paged_decode_fused`](fn@paged_decode_fused) combines per
+/// step: their loads issue together, so a sequence's splits cost `ceil(splits /
+/// MERGE_STEP)` memory round trips rather than one each.
 pub const MERGE_STEP: usize = 8;
-// `paged_merge` writes out a step's splits with `each!` over eight indices.
+// The fused merge writes out a step's splits with `each!` over eight indices.
 const _: () = assert!(MERGE_STEP == 8);
+
+/// Splits one step of [`paged_merge()`] combines: their loads issue together, so a
+/// sequence's splits cost `ceil(splits / MERGE_PASS_STEP)` memory round trips.
+pub const MERGE_PASS_STEP: usize = 16;
 
 /// Merges the splits of [`paged_decode`](fn@paged_decode): work-group `(h, b)` (grid x = heads, y =
 /// sequences) reads the `ceil(context_lens[b] / split_len)` splits of head `h` and writes
 /// `out[(b * heads + h) * d ..]` and `lse[b * heads + h]` (zeros and `-inf` for an empty
 /// context). Each work-item takes columns `c = tid, tid + block size, ...` and combines the
-/// splits [`MERGE_STEP`] at a time with the online-softmax rescale (a running max, sum and
-/// output), so the loads of a step are independent. Any work-group size; `d` work-items
-/// give one column each.
+/// splits [`MERGE_PASS_STEP`] at a time with the online-softmax rescale (a running max, sum
+/// and output), so the loads of a step are independent; the first step's addresses do not
+/// depend on the context length (they are clamped to the launch's `splits`), so its loads
+/// issue beside that of `context_lens[b]`: one memory round trip for up to
+/// [`MERGE_PASS_STEP`] splits. Any work-group size; `d` work-items give one column each.
 #[amdgpu_kernel(T = [f16, bf16], max_threads = 256)]
 #[allow(clippy::too_many_arguments)]
 pub fn paged_merge<T: Float>(
@@ -898,36 +905,36 @@ pub fn paged_merge<T: Float>(
 ) {
     let (h, b) = (block_idx_x() as usize, block_idx_y() as usize);
     let (heads, d, splits) = (heads as usize, d as usize, splits as usize);
-    let n = (context_lens[b] as usize).div_ceil(split_len as usize);
     let row = b * heads + h;
     let first = row * splits;
     // Uniform checks, so the loads below index without per-load checks (and branches that
     // would keep a step's loads from issuing together).
-    if n > splits || (first + splits) * d > part_o.len() || (first + splits) * 2 > part_ml.len() || (row + 1) * d > out.len() || row >= lse.len() {
+    if splits == 0 || (first + splits) * d > part_o.len() || (first + splits) * 2 > part_ml.len() || (row + 1) * d > out.len() || row >= lse.len() {
         panic!("paged_merge: a buffer is shorter than the shape needs");
     }
+    let n = (context_lens[b] as usize).div_ceil(split_len as usize);
     let (po, pm) = (part_o.as_ptr(), part_ml.as_ptr());
     let mut c = thread_idx_x() as usize;
     while c < d {
         // Running max (log2 units), sum and output over the splits seen.
         let (mut mx, mut sum, mut acc) = (f32::NEG_INFINITY, 0.0f32, 0.0f32);
         let mut s0 = 0;
-        while s0 < n {
-            let mut m = [f32::NEG_INFINITY; MERGE_STEP];
-            let mut l = [0.0f32; MERGE_STEP];
-            let mut o = [0.0f32; MERGE_STEP];
-            each!(i in [0, 1, 2, 3, 4, 5, 6, 7] {
-                // Past the last split: the last one's values are read (in bounds, so the
-                // load needs no branch) and left out.
-                let s = first + if s0 + i < n { s0 + i } else { n - 1 };
-                // SAFETY: s < first + n <= first + splits, inside both (checked above).
+        loop {
+            let mut m = [f32::NEG_INFINITY; MERGE_PASS_STEP];
+            let mut l = [0.0f32; MERGE_PASS_STEP];
+            let mut o = [0.0f32; MERGE_PASS_STEP];
+            each!(i in [0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15] {
+                // Past the launch's last split: the last one's values are read (in bounds,
+                // so the load needs no branch); splits past the sequence's are left out.
+                let s = first + if s0 + i < splits { s0 + i } else { splits - 1 };
+                // SAFETY: s < first + splits, inside both (checked above).
                 let (ms, ls, os) = unsafe { (*pm.add(s * 2), *pm.add(s * 2 + 1), *po.add(s * d + c)) };
                 if s0 + i < n {
                     (m[i], l[i], o[i]) = (ms, ls, os);
                 }
             });
             let mut top = mx;
-            each!(i in [0, 1, 2, 3, 4, 5, 6, 7] {
+            each!(i in [0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15] {
                 top = top.max(m[i]);
             });
             // A split that saw no key has max -inf: weight 0 (never NaN, as is the rescale
@@ -936,7 +943,7 @@ pub fn paged_merge<T: Float>(
             let alpha = (mx - mu).exp2();
             sum *= alpha;
             acc *= alpha;
-            each!(i in [0, 1, 2, 3, 4, 5, 6, 7] {
+            each!(i in [0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15] {
                 if m[i] != f32::NEG_INFINITY {
                     let w = (m[i] - mu).exp2();
                     sum += l[i] * w;
@@ -944,7 +951,13 @@ pub fn paged_merge<T: Float>(
                 }
             });
             mx = top;
-            s0 += MERGE_STEP;
+            s0 += MERGE_PASS_STEP;
+            if s0 >= n || s0 >= splits {
+                break;
+            }
+        }
+        if n > splits {
+            panic!("paged_merge: a context is longer than the launch's splits cover");
         }
         let inv = if sum > 0.0 { 1.0 / sum } else { 0.0 };
         // SAFETY: inside out (checked above).

@@ -1,6 +1,8 @@
 //! `attention::flash` against a naive f64 `softmax(Q K^T * scale + mask) V` on the CPU
 //! executor in every matrix-unit emulation (MFMA at wave 64; WMMA, mma.sync and VALU at
-//! wave 32), and on a GPU when this build has one.
+//! wave 32), and on a GPU when this build has one. Where the launcher takes the Hopper
+//! `wgmma` kernel (the mma.sync emulation, which emulates `wgmma` too, and sm_90 GPUs) each
+//! case also runs on the fragment kernel.
 //!
 //! Tolerances: q, k, v are rounded to the input type first and the reference takes the
 //! rounded values, so what remains is the kernel's own arithmetic: f32 scores (relative
@@ -10,10 +12,11 @@
 //! f32 accumulation, and the output rounded once to the input type (`u * |out|`). The
 //! bound used is `2u max|v| + u |out| + 1e-5`. The log-sum-exp is f32 throughout:
 //! `1e-4 (1 + |lse|)` (hardware `exp2`/`log2` approximations included).
+use attention::flash::host::{takes_wgmma, with_prefill_kernel, PrefillKernel};
 use attention::flash::HEAD_DIMS;
 use attention::{flash_attn, flash_attn_varlen, AttentionError, FlashElem, FlashOptions, FlashShape, VarlenShape};
 use half::{bf16, f16};
-use kernel_dsl::host::{CpuExecutor, WaveSize};
+use kernel_dsl::host::{CpuExecutor, MatrixUnit, WaveSize};
 use kernel_runtime::Device;
 
 /// The CPU executor in every matrix-unit mode, plus the GPUs of this build.
@@ -138,7 +141,16 @@ fn reference(c: &Case, q: &[f64], k: &[f64], v: &[f64]) -> (Vec<f64>, Vec<f64>) 
 }
 
 /// Runs `c` on `dev` with inputs of type `T` and compares with [`reference`].
+/// [`check_kernel`] with the kernel the launcher picks and, where that is the `wgmma`
+/// kernel (the CPU executor's mma.sync mode, Hopper GPUs), also with the fragment kernel.
 fn check<T: Elem + FlashElem>(dev: &Device, c: &Case, seed: u64) {
+    check_kernel::<T>(dev, c, seed, "");
+    if takes_wgmma(dev, c.d) {
+        with_prefill_kernel(PrefillKernel::Fragments, || check_kernel::<T>(dev, c, seed, " (fragment kernel)"));
+    }
+}
+
+fn check_kernel<T: Elem + FlashElem>(dev: &Device, c: &Case, seed: u64, kernel: &str) {
     let (cq, ck) = c.offsets();
     let (total_q, total_k) = (*cq.last().unwrap(), *ck.last().unwrap());
     let (q, q64) = round::<T>(&inputs(total_q * c.heads * c.d, -2.0, 2.0, seed));
@@ -168,7 +180,7 @@ fn check<T: Elem + FlashElem>(dev: &Device, c: &Case, seed: u64) {
         flash_attn(dev, shape, &dq, &dk, &dv, &mut dout, &mut dlse, &opts).unwrap();
     }
     let (got, got_lse) = (dev.download(&dout).unwrap(), dev.download(&dlse).unwrap());
-    let what = format!("{} {} on {}", T::NAME, c.what(), name(dev));
+    let what = format!("{} {} on {}{kernel}", T::NAME, c.what(), name(dev));
     let vmax = v64.iter().fold(0.0f64, |a, x| a.max(x.abs()));
     for (i, (g, w)) in got.iter().zip(&want).enumerate() {
         let g = g.to_f32() as f64;
@@ -329,4 +341,8 @@ fn work_items_in_either_order_agree() {
         let dev = Device::cpu_with(CpuExecutor::new(wave).with_reversed_items(true));
         check::<f16>(&dev, &Case::new(1, 70, 45, 2, 1, 64).causal(), 70);
     }
+    // The wgmma kernel (mma.sync mode): two warpgroups share the stages; three key tiles
+    // cycle through both stages.
+    let dev = Device::cpu_with(CpuExecutor::new(WaveSize::W32).with_matrix_unit(MatrixUnit::MmaSync).with_reversed_items(true));
+    check::<bf16>(&dev, &Case::new(1, 140, 300, 1, 1, 128).causal(), 71);
 }

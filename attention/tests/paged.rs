@@ -132,8 +132,11 @@ fn paged_decode_in_every_lowering() {
         // Different lengths (partly filled last blocks, an empty context), several splits.
         check::<f16>(dev, &[37, 1, 100, 0], 4, 1, 64, 16, Some(32), 1 + e as u64);
         check::<bf16>(dev, &[70, 5], 2, 2, 128, 32, None, 2 + e as u64);
-        // More splits than one merge step (8) takes, the last step partly filled (11).
+        // More splits than one merge step (8 in the fused merge, 16 in the merge pass)
+        // takes, the last step partly filled (11 and 20 splits; the short sequence's
+        // splits past its context left out).
         check::<f16>(dev, &[340, 40], 4, 2, 64, 16, Some(32), 3 + e as u64);
+        check::<bf16>(dev, &[620, 40], 4, 2, 64, 16, Some(32), 4 + e as u64);
     }
 }
 

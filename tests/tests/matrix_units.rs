@@ -1,5 +1,6 @@
 //! The `mma` kernels really use the matrix units: the gfx9 code objects (gfx90a, gfx942,
-//! gfx950; there the GEMM uses the double-rate `v_mfma_f32_16x16x32_*`) contain `v_mfma`, the gfx11 ones (gfx1100, gfx1101, gfx1151) and the gfx12 ones
+//! gfx950; there the GEMM and the attention kernels use the double-rate
+//! `v_mfma_f32_16x16x32_*`) contain `v_mfma`, the gfx11 ones (gfx1100, gfx1101, gfx1151) and the gfx12 ones
 //! (gfx1200, gfx1201: RDNA4 operand widths) `v_wmma`, gfx1030 neither (no matrix unit: the
 //! VALU lowering), and the PTX `mma.sync`
 //! (plus `ldmatrix` and `cp.async` in the GEMM). Every work-group barrier waits for the
@@ -105,6 +106,32 @@ fn amd_code_objects_use_the_matrix_units() {
         checked += 1;
     }
     eprintln!("checked matrix instructions in {checked} code objects");
+}
+
+/// The attention kernels (prefill, paged decode, paged prefill) run on each architecture's
+/// matrix unit: gfx950 on its double-rate `v_mfma_f32_16x16x32_*` (slice pairs,
+/// `mma::mma_pair`), gfx90a/gfx942 on `v_mfma`, gfx11 and gfx12 (its own lowering) on
+/// `v_wmma`.
+#[test]
+fn attention_kernels_use_the_matrix_units() {
+    const ATTENTION: &[&str] = &["flash_fwd_f16_hd64", "flash_fwd_bf16_hd128", "flash_fwd_bf16_hd80", "paged_decode_bf16_hd128", "paged_prefill_bf16_hd128"];
+    let mut checked = 0;
+    for (arch, listing) in amd_listings_of(&attention::__KERNEL_BINARIES) {
+        let want = if arch == "gfx950" {
+            "v_mfma_f32_16x16x32"
+        } else if arch.starts_with("gfx9") {
+            "v_mfma"
+        } else if arch.starts_with("gfx11") || arch.starts_with("gfx12") {
+            "v_wmma"
+        } else {
+            continue;
+        };
+        for k in ATTENTION {
+            assert!(function(&listing, k).contains(want), "{k} on {arch} has no {want}");
+        }
+        checked += 1;
+    }
+    eprintln!("checked attention matrix instructions in {checked} code objects");
 }
 
 /// Counters that the wait instructions on `lines` drain to zero: `vm`/`lgkm` from gfx9-11

@@ -1,8 +1,9 @@
 //! The checked launchers of [`flash_fwd`](fn@super::flash_fwd): every shape, length and
 //! option is validated before anything runs, so an error writes nothing.
 use super::{block_rows, flash_fwd, value_chunks, Hd128, Hd256, Hd64, Hd80, Hd96, HeadDim, HEAD_DIMS, WAVES};
+use crate::flash_wgmma::{self, flash_fwd_wgmma, WG_HEAD_DIMS, WG_ROWS, WG_THREADS};
 use crate::AttentionError;
-use kernel_dsl::host::{KernelArgSlice, LaunchConfig};
+use kernel_dsl::host::{KernelArgSlice, LaunchConfig, MatrixUnit};
 use kernel_dsl::mma::MmaFloat;
 use kernel_dsl::Dim3;
 use kernel_runtime::{Device, DeviceVec};
@@ -278,10 +279,69 @@ pub fn flash_attn_varlen<T: FlashElem>(
     launch(dev, &plan, q, k, v, out, lse, &cu, opts)
 }
 
+/// Whether the `wgmma` prefill kernel ([`flash_fwd_wgmma`](fn@flash_fwd_wgmma)) runs on
+/// `dev`: an NVIDIA device the crate's sm_90a PTX variant runs on, or the CPU executor in
+/// its `mma.sync` mode (which emulates `wgmma`).
+pub fn wgmma_runs(dev: &Device) -> bool {
+    match dev {
+        Device::Cpu(e) => e.executor().matrix_unit() == MatrixUnit::MmaSync,
+        #[cfg(feature = "cuda")]
+        Device::Cuda(d) => crate::__KERNEL_BINARIES.variant_for("flash_fwd_wgmma_bf16_hd128").is_some_and(|v| v.runs_on(d.capability())),
+        #[allow(unreachable_patterns)]
+        _ => false,
+    }
+}
+
+/// Which prefill kernel the launchers take.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PrefillKernel {
+    /// The `wgmma` kernel where it runs and has the head dimension ([`takes_wgmma`]), else
+    /// the fragment kernel. The default, unless the environment sets
+    /// `ATTN_PREFILL_WGMMA=0`.
+    Auto,
+    /// The fragment kernel ([`flash_fwd`](fn@flash_fwd): MFMA, WMMA, `mma.sync`, VALU).
+    Fragments,
+}
+
+thread_local! {
+    static KERNEL: std::cell::Cell<Option<PrefillKernel>> = const { std::cell::Cell::new(None) };
+}
+
+/// Runs `f` with this thread's prefill launches taking `kernel` (for comparisons and
+/// tests of both kernels on one device); the previous choice returns afterwards.
+pub fn with_prefill_kernel<R>(kernel: PrefillKernel, f: impl FnOnce() -> R) -> R {
+    struct Restore(Option<PrefillKernel>);
+    impl Drop for Restore {
+        fn drop(&mut self) {
+            KERNEL.with(|k| k.set(self.0));
+        }
+    }
+    let _restore = Restore(KERNEL.with(|k| k.replace(Some(kernel))));
+    f()
+}
+
+/// Whether a prefill of head dimension `head_dim` takes the `wgmma` kernel on `dev`:
+/// where it runs ([`wgmma_runs`]), for head dimensions 64 and 128, unless this thread's
+/// choice ([`with_prefill_kernel`]) or, without one, `ATTN_PREFILL_WGMMA=0` says
+/// [`PrefillKernel::Fragments`].
+pub fn takes_wgmma(dev: &Device, head_dim: usize) -> bool {
+    let kernel = KERNEL.with(|k| k.get()).unwrap_or_else(|| {
+        if std::env::var("ATTN_PREFILL_WGMMA").is_ok_and(|v| v == "0") {
+            PrefillKernel::Fragments
+        } else {
+            PrefillKernel::Auto
+        }
+    });
+    kernel == PrefillKernel::Auto && WG_HEAD_DIMS.contains(&head_dim) && wgmma_runs(dev)
+}
+
 fn grid(dev: &Device, seq_q: usize, heads: usize, head_dim: usize, batch: usize) -> Result<Dim3, AttentionError> {
     let low = crate::lowering_of(dev);
-    let gx = seq_q.div_ceil(block_rows(head_dim, low));
-    let gy = heads * value_chunks(head_dim, low);
+    let (gx, gy) = if takes_wgmma(dev, head_dim) {
+        (seq_q.div_ceil(WG_ROWS), heads)
+    } else {
+        (seq_q.div_ceil(block_rows(head_dim, low)), heads * value_chunks(head_dim, low))
+    };
     if gy > 65535 {
         return Err(arg("q", format!("{heads} heads exceed the grid limit")));
     }
@@ -313,6 +373,20 @@ fn launch<T: FlashElem>(
         alibi: &dyn KernelArgSlice<f32>,
     ) -> Result<(), AttentionError> {
         let (q, k, v, out, lse) = bufs;
+        if takes_wgmma(dev, H::D) {
+            let cfg = LaunchConfig::new(p.grid, Dim3::x(WG_THREADS as u32)).with_dynamic_shared(flash_wgmma::smem_elems(H::D));
+            return match H::D {
+                64 => flash_fwd_wgmma::launch::<T, Hd64>(
+                    dev, cfg, q, k, v, out, lse, cu, alibi, p.seq_q, p.seq_k, p.heads, p.kv_heads, p.total_q, p.alibi_bs, p.scale,
+                    p.softcap, p.window_left, p.window_right,
+                ),
+                _ => flash_fwd_wgmma::launch::<T, Hd128>(
+                    dev, cfg, q, k, v, out, lse, cu, alibi, p.seq_q, p.seq_k, p.heads, p.kv_heads, p.total_q, p.alibi_bs, p.scale,
+                    p.softcap, p.window_left, p.window_right,
+                ),
+            }
+            .map_err(Into::into);
+        }
         let low = crate::lowering_of(dev);
         let cfg = LaunchConfig::new(p.grid, Dim3::x(WAVES as u32 * low.wave_lanes())).with_dynamic_shared(super::smem_elems(H::D, block_rows(H::D, low), low));
         flash_fwd::launch::<T, H>(

@@ -4,7 +4,9 @@
 //! - Prefill: `q`, `k`, `v [batch, seq, heads, d]` (kv_heads = heads), causal and not,
 //!   head dims 64 (32 heads) and 128 (16 heads), `batch * seq` = 8192 tokens (batch 1 from
 //!   seq 8192 on). TFLOP/s with FLOPs = `4 * batch * heads * seq_q * seq_k * d`, halved
-//!   for causal (the convention of FlashAttention's benchmarks).
+//!   for causal (the convention of FlashAttention's benchmarks). Where the launcher takes
+//!   the Hopper `wgmma` kernel, `tflops_fragments` times the fragment (`mma.sync`) kernel on
+//!   the same shape in the same run.
 //! - Decode: one query token per sequence, Llama-3-8B heads (32 query, 8 KV, d 128),
 //!   block size 16, every sequence `ctx` tokens long, batch 1..64, ctx 1k..32k (pairs
 //!   with more than 1M cached tokens left out). GB/s = (K and V bytes of the context +
@@ -41,6 +43,7 @@ use attention::paged::host::{
     decode_counters, decode_plan, paged_attention, paged_attention_unchecked, paged_attention_unchecked_planned, paged_attention_with_counters, set_fused_merge, set_wave_split, split_len_for, wave_split, DecodePlan,
     PagedShape,
 };
+use attention::flash::host::{takes_wgmma, with_prefill_kernel, PrefillKernel};
 use attention::{flash_attn, FlashElem, FlashOptions, FlashShape};
 use benches::{copy_us_with, gbps, gpu_ms, median, uniform, Args};
 use half::bf16;
@@ -96,6 +99,9 @@ struct Prefill {
     d: usize,
     us: f64,
     tflops: f64,
+    /// The fragment (`mma.sync`) kernel's TFLOP/s in the same run where the launcher took
+    /// the `wgmma` kernel (0 elsewhere).
+    tflops_fragments: f64,
 }
 
 fn prefill<T: FlashElem + Float>(dev: &Device, batch: usize, heads: usize, seq: usize, d: usize, causal: bool) -> Prefill {
@@ -123,8 +129,17 @@ fn prefill<T: FlashElem + Float>(dev: &Device, batch: usize, heads: usize, seq: 
     }
     let flops = 4.0 * (batch * heads * seq * seq * d) as f64 / if causal { 2.0 } else { 1.0 };
     let tflops = flops / (us * 1e-6) / 1e12;
-    eprintln!("prefill {:<4} causal {causal:<5} b {batch:>2} h {heads:>2} s {seq:>5} d {d:>3} {us:>10.1} us {tflops:>7.1} TFLOP/s", T::NAME);
-    Prefill { dtype: T::NAME, causal, batch, heads, seq, d, us, tflops }
+    let tflops_fragments = if takes_wgmma(dev, d) {
+        let us = with_prefill_kernel(PrefillKernel::Fragments, || time_us(dev, || flash_attn(dev, shape, &dq, &dk, &dvv, &mut out, &mut lse, &opts).unwrap()));
+        flops / (us * 1e-6) / 1e12
+    } else {
+        0.0
+    };
+    eprintln!(
+        "prefill {:<4} causal {causal:<5} b {batch:>2} h {heads:>2} s {seq:>5} d {d:>3} {us:>10.1} us {tflops:>7.1} TFLOP/s (fragment kernel {tflops_fragments:.1})",
+        T::NAME
+    );
+    Prefill { dtype: T::NAME, causal, batch, heads, seq, d, us, tflops, tflops_fragments }
 }
 
 struct Decode {
@@ -474,8 +489,8 @@ fn main() {
         .iter()
         .map(|p| {
             format!(
-                "{{\"kind\":\"prefill\",\"dtype\":\"{}\",\"causal\":{},\"batch\":{},\"heads\":{},\"kv_heads\":{},\"seq\":{},\"head_dim\":{},\"us\":{:.3},\"tflops\":{:.2}}}",
-                p.dtype, p.causal, p.batch, p.heads, p.heads, p.seq, p.d, p.us, p.tflops
+                "{{\"kind\":\"prefill\",\"dtype\":\"{}\",\"causal\":{},\"batch\":{},\"heads\":{},\"kv_heads\":{},\"seq\":{},\"head_dim\":{},\"us\":{:.3},\"tflops\":{:.2},\"tflops_fragments\":{:.2}}}",
+                p.dtype, p.causal, p.batch, p.heads, p.heads, p.seq, p.d, p.us, p.tflops, p.tflops_fragments
             )
         })
         .collect();

@@ -14,6 +14,9 @@
 //! - MN-major (B stored K x N, rows along K of 64 N elements): `LBO` = bytes to the next 64
 //!   columns, `SBO` = bytes to the next 8 K rows.
 //!
+//! The `mma_rs_*` forms take A from registers instead ([`acc_to_a`] turns accumulators
+//! into that operand), as FlashAttention's `P V` does.
+//!
 //! Only the sm_90a PTX has the instructions, and the CPU executor in its `mma.sync` mode
 //! emulates them ([`available`]); elsewhere the functions are never to be called (kernels
 //! test [`available`] and launchers pick another kernel). The emulation reads the operands
@@ -94,7 +97,6 @@ pub fn descriptor(addr: SharedAddr, lbo: u32, sbo: u32) -> u64 {
 fn emulate<T: MmaFloat>(d: &mut [f32], da: u64, db: u64, b_mn_major: bool) {
     let field = |x: u64, at: u32, bits: u32| ((x >> at) & ((1u64 << bits) - 1)) << 4;
     let (a0, a_sbo) = (field(da, 0, 44), field(da, 54, 10));
-    let (b0, b_lbo, b_sbo) = (field(db, 0, 44), field(db, 44, 10), field(db, 54, 10));
     // The 128-byte swizzle: address bits 4-6 XOR bits 7-9.
     let swz = |x: u64| x ^ (((x >> 7) & 7) << 4);
     // SAFETY: the caller's contract (the descriptors name initialised shared tiles).
@@ -102,6 +104,19 @@ fn emulate<T: MmaFloat>(d: &mut [f32], da: u64, db: u64, b_mn_major: bool) {
     // K-major (A, and B stored N x K): element (row, k) of 8-row atoms `sbo` apart.
     let k_major = |base: u64, sbo: u64, row: usize, k: usize| base + (row / 8) as u64 * sbo + (row % 8) as u64 * 128 + (k * 2) as u64;
     let t = crate::index::flat_thread_idx() as usize % WARPGROUP;
+    emulate_b::<T>(d, t, |r, k| load(k_major(a0, a_sbo, r, k)), db, b_mn_major);
+}
+
+/// Adds to work-item `t`'s accumulators `d` the 16-deep products of their rows of A
+/// (`a(row, k)`) and columns of the B tile at descriptor `db`.
+#[cfg(not(any(target_arch = "amdgpu", target_arch = "nvptx64")))]
+fn emulate_b<T: MmaFloat>(d: &mut [f32], t: usize, a: impl Fn(usize, usize) -> f32, db: u64, b_mn_major: bool) {
+    let field = |x: u64, at: u32, bits: u32| ((x >> at) & ((1u64 << bits) - 1)) << 4;
+    let (b0, b_lbo, b_sbo) = (field(db, 0, 44), field(db, 44, 10), field(db, 54, 10));
+    let swz = |x: u64| x ^ (((x >> 7) & 7) << 4);
+    // SAFETY: the caller's contract (the descriptor names an initialised shared tile).
+    let load = |x: u64| unsafe { *(swz(x) as *const T) }.to_f32();
+    let k_major = |base: u64, sbo: u64, row: usize, k: usize| base + (row / 8) as u64 * sbo + (row % 8) as u64 * 128 + (k * 2) as u64;
     for (i, acc) in d.iter_mut().enumerate() {
         let (r, c) = acc_coord(t, i);
         let mut sum = *acc;
@@ -113,10 +128,58 @@ fn emulate<T: MmaFloat>(d: &mut [f32], da: u64, db: u64, b_mn_major: bool) {
             } else {
                 load(k_major(b0, b_sbo, c, k))
             };
-            sum += load(k_major(a0, a_sbo, r, k)) * b;
+            sum += a(r, k) * b;
         }
         *acc = sum;
     }
+}
+
+/// The host emulation of one `m64nNk16` product whose A operand comes from registers
+/// ([`mma_rs_m64n128k16`]): the wave's lanes exchange their four registers (the wave's 16
+/// rows of A, in [`a_reg_coord`]'s layout), then each work-item adds the products of its
+/// accumulators' rows of A and columns of B (read through the descriptor as in
+/// [`emulate`]).
+#[cfg(not(any(target_arch = "amdgpu", target_arch = "nvptx64")))]
+fn emulate_rs<T: MmaFloat>(d: &mut [f32], a: &[u32; 4], db: u64, b_mn_major: bool) {
+    use cpu_executor::item;
+    assert_eq!(item::wave_size(), 32, "wgmma runs on waves of 32");
+    let all = item::wave_exchange(a as *const [u32; 4] as u64);
+    assert_eq!(all.active, u32::MAX as u64, "wgmma needs every lane of the warpgroup");
+    let mut at = [[0f32; 16]; 16];
+    for (l, &ptr) in all.values.iter().take(32).enumerate() {
+        // SAFETY: every lane of the wave is suspended in this function until the second
+        // exchange below, so its registers are alive.
+        let regs = unsafe { *(ptr as *const [u32; 4]) };
+        for j in 0..8 {
+            let (r, k) = a_reg_coord(l, j);
+            at[r][k] = T::from_bits16((regs[j / 2] >> (16 * (j % 2))) as u16).to_f32();
+        }
+    }
+    item::wave_exchange(0);
+    let t = crate::index::flat_thread_idx() as usize % WARPGROUP;
+    emulate_b::<T>(d, t, |r, k| at[r % 16][k], db, b_mn_major);
+}
+
+/// `(row, k)` within its wave's 16 rows of item `j` (0..8) of lane `l`'s register A
+/// operand (two 16-bit items per register, the lower first): the `mma.sync.m16n8k16` A
+/// layout, which is also [`acc_coord`]'s for 16 columns, so accumulators `8 c .. 8 c + 8`
+/// of a product are the A operand over its columns `16 c ..` ([`acc_to_a`]).
+#[inline(always)]
+pub const fn a_reg_coord(l: usize, j: usize) -> (usize, usize) {
+    (l / 4 + 8 * ((j / 2) % 2), 2 * (l % 4) + j % 2 + 8 * (j / 4))
+}
+
+/// Accumulators `8 c .. 8 c + 8` (columns `16 c ..` of the product) rounded to `T` and
+/// packed as the register A operand of a next product over those columns
+/// ([`a_reg_coord`]): FlashAttention's `P` for `P V` without a trip through shared memory.
+#[inline(always)]
+pub fn acc_to_a<T: MmaFloat, const A: usize>(acc: &[f32; A], c: usize) -> [u32; 4] {
+    let mut out = [0u32; 4];
+    each!(j in [0, 1, 2, 3] {
+        let [x, y] = T::from_f32x2([acc[(8 * c + 2 * j) % A], acc[(8 * c + 2 * j + 1) % A]]);
+        out[j] = x.bits() as u32 | (y.bits() as u32) << 16;
+    });
+    out
 }
 
 /// `(row, col)` in the 64 x N accumulator tile of accumulator `i` of work-item `t` (0..128)
@@ -222,6 +285,81 @@ macro_rules! wgmma_f32 {
     }};
 }
 
+/// [`wgmma_f32!`] that starts from zero (`scale-d` false): the accumulators are outputs
+/// only, so no instruction but the product defines them (moves that zero them inside a
+/// pipeline stage make ptxas serialise the warpgroup's products).
+#[cfg(all(target_arch = "nvptx64", target_feature = "sm_90a"))]
+macro_rules! wgmma_f32_zero {
+    ($shape:literal, $ty:literal, $trans_b:literal, $d:expr, $da:expr, $db:expr, [$first:literal $(, $i:literal)*]) => {{
+        let d = $d;
+        core::arch::asm!(
+            concat!(
+                "wgmma.mma_async.sync.aligned.", $shape, ".f32.", $ty, ".", $ty,
+                " {{{", $first, "}" $(, ", {", $i, "}")*, "}}, {da}, {db}, 0, 1, 1, 0, ", $trans_b, ";"
+            ),
+            out(reg32) d[$first],
+            $(out(reg32) d[$i],)*
+            da = in(reg64) $da,
+            db = in(reg64) $db,
+            options(nostack),
+        )
+    }};
+}
+
+/// [`wgmma_f32!`] with A from this work-item's four registers `$a` ([`a_reg_coord`]).
+#[cfg(all(target_arch = "nvptx64", target_feature = "sm_90a"))]
+macro_rules! wgmma_rs_f32 {
+    ($shape:literal, $ty:literal, $trans_b:literal, $d:expr, $a:expr, $db:expr, [$first:literal $(, $i:literal)*]) => {{
+        let d = $d;
+        let a: &[u32; 4] = $a;
+        core::arch::asm!(
+            concat!(
+                "{{ .reg .pred p; setp.ne.b32 p, {scale}, 0; wgmma.mma_async.sync.aligned.", $shape, ".f32.", $ty, ".", $ty,
+                " {{{", $first, "}" $(, ", {", $i, "}")*, "}}, {{{a0}, {a1}, {a2}, {a3}}}, {db}, p, 1, 1, ", $trans_b, "; }}"
+            ),
+            inout(reg32) d[$first],
+            $(inout(reg32) d[$i],)*
+            a0 = in(reg32) a[0],
+            a1 = in(reg32) a[1],
+            a2 = in(reg32) a[2],
+            a3 = in(reg32) a[3],
+            db = in(reg64) $db,
+            scale = in(reg32) 1u32,
+            options(nostack),
+        )
+    }};
+}
+
+/// A public `d += A B` product of one shape with A from registers: as [`wgmma_product!`].
+macro_rules! wgmma_rs_product {
+    ($(#[$doc:meta])* $name:ident, $acc:ident, $shape:literal, [$($i:literal),*]) => {
+        $(#[$doc])*
+        #[inline(always)]
+        pub unsafe fn $name<T: MmaFloat, const B_MN_MAJOR: bool>(d: &mut [f32; $acc], a: &[u32; 4], db: u64) {
+            #[cfg(all(target_arch = "nvptx64", target_feature = "sm_90a"))]
+            // SAFETY: the caller's contract.
+            unsafe {
+                match (T::KIND, B_MN_MAJOR) {
+                    (InputKind::Bf16, false) => wgmma_rs_f32!($shape, "bf16", "0", d, a, db, [$($i),*]),
+                    (InputKind::Bf16, true) => wgmma_rs_f32!($shape, "bf16", "1", d, a, db, [$($i),*]),
+                    (_, false) => wgmma_rs_f32!($shape, "f16", "0", d, a, db, [$($i),*]),
+                    (_, true) => wgmma_rs_f32!($shape, "f16", "1", d, a, db, [$($i),*]),
+                }
+            }
+            #[cfg(not(any(target_arch = "amdgpu", target_arch = "nvptx64")))]
+            {
+                assert!(available(), "wgmma runs on NVIDIA sm_90a or the CPU executor's mma.sync mode only");
+                emulate_rs::<T>(d, a, db, B_MN_MAJOR);
+            }
+            #[cfg(any(target_arch = "amdgpu", all(target_arch = "nvptx64", not(target_feature = "sm_90a"))))]
+            {
+                let _ = (d, a, db, T::KIND == InputKind::I8);
+                panic!("wgmma runs on NVIDIA sm_90a only");
+            }
+        }
+    };
+}
+
 /// A public `d += A B` product of one shape: the PTX instruction on sm_90a (f16 or bf16, B
 /// K-major or MN-major), the emulation on the host, a panic elsewhere.
 macro_rules! wgmma_product {
@@ -285,6 +423,48 @@ wgmma_product!(
     ]
 );
 
+/// `d = A B` for the warpgroup (A 64 x 16 K-major at `da`, B 16 x 128 at `db` as in
+/// [`mma_m64n128k16`]): the first product of a chain, whose accumulators start from zero
+/// inside the instruction rather than from registers the kernel zeroes.
+///
+/// # Safety
+/// As [`mma_m64n256k16`].
+#[inline(always)]
+pub unsafe fn mma_m64n128k16_zero<T: MmaFloat, const B_MN_MAJOR: bool>(da: u64, db: u64) -> [f32; ACC_N128] {
+    #[cfg(all(target_arch = "nvptx64", target_feature = "sm_90a"))]
+    // SAFETY: the caller's contract; every accumulator is an output of the instruction.
+    unsafe {
+        let mut d = [0f32; ACC_N128];
+        let dr = &mut d;
+        match (T::KIND, B_MN_MAJOR) {
+            (InputKind::Bf16, false) => wgmma_f32_zero!("m64n128k16", "bf16", "0", dr, da, db, [
+                0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 21, 22, 23, 24, 25, 26, 27, 28, 29, 30, 31,
+                32, 33, 34, 35, 36, 37, 38, 39, 40, 41, 42, 43, 44, 45, 46, 47, 48, 49, 50, 51, 52, 53, 54, 55, 56, 57, 58, 59, 60, 61, 62, 63
+            ]),
+            (InputKind::Bf16, true) => wgmma_f32_zero!("m64n128k16", "bf16", "1", dr, da, db, [
+                0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 21, 22, 23, 24, 25, 26, 27, 28, 29, 30, 31,
+                32, 33, 34, 35, 36, 37, 38, 39, 40, 41, 42, 43, 44, 45, 46, 47, 48, 49, 50, 51, 52, 53, 54, 55, 56, 57, 58, 59, 60, 61, 62, 63
+            ]),
+            (_, false) => wgmma_f32_zero!("m64n128k16", "f16", "0", dr, da, db, [
+                0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 21, 22, 23, 24, 25, 26, 27, 28, 29, 30, 31,
+                32, 33, 34, 35, 36, 37, 38, 39, 40, 41, 42, 43, 44, 45, 46, 47, 48, 49, 50, 51, 52, 53, 54, 55, 56, 57, 58, 59, 60, 61, 62, 63
+            ]),
+            (_, true) => wgmma_f32_zero!("m64n128k16", "f16", "1", dr, da, db, [
+                0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 21, 22, 23, 24, 25, 26, 27, 28, 29, 30, 31,
+                32, 33, 34, 35, 36, 37, 38, 39, 40, 41, 42, 43, 44, 45, 46, 47, 48, 49, 50, 51, 52, 53, 54, 55, 56, 57, 58, 59, 60, 61, 62, 63
+            ]),
+        }
+        d
+    }
+    #[cfg(not(all(target_arch = "nvptx64", target_feature = "sm_90a")))]
+    {
+        let mut d = [0f32; ACC_N128];
+        // SAFETY: the caller's contract.
+        unsafe { mma_m64n128k16::<T, B_MN_MAJOR>(&mut d, da, db) };
+        d
+    }
+}
+
 /// Accumulators per work-item of one `m64n160` product.
 pub const ACC_N160: usize = 80;
 
@@ -298,6 +478,32 @@ wgmma_product!(
     mma_m64n160k16, ACC_N160, "m64n160k16", [
         0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 21, 22, 23, 24, 25, 26, 27, 28, 29, 30, 31, 32, 33, 34, 35, 36, 37, 38, 39, 40, 41, 42, 43, 44, 45, 46, 47, 48, 49, 50, 51, 52, 53, 54, 55, 56, 57, 58, 59, 60, 61, 62, 63,
         64, 65, 66, 67, 68, 69, 70, 71, 72, 73, 74, 75, 76, 77, 78, 79
+    ]
+);
+
+wgmma_rs_product!(
+    /// [`mma_m64n128k16`] with A from registers: each work-item passes its four registers
+    /// of the warpgroup's 64 x 16 A ([`a_reg_coord`]; wave `w` holds rows `16 w ..`, as for
+    /// its accumulators).
+    ///
+    /// # Safety
+    /// As [`mma_m64n256k16`] for B; a [`fence`] orders the registers' writes before it.
+    mma_rs_m64n128k16, ACC_N128, "m64n128k16", [
+        0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 21, 22, 23, 24, 25, 26, 27, 28, 29, 30, 31,
+        32, 33, 34, 35, 36, 37, 38, 39, 40, 41, 42, 43, 44, 45, 46, 47, 48, 49, 50, 51, 52, 53, 54, 55, 56, 57, 58, 59, 60, 61, 62, 63
+    ]
+);
+
+/// Accumulators per work-item of one `m64n64` product.
+pub const ACC_N64: usize = 32;
+
+wgmma_rs_product!(
+    /// [`mma_rs_m64n128k16`] for a 16 x 64 B tile (32 accumulators per work-item).
+    ///
+    /// # Safety
+    /// As [`mma_rs_m64n128k16`].
+    mma_rs_m64n64k16, ACC_N64, "m64n64k16", [
+        0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20, 21, 22, 23, 24, 25, 26, 27, 28, 29, 30, 31
     ]
 );
 
@@ -339,5 +545,27 @@ mod tests {
         assert_eq!(acc_coord(37, 0), (17, 2));
         assert_eq!(acc_coord(37, 3), (25, 3));
         assert_eq!(acc_coord(37, 4), (17, 10));
+    }
+
+    #[test]
+    fn register_a_items_are_the_accumulators_of_sixteen_columns() {
+        // Accumulator 8 c + j of work-item t sits at A item j of its lane, columns 16 c ..
+        for t in 0..WARPGROUP {
+            for c in 0..4 {
+                for j in 0..8 {
+                    let (r, col) = acc_coord(t, 8 * c + j);
+                    let (ra, k) = a_reg_coord(t % 32, j);
+                    assert_eq!((r % 16, col), (ra, 16 * c + k));
+                }
+            }
+        }
+        let mut hit = [[0u8; 16]; 16];
+        for l in 0..32 {
+            for j in 0..8 {
+                let (r, k) = a_reg_coord(l, j);
+                hit[r][k] += 1;
+            }
+        }
+        assert!(hit.iter().flatten().all(|&h| h == 1));
     }
 }
