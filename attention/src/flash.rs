@@ -326,7 +326,8 @@ pub unsafe fn copy_tile<T>(dst: SharedAddr, ld: usize, rows: usize, cols: usize,
 }
 
 /// Runs `$body` with `$i` bound to each listed constant (straight-line code, so fragment
-/// arrays are indexed by constants and stay in registers).
+/// arrays are indexed by constants and stay in registers). The crate's kernel modules use
+/// this one.
 macro_rules! each {
     ($i:ident in [$($n:literal),*] $body:block) => {$({
         #[allow(non_upper_case_globals)]

@@ -32,7 +32,7 @@
 // The head-dimension types name the device instances (the host launcher finds them by name).
 #[allow(unused_imports)]
 use crate::flash::{Hd128, Hd256, Hd64, Hd80, Hd96};
-use crate::flash::{copy_rows, stage_elems, value_chunk, value_chunks, HeadDim, RowState, Score, BN, PAD};
+use crate::flash::{copy_rows, each, stage_elems, value_chunk, value_chunks, HeadDim, RowState, Score, BN, PAD};
 use kernel_dsl::mma::{self, copy, Lowering, MmaFloat, SharedAddr};
 use kernel_dsl::prelude::*;
 
@@ -116,15 +116,6 @@ impl Score for DecodeScore {
             f32::NEG_INFINITY
         }
     }
-}
-
-/// Runs `$body` with `$i` bound to each listed constant.
-macro_rules! each {
-    ($i:ident in [$($n:literal),*] $body:block) => {$({
-        #[allow(non_upper_case_globals)]
-        const $i: usize = $n;
-        $body
-    })*};
 }
 
 /// One split of one sequence's keys for the query heads of one KV head (see the module
