@@ -49,6 +49,7 @@
 //! in Candle and FlashAttention. Scores are `x = scale * q.k`, then
 //! `softcap * tanh(x / softcap)` when `softcap > 0`, then minus `slope * |i + off - j|`
 //! with an ALiBi slope per head. A row that sees no key gets zeros and `lse = -inf`.
+use kernel_dsl::each;
 use kernel_dsl::math::exp2_approx;
 use kernel_dsl::mma::{self, copy, FragA, FragB, FragC, Lowering, MmaFloat, SharedAddr};
 use kernel_dsl::prelude::*;
@@ -325,17 +326,6 @@ pub unsafe fn copy_tile<T>(dst: SharedAddr, ld: usize, rows: usize, cols: usize,
     }
 }
 
-/// Runs `$body` with `$i` bound to each listed constant (straight-line code, so fragment
-/// arrays are indexed by constants and stay in registers). The crate's kernel modules use
-/// this one.
-macro_rules! each {
-    ($i:ident in [$($n:literal),*] $body:block) => {$({
-        #[allow(non_upper_case_globals)]
-        const $i: usize = $n;
-        $body
-    })*};
-}
-pub(crate) use each;
 
 /// [`each!`] over the row tiles of a wave: unrolled on the GPU targets, a plain loop on the
 /// host (smaller unoptimised frames on the CPU executor's work-item stacks).

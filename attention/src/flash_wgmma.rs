@@ -25,10 +25,11 @@
 //! kernel to an immediate return, and the launcher ([`crate::flash::host`]) picks it only
 //! where [`wgmma_runs`](crate::flash::host::wgmma_runs) (an sm_90 GPU, or the CPU executor
 //! in its `mma.sync` mode, which emulates `wgmma`).
-use crate::flash::{each, HeadDim, PrefillScore, Score};
+use crate::flash::{HeadDim, PrefillScore, Score};
 // The head-dimension types name the device instances (the host launcher finds them by name).
 #[allow(unused_imports)]
 use crate::flash::{Hd128, Hd64};
+use kernel_dsl::each;
 use kernel_dsl::math::exp2_approx;
 use kernel_dsl::mma::{copy, wgmma, MmaFloat, SharedAddr};
 use kernel_dsl::prelude::*;

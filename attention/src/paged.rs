@@ -32,7 +32,8 @@
 // The head-dimension types name the device instances (the host launcher finds them by name).
 #[allow(unused_imports)]
 use crate::flash::{Hd128, Hd256, Hd64, Hd80, Hd96};
-use crate::flash::{copy_rows, each, stage_elems, value_chunk, value_chunks, HeadDim, RowState, Score, BN, PAD};
+use crate::flash::{copy_rows, stage_elems, value_chunk, value_chunks, HeadDim, RowState, Score, BN, PAD};
+use kernel_dsl::each;
 use kernel_dsl::mma::{self, copy, Lowering, MmaFloat, SharedAddr};
 use kernel_dsl::prelude::*;
 

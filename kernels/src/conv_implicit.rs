@@ -21,7 +21,7 @@
 //! 32-bit index arithmetic (the launcher checks that every tensor has fewer than 2^31
 //! elements).
 use crate::dtype::divmod32;
-use crate::each;
+use kernel_dsl::each;
 use crate::gemm::{block_threads, block_tile, chunked, copy_elems, f32_k16_valu, mma_k16, mma_k32, staged_epilogue, swizzled, tile_lds, tile_offset, tiled_body, wave_frags, waves, ATile, Chunks, GemmElem, EPAD, MAX_F, PAD};
 use kernel_dsl::hint::opaque_u32;
 use kernel_dsl::mma::{self, FragA, FragB, FragC, Lowering, SharedAddr};

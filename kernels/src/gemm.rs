@@ -56,6 +56,7 @@
 use kernel_dsl::mma::{self, wgmma, FragA, FragB, FragC, Lowering, MmaFloat, SharedAddr, AB_WORDS};
 use kernel_dsl::hint::opaque_u32;
 use kernel_dsl::prelude::*;
+use kernel_dsl::each;
 
 /// Tile rows of C that walk along N together ([`tile_of_group`]).
 pub const GROUP_M: u32 = 8;
@@ -109,18 +110,6 @@ pub const fn waves(low: Lowering) -> (usize, usize) {
 pub const MAX_F: usize = 4;
 /// Shared-memory row padding, in elements (keeps rows 16-byte aligned, shifts banks).
 pub const PAD: usize = 8;
-
-/// Runs `$body` with `$i` bound to each listed constant (straight-line code, so fragment
-/// arrays are indexed by constants and stay in registers). Also the quantized matvec's
-/// hand-unrolled passes (`crate::each`).
-#[macro_export]
-macro_rules! each {
-    ($i:ident in [$($n:literal),*] $body:block) => {$({
-        #[allow(non_upper_case_globals)]
-        const $i: usize = $n;
-        $body
-    })*};
-}
 
 /// Work-items per work-group for a lowering ([`waves`] times the wave size).
 pub const fn work_group_size(low: Lowering) -> usize {

@@ -876,7 +876,7 @@ pub fn scatter_add_unordered<I: IndexType>(src: &[f32], ids: &[I], dst: &[Atomic
     while e < total {
         let mut id = [None; UNORDERED_ROUND];
         let mut v = [0.0f32; UNORDERED_ROUND];
-        crate::each!(k in [0, 1, 2, 3] {
+        kernel_dsl::each!(k in [0, 1, 2, 3] {
             let ek = e + k * step;
             if ek < total {
                 // SAFETY: ek < total == ids.len() == src.len().
@@ -886,7 +886,7 @@ pub fn scatter_add_unordered<I: IndexType>(src: &[f32], ids: &[I], dst: &[Atomic
                 }
             }
         });
-        crate::each!(k in [0, 1, 2, 3] {
+        kernel_dsl::each!(k in [0, 1, 2, 3] {
             if let Some(t) = id[k] {
                 let (row, r) = divmod(e + k * step, right);
                 let l = divmod(row, n).0;
@@ -991,7 +991,7 @@ pub fn scatter_claim<I: IndexType>(ids: &[I], seen: &[AtomicU32], code: &mut [u3
         while row0 < rows {
             // This work-item's ids in each of the round's rows (NO_TARGET: none, or out of range).
             let mut t = [[NO_TARGET; CLAIM_COLS]; CLAIM_ROUND];
-            crate::each!(k in [0, 1] {
+            kernel_dsl::each!(k in [0, 1] {
                 if row0 + k < rows && col < right {
                     let e = (row0 + k) * right + col;
                     if groups_vec {
@@ -999,11 +999,11 @@ pub fn scatter_claim<I: IndexType>(ids: &[I], seen: &[AtomicU32], code: &mut [u3
                         // CLAIM_COLS <= total <= ids.len(); aligned (aligned start, e a
                         // multiple of CLAIM_COLS: 32 or 64 bytes).
                         let v = unsafe { core::ptr::read(ids.as_ptr().add(e) as *const ClaimIds<I>) }.0;
-                        crate::each!(j in [0, 1, 2, 3, 4, 5, 6, 7] {
+                        kernel_dsl::each!(j in [0, 1, 2, 3, 4, 5, 6, 7] {
                             t[k][j] = v[j].to_row32(dst32);
                         });
                     } else {
-                        crate::each!(j in [0, 1, 2, 3, 4, 5, 6, 7] {
+                        kernel_dsl::each!(j in [0, 1, 2, 3, 4, 5, 6, 7] {
                             if col + j < right {
                                 // SAFETY: e + j < total <= ids.len().
                                 t[k][j] = unsafe { ids.get_unchecked(e + j) }.to_row32(dst32);
@@ -1025,12 +1025,12 @@ pub fn scatter_claim<I: IndexType>(ids: &[I], seen: &[AtomicU32], code: &mut [u3
             let mut old = [[0u32; 2]; CLAIM_ROUND];
             let mut bits = [[0u32; 2]; CLAIM_ROUND];
             let mut shared = 0u32;
-            crate::each!(k in [0, 1] {
+            kernel_dsl::each!(k in [0, 1] {
                 let row = row0 + k;
                 let tk = t[k];
                 // This work-item's ids are one id (and all inside the row).
                 let mut own_one = tk[0] != NO_TARGET;
-                crate::each!(j in [1, 2, 3, 4, 5, 6, 7] {
+                kernel_dsl::each!(j in [1, 2, 3, 4, 5, 6, 7] {
                     own_one &= tk[j] == tk[0];
                 });
                 let t0 = wave::shuffle(tk[0], glead);
@@ -1073,7 +1073,7 @@ pub fn scatter_claim<I: IndexType>(ids: &[I], seen: &[AtomicU32], code: &mut [u3
                             }
                         }
                     } else {
-                        crate::each!(j in [0, 1, 2, 3, 4, 5, 6, 7] {
+                        kernel_dsl::each!(j in [0, 1, 2, 3, 4, 5, 6, 7] {
                             if tk[j] != NO_TARGET {
                                 let q = base.wrapping_add(tk[j].wrapping_mul(right32)).wrapping_add(j as u32);
                                 let bit = 1u32 << (q % 32);
@@ -1095,7 +1095,7 @@ pub fn scatter_claim<I: IndexType>(ids: &[I], seen: &[AtomicU32], code: &mut [u3
                 }
             });
             let _ = (l, i);
-            crate::each!(k in [0, 1] {
+            kernel_dsl::each!(k in [0, 1] {
                 shared |= (old[k][0] & bits[k][0]) | (old[k][1] & bits[k][1]);
             });
             if shared != 0 {

@@ -22,7 +22,7 @@
 //!   (argmax) where the temperature is 0.
 //!
 //! The checked host entry points are in [`ops`].
-use crate::each;
+use kernel_dsl::each;
 use crate::random::philox4x32_10;
 use crate::reduce::{block_reduce, MAX_WAVES};
 use crate::each_lane;

@@ -29,7 +29,7 @@
 //!   on small matrices, rows too long for their registers).
 //!
 //! The checked host entry points are in [`ops`].
-use crate::each;
+use kernel_dsl::each;
 use kernel_dsl::prelude::*;
 
 /// Weights per k-quant super-block.

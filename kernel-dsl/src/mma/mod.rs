@@ -41,7 +41,10 @@
 //! of the wave call it together, in uniform control flow, with full waves.
 
 /// Runs `$body` with `$i` bound to each listed constant (straight-line code, so register
-/// arrays are indexed by constants). For the submodules below.
+/// and fragment arrays are indexed by constants and stay in registers: a loop the compiler
+/// leaves rolled would index them dynamically and put them in local or scratch memory).
+/// Kernels use it as `kernel_dsl::each!`.
+#[macro_export]
 macro_rules! each {
     ($i:ident in [$($n:literal),*] $body:block) => {$({
         #[allow(non_upper_case_globals)]
