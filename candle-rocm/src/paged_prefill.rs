@@ -49,6 +49,33 @@ impl PrefillIndex {
         Ok(PrefillIndex { checked, meta })
     }
 
+    /// An index of a fixed shape on `dev` for steps whose chunks change between launches
+    /// but whose sizes do not (a captured graph's input): `batch` chunks over `total_q`
+    /// query rows, block-table rows of `max_blocks` (see
+    /// [`attention::prefill::host::PrefillIndex::with_capacity`]). Rewritten in place by
+    /// [`PrefillIndex::write`].
+    pub fn with_capacity(dev: &candle_core::Device, batch: usize, total_q: usize, max_blocks: usize, num_blocks: usize, block_size: usize) -> Result<Self> {
+        const OP: &str = "PrefillIndex::with_capacity";
+        if RocmDevice::from_candle(dev).is_none() {
+            return Err(invalid(OP, format!("argument `dev` is {dev:?}, not a rocm-kernels device")));
+        }
+        let checked = Checked::with_capacity(batch, total_q, max_blocks, num_blocks, block_size).map_err(|e| err(OP, e))?;
+        let meta = Tensor::new(checked.meta(), dev)?;
+        Ok(PrefillIndex { checked, meta })
+    }
+
+    /// Checks a step's `cu_q`, `context_lens` and `block_tables` (as [`PrefillIndex::new`],
+    /// in this index's shape) and copies them into its device buffer in place: same
+    /// address, no allocation. Refused during a graph capture; an error writes nothing.
+    pub fn write(&mut self, cu_q: &[u32], context_lens: &[u32], block_tables: &[u32]) -> Result<()> {
+        const OP: &str = "PrefillIndex::write";
+        let mut next = self.checked.clone();
+        next.rewrite(cu_q, context_lens, block_tables).map_err(|e| err(OP, e))?;
+        crate::paged::write_into(&self.meta, next.meta())?;
+        self.checked = next;
+        Ok(())
+    }
+
     /// Query rows of all chunks.
     pub fn total_q(&self) -> usize {
         self.checked.total_q()

@@ -457,11 +457,13 @@ PY
         #   SERVE_RATES      requests/s, comma-separated (default 2,4,8,inf)
         #   SERVE_REQUESTS   requests per rate (default 48)
         #   SERVE_CHUNKS     --prefill-chunk-while-decoding values to measure beside the
-        #                    default (no cap) (default "128 256"; "" for none; C/W adds
-        #                    --prefill-cap-backlog W, e.g. "128/4" with rates 2,4,inf;
+        #                    default (cap 128, backlog 4) (default "0 256": no cap, and 256;
+        #                    "" for none; C/W adds --prefill-cap-backlog W, e.g. "256/8";
         #                    LLM_PAGED_PREFILL=0 in the environment restores the gather path
-        #                    of chunks with a cached prefix), each on a fresh server
-        #                    at SERVE_CHUNK_RATES (default 2,4: around half of saturation)
+        #                    of chunks with a cached prefix, LLM_MIXED_GRAPHS=0 runs steps
+        #                    that mix prompts and decodes eagerly), each on a fresh server
+        #                    at SERVE_CHUNK_RATES (default 2,4; the 1B saturates near 78 req/s
+        #                    on an H200, so 40 is about half)
         local d="${ENGINE_DIR:-/tmp}" port=18080 sv="$out/serve" m
         mkdir -p "$sv"
         local reqs="${SERVE_REQUESTS:-48}" rates="${SERVE_RATES:-2,4,8,inf}"
@@ -527,7 +529,7 @@ PY
                 --prompt-len 512 --gen 256 --concurrency "$reqs"
             grep '^{' "$out/serve-offline-$m.log" > "$sv/offline_$tag.jsonl" || true
             local c
-            for c in ${SERVE_CHUNKS-128 256}; do
+            for c in ${SERVE_CHUNKS-0 256}; do
                 # C, or C/W: cap C lifted while more than W requests wait (--prefill-cap-backlog).
                 local ctag="chunk${c/\//w}" extra=(--prefill-chunk-while-decoding "${c%%/*}")
                 if [[ "$c" == */* ]]; then extra+=(--prefill-cap-backlog "${c#*/}"); fi

@@ -89,6 +89,46 @@ impl PrefillIndex {
         Ok(PrefillIndex { batch, max_blocks, total_q, longest_q, num_blocks, block_size, meta })
     }
 
+    /// An index of a fixed shape for steps whose chunks change but whose sizes do not (a
+    /// captured graph's): `batch` chunks, `total_q` query rows among them, block-table rows
+    /// of `max_blocks`; its launch covers a chunk of all `total_q` rows, so any chunk
+    /// [`PrefillIndex::rewrite`] puts in runs on the same grid. Starts with every chunk
+    /// empty but the last, which holds every row over a context of as many positions in
+    /// block 0. An error names the size.
+    pub fn with_capacity(batch: usize, total_q: usize, max_blocks: usize, num_blocks: usize, block_size: usize) -> Result<Self, AttentionError> {
+        if max_blocks == 0 || total_q.div_ceil(block_size.max(1)) > max_blocks {
+            return Err(arg("block_tables", format!("rows of {max_blocks} blocks of {block_size} cannot hold a chunk of {total_q} rows")));
+        }
+        let mut cu_q = vec![0u32; batch + 1];
+        if let Some(last) = cu_q.last_mut() {
+            *last = total_q as u32;
+        }
+        let mut lens = vec![0u32; batch];
+        if let Some(last) = lens.last_mut() {
+            *last = total_q as u32;
+        }
+        let mut index = PrefillIndex::new(&cu_q, &lens, &vec![0u32; batch * max_blocks], num_blocks, block_size)?;
+        index.longest_q = total_q;
+        Ok(index)
+    }
+
+    /// Checks a step's chunks as [`PrefillIndex::new`] does, in this index's shape (as many
+    /// chunks, query rows and block-table entries), and makes them this index's (the launch
+    /// grid stays this index's: its longest chunk is never shorter than before). An error
+    /// changes nothing.
+    pub fn rewrite(&mut self, cu_q: &[u32], context_lens: &[u32], block_tables: &[u32]) -> Result<(), AttentionError> {
+        let fresh = PrefillIndex::new(cu_q, context_lens, block_tables, self.num_blocks, self.block_size)?;
+        if (fresh.batch, fresh.max_blocks, fresh.total_q) != (self.batch, self.max_blocks, self.total_q) {
+            return Err(arg(
+                "cu_q",
+                format!("{} chunks of {} rows with tables of {} blocks into an index of {} chunks of {} rows with tables of {}", fresh.batch, fresh.total_q, fresh.max_blocks, self.batch, self.total_q, self.max_blocks),
+            ));
+        }
+        self.meta = fresh.meta;
+        self.longest_q = self.longest_q.max(fresh.longest_q);
+        Ok(())
+    }
+
     /// The kernel's index: `cu_q`, then `context_lens`, then the block tables.
     pub fn meta(&self) -> &[u32] {
         &self.meta

@@ -136,9 +136,10 @@ enum Cmd {
         #[arg(long, default_value_t = llm_worker::serve::DEFAULT_PREFILL_CHUNK_WHILE_DECODING)]
         prefill_chunk_while_decoding: usize,
         /// Lift that cap while more than this many requests wait for admission (a backlog:
-        /// throughput first). Default: the cap always holds.
-        #[arg(long)]
-        prefill_cap_backlog: Option<usize>,
+        /// throughput first); a value past --max-queue keeps the cap always. The default's
+        /// reasons: `llm_worker::serve::DEFAULT_PREFILL_CAP_BACKLOG`.
+        #[arg(long, default_value_t = llm_worker::serve::DEFAULT_PREFILL_CAP_BACKLOG)]
+        prefill_cap_backlog: usize,
     },
     /// Write a model with seeded random weights (a Hugging Face folder, or a llama GGUF file).
     WriteRandom {
@@ -310,7 +311,7 @@ fn run(cli: Cli) -> Result<()> {
             }
             let config = llm_server::ServerConfig { api_key: listen.api_key, max_queue, shutdown_grace: std::time::Duration::from_secs_f64(shutdown_grace), ..Default::default() };
             let prefill_chunk_while_decoding = (prefill_chunk_while_decoding > 0).then_some(prefill_chunk_while_decoding);
-            let args = ServeArgs { model, tokenizer, device, name: served_model_name, max_model_len, max_num_seqs, max_batched_tokens, block_size, num_blocks, tensor_parallel, prefill_chunk_while_decoding, prefill_cap_backlog };
+            let args = ServeArgs { model, tokenizer, device, name: served_model_name, max_model_len, max_num_seqs, max_batched_tokens, block_size, num_blocks, tensor_parallel, prefill_chunk_while_decoding, prefill_cap_backlog: Some(prefill_cap_backlog) };
             llm_server::run(config, addr, move || load_served(&args))?;
         }
         Cmd::Bench { model, prompt_len, gen, concurrency, device, block_size, max_batched_tokens, seed, tensor_parallel, graph_max_batch, profile } => {
@@ -319,7 +320,9 @@ fn run(cli: Cli) -> Result<()> {
             }
             let max_c = concurrency.iter().copied().max().unwrap_or(1);
             let max_len = prompt_len + gen;
-            let blocks = blocks_needed(max_c, max_len, block_size);
+            let mixed = llm_worker::runner::mixed_row_buckets(llm_worker::runner::DEFAULT_MIXED_MAX_ROWS);
+            // The sequences', and room for the warm-up's prompt chunk beside them.
+            let blocks = blocks_needed(max_c, max_len, block_size) + mixed.last().map_or(0, |r| r.div_ceil(block_size));
             let (mut runner, dev_name) = load(&model, &device, tensor_parallel, blocks, block_size)?;
             let vocab = runner.model().cfg.vocab_size;
             runner.set_graph_max_batch(graph_max_batch)?;
@@ -327,8 +330,8 @@ fn run(cli: Cli) -> Result<()> {
             let config = EngineConfig { max_num_seqs: max_c, max_batched_tokens: max_batched_tokens.max(max_c), max_model_len: max_len, prefix_caching: false };
             // First-use costs (kernel loads, PTX JIT, graph captures) before the clock starts.
             let t_warm = Instant::now();
-            llm_worker::runner::warm_up(&mut runner, prompt_len, &concurrency, config.max_batched_tokens)?;
-            eprintln!("warm-up ({prompt_len}-token prefill and one decode step at each concurrency): {:.2} s", t_warm.elapsed().as_secs_f64());
+            llm_worker::runner::warm_up(&mut runner, prompt_len, &concurrency, config.max_batched_tokens, &mixed)?;
+            eprintln!("warm-up ({prompt_len}-token prefill, one decode step and decodes beside prompt chunks of {mixed:?} tokens at each concurrency): {:.2} s", t_warm.elapsed().as_secs_f64());
             if profile {
                 profile_steps(&mut runner, prompt_len)?;
             }

@@ -942,7 +942,7 @@ fn fused_quantize_default() -> bool {
 }
 
 /// Whether the A/B switch `var` is set to `0`.
-fn env_off(var: &str) -> bool {
+pub(crate) fn env_off(var: &str) -> bool {
     std::env::var(var).is_ok_and(|v| v == "0")
 }
 

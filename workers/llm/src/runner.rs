@@ -14,7 +14,20 @@
 //! more blocks rebuilds the bucket with twice the capacity (a new capture), so a bucket is
 //! captured a handful of times over a run, not once per context length. Where the device
 //! has no graphs (the CPU executor) the same buffers run eagerly ([`DecodeGraphs::Eager`]),
-//! so the buffer logic is tested there. Prefill and mixed batches take the packed path.
+//! so the buffer logic is tested there.
+//!
+//! # Mixed steps as graphs
+//! A step of decodes plus at most [`MIXED_CHUNKS`] prompt chunks of at most
+//! [`LlamaRunner::set_mixed_max_rows`] tokens together (chunked prefill beside running
+//! sequences, what a server does at every arrival) takes the same road through a *mixed
+//! bucket*: the decode rows as above, then the chunks' rows padded to a power of two
+//! ([`MIN_CHUNK_ROWS`] at least). The paged prefill kernel reads the chunks through an index
+//! of a fixed shape: [`MIXED_CHUNKS`] chunk slots (unused ones empty) and one padding
+//! chunk whose rows write nothing and attend scratch-block positions; the rows whose logits
+//! are wanted (every decode row, each chunk's last row) are a device buffer too. So one
+//! graph per (decode bucket, chunk rows) serves every such step, and a step that admits a
+//! prompt costs a replay instead of an eager forward of a few hundred launches. Steps of
+//! prefill only, and larger or more chunks, take the packed path.
 use crate::error::{Error, Result};
 use crate::model::{chunk_mask, AttnBatch, AttnChunk, DecodeGroup, KvIndex, LayerCache, Model, PagedDecode, VarlenChunks};
 use candle_core::Tensor;
@@ -42,6 +55,8 @@ pub struct LlamaRunner {
     graphs: DecodeGraphs,
     /// Largest bucket of the decode fast path (0: no fast path).
     graph_max_batch: usize,
+    /// Most prompt tokens of a mixed step on the fast path (0: none).
+    mixed_max_rows: usize,
     /// Per-bucket state of the decode fast path, by bucket size.
     buckets: Vec<Bucket>,
     /// The device inputs of the last step's device draws (parameters, keys) and the specs
@@ -59,13 +74,28 @@ struct Draws {
 /// Blocks a bucket's block-table rows hold at least (its first capacity).
 const MIN_TABLE_BLOCKS: usize = 16;
 
-/// The persistent inputs of decode steps of up to `size` sequences and, once captured, the
-/// graph of their forward with its logits `[size, vocab]` f32 (the graph's output buffer).
+/// Prompt chunks a mixed bucket holds at most (its prefill index's chunk slots).
+pub const MIXED_CHUNKS: usize = 4;
+
+/// Fewest prompt rows of a mixed bucket; its row counts are powers of two from here.
+pub const MIN_CHUNK_ROWS: usize = 16;
+
+/// Prompt tokens a mixed step takes at most by default ([`LlamaRunner::set_mixed_max_rows`]).
+pub const DEFAULT_MIXED_MAX_ROWS: usize = 256;
+
+/// The persistent inputs of steps of up to `size` decodes (and, in a mixed bucket, prompt
+/// chunks of `chunk_rows` rows) and, once captured, the graph of their forward with its
+/// logits (the graph's output buffer): `[size, vocab]` f32 for a decode bucket, `[size +
+/// MIXED_CHUNKS, vocab]` for a mixed one (each chunk slot's last row after the decodes).
 struct Bucket {
     size: usize,
+    /// Prompt rows after the decode rows (0: a decode bucket).
+    chunk_rows: usize,
     tokens: Tensor,
     kv: KvIndex,
     attn: AttnBatch,
+    /// Mixed buckets: the rows whose logits the forward computes, `[size + MIXED_CHUNKS]` u32.
+    sample_rows: Option<Tensor>,
     graph: Option<(kernel_runtime::Graph, Tensor)>,
     /// The capture failed once: this bucket runs eagerly.
     eager_only: bool,
@@ -80,6 +110,12 @@ struct HostInputs {
     positions: Vec<u32>,
     tables: Vec<u32>,
     lens: Vec<u32>,
+    /// Mixed buckets: the prefill index (chunk offsets, contexts, block tables) and the
+    /// rows that sample.
+    cu_q: Vec<u32>,
+    chunk_lens: Vec<u32>,
+    chunk_tables: Vec<u32>,
+    sample_rows: Vec<u32>,
 }
 
 impl Bucket {
@@ -91,8 +127,9 @@ impl Bucket {
 impl LlamaRunner {
     /// A runner over `model` with a zeroed cache of `num_blocks` blocks of `block_size` tokens
     /// (plus one scratch block for the padding rows of decode graphs, never in a block
-    /// table the engine makes). Decode steps of up to 128 sequences run as graphs where the
-    /// device has them ([`DecodeGraphs::Captured`]).
+    /// table the engine makes). Decode steps of up to 128 sequences, and those beside prompt
+    /// chunks of up to [`DEFAULT_MIXED_MAX_ROWS`] tokens, run as graphs where the device has
+    /// them ([`DecodeGraphs::Captured`]).
     pub fn new(model: Model, num_blocks: usize, block_size: usize) -> Result<Self> {
         if block_size == 0 || num_blocks == 0 {
             return Err(Error::Invalid(format!("a cache of {num_blocks} blocks of {block_size} tokens")));
@@ -101,7 +138,7 @@ impl LlamaRunner {
             return Err(Error::Invalid(format!("a cache of {num_blocks} blocks: block ids are u32")));
         }
         let cache = model.new_cache(num_blocks + 1, block_size)?;
-        Ok(LlamaRunner { model, cache, block_size, num_blocks, graphs: DecodeGraphs::Captured, graph_max_batch: 128, buckets: vec![], draws: None })
+        Ok(LlamaRunner { model, cache, block_size, num_blocks, graphs: DecodeGraphs::Captured, graph_max_batch: 128, mixed_max_rows: mixed_max_rows_default(), buckets: vec![], draws: None })
     }
 
     /// How pure-decode steps run (see [`DecodeGraphs`]); a change drops the buckets' buffers
@@ -120,6 +157,20 @@ impl LlamaRunner {
         self.buckets.clear();
     }
 
+    /// The most prompt tokens a step that also decodes may hold and still take the fast
+    /// path as a mixed bucket (see the module docs; rounded down to a power of two, 0 turns
+    /// mixed buckets off). Drops the buckets.
+    pub fn set_mixed_max_rows(&mut self, n: usize) {
+        self.mixed_max_rows = if n < MIN_CHUNK_ROWS { 0 } else { 1 << n.ilog2() };
+        self.buckets.clear();
+    }
+
+    /// The prompt row counts of the mixed buckets this runner may build: powers of two
+    /// from [`MIN_CHUNK_ROWS`] to [`LlamaRunner::set_mixed_max_rows`]'s.
+    pub fn mixed_row_buckets(&self) -> Vec<usize> {
+        mixed_row_buckets(self.mixed_max_rows)
+    }
+
     /// The id of the scratch block (`num_blocks`): padding rows of decode graphs read it.
     pub fn scratch_block(&self) -> u32 {
         self.num_blocks as u32
@@ -127,7 +178,13 @@ impl LlamaRunner {
 
     /// The `(bucket size, block-table capacity, captured)` of each decode bucket built so far.
     pub fn decode_buckets(&self) -> Vec<(usize, usize, bool)> {
-        self.buckets.iter().map(|b| (b.size, b.max_blocks(), b.graph.is_some())).collect()
+        self.buckets.iter().filter(|b| b.chunk_rows == 0).map(|b| (b.size, b.max_blocks(), b.graph.is_some())).collect()
+    }
+
+    /// The `(decode rows, prompt rows, block-table capacity, captured)` of each mixed bucket
+    /// built so far.
+    pub fn mixed_buckets(&self) -> Vec<(usize, usize, usize, bool)> {
+        self.buckets.iter().filter(|b| b.chunk_rows > 0).map(|b| (b.size, b.chunk_rows, b.max_blocks(), b.graph.is_some())).collect()
     }
 
     /// The K (`keys == true`) or V cache of `layer`, `[num_blocks + 1, block_size, kv_heads,
@@ -245,7 +302,7 @@ impl LlamaRunner {
         for c in batch {
             self.check(c)?;
         }
-        let finish = match self.decode_step(batch, finish)? {
+        let finish = match self.graph_step(batch, finish)? {
             Ok(out) => return Ok(out),
             Err(finish) => finish,
         };
@@ -400,33 +457,38 @@ impl LlamaRunner {
         n.next_power_of_two().min(self.graph_max_batch)
     }
 
-    /// The decode fast path (see the module docs) for a checked batch: `None` when the
-    /// batch is not for it (a chunk of several tokens, no paged kernels, a context past the
-    /// sliding window, more sequences than the largest bucket, graphs off).
-    /// Returns `finish`'s result, or `finish` back when the batch is not for the fast path.
+    /// The fast path (see the module docs) for a checked batch of decodes, or of decodes
+    /// and a few short prompt chunks (a mixed bucket). Returns `finish`'s result, or
+    /// `finish` back when the batch is not for it (no decode; chunks too many, too long or
+    /// without the paged prefill kernel; no paged kernels; a decode's context past the
+    /// sliding window; more decodes than the largest bucket; graphs off).
     #[allow(clippy::type_complexity)]
-    fn decode_step<T, F: FnOnce(Option<Tensor>) -> Result<T>>(&mut self, batch: &[SeqChunk], finish: F) -> Result<std::result::Result<T, F>> {
-        let n = batch.len();
+    fn graph_step<T, F: FnOnce(Option<Tensor>) -> Result<T>>(&mut self, batch: &[SeqChunk], finish: F) -> Result<std::result::Result<T, F>> {
         let bs = self.block_size;
         let window = self.model.window();
-        let fits = |c: &SeqChunk| c.tokens.len() == 1 && window.is_none_or(|w| c.start_pos < w);
+        let fits = |c: &SeqChunk| c.tokens.len() > 1 || window.is_none_or(|w| c.start_pos < w);
+        let decodes = batch.iter().filter(|c| c.tokens.len() == 1).count();
+        let (chunks, chunk_tokens) = batch.iter().filter(|c| c.tokens.len() > 1).fold((0, 0), |(n, t), c| (n + 1, t + c.tokens.len()));
+        let mixed_ok = chunks == 0 || (chunks <= MIXED_CHUNKS && chunk_tokens <= self.mixed_max_rows && self.model.paged_prefill() && bs.is_power_of_two());
         // Tensor-parallel ranks take it too: their all-reduces and all-gather are queued on
         // the rank's stream, so the capture records them (see crate::tp).
-        if self.graphs == DecodeGraphs::Off || n > self.graph_max_batch || !self.model.kernel_attention() || !batch.iter().all(fits) {
+        if self.graphs == DecodeGraphs::Off || decodes == 0 || decodes > self.graph_max_batch || !mixed_ok || !self.model.kernel_attention() || !batch.iter().all(fits) {
             return Ok(Err(finish));
         }
         // Two chunks writing one slot (a block shared without its copy) are refused by
         // CacheIndex::write, as the packed path's CacheIndex::new refuses them.
-        let size = self.bucket_size(n);
-        let need = batch.iter().map(|c| (c.start_pos + 1).div_ceil(bs)).max().unwrap_or(1);
+        let size = self.bucket_size(decodes);
+        let chunk_rows = if chunks == 0 { 0 } else { chunk_tokens.next_power_of_two().max(MIN_CHUNK_ROWS) };
+        // Blocks a table row needs: every chunk's context, and the padding chunk's rows.
+        let need = batch.iter().map(|c| (c.start_pos + c.tokens.len()).div_ceil(bs)).max().unwrap_or(1).max(chunk_rows.div_ceil(bs));
         // The most blocks one sequence can hold: the rope tables' positions, and the cache.
         let most = self.model.max_positions().div_ceil(bs).min(self.num_blocks).max(1);
-        let at = match self.buckets.iter().position(|b| b.size == size) {
+        let at = match self.buckets.iter().position(|b| b.size == size && b.chunk_rows == chunk_rows) {
             Some(i) if self.buckets[i].max_blocks() >= need => i,
             found => {
                 // New, or its block tables too short: (re)built with room to grow.
                 let cap = need.next_power_of_two().max(MIN_TABLE_BLOCKS).min(most).max(need);
-                let bucket = self.new_bucket(size, cap)?;
+                let bucket = self.new_bucket(size, chunk_rows, cap)?;
                 match found {
                     Some(i) => {
                         self.buckets[i] = bucket;
@@ -449,22 +511,62 @@ impl LlamaRunner {
         h.lens.clear();
         h.tables.clear();
         h.tables.resize(size * max_blocks, scratch);
-        for (i, c) in batch.iter().enumerate() {
+        let slot = |c: &SeqChunk, p: usize| i64::from(c.block_table[p / bs]) * bs as i64 + (p % bs) as i64;
+        for c in batch.iter().filter(|c| c.tokens.len() == 1) {
             let p = c.start_pos;
+            let i = h.lens.len();
             h.tokens.push(c.tokens[0]);
             h.positions.push(p as u32);
-            h.slots.push(i64::from(c.block_table[p / bs]) * bs as i64 + (p % bs) as i64);
+            h.slots.push(slot(c, p));
             h.lens.push(p as u32 + 1);
             let used = (p + 1).div_ceil(bs);
             h.tables[i * max_blocks..][..used].copy_from_slice(&c.block_table[..used]);
         }
         // Padding rows: token 0 at position 0, written nowhere, attending the one (never
         // written, zeroed) position of the scratch block.
-        for _ in n..size {
+        for _ in decodes..size {
             h.tokens.push(0);
             h.positions.push(0);
             h.slots.push(-1);
             h.lens.push(1);
+        }
+        if chunk_rows > 0 {
+            // The chunks' rows after the decode rows; empty chunk slots; then the padding
+            // chunk: rows written nowhere, causal over as many scratch-block positions.
+            h.cu_q.clear();
+            h.chunk_lens.clear();
+            h.chunk_tables.clear();
+            h.chunk_tables.resize((MIXED_CHUNKS + 1) * max_blocks, scratch);
+            h.sample_rows.clear();
+            h.sample_rows.extend(0..size as u32);
+            h.cu_q.push(0);
+            let mut rows = 0;
+            for (j, c) in batch.iter().filter(|c| c.tokens.len() > 1).enumerate() {
+                let end = c.start_pos + c.tokens.len();
+                for (p, &t) in (c.start_pos..end).zip(&c.tokens) {
+                    h.tokens.push(t);
+                    h.positions.push(p as u32);
+                    h.slots.push(slot(c, p));
+                }
+                rows += c.tokens.len();
+                h.cu_q.push(rows as u32);
+                h.chunk_lens.push(end as u32);
+                let used = end.div_ceil(bs);
+                h.chunk_tables[j * max_blocks..][..used].copy_from_slice(&c.block_table[..used]);
+                h.sample_rows.push((size + rows - 1) as u32);
+            }
+            for _ in chunks..MIXED_CHUNKS {
+                h.cu_q.push(rows as u32);
+                h.chunk_lens.push(0);
+                h.sample_rows.push(0);
+            }
+            for _ in rows..chunk_rows {
+                h.tokens.push(0);
+                h.positions.push(0);
+                h.slots.push(-1);
+            }
+            h.cu_q.push(chunk_rows as u32);
+            h.chunk_lens.push((chunk_rows - rows) as u32);
         }
         // Each write is checked before it copies (a repeated slot is an error); an error
         // leaves the cache untouched, and the next step rewrites every buffer.
@@ -475,14 +577,28 @@ impl LlamaRunner {
         if let Some(p) = &mut bucket.attn.paged {
             p.index.write(&h.tables, &h.lens)?;
         }
-        // The sampled rows of the first `n` (padding rows never sample).
-        let sampled: Vec<u32> = batch.iter().enumerate().filter(|(_, c)| c.sample).map(|(i, _)| i as u32).collect();
+        if let Some(ix) = bucket.attn.varlen.as_mut().and_then(|v| v.paged.as_mut()) {
+            ix.write(&h.cu_q, &h.chunk_lens, &h.chunk_tables)?;
+        }
+        if let Some(rows) = &bucket.sample_rows {
+            candle_rocm::paged::write_into(rows, &h.sample_rows)?;
+        }
+        // The output rows of the sampled chunks, in the batch's order: a decode's is its
+        // place among the decodes, a chunk's its slot after the decode rows.
+        let (mut picks, mut d, mut m) = (Vec::with_capacity(batch.len()), 0u32, size as u32);
+        for c in batch {
+            let row = if c.tokens.len() == 1 { &mut d } else { &mut m };
+            if c.sample {
+                picks.push(*row);
+            }
+            *row += 1;
+        }
         let dev = self.model.device.clone();
         let pick = |out: &Tensor| -> Result<Option<Tensor>> {
-            Ok(match sampled.len() {
+            Ok(match picks.len() {
                 0 => None,
-                k if k == n => Some(out.narrow(0, 0, n)?),
-                _ => Some(out.index_select(&Tensor::new(sampled.as_slice(), &dev)?, 0)?),
+                k if picks.iter().enumerate().all(|(i, &r)| r as usize == i) => Some(out.narrow(0, 0, k)?),
+                _ => Some(out.index_select(&Tensor::new(picks.as_slice(), &dev)?, 0)?),
             })
         };
         let result = match &bucket.graph {
@@ -491,7 +607,7 @@ impl LlamaRunner {
                 finish(pick(out)?)?
             }
             None => {
-                let out = self.model.forward_on(&bucket.tokens, &bucket.kv, &bucket.attn, None, &self.cache)?;
+                let out = self.model.forward_on(&bucket.tokens, &bucket.kv, &bucket.attn, bucket.sample_rows.as_ref(), &self.cache)?;
                 let result = finish(pick(&out)?)?;
                 drop(out);
                 // Captured after one eager run (kernels loaded, layouts uploaded); the
@@ -499,12 +615,12 @@ impl LlamaRunner {
                 let rocm = candle_rocm::RocmDevice::from_candle(&self.model.device);
                 if let Some(dev) = rocm.filter(|d| self.graphs == DecodeGraphs::Captured && d.supports_graphs() && !d.is_profiling() && !bucket.eager_only) {
                     let (model, cache) = (&self.model, &self.cache);
-                    let (tokens, kv, attn) = (&bucket.tokens, &bucket.kv, &bucket.attn);
-                    match dev.capture(|| model.forward_on(tokens, kv, attn, None, cache)) {
+                    let (tokens, kv, attn, rows) = (&bucket.tokens, &bucket.kv, &bucket.attn, bucket.sample_rows.as_ref());
+                    match dev.capture(|| model.forward_on(tokens, kv, attn, rows, cache)) {
                         Ok(g) => bucket.graph = Some(g),
                         // The step is right without a graph: this bucket stays eager.
                         Err(e) => {
-                            tracing::warn!("decode bucket {size}: capture failed, running it eagerly: {e}");
+                            tracing::warn!("bucket of {size} decodes and {chunk_rows} prompt rows: capture failed, running it eagerly: {e}");
                             bucket.eager_only = true;
                         }
                     }
@@ -515,37 +631,80 @@ impl LlamaRunner {
         Ok(Ok(result))
     }
 
-    /// The persistent buffers of a bucket of `size` rows with block tables of `max_blocks`
-    /// entries (every row empty until written).
-    fn new_bucket(&self, size: usize, max_blocks: usize) -> Result<Bucket> {
+    /// The persistent buffers of a bucket of `size` decode rows and `chunk_rows` prompt
+    /// rows (0: a decode bucket) with block tables of `max_blocks` entries (every row empty
+    /// until written).
+    fn new_bucket(&self, size: usize, chunk_rows: usize, max_blocks: usize) -> Result<Bucket> {
         let dev = &self.model.device;
         let blocks = self.num_blocks + 1;
-        let kv = KvIndex::Fused(CacheIndex::with_capacity(dev, size, self.model.max_positions(), blocks, self.block_size)?);
-        let paged = PagedDecode { rows: None, index: DecodeIndex::with_capacity(dev, size, max_blocks, blocks, self.block_size)? };
-        let attn = AttnBatch { decode: None, paged: Some(paged), chunks: vec![], varlen: None, window: None, order: None };
-        let tokens = Tensor::zeros(size, candle_core::DType::U32, dev)?;
-        Ok(Bucket { size, tokens, kv, attn, graph: None, eager_only: false, host: HostInputs::default() })
+        let rows = size + chunk_rows;
+        let kv = KvIndex::Fused(CacheIndex::with_capacity(dev, rows, self.model.max_positions(), blocks, self.block_size)?);
+        let index = DecodeIndex::with_capacity(dev, size, max_blocks, blocks, self.block_size)?;
+        let range = |a: usize, b: usize| Tensor::new((a as u32..b as u32).collect::<Vec<_>>().as_slice(), dev);
+        let (paged, varlen, sample_rows, window) = if chunk_rows == 0 {
+            (PagedDecode { rows: None, index }, None, None, None)
+        } else {
+            let prefill = candle_rocm::paged_prefill::PrefillIndex::with_capacity(dev, MIXED_CHUNKS + 1, chunk_rows, max_blocks, blocks, self.block_size)?;
+            // cu_q/cu_k and the maxima serve the gathering paths only; this one is paged.
+            let varlen = VarlenChunks { rows: Some(range(size, rows)?), ctx_slots: None, paged: Some(prefill), cu_q: vec![], cu_k: vec![], max_q: chunk_rows, max_k: max_blocks * self.block_size };
+            (PagedDecode { rows: Some(range(0, size)?), index }, Some(varlen), Some(Tensor::zeros(size + MIXED_CHUNKS, candle_core::DType::U32, dev)?), self.model.window())
+        };
+        let attn = AttnBatch { decode: None, paged: Some(paged), chunks: vec![], varlen, window, order: None };
+        let tokens = Tensor::zeros(rows, candle_core::DType::U32, dev)?;
+        Ok(Bucket { size, chunk_rows, tokens, kv, attn, sample_rows, graph: None, eager_only: false, host: HostInputs::default() })
     }
 }
 
+/// [`DEFAULT_MIXED_MAX_ROWS`], or 0 (no mixed buckets: mixed steps take the packed path)
+/// where `LLM_MIXED_GRAPHS=0` is in the environment (an A/B without code changes; read when
+/// a runner is built).
+fn mixed_max_rows_default() -> usize {
+    if crate::model::env_off("LLM_MIXED_GRAPHS") {
+        0
+    } else {
+        DEFAULT_MIXED_MAX_ROWS
+    }
+}
+
+/// Powers of two from [`MIN_CHUNK_ROWS`] to `max`: the prompt rows of the mixed buckets.
+pub fn mixed_row_buckets(max: usize) -> Vec<usize> {
+    std::iter::successors(Some(MIN_CHUNK_ROWS), |r| Some(r * 2)).take_while(|&r| r <= max).collect()
+}
+
 /// Throwaway steps that make a runner pay its first-use costs (kernel loading, the driver's
-/// JIT of PTX, library handles and plans, decode-graph captures) before a timed run or a
-/// server's first request, as serving engines warm up at start: for each batch size `b` of
+/// JIT of PTX, library handles and plans, graph captures) before a timed run or a server's
+/// first request, as serving engines warm up at start: for each batch size `b` of
 /// `batches`, one prefill step of `b` chunks of `prompt_len` tokens (fewer, shorter chunks
-/// where `max_tokens` per step says so: what the engine schedules) and one decode step of
-/// `b` sequences at position `prompt_len`, drawn on the device where the runner does so. It
-/// writes the K/V of blocks `0..b * ceil((prompt_len + 1) / block_size)` (what the engine
-/// hands out next rewrites them before any read): run it only while the engine holds no block.
-/// Every token is id 0.
+/// where `max_tokens` per step says so: what the engine schedules), one decode step of `b`
+/// sequences at position `prompt_len`, and for each `r` of `mixed_rows` one step of those
+/// `b` decodes beside a prompt chunk of `r` tokens (the mixed buckets of
+/// [`LlamaRunner`]), drawn on the device where the runner does so. It writes the K/V of
+/// blocks `0..b * ceil((prompt_len + 1) / block_size) + ceil(max(mixed_rows) / block_size)`
+/// (what the engine hands out next rewrites them before any read): run it only while the
+/// engine holds no block. Every token is id 0.
 /// [`Error::Invalid`] when the cache cannot hold the largest batch.
-pub fn warm_up<R: ModelRunner>(runner: &mut R, prompt_len: usize, batches: &[usize], max_tokens: usize) -> std::result::Result<(), WarmUpError<R::Error>> {
+pub fn warm_up<R: ModelRunner>(runner: &mut R, prompt_len: usize, batches: &[usize], max_tokens: usize, mixed_rows: &[usize]) -> std::result::Result<(), WarmUpError<R::Error>> {
     let bs = runner.block_size();
     let per = (prompt_len + 1).div_ceil(bs.max(1));
     let most = batches.iter().copied().max().unwrap_or(0);
-    if prompt_len == 0 || max_tokens == 0 || most * per > runner.num_blocks() {
-        return Err(WarmUpError::Invalid(format!("{most} sequences of {} positions in a cache of {} blocks of {bs} (prompt {prompt_len}, {max_tokens} tokens a step)", prompt_len + 1, runner.num_blocks())));
+    let extra = mixed_rows.iter().copied().max().unwrap_or(0).div_ceil(bs.max(1));
+    if prompt_len == 0 || max_tokens == 0 || most * per + extra > runner.num_blocks() {
+        return Err(WarmUpError::Invalid(format!(
+            "{most} sequences of {} positions and a chunk of {extra} blocks in a cache of {} blocks of {bs} (prompt {prompt_len}, {max_tokens} tokens a step)",
+            prompt_len + 1,
+            runner.num_blocks()
+        )));
     }
     let table = |i: usize| ((i * per) as u32..((i + 1) * per) as u32).collect::<Vec<_>>();
+    let greedy = DeviceSample { temperature: 0.0, top_k: 0, top_p: 1.0, min_p: 0.0, key: [0, 0] };
+    let run = |runner: &mut R, batch: &[SeqChunk]| {
+        let sampled = batch.iter().filter(|c| c.sample).count();
+        match runner.samples_on_device() {
+            true => runner.step_sampled(batch, &vec![Some(greedy); sampled]).map(drop),
+            false => runner.step(batch).map(drop),
+        }
+        .map_err(WarmUpError::Runner)
+    };
     for &b in batches {
         // Prefill: whole prompts while they fit the step's budget, then one shorter chunk.
         let (mut left, mut prefill) = (max_tokens, vec![]);
@@ -559,11 +718,12 @@ pub fn warm_up<R: ModelRunner>(runner: &mut R, prompt_len: usize, batches: &[usi
         }
         runner.step(&prefill).map_err(WarmUpError::Runner)?;
         let decode: Vec<SeqChunk> = (0..b).map(|i| SeqChunk { seq_id: i as u64, tokens: vec![0], start_pos: prompt_len, block_table: table(i), sample: true }).collect();
-        if runner.samples_on_device() {
-            let greedy = Some(DeviceSample { temperature: 0.0, top_k: 0, top_p: 1.0, min_p: 0.0, key: [0, 0] });
-            runner.step_sampled(&decode, &vec![greedy; b]).map_err(WarmUpError::Runner)?;
-        } else {
-            runner.step(&decode).map_err(WarmUpError::Runner)?;
+        run(runner, &decode)?;
+        for &r in mixed_rows {
+            let chunk_table: Vec<u32> = ((b * per) as u32..(b * per + r.div_ceil(bs)) as u32).collect();
+            let mut mixed = decode.clone();
+            mixed.push(SeqChunk { seq_id: b as u64, tokens: vec![0; r], start_pos: 0, block_table: chunk_table, sample: true });
+            run(runner, &mixed)?;
         }
     }
     Ok(())

@@ -149,14 +149,19 @@ pub struct ServeArgs {
 
 /// `llm-worker serve`'s default cap on the prompt tokens of a step that also decodes
 /// (`--prefill-chunk-while-decoding`; 0: none, a step takes up to `max_batched_tokens`).
-/// No cap by default: on the H200 (session v, 1B bf16, 512-token prompts, paged prefill) a
-/// cap of 128 gave inter-token latency p99/p50 at 24 req/s of 2.65 and 1.97 in two runs
-/// (uncapped 2.94 and 2.77; a mixed step of 138 tokens takes 3.35 ms against 1.58 ms for a
-/// decode step: mixed steps run eagerly, outside the decode graphs), but under saturation
-/// (48 requests at once) it admits prompts 128 tokens a step and the server gave 0.56 of
-/// the offline engine's throughput (0.94 uncapped). Pass a cap where latency matters more
-/// than throughput; `benches/results/h200-2026-11-27v/serve/` has the numbers.
-pub const DEFAULT_PREFILL_CHUNK_WHILE_DECODING: usize = 0;
+/// An arriving 512-token prompt then joins the running sequences' steps 128 tokens at a
+/// time, each such step a replayed mixed graph ([`crate::runner`]) a little longer than a
+/// decode step, instead of one eager step several times longer: the inter-token latency's
+/// tail stays within 2x its median at half of saturation, where uncapped it is about 3x
+/// (`benches/results/h200-2026-11-28d/`).
+pub const DEFAULT_PREFILL_CHUNK_WHILE_DECODING: usize = 128;
+
+/// `llm-worker serve`'s default backlog above which the prompt cap is lifted
+/// (`--prefill-cap-backlog`): with more than 4 requests waiting, steps take whole prompts
+/// again, so a burst is admitted at the offline engine's pace (saturated throughput is
+/// that of no cap).
+pub const DEFAULT_PREFILL_CAP_BACKLOG: usize = 4;
+
 
 /// Loads the model (split across `tensor_parallel` devices), its text tools and an engine
 /// over a [`TpRunner`] (prefix caching on), timed by [`TimedRunner`].
@@ -171,6 +176,7 @@ pub fn load_served(a: &ServeArgs) -> Result<(ServedText, Engine<TimedRunner<TpRu
     let name = a.name.clone().unwrap_or_else(|| a.model.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_else(|| "model".into()));
     let blocks = a.num_blocks.unwrap_or_else(|| blocks_needed(a.max_num_seqs, max_len, a.block_size));
     let devs: Vec<_> = devs.into_iter().map(|d| d.0).collect();
+    let graphs = candle_rocm::RocmDevice::from_candle(&devs[0]).is_some_and(|d| d.supports_graphs());
     let times = Arc::new(RunnerTimes::default());
     let runner = TimedRunner { inner: TpRunner::load(&a.model, &devs, blocks, a.block_size)?, times: times.clone() };
     let config = EngineConfig {
@@ -187,8 +193,31 @@ pub fn load_served(a: &ServeArgs) -> Result<(ServedText, Engine<TimedRunner<TpRu
         engine = engine.with_prefill_cap_backlog(w);
     }
     warm_up(&mut engine)?;
+    if graphs {
+        warm_graphs(&mut engine.runner_mut().inner, a.max_num_seqs, a.max_batched_tokens)?;
+    }
     tracing::info!(model = %a.model.display(), device = %dev_name, tensor_parallel = a.tensor_parallel, blocks, block_size = a.block_size, max_model_len = max_len, load_s = t0.elapsed().as_secs_f64(), "loaded");
     Ok((ServedText { text, name, max_model_len: max_len, eos_token_ids, times }, engine))
+}
+
+/// Captures the runner's graphs before the server says it is ready (a capture costs a few
+/// times a step; taken at the first step of each shape, the captures would land on the
+/// inter-token latency of the first requests): decode steps of every bucket up to
+/// `max_num_seqs` (as many as the cache holds) and the mixed steps of those decodes beside
+/// prompt chunks of every mixed bucket's size ([`crate::runner::warm_up`]). Runs while the
+/// engine holds no block.
+fn warm_graphs(runner: &mut TpRunner, max_num_seqs: usize, max_batched_tokens: usize) -> Result<(), llm_server::LoadError> {
+    let prompt: usize = 16;
+    let mixed = crate::runner::mixed_row_buckets(crate::runner::DEFAULT_MIXED_MAX_ROWS);
+    let (bs, blocks) = (runner.block_size(), runner.num_blocks());
+    let extra = mixed.last().map_or(0, |r| r.div_ceil(bs));
+    let batches: Vec<usize> = std::iter::successors(Some(1usize), |b| Some(b * 2))
+        .take_while(|&b| b <= max_num_seqs.next_power_of_two().min(128) && b * (prompt + 1).div_ceil(bs) + extra <= blocks)
+        .collect();
+    let t0 = std::time::Instant::now();
+    crate::runner::warm_up(runner, prompt, &batches, max_batched_tokens.max(1), &mixed).map_err(|e| llm_server::LoadError::from(format!("graph warm-up: {e}")))?;
+    tracing::info!(decode_batches = ?batches, prompt_rows = ?mixed, seconds = t0.elapsed().as_secs_f64(), "graphs captured");
+    Ok(())
 }
 
 /// Runs one short request (a prefill and a decode step) before the server says it is

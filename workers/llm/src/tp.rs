@@ -61,6 +61,39 @@ impl TpCollective for Communicator {
     }
 }
 
+/// A profiling stand-in for the collectives (`LLM_TP_SKIP_COLLECTIVES=1`): the sum returns
+/// this rank's own tensor and the gather stacks copies of it, so each rank runs its shard's
+/// kernels alone. The outputs are wrong; what it measures is a tensor-parallel step's time
+/// without its collectives (their share of the step, against the real run).
+struct NoCollectives {
+    rank: usize,
+    world: usize,
+}
+
+impl TpCollective for NoCollectives {
+    fn rank(&self) -> usize {
+        self.rank
+    }
+    fn world(&self) -> usize {
+        self.world
+    }
+    fn all_reduce_sum(&self, x: &Tensor) -> candle_core::Result<Tensor> {
+        Ok(x.clone())
+    }
+    fn all_gather(&self, x: &Tensor) -> candle_core::Result<Tensor> {
+        Tensor::stack(&vec![x.clone(); self.world], 0)
+    }
+}
+
+/// Whether `LLM_TP_SKIP_COLLECTIVES=1` is set (said once, loudly: outputs are wrong).
+fn skip_collectives() -> bool {
+    let on = std::env::var("LLM_TP_SKIP_COLLECTIVES").is_ok_and(|v| v == "1");
+    if on {
+        tracing::warn!("LLM_TP_SKIP_COLLECTIVES=1: every rank skips its all-reduces and all-gathers (timing only: the outputs are wrong)");
+    }
+    on
+}
+
 /// One rank's share of a model and its communicator.
 pub struct TpRank {
     pub plan: TpPlan,
@@ -201,7 +234,16 @@ impl TpRunner {
                 // Refuse a split the model cannot take before setting up the communicator.
                 TpPlan::new(&shard::read_config(path)?, 0, devs.len())?;
                 let comms = communicators(devs)?;
-                TpRunner::with_comms(path, devs, comms.into_iter().map(|c| Box::new(c) as Box<dyn TpCollective>).collect(), num_blocks, block_size)
+                let world = comms.len();
+                let comms = comms
+                    .into_iter()
+                    .enumerate()
+                    .map(|(rank, c)| match skip_collectives() {
+                        true => Box::new(NoCollectives { rank, world }) as Box<dyn TpCollective>,
+                        false => Box::new(c) as Box<dyn TpCollective>,
+                    })
+                    .collect();
+                TpRunner::with_comms(path, devs, comms, num_blocks, block_size)
             }
         }
     }

@@ -208,10 +208,12 @@ fn warm_up_runs_each_batch_and_checks_the_cache_size() {
     let dev = candle_rocm::cpu_executor(candle_rocm::WaveSize::W64);
     let mut r = runner(&dir, &dev);
     // 3 sequences of 9 positions: 3 blocks each.
-    warm_up(&mut r, 8, &[1, 3], 16).unwrap();
+    warm_up(&mut r, 8, &[1, 3], 16, &[16, 32]).unwrap();
     let buckets: Vec<usize> = r.decode_buckets().iter().map(|b| b.0).collect();
     assert_eq!(buckets, [1, 4], "one decode bucket per batch size");
-    let e = warm_up(&mut r, 8, &[BLOCKS], 16).unwrap_err();
+    let mixed: Vec<(usize, usize)> = r.mixed_buckets().iter().map(|b| (b.0, b.1)).collect();
+    assert_eq!(mixed, [(1, 16), (1, 32), (4, 16), (4, 32)], "one mixed bucket per batch size and chunk size");
+    let e = warm_up(&mut r, 8, &[BLOCKS], 16, &[]).unwrap_err();
     assert!(e.to_string().contains("cache of 80 blocks"), "{e}");
     // The runner still steps after the warm-up.
     let out = r.step(&[SeqChunk { seq_id: 0, tokens: prompt(5, 1), start_pos: 0, block_table: table(0), sample: true }]).unwrap();

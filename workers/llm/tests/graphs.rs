@@ -390,3 +390,141 @@ fn persistent_index_writes_check_their_input_and_change_nothing_on_an_error() {
     assert!(DecodeIndex::with_capacity(&dev, 0, 3, 4, 2).is_err());
     assert!(DecodeIndex::with_capacity(&dev, 2, 0, 4, 2).is_err());
 }
+
+/// A prompt chunk of `p[from..to]` of the driver's sequence `id` (blocks grown to `to`);
+/// it samples when it ends the prompt.
+fn chunk(d: &mut Driver, id: u64, p: &[u32], from: usize, to: usize) -> SeqChunk {
+    let s = d.seqs.iter().position(|s| s.id == id).unwrap();
+    d.grow(s, to);
+    SeqChunk { seq_id: id, tokens: p[from..to].to_vec(), start_pos: from, block_table: d.seqs[s].table.clone(), sample: to == p.len() }
+}
+
+/// A new sequence of prompt `p` with no step run yet (its first chunk comes from [`chunk`]).
+fn open(d: &mut Driver, p: &[u32]) -> u64 {
+    let id = d.next_id;
+    d.next_id += 1;
+    d.seqs.push(Seq { id, tokens: p.to_vec(), table: vec![] });
+    id
+}
+
+/// Runs a step of decodes and prompt chunks on both runners; appends the sampled tokens.
+fn mixed(d: &mut Driver, fast: &mut LlamaRunner, plain: &mut LlamaRunner, chunks: Vec<SeqChunk>, what: &str, worst: &mut f32) {
+    let mut batch = d.decodes();
+    // Sequences whose prompt is still being chunked are not decoding yet.
+    batch.retain(|c| chunks.iter().all(|k| k.seq_id != c.seq_id));
+    // Chunks first and last, decodes between: the fast path packs decodes first and puts
+    // the output rows back in the batch's order.
+    let mut all = vec![];
+    let split = chunks.len() / 2;
+    all.extend_from_slice(&chunks[..split]);
+    all.extend(batch);
+    all.extend_from_slice(&chunks[split..]);
+    let l = both(fast, plain, &all, what, worst);
+    let sampled: Vec<SeqChunk> = all.into_iter().filter(|c| c.sample).collect();
+    d.push(&sampled, &l);
+}
+
+#[test]
+fn mixed_steps_match_the_packed_path_over_chunk_slots_prefixes_and_padding() {
+    let dir = model_dir(DType::F16);
+    let dev = cpu_executor();
+    let (mut fast, mut plain) = (runner(&dir, &dev, DecodeGraphs::Captured), runner(&dir, &dev, DecodeGraphs::Off));
+    fast.set_mixed_max_rows(64);
+    let mut d = Driver::new();
+    let mut worst = 0f32;
+    prefill(&mut d, &mut fast, &mut plain, &[5, 9], &mut worst);
+    decode(&mut d, &mut fast, &mut plain, 2, &mut worst);
+    // Two decodes and a new 7-token prompt: 16 prompt rows (9 of them padding).
+    let p = prompt(7, 40);
+    let id = open(&mut d, &p);
+    let c = chunk(&mut d, id, &p, 0, 7);
+    mixed(&mut d, &mut fast, &mut plain, vec![c], "2 decodes + 7", &mut worst);
+    // A 30-token prompt in two chunks (the first samples nothing, the second has a cached
+    // prefix) beside a whole 10-token prompt, then three chunks beside the decodes.
+    let (p1, p2) = (prompt(30, 41), prompt(10, 42));
+    let (a, b) = (open(&mut d, &p1), open(&mut d, &p2));
+    let (c1, c2) = (chunk(&mut d, a, &p1, 0, 13), chunk(&mut d, b, &p2, 0, 10));
+    mixed(&mut d, &mut fast, &mut plain, vec![c1, c2], "3 decodes + 13 + 10", &mut worst);
+    let p3 = prompt(6, 43);
+    let e = open(&mut d, &p3);
+    let (c1, c3) = (chunk(&mut d, a, &p1, 13, 30), chunk(&mut d, e, &p3, 0, 6));
+    mixed(&mut d, &mut fast, &mut plain, vec![c1, c3], "4 decodes + 17 (prefix 13) + 6", &mut worst);
+    decode(&mut d, &mut fast, &mut plain, 2, &mut worst);
+    // Four chunks (every slot), 64 rows exactly: no padding chunk rows.
+    let ps: Vec<Vec<u32>> = (0..4).map(|k| prompt(16, 50 + k)).collect();
+    let chunks: Vec<SeqChunk> = ps.iter().map(|p| (open(&mut d, p), p)).collect::<Vec<_>>().into_iter().map(|(id, p)| chunk(&mut d, id, p, 0, 16)).collect();
+    let ids: Vec<u64> = chunks.iter().map(|c| c.seq_id).collect();
+    mixed(&mut d, &mut fast, &mut plain, chunks, "6 decodes + 4 x 16", &mut worst);
+    // They end (room in the cache for what follows).
+    for id in ids {
+        d.finish(id);
+    }
+    let before = fast.mixed_buckets().len();
+    // Five chunks, or more prompt tokens than 64: the packed path (no new bucket).
+    let ps: Vec<Vec<u32>> = (0..5).map(|k| prompt(3, 60 + k)).collect();
+    let chunks: Vec<SeqChunk> = ps.iter().map(|p| (open(&mut d, p), p)).collect::<Vec<_>>().into_iter().map(|(id, p)| chunk(&mut d, id, p, 0, 3)).collect();
+    mixed(&mut d, &mut fast, &mut plain, chunks, "6 decodes + 5 x 3", &mut worst);
+    let p = prompt(65, 70);
+    let id = open(&mut d, &p);
+    let c = chunk(&mut d, id, &p, 0, 65);
+    mixed(&mut d, &mut fast, &mut plain, vec![c], "11 decodes + 65", &mut worst);
+    assert_eq!(fast.mixed_buckets().len(), before, "steps past the mixed buckets' limits take the packed path");
+    decode(&mut d, &mut fast, &mut plain, 2, &mut worst);
+    let got: Vec<(usize, usize)> = fast.mixed_buckets().iter().map(|b| (b.0, b.1)).collect();
+    assert_eq!(got, [(2, 16), (4, 32), (8, 64)], "decode rows and prompt rows of each mixed bucket");
+    assert!(fast.mixed_buckets().iter().all(|b| !b.3), "nothing captured on the CPU executor");
+    // The same cache contents: padding rows wrote nothing (the scratch block is still zero).
+    let (x, y) = (cache_host(&fast), cache_host(&plain));
+    let per_block = BLOCK * SHAPE.kv_heads * SHAPE.head_dim;
+    for (t, (a, b)) in x.iter().zip(&y).enumerate() {
+        assert!(a[BLOCKS * per_block..].iter().all(|&v| v == 0.0), "tensor {t}: the scratch block was written");
+        let e = a.iter().zip(b).fold(0f32, |m, (p, q)| m.max((p - q).abs()));
+        assert!(e < 2e-2, "tensor {t}: caches differ by {e}");
+    }
+    eprintln!("mixed steps vs packed path: largest error {worst:.2e} of the largest logit; buckets {:?}", fast.mixed_buckets());
+}
+
+#[test]
+fn replayed_mixed_steps_are_bit_identical_to_eager_steps_on_a_gpu() {
+    let gpu = ["cuda:0", "rocm:0"].iter().find_map(|s| llm_worker::device(s).ok());
+    let Some((dev, name)) = gpu else {
+        eprintln!("SKIPPED: no GPU (build with --features cuda or rocm on a machine with one): mixed-step graph replay not checked");
+        return;
+    };
+    let dir = model_dir(DType::BF16);
+    let (mut graph, mut eager) = (runner(&dir, &dev, DecodeGraphs::Captured), runner(&dir, &dev, DecodeGraphs::Eager));
+    let mut d = Driver::new();
+    let batch: Vec<SeqChunk> = [5usize, 9, 3].iter().map(|&n| d.add(prompt(n, n as u32))).collect();
+    let (a, b) = (graph.step(&batch).unwrap(), eager.step(&batch).unwrap());
+    assert_eq!(bits(&a), bits(&b), "{name}: prefill");
+    d.push(&batch, &a);
+    // Each step: the live sequences decode beside new prompts of these lengths; the same
+    // shapes come back (replays of one bucket with other chunks) and a prompt continues.
+    let mut steps = 0;
+    for (k, lens) in [&[7usize][..], &[11][..], &[3, 4][..], &[20, 9][..], &[6][..], &[12, 2, 5][..]].iter().enumerate() {
+        let chunks: Vec<SeqChunk> = lens
+            .iter()
+            .map(|&n| {
+                let p = prompt(n, 80 + k as u32 + n as u32);
+                let id = open(&mut d, &p);
+                chunk(&mut d, id, &p, 0, n)
+            })
+            .collect();
+        let mut all = d.decodes();
+        all.retain(|c| chunks.iter().all(|x| x.seq_id != c.seq_id));
+        all.extend(chunks);
+        let (a, b) = (graph.step(&all).unwrap(), eager.step(&all).unwrap());
+        assert_eq!(bits(&a), bits(&b), "{name}: mixed step {k}: replay vs eager");
+        let sampled: Vec<SeqChunk> = all.into_iter().filter(|c| c.sample).collect();
+        d.push(&sampled, &a);
+        steps += 1;
+        // Some sequences end, so later steps reuse buckets.
+        if k % 2 == 1 {
+            let id = d.seqs[0].id;
+            d.finish(id);
+        }
+    }
+    let m = graph.mixed_buckets();
+    assert!(m.iter().all(|x| x.3), "{name}: every mixed bucket captured: {m:?}");
+    eprintln!("{name}: {steps} mixed steps bit-identical to eager; mixed buckets {m:?}");
+}
