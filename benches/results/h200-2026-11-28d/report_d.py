@@ -1,0 +1,47 @@
+"""Builds report_d.csv from this folder's call outputs: one row per serve-load run (calls A,
+B, C, G: model, server configuration, offered rate, requests, completed, achieved req/s,
+output tokens/s, TTFT and ITL percentiles, ITL p99/p50, and for saturation runs the ratio
+to the mean offline engine throughput of the same call and model), and one row per
+`llm-worker bench` run of calls D-F (tensor parallelism: configuration, TP, concurrency,
+decode tokens/s)."""
+import csv, glob, json, os, re
+
+here = os.path.dirname(os.path.abspath(__file__))
+rows = []
+
+def offline_mean(path, conc=48):
+    vals = [json.loads(l)["output_tok_s"] for l in open(path) if l.startswith("{") and json.loads(l)["concurrency"] == conc]
+    return sum(vals) / len(vals) if vals else None
+
+for call, model, off in [("A", "1b-bf16", "offline.log"), ("B", "1b-bf16", "offline.log"), ("C", "1b-bf16", "offline.log"), ("G", "8b-bf16", "offline8b.log")]:
+    d = os.path.join(here, f"call{call}")
+    base = offline_mean(os.path.join(d, off))
+    for f in sorted(glob.glob(os.path.join(d, "load_*.jsonl"))):
+        cfg = os.path.basename(f)[len("load_"):-len(".jsonl")]
+        for l in open(f):
+            j = json.loads(l)
+            sat = j["rate_req_s"] == "inf"
+            rows.append({
+                "call": call, "kind": "serve", "model": model, "config": cfg, "rate_req_s": j["rate_req_s"], "requests": j["requests"], "ok": j["ok"],
+                "req_s": round(j["req_s"], 2), "output_tok_s": round(j["output_tok_s"], 1),
+                "ttft_ms_p50": round(j["ttft_ms_p50"], 2), "ttft_ms_p99": round(j["ttft_ms_p99"], 2),
+                "itl_ms_p50": round(j["itl_ms_p50"], 3), "itl_ms_p99": round(j["itl_ms_p99"], 3), "itl_p99_over_p50": round(j["itl_ms_p99"] / j["itl_ms_p50"], 2),
+                "offline_output_tok_s": round(base, 1) if sat and base else "", "vs_offline": round(j["output_tok_s"] / base, 3) if sat and base else "",
+                "tensor_parallel": "", "concurrency": "", "decode_tok_s": "",
+            })
+
+for call in "DEF":
+    for f in sorted(glob.glob(os.path.join(here, f"call{call}", "bench_*.log"))):
+        cfg = os.path.basename(f)[len("bench_"):-len(".log")]
+        for l in open(f):
+            if not l.startswith("{"):
+                continue
+            j = json.loads(l)
+            rows.append({"call": call, "kind": "tp-bench", "model": "8b-bf16", "config": cfg, "tensor_parallel": j["tensor_parallel"], "concurrency": j["concurrency"], "decode_tok_s": round(j["decode_tok_s"], 1), "ttft_ms_p50": round(j["ttft_ms"], 2)})
+
+fields = ["call", "kind", "model", "config", "rate_req_s", "requests", "ok", "req_s", "output_tok_s", "ttft_ms_p50", "ttft_ms_p99", "itl_ms_p50", "itl_ms_p99", "itl_p99_over_p50", "offline_output_tok_s", "vs_offline", "tensor_parallel", "concurrency", "decode_tok_s"]
+with open(os.path.join(here, "report_d.csv"), "w", newline="") as out:
+    w = csv.DictWriter(out, fieldnames=fields, restval="")
+    w.writeheader()
+    w.writerows(rows)
+print(f"{len(rows)} rows")
