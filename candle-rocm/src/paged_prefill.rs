@@ -40,13 +40,7 @@ impl PrefillIndex {
     /// context within its row, whose used entries name blocks inside the cache) and
     /// uploads to `dev`; an error names the argument.
     pub fn new(dev: &candle_core::Device, cu_q: &[u32], context_lens: &[u32], block_tables: &[u32], num_blocks: usize, block_size: usize) -> Result<Self> {
-        const OP: &str = "PrefillIndex::new";
-        if RocmDevice::from_candle(dev).is_none() {
-            return Err(invalid(OP, format!("argument `dev` is {dev:?}, not a rocm-kernels device")));
-        }
-        let checked = Checked::new(cu_q, context_lens, block_tables, num_blocks, block_size).map_err(|e| err(OP, e))?;
-        let meta = Tensor::new(checked.meta(), dev)?;
-        Ok(PrefillIndex { checked, meta })
+        Self::upload("PrefillIndex::new", dev, || Checked::new(cu_q, context_lens, block_tables, num_blocks, block_size))
     }
 
     /// An index of a fixed shape on `dev` for steps whose chunks change between launches
@@ -55,11 +49,15 @@ impl PrefillIndex {
     /// [`attention::prefill::host::PrefillIndex::with_capacity`]). Rewritten in place by
     /// [`PrefillIndex::write`].
     pub fn with_capacity(dev: &candle_core::Device, batch: usize, total_q: usize, max_blocks: usize, num_blocks: usize, block_size: usize) -> Result<Self> {
-        const OP: &str = "PrefillIndex::with_capacity";
+        Self::upload("PrefillIndex::with_capacity", dev, || Checked::with_capacity(batch, total_q, max_blocks, num_blocks, block_size))
+    }
+
+    /// The index `check` makes, uploaded to `dev` (a rocm-kernels device); errors name `op`.
+    fn upload(op: &str, dev: &candle_core::Device, check: impl FnOnce() -> std::result::Result<Checked, AttentionError>) -> Result<Self> {
         if RocmDevice::from_candle(dev).is_none() {
-            return Err(invalid(OP, format!("argument `dev` is {dev:?}, not a rocm-kernels device")));
+            return Err(invalid(op, format!("argument `dev` is {dev:?}, not a rocm-kernels device")));
         }
-        let checked = Checked::with_capacity(batch, total_q, max_blocks, num_blocks, block_size).map_err(|e| err(OP, e))?;
+        let checked = check().map_err(|e| err(op, e))?;
         let meta = Tensor::new(checked.meta(), dev)?;
         Ok(PrefillIndex { checked, meta })
     }

@@ -309,6 +309,16 @@ fn the_engine_never_allocates_the_scratch_block_and_tokens_match_the_packed_path
     assert!(fast.iter().all(|t| t.len() == 7));
 }
 
+/// The first GPU (`cuda:0`, `rocm:0`) with its name, or `None` after saying SKIPPED and
+/// what goes unchecked.
+fn gpu(what: &str) -> Option<(Device, String)> {
+    let gpu = ["cuda:0", "rocm:0"].iter().find_map(|s| llm_worker::device(s).ok());
+    if gpu.is_none() {
+        eprintln!("SKIPPED: no GPU (build with --features cuda or rocm on a machine with one): {what} not checked");
+    }
+    gpu
+}
+
 /// Bits of logits rows.
 fn bits(rows: &[Vec<f32>]) -> Vec<Vec<u32>> {
     rows.iter().map(|r| r.iter().map(|x| x.to_bits()).collect()).collect()
@@ -316,11 +326,7 @@ fn bits(rows: &[Vec<f32>]) -> Vec<Vec<u32>> {
 
 #[test]
 fn replayed_decode_steps_are_bit_identical_to_eager_steps_on_a_gpu() {
-    let gpu = ["cuda:0", "rocm:0"].iter().find_map(|s| llm_worker::device(s).ok());
-    let Some((dev, name)) = gpu else {
-        eprintln!("SKIPPED: no GPU (build with --features cuda or rocm on a machine with one): graph replay not checked");
-        return;
-    };
+    let Some((dev, name)) = gpu("graph replay") else { return };
     let dir = model_dir(DType::BF16);
     let (mut graph, mut eager) = (runner(&dir, &dev, DecodeGraphs::Captured), runner(&dir, &dev, DecodeGraphs::Eager));
     let mut plain = runner(&dir, &dev, DecodeGraphs::Off);
@@ -389,6 +395,27 @@ fn persistent_index_writes_check_their_input_and_change_nothing_on_an_error() {
     }
     assert!(DecodeIndex::with_capacity(&dev, 0, 3, 4, 2).is_err());
     assert!(DecodeIndex::with_capacity(&dev, 2, 0, 4, 2).is_err());
+    // PrefillIndex of a fixed shape: 3 chunks over 8 query rows, table rows of 4 blocks of 2
+    // in a cache of 4 blocks.
+    use candle_rocm::paged_prefill::PrefillIndex;
+    let mut pi = PrefillIndex::with_capacity(&dev, 3, 8, 4, 4, 2).unwrap();
+    assert_eq!((pi.batch(), pi.total_q()), (3, 8));
+    let tables = [0u32, 1, 2, 0, 0, 0, 0, 0, 3, 3, 3, 0];
+    pi.write(&[0, 3, 3, 8], &[5, 0, 5], &tables).unwrap();
+    let bad: [(&[u32], &[u32], &[u32], &str); 6] = [
+        (&[0, 3, 3, 7], &[5, 0, 5], &tables, "rows other than the index's 8"),
+        (&[0, 3, 3, 8], &[2, 0, 5], &tables, "a chunk longer than its context"),
+        (&[0, 3, 3, 8], &[9, 0, 5], &tables, "a context past its row"),
+        (&[0, 3, 3, 8], &[5, 0, 5], &[0, 1, 4, 0, 0, 0, 0, 0, 3, 3, 3, 0], "a block outside the cache"),
+        (&[0, 3, 3, 8], &[5, 0, 5], &tables[..8], "short tables"),
+        (&[0, 3, 2, 8], &[5, 0, 6], &tables, "decreasing offsets"),
+    ];
+    for (cu, lens, t, what) in bad {
+        assert!(pi.write(cu, lens, t).is_err(), "{what}");
+    }
+    assert_eq!((pi.batch(), pi.total_q()), (3, 8), "errors changed nothing");
+    assert!(PrefillIndex::with_capacity(&Device::Cpu, 3, 8, 4, 4, 2).is_err(), "Candle's CPU");
+    assert!(PrefillIndex::with_capacity(&dev, 3, 9, 4, 4, 2).is_err(), "9 rows cannot fit tables of 4 blocks of 2");
 }
 
 /// A prompt chunk of `p[from..to]` of the driver's sequence `id` (blocks grown to `to`);
@@ -486,11 +513,7 @@ fn mixed_steps_match_the_packed_path_over_chunk_slots_prefixes_and_padding() {
 
 #[test]
 fn replayed_mixed_steps_are_bit_identical_to_eager_steps_on_a_gpu() {
-    let gpu = ["cuda:0", "rocm:0"].iter().find_map(|s| llm_worker::device(s).ok());
-    let Some((dev, name)) = gpu else {
-        eprintln!("SKIPPED: no GPU (build with --features cuda or rocm on a machine with one): mixed-step graph replay not checked");
-        return;
-    };
+    let Some((dev, name)) = gpu("mixed-step graph replay") else { return };
     let dir = model_dir(DType::BF16);
     let (mut graph, mut eager) = (runner(&dir, &dev, DecodeGraphs::Captured), runner(&dir, &dev, DecodeGraphs::Eager));
     let mut d = Driver::new();
