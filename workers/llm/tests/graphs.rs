@@ -402,7 +402,8 @@ fn persistent_index_writes_check_their_input_and_change_nothing_on_an_error() {
     assert_eq!((pi.batch(), pi.total_q()), (3, 8));
     let tables = [0u32, 1, 2, 0, 0, 0, 0, 0, 3, 3, 3, 0];
     pi.write(&[0, 3, 3, 8], &[5, 0, 5], &tables).unwrap();
-    let bad: [(&[u32], &[u32], &[u32], &str); 6] = [
+    type Step<'a> = (&'a [u32], &'a [u32], &'a [u32], &'a str);
+    let bad: [Step; 6] = [
         (&[0, 3, 3, 7], &[5, 0, 5], &tables, "rows other than the index's 8"),
         (&[0, 3, 3, 8], &[2, 0, 5], &tables, "a chunk longer than its context"),
         (&[0, 3, 3, 8], &[9, 0, 5], &tables, "a context past its row"),
