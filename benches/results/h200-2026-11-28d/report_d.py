@@ -3,7 +3,8 @@ B, C, G: model, server configuration, offered rate, requests, completed, achieve
 output tokens/s, TTFT and ITL percentiles, ITL p99/p50, and for saturation runs the ratio
 to the mean offline engine throughput of the same call and model), and one row per
 `llm-worker bench` run of calls D-F (tensor parallelism: configuration, TP, concurrency,
-decode tokens/s)."""
+decode tokens/s); and, where matplotlib is installed, report_d.svg: ITL p99/p50 against
+the offered rate per server configuration (calls A, B, C, G; the 2x target drawn)."""
 import csv, glob, json, os, re
 
 here = os.path.dirname(os.path.abspath(__file__))
@@ -45,3 +46,33 @@ with open(os.path.join(here, "report_d.csv"), "w", newline="") as out:
     w.writeheader()
     w.writerows(rows)
 print(f"{len(rows)} rows")
+
+
+def plot(rows, path):
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        print("no matplotlib: no plot")
+        return
+    names = {"cap128w4": "cap 128, backlog 4 (default)", "cap256w4": "cap 256, backlog 4", "uncapped": "no cap", "cap128w2": "cap 128, backlog 2",
+             "cap128w1": "cap 128, backlog 1", "cap128w4_nomixed": "cap 128, backlog 4, mixed steps eager", "cap128": "cap 128, no backlog", "default8b": "cap 128, backlog 4 (default)", "uncapped8b": "no cap"}
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4))
+    for ax, model, calls in [(axes[0], "1b-bf16", "ABC"), (axes[1], "8b-bf16", "G")]:
+        serve = [r for r in rows if r["kind"] == "serve" and r["model"] == model and r["call"] in calls and r["rate_req_s"] != "inf"]
+        for cfg in sorted({r["config"].removesuffix("_b") for r in serve}):
+            g = sorted((float(r["rate_req_s"]), float(r["itl_p99_over_p50"])) for r in serve if r["config"].removesuffix("_b") == cfg)
+            ax.plot([x[0] for x in g], [x[1] for x in g], "o", label=names.get(cfg, cfg))
+        ax.axhline(2.0, color="grey", ls=":", label="target (2x)")
+        ax.set_xlabel("offered rate (requests/s)")
+        ax.set_ylabel("inter-token latency p99 / p50")
+        ax.set_title(f"{model}, prompt 512, 256 tokens, one H200")
+        ax.set_ylim(bottom=1.0)
+        ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path)
+    print(f"wrote {path}")
+
+
+plot(rows, os.path.join(here, "report_d.svg"))
