@@ -122,6 +122,99 @@ impl Bucket {
     fn max_blocks(&self) -> usize {
         self.attn.paged.as_ref().map_or(0, |p| p.index.max_blocks())
     }
+
+    /// Stages a checked batch that fits this bucket (its decodes, then its chunks) in the
+    /// host buffers, with the padding rows and chunks (see the module docs); `scratch` is
+    /// the scratch block's id, `bs` the block size.
+    fn fill(&mut self, batch: &[SeqChunk], bs: usize, scratch: u32) {
+        let (size, chunk_rows, max_blocks) = (self.size, self.chunk_rows, self.max_blocks());
+        let h = &mut self.host;
+        h.tokens.clear();
+        h.slots.clear();
+        h.positions.clear();
+        h.lens.clear();
+        h.tables.clear();
+        h.tables.resize(size * max_blocks, scratch);
+        let slot = |c: &SeqChunk, p: usize| i64::from(c.block_table[p / bs]) * bs as i64 + (p % bs) as i64;
+        for c in batch.iter().filter(|c| c.tokens.len() == 1) {
+            let p = c.start_pos;
+            let i = h.lens.len();
+            h.tokens.push(c.tokens[0]);
+            h.positions.push(p as u32);
+            h.slots.push(slot(c, p));
+            h.lens.push(p as u32 + 1);
+            let used = (p + 1).div_ceil(bs);
+            h.tables[i * max_blocks..][..used].copy_from_slice(&c.block_table[..used]);
+        }
+        // Padding rows: token 0 at position 0, written nowhere, attending the one (never
+        // written, zeroed) position of the scratch block.
+        for _ in h.lens.len()..size {
+            h.tokens.push(0);
+            h.positions.push(0);
+            h.slots.push(-1);
+            h.lens.push(1);
+        }
+        if chunk_rows == 0 {
+            return;
+        }
+        // The chunks' rows after the decode rows; empty chunk slots; then the padding
+        // chunk: rows written nowhere, causal over as many scratch-block positions.
+        h.cu_q.clear();
+        h.chunk_lens.clear();
+        h.chunk_tables.clear();
+        h.chunk_tables.resize((MIXED_CHUNKS + 1) * max_blocks, scratch);
+        h.sample_rows.clear();
+        h.sample_rows.extend(0..size as u32);
+        h.cu_q.push(0);
+        let mut rows = 0;
+        for (j, c) in batch.iter().filter(|c| c.tokens.len() > 1).enumerate() {
+            let end = c.start_pos + c.tokens.len();
+            for (p, &t) in (c.start_pos..end).zip(&c.tokens) {
+                h.tokens.push(t);
+                h.positions.push(p as u32);
+                h.slots.push(slot(c, p));
+            }
+            rows += c.tokens.len();
+            h.cu_q.push(rows as u32);
+            h.chunk_lens.push(end as u32);
+            let used = end.div_ceil(bs);
+            h.chunk_tables[j * max_blocks..][..used].copy_from_slice(&c.block_table[..used]);
+            h.sample_rows.push((size + rows - 1) as u32);
+        }
+        for _ in h.chunk_lens.len()..MIXED_CHUNKS {
+            h.cu_q.push(rows as u32);
+            h.chunk_lens.push(0);
+            h.sample_rows.push(0);
+        }
+        for _ in rows..chunk_rows {
+            h.tokens.push(0);
+            h.positions.push(0);
+            h.slots.push(-1);
+        }
+        h.cu_q.push(chunk_rows as u32);
+        h.chunk_lens.push((chunk_rows - rows) as u32);
+    }
+
+    /// Copies the staged host buffers into the persistent device inputs. Each write is
+    /// checked before it copies (a repeated slot is an error); an error leaves the cache
+    /// untouched, and the next step rewrites every buffer.
+    fn upload(&mut self) -> Result<()> {
+        let h = &self.host;
+        if let KvIndex::Fused(ix) = &mut self.kv {
+            ix.write(&h.slots, &h.positions)?;
+        }
+        candle_rocm::paged::write_into(&self.tokens, &h.tokens)?;
+        if let Some(p) = &mut self.attn.paged {
+            p.index.write(&h.tables, &h.lens)?;
+        }
+        if let Some(ix) = self.attn.varlen.as_mut().and_then(|v| v.paged.as_mut()) {
+            ix.write(&h.cu_q, &h.chunk_lens, &h.chunk_tables)?;
+        }
+        if let Some(rows) = &self.sample_rows {
+            candle_rocm::paged::write_into(rows, &h.sample_rows)?;
+        }
+        Ok(())
+    }
 }
 
 impl LlamaRunner {
@@ -503,86 +596,8 @@ impl LlamaRunner {
         };
         let scratch = self.num_blocks as u32;
         let bucket = &mut self.buckets[at];
-        let max_blocks = bucket.max_blocks();
-        let h = &mut bucket.host;
-        h.tokens.clear();
-        h.slots.clear();
-        h.positions.clear();
-        h.lens.clear();
-        h.tables.clear();
-        h.tables.resize(size * max_blocks, scratch);
-        let slot = |c: &SeqChunk, p: usize| i64::from(c.block_table[p / bs]) * bs as i64 + (p % bs) as i64;
-        for c in batch.iter().filter(|c| c.tokens.len() == 1) {
-            let p = c.start_pos;
-            let i = h.lens.len();
-            h.tokens.push(c.tokens[0]);
-            h.positions.push(p as u32);
-            h.slots.push(slot(c, p));
-            h.lens.push(p as u32 + 1);
-            let used = (p + 1).div_ceil(bs);
-            h.tables[i * max_blocks..][..used].copy_from_slice(&c.block_table[..used]);
-        }
-        // Padding rows: token 0 at position 0, written nowhere, attending the one (never
-        // written, zeroed) position of the scratch block.
-        for _ in decodes..size {
-            h.tokens.push(0);
-            h.positions.push(0);
-            h.slots.push(-1);
-            h.lens.push(1);
-        }
-        if chunk_rows > 0 {
-            // The chunks' rows after the decode rows; empty chunk slots; then the padding
-            // chunk: rows written nowhere, causal over as many scratch-block positions.
-            h.cu_q.clear();
-            h.chunk_lens.clear();
-            h.chunk_tables.clear();
-            h.chunk_tables.resize((MIXED_CHUNKS + 1) * max_blocks, scratch);
-            h.sample_rows.clear();
-            h.sample_rows.extend(0..size as u32);
-            h.cu_q.push(0);
-            let mut rows = 0;
-            for (j, c) in batch.iter().filter(|c| c.tokens.len() > 1).enumerate() {
-                let end = c.start_pos + c.tokens.len();
-                for (p, &t) in (c.start_pos..end).zip(&c.tokens) {
-                    h.tokens.push(t);
-                    h.positions.push(p as u32);
-                    h.slots.push(slot(c, p));
-                }
-                rows += c.tokens.len();
-                h.cu_q.push(rows as u32);
-                h.chunk_lens.push(end as u32);
-                let used = end.div_ceil(bs);
-                h.chunk_tables[j * max_blocks..][..used].copy_from_slice(&c.block_table[..used]);
-                h.sample_rows.push((size + rows - 1) as u32);
-            }
-            for _ in chunks..MIXED_CHUNKS {
-                h.cu_q.push(rows as u32);
-                h.chunk_lens.push(0);
-                h.sample_rows.push(0);
-            }
-            for _ in rows..chunk_rows {
-                h.tokens.push(0);
-                h.positions.push(0);
-                h.slots.push(-1);
-            }
-            h.cu_q.push(chunk_rows as u32);
-            h.chunk_lens.push((chunk_rows - rows) as u32);
-        }
-        // Each write is checked before it copies (a repeated slot is an error); an error
-        // leaves the cache untouched, and the next step rewrites every buffer.
-        if let KvIndex::Fused(ix) = &mut bucket.kv {
-            ix.write(&h.slots, &h.positions)?;
-        }
-        candle_rocm::paged::write_into(&bucket.tokens, &h.tokens)?;
-        if let Some(p) = &mut bucket.attn.paged {
-            p.index.write(&h.tables, &h.lens)?;
-        }
-        if let Some(ix) = bucket.attn.varlen.as_mut().and_then(|v| v.paged.as_mut()) {
-            ix.write(&h.cu_q, &h.chunk_lens, &h.chunk_tables)?;
-        }
-        if let Some(rows) = &bucket.sample_rows {
-            candle_rocm::paged::write_into(rows, &h.sample_rows)?;
-        }
+        bucket.fill(batch, bs, scratch);
+        bucket.upload()?;
         // The output rows of the sampled chunks, in the batch's order: a decode's is its
         // place among the decodes, a chunk's its slot after the decode rows.
         let (mut picks, mut d, mut m) = (Vec::with_capacity(batch.len()), 0u32, size as u32);
