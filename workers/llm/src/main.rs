@@ -320,12 +320,14 @@ fn run(cli: Cli) -> Result<()> {
             }
             let max_c = concurrency.iter().copied().max().unwrap_or(1);
             let max_len = prompt_len + gen;
-            let mixed = llm_worker::runner::mixed_row_buckets(llm_worker::runner::DEFAULT_MIXED_MAX_ROWS);
-            // The sequences', and room for the warm-up's prompt chunk beside them.
-            let blocks = blocks_needed(max_c, max_len, block_size) + mixed.last().map_or(0, |r| r.div_ceil(block_size));
+            // The sequences', and room for the warm-up's prompt chunk beside them (the
+            // largest a runner may take).
+            let most_mixed = llm_worker::runner::mixed_row_buckets(llm_worker::runner::DEFAULT_MIXED_MAX_ROWS);
+            let blocks = blocks_needed(max_c, max_len, block_size) + llm_worker::runner::warm_up_blocks(0, 0, block_size, &most_mixed);
             let (mut runner, dev_name) = load(&model, &device, tensor_parallel, blocks, block_size)?;
             let vocab = runner.model().cfg.vocab_size;
             runner.set_graph_max_batch(graph_max_batch)?;
+            let mixed = runner.mixed_row_buckets();
             eprintln!("KV cache: {blocks} blocks of {block_size} tokens, {:.1} MiB", (blocks * runner.block_bytes()) as f64 / (1u64 << 20) as f64);
             let config = EngineConfig { max_num_seqs: max_c, max_batched_tokens: max_batched_tokens.max(max_c), max_model_len: max_len, prefix_caching: false };
             // First-use costs (kernel loads, PTX JIT, graph captures) before the clock starts.

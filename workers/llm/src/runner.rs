@@ -74,6 +74,9 @@ struct Draws {
 /// Blocks a bucket's block-table rows hold at least (its first capacity).
 const MIN_TABLE_BLOCKS: usize = 16;
 
+/// The largest decode bucket of a new runner ([`LlamaRunner::set_graph_max_batch`]).
+pub const DEFAULT_GRAPH_MAX_BATCH: usize = 128;
+
 /// Prompt chunks a mixed bucket holds at most (its prefill index's chunk slots).
 pub const MIXED_CHUNKS: usize = 4;
 
@@ -220,9 +223,9 @@ impl Bucket {
 impl LlamaRunner {
     /// A runner over `model` with a zeroed cache of `num_blocks` blocks of `block_size` tokens
     /// (plus one scratch block for the padding rows of decode graphs, never in a block
-    /// table the engine makes). Decode steps of up to 128 sequences, and those beside prompt
-    /// chunks of up to [`DEFAULT_MIXED_MAX_ROWS`] tokens, run as graphs where the device has
-    /// them ([`DecodeGraphs::Captured`]).
+    /// table the engine makes). Decode steps of up to [`DEFAULT_GRAPH_MAX_BATCH`] sequences,
+    /// and those beside prompt chunks of up to [`DEFAULT_MIXED_MAX_ROWS`] tokens, run as
+    /// graphs where the device has them ([`DecodeGraphs::Captured`]).
     pub fn new(model: Model, num_blocks: usize, block_size: usize) -> Result<Self> {
         if block_size == 0 || num_blocks == 0 {
             return Err(Error::Invalid(format!("a cache of {num_blocks} blocks of {block_size} tokens")));
@@ -231,7 +234,7 @@ impl LlamaRunner {
             return Err(Error::Invalid(format!("a cache of {num_blocks} blocks: block ids are u32")));
         }
         let cache = model.new_cache(num_blocks + 1, block_size)?;
-        Ok(LlamaRunner { model, cache, block_size, num_blocks, graphs: DecodeGraphs::Captured, graph_max_batch: 128, mixed_max_rows: mixed_max_rows_default(), buckets: vec![], draws: None })
+        Ok(LlamaRunner { model, cache, block_size, num_blocks, graphs: DecodeGraphs::Captured, graph_max_batch: DEFAULT_GRAPH_MAX_BATCH, mixed_max_rows: mixed_max_rows_default(), buckets: vec![], draws: None })
     }
 
     /// How pure-decode steps run (see [`DecodeGraphs`]); a change drops the buckets' buffers
@@ -256,6 +259,11 @@ impl LlamaRunner {
     pub fn set_mixed_max_rows(&mut self, n: usize) {
         self.mixed_max_rows = if n < MIN_CHUNK_ROWS { 0 } else { 1 << n.ilog2() };
         self.buckets.clear();
+    }
+
+    /// The largest decode bucket ([`LlamaRunner::set_graph_max_batch`]).
+    pub fn graph_max_batch(&self) -> usize {
+        self.graph_max_batch
     }
 
     /// The prompt row counts of the mixed buckets this runner may build: powers of two
@@ -702,11 +710,11 @@ pub fn warm_up<R: ModelRunner>(runner: &mut R, prompt_len: usize, batches: &[usi
     let bs = runner.block_size();
     let per = (prompt_len + 1).div_ceil(bs.max(1));
     let most = batches.iter().copied().max().unwrap_or(0);
-    let extra = mixed_rows.iter().copied().max().unwrap_or(0).div_ceil(bs.max(1));
-    if prompt_len == 0 || max_tokens == 0 || most * per + extra > runner.num_blocks() {
+    if prompt_len == 0 || max_tokens == 0 || warm_up_blocks(prompt_len, most, bs, mixed_rows) > runner.num_blocks() {
         return Err(WarmUpError::Invalid(format!(
-            "{most} sequences of {} positions and a chunk of {extra} blocks in a cache of {} blocks of {bs} (prompt {prompt_len}, {max_tokens} tokens a step)",
+            "{most} sequences of {} positions and a chunk of {} tokens in a cache of {} blocks of {bs} (prompt {prompt_len}, {max_tokens} tokens a step)",
             prompt_len + 1,
+            mixed_rows.iter().copied().max().unwrap_or(0),
             runner.num_blocks()
         )));
     }
@@ -742,6 +750,13 @@ pub fn warm_up<R: ModelRunner>(runner: &mut R, prompt_len: usize, batches: &[usi
         }
     }
     Ok(())
+}
+
+/// Blocks of `block_size` tokens [`warm_up`] writes for a batch of `batch` sequences of
+/// `prompt_len` tokens and the largest of `mixed_rows` beside them.
+pub fn warm_up_blocks(prompt_len: usize, batch: usize, block_size: usize, mixed_rows: &[usize]) -> usize {
+    let bs = block_size.max(1);
+    batch * (prompt_len + 1).div_ceil(bs) + mixed_rows.iter().copied().max().unwrap_or(0).div_ceil(bs)
 }
 
 /// Why [`warm_up`] failed.

@@ -208,11 +208,10 @@ pub fn load_served(a: &ServeArgs) -> Result<(ServedText, Engine<TimedRunner<TpRu
 /// engine holds no block.
 fn warm_graphs(runner: &mut TpRunner, max_num_seqs: usize, max_batched_tokens: usize) -> Result<(), llm_server::LoadError> {
     let prompt: usize = 16;
-    let mixed = crate::runner::mixed_row_buckets(crate::runner::DEFAULT_MIXED_MAX_ROWS);
-    let (bs, blocks) = (runner.block_size(), runner.num_blocks());
-    let extra = mixed.last().map_or(0, |r| r.div_ceil(bs));
+    let mixed = runner.mixed_row_buckets();
+    let (bs, blocks, largest) = (runner.block_size(), runner.num_blocks(), max_num_seqs.next_power_of_two().min(runner.graph_max_batch()));
     let batches: Vec<usize> = std::iter::successors(Some(1usize), |b| Some(b * 2))
-        .take_while(|&b| b <= max_num_seqs.next_power_of_two().min(128) && b * (prompt + 1).div_ceil(bs) + extra <= blocks)
+        .take_while(|&b| b <= largest && crate::runner::warm_up_blocks(prompt, b, bs, &mixed) <= blocks)
         .collect();
     let t0 = std::time::Instant::now();
     crate::runner::warm_up(runner, prompt, &batches, max_batched_tokens.max(1), &mixed).map_err(|e| llm_server::LoadError::from(format!("graph warm-up: {e}")))?;

@@ -234,11 +234,11 @@ impl TpRunner {
                 // Refuse a split the model cannot take before setting up the communicator.
                 TpPlan::new(&shard::read_config(path)?, 0, devs.len())?;
                 let comms = communicators(devs)?;
-                let world = comms.len();
+                let (world, skip) = (comms.len(), skip_collectives());
                 let comms = comms
                     .into_iter()
                     .enumerate()
-                    .map(|(rank, c)| match skip_collectives() {
+                    .map(|(rank, c)| match skip {
                         true => Box::new(NoCollectives { rank, world }) as Box<dyn TpCollective>,
                         false => Box::new(c) as Box<dyn TpCollective>,
                     })
@@ -350,6 +350,17 @@ impl TpRunner {
             }
         }
         Ok(all)
+    }
+
+    /// The largest decode bucket (every rank's; see [`LlamaRunner::graph_max_batch`]).
+    pub fn graph_max_batch(&self) -> usize {
+        self.rank0.graph_max_batch()
+    }
+
+    /// The prompt row counts of the mixed buckets (every rank's; see
+    /// [`LlamaRunner::mixed_row_buckets`]).
+    pub fn mixed_row_buckets(&self) -> Vec<usize> {
+        self.rank0.mixed_row_buckets()
     }
 
     /// The number of ranks.
