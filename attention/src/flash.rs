@@ -326,7 +326,6 @@ pub unsafe fn copy_tile<T>(dst: SharedAddr, ld: usize, rows: usize, cols: usize,
     }
 }
 
-
 /// [`each!`] over the row tiles of a wave: unrolled on the GPU targets, a plain loop on the
 /// host (smaller unoptimised frames on the CPU executor's work-item stacks).
 #[cfg(any(target_arch = "amdgpu", target_arch = "nvptx64"))]

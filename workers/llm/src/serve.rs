@@ -162,7 +162,6 @@ pub const DEFAULT_PREFILL_CHUNK_WHILE_DECODING: usize = 128;
 /// that of no cap).
 pub const DEFAULT_PREFILL_CAP_BACKLOG: usize = 4;
 
-
 /// Loads the model (split across `tensor_parallel` devices), its text tools and an engine
 /// over a [`TpRunner`] (prefix caching on), timed by [`TimedRunner`].
 pub fn load_served(a: &ServeArgs) -> Result<(ServedText, Engine<TimedRunner<TpRunner>>), llm_server::LoadError> {
