@@ -655,7 +655,10 @@ impl<T: Element> FragC<T> {
 impl FragC<f32> {
     /// Every item replaced by `op` folded over its row (all 16 columns), in every lane
     /// that holds part of the row. `op` must be associative and commutative (max, sum).
-    #[inline(always)]
+    // Out of line on the CPU executor (as `to_a`): inlined, its unrolled shuffles were
+    // copied into every call site of every kernel instance in unoptimised host builds.
+    #[cfg_attr(any(target_arch = "amdgpu", target_arch = "nvptx64"), inline(always))]
+    #[cfg_attr(not(any(target_arch = "amdgpu", target_arch = "nvptx64")), inline(never))]
     #[track_caller]
     pub fn row_reduce(&self, op: impl Fn(f32, f32) -> f32) -> FragC<f32> {
         let low = lowering();
@@ -700,7 +703,11 @@ impl FragC<f32> {
     }
     /// This accumulator as the A operand of a next product (element `(row, col)` becomes
     /// `(row, k = col)`), rounded to `T`, without going through memory.
-    #[inline(always)]
+    // Out of line on the CPU executor: inlined, the MFMA path's 16 x 16 unrolled shuffles
+    // were copied into every call site (hundreds of KB per flash tile step instance in
+    // unoptimised host builds).
+    #[cfg_attr(any(target_arch = "amdgpu", target_arch = "nvptx64"), inline(always))]
+    #[cfg_attr(not(any(target_arch = "amdgpu", target_arch = "nvptx64")), inline(never))]
     #[track_caller]
     pub fn to_a<T: MmaFloat>(&self) -> FragA<T> {
         let low = lowering();
