@@ -49,7 +49,6 @@
 //! in Candle and FlashAttention. Scores are `x = scale * q.k`, then
 //! `softcap * tanh(x / softcap)` when `softcap > 0`, then minus `slope * |i + off - j|`
 //! with an ALiBi slope per head. A row that sees no key gets zeros and `lse = -inf`.
-#[cfg(any(target_arch = "amdgpu", target_arch = "nvptx64"))]
 use kernel_dsl::each;
 use kernel_dsl::math::exp2_approx;
 use kernel_dsl::mma::{self, copy, FragA, FragB, FragC, Lowering, MmaFloat, SharedAddr};
@@ -327,24 +326,6 @@ pub unsafe fn copy_tile<T>(dst: SharedAddr, ld: usize, rows: usize, cols: usize,
     }
 }
 
-/// [`each!`] over a wave's row tiles, key and output fragments: unrolled on the GPU targets
-/// (fragments indexed by constants stay in registers), a plain loop on the host. Unrolled on
-/// the host, the unoptimised tile step was ~1 MB of machine code per monomorphisation, about
-/// 230 MB in every test binary that links the executor's kernels; looped, its frames are also
-/// smaller on the CPU executor's work-item stacks.
-#[cfg(any(target_arch = "amdgpu", target_arch = "nvptx64"))]
-macro_rules! each_tile {
-    ($($t:tt)*) => {
-        each!($($t)*)
-    };
-}
-#[cfg(not(any(target_arch = "amdgpu", target_arch = "nvptx64")))]
-macro_rules! each_tile {
-    ($i:ident in [$($n:literal),*] $body:block) => {
-        for $i in [$($n),*] $body
-    };
-}
-
 /// Runs `$body` with `$j` = 0, 1, .. `$len - 1` (at most 8: the accumulator items of a
 /// lane) as straight-line code, so the fragments' items are indexed by constants and stay
 /// in registers (a loop over them was not unrolled for NVPTX, which put the whole state
@@ -545,7 +526,7 @@ impl RowState {
     #[inline(always)]
     fn softmax<const NK: usize>(&mut self, s: &mut [FragC<f32>; NK], c: f32, nof: usize) {
         let mut tmax = s[0];
-        each_tile!(nf in [1, 2, 3] {
+        each!(nf in [1, 2, 3] {
             if nf < NK {
                 each_item!(j < tmax.v.len(), {
                     tmax.v[j] = tmax.v[j].max(s[nf].v[j]);
@@ -576,14 +557,14 @@ impl RowState {
                 self.m.v[j] = self.m.v[first];
             }
             // One fused multiply-add per score (`c x - mu`).
-            each_tile!(nf in [0, 1, 2, 3] {
+            each!(nf in [0, 1, 2, 3] {
                 if nf < NK {
                     s[nf].v[j] = exp2_approx(FloatMath::mul_add(s[nf].v[j], c, -mu.v[j]));
                 }
             });
         });
         let mut psum = s[0];
-        each_tile!(nf in [1, 2, 3] {
+        each!(nf in [1, 2, 3] {
             if nf < NK {
                 each_item!(j < psum.v.len(), {
                     psum.v[j] += s[nf].v[j];
@@ -601,7 +582,7 @@ impl RowState {
         if mma::lowering() == Lowering::MmaSync && wave::all(same) {
             return;
         }
-        each_tile!(of in [0, 1, 2, 3, 4, 5, 6, 7] {
+        each!(of in [0, 1, 2, 3, 4, 5, 6, 7] {
             if of < nof {
                 each_item!(j < self.o[of].v.len(), {
                     self.o[of].v[j] *= alpha.v[j];
@@ -619,7 +600,7 @@ impl RowState {
             let seen = self.l.v[j] > 0.0;
             let inv = if seen { 1.0 / self.l.v[j] } else { 0.0 };
             lse.v[j] = if seen { (self.m.v[j] + self.l.v[j].log2()) * core::f32::consts::LN_2 } else { f32::NEG_INFINITY };
-            each_tile!(of in [0, 1, 2, 3, 4, 5, 6, 7] {
+            each!(of in [0, 1, 2, 3, 4, 5, 6, 7] {
                 if of < nof {
                     self.o[of].v[j] *= inv;
                 }
@@ -725,7 +706,7 @@ const SCORE: u8 = 2;
 ///
 /// # Safety
 /// As [`add_tile_rows`].
-// Out of line on the CPU executor (and its row-tile loops not unrolled, [`each_tile`]):
+// Out of line on the CPU executor (and its `each!` loops not unrolled there):
 // inlined, the unoptimised copies of every mode and tile shape overflowed the work-item
 // stacks.
 #[cfg_attr(any(target_arch = "amdgpu", target_arch = "nvptx64"), inline(always))]
@@ -783,7 +764,7 @@ unsafe fn tile_step<T: MmaFloat, const NK: usize, const MT: usize, const MODE: u
         let two = pairs && ks + 32 <= d;
         let mut a = [FragA::<T>::zero(); MT];
         let mut a1 = [FragA::<T>::zero(); MT];
-        each_tile!(mt in [0, 1] {
+        each!(mt in [0, 1] {
             if mt < MT {
                 a[mt] = q_frag!(mt, ks);
                 if two {
@@ -791,18 +772,18 @@ unsafe fn tile_step<T: MmaFloat, const NK: usize, const MT: usize, const MODE: u
                 }
             }
         });
-        each_tile!(nf in [0, 1, 2, 3] {
+        each!(nf in [0, 1, 2, 3] {
             if nf < NK {
                 let bk = k_frag!(nf, ks);
                 if two {
                     let bk1 = k_frag!(nf, ks + 16);
-                    each_tile!(mt in [0, 1] {
+                    each!(mt in [0, 1] {
                         if mt < MT {
                             s[mt][nf] = mma::mma_pair(&a[mt], &bk, &a1[mt], &bk1, s[mt][nf]);
                         }
                     });
                 } else {
-                    each_tile!(mt in [0, 1] {
+                    each!(mt in [0, 1] {
                         if mt < MT {
                             s[mt][nf] = mma::mma(&a[mt], &bk, s[mt][nf]);
                         }
@@ -819,9 +800,9 @@ unsafe fn tile_step<T: MmaFloat, const NK: usize, const MT: usize, const MODE: u
     // `FragC::map`: its closure, called for 8 items on the wave-32 targets, was left out of
     // line there and the scores' parameters went through scratch memory).
     if MODE != PLAIN {
-        each_tile!(mt in [0, 1] {
+        each!(mt in [0, 1] {
             if mt < MT {
-                each_tile!(nf in [0, 1, 2, 3] {
+                each!(nf in [0, 1, 2, 3] {
                     if nf < NK {
                         each_item!(j < s[mt][nf].len(), {
                             let (r, col) = s[mt][nf].coord(j);
@@ -837,7 +818,7 @@ unsafe fn tile_step<T: MmaFloat, const NK: usize, const MT: usize, const MODE: u
             }
         });
     }
-    each_tile!(mt in [0, 1] {
+    each!(mt in [0, 1] {
         if mt < MT {
             st[mt].softmax::<NK>(&mut s[mt], c, nof);
         }
@@ -846,17 +827,17 @@ unsafe fn tile_step<T: MmaFloat, const NK: usize, const MT: usize, const MODE: u
     // O += P V, P rounded to T in registers; each V fragment feeds every row tile. Where
     // slices pair (gfx950), two key fragments per instruction.
     if pairs && NK.is_multiple_of(2) {
-        each_tile!(nf in [0, 2] {
+        each!(nf in [0, 2] {
             if nf < NK {
                 let mut pa = [FragA::<T>::zero(); MT];
                 let mut pa1 = [FragA::<T>::zero(); MT];
-                each_tile!(mt in [0, 1] {
+                each!(mt in [0, 1] {
                     if mt < MT {
                         pa[mt] = s[mt][nf].to_a::<T>();
                         pa1[mt] = s[mt][(nf + 1) % NK].to_a::<T>();
                     }
                 });
-                each_tile!(of in [0, 1, 2, 3, 4, 5, 6, 7] {
+                each!(of in [0, 1, 2, 3, 4, 5, 6, 7] {
                     if of < nof {
                         // SAFETY: the caller's contract (16 x 16 tiles inside the V tile).
                         let (vb, vb1) = unsafe {
@@ -872,7 +853,7 @@ unsafe fn tile_step<T: MmaFloat, const NK: usize, const MT: usize, const MODE: u
                                 )
                             }
                         };
-                        each_tile!(mt in [0, 1] {
+                        each!(mt in [0, 1] {
                             if mt < MT {
                                 st[mt].o[of] = mma::mma_pair(&pa[mt], &vb, &pa1[mt], &vb1, st[mt].o[of]);
                             }
@@ -884,15 +865,15 @@ unsafe fn tile_step<T: MmaFloat, const NK: usize, const MT: usize, const MODE: u
         });
         return;
     }
-    each_tile!(nf in [0, 1, 2, 3] {
+    each!(nf in [0, 1, 2, 3] {
         if nf < NK {
             let mut pa = [FragA::<T>::zero(); MT];
-            each_tile!(mt in [0, 1] {
+            each!(mt in [0, 1] {
                 if mt < MT {
                     pa[mt] = s[mt][nf].to_a::<T>();
                 }
             });
-            each_tile!(of in [0, 1, 2, 3, 4, 5, 6, 7] {
+            each!(of in [0, 1, 2, 3, 4, 5, 6, 7] {
                 if of < nof {
                     // SAFETY: the caller's contract (a 16 x 16 tile inside the V tile).
                     let vb = unsafe {
@@ -902,7 +883,7 @@ unsafe fn tile_step<T: MmaFloat, const NK: usize, const MT: usize, const MODE: u
                             FragB::<T>::load_shared_at(va.add((nf * 16 * ldv + of * 16) * size), ldv)
                         }
                     };
-                    each_tile!(mt in [0, 1] {
+                    each!(mt in [0, 1] {
                         if mt < MT {
                             st[mt].o[of] = mma::mma(&pa[mt], &vb, st[mt].o[of]);
                         }
@@ -1173,11 +1154,11 @@ pub unsafe fn write_rows<T: MmaFloat>(
     (out, o_base, stride): (*mut T, usize, usize),
     (lse, lse_base, write_lse): (*mut f32, usize, bool),
 ) {
-    each_tile!(m in [0, 1] {
+    each!(m in [0, 1] {
         if m < mt {
             let lse_f = st[m].finish(nof);
             let r0 = row0 + m * 16;
-            each_tile!(of in [0, 1, 2, 3, 4, 5, 6, 7] {
+            each!(of in [0, 1, 2, 3, 4, 5, 6, 7] {
                 if of < nof {
                     st[m].o[of].for_each(|r, c, x| {
                         let i = r0 + r;

@@ -40,10 +40,8 @@
 //! Every function that takes or builds a whole fragment is a wave operation: all lanes
 //! of the wave call it together, in uniform control flow, with full waves.
 
-/// Runs `$body` with `$i` bound to each listed constant (straight-line code, so register
-/// and fragment arrays are indexed by constants and stay in registers: a loop the compiler
-/// leaves rolled would index them dynamically and put them in local or scratch memory).
-/// Kernels use it as `kernel_dsl::each!`.
+/// [`each!`]'s GPU form: straight-line code (see the host form's docs).
+#[cfg(any(target_arch = "amdgpu", target_arch = "nvptx64"))]
 #[macro_export]
 macro_rules! each {
     ($i:ident in [$($n:literal),*] $body:block) => {$({
@@ -51,6 +49,25 @@ macro_rules! each {
         const $i: usize = $n;
         $body
     })*};
+}
+/// Runs `$body` with `$i` (a `usize`) bound to each listed constant. On the GPU targets as
+/// straight-line code, so register and fragment arrays are indexed by constants and stay in
+/// registers (a loop the compiler leaves rolled would index them dynamically and put them in
+/// local or scratch memory). On the host, where the CPU executor runs the same kernels, a
+/// plain loop: unrolled, every instance of a kernel carries every copy of the body at
+/// `opt-level = 0` (the flash tile step's were ~1 MB each, some 190 of them in each test
+/// binary) and a larger frame on the executor's work-item stacks. So `$i` is a value, not a
+/// constant expression, and the body may not `break` or `continue` an enclosing loop.
+/// Kernels use it as `kernel_dsl::each!`.
+#[cfg(not(any(target_arch = "amdgpu", target_arch = "nvptx64")))]
+#[macro_export]
+macro_rules! each {
+    ($i:ident in [$($n:literal),*] $body:block) => {
+        for $i in [$($n),*] {
+            let $i: usize = $i;
+            $body
+        }
+    };
 }
 
 pub mod copy;
